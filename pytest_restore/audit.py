@@ -1,0 +1,500 @@
+"""The audit: conditions, the restore counterfactual, the decomposition and the records.
+
+For each question, policy, budget and seed the audit builds four contexts
+with the one injection procedure:
+
+=============  ==============  =====================
+condition      store ranked    forced units
+=============  ==============  =====================
+oracle         none            ``G_q``
+regime (a)     ``S_P``         ``G_q ∩ S_P``
+regime (b)     ``S_P``         none
+restored       ``S_P ∪ G_q``   ``G_q``
+=============  ==============  =====================
+
+asks the reader once per distinct context and the judge once per distinct
+answer, and writes one record per (question, policy, budget, seed, regime).
+An oracle-answerable question the policy gets wrong is binned irreversible
+(restore fixes it, some gold was evicted), recoverable (restore fixes it, all
+gold survived) or residual (restore does not fix it). Failed model calls
+exclude the record with their reason; they are never scored as wrong.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .data import Dataset, Question
+from .eviction import EvictionContext, Mask, Policy, stable_seed
+from .injection import INJECT_CAP, TOP_K, LexicalIndex, inject, rank, render_context
+from .models import ChatModel, ChatRequest, ChatResult
+from .prompts import PromptSet, parse_score, parse_verdict
+from .units import Granularity, History, build_history
+
+Record = dict[str, Any]
+
+BINS = ("irreversible", "recoverable", "residual")
+REGIMES = ("a", "b")
+
+# Exclusion reasons, as the report prints them.
+ABSTENTION = "abstention question (no evidence to restore)"
+NO_GOLD = "no gold units"
+OUTSIDE_SUBSET = "outside the --restore-questions subset"
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """Settings held fixed across every condition of the audit."""
+
+    granularity: Granularity = Granularity.TURN
+    top_k: int = TOP_K
+    cap: int = INJECT_CAP
+    budgets: tuple[int, ...] = (80_000, 30_000, 8_000)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    questions: int | None = None  #: stratified subset size, ``None`` for all
+    subset_seed: int = 0
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A question ready to audit: its history and its lexical index."""
+
+    history: History
+    index: LexicalIndex
+
+    @property
+    def question(self) -> Question:
+        """The question record."""
+        return self.history.question
+
+
+def select_questions(questions: Sequence[Question], n: int, seed: int) -> list[Question]:
+    """A stratified, seeded subset of ``n`` questions, proportional to question type.
+
+    Seats are shared out by largest remainder; within a type the questions are
+    a seeded sample. The subset keeps the file's order.
+    """
+    if n >= len(questions):
+        return list(questions)
+    by_type: dict[str, list[Question]] = {}
+    for q in questions:
+        by_type.setdefault(q.question_type, []).append(q)
+    total = len(questions)
+    quotas = {t: n * len(qs) / total for t, qs in sorted(by_type.items())}
+    seats = {t: int(v) for t, v in quotas.items()}
+    leftovers = sorted(quotas, key=lambda t: (-(quotas[t] - seats[t]), t))
+    for t in leftovers[: n - sum(seats.values())]:
+        seats[t] += 1
+    chosen: set[str] = set()
+    for t, qs in sorted(by_type.items()):
+        rng = random.Random(stable_seed("subset", seed, t))
+        chosen.update(q.question_id for q in rng.sample(qs, seats[t]))
+    return [q for q in questions if q.question_id in chosen]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One condition's answer and verdict."""
+
+    answer: str | None
+    correct: bool | None
+    error: str | None
+    injected_tokens: int
+    injected_units: int
+
+
+class MemoModel:
+    """Sends each distinct request once per process; successes are remembered."""
+
+    def __init__(self, model: ChatModel) -> None:
+        self.model = model
+        self._memo: dict[ChatRequest, ChatResult] = {}
+
+    @property
+    def name(self) -> str:
+        """The wrapped model's name."""
+        return self.model.name
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Results for ``requests``; only requests never answered before are sent."""
+        missing = list(dict.fromkeys(r for r in requests if r not in self._memo))
+        if missing:
+            results = self.model.run(missing)
+            fresh = dict(zip(missing, results))
+            for request, result in fresh.items():
+                if result.ok:
+                    self._memo[request] = result
+        else:
+            fresh = {}
+        return [self._memo.get(r) or fresh[r] for r in requests]
+
+
+@dataclass
+class CellRun:
+    """What one policy x budget cell produced."""
+
+    policy: str
+    budget: int
+    records: list[Record]
+    stores: dict[tuple[str, int], Mask] = field(repr=False)
+
+
+class Audit:
+    """The audit of one dataset with one reader, judge and scorer (per process)."""
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        config: AuditConfig,
+        *,
+        reader: ChatModel,
+        judge: ChatModel,
+        scorer: ChatModel,
+        prompts: PromptSet | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.config = config
+        self.reader = MemoModel(reader)
+        self.judge = MemoModel(judge)
+        self.scorer = MemoModel(scorer)
+        self.prompts = prompts or PromptSet()
+        self.exclusions: list[tuple[str, str]] = []
+        evidence: list[Question] = []
+        for q in dataset.questions:
+            if q.is_abstention:
+                self.exclusions.append((q.question_id, ABSTENTION))
+            else:
+                evidence.append(q)
+        histories = [build_history(q, config.granularity) for q in evidence]
+        with_gold = []
+        for h in histories:
+            if h.gold:
+                with_gold.append(h)
+            else:
+                self.exclusions.append((h.question.question_id, NO_GOLD))
+        if config.questions is not None:
+            keep = {q.question_id for q in select_questions([h.question for h in with_gold], config.questions, config.subset_seed)}
+            for h in with_gold:
+                if h.question.question_id not in keep:
+                    self.exclusions.append((h.question.question_id, OUTSIDE_SUBSET))
+            with_gold = [h for h in with_gold if h.question.question_id in keep]
+        self.questions: list[Prepared] = [Prepared(h, LexicalIndex.build(h)) for h in with_gold]
+        self._oracle: dict[str, Outcome] = {}
+        self._importance: dict[str, int] = {}
+
+    # -- summary -------------------------------------------------------------
+
+    def exclusion_counts(self) -> dict[str, int]:
+        """How many questions were left out, by reason."""
+        return dict(sorted(Counter(reason for _, reason in self.exclusions).items()))
+
+    def history(self, question_id: str) -> History:
+        """The history of an audited question."""
+        for p in self.questions:
+            if p.question.question_id == question_id:
+                return p.history
+        raise KeyError(question_id)
+
+    # -- model calls ---------------------------------------------------------
+
+    def evaluate(self, items: Sequence[tuple[History, Sequence[int]]]) -> list[Outcome]:
+        """Read and judge each (history, injected positions) context."""
+        reader_requests = []
+        for history, injected in items:
+            q = history.question
+            snippets = render_context(history, injected)
+            reader_requests.append(
+                self.prompts.reader(question=q.question, question_date=q.question_date, snippets=snippets)
+            )
+        answers = self.reader.run(reader_requests)
+        judge_requests: list[ChatRequest] = []
+        for (history, _), answer in zip(items, answers):
+            if answer.ok:
+                q = history.question
+                assert answer.text is not None
+                judge_requests.append(self.prompts.judge(question=q.question, answer=q.answer, prediction=answer.text))
+        verdicts = iter(self.judge.run(judge_requests))
+        outcomes = []
+        for (history, injected), answer in zip(items, answers):
+            tokens = int(history.sizes[list(injected)].sum()) if injected else 0
+            if not answer.ok:
+                outcomes.append(Outcome(None, None, f"reader: {answer.error}", tokens, len(injected)))
+                continue
+            verdict = next(verdicts)
+            correct = parse_verdict(verdict.text) if verdict.ok and verdict.text is not None else None
+            error = None
+            if correct is None:
+                error = f"judge: {verdict.error}" if not verdict.ok else f"judge: not a verdict: {verdict.text!r}"
+            outcomes.append(Outcome(answer.text, correct, error, tokens, len(injected)))
+        return outcomes
+
+    def oracle(self, questions: Sequence[Prepared]) -> dict[str, Outcome]:
+        """Clean-gold outcomes, once per question and reader."""
+        todo = [p for p in questions if p.question.question_id not in self._oracle]
+        fresh: dict[str, Outcome] = {}
+        if todo:
+            for p, o in zip(todo, self.evaluate([(p.history, p.history.gold) for p in todo])):
+                fresh[p.question.question_id] = o
+                if o.error is None:  # a failed oracle call is tried again by the next cell
+                    self._oracle[p.question.question_id] = o
+        return {
+            p.question.question_id: self._oracle.get(p.question.question_id) or fresh[p.question.question_id]
+            for p in questions
+        }
+
+    def importance(self, questions: Sequence[Prepared]) -> tuple[dict[str, int], dict[str, str]]:
+        """Importance scores of every unit content, and the questions whose scoring failed."""
+        contents = list(
+            dict.fromkeys(u.content for p in questions for u in p.history.units if u.content not in self._importance)
+        )
+        failed: dict[str, str] = {}
+        if contents:
+            results = self.scorer.run([self.prompts.scorer(content=c) for c in contents])
+            for content, result in zip(contents, results):
+                score = parse_score(result.text) if result.ok and result.text is not None else None
+                if score is not None:
+                    self._importance[content] = score
+                else:
+                    failed[content] = result.error or f"not a score: {result.text!r}"
+        bad = {}
+        for p in questions:
+            for u in p.history.units:
+                if u.content in failed:
+                    bad[p.question.question_id] = f"api_error: scorer: {failed[u.content]}"
+                    break
+        return self._importance, bad
+
+    # -- eviction ------------------------------------------------------------
+
+    def retain(self, policy: Policy, prepared: Prepared, budget: int, seed: int, importance: Mapping[str, int]) -> Mask:
+        """``S_P`` of one question, checked for shape and budget."""
+        history = prepared.history
+        ctx = EvictionContext(question_id=history.question.question_id, seed=seed, importance=importance)
+        mask = np.asarray(policy.retain(history.units, history.sizes, budget, ctx))
+        if mask.shape != (len(history.units),) or mask.dtype != np.bool_:
+            raise TypeError(
+                f"policy {policy.name!r} returned a store of shape {mask.shape} and dtype {mask.dtype}; "
+                f"expected a boolean mask over {len(history.units)} units"
+            )
+        if policy.budgeted and int(history.sizes[mask].sum()) > budget:
+            raise ValueError(
+                f"policy {policy.name!r} kept {int(history.sizes[mask].sum())} tokens of "
+                f"{history.question.question_id} under a budget of {budget}"
+            )
+        return mask
+
+    # -- one cell ------------------------------------------------------------
+
+    def run_cell(self, policy: Policy, budget: int) -> CellRun:
+        """Every record of one policy x budget cell (all seeds of a seeded policy)."""
+        questions = self.questions
+        seeds = self.config.seeds if policy.seeded else (0,)
+        importance: Mapping[str, int] = {}
+        scorer_failed: dict[str, str] = {}
+        if policy.needs_importance:
+            importance, scorer_failed = self.importance(questions)
+        oracle = self.oracle(questions)
+        stores: dict[tuple[str, int], Mask] = {}
+        plan: list[tuple[Prepared, int, Mask | None]] = []
+        contexts: list[tuple[History, Sequence[int]]] = []
+        for seed in seeds:
+            for p in questions:
+                qid = p.question.question_id
+                if qid in scorer_failed:
+                    plan.append((p, seed, None))
+                    continue
+                mask = self.retain(policy, p, budget, seed, importance)
+                stores[(qid, seed)] = mask
+                gold = list(p.history.gold)
+                kept_gold = [g for g in gold if mask[g]]
+                ranked = rank(p.index, mask, self.config.top_k)
+                restored_store = mask.copy()
+                restored_store[gold] = True
+                ranked_restored = rank(p.index, restored_store, self.config.top_k)
+                sizes = p.history.sizes
+                cap = self.config.cap
+                contexts.append((p.history, inject(kept_gold, ranked, sizes, cap)))  # regime a
+                contexts.append((p.history, inject([], ranked, sizes, cap)))  # regime b
+                contexts.append((p.history, inject(gold, ranked_restored, sizes, cap)))  # restored
+                plan.append((p, seed, mask))
+        outcomes = iter(self.evaluate(contexts))
+        records: list[Record] = []
+        for p, seed, mask in plan:
+            qid = p.question.question_id
+            if mask is None:
+                for regime in REGIMES:
+                    records.append(self._record(p, policy, budget, seed, regime, oracle[qid], None, None, None, scorer_failed[qid]))
+                continue
+            regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
+            for regime, outcome in (("a", regime_a), ("b", regime_b)):
+                records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, mask, None))
+        return CellRun(policy.name, budget, records, stores)
+
+    def _record(
+        self,
+        p: Prepared,
+        policy: Policy,
+        budget: int,
+        seed: int,
+        regime: str,
+        oracle: Outcome,
+        outcome: Outcome | None,
+        restored: Outcome | None,
+        mask: Mask | None,
+        excluded: str | None,
+    ) -> Record:
+        history = p.history
+        gold = history.gold
+        evicted = sum(1 for g in gold if not mask[g]) if mask is not None else None
+        if excluded is None:
+            for name, o in (("oracle", oracle), ("policy", outcome), ("restored", restored)):
+                if o is not None and o.error is not None:
+                    excluded = f"api_error: {name} {o.error}"
+                    break
+        policy_correct = outcome.correct if outcome is not None else None
+        restored_correct = restored.correct if restored is not None else None
+        bin_: str | None = None
+        if excluded is None and oracle.correct and policy_correct is False:
+            if restored_correct:
+                bin_ = "irreversible" if evicted else "recoverable"
+            else:
+                bin_ = "residual"
+        return {
+            "question_id": history.question.question_id,
+            "question_type": history.question.question_type,
+            "policy": policy.name,
+            "budget": budget,
+            "seed": seed,
+            "regime": regime,
+            "reader": self.reader.name,
+            "judge": self.judge.name,
+            "scorer": self.scorer.name if policy.needs_importance else None,
+            "oracle_correct": oracle.correct,
+            "policy_correct": policy_correct,
+            "restored_correct": restored_correct,
+            "negative_restore_gain": bool(excluded is None and policy_correct and restored_correct is False),
+            "gold_units": len(gold),
+            "gold_evicted": evicted,
+            "bin": bin_,
+            "excluded": excluded,
+            "oracle_answer": oracle.answer,
+            "policy_answer": outcome.answer if outcome else None,
+            "restored_answer": restored.answer if restored else None,
+            "policy_injected_tokens": outcome.injected_tokens if outcome else None,
+            "restored_injected_tokens": restored.injected_tokens if restored else None,
+            "policy_injected_units": outcome.injected_units if outcome else None,
+            "restored_injected_units": restored.injected_units if restored else None,
+            "store_tokens": int(history.sizes[mask].sum()) if mask is not None else None,
+            "store_units": int(mask.sum()) if mask is not None else None,
+        }
+
+
+# -- per-cell figures and checks ----------------------------------------------
+
+
+def in_decomposition(record: Mapping[str, Any]) -> bool:
+    """Whether a record enters its cell's ``N``: not excluded and oracle-answerable."""
+    return record["excluded"] is None and record["oracle_correct"] is True
+
+
+@dataclass(frozen=True)
+class CellFigures:
+    """The per-cell figures of PROTOCOL section 7."""
+
+    N: int
+    err: int
+    irr: int
+    rec: int
+    res: int
+    gold_evicted: int
+    excluded: int
+    negative_restore_gain: int
+
+    @property
+    def two_bin_share(self) -> float | None:
+        """``irr / (irr + rec)``, ``None`` when both are zero."""
+        return self.irr / (self.irr + self.rec) if self.irr + self.rec else None
+
+    @property
+    def irr_rate(self) -> float | None:
+        """``irr / N``."""
+        return self.irr / self.N if self.N else None
+
+    @property
+    def accuracy(self) -> float | None:
+        """Policy accuracy over the oracle-answerable questions."""
+        return (self.N - self.err) / self.N if self.N else None
+
+    @property
+    def gold_evicted_rate(self) -> float | None:
+        """Share of the ``N`` questions with at least one gold unit evicted."""
+        return self.gold_evicted / self.N if self.N else None
+
+    def share(self, bin_: str) -> float | None:
+        """Three-bin share of one bin among the errors."""
+        count = {"irreversible": self.irr, "recoverable": self.rec, "residual": self.res}[bin_]
+        return count / self.err if self.err else None
+
+
+def tally(records: Iterable[Mapping[str, Any]]) -> CellFigures:
+    """Count one cell's records."""
+    n = err = irr = rec = res = evicted = excluded = neg = 0
+    for r in records:
+        if r["excluded"] is not None:
+            excluded += 1
+            continue
+        if r["oracle_correct"] is not True:
+            continue
+        n += 1
+        err += r["policy_correct"] is False
+        irr += r["bin"] == "irreversible"
+        rec += r["bin"] == "recoverable"
+        res += r["bin"] == "residual"
+        evicted += bool(r["gold_evicted"])
+        neg += bool(r["negative_restore_gain"])
+    return CellFigures(n, err, irr, rec, res, evicted, excluded, neg)
+
+
+def cell_checks(run: CellRun, audit: Audit | None = None) -> list[str]:
+    """The construct checks of one cell; each failure is one readable line."""
+    failures: list[str] = []
+    for regime in REGIMES:
+        recs = [r for r in run.records if r["regime"] == regime]
+        fig = tally(recs)
+        label = f"{run.policy} @ {run.budget} regime ({regime})"
+        if fig.irr + fig.rec + fig.res != fig.err:
+            failures.append(f"{label}: irr {fig.irr} + rec {fig.rec} + res {fig.res} != err {fig.err}")
+        stray = [r["question_id"] for r in recs if r["bin"] is not None and not in_decomposition(r)]
+        if stray:
+            failures.append(f"{label}: {len(stray)} binned records are not oracle-answerable, e.g. {stray[0]}")
+        if regime == "a" and fig.rec:
+            failures.append(f"{label}: forced-gold regime has {fig.rec} recoverable errors (must be 0)")
+        if run.policy == "no-evict" and fig.irr:
+            failures.append(f"{label}: no-evict has {fig.irr} irreversible errors (must be 0)")
+    if run.policy == "fifo" and audit is not None:
+        failures.extend(fifo_containment(run, audit))
+    return failures
+
+
+def fifo_containment(run: CellRun, audit: Audit) -> list[str]:
+    """FIFO's store at a tighter budget must lie inside its store at every looser one."""
+    from .eviction import Fifo
+
+    fifo = Fifo()
+    failures = []
+    looser = [b for b in audit.config.budgets if b > run.budget]
+    for p in audit.questions:
+        key = (p.question.question_id, 0)
+        if key not in run.stores:
+            continue
+        tight = run.stores[key]
+        for b in looser:
+            loose = audit.retain(fifo, p, b, 0, {})
+            if np.any(tight & ~loose):
+                failures.append(f"fifo: store of {key[0]} at {run.budget} is not inside its store at {b}")
+    return failures

@@ -1,0 +1,327 @@
+"""Eviction: online policies that keep a question's store under a token budget.
+
+Units arrive in chronological order. After each arrival, while the store
+holds more than ``B`` tokens, the policy picks one victim among the stored
+units (the arriving one included) and evicts it. What remains is ``S_P``,
+returned as a boolean mask over the history's units.
+
+A policy sees units (content, date, role, size) and never the gold set.
+
+Users add policies without editing this package: subclass
+:class:`VictimPolicy` (or :class:`Policy`) and register an instance from a
+``conftest.py`` through the ``pytest_restore_register_policies`` hook, or
+from an installed package through the ``pytest_restore.policies`` entry-point
+group.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import ClassVar, Iterator, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+from scipy import sparse
+
+from .lexical import words
+from .units import Unit
+
+Mask = npt.NDArray[np.bool_]
+Sizes = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class EvictionContext:
+    """What a policy may know besides the units: never the question or its gold."""
+
+    question_id: str
+    seed: int = 0
+    #: importance score (1-10) of each unit content, for policies with ``needs_importance``
+    importance: Mapping[str, int] = field(default_factory=dict)
+
+
+class Policy(ABC):
+    """An eviction policy. Subclasses set ``name`` and implement :meth:`retain`."""
+
+    name: ClassVar[str]
+    #: run once per seed (``random``); deterministic policies run once, as seed 0
+    seeded: ClassVar[bool] = False
+    #: ask the importance scorer for every unit before eviction
+    needs_importance: ClassVar[bool] = False
+    #: whether a budget applies at all (``no-evict`` ignores it)
+    budgeted: ClassVar[bool] = True
+
+    @abstractmethod
+    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        """``S_P``: which units survive online eviction under ``budget`` tokens."""
+
+
+class VictimPolicy(Policy):
+    """A policy given by its victim choice; the online loop is provided.
+
+    Implement :meth:`choose_victim`; override :meth:`start` to prepare
+    per-history state. ``stored`` lists the stored positions in arrival
+    (chronological) order and includes the unit that just arrived.
+    """
+
+    def start(self, units: Sequence[Unit], ctx: EvictionContext) -> None:
+        """Called once per history before the first arrival."""
+
+    @abstractmethod
+    def choose_victim(self, stored: Sequence[int], units: Sequence[Unit]) -> int:
+        """The position, among ``stored``, to evict next."""
+
+    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        self.start(units, ctx)
+        stored: list[int] = []
+        total = 0
+        for pos in range(len(units)):
+            stored.append(pos)
+            total += int(sizes[pos])
+            while total > budget:
+                victim = self.choose_victim(stored, units)
+                try:
+                    stored.remove(victim)
+                except ValueError:
+                    raise ValueError(
+                        f"policy {self.name!r} chose unit {victim}, which is not in the store"
+                    ) from None
+                total -= int(sizes[victim])
+        mask = np.zeros(len(units), dtype=bool)
+        mask[stored] = True
+        return mask
+
+
+def _evict_lowest_key(sizes: Sizes, budget: int, key: Sequence[float]) -> Mask:
+    """Online eviction of the stored unit with the lowest static key, ties to the older unit."""
+    mask = np.zeros(len(sizes), dtype=bool)
+    heap: list[tuple[float, int]] = []
+    total = 0
+    for pos in range(len(sizes)):
+        heapq.heappush(heap, (key[pos], pos))
+        mask[pos] = True
+        total += int(sizes[pos])
+        while total > budget:
+            _, victim = heapq.heappop(heap)
+            mask[victim] = False
+            total -= int(sizes[victim])
+    return mask
+
+
+class NoEvict(Policy):
+    """The reference: keeps everything, no budget applies."""
+
+    name = "no-evict"
+    budgeted = False
+
+    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        return np.ones(len(units), dtype=bool)
+
+
+class Fifo(Policy):
+    """Evicts the oldest unit.
+
+    Online FIFO keeps a contiguous window that slides forward, so ``S_P`` is
+    the longest suffix of the history that fits the budget.
+    """
+
+    name = "fifo"
+
+    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        suffix = np.cumsum(sizes[::-1])[::-1]  # tokens from each position to the end
+        return np.asarray(suffix <= budget, dtype=bool)
+
+
+def stable_seed(*parts: object) -> int:
+    """A 64-bit seed from values, stable across processes (unlike ``hash``)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+class RandomPolicy(VictimPolicy):
+    """Evicts a uniformly random stored unit, from a generator seeded by (seed, question)."""
+
+    name = "random"
+    seeded = True
+
+    def start(self, units: Sequence[Unit], ctx: EvictionContext) -> None:
+        self._rng = np.random.default_rng(stable_seed(ctx.seed, ctx.question_id))
+
+    def choose_victim(self, stored: Sequence[int], units: Sequence[Unit]) -> int:
+        return stored[int(self._rng.integers(len(stored)))]
+
+
+def similarity_matrix(units: Sequence[Unit]) -> npt.NDArray[np.float64]:
+    """Cosine similarity of the units' content-word sets (binary bags), diagonal zeroed."""
+    vocab: dict[str, int] = {}
+    rows: list[int] = []
+    cols: list[int] = []
+    for i, unit in enumerate(units):
+        for w in set(words(unit.content)):
+            rows.append(i)
+            cols.append(vocab.setdefault(w, len(vocab)))
+    n = len(units)
+    x = sparse.csr_matrix(
+        (np.ones(len(rows), dtype=np.float64), (rows, cols)), shape=(n, max(len(vocab), 1))
+    )
+    overlap = np.asarray((x @ x.T).todense())
+    norms = np.sqrt(np.diag(overlap))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sim = np.where(np.outer(norms, norms) > 0, overlap / np.outer(norms, norms), 0.0)
+    np.fill_diagonal(sim, 0.0)
+    return np.asarray(sim, dtype=np.float64)
+
+
+class Redundancy(Policy):
+    """Evicts the stored unit most similar to another stored unit; ties to the older unit.
+
+    Each stored unit keeps its best similarity to another stored unit and
+    which unit that is; an arrival can only raise those, an eviction only
+    forces a recount for the units whose best partner it was.
+    """
+
+    name = "redundancy"
+
+    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        n = len(units)
+        sim = similarity_matrix(units)
+        stored = np.zeros(n, dtype=bool)
+        best = np.full(n, -np.inf)
+        partner = np.full(n, -1, dtype=np.int64)
+        total = 0
+        for pos in range(n):
+            idx = np.flatnonzero(stored)
+            if idx.size:
+                sims = sim[pos, idx]
+                raised = sims > best[idx]
+                best[idx[raised]] = sims[raised]
+                partner[idx[raised]] = pos
+                j = int(np.argmax(sims))
+                best[pos], partner[pos] = sims[j], idx[j]
+            stored[pos] = True
+            total += int(sizes[pos])
+            while total > budget:
+                idx = np.flatnonzero(stored)
+                victim = int(idx[np.argmax(best[idx])])  # first maximum: the oldest
+                stored[victim] = False
+                total -= int(sizes[victim])
+                for i in np.flatnonzero(stored & (partner == victim)):
+                    others = np.flatnonzero(stored)
+                    others = others[others != i]
+                    if others.size:
+                        j = int(np.argmax(sim[i, others]))
+                        best[i], partner[i] = sim[i, others[j]], others[j]
+                    else:
+                        best[i], partner[i] = -np.inf, -1
+        return stored
+
+
+class LlmImportance(Policy):
+    """Evicts the unit with the lowest importance score (1-10), ties to the older unit.
+
+    Scores come from a frozen scorer model that sees the unit's content alone;
+    the audit asks for them before eviction and caches them by content.
+    """
+
+    name = "llm-importance"
+    needs_importance = True
+
+    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        try:
+            key = [float(ctx.importance[u.content]) for u in units]
+        except KeyError as exc:
+            raise ValueError(f"no importance score for a unit of {ctx.question_id}") from exc
+        return _evict_lowest_key(sizes, budget, key)
+
+
+_NUMBER = re.compile(r"\d")
+_FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'd", "my", "me", "mine", "we", "our"})
+
+
+def fact_density(content: str) -> float:
+    """Fact-bearing tokens per token: numbers, mid-sentence capitals and first-person words.
+
+    Smoothed by five tokens so that a one-word turn is not the densest.
+    """
+    tokens = content.split()
+    facts = 0
+    sentence_start = True
+    for tok in tokens:
+        bare = tok.strip("\"'()[],;:!?.").lower()
+        if _NUMBER.search(tok) or bare in _FIRST_PERSON:
+            facts += 1
+        elif tok[:1].isupper() and not sentence_start:
+            facts += 1
+        sentence_start = tok.endswith((".", "!", "?"))
+    return facts / (len(tokens) + 5)
+
+
+class Control(Policy):
+    """The positive control (info-density): evicts the densest, fact-bearing unit first.
+
+    Deliberately destructive: evidence is where the facts are, so this policy
+    must evict gold far more often than the baselines. Ties go to the older unit.
+    """
+
+    name = "control"
+
+    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        return _evict_lowest_key(sizes, budget, [-fact_density(u.content) for u in units])
+
+
+class PolicyRegistry(Mapping[str, Policy]):
+    """Policies by name, in the order they were registered."""
+
+    def __init__(self) -> None:
+        self._policies: dict[str, Policy] = {}
+
+    def register(self, policy: Policy, *, replace: bool = False) -> None:
+        """Add ``policy`` under ``policy.name``; a clash is an error unless ``replace``."""
+        if not isinstance(policy, Policy):
+            raise TypeError(f"{policy!r} is not a pytest_restore.eviction.Policy instance")
+        name = getattr(policy, "name", "")
+        if not isinstance(name, str) or not name or "," in name:
+            raise ValueError(f"policy {policy!r} needs a non-empty name without commas")
+        if name in self._policies and not replace:
+            raise ValueError(f"a policy named {name!r} is already registered")
+        self._policies[name] = policy
+
+    def __getitem__(self, name: str) -> Policy:
+        return self._policies[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._policies)
+
+    def __len__(self) -> int:
+        return len(self._policies)
+
+
+BUILTIN_POLICIES: tuple[type[Policy], ...] = (NoEvict, Fifo, RandomPolicy, Redundancy, LlmImportance, Control)
+
+#: Policies every built-in hypothesis family names.
+BASELINES = ("fifo", "random", "redundancy")
+CONTROL = "control"
+REFERENCE = "no-evict"
+
+ENTRY_POINT_GROUP = "pytest_restore.policies"
+
+
+def default_registry() -> PolicyRegistry:
+    """The built-in policies plus those installed packages declare as entry points."""
+    registry = PolicyRegistry()
+    for cls in BUILTIN_POLICIES:
+        registry.register(cls())
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        obj = ep.load()
+        registry.register(obj() if isinstance(obj, type) else obj)
+    return registry
+
+
+def budget_fits(mask: Mask, sizes: Sizes, budget: int) -> bool:
+    """Whether a store respects its budget (a check every policy's output must pass)."""
+    return int(sizes[mask].sum()) <= budget

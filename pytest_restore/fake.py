@@ -1,0 +1,202 @@
+"""Deterministic fake models: the reader, judge and scorer CI runs with.
+
+They sit behind the same interface as the real models (chat messages in,
+text out) and read the same prompts, so the audit cannot tell them apart.
+
+The fake reader is an evidence-aware stand-in, built to validate the audit:
+
+1. It finds the question (after ``Question:``) and its date (after
+   ``Today's date:``) in the prompt and looks up what it knows of that
+   question: the reference answer and the rendered gold snippets.
+2. If any gold snippet is missing from the context, it answers
+   ``I don't know.``
+3. If every gold snippet is there, it answers the reference, except for a
+   deterministic *utilisation error*: with probability
+   ``UTILISATION_RATE[question_type] x min(1, other / SATURATION_CHARS)``,
+   where ``other`` counts the characters of non-gold snippets in the context,
+   it gives a wrong answer (a number off by one, or a partial list). The draw
+   is a hash of the question id and the exact context, so the same context
+   always gets the same answer. A clean-gold (oracle) context has no
+   non-gold text and is always answered correctly; cross-session and
+   temporal questions buried among many other snippets fail most often.
+
+The fake judge normalises both answers (case, punctuation, articles,
+whitespace) and says CORRECT only when they are equal. The fake scorer rates a
+unit's content alone: first-person statements and numbers raise the score,
+and a hash of the content adds jitter of up to two points either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from .models import ChatRequest, ChatResult
+from .prompts import DONT_KNOW
+from .units import History
+
+#: Utilisation-error rate when the context is saturated with non-gold text.
+UTILISATION_RATE: Mapping[str, float] = {
+    "multi-session": 0.30,
+    "temporal-reasoning": 0.30,
+    "knowledge-update": 0.10,
+    "single-session-user": 0.06,
+    "single-session-assistant": 0.06,
+    "single-session-preference": 0.06,
+}
+DEFAULT_UTILISATION_RATE = 0.06
+#: Non-gold characters at which the error rate reaches its ceiling (~1,000 tokens).
+SATURATION_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class KnownQuestion:
+    """What the fake reader knows of one question."""
+
+    question_id: str
+    question_type: str
+    answer: str
+    gold_snippets: tuple[str, ...]
+
+
+def _unit_draw(*parts: str) -> float:
+    """A deterministic draw in [0, 1) from strings."""
+    digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def _between(text: str, start: str, end: str | None) -> str | None:
+    i = text.rfind(start)
+    if i < 0:
+        return None
+    i += len(start)
+    if end is None:
+        j = text.find("\n", i)
+        return text[i:] if j < 0 else text[i:j]
+    j = text.find(end, i)
+    return text[i:j] if j >= 0 else None
+
+
+def _user_message(request: ChatRequest) -> str:
+    return "\n".join(content for role, content in request.messages if role == "user")
+
+
+def wrong_answer(answer: str) -> str:
+    """A deterministic wrong variant of ``answer``: first number off by one, else a partial answer."""
+    match = re.search(r"\d+", answer)
+    if match:
+        value = int(match.group()) + 1
+        return answer[: match.start()] + str(value) + answer[match.end() :]
+    half = answer.split()[: max(1, len(answer.split()) // 2)]
+    return " ".join(half) + " and nothing else I can find"
+
+
+class FakeReader:
+    """The evidence-aware fake reader (rules in the module docstring)."""
+
+    def __init__(self, histories: Iterable[History] = (), *, name: str = "fake") -> None:
+        self._name = name
+        self._known: dict[tuple[str, str], KnownQuestion] = {}
+        self.learn(histories)
+
+    def learn(self, histories: Iterable[History]) -> None:
+        """Learn the answers and gold snippets of these questions."""
+        for history in histories:
+            q = history.question
+            snippets = tuple(history.units[p].snippet for p in history.gold)
+            known = KnownQuestion(q.question_id, q.question_type, q.answer, snippets)
+            self._known[(q.question, q.question_date)] = known
+
+    @property
+    def name(self) -> str:
+        """The reader's name in records."""
+        return self._name
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Answer each reader request."""
+        return [ChatResult(self.answer(_user_message(r))) for r in requests]
+
+    def answer(self, prompt: str) -> str:
+        """The fake reader's answer to one reader prompt."""
+        question = _between(prompt, "Question: ", "\nAnswer:")
+        date = _between(prompt, "Today's date: ", None)
+        known = self._known.get((question or "", date or ""))
+        if known is None:
+            return DONT_KNOW
+        block = _between(prompt, "Memory snippets:\n", "\n\nQuestion: ") or prompt
+        if not all(g in block for g in known.gold_snippets):
+            return DONT_KNOW
+        gold_chars = sum(len(g) + 2 for g in known.gold_snippets)  # each with its separator
+        other = max(0, len(block) + 2 - gold_chars)
+        rate = UTILISATION_RATE.get(known.question_type, DEFAULT_UTILISATION_RATE)
+        p_error = rate * min(1.0, other / SATURATION_CHARS)
+        if _unit_draw(known.question_id, block) < p_error:
+            return wrong_answer(known.answer)
+        return known.answer
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_NON_WORD = re.compile(r"[^a-z0-9]+")
+
+
+def normalise(text: str) -> str:
+    """Lower case, punctuation to spaces, articles dropped, whitespace folded."""
+    return " ".join(_ARTICLES.sub(" ", _NON_WORD.sub(" ", text.lower())).split())
+
+
+class FakeJudge:
+    """Says CORRECT when the normalised candidate equals the normalised reference."""
+
+    def __init__(self, *, name: str = "fake") -> None:
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        """The judge's name in records."""
+        return self._name
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Grade each judge request."""
+        return [ChatResult(self.grade(_user_message(r))) for r in requests]
+
+    def grade(self, prompt: str) -> str:
+        """The verdict for one judge prompt."""
+        reference = _between(prompt, "Reference answer: ", "\nCandidate answer: ")
+        candidate = _between(prompt, "Candidate answer: ", "\n\nVerdict")
+        if reference is None or candidate is None:
+            return "INCORRECT"
+        same = normalise(candidate) == normalise(reference) and normalise(reference) != ""
+        return "CORRECT" if same else "INCORRECT"
+
+
+_FIRST_PERSON = re.compile(r"\b(i|i'm|i've|my|me|we|our)\b", re.IGNORECASE)
+_DIGIT = re.compile(r"\d")
+
+
+class FakeScorer:
+    """Rates a unit's content alone from 1 to 10 (rules in the module docstring)."""
+
+    def __init__(self, *, name: str = "fake") -> None:
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        """The scorer's name in records."""
+        return self._name
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Score each scorer request."""
+        return [ChatResult(str(self.score(_between(_user_message(r), "Snippet: ", "\nImportance") or ""))) for r in requests]
+
+    @staticmethod
+    def score(content: str) -> int:
+        """The fake importance of one content."""
+        score = 4.0
+        if _FIRST_PERSON.search(content):
+            score += 2
+        if _DIGIT.search(content):
+            score += 1
+        score += round(4 * _unit_draw("importance", content)) - 2
+        return int(min(10, max(1, score)))

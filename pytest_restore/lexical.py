@@ -1,0 +1,30 @@
+"""Lexical analysis shared by the redundancy policy and the BM25-lite ranker.
+
+Tokenisation: lower-case, split into runs of ASCII letters and digits, drop a
+fixed list of English stopwords and one-character tokens. No stemming: the
+ranker is a frozen lexical baseline, and a stemmer would be one more thing a
+reader of the report has to trust.
+"""
+
+from __future__ import annotations
+
+import re
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just let me more most my myself no nor not now of off on once only or other our
+    ours ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself yourselves
+    s t d ll m re ve don didn doesn isn wasn aren weren won wouldn shouldn couldn also
+    """.split()
+)
+
+
+def words(text: str) -> list[str]:
+    """The content words of ``text``, in order, repeats kept."""
+    return [w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS]

@@ -1,0 +1,117 @@
+"""Prompts for the reader, the judge and the importance scorer, and reading their replies.
+
+The wording is ours; the constraints follow the paper's appendix D: the
+reader answers only from the snippets, gives complete list answers, computes
+dates from the question date and falls back to an exact "I don't know"; the
+judge replies with one word; the scorer replies with one integer from 1 to 10.
+Decoding is temperature 0 with at most 600 / 16 / 4 output tokens.
+
+Every template can be replaced from a file (``{field}`` placeholders, as in
+:meth:`str.format`). The reader never sees session ids or labels: it gets
+the rendered snippets only. The scorer gets one unit's content and nothing
+else.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Mapping
+
+from .models import ChatRequest
+
+READER_MAX_TOKENS = 600
+JUDGE_MAX_TOKENS = 16
+SCORER_MAX_TOKENS = 4
+
+#: The reader's exact fallback when the snippets do not hold the answer.
+DONT_KNOW = "I don't know."
+
+READER_SYSTEM = (
+    "You answer a question about a user from memory snippets of their earlier "
+    "conversations with an assistant. Use the snippets and nothing else. Be brief and "
+    "direct, but complete: when the question asks for several items or for an order, "
+    "give every item, in order; when it asks how long ago something happened or how "
+    "much time passed, work it out from today's date. If the snippets do not contain "
+    f"the answer, reply with exactly: {DONT_KNOW}"
+)
+READER_USER = (
+    "Today's date: {question_date}\n\n"
+    "Memory snippets:\n{snippets}\n\n"
+    "Question: {question}\n"
+    "Answer:"
+)
+JUDGE_SYSTEM = (
+    "You check a candidate answer against a reference answer to the same question. "
+    "Reply with a single word: CORRECT or INCORRECT. It is CORRECT when it states the "
+    "same key facts as the reference; wording, letter case, articles and additional "
+    "detail do not matter. For a list, every item of the reference must be there (the "
+    "order counts only when the question asks for an order). Numbers, amounts and "
+    "dates must agree."
+)
+JUDGE_USER = (
+    "Question: {question}\n"
+    "Reference answer: {answer}\n"
+    "Candidate answer: {prediction}\n\n"
+    "Verdict (CORRECT or INCORRECT):"
+)
+SCORER_SYSTEM = (
+    "Rate how important it is, in general, to remember this single memory snippet "
+    "about a user, from 1 (small talk, nothing worth keeping) to 10 (a lasting fact, "
+    "preference or commitment). Reply with the integer only."
+)
+SCORER_USER = "Snippet: {content}\nImportance (1-10):"
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The six templates. Replace any of them with :meth:`with_files`."""
+
+    reader_system: str = READER_SYSTEM
+    reader_user: str = READER_USER
+    judge_system: str = JUDGE_SYSTEM
+    judge_user: str = JUDGE_USER
+    scorer_system: str = SCORER_SYSTEM
+    scorer_user: str = SCORER_USER
+
+    def with_files(self, files: Mapping[str, str | Path]) -> PromptSet:
+        """A copy with some templates read from files, keyed by field name."""
+        known = {f.name for f in fields(self)}
+        for key in files:
+            if key not in known:
+                raise ValueError(f"unknown prompt template {key!r}; known: {', '.join(sorted(known))}")
+        return replace(self, **{k: Path(v).read_text(encoding="utf-8") for k, v in files.items()})
+
+    def reader(self, *, question: str, question_date: str, snippets: str) -> ChatRequest:
+        """The reader's request for one condition."""
+        user = self.reader_user.format(question=question, question_date=question_date, snippets=snippets)
+        return ChatRequest((("system", self.reader_system), ("user", user)), READER_MAX_TOKENS)
+
+    def judge(self, *, question: str, answer: str, prediction: str) -> ChatRequest:
+        """The judge's request comparing a prediction with the reference."""
+        user = self.judge_user.format(question=question, answer=answer, prediction=prediction)
+        return ChatRequest((("system", self.judge_system), ("user", user)), JUDGE_MAX_TOKENS)
+
+    def scorer(self, *, content: str) -> ChatRequest:
+        """The importance scorer's request: one unit's content, nothing else."""
+        user = self.scorer_user.format(content=content)
+        return ChatRequest((("system", self.scorer_system), ("user", user)), SCORER_MAX_TOKENS)
+
+
+_VERDICT = re.compile(r"^\W*(CORRECT|INCORRECT)\W*$", re.IGNORECASE)
+_SCORE = re.compile(r"^\D*?(10|[1-9])(?!\d)")
+
+
+def parse_verdict(reply: str) -> bool | None:
+    """``True`` for CORRECT, ``False`` for INCORRECT, ``None`` for anything else."""
+    match = _VERDICT.match(reply.strip())
+    if match is None:
+        return None
+    return match.group(1).upper() == "CORRECT"
+
+
+def parse_score(reply: str) -> int | None:
+    """The 1-10 integer of a scorer reply, ``None`` when there is none."""
+    match = _SCORE.match(reply.strip())
+    return int(match.group(1)) if match else None

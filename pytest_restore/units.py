@@ -1,0 +1,136 @@
+"""Memory units and gold: a question's history cut into the pieces a store holds.
+
+A turn unit is one turn of one session; a session unit is a whole session.
+Units are in chronological order: (session position, turn index). The reader
+sees a unit as its rendered snippet: the session date, the role and the
+content. Session ids and ``has_answer`` flags never reach the snippet: gold is
+kept beside the units, in :attr:`History.gold`, where no policy looks.
+
+A unit's size is the o200k_base token count of its snippet. The turn header
+ends in ``":\\n"``, which the o200k pre-tokeniser always closes as a piece of
+its own, so a turn snippet's count is exactly the header's count plus the
+content's count (unless the content starts with a newline or ``/``). Contents
+are shared by many questions, so each distinct content is counted once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from .data import Question
+from .tokens import count_tokens
+
+
+class Granularity(str, Enum):
+    """What one memory unit is."""
+
+    TURN = "turn"
+    SESSION = "session"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One memory unit, as a store holds it. Carries nothing that reveals gold."""
+
+    position: int  #: chronological index in the history
+    session: int  #: index of the session in the haystack
+    turn: int  #: turn index in the session, -1 for a session unit
+    date: str
+    role: str  #: ``user``/``assistant``; ``session`` for a session unit
+    content: str  #: the raw text (a session unit joins its turns)
+    snippet: str  #: what the reader sees
+    tokens: int  #: o200k_base tokens of the snippet
+
+
+@dataclass(frozen=True)
+class History:
+    """A question's units in order, their sizes, and its gold set ``G_q``."""
+
+    question: Question
+    granularity: Granularity
+    units: tuple[Unit, ...]
+    sizes: npt.NDArray[np.int64] = field(repr=False, compare=False)
+    gold: tuple[int, ...]  #: positions of the gold units, ascending
+
+    @property
+    def total_tokens(self) -> int:
+        """Token size of the whole history."""
+        return int(self.sizes.sum())
+
+    @property
+    def gold_tokens(self) -> int:
+        """Token size of ``G_q``."""
+        return int(self.sizes[list(self.gold)].sum()) if self.gold else 0
+
+
+def turn_header(date: str, role: str) -> str:
+    """The line that introduces a turn snippet."""
+    return f"[{date}] {role}:\n"
+
+
+def render_session(date: str, turns: Iterable[tuple[str, str]]) -> str:
+    """A whole session as one snippet."""
+    body = "\n".join(f"{role}: {content}" for role, content in turns)
+    return f"[{date}] session:\n{body}"
+
+
+def build_history(question: Question, granularity: Granularity = Granularity.TURN) -> History:
+    """Cut one question's haystack into units and mark its gold.
+
+    Gold at turn granularity: the ``has_answer`` turns of the answer sessions;
+    at session granularity: the answer sessions themselves.
+    """
+    answer_ids = set(question.answer_session_ids)
+    units: list[Unit] = []
+    gold: list[int] = []
+    if granularity is Granularity.TURN:
+        rows: list[tuple[int, int, str, str, str, bool]] = []
+        for s, (sid, date, session) in enumerate(
+            zip(question.haystack_session_ids, question.haystack_dates, question.haystack_sessions)
+        ):
+            in_answer = sid in answer_ids
+            for t, turn in enumerate(session):
+                rows.append((s, t, date, turn.role, turn.content, in_answer and turn.has_answer))
+        headers = [turn_header(date, role) for _, _, date, role, _, _ in rows]
+        contents = [content for *_, content, _ in rows]
+        sizes = _snippet_sizes(headers, contents)
+        for pos, ((s, t, date, role, content, is_gold), header, size) in enumerate(
+            zip(rows, headers, sizes)
+        ):
+            units.append(Unit(pos, s, t, date, role, content, header + content, size))
+            if is_gold:
+                gold.append(pos)
+    else:
+        snippets: list[str] = []
+        for s, (sid, date, session) in enumerate(
+            zip(question.haystack_session_ids, question.haystack_dates, question.haystack_sessions)
+        ):
+            pairs = [(turn.role, turn.content) for turn in session]
+            snippets.append(render_session(date, pairs))
+            if sid in answer_ids:
+                gold.append(s)
+        for s, (snippet, size) in enumerate(zip(snippets, count_tokens(snippets))):
+            date = question.haystack_dates[s]
+            content = "\n".join(turn.content for turn in question.haystack_sessions[s])
+            units.append(Unit(s, s, -1, date, "session", content, snippet, size))
+    sizes_arr = np.fromiter((u.tokens for u in units), dtype=np.int64, count=len(units))
+    return History(question, granularity, tuple(units), sizes_arr, tuple(gold))
+
+
+def _snippet_sizes(headers: Sequence[str], contents: Sequence[str]) -> list[int]:
+    """Exact token counts of ``header + content``, counting shared pieces once."""
+    distinct_headers = list(dict.fromkeys(headers))
+    header_counts = dict(zip(distinct_headers, count_tokens(distinct_headers)))
+    additive = [not c.startswith(("\n", "\r", "/")) for c in contents]
+    content_counts = count_tokens([c for c, ok in zip(contents, additive) if ok])
+    whole_counts = count_tokens([h + c for h, c, ok in zip(headers, contents, additive) if not ok])
+    sizes: list[int] = []
+    it_content, it_whole = iter(content_counts), iter(whole_counts)
+    for header, ok in zip(headers, additive):
+        sizes.append(header_counts[header] + next(it_content) if ok else next(it_whole))
+    return sizes
