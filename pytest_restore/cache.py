@@ -1,0 +1,291 @@
+"""Response cache: every successful model reply, on disk, shared by all processes.
+
+A full audit sends tens of thousands of reader, judge and scorer calls; the
+cache makes a rerun (after a crash, a kill, or a change to the report only)
+cost nothing for what already completed, and lets several pytest-xdist
+workers share one directory.
+
+**Key.** The sha256 of a canonical JSON of everything that changes a reply:
+the model name as configured (``gpt-4o-mini``), the messages, ``max_tokens``
+and ``temperature``, plus a schema version. Deliberately *not* in the key:
+
+- the API key (a secret, and it does not change the reply);
+- the base URL: the same model reached through a proxy, a gateway or a
+  different port of a local server gives the same replies, and tests start
+  their server on a random port. Use one cache directory per provider if two
+  providers serve *different* models under the same name;
+- the served snapshot id (``gpt-4o-mini-2024-07-18``): it is only known after
+  the call. It is stored in the entry, and reports can show it.
+
+**Layout.** ``<dir>/<key[:2]>/<key>.json``, one file per entry, fanned out
+over 256 subdirectories. An entry holds the reply text, the token usage, the
+served model id and the requested model name; never a key or header. Entries
+are written to a temporary file in the same directory and moved into place
+with ``os.replace``, so a reader sees a whole entry or none, even when a
+process is killed mid-write. Only successful replies are cached: a failure is
+retried by the next run.
+
+**In-flight dedupe across processes.** Before sending, a process takes an
+exclusive ``flock`` on ``<key>.lock`` next to the entry. A process that finds
+the lock held waits (without holding a concurrency slot) until it is free,
+then reads the entry the holder wrote. The kernel releases a dead process's
+``flock``, so a killed holder never blocks anyone (no stale-lock timeouts on a
+local disk); a waiter gives up waiting after ``lock_timeout`` seconds and
+sends the request itself, which costs a duplicate call, never a wrong answer.
+On platforms without ``fcntl`` the cache still works, without the in-flight
+dedupe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from pytest_restore.models import ChatRequest, ChatResult
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+try:  # POSIX only; elsewhere the cache runs without cross-process locks
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+#: Bumped whenever the key's canonical form or the entry layout changes.
+CACHE_SCHEMA = 1
+
+
+def request_key(model: str, request: ChatRequest) -> str:
+    """The cache key of ``request`` sent to ``model``: a sha256 hex digest.
+
+    Canonical JSON (sorted keys, no whitespace, UTF-8) of the model name,
+    the messages, ``max_tokens``, ``temperature`` and the schema version.
+    """
+    canonical = json.dumps(
+        {
+            "schema": CACHE_SCHEMA,
+            "model": model,
+            "messages": [[role, content] for role, content in request.messages],
+            "max_tokens": request.max_tokens,
+            "temperature": float(request.temperature),
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """What one process's cache object did."""
+
+    #: Lookups answered from disk.
+    hits: int
+    #: Lookups that found nothing (the request then had to be sent or waited for).
+    misses: int
+    #: Entries this process wrote.
+    writes: int
+    #: Times a request waited for another process that was sending it.
+    waits: int
+
+
+class KeyLock:
+    """An exclusive, cross-process claim on one cache key (an ``flock``).
+
+    Use as a context manager; leaving it removes the lock file and releases
+    the lock, in that order, so no later claimant can lock a file that is
+    about to disappear.
+    """
+
+    def __init__(self, path: Path, fd: int | None) -> None:
+        self._path = path
+        self._fd = fd
+
+    def touch(self) -> None:
+        """Refresh the lock file's mtime (shows that the holder is alive)."""
+        if self._fd is not None:
+            try:
+                os.utime(self._path)
+            except OSError:
+                pass
+
+    def release(self) -> None:
+        """Remove the lock file and release the lock; idempotent."""
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self._path)
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)  # closing the descriptor drops the flock
+        self._fd = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+class ResponseCache:
+    """A persistent directory of successful chat replies, safe across processes."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, lock_timeout: float = 900.0) -> None:
+        """Open (and create) the cache at ``directory``.
+
+        ``lock_timeout``: the longest a request waits for another process that
+        is sending the same request before sending it itself.
+        """
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.lock_timeout = lock_timeout
+        self._counts = {"hits": 0, "misses": 0, "writes": 0, "waits": 0}
+        self._counts_lock = threading.Lock()
+
+    # -- paths -------------------------------------------------------------
+
+    def entry_path(self, key: str) -> Path:
+        """Where the entry for ``key`` lives."""
+        return self.directory / key[:2] / f"{key}.json"
+
+    def _lock_path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.lock"
+
+    # -- reading -----------------------------------------------------------
+
+    def get(self, model: str, request: ChatRequest) -> ChatResult | None:
+        """The cached result of ``request`` to ``model``, or ``None``; counted in the stats."""
+        result = self.peek(request_key(model, request))
+        self._count("hits" if result is not None else "misses")
+        return result
+
+    def peek(self, key: str) -> ChatResult | None:
+        """The cached result under ``key``, or ``None``; not counted in the stats."""
+        try:
+            raw = self.entry_path(key).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        try:
+            entry: dict[str, Any] = json.loads(raw)
+            text = entry["text"]
+            if not isinstance(text, str):
+                return None
+            extra = {
+                "model": str(entry.get("served_model", "")),
+                "finish_reason": str(entry.get("finish_reason", "")),
+            }
+            return ChatResult(
+                text=text,
+                input_tokens=int(entry.get("input_tokens", 0)),
+                output_tokens=int(entry.get("output_tokens", 0)),
+                cached=True,
+                extra=extra,
+            )
+        except (ValueError, KeyError, TypeError):
+            # Entries are written atomically, so this is outside damage: treat
+            # it as a miss; the next successful call overwrites it.
+            return None
+
+    def contains(self, model: str, request: ChatRequest) -> bool:
+        """Whether a reply to ``request`` is cached (for dry runs; not counted)."""
+        return self.peek(request_key(model, request)) is not None
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.directory.glob("??/*.json"))
+
+    # -- writing -----------------------------------------------------------
+
+    def put(self, model: str, request: ChatRequest, result: ChatResult) -> None:
+        """Store a successful ``result``; failed results are ignored."""
+        if result.text is None:
+            return
+        key = request_key(model, request)
+        entry = {
+            "schema": CACHE_SCHEMA,
+            "key": key,
+            "model": model,
+            "served_model": result.extra.get("model", ""),
+            "finish_reason": result.extra.get("finish_reason", ""),
+            "text": result.text,
+            "input_tokens": result.input_tokens,
+            "output_tokens": result.output_tokens,
+            "created": time.time(),
+        }
+        path = self.entry_path(key)
+        path.parent.mkdir(exist_ok=True)
+        # Temp file in the same directory: os.replace is atomic only within
+        # one filesystem, and a killed writer leaves a stray .tmp, not a torn entry.
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(entry, handle, ensure_ascii=False, sort_keys=True)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+        self._count("writes")
+
+    # -- cross-process claims ---------------------------------------------
+
+    def try_lock(self, key: str) -> KeyLock | None:
+        """Claim ``key`` for sending, or ``None`` if another process holds it now."""
+        if fcntl is None:  # pragma: no cover - Windows
+            return KeyLock(self._lock_path(key), None)
+        path = self._lock_path(key)
+        path.parent.mkdir(exist_ok=True)
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            except BaseException:
+                os.close(fd)
+                raise
+            # The previous holder may have unlinked the file between our open
+            # and our flock; then we hold a lock nobody else can see. Retry.
+            try:
+                same_file = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same_file = False
+            if same_file:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+                return KeyLock(path, fd)
+            os.close(fd)
+
+    def note_wait(self) -> None:
+        """Count one request that waited for another process."""
+        self._count("waits")
+
+    # -- stats -------------------------------------------------------------
+
+    def stats(self) -> CacheStats:
+        """Counts of hits, misses, writes and waits in this process."""
+        with self._counts_lock:
+            return CacheStats(**self._counts)
+
+    def _count(self, name: str) -> None:
+        with self._counts_lock:
+            self._counts[name] += 1
+
+    def __repr__(self) -> str:
+        return f"ResponseCache({str(self.directory)!r})"

@@ -1,0 +1,464 @@
+"""Real models: any OpenAI-compatible chat-completions endpoint as reader, judge or scorer.
+
+``OpenAIChatModel`` implements the ``ChatModel`` protocol. ``run`` is
+synchronous for the caller and concurrent inside (``asyncio`` with the
+official ``openai.AsyncOpenAI`` client):
+
+- identical requests in one batch are sent once, and with a
+  ``ResponseCache`` identical requests across runs and processes too;
+- at most ``max_concurrency`` calls are in flight per process, and optional
+  ``rpm``/``tpm`` meters keep under the provider's rate limits;
+- retries are ours, not the client's (``max_retries=0``): exponential backoff
+  with full jitter on 429, 408/409, 5xx, timeouts, dropped connections and
+  malformed bodies, honouring ``Retry-After`` / ``retry-after-ms``; a reply
+  the ``validator`` rejects is retried too. After ``max_tries`` the result is
+  ``ChatResult(text=None, error=...)``: one failed call never raises;
+- 400/403/404 and other client errors fail at once; a 401 (wrong key) is
+  logged as an error once per run and fails the rest of the batch without
+  sending it. The key itself is never logged, stored or put in an error.
+
+Decoding is fixed: the request's ``temperature`` (0 in the audit) and
+``max_tokens``. The served snapshot id (``gpt-4o-mini-2024-07-18``) goes into
+``ChatResult.extra["model"]``, the finish reason into
+``extra["finish_reason"]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import math
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from typing import Any
+
+import openai
+
+from pytest_restore.cache import KeyLock, ResponseCache, request_key
+from pytest_restore.models import ChatRequest, ChatResult
+from pytest_restore.progress import Progress
+from pytest_restore.tokens import count_tokens
+
+logger = logging.getLogger("pytest_restore.openai")
+
+#: The environment variable the API key is read from (and nothing else is).
+API_KEY_ENV = "OPENAI_API_KEY"
+#: The environment variable a base URL is read from when none is given.
+BASE_URL_ENV = "OPENAI_BASE_URL"
+#: Sent as the key when the environment has none: local servers need none,
+#: and the real API answers it with a 401, which is reported loudly.
+PLACEHOLDER_KEY = "not-needed"
+
+#: Statuses worth retrying: rate limits, lock/timeout conflicts, server errors.
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+#: Statuses that mean every request of the run will fail the same way.
+FATAL_STATUSES = frozenset({401, 404})
+#: A longer ``Retry-After`` than this is capped: a run should not sleep for an hour.
+MAX_RETRY_AFTER = 600.0
+
+# How tokens of the chat format add up (OpenAI's cookbook accounting for the
+# gpt-4o family): each message costs its content plus a few tokens for the
+# role and separators, and the reply is primed with a few more.
+_TOKENS_PER_MESSAGE = 4
+_TOKENS_PER_REPLY = 3
+
+
+def estimate_tokens(requests: Sequence[ChatRequest]) -> tuple[int, int]:
+    """Tokens that sending ``requests`` costs: ``(input_tokens, output_tokens_upper_bound)``.
+
+    Identical requests count once, because ``OpenAIChatModel.run`` sends them
+    once. Input tokens are exact o200k_base counts of the message contents
+    plus the chat format's per-message overhead; the output bound is the sum
+    of ``max_tokens``. Filter out requests ``ResponseCache.contains`` already
+    answers to price only what would be sent.
+    """
+    distinct = list(dict.fromkeys(requests))
+    contents = [content for request in distinct for _, content in request.messages]
+    counts = iter(count_tokens(contents))
+    input_tokens = 0
+    for request in distinct:
+        input_tokens += _TOKENS_PER_REPLY
+        for _ in request.messages:
+            input_tokens += next(counts) + _TOKENS_PER_MESSAGE
+    output_tokens = sum(request.max_tokens for request in distinct)
+    return input_tokens, output_tokens
+
+
+def parse_retry_after(
+    headers: Mapping[str, str] | None, *, now: float | None = None
+) -> float | None:
+    """Seconds the server asked us to wait, from ``retry-after-ms`` or ``Retry-After``.
+
+    ``Retry-After`` may be seconds or an HTTP date. ``None`` when no usable
+    header is present; negative waits become 0; waits are capped at
+    ``MAX_RETRY_AFTER``.
+    """
+    if headers is None:
+        return None
+    lowered = {name.lower(): value for name, value in headers.items()}
+    seconds: float | None = None
+    milliseconds = lowered.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            seconds = float(milliseconds) / 1000.0
+        except ValueError:
+            seconds = None
+    value = lowered.get("retry-after")
+    if seconds is None and value is not None:
+        try:
+            seconds = float(value)
+        except ValueError:
+            try:
+                date = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError, IndexError):
+                return None
+            seconds = date.timestamp() - (time.time() if now is None else now)
+    if seconds is None or math.isnan(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+class RateMeter:
+    """A leaky bucket over a per-minute limit (requests or tokens), thread-safe.
+
+    The bucket holds one second's worth (providers enforce per-minute limits
+    over shorter windows), so a burst is brief and the long-run rate stays
+    at ``per_minute``. A single reservation larger than the bucket goes
+    through when the bucket is empty.
+    """
+
+    def __init__(self, per_minute: float) -> None:
+        if per_minute <= 0:
+            raise ValueError(f"rate limit must be positive, got {per_minute}")
+        self.per_second = per_minute / 60.0
+        self.capacity = max(1.0, self.per_second)
+        self._level = 0.0
+        self._updated = time.monotonic()
+        self._lock = threading.Lock()
+
+    def reserve(self, amount: float) -> float:
+        """Reserve ``amount`` now; returns how long to wait before using it."""
+        with self._lock:
+            now = time.monotonic()
+            self._level = max(0.0, self._level - (now - self._updated) * self.per_second)
+            self._updated = now
+            excess = self._level + amount - max(self.capacity, amount)
+            self._level += amount
+            return max(0.0, excess / self.per_second)
+
+
+class _RunState:
+    """What the concurrent calls of one ``run`` share."""
+
+    def __init__(self, client: openai.AsyncOpenAI, max_concurrency: int) -> None:
+        self.client = client
+        self.slots = asyncio.Semaphore(max_concurrency)
+        #: Set by a 401/404: every later call of the run fails with it unsent.
+        self.fatal_error: str | None = None
+
+
+class OpenAIChatModel:
+    """A chat model behind an OpenAI-compatible endpoint (the ``ChatModel`` protocol)."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str | None = None,
+        cache: ResponseCache | None = None,
+        max_concurrency: int = 16,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        max_tries: int = 6,
+        timeout: float = 60.0,
+        validator: Callable[[str], bool] | None = None,
+        progress: Progress | None = None,
+        backoff_base: float = 1.0,
+        backoff_cap: float = 60.0,
+    ) -> None:
+        """Configure the model; nothing is sent until ``run``.
+
+        ``model`` is the provider's model name (it also keys the cache).
+        ``base_url`` defaults to ``$OPENAI_BASE_URL``, then to OpenAI's API.
+        The key is read only from ``$OPENAI_API_KEY``. ``max_concurrency`` is
+        per process; ``rpm``/``tpm`` are the provider's limits for the whole
+        run and are split evenly over pytest-xdist workers. ``timeout`` is per
+        attempt, ``max_tries`` counts attempts (first one included).
+        ``validator`` rejects malformed replies (retried, then failed).
+        ``backoff_base``/``backoff_cap`` shape the jittered exponential backoff
+        in seconds.
+        """
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        if max_tries < 1:
+            raise ValueError("max_tries must be at least 1")
+        self.model = model
+        self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None
+        self.cache = cache
+        self.max_concurrency = max_concurrency
+        self.max_tries = max_tries
+        self.timeout = timeout
+        self.validator = validator
+        self.progress = progress
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        key = os.environ.get(API_KEY_ENV)
+        self._key_from_env = bool(key)
+        self._api_key = key or PLACEHOLDER_KEY
+        # Each xdist worker is a separate process with its own meters; the
+        # provider sees their sum.
+        workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+        self.rpm = rpm
+        self.tpm = tpm
+        self._request_meter = RateMeter(rpm / workers) if rpm else None
+        self._token_meter = RateMeter(tpm / workers) if tpm else None
+        self._jitter = random.Random()
+
+    @property
+    def name(self) -> str:
+        """``openai:<model>``, as records and reports show it."""
+        return f"openai:{self.model}"
+
+    def __repr__(self) -> str:
+        # Spelled out so that no future attribute (the key) leaks into a repr.
+        return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r})"
+
+    # -- the protocol ------------------------------------------------------
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Answer every request, in order. Never raises for a single failed call."""
+        if not requests:
+            return []
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.arun(requests))
+        # Called from inside an event loop (an async test, a notebook):
+        # asyncio.run cannot nest, so run the batch on a helper thread.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(asyncio.run, self.arun(requests)).result()
+
+    async def arun(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """The asynchronous form of ``run``."""
+        keys = [request_key(self.model, request) for request in requests]
+        distinct: dict[str, ChatRequest] = {}
+        for key, request in zip(keys, requests):
+            distinct.setdefault(key, request)
+        if self.progress is not None:
+            self.progress.add_total(len(distinct))
+        client = openai.AsyncOpenAI(
+            api_key=self._api_key,
+            base_url=self.base_url,
+            max_retries=0,  # retries are ours: jitter, Retry-After, validator
+            timeout=self.timeout,
+        )
+        state = _RunState(client, self.max_concurrency)
+        try:
+            answers = await asyncio.gather(
+                *(self._answer(state, key, request) for key, request in distinct.items())
+            )
+        finally:
+            await client.close()
+        by_key = dict(zip(distinct, answers))
+        return [by_key[key] for key in keys]
+
+    # -- one distinct request ----------------------------------------------
+
+    async def _answer(self, state: _RunState, key: str, request: ChatRequest) -> ChatResult:
+        try:
+            result = await self._answer_via_cache(state, key, request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("unexpected error answering a request for %s", self.name)
+            result = ChatResult(text=None, error=self._redact(f"internal error: {exc!r}"))
+        if self.progress is not None:
+            self.progress.record(cached=result.cached, failed=not result.ok)
+        return result
+
+    async def _answer_via_cache(
+        self, state: _RunState, key: str, request: ChatRequest
+    ) -> ChatResult:
+        cache = self.cache
+        if cache is not None:
+            hit = cache.get(self.model, request)
+            if hit is not None:
+                return hit
+        waited_since: float | None = None
+        poll = 0.02
+        while True:
+            async with state.slots:
+                gave_up = waited_since is not None and time.monotonic() - waited_since > (
+                    cache.lock_timeout if cache else 0
+                )
+                lock = cache.try_lock(key) if cache is not None and not gave_up else None
+                if cache is None or lock is not None or gave_up:
+                    with lock if lock is not None else nullcontext():
+                        if cache is not None:
+                            # Another process may have finished it since our lookup.
+                            hit = cache.peek(key)
+                            if hit is not None:
+                                return hit
+                        result = await self._call(state, request, lock)
+                        if cache is not None and result.ok:
+                            cache.put(self.model, request, result)
+                    return result
+            # Another process is sending this very request: wait for its entry
+            # outside the semaphore, so our slots go to requests we can send.
+            if waited_since is None:
+                waited_since = time.monotonic()
+                if cache is not None:
+                    cache.note_wait()
+            await asyncio.sleep(poll)
+            poll = min(poll * 1.5, 0.5)
+
+    async def _call(
+        self, state: _RunState, request: ChatRequest, lock: KeyLock | None
+    ) -> ChatResult:
+        """Send ``request`` with bounded, jittered retries; never raises."""
+        token_cost = 0
+        if self._token_meter is not None:
+            input_tokens, output_tokens = estimate_tokens([request])
+            token_cost = input_tokens + output_tokens
+        last_error = "no attempt made"
+        for attempt in range(1, self.max_tries + 1):
+            if state.fatal_error is not None:
+                return ChatResult(text=None, error=state.fatal_error)
+            await self._throttle(token_cost)
+            if lock is not None:
+                lock.touch()
+            retry_after: float | None = None
+            try:
+                completion = await state.client.chat.completions.create(
+                    model=self.model,
+                    messages=request.as_openai_messages(),  # type: ignore[arg-type]
+                    max_tokens=request.max_tokens,
+                    temperature=request.temperature,
+                )
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+                detail = self._redact(_status_detail(exc))
+                if status in FATAL_STATUSES:
+                    return self._fatal(state, status, detail)
+                if status not in RETRYABLE_STATUSES and status < 500:
+                    return ChatResult(text=None, error=f"HTTP {status} (not retried): {detail}")
+                last_error = f"HTTP {status}: {detail}"
+                retry_after = parse_retry_after(exc.response.headers)
+            except openai.APITimeoutError:
+                last_error = f"timed out after {self.timeout:g}s"
+            except openai.APIConnectionError as exc:
+                cause = exc.__cause__ or exc
+                last_error = self._redact(f"connection error: {type(cause).__name__}: {cause}")
+            except (ValueError, openai.APIResponseValidationError) as exc:
+                # json.JSONDecodeError and pydantic errors: a garbled body.
+                last_error = self._redact(f"malformed response: {type(exc).__name__}: {exc}")
+            except openai.OpenAIError as exc:  # any other client failure: retry, bounded
+                last_error = self._redact(f"{type(exc).__name__}: {exc}")
+            else:
+                result, problem = self._read(completion)
+                if result is not None:
+                    return result
+                last_error = problem
+            if attempt < self.max_tries:
+                delay = retry_after if retry_after is not None else self._backoff(attempt)
+                logger.debug(
+                    "%s: attempt %d/%d failed (%s); retrying in %.2fs",
+                    self.name,
+                    attempt,
+                    self.max_tries,
+                    last_error,
+                    delay,
+                )
+                if self.progress is not None:
+                    self.progress.retry()
+                await asyncio.sleep(delay)
+        error = f"failed after {self.max_tries} tries: {last_error}"
+        logger.warning("%s: %s", self.name, error)
+        return ChatResult(text=None, error=error)
+
+    def _read(self, completion: Any) -> tuple[ChatResult | None, str]:
+        """The result of a parsed completion, or ``None`` and why it is unusable."""
+        choices = getattr(completion, "choices", None) or []
+        if not choices:
+            return None, "malformed response: no choices"
+        choice = choices[0]
+        text = choice.message.content
+        finish_reason = str(choice.finish_reason or "")
+        if text is None:
+            return None, f"empty reply (finish_reason={finish_reason or 'none'})"
+        if self.validator is not None:
+            try:
+                accepted = bool(self.validator(text))
+            except Exception:  # noqa: BLE001 - a validator that crashes rejects
+                accepted = False
+            if not accepted:
+                shown = text if len(text) <= 80 else text[:77] + "..."
+                return None, self._redact(f"reply rejected by validator: {shown!r}")
+        usage = getattr(completion, "usage", None)
+        return (
+            ChatResult(
+                text=text,
+                input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                extra={"model": str(completion.model or ""), "finish_reason": finish_reason},
+            ),
+            "",
+        )
+
+    def _fatal(self, state: _RunState, status: int, detail: str) -> ChatResult:
+        """Fail this call and the rest of the run, and say so loudly once."""
+        if status == 401:
+            where = self.base_url or "api.openai.com"
+            if self._key_from_env:
+                why = f"${API_KEY_ENV} was rejected by {where}"
+            else:
+                why = f"${API_KEY_ENV} is not set and {where} requires a key"
+            error = f"HTTP 401 authentication failed: {why} (the key is not shown)"
+        else:
+            error = (
+                f"HTTP {status} (not retried): {detail}; is the model name {self.model!r} right?"
+            )
+        if state.fatal_error is None:
+            state.fatal_error = error
+            logger.error("%s: %s; failing the rest of this batch unsent", self.name, error)
+        return ChatResult(text=None, error=error)
+
+    async def _throttle(self, token_cost: int) -> None:
+        waits = [0.0]
+        if self._request_meter is not None:
+            waits.append(self._request_meter.reserve(1))
+        if self._token_meter is not None:
+            waits.append(self._token_meter.reserve(token_cost))
+        delay = max(waits)
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def _backoff(self, attempt: int) -> float:
+        # Full jitter (AWS architecture blog): uniform over the whole window,
+        # so retries of a burst of failures spread out instead of re-colliding.
+        return self._jitter.uniform(
+            0.0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1))
+        )
+
+    def _redact(self, text: str) -> str:
+        """``text`` with the API key removed, should a server echo it."""
+        if self._key_from_env and self._api_key in text:
+            return text.replace(self._api_key, "[redacted]")
+        return text
+
+
+def _status_detail(exc: openai.APIStatusError) -> str:
+    """The provider's error message, short."""
+    body = exc.body
+    message: object = None
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, dict) else inner
+    text = str(message) if message else str(exc)
+    return text if len(text) <= 200 else text[:197] + "..."
