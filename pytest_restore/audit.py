@@ -351,10 +351,15 @@ class Audit:
         history = p.history
         gold = history.gold
         evicted = sum(1 for g in gold if not mask[g]) if mask is not None else None
-        if excluded is None:
+        error = excluded
+        if excluded is not None:
+            excluded = excluded.split(": ", 2)[0] + ": " + excluded.split(": ", 2)[1]
+        else:
             for name, o in (("oracle", oracle), ("policy", outcome), ("restored", restored)):
                 if o is not None and o.error is not None:
-                    excluded = f"api_error: {name} {o.error}"
+                    # the reason names the condition and the model; the message goes in "error"
+                    excluded = f"api_error: {name} {o.error.split(':', 1)[0]}"
+                    error = o.error
                     break
         policy_correct = outcome.correct if outcome is not None else None
         restored_correct = restored.correct if restored is not None else None
@@ -382,6 +387,7 @@ class Audit:
             "gold_evicted": evicted,
             "bin": bin_,
             "excluded": excluded,
+            "error": error,
             "oracle_answer": oracle.answer,
             "policy_answer": outcome.answer if outcome else None,
             "restored_answer": restored.answer if restored else None,

@@ -1,0 +1,3 @@
+"""Project-wide pytest configuration: the pytester fixture for the plugin tests."""
+
+pytest_plugins = ["pytester"]
