@@ -1,0 +1,1293 @@
+"""A deterministic synthetic LongMemEval-S generator.
+
+The output has the exact layout of ``longmemeval_s_cleaned.json``: a JSON list
+of question records, each with a history of about ``tokens_per_history``
+o200k_base tokens spread over about 50 dated sessions. It exists so the audit
+can be developed and tested without the official file; it makes no claim to
+reproduce the paper's figures.
+
+How a history is assembled:
+
+- **Filler sessions** come from a pool shared by every question of one call
+  (ids ``sharegpt_<hex>_<k>`` and ``ultrachat_<n>``; one id, one content). The
+  pool holds ``pool_factor`` times the sessions one history needs, so
+  histories overlap but differ. Filler is generic advice prose: lowercase, no
+  digits, no names, few first-person words.
+- **Answer sessions** (``answer_<hex>_<k>``, listed in ``answer_session_ids``)
+  each hold one evidence turn with ``has_answer: true``; every turn of an
+  answer session carries the ``has_answer`` key, other sessions omit it (as in
+  the real file). Evidence turns are short (``gold_tokens``) and dense in
+  concrete facts: numbers, names, dates, "I bought", "my".
+- **Distractor sessions** hold turns that reuse the question's content words
+  (same topic, no answer) so a lexical ranker over the question can rank them
+  above the evidence. Their number per question is drawn from ``distractors``.
+  They are moderately dense: one number or name, first person.
+
+Everything is drawn from one ``random.Random(seed)``: the same arguments give
+a byte-identical file. Token sizes use :func:`pytest_restore.tokens.count_tokens`
+(each distinct text is encoded once), so the full 500-question file takes
+seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pytest_restore.tokens import count_tokens
+
+__all__ = [
+    "ABSTENTION_MIX_500",
+    "QUESTION_TYPES",
+    "TYPE_MIX_500",
+    "abstention_mix",
+    "generate",
+    "history_tokens",
+    "type_mix",
+    "write_dataset",
+]
+
+Record = dict[str, Any]
+
+#: The six LongMemEval question types, in the order the mix lists them.
+QUESTION_TYPES: tuple[str, ...] = (
+    "multi-session",
+    "temporal-reasoning",
+    "knowledge-update",
+    "single-session-user",
+    "single-session-assistant",
+    "single-session-preference",
+)
+
+#: Questions per type in the 500-question benchmark (abstention included).
+TYPE_MIX_500: dict[str, int] = {
+    "multi-session": 133,
+    "temporal-reasoning": 133,
+    "knowledge-update": 78,
+    "single-session-user": 70,
+    "single-session-assistant": 56,
+    "single-session-preference": 30,
+}
+
+#: Abstention questions per type among the 500 (30 in all).
+ABSTENTION_MIX_500: dict[str, int] = {
+    "multi-session": 12,
+    "temporal-reasoning": 6,
+    "knowledge-update": 6,
+    "single-session-user": 6,
+}
+
+
+# --------------------------------------------------------------------------- mix
+
+
+def _largest_remainder(total: int, weights: dict[str, int]) -> dict[str, int]:
+    """Split ``total`` in proportion to ``weights``; ties go to the earlier key."""
+    weight_sum = sum(weights.values())
+    if weight_sum == 0 or total <= 0:
+        return {k: 0 for k in weights}
+    quotas = {k: total * w / weight_sum for k, w in weights.items()}
+    counts = {k: math.floor(q) for k, q in quotas.items()}
+    order = list(weights)
+    left = total - sum(counts.values())
+    by_remainder = sorted(order, key=lambda k: (-(quotas[k] - counts[k]), order.index(k)))
+    for k in by_remainder[:left]:
+        counts[k] += 1
+    return counts
+
+
+def type_mix(n: int) -> dict[str, int]:
+    """Questions per type for ``n`` questions: the benchmark's mix scaled by largest remainder.
+
+    When ``n >= 6`` every type gets at least one question (a missing type takes
+    one from the largest), so every type is present for ``n >= 12`` as promised.
+    """
+    if n < 0:
+        raise ValueError(f"questions must be >= 0, got {n}")
+    counts = _largest_remainder(n, TYPE_MIX_500)
+    if n >= len(QUESTION_TYPES):
+        for qtype in QUESTION_TYPES:
+            if counts[qtype] == 0:
+                largest = max(QUESTION_TYPES, key=lambda k: (counts[k], -QUESTION_TYPES.index(k)))
+                counts[largest] -= 1
+                counts[qtype] += 1
+    return counts
+
+
+def abstention_mix(n: int) -> dict[str, int]:
+    """Abstention questions per type for ``n`` questions (30 of 500, scaled).
+
+    The total is ``round(30 n / 500)``, split over the types that have
+    abstention questions by largest remainder; each type keeps at least one
+    question that is not an abstention.
+    """
+    types = type_mix(n)
+    total = math.floor(sum(ABSTENTION_MIX_500.values()) * n / 500 + 0.5)
+    split = _largest_remainder(total, ABSTENTION_MIX_500)
+    result = {qtype: 0 for qtype in QUESTION_TYPES}
+    for qtype, count in split.items():
+        result[qtype] = max(0, min(count, types[qtype] - 1))
+    return result
+
+
+# --------------------------------------------------------------------------- word banks
+# Generic filler: lowercase, no digits, no proper names.
+
+_TOPICS = (
+    "time management", "learning a new language", "container gardening", "home workouts",
+    "budget travel", "writing a cover letter", "meal prep", "better sleep habits",
+    "public speaking", "basic photography", "debugging code", "saving for retirement",
+    "keeping a journal", "decluttering a small space", "running a team meeting",
+    "negotiating a salary", "learning to draw", "reducing screen time", "composting",
+    "studying for exams", "starting a side project", "giving feedback", "mindful breathing",
+    "organizing digital files", "cooking with seasonal vegetables", "stretching after work",
+    "writing clear emails", "planning a garden bed", "caring for houseplants in winter",
+    "learning chess openings", "managing stress at work", "building a reading habit",
+    "choosing a note-taking system", "setting personal goals", "hosting a small dinner",
+    "improving posture", "learning to code", "volunteering locally", "making friends as an adult",
+    "writing short stories",
+)
+_NOUNS = (
+    "approach", "routine", "plan", "habit", "schedule", "goal", "process", "method", "step",
+    "detail", "option", "strategy", "tool", "resource", "practice", "framework", "priority",
+    "pattern", "balance", "outcome", "project", "task", "idea", "question", "challenge",
+    "setting", "environment", "system", "structure", "checklist", "reminder", "boundary",
+)
+_ADJS = (
+    "simple", "steady", "clear", "flexible", "practical", "realistic", "consistent", "gentle",
+    "small", "focused", "reliable", "useful", "manageable", "balanced", "thoughtful", "careful",
+    "broad", "specific", "modest", "sustainable", "honest", "calm",
+)
+_VERBS = (
+    "review", "adjust", "track", "organize", "simplify", "revisit", "test", "compare", "measure",
+    "prioritize", "break down", "write down", "set aside", "build", "refine", "share", "explore",
+    "question", "pace", "protect",
+)
+_ADVERBS = (
+    "gradually", "regularly", "carefully", "early on", "over time", "each week",
+    "from the start", "when possible", "in small steps", "without rushing",
+)
+_SENTENCES = (
+    "When it comes to {t}, it usually helps to {v} your {n} {adv}.",
+    "A {a} {n} makes {t} much easier to sustain.",
+    "Many people find that {t} improves once they {v} the {n} they already have.",
+    "Try to {v} one {n} at a time rather than changing everything at once.",
+    "It is worth keeping a {a} record of each {n}, because patterns tend to show up {adv}.",
+    "If something feels overwhelming, {v} the {n} into smaller pieces.",
+    "There is no single right answer here; the best {n} is the one you can keep up {adv}.",
+    "Consider how your {n} fits with the rest of your {n2}.",
+    "Be patient with yourself, since a {a} {n} takes time to settle in.",
+    "Another option is to {v} your {n} with someone you trust and ask for honest feedback.",
+    "Progress with {t} rarely looks like a straight line, and that is completely normal.",
+    "A good rule of thumb is to {v} the {n} before you worry about the {n2}.",
+    "Small, {a} changes tend to last longer than dramatic ones.",
+    "It can also help to notice which {n} gives you the most energy and build around it.",
+    "Try not to compare your {n} with anyone else's, because everyone starts from a different place.",
+    "Over time, a {a} {n} becomes a habit you no longer have to think about.",
+    "Think of {t} as a skill you practice rather than a test you pass or fail.",
+    "You might also {v} the {n} with a friend, which keeps things {a} and more fun.",
+    "The most common mistake is to {v} too many things at once and lose track of the {n}.",
+    "Once the {n} feels {a}, you can {v} the {n2} as well.",
+)
+_OPENERS = (
+    "Great question!", "Sure, here are a few thoughts.", "That is a common concern.",
+    "Happy to help with that.", "Good thinking.", "Of course.", "That makes sense.",
+    "There are a few ways to look at this.",
+)
+_CLOSERS = (
+    "I hope this helps, and let me know if you want more detail on any of these points.",
+    "Feel free to ask if you would like to go deeper on any part of this.",
+    "Let me know how it goes, and we can adjust the plan from there.",
+    "If you share a little more about your situation, I can tailor these suggestions.",
+)
+_USER_FILLER = (
+    "Can you give me some tips on {t}?",
+    "What is a good way to get started with {t}?",
+    "How do people stay motivated with {t} when things get busy?",
+    "Could you explain the basics of {t} in plain terms?",
+    "What are common mistakes people make with {t}?",
+    "I'm trying to get better at {t}. What should I focus on first?",
+    "Thanks, that is helpful. Can you expand on the second point?",
+    "Could you summarize that as a shorter list?",
+    "What would a realistic weekly plan for {t} look like?",
+    "Is there anything I should avoid when it comes to {t}?",
+    "How do I know whether my approach to {t} is working?",
+    "That makes sense. What else should I keep in mind?",
+)
+
+# Fact banks: proper names, places, items. Evidence and distractors draw from these.
+_NAMES = (
+    "Priya", "Marcus", "Elena", "Tomas", "Aisha", "Jonah", "Mei", "Rafael", "Ingrid", "Kofi",
+    "Leila", "Dmitri", "Hana", "Oscar", "Nadia", "Felix", "Yuki", "Samir", "Clara", "Mateo",
+    "Zara", "Henrik", "Amara", "Luca", "Sofia", "Darius", "Imani", "Theo", "Rosa", "Kenji",
+    "Freya", "Omar", "Lena", "Caleb", "Anika", "Bruno", "Noor", "Elliot", "Maya", "Ravi",
+)
+_RELATIONS = (
+    "sister", "brother", "cousin", "coworker", "neighbor", "roommate", "manager", "best friend",
+    "aunt", "uncle", "mom", "dad", "mentor", "college friend", "landlord",
+)
+_CITIES = (
+    "Lisbon", "Denver", "Osaka", "Toronto", "Austin", "Edinburgh", "Seattle", "Melbourne",
+    "Portland", "Chicago", "Vancouver", "Dublin", "Boston", "Prague", "Nashville", "Montreal",
+    "Copenhagen", "San Diego", "Atlanta", "Vienna", "Minneapolis", "Barcelona", "Kyoto",
+    "Pittsburgh", "Oslo", "Phoenix", "Amsterdam", "Savannah", "Helsinki", "Santa Fe",
+    "Quebec City", "Raleigh", "Budapest", "Tucson", "Valencia", "Madison", "Porto", "Boise",
+    "Reykjavik", "Charleston",
+)
+_BRAND_A = (
+    "Copper", "Harbor", "Juniper", "Maple", "Cedar", "Silver", "Northgate", "Willow", "Granite",
+    "Blue Heron", "Lantern", "Orchard", "Summit", "Riverside", "Old Mill", "Brightwater", "Red Fox",
+    "Ember", "Kestrel", "Tidewater", "Ironwood", "Saltmarsh", "Bluebird", "Hollow Oak",
+)
+_STORE_B = (
+    "Outfitters", "Supply Co.", "Market", "Goods", "Emporium", "Trading Post", "Home Store",
+    "Depot", "Workshop", "Exchange",
+)
+_HOTEL_B = ("Inn", "Hotel", "Lodge", "Suites", "House")
+_COMPANY_B = ("Labs", "Analytics", "Health", "Logistics", "Studios", "Partners", "Systems", "Foods")
+_STREETS = (
+    "Elm", "Larkspur", "Fulton", "Beacon", "Alder", "Prospect", "Mercer", "Hawthorne",
+    "Delancey", "Orchard", "Juniper", "Chestnut", "Linden", "Bayview",
+)
+_STREET_KINDS = ("Street", "Avenue", "Lane", "Road")
+_MONTHS = (
+    "January", "February", "March", "April", "May", "June", "July", "August", "September",
+    "October", "November", "December",
+)
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_ITEMS = (
+    "road bike", "espresso machine", "standing desk", "air purifier", "hiking boots",
+    "film camera", "electric kettle", "rowing machine", "winter coat", "robot vacuum",
+    "noise-cancelling headphones", "sewing machine", "telescope", "yoga mat", "e-reader",
+    "cast-iron pan", "tent", "office chair", "mechanical keyboard", "stand mixer",
+    "drone", "record player", "sleeping bag", "smartwatch", "pressure cooker", "guitar amp",
+    "kayak paddle", "paddleboard", "bread machine", "projector", "gaming monitor",
+    "dehumidifier", "weighted blanket", "electric scooter", "ski jacket", "blender",
+    "bookshelf", "drawing tablet", "camping stove", "space heater", "suitcase", "desk lamp",
+    "rain jacket", "label printer", "portable speaker", "microphone", "handheld vacuum",
+    "mattress topper", "bike helmet", "trail running shoes",
+)
+_PETS = (
+    "kitten", "puppy", "rabbit", "parakeet", "hamster", "tortoise", "goldfish", "beagle",
+    "tabby cat", "corgi", "guinea pig", "gecko",
+)
+_ACTIVITIES = (
+    "pottery", "salsa", "spin", "watercolor", "improv", "rock climbing", "Spanish", "yoga",
+    "kickboxing", "jazz piano", "woodworking", "swim", "barre", "photography", "ceramics",
+    "tango", "Pilates", "calligraphy", "fencing", "choir",
+)
+_SKILLS = (
+    "woodworking", "bread baking", "Python", "public speaking", "watercolor painting",
+    "negotiation", "bookkeeping", "film photography", "knitting", "chess strategy",
+    "Japanese", "data visualization", "home brewing", "guitar", "interior design",
+    "rock climbing", "birdwatching", "screenwriting", "gardening", "statistics",
+    "bike repair", "sign language", "meditation", "sourdough", "calligraphy",
+)
+_BOOK_ADJ = (
+    "Quiet", "Patient", "Curious", "Practical", "Honest", "Hidden", "Steady", "Open", "Careful",
+    "Wandering", "Small", "Bright", "Second", "Long",
+)
+_BOOK_NOUN = (
+    "Workshop", "Harbor", "Apprentice", "Compass", "Garden", "Ledger", "Lantern", "Orchard",
+    "Atlas", "Kitchen", "Notebook", "Bridge", "Field", "Method",
+)
+_DISHES = (
+    "lentil soup", "mushroom risotto", "chicken curry", "black bean chili", "banana bread",
+    "shakshuka", "pad thai", "ramen broth", "vegetable lasagna", "roast chicken",
+    "potato gratin", "fish tacos", "minestrone", "chocolate cake", "pancake batter",
+    "tomato sauce", "guacamole", "granola", "fried rice", "butternut squash soup",
+)
+_INGREDIENTS = (
+    "smoked paprika", "miso paste", "fish sauce", "lemon zest", "tahini", "anchovies",
+    "brown butter", "sumac", "fresh thyme", "chipotle", "star anise", "maple syrup",
+    "capers", "nutmeg", "sherry vinegar", "ginger", "saffron", "toasted sesame oil",
+)
+_EXERCISES = (
+    "squats", "push-ups", "lunges", "deadlifts", "planks", "pull-ups", "kettlebell swings",
+    "burpees", "rows", "step-ups", "bench presses", "glute bridges",
+)
+_PROJECTS = (
+    "bakery", "podcast", "newsletter", "bike repair shop", "candle business", "book club",
+    "food truck", "tutoring service", "photography studio", "plant shop", "running group",
+    "board game cafe", "dog-walking business", "YouTube channel", "craft brewery",
+)
+_DIETS = ("vegetarian", "vegan", "pescatarian", "gluten-free", "dairy-free", "low-sodium")
+_CUISINES = ("Thai", "Mexican", "Italian", "Korean", "Ethiopian", "Greek", "Indian", "Japanese")
+_PODCAST_TOPICS = (
+    "history", "science", "true crime", "economics", "design", "sports", "comedy", "philosophy",
+)
+_GENRES = ("mystery", "science fiction", "historical fiction", "fantasy", "literary", "thriller")
+_NATIONALITIES = ("Nigerian", "Japanese", "Irish", "Chilean", "Korean", "Canadian", "Indian")
+_TERRAINS = ("coastal", "mountain", "lakeside", "wine-country", "desert", "forest")
+_WORKOUTS = ("swimming", "cycling", "yoga", "rowing", "walking", "Pilates")
+_SEASONS = ("spring", "summer", "autumn", "winter")
+_MEALS = ("breakfast", "lunch", "dinner", "brunch")
+_DEVICES = ("e-reader", "tablet", "phone", "library card")
+_COMMUTES = ("drive to work", "morning walk", "train ride", "bus commute", "long run")
+
+#: Multi-session categories: plural, past tense, present perfect, evidence verb phrase, instances.
+_CATEGORIES: tuple[tuple[str, str, str, str, tuple[str, ...]], ...] = (
+    ("magazines", "subscribed to", "subscribed to", "subscribed to {x}",
+     ("The New Yorker", "Architectural Digest", "National Geographic", "The Economist", "Wired",
+      "Bon Appetit", "Runner's World", "Smithsonian", "The Atlantic", "Popular Science")),
+    ("houseplants", "bought", "bought", "bought a {x}",
+     ("fiddle-leaf fig", "snake plant", "monstera", "pothos", "ZZ plant", "peace lily",
+      "rubber plant", "calathea", "string of pearls", "bird of paradise")),
+    ("museums", "visited", "visited", "visited {x}",
+     ("the Museum of Flight", "the Natural History Museum", "the Modern Art Museum",
+      "the Science Center", "the Maritime Museum", "the Photography Museum",
+      "the Textile Museum", "the Railway Museum", "the Glass Museum")),
+    ("concerts", "went to", "gone to", "went to the {x} concert",
+     ("Copper Tides", "Juniper Lane", "Night Orchard", "Silver Static", "The Kestrels",
+      "Paper Lanterns", "Harbor Lights", "Velvet Compass", "Blue Ember")),
+    ("online courses", "signed up for", "signed up for", "signed up for an online course called {x}",
+     ("Intro to Data Visualization", "Beginner Watercolor", "Conversational Italian",
+      "Home Electrical Basics", "Creative Writing Fundamentals", "Statistics for Everyone",
+      "Digital Photography 101", "Sourdough Baking", "Financial Planning Basics")),
+    ("board games", "bought", "bought", "bought a copy of {x}",
+     ("Catan", "Wingspan", "Azul", "Ticket to Ride", "Carcassonne", "Pandemic", "Codenames",
+      "Splendor", "Everdell", "Root")),
+    ("kitchen gadgets", "bought", "bought", "bought {x}",
+     ("an air fryer", "a stand mixer", "a sous vide cooker", "a rice cooker", "a milk frother",
+      "a mandoline slicer", "a pasta maker", "a waffle iron", "a spice grinder")),
+    ("hiking trails", "hiked", "hiked", "hiked {x}",
+     ("the Eagle Ridge Trail", "the Cedar Falls Loop", "the Granite Peak Trail",
+      "the Willow Creek Path", "the Summit Lake Trail", "the Fox Hollow Loop",
+      "the Heron Point Trail", "the Old Mill Trail")),
+    ("restaurants", "tried", "tried", "tried {x} for the first time",
+     ("Saltmarsh Kitchen", "Red Fox Noodle Bar", "Ember Taqueria", "Lantern Bistro",
+      "Orchard Cafe", "Ironwood Grill", "Bluebird Dumpling House", "Tidewater Oyster Bar")),
+    ("streaming services", "subscribed to", "subscribed to", "subscribed to {x}",
+     ("Netflix", "Hulu", "Disney+", "Max", "Peacock", "Apple TV+", "Paramount+", "Crunchyroll")),
+    ("volunteer events", "volunteered at", "volunteered at", "volunteered at {x}",
+     ("the food bank", "the animal shelter", "the community garden", "the library book sale",
+      "the beach cleanup", "the senior center", "the blood drive", "the park restoration day")),
+    ("musical instruments", "bought", "bought", "bought {x}",
+     ("a ukulele", "a keyboard", "an acoustic guitar", "a violin", "a cajon", "a harmonica",
+      "a mandolin", "a bass guitar")),
+    ("races", "ran", "run", "ran {x}",
+     ("the Harbor 10K", "the Maple Leaf Half Marathon", "the Turkey Trot 5K",
+      "the Riverside Relay", "the Summit Trail Run", "the Midnight 8K", "the Bridge Run")),
+    ("cooking classes", "took", "taken", "took a cooking class on {x}",
+     ("knife skills", "fresh pasta", "Thai curries", "French pastry", "dumplings",
+      "sushi rolling", "bread shaping", "Mexican moles")),
+)
+_WINDOWS = (
+    "so far", "recently", "this year", "in total", "over the last few months",
+    "since we started chatting", "lately", "up to now",
+)
+
+#: Temporal events: (past-tense phrase, base-form phrase); slots filled per question.
+_EVENTS = (
+    ("adopted my {pet} {name}", "adopt my {pet} {name}"),
+    ("started my new job at {company}", "start my new job at {company}"),
+    ("ran the {city} half marathon", "run the {city} half marathon"),
+    ("moved into my apartment on {street}", "move into my apartment on {street}"),
+    ("got my wisdom teeth removed", "get my wisdom teeth removed"),
+    ("finished my {skill} certificate", "finish my {skill} certificate"),
+    ("booked my flights to {city}", "book my flights to {city}"),
+    ("bought my {item}", "buy my {item}"),
+    ("joined the {activity} club", "join the {activity} club"),
+    ("went to {name}'s wedding in {city}", "go to {name}'s wedding in {city}"),
+    ("sold my old {item}", "sell my old {item}"),
+    ("repainted my {room}", "repaint my {room}"),
+    ("had my first {activity} lesson", "have my first {activity} lesson"),
+    ("got back from my trip to {city}", "get back from my trip to {city}"),
+    ("signed up for the {city} marathon", "sign up for the {city} marathon"),
+    ("launched my {project} website", "launch my {project} website"),
+)
+_ROOMS = ("bedroom", "kitchen", "home office", "living room", "bathroom", "hallway")
+
+#: Knowledge-update attributes: (question, statement template, kind of value).
+_UPDATES = (
+    ("What is my current personal best in the {race}?", "my personal best in the {race} is {v}", "time"),
+    ("How many {collection} do I own now?", "I own {v} {collection}", "count"),
+    ("What is my monthly rent at the place on {street}?", "my monthly rent at the place on {street} is {v}", "money"),
+    ("Who is my {role} these days?", "my {role} is {v}", "name"),
+    ("Which city does my {rel} {name} live in now?", "my {rel} {name} lives in {v}", "city"),
+    ("How many days a week do I go to {activity} class now?", "I go to {activity} class {v}", "days"),
+    ("What is my current daily step goal on my {device}?", "my daily step goal on my {device} is {v}", "steps"),
+    ("Which gym am I a member of at the moment, the one for {activity}?", "for {activity}, my gym membership is at {v}", "place"),
+    ("How many pages of {book} have I read so far?", "I have read {v} of {book}", "pages"),
+    ("What time do I wake up on {weekday}s now?", "on {weekday}s I wake up at {v}", "clock"),
+    ("How much do I have saved in my {fund} fund now?", "my {fund} fund is at {v}", "money"),
+    ("What is my current typing speed on my {keyboard}?", "my typing speed on my {keyboard} is {v}", "wpm"),
+)
+_RACES = ("5K", "10K", "half marathon", "marathon", "400m swim", "mile", "40K bike time trial")
+_COLLECTIONS = (
+    "vinyl records", "succulents", "pairs of sneakers", "coffee mugs", "board games",
+    "film cameras", "fountain pens", "houseplants", "guitars", "jigsaw puzzles", "cookbooks",
+    "bikes", "watches", "tote bags",
+)
+_ROLES = (
+    "dentist", "manager", "personal trainer", "tennis partner", "mentor", "therapist",
+    "piano teacher", "accountant", "team lead", "hairdresser", "doctor", "running coach",
+)
+_FUNDS = ("vacation", "emergency", "wedding", "house", "new car", "travel", "rainy day")
+_KEYBOARDS = ("laptop", "mechanical keyboard", "work keyboard", "split keyboard", "tablet keyboard")
+
+#: Dense, unrelated personal details that pad evidence turns (no money, no category words).
+_DETAILS = (
+    "My {rel} {name} is coming over on {weekday} at {clock}, so I need to tidy up first.",
+    "I've been averaging {n} hours of sleep since {month}.",
+    "I'm on the {clock} train to {city} most {weekday}s.",
+    "{name} from work asked me to cover the {clock} meeting on {month} {day}.",
+    "My apartment on {street} gets sun from {clock} onward.",
+    "I walked {n} miles on {weekday} with {name}.",
+    "My {rel} {name} turns {age} on {month} {day}.",
+    "I finally finished the {n}-episode season {name} recommended.",
+    "I'm flying to {city} on {month} {day} for {n} days.",
+)
+_USER_DISTRACTORS = (
+    "I keep going back and forth about {a}. My {rel} says it's not worth the hassle, "
+    "but I think I'd use it at least {n} times a week. What would you weigh?",
+    "Random question about {a}: how do people usually decide about {b}? "
+    "I want to think it through before {month}.",
+    "My {rel} {name} asked me about {a} yesterday and I didn't really know what to say. "
+    "What are the basics of {b}?",
+    "Is it normal to spend ages researching {a}? I have {n} browser tabs open about {b} right now.",
+    "Can you help me make a checklist for {a}? I'd like to sort out {b} before the weekend.",
+    "I read an article about {a} on the train this morning. Is the advice on {b} any good in general?",
+    "What questions should I ask myself about {a}? {name} says {b} is mostly about patience.",
+)
+_DISTRACTOR_PROMPTS = (
+    "Can you tell me more about {a} in general?",
+    "What should someone know about {b} before deciding anything?",
+    "Could you walk me through the usual advice on {a}?",
+)
+
+
+# --------------------------------------------------------------------------- knobs
+
+
+@dataclass(frozen=True)
+class GeneratorSettings:
+    """Knobs of :func:`generate`, with their defaults (see its docstring)."""
+
+    tokens_per_history: int = 102_000
+    sessions_per_history: int = 50
+    pool_factor: float = 2.5
+    distractors: tuple[int, int] = (0, 10)
+    distractor_assistant_share: float = 0.5
+    distractors_per_session: int = 2
+    distractor_mentions: tuple[int, int] = (2, 4)
+    gold_tokens: tuple[int, int] = (40, 200)
+    filler_assistant_tokens: tuple[int, int] = (150, 450)
+    start: dt.date = dt.date(2022, 1, 1)
+    start_span_days: int = 540
+
+
+# --------------------------------------------------------------------------- plans
+
+
+_DATE_MARK = "\x00DATE\x00"
+
+
+@dataclass
+class _Gold:
+    """One evidence pair: the ``has_answer`` turn and its partner turn."""
+
+    role: str  # role of the evidence turn
+    text: str  # may hold _DATE_MARK, filled with the session's date
+    partner: str  # the other turn of the pair
+
+
+@dataclass
+class _Plan:
+    question: str
+    answer: str | Callable[[list[dt.datetime], dt.datetime], str]
+    golds: list[_Gold]
+    terms: tuple[str, str]
+    forbidden: tuple[str, ...] = ()
+    min_day_gap: bool = False  # gold sessions (and question date) on distinct days
+    subtype: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _abstain_answer(what: str) -> str:
+    return f"The information provided is not enough: you did not mention {what}."
+
+
+class _Writer:
+    """Cheap text generation from the banks, all through one ``random.Random``."""
+
+    def __init__(self, rng: random.Random, settings: GeneratorSettings) -> None:
+        self.rng = rng
+        self.s = settings
+
+    # -- small pickers
+    def pick(self, seq: Sequence[str]) -> str:
+        return seq[self.rng.randrange(len(seq))]
+
+    def store(self) -> str:
+        return f"{self.pick(_BRAND_A)} {self.pick(_STORE_B)}"
+
+    def hotel(self) -> str:
+        return f"The {self.pick(_BRAND_A)} {self.pick(_HOTEL_B)}"
+
+    def company(self) -> str:
+        return f"{self.pick(_BRAND_A)} {self.pick(_COMPANY_B)}"
+
+    def street(self) -> str:
+        return f"{self.rng.randint(12, 980)} {self.pick(_STREETS)} {self.pick(_STREET_KINDS)}"
+
+    def book(self) -> str:
+        return f"The {self.pick(_BOOK_ADJ)} {self.pick(_BOOK_NOUN)}"
+
+    def clock(self) -> str:
+        hour = self.rng.randint(5, 21)
+        minute = self.rng.choice((0, 10, 15, 20, 30, 40, 45, 50))
+        suffix = "am" if hour < 12 else "pm"
+        return f"{(hour - 1) % 12 + 1}:{minute:02d} {suffix}"
+
+    def money(self, lo: int, hi: int) -> str:
+        return f"${self.rng.randint(lo, hi):,}"
+
+    def slots(self) -> dict[str, Any]:
+        r = self.rng
+        return {
+            "rel": self.pick(_RELATIONS), "name": self.pick(_NAMES), "weekday": self.pick(_WEEKDAYS),
+            "clock": self.clock(), "n": r.randint(3, 19), "month": self.pick(_MONTHS),
+            "city": self.pick(_CITIES), "day": r.randint(2, 28), "street": self.street(),
+            "age": r.randint(21, 70),
+        }
+
+    # -- filler prose
+    def sentence(self, topic: str) -> str:
+        template = self.pick(_SENTENCES)
+        n, n2 = self.rng.sample(_NOUNS, 2)
+        return template.format(
+            t=topic, v=self.pick(_VERBS), n=n, n2=n2, a=self.pick(_ADJS), adv=self.pick(_ADVERBS)
+        )
+
+    def prose(self, topics: Sequence[str], target_tokens: int, opener: bool = True) -> str:
+        """Generic advice of about ``target_tokens`` tokens (estimate: 1.25 per word)."""
+        parts = [self.pick(_OPENERS)] if opener else []
+        words = 4
+        goal = target_tokens / 1.25
+        paragraph: list[str] = []
+        while words < goal:
+            if self.rng.random() < 0.15 and words + 60 < goal:
+                if paragraph:
+                    parts.append(" ".join(paragraph))
+                    paragraph = []
+                bullets = []
+                for _ in range(self.rng.randint(3, 5)):
+                    label = f"{self.pick(_ADJS).capitalize()} {self.pick(_NOUNS)}"
+                    body = self.sentence(self.pick(topics))
+                    bullets.append(f"- **{label}**: {body}")
+                    words += len(body.split()) + 3
+                parts.append("Here are a few ideas:\n\n" + "\n".join(bullets))
+                continue
+            text = self.sentence(self.pick(topics))
+            paragraph.append(text)
+            words += len(text.split())
+            if len(paragraph) >= self.rng.randint(3, 5):
+                parts.append(" ".join(paragraph))
+                paragraph = []
+        if paragraph:
+            parts.append(" ".join(paragraph))
+        parts.append(self.pick(_CLOSERS))
+        return "\n\n".join(parts)
+
+    def assistant_filler(self, topic: str) -> str:
+        lo, hi = self.s.filler_assistant_tokens
+        return self.prose([topic], self.rng.randint(lo, hi - 40))
+
+    def user_filler(self, topic: str) -> str:
+        text = self.pick(_USER_FILLER).format(t=topic)
+        if self.rng.random() < 0.4:
+            text += " " + self.sentence(topic)
+        return text
+
+    # -- dense evidence
+    def details(self, count: int) -> str:
+        return " ".join(self.pick(_DETAILS).format(**self.slots()) for _ in range(count))
+
+    def evidence(self, core: str) -> str:
+        """A fact-dense user turn: the core fact plus unrelated personal details.
+
+        Details are added (or dropped) until the turn is within ``gold_tokens``.
+        """
+        lead = self.pick(("", "Oh, by the way: ", "Quick update: ", "Side note, ", "Also, "))
+        body = core[0].upper() + core[1:] if not lead else core
+        lo, hi = self.s.gold_tokens
+        extra = [self.details(1) for _ in range(self.rng.randint(1, 2))]
+        text = " ".join([lead + body, *extra])
+        while count_tokens([text])[0] < lo:
+            extra.append(self.details(1))
+            text = " ".join([lead + body, *extra])
+        while extra and count_tokens([text])[0] > hi:
+            extra.pop()
+            text = " ".join([lead + body, *extra])
+        return text
+
+    def reply(self, topic: str) -> str:
+        """A short generic assistant reply to an evidence turn."""
+        return self.prose([topic], self.rng.randint(90, 220))
+
+    # -- distractors
+    def distractor_pair(self, terms: tuple[str, str], long_assistant: bool,
+                        filler: Callable[[], str]) -> tuple[str, str]:
+        a, b = terms
+        user = self.pick(_USER_DISTRACTORS).format(a=a, b=b, **self.slots())
+        if not long_assistant:
+            return user, filler()
+        lo, hi = self.s.distractor_mentions
+        mentions = self.rng.randint(lo, hi)
+        lo_t, hi_t = self.s.filler_assistant_tokens
+        target = self.rng.randint(lo_t, hi_t - 40)
+        paragraphs = [self.pick(_OPENERS)]
+        for i in range(mentions):
+            paragraphs.append(self.sentence(a if i % 2 == 0 else b))
+        body = self.prose(["this", "the decision", "the whole process"], max(60, target - 25 * mentions),
+                          opener=False)
+        return user, " ".join(paragraphs) + "\n\n" + body
+
+
+# --------------------------------------------------------------------------- question builders
+
+
+def _plan_ssu(w: _Writer, abstain: bool) -> _Plan:
+    r = w.rng
+    kind = r.randrange(6)
+    item = w.pick(_ITEMS)
+    alt_item = w.pick([x for x in _ITEMS if x != item])
+    if kind == 0:
+        store = w.store()
+        core = f"I finally bought my {item} at {store} last {w.pick(_WEEKDAYS)}."
+        q = "Where did I buy my {x}?"
+        ans, terms = store, (f"a {item}", f"where to buy a {item}")
+    elif kind == 1:
+        price = w.money(40, 2400)
+        core = f"I paid {price} for my {item} at {w.store()}, which felt like a lot."
+        q = "How much did I pay for my {x}?"
+        ans, terms = price, (f"a {item}", f"how much to pay for a {item}")
+    elif kind == 2:
+        name, rel = w.pick(_NAMES), w.pick(_RELATIONS)
+        core = f"My {rel} {name} gave me a {item} for my birthday on {w.pick(_MONTHS)} {r.randint(2, 28)}."
+        q = "Who gave me the {x} for my birthday?"
+        ans, terms = name, (f"a {item}", f"a {item} as a birthday gift")
+    elif kind == 3:
+        rel, name, city = w.pick(_RELATIONS), w.pick(_NAMES), w.pick(_CITIES)
+        item, alt_item = f"{rel} {name}", f"{rel} {w.pick([x for x in _NAMES if x != name])}"
+        core = f"My {rel} {name} just moved to {city} for a new job, {r.randint(2, 9)} hours from me."
+        q = "Which city did my {x} move to?"
+        ans, terms = city, (f"my {rel} moving", f"moving to a new city")
+    elif kind == 4:
+        pet, name = w.pick(_PETS), w.pick(_NAMES)
+        item = pet
+        alt_item = w.pick([x for x in _PETS if x != pet])
+        core = f"I adopted a {pet} from the shelter on {w.pick(_WEEKDAYS)} and named her {name}."
+        q = "What did I name my new {x}?"
+        ans, terms = name, (f"a new {pet}", f"naming a {pet}")
+    else:
+        act = w.pick(_ACTIVITIES)
+        item, alt_item = act, w.pick([x for x in _ACTIVITIES if x != act])
+        clock, day = w.clock(), w.pick(_WEEKDAYS)
+        core = f"My {act} class starts at {clock} on {day}s now, with {w.pick(_NAMES)} teaching."
+        q = "What time does my {x} class start?"
+        ans, terms = clock, (f"a {act} class", f"{act} class schedules")
+    question = q.format(x=alt_item if abstain else item)
+    text = w.evidence(core)
+    return _Plan(
+        question=question,
+        answer=_abstain_answer(alt_item) if abstain else ans,
+        golds=[_Gold("user", text, w.reply(terms[0]))],
+        terms=terms,
+        forbidden=(alt_item,) if abstain else (),
+        subtype=f"ssu{kind}",
+    )
+
+
+def _plan_ssa(w: _Writer, abstain: bool) -> _Plan:
+    r = w.rng
+    kind = r.randrange(5)
+    if kind == 0:
+        city = w.pick(_CITIES)
+        hotel = w.hotel()
+        prompt = f"I'm planning a trip to {city} in {w.pick(_MONTHS)}. Any hotel suggestions?"
+        text = (f"For {city}, I'd book {hotel} on {w.street()}: rooms run about {w.money(120, 420)} "
+                f"a night, it is {r.randint(5, 25)} minutes on foot from the old town, and breakfast "
+                f"starts at {w.clock()}. A quieter backup is {w.hotel()} near the station.")
+        q, ans, terms = f"What hotel did you recommend first for my trip to {city}?", hotel, (
+            f"a trip to {city}", f"hotels in {city}")
+    elif kind == 1:
+        skill = w.pick(_SKILLS)
+        title, author = w.book(), f"{w.pick(_NAMES)} {w.pick(_STREETS)}"
+        prompt = f"I want to learn {skill} this year. Is there one book you'd start with?"
+        text = (f"For {skill}, start with {title} by {author} ({r.randint(1995, 2022)}, "
+                f"{r.randint(180, 420)} pages). Read chapters {r.randint(1, 3)} to {r.randint(4, 7)} "
+                f"first, then practice for {r.randint(15, 45)} minutes a day.")
+        q, ans, terms = f"Which book did you suggest for learning {skill}?", title, (
+            f"learning {skill}", f"books about {skill}")
+    elif kind == 2:
+        dish, ing = w.pick(_DISHES), w.pick(_INGREDIENTS)
+        prompt = f"My {dish} always tastes flat. How can I fix it for {w.pick(_WEEKDAYS)}?"
+        text = (f"Add {ing} to your {dish}: about {r.randint(1, 3)} teaspoons, stirred in "
+                f"{r.randint(5, 15)} minutes before the end, and salt in {r.randint(2, 4)} stages. "
+                f"Cook it at {r.choice((325, 350, 375, 400))} degrees Fahrenheit if it goes in the oven.")
+        q, ans, terms = f"What ingredient did you tell me to add to my {dish}?", ing, (
+            f"my {dish}", f"making {dish}")
+    elif kind == 3:
+        ex = w.pick(_EXERCISES)
+        sets, reps = r.randint(3, 6), r.randint(6, 15)
+        prompt = f"How should I program {ex} for my {w.pick(_WEEKDAYS)} workouts?"
+        text = (f"Do {sets} sets of {reps} {ex}, resting {r.choice((60, 90, 120))} seconds between "
+                f"sets, {r.randint(2, 3)} times a week. Add {r.randint(1, 2)} reps each week until "
+                f"you reach {reps + 5}, then add weight.")
+        q, ans, terms = f"How many sets of {ex} did you suggest per workout?", f"{sets} sets", (
+            f"{ex} workouts", f"programming {ex}")
+    else:
+        proj = w.pick(_PROJECTS)
+        names = [f"{w.pick(_BRAND_A)} {w.pick(_BOOK_NOUN)}" for _ in range(3)]
+        prompt = f"I'm starting a {proj} with my {w.pick(_RELATIONS)} {w.pick(_NAMES)}. Name ideas?"
+        text = (f"Three names for your {proj}: 1. {names[0]}, 2. {names[1]}, 3. {names[2]}. "
+                f"I'd check the domain and register by {w.pick(_MONTHS)} {r.randint(2, 28)}.")
+        q, ans, terms = f"What was the first name you suggested for my {proj}?", names[0], (
+            f"my {proj}", f"names for a {proj}")
+    return _Plan(question=q, answer=ans, golds=[_Gold("assistant", text, prompt)], terms=terms,
+                 subtype=f"ssa{kind}")
+
+
+def _plan_pref(w: _Writer, abstain: bool) -> _Plan:
+    r = w.rng
+    kind = r.randrange(5)
+    if kind == 0:
+        pref = f"{w.pick(_DIETS)} {w.pick(_CUISINES)} dishes with {w.pick(_INGREDIENTS)}"
+        core = f"these days I mostly cook {pref}, ever since {w.pick(_MONTHS)} {r.randint(2019, 2022)}."
+        q = f"Can you suggest a {w.pick(_MEALS)} recipe for this {w.pick(_WEEKDAYS)}?"
+        terms = ("a recipe", "cooking ideas")
+    elif kind == 1:
+        pref = f"{w.pick(_PODCAST_TOPICS)} podcasts under {r.choice((20, 30, 40, 45))} minutes"
+        core = f"for my {w.pick(_COMMUTES)} I only listen to {pref}, {r.randint(4, 6)} days a week."
+        q = f"Any podcast recommendations for my {w.pick(_COMMUTES)} in {w.pick(_MONTHS)}?"
+        terms = ("podcast recommendations", "podcasts")
+    elif kind == 2:
+        pref = f"quiet {w.pick(_TERRAINS)} towns within {r.randint(2, 5)} hours by train"
+        core = f"for weekend trips I love {pref} of {w.pick(_CITIES)}."
+        q = f"Where should I go for a weekend trip in {w.pick(_MONTHS)} with my {w.pick(_RELATIONS)}?"
+        terms = ("a weekend trip", "weekend trips")
+    elif kind == 3:
+        pref = f"{w.pick(_GENRES)} novels by {w.pick(_NATIONALITIES)} authors"
+        core = f"lately I read almost only {pref}, about {r.randint(2, 6)} a month."
+        q = f"What should I read next on my {w.pick(_DEVICES)} this {w.pick(_SEASONS)}?"
+        terms = ("what to read next", "reading")
+    else:
+        pref = f"low-impact {w.pick(_WORKOUTS)} routines of about {r.choice((20, 30, 40))} minutes"
+        core = f"after my knee injury in {w.pick(_MONTHS)} I stick to {pref}."
+        q = f"Can you put together a workout plan for {w.pick(_SEASONS)} {w.pick(_WEEKDAYS)}s?"
+        terms = ("a workout plan", "workouts")
+    return _Plan(question=q, answer=f"The user would prefer {pref}.",
+                 golds=[_Gold("user", w.evidence(core), w.reply(terms[1]))], terms=terms,
+                 subtype=f"pref{kind}")
+
+
+def _join_list(items: Sequence[str]) -> str:
+    if len(items) == 1:
+        return items[0]
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _plan_multi(w: _Writer, abstain: bool) -> _Plan:
+    r = w.rng
+    cat_index = r.randrange(len(_CATEGORIES))
+    plural, past, perfect, phrase, instances = _CATEGORIES[cat_index]
+    k = r.randint(2, 4)
+    chosen = r.sample(instances, k)
+    form = r.randrange(3)
+    window = w.pick(_WINDOWS)
+    golds = []
+    prices = [r.randint(12, 240) for _ in chosen]
+    for x, price in zip(chosen, prices):
+        when = w.pick(("today", "this morning", "yesterday", f"on {w.pick(_WEEKDAYS)}"))
+        cost = f" It was ${price}." if form == 2 else f" It cost me ${price}." if r.random() < 0.5 else ""
+        core = f"I {phrase.format(x=x)} {when}.{cost}"
+        golds.append(_Gold("user", w.evidence(core), w.reply(plural)))
+    ask_plural, ask_perfect = plural, perfect
+    if abstain:
+        other = _CATEGORIES[(cat_index + r.randint(1, len(_CATEGORIES) - 1)) % len(_CATEGORIES)]
+        ask_plural, ask_perfect = other[0], other[2]
+    if form == 0:
+        q = f"How many {ask_plural} have I {ask_perfect} {window}?"
+        ans = str(k)
+    elif form == 1:
+        q = f"Which {ask_plural} have I {ask_perfect} {window}?"
+        ans = _join_list([x.removeprefix("a ").removeprefix("an ") for x in chosen])
+    else:
+        q = f"How much have I spent on {ask_plural} {window}?"
+        ans = f"${sum(prices):,}"
+    return _Plan(
+        question=q,
+        answer=_abstain_answer(f"any {ask_plural}") if abstain else ans,
+        golds=golds,
+        terms=(plural, f"what people spend on {plural}" if form == 2 else f"which {plural} are worth it"),
+        forbidden=(ask_plural,) if abstain else (),
+        subtype=f"multi{form}",
+    )
+
+
+def _fill_event(w: _Writer, pair: tuple[str, str]) -> tuple[str, str]:
+    values = {
+        "pet": w.pick(_PETS), "name": w.pick(_NAMES), "company": w.company(),
+        "city": w.pick(_CITIES), "street": w.street().split(" ", 1)[1], "skill": w.pick(_SKILLS),
+        "item": w.pick(_ITEMS), "activity": w.pick(_ACTIVITIES), "room": w.pick(_ROOMS),
+        "project": w.pick(_PROJECTS),
+    }
+    return pair[0].format(**values), pair[1].format(**values)
+
+
+def _days(later: dt.datetime, earlier: dt.datetime) -> int:
+    return (later.date() - earlier.date()).days
+
+
+def _plan_temporal(w: _Writer, abstain: bool) -> _Plan:
+    r = w.rng
+    form = 0 if abstain else r.randrange(3)
+    e1, e2, e3 = (_fill_event(w, p) for p in r.sample(_EVENTS, 3))
+
+    def gold(event: str) -> _Gold:
+        core = w.pick((
+            f"big news, I {event} today ({_DATE_MARK})!",
+            f"today, {_DATE_MARK}, I {event}.",
+            f"I {event} this morning, {_DATE_MARK}.",
+        ))
+        return _Gold("user", w.evidence(core), w.reply("the news"))
+
+    answer: str | Callable[[list[dt.datetime], dt.datetime], str]
+    if form == 0:
+        second = e3 if abstain else e2
+        q = f"How many days passed between the day I {e1[0]} and the day I {second[0]}?"
+        golds = [gold(e1[0]), gold(e2[0])]
+        if abstain:
+            answer = _abstain_answer(f"that you {e3[0]}")
+        else:
+            def answer(dates: list[dt.datetime], qdate: dt.datetime) -> str:
+                return f"{_days(dates[1], dates[0])} days"
+    elif form == 1:
+        q = f"How many days ago did I {e1[1]}?"
+        golds = [gold(e1[0])]
+
+        def answer(dates: list[dt.datetime], qdate: dt.datetime) -> str:
+            return f"{_days(qdate, dates[0])} days ago"
+    else:
+        first, later = e1, e2
+        shown = (first, later) if r.random() < 0.5 else (later, first)
+        q = f"Which did I do first: {shown[0][1]}, or {shown[1][1]}?"
+        golds = [gold(first[0]), gold(later[0])]
+        answer = first[0]
+    words = e1[1].split()
+    return _Plan(
+        question=q, answer=answer, golds=golds,
+        terms=(" ".join(words[-3:]), e1[1]),
+        forbidden=(e3[0],) if abstain else (),
+        min_day_gap=True,
+        subtype=f"temporal{form}",
+    )
+
+
+def _update_value(w: _Writer, kind: str) -> str:
+    r = w.rng
+    if kind == "time":
+        return f"{r.randint(18, 240)}:{r.randint(0, 59):02d}"
+    if kind == "count":
+        return str(r.randint(3, 60))
+    if kind == "money":
+        return w.money(600, 4200)
+    if kind == "name":
+        return f"{w.pick(_NAMES)} {w.pick(_STREETS)}"
+    if kind == "city":
+        return w.pick(_CITIES)
+    if kind == "days":
+        return f"{r.randint(1, 6)} days a week"
+    if kind == "steps":
+        return f"{r.randint(5, 18) * 1000:,} steps"
+    if kind == "place":
+        return f"{w.pick(_BRAND_A)} Fitness"
+    if kind == "pages":
+        return f"{r.randint(20, 600)} pages"
+    if kind == "clock":
+        return w.clock()
+    if kind == "wpm":
+        return f"{r.randint(40, 140)} words per minute"
+    raise ValueError(kind)
+
+
+def _plan_update(w: _Writer, abstain: bool) -> _Plan:
+    r = w.rng
+    index = r.randrange(len(_UPDATES))
+    question, statement, kind = _UPDATES[index]
+    slot = {
+        "race": w.pick(_RACES), "collection": w.pick(_COLLECTIONS), "street": w.pick(_STREETS) + " Street",
+        "role": w.pick(_ROLES), "rel": w.pick(_RELATIONS), "name": w.pick(_NAMES),
+        "activity": w.pick(_ACTIVITIES), "device": w.pick(("phone", "smartwatch", "fitness band")),
+        "book": w.book(), "weekday": w.pick(_WEEKDAYS), "fund": w.pick(_FUNDS),
+        "keyboard": w.pick(_KEYBOARDS),
+    }
+    old = _update_value(w, kind)
+    new = _update_value(w, kind)
+    while new == old:
+        new = _update_value(w, kind)
+    fact = statement.format(v="{v}", **slot)
+    old_text = w.evidence(fact.format(v=old) + ".")
+    new_text = w.evidence(w.pick((
+        f"update: {fact.format(v=new)} now, not {old} anymore.",
+        f"things changed, {fact.format(v=new)} as of this week.",
+        f"small milestone: {fact.format(v=new)} now.",
+    )))
+    asked = original = question.format(**slot)
+    forbidden: tuple[str, ...] = ()
+    if abstain:
+        key = next(k for k in slot if "{" + k + "}" in question)
+        bank = {"race": _RACES, "collection": _COLLECTIONS, "role": _ROLES, "rel": _RELATIONS,
+                "name": _NAMES, "activity": _ACTIVITIES, "fund": _FUNDS, "keyboard": _KEYBOARDS,
+                "weekday": _WEEKDAYS, "device": ("tablet", "treadmill")}
+        if key in bank:
+            alt = w.pick([x for x in bank[key] if x != slot[key]])
+        elif key == "book":
+            alt = w.book()
+            while alt == slot["book"]:
+                alt = w.book()
+        else:
+            alt = w.pick(_STREETS) + " Road"
+        asked = question.format(**{**slot, key: alt})
+        forbidden = (statement.format(**{**slot, key: alt, "v": "{v}"}).split("{v}")[0].strip(),)
+        what = asked.rstrip("?")
+        answer = _abstain_answer(f"anything about this ({what.lower()})")
+    else:
+        answer = new
+    first_word = statement.split("{")[0].strip()
+    key_phrase = original.rstrip("?").split(" ", 3)[-1]
+    return _Plan(
+        question=asked, answer=answer,
+        golds=[_Gold("user", old_text, w.reply(first_word or "that")),
+               _Gold("user", new_text, w.reply(first_word or "that"))],
+        terms=(key_phrase, fact.split("{v}")[0].strip()),
+        forbidden=forbidden,
+        subtype=f"update{index}",
+    )
+
+
+_BUILDERS: dict[str, Callable[[_Writer, bool], _Plan]] = {
+    "multi-session": _plan_multi,
+    "temporal-reasoning": _plan_temporal,
+    "knowledge-update": _plan_update,
+    "single-session-user": _plan_ssu,
+    "single-session-assistant": _plan_ssa,
+    "single-session-preference": _plan_pref,
+}
+
+
+# --------------------------------------------------------------------------- sessions and histories
+
+
+Pair = tuple[str, str]  # (user content, assistant content)
+
+
+@dataclass
+class _Session:
+    sid: str
+    turns: list[tuple[str, str, bool | None]]  # (role, content, has_answer or None)
+    tokens: int = 0
+    gold: int = -1  # index of the gold in the plan, -1 for non-answer sessions
+
+
+def _mentions(record: Record, phrases: Sequence[str]) -> bool:
+    """Whether any phrase occurs as whole words in the record's history."""
+    pattern = re.compile("|".join(rf"\b{re.escape(p)}\b" for p in phrases), re.IGNORECASE)
+    return any(
+        pattern.search(turn["content"]) for session in record["haystack_sessions"] for turn in session
+    )
+
+
+def _format_date(moment: dt.datetime) -> str:
+    return (f"{moment.year:04d}/{moment.month:02d}/{moment.day:02d} "
+            f"({_WEEKDAYS[moment.weekday()][:3]}) {moment.hour:02d}:{moment.minute:02d}")
+
+
+def _short_date(moment: dt.datetime) -> str:
+    return f"{_MONTHS[moment.month - 1]} {moment.day}"
+
+
+class _Generator:
+    def __init__(self, seed: int, settings: GeneratorSettings) -> None:
+        self.rng = random.Random(seed)
+        self.s = settings
+        self.w = _Writer(self.rng, settings)
+        self.used_ids: set[str] = set()
+        self.questions: set[str] = set()
+        self.session_tokens_target = settings.tokens_per_history / max(1, settings.sessions_per_history)
+        self.pairs_mean = max(1, round(self.session_tokens_target / 340))
+        self._build_pool()
+
+    # -- ids
+    def _fresh(self, make: Callable[[], str]) -> str:
+        while True:
+            sid = make()
+            if sid not in self.used_ids:
+                self.used_ids.add(sid)
+                return sid
+
+    def filler_id(self) -> str:
+        r = self.rng
+        if r.random() < 0.6:
+            return self._fresh(lambda: f"sharegpt_{r.getrandbits(28):07x}_{r.randrange(4)}")
+        return self._fresh(lambda: f"ultrachat_{r.randrange(10_000, 600_000)}")
+
+    def _pair_count(self) -> int:
+        m = self.pairs_mean
+        return self.rng.randint(max(1, m - m // 2), m + m // 2)
+
+    # -- the shared pool
+    def _build_pool(self) -> None:
+        w = self.w
+        size = max(4, round(self.s.pool_factor * self.s.sessions_per_history))
+        self.pool: list[_Session] = []
+        for _ in range(size):
+            topic = w.pick(_TOPICS)
+            turns: list[tuple[str, str, bool | None]] = []
+            for _ in range(self._pair_count()):
+                turns.append(("user", w.user_filler(topic), None))
+                turns.append(("assistant", w.assistant_filler(topic), None))
+            self.pool.append(_Session(self.filler_id(), turns))
+        # Loose pairs for answer and distractor sessions, kept apart from the pool sessions
+        # so a history never holds the same turn twice.
+        self.pairs: list[Pair] = []
+        for _ in range(max(16, size * 2)):
+            topic = w.pick(_TOPICS)
+            self.pairs.append((w.user_filler(topic), w.assistant_filler(topic)))
+        texts = [t[1] for s in self.pool for t in s.turns] + [x for p in self.pairs for x in p]
+        counts = dict(zip(texts, count_tokens(texts)))
+        for session in self.pool:
+            session.tokens = sum(counts[t[1]] for t in session.turns)
+
+    # -- per-question sessions
+    def _with_pairs(self, inserts: list[tuple[str, str, bool | None, bool | None]],
+                    flagged: bool, available: list[int]) -> list[tuple[str, str, bool | None]]:
+        """Filler pairs with the given (user, assistant, user flag, assistant flag) pairs mixed in."""
+        n_filler = max(0, self._pair_count() - len(inserts))
+        chosen: list[tuple[str, str, bool | None, bool | None]] = []
+        flag: bool | None = False if flagged else None
+        for _ in range(n_filler):
+            if not available:
+                break
+            u, a = self.pairs[available.pop()]
+            chosen.append((u, a, flag, flag))
+        for item in inserts:
+            chosen.insert(self.rng.randint(0, len(chosen)), item)
+        turns: list[tuple[str, str, bool | None]] = []
+        for u, a, fu, fa in chosen:
+            turns.append(("user", u, fu))
+            turns.append(("assistant", a, fa))
+        return turns
+
+    def _plan(self, qtype: str, abstain: bool) -> _Plan:
+        plan = _BUILDERS[qtype](self.w, abstain)
+        tries = 0
+        while plan.question in self.questions:
+            tries += 1
+            if tries < 40:
+                plan = _BUILDERS[qtype](self.w, abstain)
+            else:
+                plan.question = plan.question.rstrip("?") + f" (as of question {len(self.questions)})?"
+        self.questions.add(plan.question)
+        return plan
+
+    def question(self, qtype: str, abstain: bool) -> Record:
+        """One record; an abstention whose unstated subject turns up in the history is redrawn."""
+        for _ in range(20):
+            record, plan = self._attempt(qtype, abstain)
+            if not plan.forbidden or not _mentions(record, plan.forbidden):
+                return record
+            self.questions.discard(plan.question)
+        raise RuntimeError(f"could not build an abstention question of type {qtype}")
+
+    def _attempt(self, qtype: str, abstain: bool) -> tuple[Record, _Plan]:
+        r, s = self.rng, self.s
+        plan = self._plan(qtype, abstain)
+        available = r.sample(range(len(self.pairs)), len(self.pairs))
+        hexid = f"{r.getrandbits(32):08x}"
+        qid = self._fresh(lambda: f"{r.getrandbits(32):08x}") + ("_abs" if abstain else "")
+        answer_sessions: list[_Session] = []
+        for k, gold in enumerate(plan.golds):
+            if gold.role == "user":
+                insert = (gold.text, gold.partner, True, False)
+            else:
+                insert = (gold.partner, gold.text, False, True)
+            sid = self._fresh(lambda: f"answer_{hexid}_{k + 1}")
+            answer_sessions.append(_Session(sid, self._with_pairs([insert], True, available), gold=k))
+        lo, hi = s.distractors
+        n_distractors = r.randint(lo, hi)
+        distractor_sessions: list[_Session] = []
+        per = max(1, s.distractors_per_session)
+        made = 0
+        while made < n_distractors:
+            inserts: list[tuple[str, str, bool | None, bool | None]] = []
+            for _ in range(min(per, n_distractors - made)):
+                long_assistant = r.random() < s.distractor_assistant_share
+                u, a = self.w.distractor_pair(plan.terms, long_assistant,
+                                              lambda: self.w.assistant_filler(self.w.pick(_TOPICS)))
+                inserts.append((u, a, None, None))
+                made += 1
+            distractor_sessions.append(_Session(self.filler_id(), self._with_pairs(inserts, False, available)))
+        own = answer_sessions + distractor_sessions
+        texts = [t[1] for ses in own for t in ses.turns]
+        counts = dict(zip(texts, count_tokens(texts)))
+        total = 0
+        for ses in own:
+            ses.tokens = sum(counts[t[1]] for t in ses.turns)
+            total += ses.tokens
+        fillers: list[_Session] = []
+        for index in r.sample(range(len(self.pool)), len(self.pool)):
+            session = self.pool[index]
+            if total + session.tokens / 2 > s.tokens_per_history:
+                break
+            fillers.append(session)
+            total += session.tokens
+        others: list[_Session] = fillers + distractor_sessions
+        r.shuffle(others)
+        n_sessions = len(others) + len(answer_sessions)
+        moments, qdate, positions = self._timeline(n_sessions, len(answer_sessions), plan.min_day_gap)
+        ordered: list[_Session] = []
+        gold_at = dict(zip(positions, answer_sessions))
+        rest = iter(others)
+        for pos in range(n_sessions):
+            ordered.append(gold_at[pos] if pos in gold_at else next(rest))
+        gold_moments = [moments[p] for p in positions]
+        sessions_json: list[list[dict[str, Any]]] = []
+        for pos, ses in enumerate(ordered):
+            turns_json = []
+            for role, content, flag in ses.turns:
+                if flag and _DATE_MARK in content:
+                    content = content.replace(_DATE_MARK, _short_date(moments[pos]))
+                turn: dict[str, Any] = {"role": role, "content": content}
+                if flag is not None:
+                    turn["has_answer"] = flag
+                turns_json.append(turn)
+            sessions_json.append(turns_json)
+        answer = plan.answer if isinstance(plan.answer, str) else plan.answer(gold_moments, qdate)
+        record = {
+            "question_id": qid,
+            "question_type": qtype,
+            "question": plan.question,
+            "answer": answer,
+            "question_date": _format_date(qdate),
+            "haystack_session_ids": [ses.sid for ses in ordered],
+            "haystack_dates": [_format_date(m) for m in moments],
+            "haystack_sessions": sessions_json,
+            "answer_session_ids": [ses.sid for ses in ordered if ses.gold >= 0],
+        }
+        return record, plan
+
+    def _timeline(self, n: int, k: int, day_gap: bool
+                  ) -> tuple[list[dt.datetime], dt.datetime, list[int]]:
+        """Session moments (chronological), the question date, and the gold positions."""
+        r = self.rng
+        start = dt.datetime.combine(self.s.start + dt.timedelta(days=r.randrange(self.s.start_span_days)),
+                                    dt.time(r.randrange(24), r.randrange(60)))
+        moments = [start]
+        for _ in range(n - 1):
+            moments.append(moments[-1] + dt.timedelta(minutes=r.randint(6 * 60, 7 * 24 * 60)))
+        qdate = moments[-1] + dt.timedelta(minutes=r.randint(24 * 60, 10 * 24 * 60))
+        for _ in range(200):
+            positions = sorted(r.sample(range(n), k))
+            if not day_gap or all(
+                _days(moments[b], moments[a]) >= 1 for a, b in zip(positions, positions[1:])
+            ):
+                break
+        return moments, qdate, positions
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def generate(
+    questions: int,
+    seed: int,
+    tokens_per_history: int = 102_000,
+    *,
+    sessions_per_history: int = 50,
+    pool_factor: float = 2.5,
+    distractors: tuple[int, int] = (0, 10),
+    distractor_assistant_share: float = 0.5,
+    distractors_per_session: int = 2,
+    distractor_mentions: tuple[int, int] = (2, 4),
+    filler_assistant_tokens: tuple[int, int] = (150, 450),
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Record]:
+    """A synthetic LongMemEval-S dataset of ``questions`` records, deterministic in ``seed``.
+
+    Knobs (defaults in brackets):
+
+    - ``tokens_per_history`` [102,000]: target o200k tokens of each history
+      (sum of the turn contents; the realised mean is within ~1%).
+    - ``sessions_per_history`` [50]: sets the session size
+      (``tokens_per_history / sessions_per_history``) and hence the session count.
+    - ``pool_factor`` [2.5]: shared filler pool size in histories' worth of sessions.
+    - ``distractors`` [(0, 10)]: inclusive range of distractor pairs per question,
+      drawn uniformly. Each distractor pair has a user turn with the question's
+      content words.
+    - ``distractor_assistant_share`` [0.5]: chance that the distractor's assistant
+      turn is a long on-topic answer repeating the question's words (else generic filler).
+    - ``distractors_per_session`` [2]: distractor pairs per distractor session.
+    - ``distractor_mentions`` [(2, 4)]: how many sentences of a long distractor
+      answer name the question's topic.
+    - ``filler_assistant_tokens`` [(150, 450)]: size range of filler assistant turns.
+    - ``progress``: called as ``progress(done, total)`` after each question.
+
+    The question types follow :func:`type_mix`, abstention per :func:`abstention_mix`;
+    the record order is shuffled so every prefix mixes the types.
+    """
+    if questions < 0:
+        raise ValueError(f"questions must be >= 0, got {questions}")
+    if tokens_per_history < 1000:
+        raise ValueError(f"tokens_per_history must be >= 1000, got {tokens_per_history}")
+    settings = GeneratorSettings(
+        tokens_per_history=tokens_per_history,
+        sessions_per_history=sessions_per_history,
+        pool_factor=pool_factor,
+        distractors=distractors,
+        distractor_assistant_share=distractor_assistant_share,
+        distractors_per_session=distractors_per_session,
+        distractor_mentions=distractor_mentions,
+        filler_assistant_tokens=filler_assistant_tokens,
+    )
+    gen = _Generator(seed, settings)
+    types, abstentions = type_mix(questions), abstention_mix(questions)
+    slots: list[tuple[str, bool]] = []
+    for qtype in QUESTION_TYPES:
+        slots += [(qtype, True)] * abstentions[qtype]
+        slots += [(qtype, False)] * (types[qtype] - abstentions[qtype])
+    gen.rng.shuffle(slots)
+    records: list[Record] = []
+    for qtype, abstain in slots:
+        records.append(gen.question(qtype, abstain))
+        if progress is not None:
+            progress(len(records), questions)
+    return records
+
+
+def history_tokens(record: Record) -> int:
+    """o200k tokens of a record's history: the sum of its turns' content token counts."""
+    texts = [turn["content"] for session in record["haystack_sessions"] for turn in session]
+    return sum(count_tokens(texts))
+
+
+def write_dataset(records: Sequence[Record], path: str | Path) -> str:
+    """Write ``records`` as one compact JSON list (UTF-8); return the file's sha256."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "w", encoding="utf-8") as handle:
+        json.dump(list(records), handle, ensure_ascii=False)
+    digest = hashlib.sha256()
+    with open(target, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
