@@ -1,0 +1,155 @@
+"""The plugin end to end, through pytester, on the small hand-checkable fixture."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
+GRID = """
+from pytest_restore.plugin import RestoreCell
+
+
+def test_cell(restore_cell: RestoreCell) -> None:
+    restore_cell.audit()
+    restore_cell.check()
+"""
+SMALL = ["--restore-data", str(FIXTURE), "--restore-budgets", "600,300,100"]
+
+
+def _cells(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_grid_has_one_item_per_policy_and_budget(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest("-p", "no:xdist", "--collect-only", "-q", *SMALL)
+    ids = [line for line in result.outlines if "test_cell[" in line]
+    assert len(ids) == 6 * 3
+    assert "test_grid.py::test_cell[random-300]" in ids
+    assert "test_grid.py::test_cell[no-evict-100]" in ids
+
+
+def test_report_files_and_columns(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest("-p", "no:xdist", *SMALL, "--restore-policies", "fifo,random")
+    result.assert_outcomes(passed=6)
+    out = pytester.path / "restore-report"
+    rows = _cells(out / "cells.csv")
+    header = (out / "cells.csv").read_text().splitlines()[0].split(",")
+    assert header[:13] == (
+        "policy,budget,regime,reader,N,err,irr,rec,res,two_bin_share,irr_rate,accuracy,gold_evicted_rate".split(",")
+    )
+    assert {(r["policy"], r["budget"], r["regime"]) for r in rows} == {
+        (p, b, g) for p in ("fifo", "random") for b in ("600", "300", "100") for g in "ab"
+    }
+    # random pools its three seeds: three times the questions of fifo
+    n = {(r["policy"], r["budget"], r["regime"]): int(r["N"]) for r in rows}
+    assert n[("random", "300", "b")] == 3 * n[("fifo", "300", "b")] == 21
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 7 * 3 * 2 + 7 * 3 * 3 * 2
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["dataset"]["sha256"] == __import__("hashlib").sha256(FIXTURE.read_bytes()).hexdigest()
+    assert summary["run"]["exclusions"] == {"abstention question (no evidence to restore)": 1}
+    report = (out / "report.md").read_text()
+    assert summary["run"]["dataset"]["sha256"] in report
+    assert "## Regime (b)" in report and "## Regime (a)" in report
+    result.stdout.fnmatch_lines(["*restore-counterfactual audit (regime b)*", "fifo*600*7*"])
+
+
+def test_serial_and_xdist_reports_are_identical(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    serial = pytester.runpytest_subprocess("-p", "no:xdist", *SMALL, "--restore-report-dir", "serial")
+    serial.assert_outcomes(passed=18)
+    parallel = pytester.runpytest_subprocess("-n", "2", *SMALL, "--restore-report-dir", "parallel")
+    parallel.assert_outcomes(passed=18)
+    for name in ("cells.csv", "records.jsonl", "report.md", "summary.json"):
+        assert (pytester.path / "serial" / name).read_bytes() == (pytester.path / "parallel" / name).read_bytes(), name
+
+
+def test_policy_from_a_users_conftest_joins_the_report(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        from pytest_restore.eviction import VictimPolicy
+
+
+        class Newest(VictimPolicy):
+            name = "evict-newest"
+
+            def choose_victim(self, stored, units):
+                return stored[-1]
+
+
+        def pytest_restore_register_policies(registry, config):
+            registry.register(Newest())
+        """
+    )
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest("-p", "no:xdist", *SMALL, "--restore-policies", "no-evict,evict-newest")
+    result.assert_outcomes(passed=6)
+    rows = _cells(pytester.path / "restore-report" / "cells.csv")
+    mine = [r for r in rows if r["policy"] == "evict-newest"]
+    assert len(mine) == 6
+    # evicting the newest unit keeps the oldest ones: at the tightest budget gold is lost
+    tight = next(r for r in mine if r["budget"] == "100" and r["regime"] == "b")
+    assert float(tight["gold_evicted_rate"]) > 0
+
+
+def test_ini_keys_set_the_options(pytester: pytest.Pytester) -> None:
+    pytester.makeini(
+        f"""
+        [pytest]
+        restore_data = {FIXTURE}
+        restore_budgets = 300
+        restore_policies = fifo
+        restore_report_dir = from-ini
+        """
+    )
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest("-p", "no:xdist")
+    result.assert_outcomes(passed=1)
+    rows = _cells(pytester.path / "from-ini" / "cells.csv")
+    assert {r["budget"] for r in rows} == {"300"}
+
+
+def test_unknown_policy_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest("-p", "no:xdist", *SMALL, "--restore-policies", "lifo")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown policy 'lifo'*"])
+
+
+def test_subset_is_stratified_and_reported(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest("-p", "no:xdist", *SMALL, "--restore-policies", "fifo", "--restore-questions", "3")
+    result.assert_outcomes(passed=3)
+    summary = json.loads((pytester.path / "restore-report" / "summary.json").read_text())
+    assert summary["run"]["exclusions"]["outside the --restore-questions subset"] == 4
+    assert summary["counts"]["questions"] == 3
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda d: d[2].pop("answer"), "field 'answer'"),
+        (lambda d: d[1]["haystack_dates"].pop(), "field 'haystack_dates'"),
+        (lambda d: d[0]["haystack_sessions"][0][0].__setitem__("role", "system"), ".role"),
+        (lambda d: d[3]["answer_session_ids"].append("answer_missing"), "field 'answer_session_ids[2]'"),
+    ],
+)
+def test_malformed_data_stops_before_any_model_call(pytester: pytest.Pytester, mutate, expected) -> None:  # type: ignore[no-untyped-def]
+    data = json.loads(FIXTURE.read_text())
+    mutate(data)
+    bad = pytester.path / "bad.json"
+    bad.write_text(json.dumps(data))
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest_subprocess("-n", "2", "--restore-data", str(bad))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "bad.json" in errors[0] and expected in errors[0], result.stderr.lines
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    assert not (pytester.path / "restore-report").exists()
