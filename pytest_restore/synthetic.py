@@ -33,13 +33,15 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import itertools
 import json
 import math
 import random
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from pytest_restore.tokens import count_tokens
 
@@ -196,6 +198,7 @@ _SENTENCES = (
     "The most common mistake is to {v} too many things at once and lose track of the {n}.",
     "Once the {n} feels {a}, you can {v} the {n2} as well.",
 )
+_MENTIONING = tuple(t for t in _SENTENCES if "{t}" in t)
 _OPENERS = (
     "Great question!", "Sure, here are a few thoughts.", "That is a common concern.",
     "Happy to help with that.", "Good thinking.", "Of course.", "That makes sense.",
@@ -446,21 +449,27 @@ _DETAILS = (
     "I'm flying to {city} on {month} {day} for {n} days.",
 )
 _USER_DISTRACTORS = (
-    "I keep going back and forth about {a}. My {rel} says it's not worth the hassle, "
-    "but I think I'd use it at least {n} times a week. What would you weigh?",
-    "Random question about {a}: how do people usually decide about {b}? "
-    "I want to think it through before {month}.",
-    "My {rel} {name} asked me about {a} yesterday and I didn't really know what to say. "
-    "What are the basics of {b}?",
+    (
+        "I keep going back and forth about {a}. My {rel} says it's not worth the hassle, "
+        "but I think I'd use it at least {n} times a week. What would you weigh?"
+    ),
+    (
+        "Random question about {a}: how do people usually decide about {b}? "
+        "I want to think it through before {month}."
+    ),
+    (
+        "My {rel} {name} asked me about {a} yesterday and I didn't really know what to say. "
+        "What are the basics of {b}?"
+    ),
     "Is it normal to spend ages researching {a}? I have {n} browser tabs open about {b} right now.",
     "Can you help me make a checklist for {a}? I'd like to sort out {b} before the weekend.",
     "I read an article about {a} on the train this morning. Is the advice on {b} any good in general?",
     "What questions should I ask myself about {a}? {name} says {b} is mostly about patience.",
-)
-_DISTRACTOR_PROMPTS = (
-    "Can you tell me more about {a} in general?",
-    "What should someone know about {b} before deciding anything?",
-    "Could you walk me through the usual advice on {a}?",
+    "I was chatting with my {rel} about {a} over lunch on {weekday}. How do most people handle {b}?",
+    "Do you have a rule of thumb for {a}? I've been stuck on {b} for about {n} days.",
+    "Before {month} I want a plan for {a}. Where would you start with {b}?",
+    "{name} keeps sending me links about {a}. Is there anything to {b} I should actually read?",
+    "Honest opinion: am I overthinking {a}? My {rel} thinks {b} is simple.",
 )
 
 
@@ -477,7 +486,7 @@ class GeneratorSettings:
     distractors: tuple[int, int] = (0, 10)
     distractor_assistant_share: float = 0.5
     distractors_per_session: int = 2
-    distractor_mentions: tuple[int, int] = (2, 4)
+    distractor_mentions: tuple[int, int] = (3, 8)
     gold_tokens: tuple[int, int] = (40, 200)
     filler_assistant_tokens: tuple[int, int] = (150, 450)
     start: dt.date = dt.date(2022, 1, 1)
@@ -509,6 +518,13 @@ class _Plan:
     min_day_gap: bool = False  # gold sessions (and question date) on distinct days
     subtype: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _a(noun: str) -> str:
+    """``noun`` with an indefinite article; plural nouns go bare."""
+    if noun.endswith("s") and not noun.endswith(("ss", "us")):
+        return noun
+    return ("an " if noun[0] in "aeiou" else "a ") + noun
 
 
 def _abstain_answer(what: str) -> str:
@@ -560,8 +576,9 @@ class _Writer:
         }
 
     # -- filler prose
-    def sentence(self, topic: str) -> str:
-        template = self.pick(_SENTENCES)
+    def sentence(self, topic: str, mention: bool = False) -> str:
+        """One generic advice sentence; with ``mention`` it is sure to name ``topic``."""
+        template = self.pick(_MENTIONING if mention else _SENTENCES)
         n, n2 = self.rng.sample(_NOUNS, 2)
         return template.format(
             t=topic, v=self.pick(_VERBS), n=n, n2=n2, a=self.pick(_ADJS), adv=self.pick(_ADVERBS)
@@ -646,7 +663,7 @@ class _Writer:
         target = self.rng.randint(lo_t, hi_t - 40)
         paragraphs = [self.pick(_OPENERS)]
         for i in range(mentions):
-            paragraphs.append(self.sentence(a if i % 2 == 0 else b))
+            paragraphs.append(self.sentence(a if i % 2 == 0 else b, mention=True))
         body = self.prose(["this", "the decision", "the whole process"], max(60, target - 25 * mentions),
                           opener=False)
         return user, " ".join(paragraphs) + "\n\n" + body
@@ -664,37 +681,37 @@ def _plan_ssu(w: _Writer, abstain: bool) -> _Plan:
         store = w.store()
         core = f"I finally bought my {item} at {store} last {w.pick(_WEEKDAYS)}."
         q = "Where did I buy my {x}?"
-        ans, terms = store, (f"a {item}", f"where to buy a {item}")
+        ans, terms = store, (_a(item), f"where to buy {_a(item)}")
     elif kind == 1:
         price = w.money(40, 2400)
         core = f"I paid {price} for my {item} at {w.store()}, which felt like a lot."
         q = "How much did I pay for my {x}?"
-        ans, terms = price, (f"a {item}", f"how much to pay for a {item}")
+        ans, terms = price, (_a(item), f"how much to pay for {_a(item)}")
     elif kind == 2:
         name, rel = w.pick(_NAMES), w.pick(_RELATIONS)
-        core = f"My {rel} {name} gave me a {item} for my birthday on {w.pick(_MONTHS)} {r.randint(2, 28)}."
+        core = f"My {rel} {name} gave me {_a(item)} for my birthday on {w.pick(_MONTHS)} {r.randint(2, 28)}."
         q = "Who gave me the {x} for my birthday?"
-        ans, terms = name, (f"a {item}", f"a {item} as a birthday gift")
+        ans, terms = name, (_a(item), f"{_a(item)} as a birthday gift")
     elif kind == 3:
         rel, name, city = w.pick(_RELATIONS), w.pick(_NAMES), w.pick(_CITIES)
         item, alt_item = f"{rel} {name}", f"{rel} {w.pick([x for x in _NAMES if x != name])}"
         core = f"My {rel} {name} just moved to {city} for a new job, {r.randint(2, 9)} hours from me."
         q = "Which city did my {x} move to?"
-        ans, terms = city, (f"my {rel} moving", f"moving to a new city")
+        ans, terms = city, (f"my {rel} moving", "moving to a new city")
     elif kind == 4:
         pet, name = w.pick(_PETS), w.pick(_NAMES)
         item = pet
         alt_item = w.pick([x for x in _PETS if x != pet])
-        core = f"I adopted a {pet} from the shelter on {w.pick(_WEEKDAYS)} and named her {name}."
+        core = f"I adopted {_a(pet)} from the shelter on {w.pick(_WEEKDAYS)} and named her {name}."
         q = "What did I name my new {x}?"
-        ans, terms = name, (f"a new {pet}", f"naming a {pet}")
+        ans, terms = name, (f"a new {pet}", f"naming {_a(pet)}")
     else:
         act = w.pick(_ACTIVITIES)
         item, alt_item = act, w.pick([x for x in _ACTIVITIES if x != act])
         clock, day = w.clock(), w.pick(_WEEKDAYS)
         core = f"My {act} class starts at {clock} on {day}s now, with {w.pick(_NAMES)} teaching."
         q = "What time does my {x} class start?"
-        ans, terms = clock, (f"a {act} class", f"{act} class schedules")
+        ans, terms = clock, (_a(f"{act} class"), f"{act} class schedules")
     question = q.format(x=alt_item if abstain else item)
     text = w.evidence(core)
     return _Plan(
@@ -762,27 +779,31 @@ def _plan_pref(w: _Writer, abstain: bool) -> _Plan:
     kind = r.randrange(5)
     if kind == 0:
         pref = f"{w.pick(_DIETS)} {w.pick(_CUISINES)} dishes with {w.pick(_INGREDIENTS)}"
-        core = f"these days I mostly cook {pref}, ever since {w.pick(_MONTHS)} {r.randint(2019, 2022)}."
-        q = f"Can you suggest a {w.pick(_MEALS)} recipe for this {w.pick(_WEEKDAYS)}?"
+        meal = w.pick(_MEALS)
+        core = (f"whenever I look for a {meal} recipe, I stick to {pref}, ever since "
+                f"{w.pick(_MONTHS)} {r.randint(2019, 2022)}.")
+        q = f"Can you suggest a {meal} recipe for this {w.pick(_WEEKDAYS)}?"
         terms = ("a recipe", "cooking ideas")
     elif kind == 1:
         pref = f"{w.pick(_PODCAST_TOPICS)} podcasts under {r.choice((20, 30, 40, 45))} minutes"
-        core = f"for my {w.pick(_COMMUTES)} I only listen to {pref}, {r.randint(4, 6)} days a week."
-        q = f"Any podcast recommendations for my {w.pick(_COMMUTES)} in {w.pick(_MONTHS)}?"
+        commute = w.pick(_COMMUTES)
+        core = f"for my {commute} I only listen to {pref}, {r.randint(4, 6)} days a week."
+        q = f"Any podcast recommendations for my {commute} in {w.pick(_MONTHS)}?"
         terms = ("podcast recommendations", "podcasts")
     elif kind == 2:
         pref = f"quiet {w.pick(_TERRAINS)} towns within {r.randint(2, 5)} hours by train"
-        core = f"for weekend trips I love {pref} of {w.pick(_CITIES)}."
+        core = f"for a weekend trip I always pick {pref} of {w.pick(_CITIES)}."
         q = f"Where should I go for a weekend trip in {w.pick(_MONTHS)} with my {w.pick(_RELATIONS)}?"
         terms = ("a weekend trip", "weekend trips")
     elif kind == 3:
         pref = f"{w.pick(_GENRES)} novels by {w.pick(_NATIONALITIES)} authors"
-        core = f"lately I read almost only {pref}, about {r.randint(2, 6)} a month."
-        q = f"What should I read next on my {w.pick(_DEVICES)} this {w.pick(_SEASONS)}?"
+        device = w.pick(_DEVICES)
+        core = f"lately I read almost only {pref} on my {device}, about {r.randint(2, 6)} a month."
+        q = f"What should I read next on my {device} this {w.pick(_SEASONS)}?"
         terms = ("what to read next", "reading")
     else:
         pref = f"low-impact {w.pick(_WORKOUTS)} routines of about {r.choice((20, 30, 40))} minutes"
-        core = f"after my knee injury in {w.pick(_MONTHS)} I stick to {pref}."
+        core = f"since my knee injury in {w.pick(_MONTHS)}, any workout plan I follow has to be {pref}."
         q = f"Can you put together a workout plan for {w.pick(_SEASONS)} {w.pick(_WEEKDAYS)}s?"
         terms = ("a workout plan", "workouts")
     return _Plan(question=q, answer=f"The user would prefer {pref}.",
@@ -799,7 +820,7 @@ def _join_list(items: Sequence[str]) -> str:
 def _plan_multi(w: _Writer, abstain: bool) -> _Plan:
     r = w.rng
     cat_index = r.randrange(len(_CATEGORIES))
-    plural, past, perfect, phrase, instances = _CATEGORIES[cat_index]
+    plural, _past, perfect, phrase, instances = _CATEGORIES[cat_index]
     k = r.randint(2, 4)
     chosen = r.sample(instances, k)
     form = r.randrange(3)
@@ -1113,7 +1134,7 @@ class _Generator:
         r, s = self.rng, self.s
         plan = self._plan(qtype, abstain)
         available = r.sample(range(len(self.pairs)), len(self.pairs))
-        hexid = f"{r.getrandbits(32):08x}"
+        hexid = self._fresh(lambda: f"answer_{r.getrandbits(32):08x}")
         qid = self._fresh(lambda: f"{r.getrandbits(32):08x}") + ("_abs" if abstain else "")
         answer_sessions: list[_Session] = []
         for k, gold in enumerate(plan.golds):
@@ -1121,19 +1142,25 @@ class _Generator:
                 insert = (gold.text, gold.partner, True, False)
             else:
                 insert = (gold.partner, gold.text, False, True)
-            sid = self._fresh(lambda: f"answer_{hexid}_{k + 1}")
+            sid = f"{hexid}_{k + 1}"
             answer_sessions.append(_Session(sid, self._with_pairs([insert], True, available), gold=k))
         lo, hi = s.distractors
         n_distractors = r.randint(lo, hi)
         distractor_sessions: list[_Session] = []
         per = max(1, s.distractors_per_session)
         made = 0
+        seen: set[str] = set()
         while made < n_distractors:
             inserts: list[tuple[str, str, bool | None, bool | None]] = []
             for _ in range(min(per, n_distractors - made)):
                 long_assistant = r.random() < s.distractor_assistant_share
-                u, a = self.w.distractor_pair(plan.terms, long_assistant,
-                                              lambda: self.w.assistant_filler(self.w.pick(_TOPICS)))
+                for _ in range(8):  # no two distractors of one history alike
+                    u, a = self.w.distractor_pair(
+                        plan.terms, long_assistant, lambda: self.w.assistant_filler(self.w.pick(_TOPICS))
+                    )
+                    if u not in seen:
+                        break
+                seen.add(u)
                 inserts.append((u, a, None, None))
                 made += 1
             distractor_sessions.append(_Session(self.filler_id(), self._with_pairs(inserts, False, available)))
@@ -1199,7 +1226,7 @@ class _Generator:
         for _ in range(200):
             positions = sorted(r.sample(range(n), k))
             if not day_gap or all(
-                _days(moments[b], moments[a]) >= 1 for a, b in zip(positions, positions[1:])
+                _days(moments[b], moments[a]) >= 1 for a, b in itertools.pairwise(positions)
             ):
                 break
         return moments, qdate, positions
@@ -1218,7 +1245,7 @@ def generate(
     distractors: tuple[int, int] = (0, 10),
     distractor_assistant_share: float = 0.5,
     distractors_per_session: int = 2,
-    distractor_mentions: tuple[int, int] = (2, 4),
+    distractor_mentions: tuple[int, int] = (3, 8),
     filler_assistant_tokens: tuple[int, int] = (150, 450),
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Record]:
@@ -1237,7 +1264,7 @@ def generate(
     - ``distractor_assistant_share`` [0.5]: chance that the distractor's assistant
       turn is a long on-topic answer repeating the question's words (else generic filler).
     - ``distractors_per_session`` [2]: distractor pairs per distractor session.
-    - ``distractor_mentions`` [(2, 4)]: how many sentences of a long distractor
+    - ``distractor_mentions`` [(3, 8)]: how many sentences of a long distractor
       answer name the question's topic.
     - ``filler_assistant_tokens`` [(150, 450)]: size range of filler assistant turns.
     - ``progress``: called as ``progress(done, total)`` after each question.

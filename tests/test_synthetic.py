@@ -1,0 +1,290 @@
+"""The synthetic LongMemEval-S generator: layout, mix, sizes, determinism, CLI."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_restore.__main__ import main
+from pytest_restore.synthetic import (
+    ABSTENTION_MIX_500,
+    QUESTION_TYPES,
+    TYPE_MIX_500,
+    abstention_mix,
+    generate,
+    history_tokens,
+    type_mix,
+    write_dataset,
+)
+from pytest_restore.tokens import count_tokens
+
+Record = dict[str, Any]
+SMALL_TOKENS = 20_000
+DATE = re.compile(r"^\d{4}/\d{2}/\d{2} \((Mon|Tue|Wed|Thu|Fri|Sat|Sun)\) \d{2}:\d{2}$")
+FIELDS = {
+    "question_id": str,
+    "question_type": str,
+    "question": str,
+    "answer": str,
+    "question_date": str,
+    "haystack_session_ids": list,
+    "haystack_dates": list,
+    "haystack_sessions": list,
+    "answer_session_ids": list,
+}
+
+
+@pytest.fixture(scope="module")
+def small() -> list[Record]:
+    return generate(24, seed=7, tokens_per_history=SMALL_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def full_size() -> list[Record]:
+    return generate(12, seed=11)
+
+
+def _parse(date: str) -> dt.datetime:
+    return dt.datetime.strptime(date[:10] + date[-6:], "%Y/%m/%d %H:%M")
+
+
+def _gold_turns(record: Record) -> list[tuple[int, dict[str, Any]]]:
+    """(session position, turn) of every has_answer turn of an answer session."""
+    answer_ids = set(record["answer_session_ids"])
+    return [
+        (pos, turn)
+        for pos, (sid, session) in enumerate(zip(record["haystack_session_ids"], record["haystack_sessions"]))
+        if sid in answer_ids
+        for turn in session
+        if turn.get("has_answer")
+    ]
+
+
+def test_layout_matches_longmemeval_s(small: list[Record]) -> None:
+    assert len(small) == 24
+    ids, questions = Counter(), Counter()
+    for rec in small:
+        assert set(rec) == set(FIELDS)
+        for name, kind in FIELDS.items():
+            assert isinstance(rec[name], kind), name
+        ids[rec["question_id"]] += 1
+        questions[rec["question"]] += 1
+        assert rec["question_type"] in QUESTION_TYPES
+        n = len(rec["haystack_session_ids"])
+        assert n == len(rec["haystack_dates"]) == len(rec["haystack_sessions"])
+        assert len(set(rec["haystack_session_ids"])) == n
+        assert set(rec["answer_session_ids"]) <= set(rec["haystack_session_ids"])
+        assert rec["answer_session_ids"]
+        assert all(sid.startswith("answer_") for sid in rec["answer_session_ids"])
+        for sid, session in zip(rec["haystack_session_ids"], rec["haystack_sessions"]):
+            assert session, sid
+            assert sid.startswith(("answer_", "sharegpt_", "ultrachat_")), sid
+            for turn in session:
+                assert turn["role"] in ("user", "assistant")
+                assert isinstance(turn["content"], str) and turn["content"]
+                if sid in rec["answer_session_ids"]:
+                    assert isinstance(turn["has_answer"], bool)
+                else:
+                    assert "has_answer" not in turn
+        for sid, session in zip(rec["haystack_session_ids"], rec["haystack_sessions"]):
+            if sid in rec["answer_session_ids"]:
+                assert any(t["has_answer"] for t in session), sid
+        dates = [_parse(d) for d in rec["haystack_dates"]]
+        assert all(DATE.match(d) for d in rec["haystack_dates"] + [rec["question_date"]])
+        assert dates == sorted(dates)
+        assert _parse(rec["question_date"]) > dates[-1]
+    assert max(ids.values()) == 1
+    assert max(questions.values()) == 1
+
+
+def test_deterministic_in_the_seed(tmp_path: Path) -> None:
+    first = generate(12, seed=3, tokens_per_history=SMALL_TOKENS)
+    again = generate(12, seed=3, tokens_per_history=SMALL_TOKENS)
+    other = generate(12, seed=4, tokens_per_history=SMALL_TOKENS)
+    sha_a = write_dataset(first, tmp_path / "a.json")
+    sha_b = write_dataset(again, tmp_path / "b.json")
+    sha_c = write_dataset(other, tmp_path / "c.json")
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert sha_a == sha_b != sha_c
+
+
+def test_type_mix_of_500_is_the_benchmark_mix() -> None:
+    assert type_mix(500) == TYPE_MIX_500
+    abstention = abstention_mix(500)
+    assert {k: v for k, v in abstention.items() if v} == ABSTENTION_MIX_500
+    assert sum(abstention.values()) == 30
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 6, 11, 12, 13, 24, 50, 99, 100, 250, 333, 499, 500])
+def test_type_mix_scales(n: int) -> None:
+    types, abstention = type_mix(n), abstention_mix(n)
+    assert sum(types.values()) == n
+    assert all(abstention[t] < max(types[t], 1) for t in QUESTION_TYPES)
+    if n >= 12:
+        assert all(types[t] >= 1 for t in QUESTION_TYPES)
+
+
+def test_every_type_present_from_12_questions() -> None:
+    for n in range(12, 501):
+        types = type_mix(n)
+        assert sum(types.values()) == n
+        assert min(types.values()) >= 1, n
+
+
+def test_generated_mix_follows_type_mix(small: list[Record]) -> None:
+    got = Counter(r["question_type"] for r in small)
+    assert got == Counter({k: v for k, v in type_mix(24).items() if v})
+    abstained = Counter(r["question_type"] for r in small if r["question_id"].endswith("_abs"))
+    assert abstained == Counter({k: v for k, v in abstention_mix(24).items() if v})
+
+
+def test_history_size_at_default(full_size: list[Record]) -> None:
+    sizes = [history_tokens(r) for r in full_size]
+    mean = sum(sizes) / len(sizes)
+    assert 95_000 <= mean <= 110_000
+    assert all(40 <= len(r["haystack_sessions"]) <= 65 for r in full_size)
+
+
+def test_history_size_follows_target(small: list[Record]) -> None:
+    sizes = [history_tokens(r) for r in small]
+    assert 0.9 * SMALL_TOKENS <= sum(sizes) / len(sizes) <= 1.1 * SMALL_TOKENS
+
+
+def test_evidence_turns_are_short_and_hold_the_answer(small: list[Record]) -> None:
+    for rec in small:
+        gold = _gold_turns(rec)
+        sizes = count_tokens([t["content"] for _, t in gold])
+        assert sum(sizes) < 1000
+        for (_, turn), size in zip(gold, sizes):
+            assert 20 <= size <= 200, turn["content"]
+        qtype, answer = rec["question_type"], rec["answer"]
+        if rec["question_id"].endswith("_abs"):
+            assert "not mention" in answer
+            continue
+        roles = {t["role"] for _, t in gold}
+        assert roles == ({"assistant"} if qtype == "single-session-assistant" else {"user"})
+        if qtype in ("single-session-user", "single-session-assistant", "knowledge-update"):
+            assert answer in gold[-1][1]["content"]
+        if qtype.startswith("single-session"):
+            assert len(gold) == 1
+
+
+def test_multi_session_gold_spans_two_to_four_sessions(small: list[Record]) -> None:
+    multi = [r for r in small if r["question_type"] == "multi-session"]
+    assert multi
+    for rec in multi:
+        gold = _gold_turns(rec)
+        assert 2 <= len(gold) <= 4
+        assert len({pos for pos, _ in gold}) == len(gold)
+
+
+def test_knowledge_update_carries_a_superseded_fact(small: list[Record]) -> None:
+    updates = [r for r in small if r["question_type"] == "knowledge-update"]
+    assert updates
+    for rec in updates:
+        gold = _gold_turns(rec)
+        assert len(gold) == 2 and gold[0][0] < gold[1][0]
+        if not rec["question_id"].endswith("_abs"):
+            assert rec["answer"] in gold[1][1]["content"]
+            assert rec["answer"] not in gold[0][1]["content"]
+
+
+def test_temporal_answers_follow_the_dates(small: list[Record]) -> None:
+    for rec in small:
+        if rec["question_type"] != "temporal-reasoning" or rec["question_id"].endswith("_abs"):
+            continue
+        gold = _gold_turns(rec)
+        days = [_parse(rec["haystack_dates"][pos]).date() for pos, _ in gold]
+        if rec["question"].startswith("How many days passed"):
+            assert rec["answer"] == f"{(days[1] - days[0]).days} days"
+        elif rec["question"].startswith("How many days ago"):
+            asked = _parse(rec["question_date"]).date()
+            assert rec["answer"] == f"{(asked - days[0]).days} days ago"
+
+
+def test_filler_pool_is_shared_and_consistent(small: list[Record]) -> None:
+    seen: dict[str, list[Any]] = {}
+    shared = 0
+    for rec in small:
+        for sid, session in zip(rec["haystack_session_ids"], rec["haystack_sessions"]):
+            if sid in seen:
+                assert seen[sid] == session, sid
+                shared += 1
+            seen[sid] = session
+    assert shared > 0
+    histories = {tuple(sorted(r["haystack_session_ids"])) for r in small}
+    assert len(histories) == len(small)
+
+
+def test_distractor_knob(small: list[Record]) -> None:
+    none = generate(6, seed=7, tokens_per_history=SMALL_TOKENS, distractors=(0, 0))
+    many = generate(6, seed=7, tokens_per_history=SMALL_TOKENS, distractors=(10, 10))
+
+    def overlap(records: list[Record]) -> int:
+        """User turns outside answer sessions that share a content word with the question."""
+        total = 0
+        for rec in records:
+            q = {w for w in re.findall(r"[a-z]{5,}", rec["question"].lower())}
+            for sid, session in zip(rec["haystack_session_ids"], rec["haystack_sessions"]):
+                if sid in rec["answer_session_ids"]:
+                    continue
+                total += sum(
+                    1 for t in session
+                    if t["role"] == "user" and q & set(re.findall(r"[a-z]{5,}", t["content"].lower()))
+                )
+        return total
+
+    assert overlap(many) > overlap(none) + 30
+
+
+def test_info_density_control_evicts_gold_more_than_fifo(full_size: list[Record], tmp_path: Path) -> None:
+    pytest.importorskip("pytest_restore.eviction")
+    from pytest_restore.data import load_dataset
+    from pytest_restore.eviction import Control, EvictionContext, Fifo
+    from pytest_restore.units import build_history
+
+    write_dataset(full_size, tmp_path / "s.json")
+    evicted = Counter()
+    for q in load_dataset(tmp_path / "s.json").questions:
+        history = build_history(q)
+        for policy in (Fifo(), Control()):
+            kept = policy.retain(history.units, history.sizes, 80_000, EvictionContext(q.question_id))
+            evicted[policy.name] += any(not kept[g] for g in history.gold)
+    assert evicted["control"] >= 2 * max(evicted["fifo"], 1)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pytest_restore.data") is None, reason="no data.py")
+def test_loads_with_the_dataset_loader(small: list[Record], tmp_path: Path) -> None:
+    from pytest_restore.data import load_dataset
+
+    write_dataset(small, tmp_path / "s.json")
+    dataset = load_dataset(tmp_path / "s.json")
+    assert len(dataset.questions) == len(small)
+    assert sum(q.is_abstention for q in dataset.questions) == sum(abstention_mix(24).values())
+
+
+def test_cli_writes_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sub" / "synthetic.json"
+    argv = ["generate", "--questions", "12", "--seed", "5", "--out", str(out),
+            "--tokens-per-history", str(SMALL_TOKENS)]
+    assert main(argv) == 0
+    records = json.loads(out.read_text(encoding="utf-8"))
+    assert len(records) == 12
+    write_dataset(generate(12, seed=5, tokens_per_history=SMALL_TOKENS), tmp_path / "api.json")
+    assert out.read_bytes() == (tmp_path / "api.json").read_bytes()
+    captured = capsys.readouterr()
+    assert "12 questions" in captured.out and "sha256" in captured.out
+    assert "12/12" in captured.err
+
+
+def test_cli_rejects_bad_arguments(tmp_path: Path) -> None:
+    assert main(["generate", "--questions", "-1", "--seed", "0", "--out", str(tmp_path / "x")]) == 2
+    with pytest.raises(SystemExit):
+        main([])
