@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 import matplotlib
 from matplotlib.axes import Axes
@@ -24,7 +25,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from pytest_restore.stats import CellFigures, budget_label, policy_sort_key
+from pytest_restore.stats import budget_label, policy_sort_key
 
 #: Bin colours, the paper's palette.
 IRREVERSIBLE = "#B2182B"
@@ -35,11 +36,33 @@ _BAR_WIDTH = 0.8
 _GROUP_GAP = 0.8  # extra space between policy groups, in bar widths
 _LABEL_MIN = 0.07  # segments thinner than this get no percentage label
 
+
+class BarCell(Protocol):
+    """What a bar needs from a cell; :class:`pytest_restore.stats.CellStats` has it."""
+
+    @property
+    def policy(self) -> str: ...
+    @property
+    def budget(self) -> int: ...
+    @property
+    def regime(self) -> str: ...
+    @property
+    def reader(self) -> str: ...
+    @property
+    def err(self) -> int: ...
+    @property
+    def irr_share(self) -> float | None: ...
+    @property
+    def rec_share(self) -> float | None: ...
+    @property
+    def res_share(self) -> float | None: ...
+
+
 REGIME_TITLES = {"a": "regime (a): forced surviving gold", "b": "regime (b): top-k retrieval"}
 
 
 def write_figure(
-    cells: Sequence[CellFigures],
+    cells: Sequence[BarCell],
     out_dir: str | os.PathLike[str],
     *,
     regime: str = "b",
@@ -86,7 +109,7 @@ def write_figure(
     return png, svg
 
 
-def _draw_panel(ax: Axes, cells: Sequence[CellFigures]) -> None:
+def _draw_panel(ax: Axes, cells: Sequence[BarCell]) -> None:
     """Stacked bars for one reader's cells, grouped by policy."""
     policies = sorted({c.policy for c in cells}, key=policy_sort_key)
     positions: list[float] = []
@@ -122,7 +145,7 @@ def _draw_panel(ax: Axes, cells: Sequence[CellFigures]) -> None:
     ax.set_axisbelow(True)
 
 
-def _draw_bar(ax: Axes, x: float, cell: CellFigures) -> None:
+def _draw_bar(ax: Axes, x: float, cell: BarCell) -> None:
     """One stacked bar with percentage labels and the error count on top."""
     if not cell.err:
         ax.text(x, 0.02, "no errors", rotation=90, ha="center", va="bottom", fontsize=7)

@@ -74,34 +74,38 @@ POLICY_ORDER: tuple[str, ...] = (
     "control",
 )
 
-#: Columns of ``cells.csv``, in order (see :meth:`CellFigures.as_row`).
+#: The interval columns ``cells.csv`` gains from the bootstrap.
+INTERVAL_COLUMNS: tuple[str, ...] = (
+    "two_bin_lo",
+    "two_bin_hi",
+    "irr_rate_lo",
+    "irr_rate_hi",
+    "accuracy_lo",
+    "accuracy_hi",
+)
+#: Every column of :meth:`CellStats.as_row`, in order (the PROTOCOL's figures first).
 CELL_COLUMNS: tuple[str, ...] = (
-    "reader",
     "policy",
     "budget",
     "regime",
-    "seeds",
-    "records",
-    "excluded",
-    "not_answerable",
+    "reader",
     "N",
     "err",
     "irr",
     "rec",
     "res",
     "two_bin_share",
-    "two_bin_lo",
-    "two_bin_hi",
+    "irr_rate",
+    "accuracy",
+    "gold_evicted_rate",
+    *INTERVAL_COLUMNS,
     "irr_share",
     "rec_share",
     "res_share",
-    "irr_rate",
-    "irr_rate_lo",
-    "irr_rate_hi",
-    "accuracy",
-    "accuracy_lo",
-    "accuracy_hi",
-    "gold_evicted_rate",
+    "seeds",
+    "records",
+    "excluded",
+    "not_answerable",
 )
 
 BINS = ("irreversible", "recoverable", "residual")
@@ -405,7 +409,7 @@ class StatsSettings:
 
 
 @dataclass(frozen=True)
-class CellFigures:
+class CellStats:
     """Per-cell figures (PROTOCOL section 7) with bootstrap intervals.
 
     Shares and rates are ``None`` when their denominator is 0 (``two_bin_share``
@@ -441,6 +445,15 @@ class CellFigures:
     accuracy_hi: float | None
     gold_evicted_rate: float | None
     two_bin_undefined: int  # resamples dropped from the two-bin interval (0/0)
+
+    @property
+    def key(self) -> CellKey:
+        """``(policy, budget, regime, reader)``."""
+        return (self.policy, self.budget, self.regime, self.reader)
+
+    def intervals(self) -> dict[str, float | None]:
+        """The :data:`INTERVAL_COLUMNS`, rounded to 6 decimals."""
+        return {column: _round(getattr(self, column)) for column in INTERVAL_COLUMNS}
 
     def as_row(self) -> dict[str, Any]:
         """One ``cells.csv`` row keyed by :data:`CELL_COLUMNS` (floats rounded, seeds ``0;1;2``)."""
@@ -569,9 +582,16 @@ class Analysis:
 
     settings: StatsSettings
     questions: int
-    cells: tuple[CellFigures, ...]
+    cells: tuple[CellStats, ...]
     tests: tuple[HypothesisTest, ...]
     matching: tuple[PairMatch, ...]
+
+    def cell(self, policy: str, budget: int, regime: str, reader: str) -> CellStats | None:
+        """One cell's figures, or None when the records hold no such cell."""
+        for cell in self.cells:
+            if cell.key == (policy, budget, regime, reader):
+                return cell
+        return None
 
     def family(self, name: str, reader: str | None = None) -> list[HypothesisTest]:
         """The tests of one family (optionally of one reader), in report order."""
@@ -967,7 +987,7 @@ def _apply_holm(tests: list[HypothesisTest], alpha: float) -> list[HypothesisTes
     return out
 
 
-def _cell_figures(engine: _Engine, key: CellKey) -> CellFigures:
+def _cell_figures(engine: _Engine, key: CellKey) -> CellStats:
     policy, budget, regime, reader = key
     cell = engine.cells[key]
     c = [int(x) for x in cell.counts.sum(axis=1)]
@@ -979,7 +999,7 @@ def _cell_figures(engine: _Engine, key: CellKey) -> CellFigures:
     def share(num: int, den: int) -> float | None:
         return num / den if den else None
 
-    return CellFigures(
+    return CellStats(
         reader=reader,
         policy=policy,
         budget=budget,
@@ -1051,7 +1071,10 @@ def analyse(
       difference in ``irr/N`` on the questions oracle-answerable for both,
       two-sided; the interval half-width is the resolution. Unmatched pairs are
       in ``Analysis.matching`` with the accuracy gap;
-    - **TOST** on the same matched pairs with ``equivalence_margin``;
+    - **TOST** on the same matched pairs with ``equivalence_margin``: two
+      one-sided bootstrap tests (``diff <= -margin`` and ``diff >= +margin``),
+      p the larger of the two; "equivalent" when Holm's p < ``alpha``. Its
+      interval is the matching ``1 - 2 alpha`` percentile interval;
     - **control** vs each of ``baselines`` per budget on ``irr/N``, two-sided;
       expected to reject with the control more destructive.
 
