@@ -33,6 +33,21 @@ estimate reports ``undefined_resamples`` and the p-value uses ``R'`` = the
 number of defined resamples. When the point estimate itself is 0/0 the test is
 reported as ``"empty"`` with no statistic and no p-value, and it does not count
 towards its Holm family.
+
+Other choices, written down here because the paper leaves them open:
+
+- The question universe is every ``question_id`` in the records passed in,
+  oracle-answerable or not; a question outside a cell contributes zeros to it.
+  Resampling the whole universe keeps ``W`` common to every cell (so paired
+  contrasts are joint) and, for ratios, gives the same first-order variance as
+  resampling the cell's own questions.
+- H1 is one-sided (share > 0). H3, H2 and the positive control are two-sided,
+  as the paper's "smoothed two-sided p". The positive control's expectation
+  additionally needs the control to be the *more* destructive one.
+- ``expectation_met``: H1 and the positive control are expected to reject;
+  H3 carries the construct check "regime (a) has no recoverable error" (its
+  rejection count is a finding); R1, H2 and TOST are findings (None).
+- R1 is read from its interval (lower bound > 0.5) and is not Holm-adjusted.
 """
 
 from __future__ import annotations
@@ -279,6 +294,16 @@ def _ratio(num: FloatArray, den: FloatArray) -> FloatArray:
     return out
 
 
+def smoothed_p(far_side: int, resamples: int) -> float:
+    """``(1 + #resamples on the far side of the null) / (R + 1)``: never 0."""
+    return (1.0 + far_side) / (resamples + 1.0)
+
+
+def two_sided_p(p_greater: float, p_less: float) -> float:
+    """``min(1, 2 x the smaller one-sided p-value)``."""
+    return min(1.0, 2.0 * min(p_greater, p_less))
+
+
 @dataclass(frozen=True)
 class _Statistic:
     """A point estimate and its bootstrap distribution (NaN = undefined resample)."""
@@ -317,31 +342,21 @@ class _Statistic:
         defined = self.defined
         if self.point is None:
             return None
-        return (1.0 + float(np.count_nonzero(defined <= null))) / (defined.size + 1.0)
+        return smoothed_p(int(np.count_nonzero(defined <= null)), defined.size)
 
     def p_less(self, null: float) -> float | None:
         """One-sided p for ``H0: statistic >= null``; the far side is ``>= null``."""
         defined = self.defined
         if self.point is None:
             return None
-        return (1.0 + float(np.count_nonzero(defined >= null))) / (defined.size + 1.0)
+        return smoothed_p(int(np.count_nonzero(defined >= null)), defined.size)
 
     def p_two_sided(self, null: float) -> float | None:
         """``min(1, 2 x the smaller one-sided p)``."""
         greater, less = self.p_greater(null), self.p_less(null)
         if greater is None or less is None:
             return None
-        return min(1.0, 2.0 * min(greater, less))
-
-
-def smoothed_p(far_side: int, resamples: int) -> float:
-    """``(1 + #resamples on the far side of the null) / (R + 1)``: never 0."""
-    return (1.0 + far_side) / (resamples + 1.0)
-
-
-def two_sided_p(p_greater: float, p_less: float) -> float:
-    """``min(1, 2 x the smaller one-sided p-value)``."""
-    return min(1.0, 2.0 * min(p_greater, p_less))
+        return two_sided_p(greater, less)
 
 
 # --------------------------------------------------------------------------
@@ -856,6 +871,9 @@ def _r1(engine: _Engine, key: CellKey) -> HypothesisTest:
     return replace(test, decision="majority" if test.ci_lo > 0.5 else "not majority")
 
 
+_FAMILY_LABEL = {"control": "positive-control"}
+
+
 def _pair_test(
     family: str,
     first: CellKey,
@@ -879,7 +897,7 @@ def _pair_test(
         lo, hi = stat.interval(settings.confidence)
         null, alternative = 0.0, "two-sided"
     return HypothesisTest(
-        name=f"{family} {policy} vs {second[0]} {budget_label(budget)}",
+        name=f"{_FAMILY_LABEL.get(family, family)} {policy} vs {second[0]} {budget_label(budget)}",
         family=family,
         reader=reader,
         budget=budget,
