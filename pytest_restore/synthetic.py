@@ -448,6 +448,14 @@ _DETAILS = (
     "I finally finished the {n}-episode season {name} recommended.",
     "I'm flying to {city} on {month} {day} for {n} days.",
 )
+_ASSISTANT_DETAILS = (
+    "If you go on a {weekday}, aim to be there before {clock}.",
+    "Budget about {n}0 dollars for extras.",
+    "{name} at the front desk can usually help after {clock}.",
+    "Expect it to take {n} to {age} minutes the first time.",
+    "Most people see a difference within {n} days.",
+    "Check again around {month} {day}, when the schedule usually changes.",
+)
 _USER_DISTRACTORS = (
     (
         "I keep going back and forth about {a}. My {rel} says it's not worth the hassle, "
@@ -631,19 +639,30 @@ class _Writer:
     def evidence(self, core: str) -> str:
         """A fact-dense user turn: the core fact plus unrelated personal details.
 
-        Details are added (or dropped) until the turn is within ``gold_tokens``.
+        Its size is drawn within ``gold_tokens`` (biased to the short end) and
+        reached by adding details.
         """
         lead = self.pick(("", "Oh, by the way: ", "Quick update: ", "Side note, ", "Also, "))
         body = core[0].upper() + core[1:] if not lead else core
+        return self._pad(lead + body, self.details)
+
+    def assistant_evidence(self, core: str) -> str:
+        """A fact-dense assistant turn: the recommendation plus concrete practicalities."""
+        return self._pad(core, lambda count: " ".join(
+            self.pick(_ASSISTANT_DETAILS).format(**self.slots()) for _ in range(count)))
+
+    def _pad(self, core: str, more: Callable[[int], str]) -> str:
         lo, hi = self.s.gold_tokens
-        extra = [self.details(1) for _ in range(self.rng.randint(1, 2))]
-        text = " ".join([lead + body, *extra])
-        while count_tokens([text])[0] < lo:
-            extra.append(self.details(1))
-            text = " ".join([lead + body, *extra])
+        # a few tokens of slack: a date placeholder may render shorter than it counts
+        target = self.rng.randint(lo + 4, max(lo + 4, (lo + hi) // 2))
+        extra = [more(1)]
+        text = " ".join([core, *extra])
+        while count_tokens([text])[0] < target:
+            extra.append(more(1))
+            text = " ".join([core, *extra])
         while extra and count_tokens([text])[0] > hi:
             extra.pop()
-            text = " ".join([lead + body, *extra])
+            text = " ".join([core, *extra])
         return text
 
     def reply(self, topic: str) -> str:
@@ -770,8 +789,8 @@ def _plan_ssa(w: _Writer, abstain: bool) -> _Plan:
                 f"I'd check the domain and register by {w.pick(_MONTHS)} {r.randint(2, 28)}.")
         q, ans, terms = f"What was the first name you suggested for my {proj}?", names[0], (
             f"my {proj}", f"names for a {proj}")
-    return _Plan(question=q, answer=ans, golds=[_Gold("assistant", text, prompt)], terms=terms,
-                 subtype=f"ssa{kind}")
+    return _Plan(question=q, answer=ans, golds=[_Gold("assistant", w.assistant_evidence(text), prompt)],
+                 terms=terms, subtype=f"ssa{kind}")
 
 
 def _plan_pref(w: _Writer, abstain: bool) -> _Plan:

@@ -163,7 +163,7 @@ def test_evidence_turns_are_short_and_hold_the_answer(small: list[Record]) -> No
         sizes = count_tokens([t["content"] for _, t in gold])
         assert sum(sizes) < 1000
         for (_, turn), size in zip(gold, sizes):
-            assert 20 <= size <= 200, turn["content"]
+            assert 40 <= size <= 200, turn["content"]
         qtype, answer = rec["question_type"], rec["answer"]
         if rec["question_id"].endswith("_abs"):
             assert "not mention" in answer
