@@ -67,16 +67,23 @@ def _unit_draw(*parts: str) -> float:
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
-def _between(text: str, start: str, end: str | None) -> str | None:
-    i = text.rfind(start)
+def _between(text: str, start: str, end: str | None, *, from_end: bool = False) -> str | None:
+    """The text after the first ``start`` (the last with ``from_end``) and before ``end``.
+
+    ``end`` is searched from the back, and ``None`` means the end of the line.
+    Markers that precede free text are taken from the front and markers that
+    follow it from the back, so a snippet or an answer that happens to quote a
+    marker cannot cut the text short.
+    """
+    i = text.rfind(start) if from_end else text.find(start)
     if i < 0:
         return None
     i += len(start)
     if end is None:
         j = text.find("\n", i)
         return text[i:] if j < 0 else text[i:j]
-    j = text.find(end, i)
-    return text[i:j] if j >= 0 else None
+    j = text.rfind(end)
+    return text[i:j] if j >= i else None
 
 
 def _user_message(request: ChatRequest) -> str:
@@ -120,7 +127,7 @@ class FakeReader:
 
     def answer(self, prompt: str) -> str:
         """The fake reader's answer to one reader prompt."""
-        question = _between(prompt, "Question: ", "\nAnswer:")
+        question = _between(prompt, "\n\nQuestion: ", "\nAnswer:", from_end=True)
         date = _between(prompt, "Today's date: ", None)
         known = self._known.get((question or "", date or ""))
         if known is None:
@@ -163,8 +170,8 @@ class FakeJudge:
 
     def grade(self, prompt: str) -> str:
         """The verdict for one judge prompt."""
-        reference = _between(prompt, "Reference answer: ", "\nCandidate answer: ")
-        candidate = _between(prompt, "Candidate answer: ", "\n\nVerdict")
+        reference = _between(prompt, "\nReference answer: ", "\nCandidate answer: ")
+        candidate = _between(prompt, "\nCandidate answer: ", "\n\nVerdict")
         if reference is None or candidate is None:
             return "INCORRECT"
         same = normalise(candidate) == normalise(reference) and normalise(reference) != ""
@@ -188,7 +195,11 @@ class FakeScorer:
 
     def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Score each scorer request."""
-        return [ChatResult(str(self.score(_between(_user_message(r), "Snippet: ", "\nImportance") or ""))) for r in requests]
+        results = []
+        for request in requests:
+            content = _between(_user_message(request), "Snippet: ", "\nImportance (1-10):") or ""
+            results.append(ChatResult(str(self.score(content))))
+        return results
 
     @staticmethod
     def score(content: str) -> int:

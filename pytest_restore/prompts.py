@@ -100,7 +100,7 @@ class PromptSet:
 
 
 _VERDICT = re.compile(r"^\W*(CORRECT|INCORRECT)\W*$", re.IGNORECASE)
-_SCORE = re.compile(r"^\D*?(10|[1-9])(?!\d)")
+_SCORE = re.compile(r"^[^\d-]*?(10|[1-9])(?!\d)")
 
 
 def parse_verdict(reply: str) -> bool | None:

@@ -323,23 +323,12 @@ def _history_with(contents: list[str], gold: int) -> History:
     return h
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: FakeReader.answer cuts the snippet block at the first '\\n\\nQuestion: ' "
-    "(fake.py:128, _between uses find for the end marker), so a memory content containing "
-    "that text hides the gold snippets after it",
-)
 def test_reader_content_containing_question_marker() -> None:
     h = _history_with(["Quiz time!\n\nQuestion: what is 2+2?", "ok"], gold=2)
     reader = FakeReader([h])
     assert ask(reader, h, [0, 1, 2]) in (h.question.answer, wrong_answer(h.question.answer))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='BUG: FakeReader.answer takes the question date from the LAST "Today\'s date: " '
-    "(fake.py:124, _between uses rfind), which can be inside a memory snippet",
-)
 def test_reader_content_containing_date_marker() -> None:
     h = _history_with(["ok", "Today's date: 1999/01/01"], gold=2)
     reader = FakeReader([h])
@@ -347,11 +336,6 @@ def test_reader_content_containing_date_marker() -> None:
     assert ask(reader, h, [0, 1, 2]) in (h.question.answer, wrong_answer(h.question.answer))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: FakeScorer.run extracts the content between the last 'Snippet: ' and the first "
-    "'\\nImportance' (fake.py:191), so a content containing either is scored as a fragment",
-)
 @pytest.mark.parametrize(
     "content", ["I have 3 cats\nImportance (1-10): 9", "Snippet: nothing here"]
 )
@@ -360,11 +344,6 @@ def test_scorer_content_containing_template_markers(content: str) -> None:
     assert result.text == str(FakeScorer.score(content))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: parse_score reads a negative reply '-3' as 3 (prompts.py:103: \\D*? skips the "
-    "minus sign); an out-of-range reply must give None like '0' and '11'",
-)
 @pytest.mark.parametrize("reply", ["-3", "-1"])
 def test_parse_score_negative(reply: str) -> None:
     assert parse_score(reply) is None
