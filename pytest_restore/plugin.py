@@ -22,6 +22,8 @@ from .eviction import Policy, PolicyRegistry, default_registry
 from .fake import FakeJudge, FakeReader, FakeScorer
 from .models import ChatModel
 from .report import RunInfo, terminal_lines, write_report
+from .stats import BASELINES, CONTROL, DEFAULT_SEED, HypothesisTest
+from .stats import cell_checks as statistical_checks
 from .units import Granularity
 
 RECORDS_PROPERTY = "restore_records"
@@ -41,6 +43,9 @@ OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("judge", "fake", "judge model: fake or openai:MODEL"),
     ("scorer", "fake", "importance scorer model: fake or openai:MODEL"),
     ("embedded-questions", "100", "size of the embedded synthetic dataset"),
+    ("bootstrap", "10000", "question-cluster bootstrap resamples"),
+    ("bootstrap-seed", str(DEFAULT_SEED), "seed of the bootstrap"),
+    ("equivalence-margin", "0.03", "margin of the TOST equivalence test on matched pairs"),
 )
 
 
@@ -79,6 +84,16 @@ def _parse_ints(option: str, text: str) -> tuple[int, ...]:
     return tuple(values)
 
 
+def _parse_float(option: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise pytest.UsageError(f"--restore-{option}: {text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise pytest.UsageError(f"--restore-{option}: {value} is not between 0 and 1")
+    return value
+
+
 @dataclass(frozen=True)
 class RestoreSettings:
     """The parsed options: plain values, the same on the controller and every worker."""
@@ -95,6 +110,9 @@ class RestoreSettings:
     judge: str
     scorer: str
     embedded_questions: int
+    bootstrap: int
+    bootstrap_seed: int
+    equivalence_margin: float
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RestoreSettings:
@@ -124,6 +142,9 @@ class RestoreSettings:
             judge=raw["judge"],
             scorer=raw["scorer"],
             embedded_questions=_parse_ints("embedded-questions", raw["embedded-questions"])[0],
+            bootstrap=_parse_ints("bootstrap", raw["bootstrap"])[0],
+            bootstrap_seed=_parse_ints("bootstrap-seed", raw["bootstrap-seed"])[0],
+            equivalence_margin=_parse_float("equivalence-margin", raw["equivalence-margin"]),
         )
 
 
@@ -166,11 +187,50 @@ class RestoreCell:
         return self.run
 
     def check(self) -> None:
-        """Fail the item, in one readable block, when a construct check fails."""
+        """Fail the item, in one readable block, when one of the cell's checks fails.
+
+        The construct checks (PROTOCOL section 5), then the cell's own part of
+        the hypothesis families at the raw level: its H1 construct check, its
+        H3 contrast and, for the control, its positive-control contrasts
+        against each baseline. Holm across a family is applied at session end.
+        """
         run = self.run if self.run is not None else self.audit()
-        failures = cell_checks(run, self.session.audit())
+        audit = self.session.audit()
+        failures = cell_checks(run, audit)
+        s = self.session.settings
+        records = list(run.records)
+        if self.spec.policy == CONTROL:
+            for name in BASELINES:
+                if name in self.session.registry:
+                    baseline = audit.run_cell(self.session.registry[name], self.spec.budget)
+                    records += [r for r in baseline.records if r["regime"] == "b"]
+        tests = statistical_checks(
+            records,
+            self.spec.policy,
+            self.spec.budget,
+            reader=audit.reader.name,
+            resamples=s.bootstrap,
+            seed=s.bootstrap_seed,
+        )
+        failures += [describe_test(t) for t in tests if t.expectation_met is False]
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
+
+
+def describe_test(test: HypothesisTest) -> str:
+    """One line for a hypothesis test whose expectation failed."""
+
+    def num(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
+    p = test.p_holm if test.p_holm is not None else test.p_raw
+    which = "p_holm" if test.p_holm is not None else "p"
+    cell = f"{test.policy}" + (f" vs {test.other}" if test.other else "") + f" @ {test.budget}"
+    return (
+        f"{test.family} {cell} (reader {test.reader}): {test.name} {num(test.statistic)}, "
+        f"CI [{num(test.ci_lo)}, {num(test.ci_hi)}], {which} {num(p)} - expectation not met"
+        + (f" ({test.note})" if test.note else "")
+    )
 
 
 class RestoreSession:
@@ -193,6 +253,7 @@ class RestoreSession:
         self.records: list[dict[str, Any]] = []
         self.run_meta: dict[str, Any] = {}
         self.report_path: Path | None = None
+        self.failures: list[str] = []
         self.is_controller = not hasattr(config, "workerinput")
 
     # -- the grid ---------------------------------------------------------------
@@ -294,6 +355,10 @@ class RestoreSession:
             return
         files = write_report(self.records, self.run_info(), self.settings.report_dir)
         self.report_path = files.out_dir
+        self.failures = list(files.failures)
+        if self.failures:
+            # a family's expectation failed after Holm: the session fails, with no traceback
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """A short table of regime (b) and where the report is."""
@@ -303,6 +368,8 @@ class RestoreSession:
         for line in terminal_lines(self.records):
             terminalreporter.write_line(line)
         terminalreporter.write_line(f"report: {self.report_path}")
+        for failure in self.failures:
+            terminalreporter.write_sep("=", failure, red=True, bold=True)
 
 
 SESSION_KEY = pytest.StashKey[RestoreSession]()
