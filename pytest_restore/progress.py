@@ -79,7 +79,7 @@ class Progress:
                     # The first log line waits for progress, not the announcement.
                     self._last_draw = self._started
             self.total += calls
-        self._show(force=False)
+        self._show()
 
     def record(self, *, cached: bool = False, failed: bool = False) -> None:
         """Count one finished call (from the cache, failed, or plain)."""
@@ -87,13 +87,13 @@ class Progress:
             self.done += 1
             self.cached += cached
             self.failures += failed
-        self._show(force=False)
+        self._show()
 
     def retry(self) -> None:
         """Count one retried attempt."""
         with self._lock:
             self.retries += 1
-        self._show(force=False)
+        self._show()
 
     def close(self) -> None:
         """Print the final summary line (and end the redrawn line on a terminal)."""
@@ -126,13 +126,13 @@ class Progress:
             f" | {self.rate():.1f}/s"
         )
 
-    def _show(self, *, force: bool) -> None:
+    def _show(self) -> None:
         if self.quiet:
             return
         now = time.monotonic()
         with self._lock:
             if self.is_tty:
-                if not force and now - self._last_draw < self.tty_interval:
+                if now - self._last_draw < self.tty_interval:
                     return
                 line = self._line()
                 self._write("\r" + line.ljust(self._drawn_width))
@@ -140,7 +140,7 @@ class Progress:
             else:
                 step = (10 * self.done) // self.total if self.total else 0
                 due = now - self._last_draw >= self.log_interval
-                if not (force or step > self._last_step or due):
+                if not (step > self._last_step or due):
                     return
                 self._last_step = max(step, self._last_step)
                 self._write(self._line() + "\n")

@@ -19,19 +19,25 @@ per canonical body and ``server.successes`` counts well-formed 200 replies per
 canonical body, so a test can check that nothing was sent (or answered) twice.
 The ``Authorization`` header is checked against ``expected_key`` when set but
 never stored, so the log can be printed without leaking a key.
+
+The server is a minimal HTTP/1.1 (keep-alive, ``Content-Length`` bodies) on
+one asyncio event loop in a background thread: one thread instead of one per
+connection keeps its share of the GIL small, so it disturbs the client it
+measures as little as possible. The responder runs on that loop and should
+be quick (a fake model, not a real one).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
-import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -117,7 +123,7 @@ class _State:
 
 
 class OpenAIServer:
-    """A threaded OpenAI-compatible server on a free port of 127.0.0.1."""
+    """An OpenAI-compatible server on a free port of 127.0.0.1, run from a background thread."""
 
     def __init__(
         self,
@@ -135,37 +141,45 @@ class OpenAIServer:
         #: When set, a request whose bearer token differs gets a 401.
         self.expected_key = expected_key
         self._state = _State()
-        self._httpd: ThreadingHTTPServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
+        self._port = 0
 
     # -- lifecycle ---------------------------------------------------------
 
     def start(self) -> Self:
         """Bind a free port and serve from a background thread."""
-        handler = _make_handler(self)
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler, bind_and_activate=False)
-        # The default listen backlog (5) drops connection bursts from a
-        # 32-way client into SYN retries that cost a second each.
-        httpd.request_queue_size = 256
-        httpd.daemon_threads = True
-        httpd.server_bind()
-        httpd.server_activate()
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(target=loop.run_forever, name="openai-server", daemon=True)
         self._thread.start()
+        # A large backlog: a 32-way client opens its connections in one burst.
+        opening = asyncio.start_server(self._serve_connection, "127.0.0.1", 0, backlog=512)
+        self._server = asyncio.run_coroutine_threadsafe(opening, loop).result(timeout=10)
+        self._port = int(self._server.sockets[0].getsockname()[1])
         return self
 
     def stop(self) -> None:
-        """Stop serving and release the port."""
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
+        """Stop serving, drop open connections and release the port."""
+        loop, server = self._loop, self._server
+        if loop is None or server is None:
+            return
+
+        async def shutdown() -> None:
+            server.close()
+            current = asyncio.current_task()
+            tasks = [task for task in asyncio.all_tasks() if task is not current]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+            self._thread.join(timeout=10)
+        loop.close()
+        self._loop = self._server = self._thread = None
 
     def __enter__(self) -> Self:
         return self.start()
@@ -183,9 +197,9 @@ class OpenAIServer:
     @property
     def port(self) -> int:
         """The bound port."""
-        if self._httpd is None:
+        if self._server is None:
             raise RuntimeError("server not started")
-        return int(self._httpd.server_address[1])
+        return self._port
 
     @property
     def base_url(self) -> str:
@@ -194,7 +208,7 @@ class OpenAIServer:
 
     @property
     def log(self) -> list[LoggedRequest]:
-        """Every request received so far, in arrival order."""
+        """Every request handled so far, in the order they ended (with arrival times)."""
         with self._state.lock:
             return list(self._state.log)
 
@@ -212,9 +226,9 @@ class OpenAIServer:
 
     @property
     def total_requests(self) -> int:
-        """How many requests arrived."""
+        """How many requests arrived (hung ones included; the log has them when they end)."""
         with self._state.lock:
-            return len(self._state.log)
+            return sum(self._state.attempts.values())
 
     @property
     def max_in_flight(self) -> int:
@@ -230,9 +244,128 @@ class OpenAIServer:
             self._state.successes.clear()
             self._state.max_in_flight = self._state.in_flight
 
-    # -- request handling (runs on the server's threads) -------------------
+    # -- HTTP (runs on the server's event loop) -----------------------------
 
-    def _enter(self, body_key: str, body: dict[str, Any] | None) -> tuple[int, float]:
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                    return
+                request_line, *header_lines = head.decode("latin-1").split("\r\n")
+                method, _, rest = request_line.partition(" ")
+                path = rest.rpartition(" ")[0]
+                headers = {}
+                for line in header_lines:
+                    name, sep, value = line.partition(":")
+                    if sep:
+                        headers[name.strip().lower()] = value.strip()
+                length = int(headers.get("content-length") or 0)
+                raw = await reader.readexactly(length) if length else b""
+                keep_open = await self._handle(method, path, headers, raw, writer)
+                if not keep_open or headers.get("connection", "").lower() == "close":
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        except asyncio.CancelledError:
+            # stop() cancels open connections; asyncio would log a cancelled
+            # connection task as an error, and ending it is all we want.
+            return
+        finally:
+            writer.close()
+
+    async def _handle(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        raw: bytes,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
+        """Answer one request; ``False`` when the connection must be closed."""
+        try:
+            body: dict[str, Any] | None = json.loads(raw)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            body = None
+        body_key = canonical_body(body) if body is not None else raw.decode("utf-8", "replace")
+        attempt, started = self._enter(body_key)
+        if self.latency > 0:
+            await asyncio.sleep(self.latency)
+        fault = None
+        if method == "POST" and path.rstrip("/") == "/v1/chat/completions" and body is not None:
+            fault = self.faults.pick(body_key, attempt) if self._authorized(headers) else None
+        status, reply = self._reply(method, path, headers, body, fault)
+        # Logged before the reply leaves: a client holding its reply can
+        # rely on the log and the counters already showing it.
+        self._leave(started, body_key, body, attempt, fault, status)
+        if fault == "timeout":
+            await asyncio.sleep(self.faults.hang_seconds)
+        if reply is None:
+            writer.transport.abort()
+            return False
+        writer.write(reply)
+        await writer.drain()
+        return True
+
+    def _authorized(self, headers: dict[str, str]) -> bool:
+        expected = self.expected_key
+        return expected is None or headers.get("authorization") == f"Bearer {expected}"
+
+    def _reply(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: dict[str, Any] | None,
+        fault: str | None,
+    ) -> tuple[int | None, bytes | None]:
+        """The status and bytes to send (``None`` bytes: drop the connection)."""
+        if method != "POST" or path.rstrip("/") != "/v1/chat/completions":
+            return 404, _render(404, {"error": {"message": "not found"}})
+        if body is None:
+            return 400, _render(400, {"error": {"message": "invalid JSON body"}})
+        if not self._authorized(headers):
+            error = {
+                "message": "Incorrect API key provided.",
+                "type": "invalid_request_error",
+                "code": "invalid_api_key",
+            }
+            return 401, _render(401, {"error": error})
+        if fault is not None:
+            return self._fault(fault)
+        try:
+            text = self.responder(body.get("messages") or [])
+        except Exception as exc:  # noqa: BLE001 - a responder bug is the test's 500
+            return 500, _render(500, {"error": {"message": f"responder: {exc}"}})
+        return 200, _render(200, _completion(body, text))
+
+    def _fault(self, kind: str) -> tuple[int | None, bytes | None]:
+        """How to misbehave as ``kind``: the status and bytes, as ``_reply``."""
+        faults = self.faults
+        if kind in ("429", "503"):
+            headers: dict[str, str] = {}
+            if faults.retry_after is not None:
+                headers["Retry-After"] = faults.retry_after
+            if faults.retry_after_ms is not None:
+                headers["retry-after-ms"] = faults.retry_after_ms
+            message = "Rate limit reached" if kind == "429" else "Service unavailable"
+            return int(kind), _render(int(kind), {"error": {"message": message}}, headers)
+        if kind.isdigit():
+            return int(kind), _render(int(kind), {"error": {"message": f"injected {kind}"}})
+        if kind == "malformed":
+            return 200, _encode(200, b'{"id": "chatcmpl-broken", "choices": [{"message": ', {})
+        if kind in ("timeout", "drop"):
+            return None, None  # a timeout hangs first (in _handle), then drops
+        raise ValueError(f"unknown fault kind {kind!r}")
+
+    # -- accounting (also read from the test's thread) ----------------------
+
+    def _enter(self, body_key: str) -> tuple[int, float]:
         with self._state.lock:
             attempt = self._state.attempts[body_key]
             self._state.attempts[body_key] += 1
@@ -242,7 +375,6 @@ class OpenAIServer:
 
     def _leave(
         self,
-        *,
         started: float,
         body_key: str,
         body: dict[str, Any] | None,
@@ -255,6 +387,25 @@ class OpenAIServer:
             self._state.log.append(LoggedRequest(started, body_key, body, attempt, fault, status))
             if status == 200 and fault is None:
                 self._state.successes[body_key] += 1
+
+
+def _render(status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> bytes:
+    """A whole JSON response, ready to send."""
+    return _encode(status, json.dumps(payload).encode(), headers or {})
+
+
+def _encode(status: int, data: bytes, headers: dict[str, str]) -> bytes:
+    # Status line, headers and body go out in one write: split writes meet
+    # the client's delayed ACK under Nagle and cost ~40 ms each.
+    lines = [
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(data)}",
+        *(f"{name}: {value}" for name, value in headers.items()),
+        "",
+        "",
+    ]
+    return "\r\n".join(lines).encode("latin-1") + data
 
 
 def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
@@ -283,121 +434,3 @@ def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
-
-
-def _make_handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        # HTTP/1.1 so the client keeps its pooled connections alive.
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # the structured log replaces the stderr access log
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length)
-            try:
-                body: dict[str, Any] | None = json.loads(raw)
-            except ValueError:
-                body = None
-            body_key = (
-                canonical_body(body) if isinstance(body, dict) else raw.decode("utf-8", "replace")
-            )
-            attempt, started = server._enter(body_key, body)
-            fault: str | None = None
-            status: int | None = None
-            try:
-                if server.latency > 0:
-                    time.sleep(server.latency)
-                if self.path.rstrip("/") != "/v1/chat/completions":
-                    status = self._send_json(404, {"error": {"message": "not found"}})
-                    return
-                if not isinstance(body, dict):
-                    status = self._send_json(400, {"error": {"message": "invalid JSON"}})
-                    return
-                if server.expected_key is not None:
-                    auth = self.headers.get("Authorization", "")
-                    if auth != f"Bearer {server.expected_key}":
-                        status = self._send_json(
-                            401,
-                            {
-                                "error": {
-                                    "message": "Incorrect API key provided.",
-                                    "type": "invalid_request_error",
-                                    "code": "invalid_api_key",
-                                }
-                            },
-                        )
-                        return
-                fault = server.faults.pick(body_key, attempt)
-                if fault is not None:
-                    status = self._fault(fault)
-                    return
-                try:
-                    text = server.responder(body.get("messages") or [])
-                except Exception as exc:  # noqa: BLE001 - a responder bug is the test's 500
-                    status = self._send_json(500, {"error": {"message": f"responder: {exc}"}})
-                    return
-                status = self._send_json(200, _completion(body, text))
-            except (BrokenPipeError, ConnectionResetError):
-                status = None  # the client gave up (its timeout); nothing to send
-            finally:
-                server._leave(
-                    started=started,
-                    body_key=body_key,
-                    body=body if isinstance(body, dict) else None,
-                    attempt=attempt,
-                    fault=fault,
-                    status=status,
-                )
-
-        def _fault(self, kind: str) -> int | None:
-            faults = server.faults
-            if kind in ("429", "503"):
-                headers: dict[str, str] = {}
-                if faults.retry_after is not None:
-                    headers["Retry-After"] = faults.retry_after
-                if faults.retry_after_ms is not None:
-                    headers["retry-after-ms"] = faults.retry_after_ms
-                message = "Rate limit reached" if kind == "429" else "Service unavailable"
-                return self._send_json(int(kind), {"error": {"message": message}}, headers)
-            if kind.isdigit():
-                return self._send_json(int(kind), {"error": {"message": f"injected {kind}"}})
-            if kind == "timeout":
-                time.sleep(faults.hang_seconds)
-                self._drop()
-                return None
-            if kind == "malformed":
-                payload = b'{"id": "chatcmpl-broken", "choices": [{"message": '
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-                return 200
-            if kind == "drop":
-                self._drop()
-                return None
-            raise ValueError(f"unknown fault kind {kind!r}")
-
-        def _drop(self) -> None:
-            self.close_connection = True
-            try:
-                self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-        def _send_json(
-            self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
-        ) -> int:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-            return status
-
-    return Handler

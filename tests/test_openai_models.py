@@ -1,0 +1,456 @@
+"""OpenAIChatModel, ResponseCache and Progress against a real HTTP server.
+
+Every test talks to ``openai_server.OpenAIServer`` on 127.0.0.1 through the
+official ``openai`` client, so retries, timeouts and dropped connections are
+the real thing, not mocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, canonical_body
+
+from pytest_restore.cache import ResponseCache, request_key
+from pytest_restore.models import ChatModel, ChatRequest, ChatResult
+from pytest_restore.openai_models import OpenAIChatModel, estimate_tokens, parse_retry_after
+from pytest_restore.progress import Progress
+
+MODEL = "gpt-4o-mini"
+DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
+
+# A child process that answers questions ``first..last`` (``step`` -1 walks
+# them backwards) through one cache; prints the texts and the cache's waits.
+CHILD = """
+import json, sys
+from pytest_restore.cache import ResponseCache
+from pytest_restore.models import ChatRequest
+from pytest_restore.openai_models import OpenAIChatModel
+base_url, cache_dir, first, last, step = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+model = OpenAIChatModel(model="gpt-4o-mini", base_url=base_url, cache=ResponseCache(cache_dir),
+                        max_concurrency=4, timeout=5)
+requests = [ChatRequest(messages=(("system", "Answer briefly."), ("user", f"question {i}")),
+                        max_tokens=8) for i in range(first, last, step)]
+results = model.run(requests)
+print(json.dumps({"texts": [r.text for r in results], "waits": model.cache.stats().waits}))
+"""
+
+
+def questions(indices: Iterable[int]) -> list[ChatRequest]:
+    """The requests the tests (and ``CHILD``) send: one per question number."""
+    return [
+        ChatRequest(
+            messages=(("system", "Answer briefly."), ("user", f"question {i}")), max_tokens=8
+        )
+        for i in indices
+    ]
+
+
+def body_of(request: ChatRequest) -> str:
+    """The canonical body the server logs for ``request``."""
+    return canonical_body(
+        {
+            "model": MODEL,
+            "messages": request.as_openai_messages(),
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+        }
+    )
+
+
+def make_model(server: OpenAIServer, **kwargs: Any) -> OpenAIChatModel:
+    """A model on ``server`` with test-speed defaults (short timeout, tiny backoff)."""
+    settings: dict[str, Any] = {"timeout": 2.0, "backoff_base": 0.005, "backoff_cap": 0.05}
+    settings.update(kwargs)
+    return OpenAIChatModel(model=MODEL, base_url=server.base_url, **settings)
+
+
+@pytest.fixture
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer(latency=0.005) as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_openai_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+
+
+# -- plain answers -----------------------------------------------------------
+
+
+def test_answers_in_order_with_usage_and_snapshot(server: OpenAIServer) -> None:
+    model = make_model(server)
+    requests = questions([3, 1, 2, 1, 3])
+    results = model.run(requests)
+
+    assert isinstance(model, ChatModel)
+    assert model.name == "openai:gpt-4o-mini"
+    assert [r.text for r in results] == [
+        "echo: question 3",
+        "echo: question 1",
+        "echo: question 2",
+        "echo: question 1",
+        "echo: question 3",
+    ]
+    assert all(r.ok and r.error is None and not r.cached for r in results)
+    assert all(r.input_tokens > 0 and r.output_tokens == 3 for r in results)
+    assert {r.extra["model"] for r in results} == {MODEL + SNAPSHOT_SUFFIX}
+    # Duplicates within one run are sent once.
+    assert server.total_requests == 3
+    assert set(server.attempts.values()) == {1}
+    body = server.log[0].body
+    assert body is not None and body["temperature"] == 0 and body["max_tokens"] == 8
+    assert model.run([]) == []
+
+
+def test_concurrency_is_capped(server: OpenAIServer) -> None:
+    server.latency = 0.03
+    model = make_model(server, max_concurrency=5)
+    results = model.run(questions(range(30)))
+    assert all(r.ok for r in results)
+    assert server.max_in_flight == 5
+
+
+def test_run_works_from_inside_an_event_loop(server: OpenAIServer) -> None:
+    model = make_model(server)
+
+    async def inside() -> list[ChatResult]:
+        return model.run(questions([1]))
+
+    assert asyncio.run(inside())[0].text == "echo: question 1"
+
+
+# -- faults and retries -------------------------------------------------------
+
+
+def test_faulted_run_gives_the_fault_free_results() -> None:
+    requests = questions(range(60))
+    with OpenAIServer(latency=0.002) as clean:
+        expected = make_model(clean).run(requests)
+    faults = Faults(rate=0.2, kinds=FAULT_KINDS, seed=7, hang_seconds=0.6)
+    with OpenAIServer(latency=0.002, faults=faults) as faulty:
+        results = make_model(faulty, timeout=0.3, max_concurrency=16).run(requests)
+    # Read after stopping: a hung (timeout) request is logged when it ends.
+    log, successes = faulty.log, faulty.successes
+
+    assert [r.text for r in results] == [r.text for r in expected]
+    assert all(r.ok for r in results)
+    injected = {entry.fault for entry in log if entry.fault}
+    assert injected == set(FAULT_KINDS), "the seed should exercise every fault kind"
+    assert len(log) > len(requests)
+    # Each request was answered well exactly once.
+    assert len(successes) == len(requests) and set(successes.values()) == {1}
+
+
+def test_retry_after_seconds_is_honoured(server: OpenAIServer) -> None:
+    server.faults = Faults(rate=1.0, kinds=("429",), retry_after="1", max_per_request=1)
+    result = make_model(server).run(questions([1]))[0]
+    first, second = server.log
+    assert result.text == "echo: question 1"
+    assert (first.fault, second.fault) == ("429", None)
+    assert second.time - first.time >= 0.95  # backoff alone would be < 0.05 s
+
+
+def test_retry_after_ms_is_honoured(server: OpenAIServer) -> None:
+    server.faults = Faults(
+        rate=1.0, kinds=("503",), retry_after=None, retry_after_ms="300", max_per_request=1
+    )
+    result = make_model(server).run(questions([1]))[0]
+    first, second = server.log
+    assert result.ok
+    assert 0.28 <= second.time - first.time < 1.0
+
+
+def test_parse_retry_after_forms() -> None:
+    now = 1_700_000_000.0
+    http_date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(now + 7))
+    assert parse_retry_after({"Retry-After": "3"}) == 3.0
+    assert parse_retry_after({"retry-after": "0.5"}) == 0.5
+    assert parse_retry_after({"Retry-After": http_date}, now=now) == pytest.approx(7.0)
+    assert parse_retry_after({"retry-after-ms": "250", "Retry-After": "9"}) == 0.25
+    assert parse_retry_after({"Retry-After": "-4"}) == 0.0
+    assert parse_retry_after({"Retry-After": "86400"}) == 600.0
+    assert parse_retry_after({"Retry-After": "soon"}) is None
+    assert parse_retry_after({}) is None
+    assert parse_retry_after(None) is None
+
+
+def test_validator_rejection_is_retried_then_recorded_as_failure() -> None:
+    def judge(messages: list[dict[str, Any]]) -> str:
+        return "MAYBE" if messages[-1]["content"].endswith("2") else "CORRECT"
+
+    with OpenAIServer(judge) as server:
+        model = make_model(server, max_tries=3, validator=lambda t: t in {"CORRECT", "INCORRECT"})
+        ok, rejected = model.run(questions([1, 2]))
+        attempts = server.attempts
+
+    assert ok.text == "CORRECT"
+    assert rejected.text is None
+    assert (
+        rejected.error is not None and "validator" in rejected.error and "MAYBE" in rejected.error
+    )
+    assert attempts[body_of(questions([2])[0])] == 3
+    assert attempts[body_of(questions([1])[0])] == 1
+
+
+@pytest.mark.parametrize("kind", ["500", "timeout", "drop", "malformed"])
+def test_failing_every_try_gives_an_error_not_an_exception(server: OpenAIServer, kind: str) -> None:
+    server.faults = Faults(rate=1.0, kinds=(kind,), max_per_request=None, hang_seconds=0.4)
+    model = make_model(server, max_tries=3, timeout=0.2)
+    result = model.run(questions([1]))[0]
+    assert result.text is None and not result.ok
+    assert result.error is not None and result.error.startswith("failed after 3 tries")
+    assert server.total_requests == 3
+
+
+@pytest.mark.parametrize("status", ["400", "403", "422"])
+def test_client_errors_fail_at_once(server: OpenAIServer, status: str) -> None:
+    server.faults = Faults(rate=1.0, kinds=(status,), max_per_request=None)
+    result = make_model(server).run(questions([1]))[0]
+    assert result.text is None
+    assert result.error is not None and f"HTTP {status} (not retried)" in result.error
+    assert server.total_requests == 1
+
+
+def test_wrong_key_is_loud_and_fails_the_batch_unsent(
+    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    server.expected_key = "sk-test-the-right-one"
+    with caplog.at_level(logging.ERROR, logger="pytest_restore.openai"):
+        results = make_model(server, max_concurrency=2).run(questions(range(20)))
+    assert all(r.text is None for r in results)
+    assert all(r.error is not None and "401 authentication failed" in r.error for r in results)
+    assert "OPENAI_API_KEY was rejected" in (results[0].error or "")
+    assert server.total_requests <= 2  # the rest fail unsent
+    errors = [rec for rec in caplog.records if rec.levelno == logging.ERROR]
+    assert len(errors) == 1 and "401" in errors[0].getMessage()
+    assert DUMMY_KEY not in caplog.text and DUMMY_KEY not in repr(results)
+
+
+def test_missing_key_on_a_keyed_server_says_so(server: OpenAIServer) -> None:
+    server.expected_key = "sk-test-the-right-one"
+    result = make_model(server).run(questions([1]))[0]
+    assert result.error is not None and "OPENAI_API_KEY is not set" in result.error
+
+
+def test_rpm_meter_paces_requests(server: OpenAIServer) -> None:
+    model = make_model(server, rpm=1200)  # 20/s, bursts of 20
+    started = time.monotonic()
+    assert all(r.ok for r in model.run(questions(range(40))))
+    assert time.monotonic() - started >= 0.9  # 20 more after the burst, at 20/s
+
+
+# -- the cache ---------------------------------------------------------------
+
+
+def test_second_run_with_the_cache_sends_nothing(server: OpenAIServer, tmp_path: Path) -> None:
+    requests = questions(range(25))
+    first = make_model(server, cache=ResponseCache(tmp_path)).run(requests)
+    sent = server.total_requests
+    cache = ResponseCache(tmp_path)
+    second = make_model(server, cache=cache).run(requests)
+
+    assert sent == 25 and server.total_requests == 25
+    assert [r.text for r in second] == [r.text for r in first]
+    assert all(r.cached for r in second) and not any(r.cached for r in first)
+    assert [(r.input_tokens, r.output_tokens, r.extra) for r in second] == [
+        (r.input_tokens, r.output_tokens, r.extra) for r in first
+    ]
+    stats = cache.stats()
+    assert (stats.hits, stats.misses, stats.writes) == (25, 0, 0)
+    assert all(cache.contains(MODEL, request) for request in requests)
+    assert not cache.contains("gpt-4o", requests[0])  # the model is part of the key
+
+
+def test_cache_layout_is_fanned_out_and_atomic(server: OpenAIServer, tmp_path: Path) -> None:
+    requests = questions(range(10))
+    make_model(server, cache=ResponseCache(tmp_path)).run(requests)
+    files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    assert len(files) == 10 and all(p.suffix == ".json" for p in files)  # no temp or lock left
+    for request in requests:
+        key = request_key(MODEL, request)
+        entry = json.loads((tmp_path / key[:2] / f"{key}.json").read_text())
+        assert entry["text"] == f"echo: {request.messages[-1][1]}"
+        assert entry["served_model"] == MODEL + SNAPSHOT_SUFFIX
+        assert entry["input_tokens"] > 0
+
+
+def test_failures_are_not_cached(server: OpenAIServer, tmp_path: Path) -> None:
+    server.faults = Faults(rate=1.0, kinds=("500",), max_per_request=None)
+    cache = ResponseCache(tmp_path)
+    assert make_model(server, cache=cache, max_tries=2).run(questions([1]))[0].text is None
+    assert len(cache) == 0
+    server.faults = Faults()
+    assert make_model(server, cache=cache).run(questions([1]))[0].text == "echo: question 1"
+    assert server.total_requests == 3
+
+
+def test_two_processes_sharing_a_cache_send_each_request_once(tmp_path: Path) -> None:
+    # Overlapping ranges walked in opposite directions, so both processes
+    # reach the shared questions 30..59 at about the same time.
+    with OpenAIServer(latency=0.03) as server:
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", CHILD, server.base_url, str(tmp_path), *args],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for args in (("0", "60", "1"), ("89", "29", "-1"))
+        ]
+        outputs = [json.loads(child.communicate(timeout=60)[0]) for child in children]
+        attempts = server.attempts
+
+    assert all(child.returncode == 0 for child in children)
+    assert outputs[0]["texts"] == [f"echo: question {i}" for i in range(60)]
+    assert outputs[1]["texts"] == [f"echo: question {i}" for i in range(89, 29, -1)]
+    assert len(attempts) == 90 and set(attempts.values()) == {1}
+
+
+def test_rerun_after_a_partial_run_resends_nothing_completed(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    requests = questions(range(40))
+    make_model(server, cache=ResponseCache(tmp_path)).run(requests[:20])
+    results = make_model(server, cache=ResponseCache(tmp_path)).run(requests)
+    assert all(r.ok for r in results)
+    assert [r.cached for r in results] == [True] * 20 + [False] * 20
+    assert len(server.attempts) == 40 and set(server.attempts.values()) == {1}
+
+
+def test_rerun_after_a_killed_run_resends_only_unfinished(tmp_path: Path) -> None:
+    requests = questions(range(80))
+    with OpenAIServer(latency=0.05) as server:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, server.base_url, str(tmp_path), "0", "80", "1"],
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while sum(server.successes.values()) < 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGKILL)  # mid-run, locks held, no clean-up
+        child.wait(timeout=10)
+        cache = ResponseCache(tmp_path, lock_timeout=5)
+        done_before = {i for i, request in enumerate(requests) if cache.contains(MODEL, request)}
+        assert 0 < len(done_before) < len(requests)
+        server.reset_counters()
+        started = time.monotonic()
+        results = make_model(server, cache=cache, max_concurrency=16).run(requests)
+        elapsed = time.monotonic() - started
+        attempts = server.attempts
+
+    assert [r.text for r in results] == [f"echo: question {i}" for i in range(80)]
+    resent = {i for i, request in enumerate(requests) if attempts[body_of(request)]}
+    assert resent == set(range(80)) - done_before
+    assert set(attempts.values()) == {1}
+    assert elapsed < 5, "locks of the killed process must not be waited out"
+
+
+# -- the key never leaks -------------------------------------------------------
+
+
+def test_api_key_is_never_written_or_logged(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    caplog.set_level(logging.DEBUG)
+    faults = Faults(rate=0.3, kinds=("429", "500", "malformed", "drop"), seed=3)
+    with OpenAIServer(faults=faults, expected_key=DUMMY_KEY) as server:
+        progress = Progress(stream=sys.stderr, tty=False, log_interval=0.0)
+        model = make_model(server, cache=ResponseCache(tmp_path), progress=progress)
+        results = model.run(questions(range(30)))
+        progress.close()
+        assert all(r.ok for r in results)  # the key was sent, and accepted
+        assert server.total_requests > 30  # and there were retries to log
+        server.expected_key = "sk-test-another-key"
+        rejected = make_model(server, max_tries=2).run(questions([99]))[0]
+        assert rejected.error is not None
+
+    captured = capfd.readouterr()
+    assert "model calls" in captured.err
+    for text in (
+        captured.out,
+        captured.err,
+        caplog.text,
+        repr(model),
+        repr(results),
+        str(rejected),
+    ):
+        assert DUMMY_KEY not in text
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert DUMMY_KEY.encode() not in path.read_bytes(), path
+
+
+# -- cost control ----------------------------------------------------------------
+
+
+def test_estimate_tokens_counts_distinct_requests() -> None:
+    one = ChatRequest(messages=(("system", "Be brief."), ("user", "What is 2+2?")), max_tokens=10)
+    other = ChatRequest(messages=(("user", "hello"),), max_tokens=5)
+    input_one, output_one = estimate_tokens([one])
+    assert output_one == 10
+    assert input_one > 4 + 4 + 3  # content plus per-message and reply overhead
+    assert estimate_tokens([one, one]) == (input_one, output_one)
+    both = estimate_tokens([one, other, one])
+    assert both[1] == 15 and both[0] > input_one
+    assert estimate_tokens([]) == (0, 0)
+
+
+# -- progress --------------------------------------------------------------------
+
+
+def test_progress_redraws_one_line_on_a_terminal() -> None:
+    stream = io.StringIO()
+    progress = Progress(stream=stream, tty=True, tty_interval=0.0, label="reader")
+    progress.add_total(3)
+    progress.record(cached=True)
+    progress.retry()
+    progress.record(failed=True)
+    progress.record()
+    progress.close()
+    text = stream.getvalue()
+    assert text.count("\n") == 1 and text.endswith("\n") and "\r" in text
+    assert "reader done: 3/3 | cached 1 | retries 1 | failed 1" in text
+
+
+def test_progress_in_a_log_prints_steps_and_a_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    stream = io.StringIO()
+    progress = Progress(stream=stream, tty=False, log_interval=3600)
+    progress.add_total(100)
+    for _ in range(100):
+        progress.record()
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert "\r" not in stream.getvalue()
+    assert len(lines) == 11  # one per 10% and the summary
+    assert all(line.startswith("[gw1] model calls") for line in lines)
+    assert lines[-1].startswith("[gw1] model calls done: 100/100")
+
+
+def test_quiet_progress_prints_nothing_but_counts() -> None:
+    stream = io.StringIO()
+    progress = Progress(stream=stream, quiet=True, tty=True)
+    progress.add_total(2)
+    progress.record()
+    progress.close()
+    assert stream.getvalue() == "" and progress.done == 1
