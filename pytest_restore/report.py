@@ -4,11 +4,19 @@ From the per-question records (and the run's settings) it writes, into the
 report directory:
 
 - ``records.jsonl``: every record, sorted, one JSON object per line;
-- ``cells.csv``: one row per policy x budget x regime x reader;
+- ``cells.csv``: one row per policy x budget x regime x reader, with the
+  bootstrap intervals of the two-bin share, ``irr/N`` and accuracy;
+- ``hypotheses.json``: every test of every hypothesis family (statistic,
+  interval, raw and Holm-adjusted p, decision) and the H2 matching table;
 - ``report.md``: the per-cell tables in the paper's Table 1 layout, for both
-  regimes, with the exclusions and the dataset's sha256;
+  regimes, the hypothesis families, the H2 pairs, the bins by question type,
+  the exclusions and the dataset's sha256;
+- ``figure.png``/``figure.svg``: the three-bin shares per policy and budget;
 - ``summary.json``: run settings, dataset, counts and exclusions with reasons.
 
+The statistics pass (:func:`pytest_restore.stats.analyse`) runs once per
+report, with the bootstrap settings of the run (``bootstrap``,
+``bootstrap_seed``, ``equivalence_margin``, ``caliper`` in ``RunInfo.settings``).
 Everything is a function of the records and ``summary.json``'s run section,
 so ``python -m pytest_restore report`` rebuilds the same files from saved
 records, byte for byte. Output holds no timestamps or machine-dependent values.
@@ -20,12 +28,16 @@ import csv
 import io
 import json
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
+from . import stats
 from .audit import BINS, CellFigures, Record, tally
 from .eviction import BUILTIN_POLICIES
+from .figure import write_figure
+from .stats import INTERVAL_COLUMNS, Analysis, CellStats, HypothesisTest
 
 CELL_COLUMNS = (
     "policy",
@@ -43,24 +55,41 @@ CELL_COLUMNS = (
     "gold_evicted_rate",
 )
 EXTRA_COLUMNS = ("irr_share", "rec_share", "res_share", "negative_restore_gain", "excluded")
+#: Every column of ``cells.csv``: the PROTOCOL's figures, their intervals, the rest.
+CSV_COLUMNS = CELL_COLUMNS + INTERVAL_COLUMNS + EXTRA_COLUMNS
 
-REQUIRED_RECORD_KEYS = (
-    "question_id",
-    "question_type",
-    "policy",
-    "budget",
-    "seed",
-    "regime",
-    "reader",
-    "oracle_correct",
-    "policy_correct",
-    "restored_correct",
-    "negative_restore_gain",
-    "gold_units",
-    "gold_evicted",
-    "bin",
-    "excluded",
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_verdict(value: Any) -> bool:
+    return value is None or isinstance(value, bool)
+
+
+#: Every field a saved record must carry: (name, check, what the check wants).
+RECORD_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("question_id", _is_str, "a string"),
+    ("question_type", _is_str, "a string"),
+    ("policy", _is_str, "a string"),
+    ("budget", _is_int, "an integer"),
+    ("seed", _is_int, "an integer"),
+    ("regime", lambda v: v in ("a", "b"), "'a' or 'b'"),
+    ("reader", _is_str, "a string"),
+    ("oracle_correct", _is_verdict, "true, false or null"),
+    ("policy_correct", _is_verdict, "true, false or null"),
+    ("restored_correct", _is_verdict, "true, false or null"),
+    ("negative_restore_gain", lambda v: isinstance(v, bool), "true or false"),
+    ("gold_units", _is_int, "an integer"),
+    ("gold_evicted", _is_int, "an integer"),
+    ("bin", lambda v: v is None or v in BINS, "'irreversible', 'recoverable', 'residual' or null"),
+    ("excluded", lambda v: v is None or isinstance(v, str), "a string or null"),
 )
+REQUIRED_RECORD_KEYS = tuple(name for name, _check, _want in RECORD_FIELDS)
 
 _BUILTIN_ORDER = {cls.name: i for i, cls in enumerate(BUILTIN_POLICIES)}
 
@@ -98,7 +127,14 @@ def policy_order(name: str) -> tuple[int, str]:
 
 def record_order(r: Mapping[str, Any]) -> tuple[Any, ...]:
     """The canonical order of records: by cell, then seed, regime and question."""
-    return (policy_order(r["policy"]), -r["budget"], str(r["reader"]), r["seed"], r["regime"], r["question_id"])
+    return (
+        policy_order(r["policy"]),
+        -r["budget"],
+        str(r["reader"]),
+        r["seed"],
+        r["regime"],
+        r["question_id"],
+    )
 
 
 def sort_records(records: Iterable[Record]) -> list[Record]:
@@ -111,18 +147,50 @@ def cells_of(records: Iterable[Record]) -> dict[tuple[str, int, str, str], list[
     groups: dict[tuple[str, int, str, str], list[Record]] = defaultdict(list)
     for r in records:
         groups[(r["policy"], r["budget"], r["regime"], r["reader"])].append(r)
-    return {k: groups[k] for k in sorted(groups, key=lambda k: (policy_order(k[0]), -k[1], k[3], k[2]))}
+    return {
+        k: groups[k] for k in sorted(groups, key=lambda k: (policy_order(k[0]), -k[1], k[3], k[2]))
+    }
+
+
+# -- the statistics pass --------------------------------------------------------
+
+
+def analyse_records(records: Sequence[Record], info: RunInfo | None = None) -> Analysis:
+    """The statistics pass with the run's bootstrap settings (defaults where unset).
+
+    ``info.settings`` may carry ``bootstrap`` (resamples), ``bootstrap_seed``,
+    ``equivalence_margin`` and ``caliper``; missing keys take the paper's values.
+    """
+    settings = info.settings if info is not None else {}
+    return stats.analyse(
+        records,
+        resamples=int(settings.get("bootstrap", stats.DEFAULT_RESAMPLES)),
+        seed=int(settings.get("bootstrap_seed", stats.DEFAULT_SEED)),
+        equivalence_margin=float(
+            settings.get("equivalence_margin", stats.DEFAULT_EQUIVALENCE_MARGIN)
+        ),
+        caliper=float(settings.get("caliper", stats.DEFAULT_CALIPER)),
+    )
+
+
+# -- cells.csv --------------------------------------------------------------------
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
-def cell_rows(records: Sequence[Record]) -> list[dict[str, str]]:
+def _cell_index(analysis: Analysis) -> dict[tuple[str, int, str, str], CellStats]:
+    return {c.key: c for c in analysis.cells}
+
+
+def cell_rows(records: Sequence[Record], analysis: Analysis | None = None) -> list[dict[str, str]]:
     """The rows of ``cells.csv`` as formatted strings."""
+    index = _cell_index(analysis if analysis is not None else analyse_records(records))
     rows = []
     for (policy, budget, regime, reader), recs in cells_of(records).items():
         fig = tally(recs)
+        cell = index.get((policy, budget, regime, reader))
         row = {
             "policy": policy,
             "budget": str(budget),
@@ -137,38 +205,74 @@ def cell_rows(records: Sequence[Record]) -> list[dict[str, str]]:
             "irr_rate": _fmt(fig.irr_rate),
             "accuracy": _fmt(fig.accuracy),
             "gold_evicted_rate": _fmt(fig.gold_evicted_rate),
-            "irr_share": _fmt(fig.share("irreversible")),
-            "rec_share": _fmt(fig.share("recoverable")),
-            "res_share": _fmt(fig.share("residual")),
-            "negative_restore_gain": str(fig.negative_restore_gain),
-            "excluded": str(fig.excluded),
         }
+        for column in INTERVAL_COLUMNS:
+            row[column] = _fmt(getattr(cell, column)) if cell is not None else ""
+        row.update(
+            {
+                "irr_share": _fmt(fig.share("irreversible")),
+                "rec_share": _fmt(fig.share("recoverable")),
+                "res_share": _fmt(fig.share("residual")),
+                "negative_restore_gain": str(fig.negative_restore_gain),
+                "excluded": str(fig.excluded),
+            }
+        )
         rows.append(row)
     return rows
 
 
-def render_cells_csv(records: Sequence[Record]) -> str:
+def render_cells_csv(records: Sequence[Record], analysis: Analysis | None = None) -> str:
     """``cells.csv`` as text."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CELL_COLUMNS + EXTRA_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(cell_rows(records))
+    writer.writerows(cell_rows(records, analysis))
     return buf.getvalue()
 
 
 def render_records_jsonl(records: Iterable[Record]) -> str:
     """``records.jsonl`` as text, in canonical order."""
-    return "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in sort_records(records))
+    return "".join(
+        json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in sort_records(records)
+    )
+
+
+def render_hypotheses_json(analysis: Analysis) -> str:
+    """``hypotheses.json`` as text: settings, per-family summary, every test, the H2 matching."""
+    return json.dumps(analysis.to_json(), indent=2, sort_keys=True) + "\n"
+
+
+# -- report.md ----------------------------------------------------------------------
 
 
 def _budget_label(budget: int) -> str:
     return f"{budget // 1000}k" if budget % 1000 == 0 else str(budget)
 
 
-def render_cell_table(records: Sequence[Record], regime: str) -> str:
+def _short(value: float) -> str:
+    """``0.61 -> ".61"`` (the paper's interval style); 1.00 stays ``1.00``."""
+    text = f"{value:.2f}"
+    return text[1:] if text.startswith("0.") else text
+
+
+def _share_with_interval(point: float | None, lo: float | None, hi: float | None) -> str:
+    if point is None:
+        return "-"
+    if lo is None or hi is None:
+        return f"{point:.2f}"
+    return f"{point:.2f} ({_short(lo)}-{_short(hi)})"
+
+
+def render_cell_table(
+    records: Sequence[Record], regime: str, analysis: Analysis | None = None
+) -> str:
     """The per-cell table of one regime, in the paper's Table 1 layout (markdown)."""
+    index = _cell_index(analysis if analysis is not None else analyse_records(records))
     lines = [
-        "| policy | budget | reader | N | err | irr | rec | res | two-bin | irr-rate | accuracy | gold evicted |",
+        (
+            "| policy | budget | reader | N | err | irr | rec | res | two-bin (95% CI) | irr-rate | accuracy "
+            "| gold evicted |"
+        ),
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     previous = None
@@ -176,14 +280,205 @@ def render_cell_table(records: Sequence[Record], regime: str) -> str:
         if reg != regime:
             continue
         fig = tally(recs)
+        cell = index.get((policy, budget, reg, reader))
+        two_bin = _share_with_interval(
+            fig.two_bin_share,
+            cell.two_bin_lo if cell is not None else None,
+            cell.two_bin_hi if cell is not None else None,
+        )
         name = policy if policy != previous else ""
         previous = policy
         lines.append(
             f"| {name} | {_budget_label(budget)} | {reader} | {fig.N} | {fig.err} | {fig.irr} | {fig.rec} | "
-            f"{fig.res} | {_fmt(fig.two_bin_share, 2) or '-'} | {_fmt(fig.irr_rate, 2) or '-'} | "
+            f"{fig.res} | {two_bin} | {_fmt(fig.irr_rate, 2) or '-'} | "
             f"{_fmt(fig.accuracy, 2) or '-'} | {_fmt(fig.gold_evicted_rate, 2) or '-'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+#: The families in report order: (family, title, what is tested, the statistic's name).
+FAMILY_SECTIONS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "H1",
+        "H1: construct check, regime (a)",
+        (
+            "Per evicting and control cell, the regime-(a) two-bin share irr / (irr + rec) > 0 "
+            "(one-sided). Expected to reject in every cell."
+        ),
+        "two-bin share",
+    ),
+    (
+        "H3",
+        "H3: recoverable share, regime (b) minus (a)",
+        (
+            "Per the same cells, rec / (irr + rec) in regime (b) minus regime (a), paired by question "
+            "(two-sided). The rejections are a finding; regime (a) must hold no recoverable error."
+        ),
+        "recoverable share (b) - (a)",
+    ),
+    (
+        "R1",
+        "R1: is destruction the majority? (regime b)",
+        (
+            'Per regime-(b) cell, the two-bin share; "majority" where the interval\'s lower bound '
+            "exceeds 0.5. Read from the interval, so not Holm-adjusted; p is one-sided against 0.5."
+        ),
+        "two-bin share",
+    ),
+    (
+        "H2",
+        "H2: irreversible rate at matched accuracy (regime b)",
+        (
+            "Per accuracy-matched pair (see the pairs table below), the difference in irr / N, "
+            "paired on the questions oracle-answerable for both (two-sided)."
+        ),
+        "irr-rate difference",
+    ),
+    (
+        "control",
+        "Positive control: control against each baseline (regime b)",
+        (
+            "Per budget, irr / N of control minus each baseline (two-sided). Expected to reject with "
+            "the control the more destructive."
+        ),
+        "irr-rate difference",
+    ),
+    (
+        "TOST",
+        "Equivalence (TOST) on the matched pairs (regime b)",
+        (
+            "Two one-sided tests that the irr / N difference of a matched pair lies within the "
+            'equivalence margin; "equivalent" when Holm\'s p < alpha.'
+        ),
+        "irr-rate difference",
+    ),
+)
+_FAMILY_NAMES = {family: name for family, _title, _what, name in FAMILY_SECTIONS}
+_FAMILY_LABEL = {"control": "positive-control"}
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _interval(lo: float | None, hi: float | None, digits: int = 3) -> str:
+    return "-" if lo is None or hi is None else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _expectation(test: HypothesisTest) -> str:
+    text = {True: "met", False: "**not met**", None: "-"}[test.expectation_met]
+    return f"{text} ({test.note})" if test.note else text
+
+
+def render_family_table(tests: Sequence[HypothesisTest]) -> str:
+    """One family's tests as a markdown table."""
+    lines = [
+        "| test | reader | n | statistic | interval | p raw | p Holm | decision | expectation |",
+        "|---|---|---:|---:|---|---:|---:|---|---|",
+    ]
+    for t in tests:
+        lines.append(
+            f"| {t.name} | {t.reader} | {t.n_questions} | {_num(t.statistic)} | {_interval(t.ci_lo, t.ci_hi)} | "
+            f"{_num(t.p_raw, 4)} | {_num(t.p_holm, 4)} | {t.decision} | {_expectation(t)} |"
+        )
+    if not tests:
+        lines.append("| (no test: the grid holds none of this family's cells) | | | | | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def render_hypotheses_md(analysis: Analysis) -> str:
+    """The hypothesis-family sections of ``report.md``."""
+    s = analysis.settings
+    out = [
+        "## Hypothesis tests",
+        "",
+        (
+            f"Question-cluster bootstrap: {s.resamples} resamples of the {analysis.questions} question ids "
+            f"(seed {s.seed}), all seeds of a question moving together; {s.confidence:.0%} percentile "
+            f"intervals (TOST: {1 - 2 * s.alpha:.0%}); smoothed p-values; Holm-Bonferroni within each "
+            f"family and reader; alpha {s.alpha:g}; caliper {s.caliper:g}; equivalence margin "
+            f"{s.equivalence_margin:g}."
+        ),
+        "",
+        "| family | reader | tests | empty | rejected | expectation not met |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for row in analysis.summary():
+        label = _FAMILY_LABEL.get(row["family"], row["family"])
+        out.append(
+            f"| {label} | {row['reader']} | {row['tests']} | {row['empty']} | {row['rejected']} | "
+            f"{row['expectation_unmet']} |"
+        )
+    failures = session_failures(analysis)
+    out += [
+        "",
+        "Expectations not met (each fails the session):"
+        if failures
+        else "Every expectation is met.",
+        "",
+    ]
+    if failures:
+        out += [f"- {line}" for line in failures] + [""]
+    for family, title, what, _name in FAMILY_SECTIONS:
+        out += [f"### {title}", "", what, "", render_family_table(analysis.family(family))]
+    return "\n".join(out)
+
+
+def render_pairs_md(analysis: Analysis) -> str:
+    """The H2 pairs table: every candidate pair, matched or not and why, with the resolution."""
+    resolution = {
+        (t.reader, t.budget, t.policy, t.other): t.half_width for t in analysis.family("H2")
+    }
+    out = [
+        "## H2 pairs: accuracy matching (regime b)",
+        "",
+        (
+            f"Every pair of policies at a budget (the control and the reference excluded) is matched when "
+            f"their accuracies differ by at most the caliper {analysis.settings.caliper:g}. The resolution "
+            "of a matched pair is the half-width of its H2 interval."
+        ),
+        "",
+        (
+            "| reader | budget | pair | accuracy | accuracy (other) | gap | matched | why "
+            "| irr-rate difference | resolution |"
+        ),
+        "|---|---|---|---:|---:|---:|---|---|---:|---:|",
+    ]
+    for m in analysis.matching:
+        half = resolution.get((m.reader, m.budget, m.policy, m.other))
+        out.append(
+            f"| {m.reader} | {_budget_label(m.budget)} | {m.policy} vs {m.other} | {_num(m.accuracy)} | "
+            f"{_num(m.other_accuracy)} | {_num(m.gap)} | {'yes' if m.matched else 'no'} | {m.reason} | "
+            f"{_num(m.irr_rate_difference)} | {'±' + _num(half) if half is not None else '-'} |"
+        )
+    if not analysis.matching:
+        out.append("| (no candidate pair) | | | | | | | | | |")
+    return "\n".join(out) + "\n"
+
+
+def render_bins_by_type_md(records: Sequence[Record]) -> str:
+    """The breakdown of the bins by question type (every policy, budget and seed pooled)."""
+    out = [
+        "## Bins by question type",
+        "",
+        (
+            "Oracle-answerable records of every policy, budget and seed, pooled per reader, regime and "
+            "question type; shares are of the errors."
+        ),
+        "",
+        (
+            "| reader | regime | question type | N | err | irr | rec | res | irr share | rec share "
+            "| res share | two-bin |"
+        ),
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in stats.bins_by_type(records):
+        out.append(
+            f"| {row['reader']} | {row['regime']} | {row['question_type']} | {row['N']} | {row['err']} | "
+            f"{row['irr']} | {row['rec']} | {row['res']} | {_num(row['irr_share'], 2)} | "
+            f"{_num(row['rec_share'], 2)} | {_num(row['res_share'], 2)} | {_num(row['two_bin_share'], 2)} |"
+        )
+    return "\n".join(out) + "\n"
 
 
 def record_exclusions(records: Sequence[Record]) -> dict[str, int]:
@@ -195,14 +490,52 @@ def record_exclusions(records: Sequence[Record]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def render_report_md(records: Sequence[Record], info: RunInfo) -> str:
+def render_tables_md(records: Sequence[Record], analysis: Analysis) -> str:
+    """The tables of ``report.md``: both regimes, every family, the H2 pairs, bins by type.
+
+    A function of the records and the statistics settings alone (no run
+    settings, dataset or paths), so the snapshot tests compare exactly this.
+    """
+    out = [
+        "## Regime (b): top-k retrieval",
+        "",
+        (
+            "Oracle-answerable denominator N (random pooled over its seeds); errors binned irreversible, "
+            "recoverable or residual; two-bin = irr / (irr + rec) with its 95% question-cluster bootstrap "
+            "interval; irr-rate = irr / N."
+        ),
+        "",
+        render_cell_table(records, "b", analysis),
+        "## Regime (a): forced surviving gold (construct reference, rec = 0 by construction)",
+        "",
+        render_cell_table(records, "a", analysis),
+        render_hypotheses_md(analysis),
+        render_pairs_md(analysis),
+        render_bins_by_type_md(records),
+    ]
+    return "\n".join(out)
+
+
+def render_report_md(
+    records: Sequence[Record], info: RunInfo, analysis: Analysis | None = None
+) -> str:
     """``report.md`` as text."""
+    if analysis is None:
+        analysis = analyse_records(records, info)
     ds = info.dataset
     out = ["# Restore-counterfactual audit", ""]
     sha = ds.get("sha256", "unknown")
     official = ds.get("official")
-    out.append(f"Dataset sha256: `{sha}`" + (" (the official LongMemEval-S file)" if official else
-                                              " (not the official longmemeval_s_cleaned.json)" if official is False else ""))
+    out.append(
+        f"Dataset sha256: `{sha}`"
+        + (
+            " (the official LongMemEval-S file)"
+            if official
+            else " (not the official longmemeval_s_cleaned.json)"
+            if official is False
+            else ""
+        )
+    )
     out.append("")
     if ds:
         out.append(
@@ -222,43 +555,77 @@ def render_report_md(records: Sequence[Record], info: RunInfo) -> str:
     else:
         out.append("| none | 0 |")
     failed = record_exclusions(records)
-    out += ["", "Records excluded from a cell's decomposition (failed model calls, never scored as wrong):", ""]
+    out += [
+        "",
+        "Records excluded from a cell's decomposition (failed model calls, never scored as wrong):",
+        "",
+    ]
     out += ["| reason | records |", "|---|---:|"]
     if failed:
         for reason, count in failed.items():
             out.append(f"| {reason} | {count} |")
     else:
         out.append("| none | 0 |")
-    out += [
-        "",
-        "## Regime (b): top-k retrieval",
-        "",
-        "Oracle-answerable denominator N (random pooled over its seeds); errors binned irreversible, "
-        "recoverable or residual; two-bin = irr / (irr + rec); irr-rate = irr / N.",
-        "",
-        render_cell_table(records, "b"),
-        "## Regime (a): forced surviving gold (construct reference, rec = 0 by construction)",
-        "",
-        render_cell_table(records, "a"),
-    ]
+    out += ["", render_tables_md(records, analysis)]
     return "\n".join(out)
+
+
+# -- the session verdict --------------------------------------------------------------
+
+_EXPECTED = {
+    "H1": "expected a rejection",
+    "control": "expected the control significantly more destructive",
+}
+
+
+def session_failures(analysis: Analysis) -> list[str]:
+    """One line per family expectation that failed after Holm.
+
+    An H1 cell not rejected, a positive-control contrast that is not
+    significant with the control the more destructive, and an H3 construct
+    violation (a recoverable error in regime (a)). Empty tests (0/0 statistic)
+    carry no expectation and are not failures.
+    """
+    lines = []
+    for t in analysis.tests:
+        if t.expectation_met is not False:
+            continue
+        label = _FAMILY_LABEL.get(t.family, t.family)
+        cell = t.policy if t.other is None else f"{t.policy} vs {t.other}"
+        stat = _FAMILY_NAMES.get(t.family, "statistic")
+        ci = "-" if t.ci_lo is None or t.ci_hi is None else f"[{t.ci_lo:.2f}, {t.ci_hi:.2f}]"
+        why = t.note or _EXPECTED.get(t.family, "expectation not met")
+        lines.append(
+            f"{label} {cell} @ {_budget_label(t.budget)} (reader {t.reader}): {stat} {_num(t.statistic, 2)}, "
+            f"CI {ci}, p_holm {_num(t.p_holm)} - {why}"
+        )
+    return lines
+
+
+# -- writing ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ReportFiles:
-    """Where the report was written."""
+    """Where the report was written, and the expectations it found unmet."""
 
     out_dir: Path
     records: Path
     cells: Path
     report: Path
     summary: Path
+    hypotheses: Path
+    figure_png: Path
+    figure_svg: Path
+    failures: tuple[str, ...] = ()
 
 
-def summary_json(records: Sequence[Record], info: RunInfo) -> dict[str, Any]:
-    """``summary.json``: the run section plus counts."""
+def summary_json(
+    records: Sequence[Record], info: RunInfo, analysis: Analysis | None = None
+) -> dict[str, Any]:
+    """``summary.json``: the run section plus counts (and the hypothesis summary)."""
     bins = {b: sum(1 for r in records if r["bin"] == b) for b in BINS}
-    return {
+    out: dict[str, Any] = {
         "run": info.to_json(),
         "counts": {
             "records": len(records),
@@ -269,25 +636,50 @@ def summary_json(records: Sequence[Record], info: RunInfo) -> dict[str, Any]:
         },
         "record_exclusions": record_exclusions(records),
     }
+    if analysis is not None:
+        out["hypotheses"] = analysis.summary()
+        out["failures"] = session_failures(analysis)
+    return out
 
 
 def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) -> ReportFiles:
-    """Write every report file into ``out_dir``."""
+    """Write every report file into ``out_dir``; the statistics pass runs once.
+
+    ``ReportFiles.failures`` lists the family expectations that failed (see
+    :func:`session_failures`); the plugin fails the session on them.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ordered = sort_records(records)
-    files = ReportFiles(out, out / "records.jsonl", out / "cells.csv", out / "report.md", out / "summary.json")
-    files.records.write_text(render_records_jsonl(ordered), encoding="utf-8")
-    files.cells.write_text(render_cells_csv(ordered), encoding="utf-8")
-    files.report.write_text(render_report_md(ordered, info), encoding="utf-8")
-    files.summary.write_text(
-        json.dumps(summary_json(ordered, info), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    analysis = analyse_records(ordered, info)
+    files = ReportFiles(
+        out_dir=out,
+        records=out / "records.jsonl",
+        cells=out / "cells.csv",
+        report=out / "report.md",
+        summary=out / "summary.json",
+        hypotheses=out / "hypotheses.json",
+        figure_png=out / "figure.png",
+        figure_svg=out / "figure.svg",
+        failures=tuple(session_failures(analysis)),
     )
+    files.records.write_text(render_records_jsonl(ordered), encoding="utf-8")
+    files.cells.write_text(render_cells_csv(ordered, analysis), encoding="utf-8")
+    files.hypotheses.write_text(render_hypotheses_json(analysis), encoding="utf-8")
+    files.report.write_text(render_report_md(ordered, info, analysis), encoding="utf-8")
+    files.summary.write_text(
+        json.dumps(summary_json(ordered, info, analysis), indent=2, sort_keys=True) + "\n",
+        encoding="utf-8",
+    )
+    write_figure(analysis.cells, out)
     return files
 
 
+# -- reading saved records ---------------------------------------------------------------
+
+
 def read_records(path: str | Path) -> list[Record]:
-    """Read ``records.jsonl``; a record with a missing field is a one-line error."""
+    """Read ``records.jsonl``; a bad record is a one-line error naming line, question and field."""
     records = []
     p = Path(path)
     try:
@@ -303,19 +695,52 @@ def read_records(path: str | Path) -> list[Record]:
             raise RecordsError(f"{p}: line {n}: not JSON: {exc.msg}") from None
         if not isinstance(rec, dict):
             raise RecordsError(f"{p}: line {n}: not a JSON object")
-        missing = [k for k in REQUIRED_RECORD_KEYS if k not in rec]
-        if missing:
+        problem = _record_problem(rec)
+        if problem is not None:
+            name, what = problem
             who = rec.get("question_id", "?")
-            raise RecordsError(f"{p}: line {n} (question {who!r}): missing field {missing[0]!r}")
+            raise RecordsError(f"{p}: line {n}: question {who!r}: field {name!r}: {what}")
         records.append(rec)
     if not records:
         raise RecordsError(f"{p}: no records")
     return records
 
 
+def _record_problem(rec: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The first field of a record that is missing or wrong, and what is wrong with it."""
+    for name, check, want in RECORD_FIELDS:
+        if name not in rec:
+            return name, "missing"
+        if not check(rec[name]):
+            return name, f"must be {want}, got {json.dumps(rec[name])}"
+    enters_n = rec["excluded"] is None and rec["oracle_correct"] is True
+    if enters_n and rec["policy_correct"] is None:
+        return "policy_correct", "null on an oracle-answerable record that is not excluded"
+    if rec["bin"] is not None and not (enters_n and rec["policy_correct"] is False):
+        return "bin", f"{rec['bin']!r} on a record that is not an oracle-answerable policy error"
+    return None
+
+
+def read_run_info(records_path: str | Path) -> RunInfo:
+    """The run section of the ``summary.json`` beside ``records_path``; empty when absent."""
+    summary = Path(records_path).with_name("summary.json")
+    if not summary.exists():
+        return RunInfo()
+    try:
+        data = json.loads(summary.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RecordsError(f"{summary}: cannot read the run section: {exc}") from None
+    run = data.get("run") if isinstance(data, dict) else None
+    if not isinstance(run, dict):
+        raise RecordsError(f"{summary}: no 'run' object")
+    return RunInfo.from_json(run)
+
+
 def terminal_lines(records: Sequence[Record]) -> list[str]:
     """A short summary for the end of the pytest run: regime (b) per cell."""
-    lines = [f"{'policy':<16}{'budget':>8}{'N':>7}{'err':>6}{'irr':>6}{'rec':>6}{'res':>6}{'two-bin':>9}{'acc':>7}"]
+    lines = [
+        f"{'policy':<16}{'budget':>8}{'N':>7}{'err':>6}{'irr':>6}{'rec':>6}{'res':>6}{'two-bin':>9}{'acc':>7}"
+    ]
     for (policy, budget, regime, _reader), recs in cells_of(records).items():
         if regime != "b":
             continue
