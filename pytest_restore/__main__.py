@@ -69,10 +69,50 @@ def _run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- report
+
+
+def _add_report(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="rebuild the report from saved records, without any model call",
+        description=(
+            "Write the session report (records.jsonl, cells.csv, hypotheses.json, report.md, "
+            "summary.json, figure.png, figure.svg) from a saved records.jsonl. The run section "
+            "(settings, dataset, exclusions) is read from the summary.json beside RECORDS; "
+            "without one the report has no run settings and the statistics use their defaults. "
+            "Given the files of a session, the output is byte-identical to what the session wrote."
+        ),
+    )
+    parser.add_argument("records", metavar="RECORDS.jsonl", help="saved per-question records")
+    parser.add_argument("--out", required=True, help="directory to write the report into")
+    parser.set_defaults(func=_run_report)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from pytest_restore.report import RecordsError, read_records, read_run_info, write_report
+
+    try:
+        records = read_records(args.records)
+        info = read_run_info(args.records)
+        files = write_report(records, info, args.out)
+    except RecordsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:  # records that read well but contradict each other
+        print(f"error: {args.records}: {err}", file=sys.stderr)
+        return 2
+    print(f"report: {len(records)} records -> {files.out_dir}")
+    for failure in files.failures:
+        print(f"expectation not met: {failure}")
+    return 0
+
+
 # --------------------------------------------------------------------------- entry point
 
 _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_generate,
+    _add_report,
 )
 
 

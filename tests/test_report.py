@@ -1,0 +1,388 @@
+"""Tests of the report: interval columns, hypotheses.json, session failures, saved records."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_restore.report import (
+    CELL_COLUMNS,
+    CSV_COLUMNS,
+    RecordsError,
+    RunInfo,
+    analyse_records,
+    read_records,
+    render_records_jsonl,
+    session_failures,
+    write_report,
+)
+from pytest_restore.stats import FAMILIES, INTERVAL_COLUMNS
+
+Record = dict[str, Any]
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
+QUESTION_TYPES = (
+    "single-session-user",
+    "single-session-assistant",
+    "single-session-preference",
+    "multi-session",
+    "temporal-reasoning",
+    "knowledge-update",
+)
+BUDGETS = (80_000, 8_000)
+SEEDS = {"random": (0, 1, 2)}
+#: Probability that eviction removes gold, per policy and budget (loose, tight).
+HEALTHY = {
+    "no-evict": (0.0, 0.0),
+    "fifo": (0.2, 0.4),
+    "random": (0.2, 0.4),
+    "redundancy": (0.15, 0.35),
+    "llm-importance": (0.1, 0.3),
+    "control": (0.9, 0.99),
+}
+#: The failing case: the control evicts gold no more often than the baselines.
+TAME_CONTROL = {**HEALTHY, "control": (0.2, 0.4)}
+
+
+def fixed_records(
+    eviction: dict[str, tuple[float, float]] = HEALTHY, questions: int = 36, reader: str = "fake"
+) -> list[Record]:
+    """Deterministic records of a small grid (string-seeded ``random.Random``, no model).
+
+    Gold evicted: the policy answer is wrong unless a lucky draw; restore fixes
+    most (irreversible) but not all (residual). Gold kept: regime (a) answers as
+    the restored condition does (no recoverable error by construction); regime
+    (b) sometimes misses the gold (recoverable). One question in nine is not
+    oracle-answerable; one record fails its reader call (excluded).
+    """
+    records: list[Record] = []
+    for i in range(questions):
+        qid = f"q{i:03d}"
+        qtype = QUESTION_TYPES[i % len(QUESTION_TYPES)]
+        oracle = i % 9 != 4
+        for policy, rates in eviction.items():
+            for budget, rate in zip(BUDGETS, rates):
+                for seed in SEEDS.get(policy, (0,)):
+                    rng = random.Random(f"{policy}|{budget}|{seed}|{qid}")
+                    evicted = rng.random() < rate
+                    restored = rng.random() < 0.85
+                    missed = rng.random() < 0.3
+                    for regime in ("a", "b"):
+                        if evicted:
+                            correct = rng.random() < 0.1
+                        elif regime == "a":
+                            correct = restored
+                        else:
+                            correct = restored and not missed
+                        records.append(
+                            record(
+                                qid,
+                                qtype,
+                                policy,
+                                budget,
+                                seed,
+                                regime,
+                                reader,
+                                oracle,
+                                correct,
+                                restored,
+                                evicted,
+                            )
+                        )
+    records[7]["excluded"] = "api_error: reader"
+    records[7]["policy_correct"] = records[7]["bin"] = None
+    return records
+
+
+def record(
+    qid: str,
+    qtype: str,
+    policy: str,
+    budget: int,
+    seed: int,
+    regime: str,
+    reader: str,
+    oracle: bool,
+    correct: bool,
+    restored: bool,
+    evicted: bool,
+) -> Record:
+    """One record in the audit's schema, binned as the audit bins it."""
+    bin_ = None
+    if oracle and not correct:
+        bin_ = "residual" if not restored else "irreversible" if evicted else "recoverable"
+    return {
+        "question_id": qid,
+        "question_type": qtype,
+        "policy": policy,
+        "budget": budget,
+        "seed": seed,
+        "regime": regime,
+        "reader": reader,
+        "judge": "fake",
+        "scorer": "fake",
+        "oracle_correct": oracle,
+        "policy_correct": correct,
+        "restored_correct": restored,
+        "negative_restore_gain": correct and not restored,
+        "gold_units": 2,
+        "gold_evicted": int(evicted),
+        "bin": bin_,
+        "excluded": None,
+    }
+
+
+INFO = RunInfo(
+    settings={"bootstrap": 2000}, dataset={"sha256": "0" * 64}, exclusions={"no gold units": 1}
+)
+
+
+def _csv(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+@pytest.fixture(scope="module")
+def healthy_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A report written from the healthy records."""
+    out = tmp_path_factory.mktemp("healthy")
+    write_report(fixed_records(), INFO, out)
+    return out
+
+
+def test_cells_csv_gains_interval_columns_within_bounds(healthy_report: Path) -> None:
+    text = (healthy_report / "cells.csv").read_text()
+    header = text.splitlines()[0].split(",")
+    assert header[:13] == list(CELL_COLUMNS)
+    assert header[13:19] == list(INTERVAL_COLUMNS)
+    assert header == list(CSV_COLUMNS)
+    rows = _csv(text)
+    assert len(rows) == 6 * 2 * 2
+    checked = 0
+    for row in rows:
+        for point, stem in (
+            ("two_bin_share", "two_bin"),
+            ("irr_rate", "irr_rate"),
+            ("accuracy", "accuracy"),
+        ):
+            if not row[point]:
+                assert row[f"{stem}_lo"] == row[f"{stem}_hi"] == ""
+                continue
+            lo, value, hi = float(row[f"{stem}_lo"]), float(row[point]), float(row[f"{stem}_hi"])
+            assert 0.0 <= lo <= value <= hi <= 1.0, (
+                row["policy"],
+                row["budget"],
+                row["regime"],
+                stem,
+            )
+            checked += 1
+    assert checked > 60
+    fifo = next(
+        r for r in rows if (r["policy"], r["budget"], r["regime"]) == ("fifo", "80000", "b")
+    )
+    assert float(fifo["two_bin_hi"]) > float(fifo["two_bin_lo"])
+
+
+def test_hypotheses_json_lists_every_family(healthy_report: Path) -> None:
+    text = (healthy_report / "hypotheses.json").read_text()
+    assert text.endswith("}\n")
+    data = json.loads(text)
+    assert set(data["families"]) == set(FAMILIES)
+    assert len(data["families"]["H1"]) == len(data["families"]["H3"]) == 4 * 2
+    assert len(data["families"]["control"]) == 3 * 2
+    assert len(data["families"]["R1"]) == 6 * 2
+    for family, tests in data["families"].items():
+        for test in tests:
+            for key in ("statistic", "ci_lo", "ci_hi", "p_raw", "p_holm", "decision"):
+                assert key in test, (family, key)
+    assert data["settings"]["resamples"] == 2000  # from RunInfo.settings["bootstrap"]
+    matched = [m for m in data["matching"] if m["matched"]]
+    assert len(data["families"]["H2"]) == len(data["families"]["TOST"]) == len(matched)
+    assert all(("<=" in m["reason"]) == m["matched"] for m in data["matching"])
+    assert text == json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def test_report_md_has_every_section(healthy_report: Path) -> None:
+    report = (healthy_report / "report.md").read_text()
+    for heading in (
+        "## Regime (b)",
+        "## Regime (a)",
+        "## Hypothesis tests",
+        "### H1",
+        "### H3",
+        "### R1",
+        "### H2",
+        "### Positive control",
+        "### Equivalence (TOST)",
+        "## H2 pairs",
+        "## Bins by question type",
+    ):
+        assert heading in report, heading
+    assert "Every expectation is met." in report
+    assert "| fifo | 80k | fake | 32 |" in report  # N: 36 questions, 4 not oracle-answerable
+    assert (healthy_report / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (healthy_report / "figure.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_session_failures_empty_for_a_healthy_grid() -> None:
+    analysis = analyse_records(fixed_records(), INFO)
+    assert session_failures(analysis) == []
+
+
+def test_session_failures_name_a_tame_control(tmp_path: Path) -> None:
+    records = fixed_records(TAME_CONTROL)
+    failures = session_failures(analyse_records(records, INFO))
+    assert failures
+    assert all(line.startswith("positive-control control vs ") for line in failures), failures
+    assert any(" @ 80k (reader fake): irr-rate difference " in line for line in failures)
+    assert all(
+        "CI [" in line and "p_holm " in line and "more destructive" in line for line in failures
+    )
+    files = write_report(records, INFO, tmp_path)
+    assert list(files.failures) == failures
+    assert "Expectations not met (each fails the session):" in files.report.read_text()
+
+
+def test_session_failures_name_an_h1_cell_without_rejection() -> None:
+    # regime (a) of fifo at 8k: recoverable errors only, so the two-bin share is 0
+    records = fixed_records()
+    for r in records:
+        if (r["policy"], r["budget"], r["regime"]) == ("fifo", 8_000, "a") and r[
+            "bin"
+        ] == "irreversible":
+            r["bin"] = "recoverable"
+    failures = session_failures(analyse_records(records, INFO))
+    h1 = [line for line in failures if line.startswith("H1 ")]
+    assert len(h1) == 1
+    assert h1[0].startswith(
+        "H1 fifo @ 8k (reader fake): two-bin share 0.00, CI [0.00, 0.00], p_holm 1.000"
+    )
+    assert h1[0].endswith("expected a rejection")
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda r: r.pop("bin"), "line 3: question 'q000': field 'bin': missing"),
+        (lambda r: r.pop("question_type"), "field 'question_type': missing"),
+        (
+            lambda r: r.__setitem__("budget", "80k"),
+            "field 'budget': must be an integer, got \"80k\"",
+        ),
+        (lambda r: r.__setitem__("regime", "c"), "field 'regime': must be 'a' or 'b'"),
+        (lambda r: r.__setitem__("bin", "lost"), "field 'bin': must be 'irreversible'"),
+        (
+            lambda r: r.__setitem__("policy_correct", None),
+            "field 'policy_correct': null on an oracle-answerable",
+        ),
+    ],
+)
+def test_read_records_names_line_question_and_field(
+    tmp_path: Path, mutate: Any, expected: str
+) -> None:
+    records = fixed_records(questions=2)
+    lines = render_records_jsonl(records).splitlines()
+    bad = json.loads(lines[2])
+    assert bad["question_id"] == "q000"
+    mutate(bad)
+    lines[2] = json.dumps(bad)
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(RecordsError) as err:
+        read_records(path)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{path}: ")
+    assert expected in message
+
+
+def test_read_records_rejects_non_json_and_empty_files(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    path.write_text('{"question_id": "q1"\n')
+    with pytest.raises(RecordsError, match=r"line 1: not JSON"):
+        read_records(path)
+    path.write_text("\n")
+    with pytest.raises(RecordsError, match=r"no records"):
+        read_records(path)
+    with pytest.raises(RecordsError, match=r"cannot read"):
+        read_records(tmp_path / "absent.jsonl")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_restore", *args], check=False, capture_output=True, text=True
+    )
+
+
+def test_report_cli_error_is_one_line_exit_2(tmp_path: Path) -> None:
+    records = fixed_records(questions=2)
+    del records[0]["gold_evicted"]
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = _cli("report", str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == f"error: {path}: line 1: question 'q000': field 'gold_evicted': missing"
+    )
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_cli_without_summary_uses_an_empty_run_info(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    path.write_text(render_records_jsonl(fixed_records(questions=12)))
+    result = _cli("report", str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Dataset sha256: `unknown`" in report and "## Settings" not in report
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["run"]["settings"] == {}
+
+
+GRID = """
+from pytest_restore.plugin import RestoreCell
+
+
+def test_cell(restore_cell: RestoreCell) -> None:
+    restore_cell.audit()
+    restore_cell.check()
+"""
+SMALL = [
+    "--restore-data",
+    str(FIXTURE),
+    "--restore-budgets",
+    "600,300,100",
+    "--restore-bootstrap",
+    "500",
+]
+REPORT_FILES = (
+    "records.jsonl",
+    "cells.csv",
+    "hypotheses.json",
+    "report.md",
+    "summary.json",
+    "figure.png",
+    "figure.svg",
+)
+
+
+def test_session_report_is_identical_with_xdist_and_rebuilt_from_records(
+    pytester: pytest.Pytester,
+) -> None:
+    """Serial and ``-n 2`` sessions write the same bytes; ``report`` rebuilds them exactly."""
+    pytester.makepyfile(test_grid=GRID)
+    pytester.runpytest_subprocess("-p", "no:xdist", *SMALL, "--restore-report-dir", "serial")
+    pytester.runpytest_subprocess("-n", "2", *SMALL, "--restore-report-dir", "parallel")
+    serial, parallel, rebuilt = (pytester.path / name for name in ("serial", "parallel", "rebuilt"))
+    result = _cli("report", str(serial / "records.jsonl"), "--out", str(rebuilt))
+    assert result.returncode == 0, result.stderr
+    assert json.loads((serial / "hypotheses.json").read_text())["settings"]["resamples"] == 500
+    for name in REPORT_FILES:
+        assert (serial / name).read_bytes() == (parallel / name).read_bytes(), name
+        assert (serial / name).read_bytes() == (rebuilt / name).read_bytes(), name
