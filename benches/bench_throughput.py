@@ -114,7 +114,9 @@ def _measure(
     reset()
     started = time.perf_counter()
     results = model.run(requests)
-    return time.perf_counter() - started, results
+    elapsed = time.perf_counter() - started
+    model.close()
+    return elapsed, results
 
 
 if __name__ == "__main__":

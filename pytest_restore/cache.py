@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -268,7 +269,8 @@ class ResponseCache:
                 same_file = False
             if same_file:
                 os.ftruncate(fd, 0)
-                os.write(fd, f"{os.getpid()}\n".encode())
+                # Who holds it, for a human looking at a stuck run.
+                os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
                 return KeyLock(path, fd)
             os.close(fd)
 

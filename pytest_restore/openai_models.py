@@ -1,8 +1,10 @@
 """Real models: any OpenAI-compatible chat-completions endpoint as reader, judge or scorer.
 
 ``OpenAIChatModel`` implements the ``ChatModel`` protocol. ``run`` is
-synchronous for the caller and concurrent inside (``asyncio`` with the
-official ``openai.AsyncOpenAI`` client):
+synchronous for the caller and concurrent inside: the batch runs on the
+model's own event loop thread with one official ``openai.AsyncOpenAI`` client
+for the model's life, so pooled connections carry over from run to run
+(``close()`` ends them):
 
 - identical requests in one batch are sent once, and with a
   ``ResponseCache`` identical requests across runs and processes too;
@@ -35,9 +37,9 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 import openai
 
@@ -45,6 +47,9 @@ from pytest_restore.cache import KeyLock, ResponseCache, request_key
 from pytest_restore.models import ChatRequest, ChatResult
 from pytest_restore.progress import Progress
 from pytest_restore.tokens import count_tokens
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 logger = logging.getLogger("pytest_restore.openai")
 
@@ -157,9 +162,9 @@ class RateMeter:
 class _RunState:
     """What the concurrent calls of one ``run`` share."""
 
-    def __init__(self, client: openai.AsyncOpenAI, max_concurrency: int) -> None:
+    def __init__(self, client: openai.AsyncOpenAI, slots: asyncio.Semaphore) -> None:
         self.client = client
-        self.slots = asyncio.Semaphore(max_concurrency)
+        self.slots = slots
         #: Set by a 401/404: every later call of the run fails with it unsent.
         self.fatal_error: str | None = None
 
@@ -220,6 +225,12 @@ class OpenAIChatModel:
         self._request_meter = RateMeter(rpm / workers) if rpm else None
         self._token_meter = RateMeter(tpm / workers) if tpm else None
         self._jitter = random.Random()
+        self._loop_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_pid: int | None = None
+        self._thread: threading.Thread | None = None
+        self._client: openai.AsyncOpenAI | None = None
+        self._slots: asyncio.Semaphore | None = None
 
     @property
     def name(self) -> str:
@@ -236,36 +247,75 @@ class OpenAIChatModel:
         """Answer every request, in order. Never raises for a single failed call."""
         if not requests:
             return []
+        # The batch runs on the model's own event loop thread, so this works
+        # from plain code and from inside someone else's event loop alike.
+        future = asyncio.run_coroutine_threadsafe(self._run(requests), self._event_loop())
         try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.arun(requests))
-        # Called from inside an event loop (an async test, a notebook):
-        # asyncio.run cannot nest, so run the batch on a helper thread.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, self.arun(requests)).result()
+            return future.result()
+        except BaseException:
+            future.cancel()  # Ctrl-C: stop sending; completed replies are cached
+            raise
 
-    async def arun(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        """The asynchronous form of ``run``."""
+    def close(self) -> None:
+        """Close the connections and stop the model's event loop; ``run`` restarts them."""
+        with self._loop_lock:
+            loop, thread, client = self._loop, self._thread, self._client
+            owned = self._loop_pid == os.getpid()
+            self._loop = self._thread = self._client = self._slots = None
+        if loop is None or thread is None or not owned:
+            return
+        if client is not None:
+            asyncio.run_coroutine_threadsafe(client.close(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        """The model's event loop, started on first use (and again after a fork)."""
+        with self._loop_lock:
+            if self._loop is None or self._loop_pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name=f"{self.name} calls", daemon=True
+                )
+                thread.start()
+                self._loop, self._thread, self._loop_pid = loop, thread, os.getpid()
+                self._client = self._slots = None
+            return self._loop
+
+    async def _run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         keys = [request_key(self.model, request) for request in requests]
         distinct: dict[str, ChatRequest] = {}
         for key, request in zip(keys, requests):
             distinct.setdefault(key, request)
         if self.progress is not None:
             self.progress.add_total(len(distinct))
-        client = openai.AsyncOpenAI(
-            api_key=self._api_key,
-            base_url=self.base_url,
-            max_retries=0,  # retries are ours: jitter, Retry-After, validator
-            timeout=self.timeout,
-        )
-        state = _RunState(client, self.max_concurrency)
-        try:
-            answers = await asyncio.gather(
-                *(self._answer(state, key, request) for key, request in distinct.items())
+        if self._client is None or self._slots is None:
+            # One client for the model's life, made on its loop: pooled
+            # connections (and their TLS sessions) carry over between runs.
+            self._client = openai.AsyncOpenAI(
+                api_key=self._api_key,
+                base_url=self.base_url,
+                max_retries=0,  # retries are ours: jitter, Retry-After, validator
+                timeout=self.timeout,
             )
-        finally:
-            await client.close()
+            # Shared by concurrent runs from several threads: the cap is per model.
+            self._slots = asyncio.Semaphore(self.max_concurrency)
+        state = _RunState(self._client, self._slots)
+        answers = await asyncio.gather(
+            *(self._answer(state, key, request) for key, request in distinct.items())
+        )
         by_key = dict(zip(distinct, answers))
         return [by_key[key] for key in keys]
 
@@ -276,7 +326,7 @@ class OpenAIChatModel:
             result = await self._answer_via_cache(state, key, request)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # one bug must not sink the whole batch
             logger.exception("unexpected error answering a request for %s", self.name)
             result = ChatResult(text=None, error=self._redact(f"internal error: {exc!r}"))
         if self.progress is not None:
@@ -287,35 +337,36 @@ class OpenAIChatModel:
         self, state: _RunState, key: str, request: ChatRequest
     ) -> ChatResult:
         cache = self.cache
-        if cache is not None:
-            hit = cache.get(self.model, request)
-            if hit is not None:
-                return hit
-        waited_since: float | None = None
+        if cache is None:
+            async with state.slots:
+                return await self._call(state, request, None)
+        hit = cache.get(self.model, request)
+        if hit is not None:
+            return hit
+        waiting_since: float | None = None
         poll = 0.02
         while True:
             async with state.slots:
-                gave_up = waited_since is not None and time.monotonic() - waited_since > (
-                    cache.lock_timeout if cache else 0
+                waited_out = (
+                    waiting_since is not None
+                    and time.monotonic() - waiting_since > cache.lock_timeout
                 )
-                lock = cache.try_lock(key) if cache is not None and not gave_up else None
-                if cache is None or lock is not None or gave_up:
+                lock = None if waited_out else cache.try_lock(key)
+                if lock is not None or waited_out:
                     with lock if lock is not None else nullcontext():
-                        if cache is not None:
-                            # Another process may have finished it since our lookup.
-                            hit = cache.peek(key)
-                            if hit is not None:
-                                return hit
+                        # Another process may have finished it since our lookup.
+                        hit = cache.peek(key)
+                        if hit is not None:
+                            return hit
                         result = await self._call(state, request, lock)
-                        if cache is not None and result.ok:
+                        if result.ok:
                             cache.put(self.model, request, result)
                     return result
             # Another process is sending this very request: wait for its entry
             # outside the semaphore, so our slots go to requests we can send.
-            if waited_since is None:
-                waited_since = time.monotonic()
-                if cache is not None:
-                    cache.note_wait()
+            if waiting_since is None:
+                waiting_since = time.monotonic()
+                cache.note_wait()
             await asyncio.sleep(poll)
             poll = min(poll * 1.5, 0.5)
 

@@ -120,6 +120,7 @@ class _State:
     successes: Counter[str] = field(default_factory=Counter)
     in_flight: int = 0
     max_in_flight: int = 0
+    connections: int = 0
 
 
 class OpenAIServer:
@@ -231,6 +232,12 @@ class OpenAIServer:
             return sum(self._state.attempts.values())
 
     @property
+    def connections(self) -> int:
+        """How many TCP connections clients opened."""
+        with self._state.lock:
+            return self._state.connections
+
+    @property
     def max_in_flight(self) -> int:
         """The most requests that were being handled at the same moment."""
         with self._state.lock:
@@ -249,6 +256,8 @@ class OpenAIServer:
     async def _serve_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        with self._state.lock:
+            self._state.connections += 1
         try:
             while True:
                 try:

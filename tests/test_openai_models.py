@@ -70,11 +70,23 @@ def body_of(request: ChatRequest) -> str:
     )
 
 
+_OPEN_MODELS: list[OpenAIChatModel] = []
+
+
 def make_model(server: OpenAIServer, **kwargs: Any) -> OpenAIChatModel:
     """A model on ``server`` with test-speed defaults (short timeout, tiny backoff)."""
     settings: dict[str, Any] = {"timeout": 2.0, "backoff_base": 0.005, "backoff_cap": 0.05}
     settings.update(kwargs)
-    return OpenAIChatModel(model=MODEL, base_url=server.base_url, **settings)
+    model = OpenAIChatModel(model=MODEL, base_url=server.base_url, **settings)
+    _OPEN_MODELS.append(model)
+    return model
+
+
+@pytest.fixture(autouse=True)
+def _close_models() -> Iterator[None]:
+    yield
+    while _OPEN_MODELS:
+        _OPEN_MODELS.pop().close()
 
 
 @pytest.fixture
@@ -124,6 +136,16 @@ def test_concurrency_is_capped(server: OpenAIServer) -> None:
     results = model.run(questions(range(30)))
     assert all(r.ok for r in results)
     assert server.max_in_flight == 5
+
+
+def test_connections_are_kept_across_runs_until_close(server: OpenAIServer) -> None:
+    model = make_model(server, max_concurrency=4)
+    for start in (0, 20, 40):
+        assert all(r.ok for r in model.run(questions(range(start, start + 20))))
+    assert server.connections <= 4
+    model.close()
+    assert model.run(questions([99]))[0].text == "echo: question 99"  # restarts
+    assert server.connections <= 5
 
 
 def test_run_works_from_inside_an_event_loop(server: OpenAIServer) -> None:
@@ -320,6 +342,18 @@ def test_two_processes_sharing_a_cache_send_each_request_once(tmp_path: Path) ->
     assert outputs[0]["texts"] == [f"echo: question {i}" for i in range(60)]
     assert outputs[1]["texts"] == [f"echo: question {i}" for i in range(89, 29, -1)]
     assert len(attempts) == 90 and set(attempts.values()) == {1}
+    print("requests that waited for the other process:", [out["waits"] for out in outputs])
+
+
+def test_damaged_entry_is_a_miss_and_is_rewritten(server: OpenAIServer, tmp_path: Path) -> None:
+    cache = ResponseCache(tmp_path)
+    request = questions([1])[0]
+    path = cache.entry_path(request_key(MODEL, request))
+    path.parent.mkdir(parents=True)
+    path.write_text('{"text": ')
+    assert not cache.contains(MODEL, request)
+    assert make_model(server, cache=cache).run([request])[0].text == "echo: question 1"
+    assert cache.contains(MODEL, request) and server.total_requests == 1
 
 
 def test_rerun_after_a_partial_run_resends_nothing_completed(
