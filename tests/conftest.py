@@ -1,0 +1,40 @@
+"""Shared fixtures: the main job's report on the embedded default, built once per test run."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def embedded_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report directory of ``pytest benches/`` on the embedded default with the fake models.
+
+    This is the README's main job, run for real in a subprocess. Under xdist
+    every worker asks for it; the first one runs it under a file lock and the
+    others reuse its report.
+    """
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the directory all workers of this run share
+    out = shared / "embedded-report"
+    with open(shared / "embedded-report.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "cells.csv").exists():
+            result = subprocess.run(
+                [sys.executable, "-m", "pytest", "benches/", "-p", "no:xdist", "-q", "--restore-report-dir", str(out)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+            )
+            if not (out / "cells.csv").exists():
+                pytest.fail(f"the main job wrote no report:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+            (out / "pytest-output.txt").write_text(result.stdout + result.stderr)
+    return out
