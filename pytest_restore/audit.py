@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -324,15 +325,15 @@ class Audit:
                 plan.append((p, seed, mask))
         outcomes = iter(self.evaluate(contexts))
         records: list[Record] = []
-        for p, seed, mask in plan:
+        for p, seed, kept in plan:
             qid = p.question.question_id
-            if mask is None:
+            if kept is None:
                 for regime in REGIMES:
                     records.append(self._record(p, policy, budget, seed, regime, oracle[qid], None, None, None, scorer_failed[qid]))
                 continue
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
-                records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, mask, None))
+                records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None))
         return CellRun(policy.name, budget, records, stores)
 
     def _record(

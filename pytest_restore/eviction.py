@@ -20,9 +20,10 @@ import hashlib
 import heapq
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import ClassVar, Iterator, Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -253,9 +254,7 @@ def fact_density(content: str) -> float:
     sentence_start = True
     for tok in tokens:
         bare = tok.strip("\"'()[],;:!?.").lower()
-        if _NUMBER.search(tok) or bare in _FIRST_PERSON:
-            facts += 1
-        elif tok[:1].isupper() and not sentence_start:
+        if _NUMBER.search(tok) or bare in _FIRST_PERSON or tok[:1].isupper() and not sentence_start:
             facts += 1
         sentence_start = tok.endswith((".", "!", "?"))
     return facts / (len(tokens) + 5)

@@ -8,8 +8,9 @@ concurrently, while the fake models answer them one by one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 #: One chat message as ``(role, content)``; roles are ``system`` and ``user``.
 Message = tuple[str, str]

@@ -10,9 +10,10 @@ only, writes the report once at the end of the session.
 
 from __future__ import annotations
 
+from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Generator, Sequence
+from typing import Any, cast
 
 import pytest
 
@@ -151,7 +152,12 @@ class RestoreSettings:
 def make_model(spec: str, role: str) -> ChatModel:
     """The model a ``--restore-reader/judge/scorer`` value names."""
     if spec == "fake":
-        return {"reader": FakeReader, "judge": FakeJudge, "scorer": FakeScorer}[role]()
+        fakes: dict[str, type[FakeReader | FakeJudge | FakeScorer]] = {
+            "reader": FakeReader,
+            "judge": FakeJudge,
+            "scorer": FakeScorer,
+        }
+        return fakes[role]()
     raise pytest.UsageError(f"--restore-{role}: unknown model {spec!r} (use 'fake')")
 
 
@@ -333,9 +339,9 @@ class RestoreSession:
             return
         for name, value in report.user_properties:
             if name == RECORDS_PROPERTY:
-                self.records.extend(value)
+                self.records.extend(cast("list[dict[str, Any]]", value))
             elif name == META_PROPERTY:
-                self.run_meta = dict(value)
+                self.run_meta = dict(cast("dict[str, Any]", value))
 
     def run_info(self) -> RunInfo:
         """Settings, dataset and exclusions for the report."""
@@ -389,7 +395,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def restore_cell(request: pytest.FixtureRequest) -> Generator[RestoreCell, None, None]:
     """The grid cell of this item (the plugin parametrizes it over policy x budget)."""
     session = request.config.stash[SESSION_KEY]
-    yield RestoreCell(session, request.param, request.node)  # type: ignore[arg-type]
+    yield RestoreCell(session, request.param, request.node)
 
 
-__all__: Sequence[str] = ("RestoreSettings", "RestoreSession", "RestoreCell", "CellSpec")
+__all__: Sequence[str] = ("CellSpec", "RestoreCell", "RestoreSession", "RestoreSettings")

@@ -15,9 +15,9 @@ else.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Mapping
 
 from .models import ChatRequest
 

@@ -12,9 +12,9 @@ import base64
 import gzip
 import hashlib
 import threading
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from importlib import resources
-from typing import Iterable, Sequence
 
 import tiktoken
 
@@ -22,7 +22,7 @@ import tiktoken
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 
 # tiktoken's o200k_base pre-tokeniser pattern (tiktoken_ext/openai_public.py).
-_O200K_PATTERN = "|".join(
+_O200K_PATTERN = "|".join(  # noqa: FLY002 - one alternative per line, as in tiktoken
     [
         r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
         r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",

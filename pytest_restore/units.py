@@ -15,9 +15,9 @@ are shared by many questions, so each distinct content is counted once.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt

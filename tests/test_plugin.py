@@ -42,7 +42,7 @@ def test_report_files_and_columns(pytester: pytest.Pytester) -> None:
     rows = _cells(out / "cells.csv")
     header = (out / "cells.csv").read_text().splitlines()[0].split(",")
     assert header[:13] == (
-        "policy,budget,regime,reader,N,err,irr,rec,res,two_bin_share,irr_rate,accuracy,gold_evicted_rate".split(",")
+        ["policy", "budget", "regime", "reader", "N", "err", "irr", "rec", "res", "two_bin_share", "irr_rate", "accuracy", "gold_evicted_rate"]
     )
     assert {(r["policy"], r["budget"], r["regime"]) for r in rows} == {
         (p, b, g) for p in ("fifo", "random") for b in ("600", "300", "100") for g in "ab"
