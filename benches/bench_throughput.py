@@ -11,12 +11,17 @@ capacity; the target is at least 90%. A script, not a test: run it with
 The server runs in a child process by default, as a remote provider would:
 in the same process its HTTP handling would compete with the client for the
 GIL and the bench would measure both. ``--in-process`` measures that too.
-The figure is sensitive to other load on the machine (it is printed).
+The figure is sensitive to other load on the machine, so the bench prints the
+load average and, as the machine's ceiling, the rate a minimal raw-socket
+client (no HTTP library, one request per kept-alive connection) reaches
+against the same server.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import multiprocessing
 import os
 import sys
@@ -43,6 +48,33 @@ def _serve(latency: float, pipe: Connection) -> None:
         pipe.send((server.total_requests, server.max_in_flight))
 
 
+async def _raw_client_seconds(base_url: str, count: int, concurrency: int) -> float:
+    """Seconds a minimal HTTP/1.1 client takes for ``count`` requests: the ceiling."""
+    host, port = base_url.removeprefix("http://").split("/")[0].split(":")
+    connections = asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]]()
+    for _ in range(concurrency):
+        connections.put_nowait(await asyncio.open_connection(host, int(port)))
+
+    async def one(index: int) -> None:
+        reader, writer = await connections.get()
+        body = json.dumps(
+            {"model": "m", "messages": [{"role": "user", "content": f"raw {index}"}]}
+        ).encode()
+        head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+        writer.write(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        headers = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+        length = int(headers.split("content-length:")[1].split("\r\n")[0])
+        await reader.readexactly(length)
+        connections.put_nowait((reader, writer))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(index) for index in range(count)))
+    elapsed = time.perf_counter() - started
+    while not connections.empty():
+        connections.get_nowait()[1].close()
+    return elapsed
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the bench once and print its figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -61,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             elapsed, results = _measure(
                 server.base_url, requests, args.concurrency, server.reset_counters
             )
+            ceiling = asyncio.run(
+                _raw_client_seconds(server.base_url, len(requests), args.concurrency)
+            )
             sent, max_in_flight = server.total_requests, server.max_in_flight
     else:
         parent, child = multiprocessing.get_context("spawn").Pipe()
@@ -75,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             parent.recv()
 
         elapsed, results = _measure(base_url, requests, args.concurrency, reset)
+        ceiling = asyncio.run(_raw_client_seconds(base_url, len(requests), args.concurrency))
         parent.send("stop")
         sent, max_in_flight = parent.recv()
         process.join(timeout=10)
@@ -91,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"achieved       {achieved:.1f} req/s")
     print(f"capacity       {capacity:.1f} req/s ({args.concurrency} / {args.latency:g} s)")
     print(f"efficiency     {share:.1%} (target >= 90%)")
+    raw_share = len(requests) / ceiling / capacity
+    print(f"raw client     {raw_share:.1%} of capacity (this machine's ceiling, now)")
     return 0
 
 
