@@ -385,6 +385,17 @@ class RestoreSession:
         terminalreporter.write_sep("=", "restore-counterfactual audit (regime b)")
         for line in terminal_lines(self.records):
             terminalreporter.write_line(line)
+        meta = self.run_meta
+        if self.settings.data is None:
+            terminalreporter.write_line(f"dataset: embedded synthetic LongMemEval-S, sha256 {meta.get('sha256')}")
+        elif meta.get("official"):
+            terminalreporter.write_line(f"dataset: official LongMemEval-S, sha256 {meta.get('sha256')}")
+        else:
+            terminalreporter.write_line(
+                f"warning: {Path(self.settings.data).name} is not the official longmemeval_s_cleaned.json "
+                f"(sha256 {meta.get('sha256')})",
+                yellow=True,
+            )
         terminalreporter.write_line(f"report: {self.report_path}")
         strict = self.settings.family_checks == "fail"
         for failure in self.failures:
