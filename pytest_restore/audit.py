@@ -291,9 +291,13 @@ class Audit:
 
     # -- one cell ------------------------------------------------------------
 
-    def run_cell(self, policy: Policy, budget: int) -> CellRun:
-        """Every record of one policy x budget cell (all seeds of a seeded policy)."""
-        questions = self.questions
+    def run_cell(self, policy: Policy, budget: int, questions: Sequence[Prepared] | None = None) -> CellRun:
+        """Every record of one policy x budget cell (all seeds of a seeded policy).
+
+        ``questions`` restricts the cell to some of the audited questions (the
+        calibration gate runs on 40).
+        """
+        questions = self.questions if questions is None else questions
         seeds = self.config.seeds if policy.seeded else (0,)
         importance: Mapping[str, int] = {}
         scorer_failed: dict[str, str] = {}
