@@ -109,12 +109,36 @@ class Outcome:
     injected_units: int
 
 
+@dataclass
+class Usage:
+    """What one model cost this process: calls sent, cache hits, failures and tokens."""
+
+    sent: int = 0
+    cached: int = 0
+    failed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    served: set[str] = field(default_factory=set)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain values, for a report property."""
+        return {
+            "sent": self.sent,
+            "cached": self.cached,
+            "failed": self.failed,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "served": sorted(self.served),
+        }
+
+
 class MemoModel:
     """Sends each distinct request once per process; successes are remembered."""
 
     def __init__(self, model: ChatModel) -> None:
         self.model = model
         self._memo: dict[ChatRequest, ChatResult] = {}
+        self.usage = Usage()
 
     @property
     def name(self) -> str:
@@ -124,15 +148,28 @@ class MemoModel:
     def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Results for ``requests``; only requests never answered before are sent."""
         missing = list(dict.fromkeys(r for r in requests if r not in self._memo))
+        fresh: dict[ChatRequest, ChatResult] = {}
         if missing:
-            results = self.model.run(missing)
-            fresh = dict(zip(missing, results))
+            fresh = dict(zip(missing, self.model.run(missing)))
             for request, result in fresh.items():
                 if result.ok:
                     self._memo[request] = result
-        else:
-            fresh = {}
+                self._count(result)
         return [self._memo.get(r) or fresh[r] for r in requests]
+
+    def _count(self, result: ChatResult) -> None:
+        usage = self.usage
+        if not result.ok:
+            usage.failed += 1
+        elif result.cached:
+            usage.cached += 1
+        else:
+            usage.sent += 1
+            usage.input_tokens += result.input_tokens
+            usage.output_tokens += result.output_tokens
+        served = result.extra.get("model") if result.extra else None
+        if served:
+            usage.served.add(served)
 
 
 @dataclass
@@ -205,13 +242,7 @@ class Audit:
 
     def evaluate(self, items: Sequence[tuple[History, Sequence[int]]]) -> list[Outcome]:
         """Read and judge each (history, injected positions) context."""
-        reader_requests = []
-        for history, injected in items:
-            q = history.question
-            snippets = render_context(history, injected)
-            reader_requests.append(
-                self.prompts.reader(question=q.question, question_date=q.question_date, snippets=snippets)
-            )
+        reader_requests = [self.reader_request(history, injected) for history, injected in items]
         answers = self.reader.run(reader_requests)
         judge_requests: list[ChatRequest] = []
         for (history, _), answer in zip(items, answers):
@@ -298,35 +329,12 @@ class Audit:
         calibration gate runs on 40).
         """
         questions = self.questions if questions is None else questions
-        seeds = self.config.seeds if policy.seeded else (0,)
         importance: Mapping[str, int] = {}
         scorer_failed: dict[str, str] = {}
         if policy.needs_importance:
             importance, scorer_failed = self.importance(questions)
         oracle = self.oracle(questions)
-        stores: dict[tuple[str, int], Mask] = {}
-        plan: list[tuple[Prepared, int, Mask | None]] = []
-        contexts: list[tuple[History, Sequence[int]]] = []
-        for seed in seeds:
-            for p in questions:
-                qid = p.question.question_id
-                if qid in scorer_failed:
-                    plan.append((p, seed, None))
-                    continue
-                mask = self.retain(policy, p, budget, seed, importance)
-                stores[(qid, seed)] = mask
-                gold = list(p.history.gold)
-                kept_gold = [g for g in gold if mask[g]]
-                ranked = rank(p.index, mask, self.config.top_k)
-                restored_store = mask.copy()
-                restored_store[gold] = True
-                ranked_restored = rank(p.index, restored_store, self.config.top_k)
-                sizes = p.history.sizes
-                cap = self.config.cap
-                contexts.append((p.history, inject(kept_gold, ranked, sizes, cap)))  # regime a
-                contexts.append((p.history, inject([], ranked, sizes, cap)))  # regime b
-                contexts.append((p.history, inject(gold, ranked_restored, sizes, cap)))  # restored
-                plan.append((p, seed, mask))
+        plan, contexts, stores = self.conditions(policy, budget, questions, importance, scorer_failed)
         outcomes = iter(self.evaluate(contexts))
         records: list[Record] = []
         for p, seed, kept in plan:
@@ -339,6 +347,63 @@ class Audit:
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
                 records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None))
         return CellRun(policy.name, budget, records, stores)
+
+    def conditions(
+        self,
+        policy: Policy,
+        budget: int,
+        questions: Sequence[Prepared],
+        importance: Mapping[str, int],
+        skip: Mapping[str, str],
+    ) -> tuple[list[tuple[Prepared, int, Mask | None]], list[tuple[History, list[int]]], dict[tuple[str, int], Mask]]:
+        """Evict, then build each question's regime (a), regime (b) and restored contexts.
+
+        Pure: no model is called. Questions in ``skip`` get no store (their
+        importance scoring failed). Returns the plan (question, seed, store),
+        the contexts three per planned store, and the stores by (question, seed).
+        """
+        seeds = self.config.seeds if policy.seeded else (0,)
+        cap = self.config.cap
+        stores: dict[tuple[str, int], Mask] = {}
+        plan: list[tuple[Prepared, int, Mask | None]] = []
+        contexts: list[tuple[History, list[int]]] = []
+        for seed in seeds:
+            for p in questions:
+                qid = p.question.question_id
+                if qid in skip:
+                    plan.append((p, seed, None))
+                    continue
+                mask = self.retain(policy, p, budget, seed, importance)
+                stores[(qid, seed)] = mask
+                gold = list(p.history.gold)
+                kept_gold = [g for g in gold if mask[g]]
+                ranked = rank(p.index, mask, self.config.top_k)
+                restored_store = mask.copy()
+                restored_store[gold] = True
+                ranked_restored = rank(p.index, restored_store, self.config.top_k)
+                sizes = p.history.sizes
+                contexts.append((p.history, inject(kept_gold, ranked, sizes, cap)))  # regime a
+                contexts.append((p.history, inject([], ranked, sizes, cap)))  # regime b
+                contexts.append((p.history, inject(gold, ranked_restored, sizes, cap)))  # restored
+                plan.append((p, seed, mask))
+        return plan, contexts, stores
+
+    def reader_request(self, history: History, injected: Sequence[int]) -> ChatRequest:
+        """The reader's request for one context."""
+        q = history.question
+        snippets = render_context(history, injected)
+        return self.prompts.reader(question=q.question, question_date=q.question_date, snippets=snippets)
+
+    def planned_reader_requests(self, policy: Policy, budget: int, importance: Mapping[str, int]) -> list[ChatRequest]:
+        """The reader requests a cell will send (for a dry run), oracle included."""
+        _, contexts, _ = self.conditions(policy, budget, self.questions, importance, {})
+        oracle = [(p.history, list(p.history.gold)) for p in self.questions]
+        return [self.reader_request(h, i) for h, i in oracle + contexts]
+
+    def scorer_requests(self) -> list[ChatRequest]:
+        """The importance scorer's requests: one per distinct unit content."""
+        contents = dict.fromkeys(u.content for p in self.questions for u in p.history.units)
+        return [self.prompts.scorer(content=c) for c in contents]
 
     def _record(
         self,
