@@ -10,6 +10,7 @@ only, writes the report once at the end of the session.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,10 +19,25 @@ from typing import Any, cast
 import pytest
 
 from .audit import Audit, AuditConfig, CellRun, cell_checks
+from .cache import ResponseCache
 from .data import DataError, Dataset, load_dataset
 from .eviction import Policy, PolicyRegistry, default_registry
-from .fake import FakeJudge, FakeReader, FakeScorer
-from .models import ChatModel
+from .fake import FakeReader, FakeScorer
+from .models import ChatModel, ChatRequest
+from .openai_models import estimate_tokens
+from .prompts import READER_MAX_TOKENS, PromptSet, parse_score
+from .providers import (
+    CostLine,
+    ModelOptions,
+    ModelSpecError,
+    cached_text,
+    check_spec,
+    close_model,
+    cost_line,
+    is_real,
+    make_model,
+    render_cost,
+)
 from .report import RunInfo, terminal_lines, write_report
 from .stats import BASELINES, CONTROL, DEFAULT_SEED, HypothesisTest
 from .stats import cell_checks as statistical_checks
@@ -29,6 +45,7 @@ from .units import Granularity
 
 RECORDS_PROPERTY = "restore_records"
 META_PROPERTY = "restore_meta"
+USAGE_PROPERTY = "restore_usage"
 
 # name, default, help. Every option is --restore-NAME and ini key restore_NAME.
 OPTIONS: tuple[tuple[str, str, str], ...] = (
@@ -47,11 +64,25 @@ OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("bootstrap", "10000", "question-cluster bootstrap resamples"),
     ("bootstrap-seed", str(DEFAULT_SEED), "seed of the bootstrap"),
     ("equivalence-margin", "0.03", "margin of the TOST equivalence test on matched pairs"),
+    ("base-url", "", "OpenAI-compatible server for openai: models (default: OPENAI_BASE_URL or OpenAI)"),
+    ("cache", "", "response cache directory (default: .pytest_cache/d/restore/responses)"),
+    ("max-concurrency", "16", "concurrent requests per model and process"),
+    ("rpm", "", "requests-per-minute limit per model (whole run)"),
+    ("tpm", "", "tokens-per-minute limit per model (whole run)"),
+    ("max-tries", "6", "tries per request before it is recorded as failed"),
+    ("timeout", "60", "seconds per request"),
+    ("prompts", "", "directory of prompt templates replacing the defaults (reader_system.txt, ...)"),
+    ("robustness-reader", "", "run the grid again under this second reader"),
+    ("audit-judge", "", "second judge that re-grades a stratified sample of recorded answers"),
+    ("audit-judge-sample", "400", "size of the judge audit's sample"),
+    ("calibration", "auto", "calibration gate before the grid: on, off, or auto (on for real models)"),
     (
         "family-checks",
         "fail",
-        "fail: a hypothesis family's failed expectation fails the run; report: only report it "
-        "(for runs too small to have power)",
+        (
+            "fail: a hypothesis family's failed expectation fails the run; report: only report it "
+            "(for runs too small to have power)"
+        ),
     ),
 )
 
@@ -73,6 +104,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for name, default, help_ in OPTIONS:
         group.addoption(f"--restore-{name}", dest=_dest(name), default=None, help=f"{help_} [{default or 'unset'}]")
         parser.addini(_dest(name), help=help_, default=default)
+    group.addoption(
+        "--restore-dry-run",
+        dest="restore_dry_run",
+        action="store_true",
+        default=False,
+        help="print the model calls the grid needs (and what is cached) with token estimates, then stop",
+    )
 
 
 def _parse_ints(option: str, text: str) -> tuple[int, ...]:
@@ -101,6 +139,16 @@ def _parse_float(option: str, text: str) -> float:
     return value
 
 
+def _parse_positive(option: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise pytest.UsageError(f"--restore-{option}: {text!r} is not a number") from None
+    if value <= 0:
+        raise pytest.UsageError(f"--restore-{option}: must be positive")
+    return value
+
+
 @dataclass(frozen=True)
 class RestoreSettings:
     """The parsed options: plain values, the same on the controller and every worker."""
@@ -121,6 +169,29 @@ class RestoreSettings:
     bootstrap_seed: int
     equivalence_margin: float
     family_checks: str
+    base_url: str | None
+    cache: str | None
+    max_concurrency: int
+    rpm: float | None
+    tpm: float | None
+    max_tries: int
+    timeout: float
+    prompts: str | None
+    robustness_reader: str | None
+    audit_judge: str | None
+    audit_judge_sample: int
+    calibration: str
+    dry_run: bool
+
+    @property
+    def readers(self) -> tuple[str, ...]:
+        """The primary reader, then the robustness reader if any."""
+        return (self.reader,) + ((self.robustness_reader,) if self.robustness_reader else ())
+
+    @property
+    def uses_real_models(self) -> bool:
+        """Whether any model of the grid is a real one."""
+        return any(is_real(m) for m in (*self.readers, self.judge, self.scorer))
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RestoreSettings:
@@ -131,6 +202,16 @@ class RestoreSettings:
             raw[name] = str(value if value is not None else config.getini(_dest(name))).strip()
         if raw["family-checks"] not in ("fail", "report"):
             raise pytest.UsageError(f"--restore-family-checks: {raw['family-checks']!r} is not fail or report")
+        if raw["calibration"] not in ("auto", "on", "off"):
+            raise pytest.UsageError(f"--restore-calibration: {raw['calibration']!r} is not auto, on or off")
+        for role in ("reader", "judge", "scorer", "robustness-reader", "audit-judge"):
+            if raw[role]:
+                try:
+                    check_spec(raw[role], f"--restore-{role}")
+                except ModelSpecError as err:
+                    raise pytest.UsageError(str(err)) from None
+        if raw["robustness-reader"] and raw["robustness-reader"] == raw["reader"]:
+            raise pytest.UsageError("--restore-robustness-reader: must differ from --restore-reader")
         if raw["granularity"] not in ("turn", "session"):
             raise pytest.UsageError(f"--restore-granularity: {raw['granularity']!r} is not turn or session")
         questions = _parse_ints("questions", raw["questions"])[0] if raw["questions"] else None
@@ -156,19 +237,20 @@ class RestoreSettings:
             bootstrap_seed=_parse_ints("bootstrap-seed", raw["bootstrap-seed"])[0],
             equivalence_margin=_parse_float("equivalence-margin", raw["equivalence-margin"]),
             family_checks=raw["family-checks"],
+            base_url=raw["base-url"] or os.environ.get("OPENAI_BASE_URL") or None,
+            cache=raw["cache"] or None,
+            max_concurrency=_parse_ints("max-concurrency", raw["max-concurrency"])[0],
+            rpm=_parse_positive("rpm", raw["rpm"]) if raw["rpm"] else None,
+            tpm=_parse_positive("tpm", raw["tpm"]) if raw["tpm"] else None,
+            max_tries=_parse_ints("max-tries", raw["max-tries"])[0],
+            timeout=_parse_positive("timeout", raw["timeout"]),
+            prompts=raw["prompts"] or None,
+            robustness_reader=raw["robustness-reader"] or None,
+            audit_judge=raw["audit-judge"] or None,
+            audit_judge_sample=_parse_ints("audit-judge-sample", raw["audit-judge-sample"])[0],
+            calibration=raw["calibration"],
+            dry_run=bool(config.getoption("restore_dry_run")),
         )
-
-
-def make_model(spec: str, role: str) -> ChatModel:
-    """The model a ``--restore-reader/judge/scorer`` value names."""
-    if spec == "fake":
-        fakes: dict[str, type[FakeReader | FakeJudge | FakeScorer]] = {
-            "reader": FakeReader,
-            "judge": FakeJudge,
-            "scorer": FakeScorer,
-        }
-        return fakes[role]()
-    raise pytest.UsageError(f"--restore-{role}: unknown model {spec!r} (use 'fake')")
 
 
 @dataclass(frozen=True)
@@ -177,11 +259,13 @@ class CellSpec:
 
     policy: str
     budget: int
+    reader: str
+    primary: bool = True
 
     @property
     def id(self) -> str:
-        """The item id, e.g. ``fifo-80000``."""
-        return f"{self.policy}-{self.budget}"
+        """The item id, e.g. ``fifo-80000`` (``fifo-80000-openai:gpt-5.4-mini`` for the robustness reader)."""
+        return f"{self.policy}-{self.budget}" + ("" if self.primary else f"-{self.reader}")
 
 
 class RestoreCell:
@@ -195,11 +279,13 @@ class RestoreCell:
 
     def audit(self) -> CellRun:
         """Run the cell and attach its records to the item's report."""
-        audit = self.session.audit()
+        audit = self.session.audit(self.spec.reader)
         policy = self.session.registry[self.spec.policy]
         self.run = audit.run_cell(policy, self.spec.budget)
         self.item.user_properties.append((RECORDS_PROPERTY, self.run.records))
         self.item.user_properties.append((META_PROPERTY, self.session.meta()))
+        worker = str(getattr(self.session.config, "workerinput", {}).get("workerid", "main"))
+        self.item.user_properties.append((USAGE_PROPERTY, {"process": worker, "models": self.session.usage()}))
         return self.run
 
     def check(self) -> None:
@@ -211,7 +297,7 @@ class RestoreCell:
         against each baseline. Holm across a family is applied at session end.
         """
         run = self.run if self.run is not None else self.audit()
-        audit = self.session.audit()
+        audit = self.session.audit(self.spec.reader)
         failures = cell_checks(run, audit)
         s = self.session.settings
         records = list(run.records)
@@ -266,7 +352,9 @@ class RestoreSession:
                 f"--restore-policies: unknown policy {unknown[0]!r}; registered: {', '.join(self.registry)}"
             )
         self.policies: tuple[Policy, ...] = tuple(self.registry[n] for n in names)
-        self._audit: Audit | None = None
+        self._audits: dict[str, Audit] = {}
+        self._models: dict[tuple[str, str], ChatModel] = {}
+        self.usage_by_process: dict[str, dict[str, Any]] = {}
         self._dataset: Dataset | None = None
         self.records: list[dict[str, Any]] = []
         self.run_meta: dict[str, Any] = {}
@@ -274,11 +362,104 @@ class RestoreSession:
         self.failures: list[str] = []
         self.is_controller = not hasattr(config, "workerinput")
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """On the controller, before any worker starts: the dry run."""
+        if not self.is_controller:
+            return
+        if self.settings.dry_run:
+            writer = self.config.get_terminal_writer()
+            writer.sep("=", "restore dry run: model calls the grid needs")
+            for line in self.dry_run():
+                writer.line(line)
+            pytest.exit("dry run: no model was called", returncode=0)
+
+    def dry_run(self) -> list[str]:
+        """Unique calls per model, what is already cached, and token estimates; no call is made."""
+        s = self.settings
+        options = self.model_options()
+        cache = ResponseCache(options.cache_dir) if s.uses_real_models else None
+        primary = self.audit()
+        lines = []
+        importance: dict[str, int] = {}
+        scores_known = True
+        if any(p.needs_importance for p in self.policies):
+            scorer_requests = primary.scorer_requests()
+            lines.append(cost_line("scorer", s.scorer, scorer_requests, cache))
+            for request in scorer_requests:
+                text = FakeScorer().run([request])[0].text if s.scorer == "fake" else cached_text(cache, s.scorer, request)
+                score = parse_score(text) if text is not None else None
+                content = request.messages[-1][1]
+                if score is None:
+                    scores_known = False
+                    break
+                importance[content] = score
+        judge_requests: list[ChatRequest] = []
+        unknown_answers = 0
+        for reader in s.readers:
+            audit = self.audit(reader)
+            requests: list[ChatRequest] = []
+            note = ""
+            for policy in self.policies:
+                for budget in s.budgets:
+                    if policy.needs_importance and not scores_known:
+                        note = "llm-importance cells counted after scoring: upper bound"
+                        requests += audit.planned_reader_requests(self.registry["fifo"], budget, {})
+                        continue
+                    requests += audit.planned_reader_requests(policy, budget, self.scores_by_content(audit, importance))
+            lines.append(cost_line("reader", reader, requests, cache, note))
+            for request in dict.fromkeys(requests):
+                answer = cached_text(cache, reader, request)
+                if answer is None:
+                    unknown_answers += 1
+                    continue
+                user = request.messages[-1][1]
+                question = user.rsplit("\n\nQuestion: ", 1)[-1].rsplit("\nAnswer:", 1)[0]
+                reference = next((p.question.answer for p in audit.questions if p.question.question == question), "")
+                judge_requests.append(audit.prompts.judge(question=question, answer=reference, prediction=answer))
+        judge = cost_line("judge", s.judge, judge_requests, cache)
+        if unknown_answers:
+            tokens_in, tokens_out = estimate_tokens([primary.prompts.judge(question="", answer="", prediction="")])
+            judge = CostLine(
+                "judge",
+                s.judge,
+                judge.calls + unknown_answers,
+                judge.cached,
+                judge.input_tokens + unknown_answers * (tokens_in + READER_MAX_TOKENS),
+                judge.output_tokens + unknown_answers * tokens_out,
+                f"{unknown_answers:,} answers not yet known: upper bound",
+            )
+        lines.append(judge)
+        return render_cost(lines)
+
+    @staticmethod
+    def scores_by_content(audit: Audit, scores: dict[str, int]) -> dict[str, int]:
+        """Importance scores keyed by unit content (the scorer prompt holds the content)."""
+        by_content: dict[str, int] = {}
+        for p in audit.questions:
+            for u in p.history.units:
+                request = audit.prompts.scorer(content=u.content)
+                key = request.messages[-1][1]
+                if key in scores:
+                    by_content[u.content] = scores[key]
+        return by_content
+
+    def close(self) -> None:
+        """Release every model of this process."""
+        for model in self._models.values():
+            close_model(model)
+        self._models.clear()
+
     # -- the grid ---------------------------------------------------------------
 
     def cells(self) -> list[CellSpec]:
         """The grid: every selected policy at every budget."""
-        return [CellSpec(p.name, b) for p in self.policies for b in self.settings.budgets]
+        return [
+            CellSpec(p.name, b, reader, reader == self.settings.reader)
+            for reader in self.settings.readers
+            for p in self.policies
+            for b in self.settings.budgets
+        ]
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """Parametrize any test that asks for ``restore_cell`` with the grid."""
@@ -294,8 +475,7 @@ class RestoreSession:
             return Path(self.settings.data)
         from .embedded import embedded_dataset
 
-        cache = self.config.cache.mkdir("restore") if self.config.cache else Path(self.config.rootpath) / ".pytest_cache" / "restore"
-        return embedded_dataset(Path(cache), questions=self.settings.embedded_questions)
+        return embedded_dataset(self.cache_root(), questions=self.settings.embedded_questions)
 
     def dataset(self) -> Dataset:
         """The validated dataset (a malformed file ends the run with one line)."""
@@ -306,9 +486,54 @@ class RestoreSession:
                 raise pytest.UsageError(str(err)) from None
         return self._dataset
 
-    def audit(self) -> Audit:
-        """The audit of this process, built on first use."""
-        if self._audit is None:
+    def model_options(self) -> ModelOptions:
+        """How this process reaches real models."""
+        s = self.settings
+        if s.cache:
+            cache_dir = Path(s.cache)
+        else:
+            cache_dir = self.cache_root() / "responses"
+        return ModelOptions(
+            cache_dir=cache_dir,
+            base_url=s.base_url,
+            max_concurrency=s.max_concurrency,
+            rpm=s.rpm,
+            tpm=s.tpm,
+            max_tries=s.max_tries,
+            timeout=s.timeout,
+        )
+
+    def cache_root(self) -> Path:
+        """The project's cache directory for pytest-restore."""
+        if self.config.cache is not None:
+            return Path(self.config.cache.mkdir("restore"))
+        return Path(self.config.rootpath) / ".pytest_cache" / "d" / "restore"
+
+    def prompts(self) -> PromptSet:
+        """The prompt templates: the defaults, or files from ``--restore-prompts``."""
+        prompts = PromptSet()
+        if self.settings.prompts:
+            folder = Path(self.settings.prompts)
+            if not folder.is_dir():
+                raise pytest.UsageError(f"--restore-prompts: {folder} is not a directory")
+            files = {f.stem: f for f in sorted(folder.glob("*.txt"))}
+            try:
+                prompts = prompts.with_files(files)
+            except ValueError as err:
+                raise pytest.UsageError(f"--restore-prompts: {err}") from None
+        return prompts
+
+    def model(self, spec: str, role: str) -> ChatModel:
+        """One model object per name and role in this process (shared by the readers' audits)."""
+        key = (spec, role)
+        if key not in self._models:
+            self._models[key] = make_model(spec, role, self.model_options())
+        return self._models[key]
+
+    def audit(self, reader: str | None = None) -> Audit:
+        """The audit of this process under a reader (the primary one by default), built on first use."""
+        spec = reader or self.settings.reader
+        if spec not in self._audits:
             s = self.settings
             config = AuditConfig(
                 granularity=Granularity(s.granularity),
@@ -317,18 +542,28 @@ class RestoreSession:
                 questions=s.questions,
                 subset_seed=s.subset_seed,
             )
-            reader = make_model(s.reader, "reader")
+            reader_model = self.model(spec, "reader")
             audit = Audit(
                 self.dataset(),
                 config,
-                reader=reader,
-                judge=make_model(s.judge, "judge"),
-                scorer=make_model(s.scorer, "scorer"),
+                reader=reader_model,
+                judge=self.model(s.judge, "judge"),
+                scorer=self.model(s.scorer, "scorer"),
+                prompts=self.prompts(),
             )
-            if isinstance(reader, FakeReader):
-                reader.learn(p.history for p in audit.questions)
-            self._audit = audit
-        return self._audit
+            if isinstance(reader_model, FakeReader):
+                reader_model.learn(p.history for p in audit.questions)
+            self._audits[spec] = audit
+        return self._audits[spec]
+
+    def usage(self) -> dict[str, Any]:
+        """This process's cumulative use of each real model, by role and name."""
+        seen: dict[str, Any] = {}
+        for audit in self._audits.values():
+            for role, memo in (("reader", audit.reader), ("judge", audit.judge), ("scorer", audit.scorer)):
+                if is_real(memo.name):
+                    seen[f"{role} {memo.name}"] = memo.usage.to_json()
+        return seen
 
     def meta(self) -> dict[str, Any]:
         """What the controller needs to know about the data, from the process that loaded it."""
@@ -354,6 +589,10 @@ class RestoreSession:
                 self.records.extend(cast("list[dict[str, Any]]", value))
             elif name == META_PROPERTY:
                 self.run_meta = dict(cast("dict[str, Any]", value))
+            elif name == USAGE_PROPERTY:
+                usage = cast("dict[str, Any]", value)
+                # cumulative per process: the latest report of each process wins
+                self.usage_by_process[str(usage["process"])] = dict(usage["models"])
 
     def run_info(self) -> RunInfo:
         """Settings, dataset and exclusions for the report."""
@@ -364,7 +603,20 @@ class RestoreSession:
         meta = dict(self.run_meta)
         exclusions = meta.pop("exclusions", {})
         meta.pop("path", None)
+        if self.usage_by_process:
+            settings["model_usage"] = self.total_usage()
         return RunInfo(settings=settings, dataset=meta, exclusions=exclusions)
+
+    def total_usage(self) -> dict[str, Any]:
+        """Real model usage summed over processes (sent calls, cache hits, failures, tokens)."""
+        total: dict[str, Any] = {}
+        for models in self.usage_by_process.values():
+            for name, u in sorted(models.items()):
+                t = total.setdefault(name, {"sent": 0, "cached": 0, "failed": 0, "input_tokens": 0, "output_tokens": 0, "served": []})
+                for k in ("sent", "cached", "failed", "input_tokens", "output_tokens"):
+                    t[k] += int(u[k])
+                t["served"] = sorted(set(t["served"]) | set(u["served"]))
+        return total
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -403,6 +655,13 @@ class RestoreSession:
 
 
 SESSION_KEY = pytest.StashKey[RestoreSession]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Close real models' connections and progress displays."""
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        session.close()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,0 +1,135 @@
+"""Models by name, and what a grid will cost before it runs.
+
+``--restore-reader/judge/scorer`` (and the robustness reader and audit
+judge) take ``fake`` or ``openai:MODEL``. ``openai:`` models go through the
+official ``openai`` client to OpenAI's API or to any OpenAI-compatible
+server (``--restore-base-url`` or ``OPENAI_BASE_URL``); the key comes only
+from ``OPENAI_API_KEY``. Their responses are cached on disk, keyed by the
+model and the request, so an unchanged grid sends nothing the second time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cache import ResponseCache, request_key
+from .fake import FakeJudge, FakeReader, FakeScorer
+from .models import ChatModel, ChatRequest
+from .openai_models import OpenAIChatModel, estimate_tokens
+from .progress import Progress
+from .prompts import parse_score, parse_verdict
+
+ROLES = ("reader", "judge", "scorer")
+OPENAI_PREFIX = "openai:"
+
+
+class ModelSpecError(ValueError):
+    """A model name that is neither ``fake`` nor ``openai:MODEL``."""
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How real models are reached and paced."""
+
+    cache_dir: Path
+    base_url: str | None = None
+    max_concurrency: int = 16
+    rpm: float | None = None
+    tpm: float | None = None
+    max_tries: int = 6
+    timeout: float = 60.0
+    quiet: bool = False
+
+
+def check_spec(spec: str, option: str) -> None:
+    """Reject a malformed model name early, with the option it came from."""
+    if spec == "fake" or (spec.startswith(OPENAI_PREFIX) and len(spec) > len(OPENAI_PREFIX)):
+        return
+    raise ModelSpecError(f"{option}: unknown model {spec!r}; use 'fake' or 'openai:MODEL'")
+
+
+def is_real(spec: str) -> bool:
+    """Whether a model name calls a real model."""
+    return spec.startswith(OPENAI_PREFIX)
+
+
+#: What a reply must look like before it is accepted (else it is retried, then failed).
+VALIDATORS: dict[str, Callable[[str], bool] | None] = {
+    "reader": None,
+    "judge": lambda text: parse_verdict(text) is not None,
+    "scorer": lambda text: parse_score(text) is not None,
+}
+
+
+def make_model(spec: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
+    """The model a name stands for, in a role (reader, judge or scorer)."""
+    check_spec(spec, f"--restore-{role}")
+    if spec == "fake":
+        if role == "reader":
+            return FakeReader()
+        return FakeJudge() if role == "judge" else FakeScorer()
+    return OpenAIChatModel(
+        model=spec[len(OPENAI_PREFIX) :],
+        base_url=options.base_url,
+        cache=ResponseCache(options.cache_dir) if use_cache else None,
+        max_concurrency=options.max_concurrency,
+        rpm=options.rpm,
+        tpm=options.tpm,
+        max_tries=options.max_tries,
+        timeout=options.timeout,
+        validator=VALIDATORS[role],
+        progress=Progress(label=f"{role} calls", quiet=options.quiet),
+    )
+
+
+def close_model(model: object) -> None:
+    """Release a model's connections and progress display, when it has any."""
+    close = getattr(model, "close", None)
+    if callable(close):
+        close()
+
+
+@dataclass(frozen=True)
+class CostLine:
+    """One row of a dry run: what one model will be asked."""
+
+    role: str
+    model: str
+    calls: int
+    cached: int
+    input_tokens: int
+    output_tokens: int
+    note: str = ""
+
+
+def cost_line(
+    role: str, spec: str, requests: Sequence[ChatRequest], cache: ResponseCache | None, note: str = ""
+) -> CostLine:
+    """Unique calls, those already cached, and token estimates for the rest."""
+    unique = list(dict.fromkeys(requests))
+    name = spec[len(OPENAI_PREFIX) :] if is_real(spec) else spec
+    cached = [r for r in unique if cache is not None and is_real(spec) and cache.contains(name, r)]
+    todo = [r for r in unique if r not in set(cached)]
+    tokens_in, tokens_out = estimate_tokens(todo)
+    return CostLine(role, spec, len(unique), len(cached), tokens_in, tokens_out, note)
+
+
+def render_cost(lines: Sequence[CostLine]) -> list[str]:
+    """The dry run's table, one line a model."""
+    out = [f"{'role':<10}{'model':<28}{'unique calls':>14}{'cached':>10}{'to send':>10}{'input tok':>13}{'output tok':>13}"]
+    for c in lines:
+        out.append(
+            f"{c.role:<10}{c.model:<28}{c.calls:>14,}{c.cached:>10,}{c.calls - c.cached:>10,}"
+            f"{c.input_tokens:>13,}{c.output_tokens:>13,}" + (f"  {c.note}" if c.note else "")
+        )
+    return out
+
+
+def cached_text(cache: ResponseCache | None, spec: str, request: ChatRequest) -> str | None:
+    """A real model's cached reply to ``request``, without counting it as a hit."""
+    if cache is None or not is_real(spec):
+        return None
+    result = cache.peek(request_key(spec[len(OPENAI_PREFIX) :], request))
+    return result.text if result is not None else None
