@@ -1,0 +1,98 @@
+"""Robustness reader: what changes when a second reader runs the same grid.
+
+The paper's comparison (its appendix C): the H1 and H3 rejection counts after
+Holm, the per-policy ordering of the regime-(b) two-bin shares at each budget,
+and the residual bin. Structural results should hold across readers; the
+residual bin is expected to move with the reader's skill.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .stats import Analysis, policy_sort_key
+
+_REJECTED = frozenset({"reject"})
+
+
+def compare_readers(analysis: Analysis) -> dict[str, Any] | None:
+    """The comparison across readers, or ``None`` when the run had one reader."""
+    readers = sorted({c.reader for c in analysis.cells})
+    if len(readers) < 2:
+        return None
+    per_reader: dict[str, Any] = {}
+    for reader in readers:
+        counts = {
+            family: {
+                "rejected": sum(t.decision in _REJECTED for t in analysis.family(family, reader)),
+                "tests": len(analysis.family(family, reader)),
+            }
+            for family in ("H1", "H3")
+        }
+        ordering: dict[str, list[str]] = {}
+        residual: dict[str, int] = {}
+        for cell in analysis.cells:
+            if cell.reader != reader or cell.regime != "b":
+                continue
+            residual[f"{cell.policy}@{cell.budget}"] = cell.res
+        budgets = sorted({c.budget for c in analysis.cells if c.reader == reader}, reverse=True)
+        for budget in budgets:
+            shares = [
+                (c.two_bin_share, c.policy)
+                for c in analysis.cells
+                if c.reader == reader and c.regime == "b" and c.budget == budget and c.two_bin_share is not None
+            ]
+            # highest share first; ties in the built-in policy order
+            shares.sort(key=lambda item: (-(item[0] or 0.0), policy_sort_key(item[1])))
+            ordering[str(budget)] = [policy for _, policy in shares]
+        per_reader[reader] = {"families": counts, "two_bin_ordering": ordering, "residual": dict(sorted(residual.items()))}
+    first, *others = readers
+    same_ordering = {
+        other: {b: per_reader[first]["two_bin_ordering"].get(b) == o for b, o in per_reader[other]["two_bin_ordering"].items()}
+        for other in others
+    }
+    same_counts = {
+        other: {f: per_reader[first]["families"][f]["rejected"] == per_reader[other]["families"][f]["rejected"] for f in ("H1", "H3")}
+        for other in others
+    }
+    return {
+        "readers": readers,
+        "per_reader": per_reader,
+        "same_ordering_as": {first: same_ordering},
+        "same_reject_counts_as": {first: same_counts},
+    }
+
+
+def render_comparison_md(comparison: dict[str, Any]) -> str:
+    """The robustness section of ``report.md``."""
+    readers: list[str] = comparison["readers"]
+    per = comparison["per_reader"]
+    lines = [
+        "## Robustness reader",
+        "",
+        "| reader | H1 rejected | H3 rejected | residual (regime b, all cells) |",
+        "|---|---:|---:|---:|",
+    ]
+    for reader in readers:
+        fam = per[reader]["families"]
+        lines.append(
+            f"| {reader} | {fam['H1']['rejected']}/{fam['H1']['tests']} | "
+            f"{fam['H3']['rejected']}/{fam['H3']['tests']} | {sum(per[reader]['residual'].values())} |"
+        )
+    lines += ["", "Regime-(b) two-bin share ordering, highest first:", "", "| budget | " + " | ".join(readers) + " |"]
+    lines.append("|---|" + "---|" * len(readers))
+    budgets = list(per[readers[0]]["two_bin_ordering"])
+    for budget in budgets:
+        row = [" > ".join(per[r]["two_bin_ordering"].get(budget, [])) for r in readers]
+        lines.append(f"| {budget} | " + " | ".join(row) + " |")
+    first = readers[0]
+    for other in readers[1:]:
+        same = comparison["same_ordering_as"][first][other]
+        counts = comparison["same_reject_counts_as"][first][other]
+        lines.append("")
+        lines.append(
+            f"{other} vs {first}: same H1/H3 reject counts: "
+            f"{'yes' if all(counts.values()) else 'no'}; same two-bin ordering at "
+            f"{sum(same.values())} of {len(same)} budgets."
+        )
+    return "\n".join(lines) + "\n"
