@@ -505,8 +505,9 @@ class RestoreSession:
 
     def cache_root(self) -> Path:
         """The project's cache directory for pytest-restore."""
-        if self.config.cache is not None:
-            return Path(self.config.cache.mkdir("restore"))
+        cache = getattr(self.config, "cache", None)  # absent under -p no:cacheprovider
+        if cache is not None:
+            return Path(cache.mkdir("restore"))
         return Path(self.config.rootpath) / ".pytest_cache" / "d" / "restore"
 
     def prompts(self) -> PromptSet:
