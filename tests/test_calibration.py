@@ -1,0 +1,319 @@
+"""Tests for the calibration gate (pytest_restore.calibration) with the fake models on tiny.json."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from pytest_restore.audit import Audit, AuditConfig
+from pytest_restore.calibration import _versus, calibrate, subset_of
+from pytest_restore.data import Dataset, load_dataset
+from pytest_restore.eviction import Fifo, default_registry
+from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.injection import inject, rank, render_context
+from pytest_restore.models import ChatModel, ChatRequest, ChatResult
+from pytest_restore.prompts import DONT_KNOW
+
+TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
+BUDGETS = (600, 300, 100)
+
+Rewrite = Callable[[int, int, ChatRequest, ChatResult], ChatResult]
+
+
+class Wrapped:
+    """A ChatModel around another; ``rewrite(call, position, request, result)`` may change results.
+
+    ``call`` counts the ``run`` batches (from 0) and ``position`` is the
+    request's place in its batch, so a test can misbehave deterministically.
+    """
+
+    def __init__(
+        self, model: ChatModel, rewrite: Rewrite | None = None, name: str | None = None
+    ) -> None:
+        self.model = model
+        self.rewrite = rewrite
+        self._name = name or model.name
+        self.batches: list[list[ChatRequest]] = []
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        call = len(self.batches)
+        self.batches.append(list(requests))
+        results = self.model.run(requests)
+        if self.rewrite is None:
+            return list(results)
+        rewrite = self.rewrite
+        return [rewrite(call, n, req, res) for n, (req, res) in enumerate(zip(requests, results))]
+
+
+def flip(result: ChatResult) -> ChatResult:
+    """The opposite verdict."""
+    return ChatResult("INCORRECT" if result.text == "CORRECT" else "CORRECT")
+
+
+def make_audit(
+    dataset: Dataset, reader_rewrite: Callable[[ChatRequest, ChatResult], ChatResult] | None = None
+) -> Audit:
+    """An audit of ``dataset`` with the fake models (the reader's results optionally rewritten)."""
+    fake_reader = FakeReader(name="fake-reader")
+    reader = Wrapped(
+        fake_reader, None if reader_rewrite is None else (lambda c, n, q, r: reader_rewrite(q, r))
+    )
+    audit = Audit(
+        dataset,
+        AuditConfig(budgets=BUDGETS),
+        reader=reader,
+        judge=FakeJudge(name="fake-judge"),
+        scorer=FakeScorer(name="fake-scorer"),
+    )
+    fake_reader.learn(p.history for p in audit.questions)
+    return audit
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Dataset:
+    return load_dataset(TINY)
+
+
+# -- the clean gate --------------------------------------------------------------
+
+
+def test_gate_passes_with_the_fake_models(tiny: Dataset) -> None:
+    audit = make_audit(tiny)
+    fresh = Wrapped(FakeJudge(name="fake-judge-fresh"))
+    result = calibrate(audit, fresh_judge=fresh)
+
+    assert result.passed and result.reasons == []
+    # tiny.json has 7 evidence questions, fewer than 40: the subset is all of them
+    assert result.questions == 7
+    assert result.question_ids == [p.question.question_id for p in audit.questions]
+    assert (result.oracle_correct, result.oracle_graded, result.oracle_failed) == (7, 7, 0)
+    assert result.oracle_answerable_rate == 1.0
+    assert result.judge_consistency == 1.0
+    assert result.judge_consistent == result.judge_items > 0
+    assert (result.judge_not_a_verdict, result.judge_failed_calls) == (0, 0)
+    assert (result.policy, result.budget) == ("fifo", 600)  # fifo at the largest budget
+    assert result.negative_gain_rate == 0.0 and result.policy_correct > 0
+    assert result.cell_records == 7 and result.cell_excluded == 0
+    assert (result.judge, result.fresh_judge) == ("fake-judge", "fake-judge-fresh")
+    # the repeats are separate batches, each grading every item once
+    assert len(fresh.batches) == 2
+    assert all(len(b) == result.judge_items == len(set(b)) for b in fresh.batches)
+    assert fresh.batches[0] == fresh.batches[1]
+
+
+def test_items_are_the_distinct_graded_answers(tiny: Dataset) -> None:
+    audit = make_audit(tiny)
+    fresh = Wrapped(FakeJudge())
+    result = calibrate(audit, fresh_judge=fresh)
+    subset = subset_of(audit, 40, 0)
+    run = audit.run_cell(Fifo(), 600, questions=subset)
+    oracle = audit.oracle(subset)
+    expected = {(qid, o.answer) for qid, o in oracle.items()}
+    for r in run.records:
+        expected.add((r["question_id"], r["policy_answer"]))
+        expected.add((r["question_id"], r["restored_answer"]))
+    assert result.judge_items == len(expected)
+    graded = {req.messages[1][1] for req in fresh.batches[0]}
+    by_id = {p.question.question_id: p.question for p in subset}
+    for qid, answer in expected:
+        q = by_id[qid]
+        prompt = audit.prompts.judge(question=q.question, answer=q.answer, prediction=str(answer))
+        assert prompt.messages[1][1] in graded
+
+
+def test_subset_is_stratified_and_seeded(tiny: Dataset) -> None:
+    audit = make_audit(tiny)
+    result = calibrate(audit, fresh_judge=FakeJudge(), questions=3, seed=5)
+    again = calibrate(audit, fresh_judge=FakeJudge(), questions=3, seed=5)
+    assert result.question_ids == again.question_ids
+    assert result.questions == 3
+    types = [audit.history(q).question.question_type for q in result.question_ids]
+    # 7 questions: 3 single-session-user, one of each other type; 3 seats go to
+    # single-session-user (quota 1.29) and the two types first in name order
+    assert types.count("single-session-user") == 1
+    assert len(set(types)) == 3
+
+
+def test_json_is_deterministic_and_complete(tiny: Dataset) -> None:
+    first = calibrate(make_audit(tiny), fresh_judge=FakeJudge()).to_json()
+    second = calibrate(make_audit(tiny), fresh_judge=FakeJudge()).to_json()
+    assert first == second and first.endswith("\n")
+    data = json.loads(first)
+    for key in (
+        "oracle_answerable_rate",
+        "judge_consistency",
+        "negative_gain_rate",
+        "min_consistency",
+        "max_negative_gain",
+        "passed",
+        "reasons",
+    ):
+        assert key in data
+    assert list(data) == sorted(data)
+
+
+def test_markdown_table(tiny: Dataset) -> None:
+    text = calibrate(make_audit(tiny), fresh_judge=FakeJudge()).render_markdown()
+    assert "| judge repeat self-consistency | 1.000 |" in text
+    assert "| oracle-answerable rate | 1.000 | 7 of 7" in text
+    assert "| negative-restore-gain rate | 0.000 |" in text
+    assert "Calibration gate: **passed**." in text
+
+
+# -- a judge that is not stable ------------------------------------------------------
+
+
+def test_flipping_judge_fails_the_gate(tiny: Dataset) -> None:
+    # the second repeat flips every third item: 3 of the 9 items disagree
+    fresh = Wrapped(
+        FakeJudge(), lambda call, n, req, res: flip(res) if call == 1 and n % 3 == 0 else res
+    )
+    result = calibrate(make_audit(tiny), fresh_judge=fresh)
+    assert result.judge_items == 9
+    assert result.judge_consistent == 6
+    assert not result.passed
+    assert result.reasons == [
+        (
+            "judge self-consistency 0.67 < 0.90 (3 of 9 items disagree over 1 + 2 gradings; "
+            "0 not a verdict, 0 failed calls)"
+        )
+    ]
+    assert len(result.inconsistent) == 3
+    assert all(len(i["verdicts"]) == 3 for i in result.inconsistent)
+    assert all(len(set(i["verdicts"])) == 2 for i in result.inconsistent)
+    assert "Calibration gate: **failed**:" in result.render_markdown()
+    assert "| >= 0.90 | **fail** |" in result.render_markdown()
+
+
+def test_junk_and_failed_calls_count_as_disagreement(tiny: Dataset) -> None:
+    def junk(call: int, n: int, req: ChatRequest, res: ChatResult) -> ChatResult:
+        if call == 0 and n in (0, 4):
+            return ChatResult("It depends.")
+        if call == 1 and n == 8:
+            return ChatResult(None, error="HTTP 500 after 6 tries")
+        return res
+
+    result = calibrate(make_audit(tiny), fresh_judge=Wrapped(FakeJudge(), junk))
+    assert (result.judge_not_a_verdict, result.judge_failed_calls) == (2, 1)
+    assert result.judge_consistent == 6
+    assert result.reasons == [
+        (
+            "judge self-consistency 0.67 < 0.90 (3 of 9 items disagree over 1 + 2 gradings; "
+            "2 not a verdict, 1 failed calls)"
+        )
+    ]
+    assert sum(None in i["verdicts"] for i in result.inconsistent) == 3
+
+
+def test_one_unstable_item_in_many_passes(tiny: Dataset) -> None:
+    # with enough repeats nothing changes for a stable judge; 1 bad item of 9 is 0.89 < 0.90
+    fresh = Wrapped(
+        FakeJudge(), lambda call, n, req, res: flip(res) if (call, n) == (3, 2) else res
+    )
+    result = calibrate(make_audit(tiny), fresh_judge=fresh, repeats=4)
+    assert len(fresh.batches) == 4
+    assert result.judge_consistent == 8
+    assert result.reasons[0].startswith("judge self-consistency 0.89 < 0.90 (1 of 9 items")
+    assert calibrate(make_audit(tiny), fresh_judge=fresh, repeats=4, min_consistency=0.85).passed
+
+
+def test_threshold_printing_never_looks_equal() -> None:
+    assert _versus(0.85, 0.90) == ("0.85", "0.90")
+    assert _versus(0.899, 0.90) == ("0.899", "0.900")
+    assert _versus(0.0501, 0.05) == ("0.0501", "0.0500")
+
+
+# -- negative restore gains -------------------------------------------------------------
+
+
+def restored_only_blocks(audit: Audit, budget: int) -> set[str]:
+    """The fifo restored contexts at ``budget`` that differ from their regime-(b) context."""
+    blocks = set()
+    fifo = Fifo()
+    for p in audit.questions:
+        h = p.history
+        mask = audit.retain(fifo, p, budget, 0, {})
+        restored_store = mask.copy()
+        restored_store[list(h.gold)] = True
+        cap, k = audit.config.cap, audit.config.top_k
+        restored = render_context(
+            h, inject(list(h.gold), rank(p.index, restored_store, k), h.sizes, cap)
+        )
+        regime_b = render_context(h, inject([], rank(p.index, mask, k), h.sizes, cap))
+        if restored != regime_b:
+            blocks.add(restored)
+    return blocks
+
+
+def test_negative_restore_gains_fail_the_gate(tiny: Dataset) -> None:
+    # With the fake reader a regime-(b) answer is right only when all gold is
+    # injected, and then the restored context is the same context: negative
+    # gains cannot happen. So this reader guesses right without the gold and
+    # is confused by exactly the restored contexts that differ from regime (b).
+    probe = make_audit(tiny)
+    blocks = restored_only_blocks(probe, 600)
+    assert blocks
+    answers = {p.question.question: p.question.answer for p in probe.questions}
+
+    def lucky_then_confused(request: ChatRequest, result: ChatResult) -> ChatResult:
+        user = request.messages[1][1]
+        block = user.split("Memory snippets:\n", 1)[1].rsplit("\n\nQuestion: ", 1)[0]
+        if block in blocks:
+            return ChatResult(DONT_KNOW)
+        if result.text == DONT_KNOW:
+            question = user.rsplit("\n\nQuestion: ", 1)[1].rsplit("\nAnswer:", 1)[0]
+            return ChatResult(answers[question])
+        return result
+
+    result = calibrate(make_audit(tiny, lucky_then_confused), fresh_judge=FakeJudge())
+    assert result.negative_restore_gain == len(blocks) == 2
+    assert result.policy_correct == 7
+    assert result.negative_gain_rate == 2 / 7
+    assert not result.passed
+    assert result.reasons == [
+        "negative-restore-gain rate 0.29 > 0.05 (2 of 7 policy-correct records in fifo @ 600 regime (b))"
+    ]
+    assert "| <= 0.05 | **fail** |" in result.render_markdown()
+
+
+def test_unmeasurable_rate_fails(tiny: Dataset) -> None:
+    # at 100 tokens fifo keeps no gold: no policy answer is correct, the rate is undefined
+    result = calibrate(make_audit(tiny), fresh_judge=FakeJudge(), budget=100)
+    assert result.policy_correct == 0 and result.negative_gain_rate is None
+    assert result.reasons == [
+        "negative-restore-gain rate undefined: no policy-correct record in fifo @ 100 regime (b)"
+    ]
+    other = calibrate(
+        make_audit(tiny), fresh_judge=FakeJudge(), policy=default_registry()["no-evict"], budget=100
+    )
+    assert other.passed and other.policy == "no-evict"
+
+
+def test_failed_reader_fails_every_check(tiny: Dataset) -> None:
+    audit = make_audit(tiny, lambda req, res: ChatResult(None, error="HTTP 503"))
+    result = calibrate(audit, fresh_judge=FakeJudge())
+    assert (result.oracle_graded, result.oracle_failed, result.oracle_answerable_rate) == (
+        0,
+        7,
+        None,
+    )
+    assert result.judge_items == 0 and result.cell_excluded == 7
+    assert result.reasons == [
+        "judge self-consistency undefined: no answer of the calibration run could be graded",
+        "oracle-answerable rate undefined: all 7 oracle calls failed",
+        "negative-restore-gain rate undefined: no policy-correct record in fifo @ 600 regime (b)",
+    ]
+
+
+def test_bad_arguments(tiny: Dataset) -> None:
+    with pytest.raises(ValueError, match="repeats"):
+        calibrate(make_audit(tiny), fresh_judge=FakeJudge(), repeats=0)
+    with pytest.raises(ValueError, match="questions"):
+        calibrate(make_audit(tiny), fresh_judge=FakeJudge(), questions=0)
