@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_restore.lexical import STOPWORDS, words
 from pytest_restore.tokens import count_tokens
 
 __all__ = [
@@ -147,76 +148,104 @@ def abstention_mix(n: int) -> dict[str, int]:
 
 
 # --------------------------------------------------------------------------- word banks
-# Generic filler: lowercase, no digits, no proper names.
+# Filler: lowercase, no digits, no proper names. Real chat filler (ShareGPT,
+# UltraChat) is lexically diverse: two unrelated turns share few content words,
+# while turns of one conversation share its topic's words. The generator builds
+# that from invented topic vocabularies (pseudo-words, drawn per call from the
+# seed) set in English frames whose own content words are few and varied.
 
-_TOPICS = (
-    "time management", "learning a new language", "container gardening", "home workouts",
-    "budget travel", "writing a cover letter", "meal prep", "better sleep habits",
-    "public speaking", "basic photography", "debugging code", "saving for retirement",
-    "keeping a journal", "decluttering a small space", "running a team meeting",
-    "negotiating a salary", "learning to draw", "reducing screen time", "composting",
-    "studying for exams", "starting a side project", "giving feedback", "mindful breathing",
-    "organizing digital files", "cooking with seasonal vegetables", "stretching after work",
-    "writing clear emails", "planning a garden bed", "caring for houseplants in winter",
-    "learning chess openings", "managing stress at work", "building a reading habit",
-    "choosing a note-taking system", "setting personal goals", "hosting a small dinner",
-    "improving posture", "learning to code", "volunteering locally", "making friends as an adult",
-    "writing short stories",
+_ONSETS = (
+    "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z",
+    "br", "cr", "dr", "fl", "gr", "pl", "pr", "sk", "st", "tr", "sh", "ch", "th", "sp", "bl", "gl",
 )
-_NOUNS = (
-    "approach", "routine", "plan", "habit", "schedule", "goal", "process", "method", "step",
-    "detail", "option", "strategy", "tool", "resource", "practice", "framework", "priority",
-    "pattern", "balance", "outcome", "project", "task", "idea", "question", "challenge",
-    "setting", "environment", "system", "structure", "checklist", "reminder", "boundary",
+_NUCLEI = ("a", "e", "i", "o", "u", "a", "e", "i", "o", "ai", "ea", "ou", "ie", "oa")
+_CODAS = ("", "", "", "", "n", "r", "l", "s", "t", "m", "nd", "st", "rk", "ng")
+_SUFFIXES = ("", "", "", "", "", "", "ing", "er", "ion", "al", "ment", "ic")
+
+#: Common English content words: the shared background of all prose (Zipf-weighted, first = commonest).
+_COMMON = (
+    "make", "time", "use", "way", "need", "help", "good", "work", "first", "keep", "find", "start",
+    "try", "different", "important", "part", "change", "thing", "look", "often", "people", "sure",
+    "right", "small", "best", "each", "give", "example", "point", "next", "want", "usually",
+    "later", "quick", "easy", "clear", "simple", "likely", "enough", "several", "along", "rather",
+    "whole", "early", "common", "useful", "step", "idea", "place", "kind", "sense", "choice",
+    "approach", "option", "detail", "result", "reason", "case", "order", "level", "basis", "area",
+    "shape", "effect", "factor", "feature", "range", "rule", "role", "source", "stage", "standard",
+    "method", "pattern", "balance", "context", "effort", "habit", "limit", "practice", "process",
+    "routine", "schedule", "structure", "system", "target", "version", "window", "budget", "draft",
+    "outline", "summary", "overview", "review", "feedback", "progress", "priority", "resource",
+    "strategy", "framework", "setting", "environment", "checklist", "reminder", "boundary",
+    "consistent", "flexible", "practical", "realistic", "gentle", "focused", "reliable",
+    "manageable", "balanced", "thoughtful", "careful", "broad", "specific", "modest",
+    "sustainable", "honest", "calm", "steady", "gradually", "regularly", "carefully", "weekly",
+    "daily", "patient", "notice", "adjust", "track", "organize", "simplify", "revisit", "compare",
+    "measure", "refine", "share", "explore", "protect", "prepare", "improve", "avoid", "plan",
+    "goal", "task", "question", "challenge", "outcome", "tool", "project", "energy", "mistake",
 )
-_ADJS = (
-    "simple", "steady", "clear", "flexible", "practical", "realistic", "consistent", "gentle",
-    "small", "focused", "reliable", "useful", "manageable", "balanced", "thoughtful", "careful",
-    "broad", "specific", "modest", "sustainable", "honest", "calm",
-)
-_VERBS = (
-    "review", "adjust", "track", "organize", "simplify", "revisit", "test", "compare", "measure",
-    "prioritize", "break down", "write down", "set aside", "build", "refine", "share", "explore",
-    "question", "pace", "protect",
-)
-_ADVERBS = (
-    "gradually", "regularly", "carefully", "early on", "over time", "each week",
-    "from the start", "when possible", "in small steps", "without rushing",
-)
-_SENTENCES = (
-    "When it comes to {t}, it usually helps to {v} your {n} {adv}.",
-    "A {a} {n} makes {t} much easier to sustain.",
-    "Many people find that {t} improves once they {v} the {n} they already have.",
-    "Try to {v} one {n} at a time rather than changing everything at once.",
-    "It is worth keeping a {a} record of each {n}, because patterns tend to show up {adv}.",
-    "If something feels overwhelming, {v} the {n} into smaller pieces.",
-    "There is no single right answer here; the best {n} is the one you can keep up {adv}.",
-    "Consider how your {n} fits with the rest of your {n2}.",
-    "Be patient with yourself, since a {a} {n} takes time to settle in.",
-    "Another option is to {v} your {n} with someone you trust and ask for honest feedback.",
-    "Progress with {t} rarely looks like a straight line, and that is completely normal.",
-    "A good rule of thumb is to {v} the {n} before you worry about the {n2}.",
-    "Small, {a} changes tend to last longer than dramatic ones.",
-    "It can also help to notice which {n} gives you the most energy and build around it.",
-    "Try not to compare your {n} with anyone else's, because everyone starts from a different place.",
-    "Over time, a {a} {n} becomes a habit you no longer have to think about.",
-    "Think of {t} as a skill you practice rather than a test you pass or fail.",
-    "You might also {v} the {n} with a friend, which keeps things {a} and more fun.",
-    "The most common mistake is to {v} too many things at once and lose track of the {n}.",
-    "Once the {n} feels {a}, you can {v} the {n2} as well.",
-)
-_MENTIONING = tuple(t for t in _SENTENCES if "{t}" in t)
 _OPENERS = (
     "Great question!", "Sure, here are a few thoughts.", "That is a common concern.",
     "Happy to help with that.", "Good thinking.", "Of course.", "That makes sense.",
-    "There are a few ways to look at this.",
+    "There are a few ways to look at this.", "Absolutely.", "Here is how I would think about it.",
+    "Let's break it down.", "Nice, this is a fun one.", "Good point.", "Certainly.",
+    "It depends a little on your situation, but here goes.", "",
 )
 _CLOSERS = (
     "I hope this helps, and let me know if you want more detail on any of these points.",
     "Feel free to ask if you would like to go deeper on any part of this.",
     "Let me know how it goes, and we can adjust the plan from there.",
     "If you share a little more about your situation, I can tailor these suggestions.",
+    "Good luck!", "Want me to turn this into a checklist?", "Does that answer your question?",
+    "Happy to expand on any of it.", "", "", "",
 )
+#: Frames of assistant prose, mostly stopwords and slots: {t} topic phrase, {n} {n2} topic
+#: nouns, {v} {v2} {v3} topic verbs, {a} {a2} topic adjectives, {g} {g2} common words.
+_FRAMES = (
+    "When it comes to {t}, {v} the {n} before the {n2}.",
+    "A {a} {n} is {g} for the {n2}.",
+    "Most of the {n} is about how you {v} it.",
+    "{V} one {n} at a time, not all of them at once.",
+    "It is {g} to keep the {n} {a}, because the {n2} will follow.",
+    "If the {n} is too much, {v} it into {a} {n2}.",
+    "There is no single {g} here; the {a} {n} is the one you can keep.",
+    "How does your {n} fit with the {n2}?",
+    "With {t}, the {n} is rarely {a} at first.",
+    "Another {g} is to {v} your {n} with the {n2}.",
+    "Your {n} and your {n2} should {v} each other.",
+    "{V} the {n} before you {v2} the {n2}.",
+    "{A} {n} tends to {v} the {n2}.",
+    "Which {n} gives you the most {g}? {V} around that.",
+    "Over time, a {a} {n} will {v} on its own.",
+    "Think of {t} as a {g} you {v}, not a {n}.",
+    "You can also {v} the {n} with a {n2}.",
+    "The most {g} {n} is to {v} too many {n2} at once.",
+    "Once the {n} is {a}, {v} the {n2} as well.",
+    "For {t}, the {n} and the {n2} matter more than the {g}.",
+    "People who {v} their {n} early get a {a} {n2}.",
+    "Keep a {a} {n}; a {g} will show up.",
+    "Why does the {n} matter? Because the {n2} is built on it.",
+    "{V} the {n}, then see whether the {n2} still makes {g}.",
+    "If you only do one thing, {v} the {n}.",
+    "The {n2} is where most of the {g} goes, so {v} it.",
+    "Some prefer a {a} {n}; others {v} the {n2} instead.",
+    "It is fine to skip the {n} and come back to it.",
+    "What is the {n} for? Would a {a} {n2} do?",
+    "Pair the {n} with a {a} {n2}.",
+    "A {a} {n} takes a while to {v}.",
+    "Start with the {n}, since the rest of {t} depends on it.",
+    "{V} the {n} and {v2} it again after a {g}.",
+    "You do not need a {a} {n}; a {a2} one is {g}.",
+    "Once you can {v} the {n}, move on to the {n2}.",
+    "A {a} {n} and a {a2} {n2} {v} well together.",
+    "The {n} of the {n2} is {a}, so {v} it {g}.",
+    "Is your {n} {a} or {a2}? It {g2} the {n2}.",
+    "{V} your {n}, {v2} your {n2}, and {v3} the rest.",
+    "Between the {n} and the {n2}, {v} the {a} one.",
+    "In {t}, a {n} is only as {a} as its {n2}.",
+    "Do not {v} the {n} until the {n2} is {a}.",
+    "The {a} {n} is what most people {v} first.",
+    "{V} and {v2}: that is most of the {n}.",
+)
+_MENTIONING = tuple(f for f in _FRAMES if "{t}" in f)
 _USER_FILLER = (
     "Can you give me some tips on {t}?",
     "What is a good way to get started with {t}?",
@@ -224,12 +253,22 @@ _USER_FILLER = (
     "Could you explain the basics of {t} in plain terms?",
     "What are common mistakes people make with {t}?",
     "I'm trying to get better at {t}. What should I focus on first?",
-    "Thanks, that is helpful. Can you expand on the second point?",
-    "Could you summarize that as a shorter list?",
     "What would a realistic weekly plan for {t} look like?",
     "Is there anything I should avoid when it comes to {t}?",
     "How do I know whether my approach to {t} is working?",
-    "That makes sense. What else should I keep in mind?",
+    "Should I {v} the {n} first or the {n2}?",
+    "What is the difference between a {a} {n} and a {n2}?",
+    "How would you {v} a {n} for {t}?",
+    "Is a {a} {n} really necessary?",
+    "Can you explain the {n} part again?",
+    "Why does the {n} matter so much for {t}?",
+    "What if I {v} the {n2} instead?",
+)
+#: Short stock user turns that recur across conversations, as in real chat logs.
+_STOCK_USER = (
+    "Thanks!", "Thank you, that helps.", "Got it, thanks.", "Could you summarize that as a shorter list?",
+    "Can you expand on the second point?", "That makes sense. What else should I keep in mind?",
+    "Perfect.", "Interesting, tell me more.", "Can you give an example?", "Ok, thanks a lot!",
 )
 
 # Fact banks: proper names, places, items. Evidence and distractors draw from these.
@@ -504,6 +543,8 @@ class GeneratorSettings:
     distractor_mentions: tuple[int, int] = (4, 10)
     gold_tokens: tuple[int, int] = (40, 200)
     filler_assistant_tokens: tuple[int, int] = (150, 450)
+    filler_topics: int = 400
+    echo_strength: tuple[float, float] = (0.0, 1.0)
     start: dt.date = dt.date(2022, 1, 1)
     start_span_days: int = 540
 
@@ -512,6 +553,50 @@ class GeneratorSettings:
 
 
 _DATE_MARK = "\x00DATE\x00"
+#: o200k tokens per whitespace word of filler prose (pseudo-words split into several tokens).
+_TOKENS_PER_WORD = 1.6
+#: Share of filler user turns that are a short stock turn ("Thanks!").
+_STOCK_SHARE = 0.12
+#: Words of one invented topic, and how strongly a turn favours the topic's first words.
+_TOPIC_WORDS = 150
+_TOPIC_SKEW = 1.4
+_ECHO_LEADS = ("So", "Noted:", "Good to know that", "Thanks for sharing that", "Okay, so", "Sounds like")
+_FOLLOW_UPS = ("Just to check I got it:", "Going back to your suggestion:", "So, to be sure:",
+               "Quick follow-up on that:")
+_LIST_LEADS = ("Here are a few ideas:", "A few options:", "Some things to try:", "In short:", "Key points:")
+_SECOND_PERSON = {"i": "you", "i'm": "you're", "i've": "you've", "i'd": "you'd", "my": "your", "me": "you",
+                  "mine": "yours", "we": "you", "our": "your"}
+
+
+@dataclass(frozen=True)
+class _Topic:
+    """An invented filler topic: its name and its own words."""
+
+    name: str
+    nouns: tuple[str, ...]
+    verbs: tuple[str, ...]
+    adjs: tuple[str, ...]
+
+
+def _reserved_words() -> set[str]:
+    """Every content word of this module's English banks: pseudo-words must not collide with them."""
+    found: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            found.update(words(value))
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                walk(item)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(k)
+                walk(v)
+
+    for name, value in globals().items():
+        if name.startswith("_") and name[1:2].isupper():
+            walk(value)
+    return found | STOPWORDS
 
 
 @dataclass
@@ -552,6 +637,7 @@ class _Writer:
     def __init__(self, rng: random.Random, settings: GeneratorSettings) -> None:
         self.rng = rng
         self.s = settings
+        self.topics = self._make_topics(settings.filler_topics)
 
     # -- small pickers
     def pick(self, seq: Sequence[str]) -> str:
@@ -590,54 +676,126 @@ class _Writer:
             "age": r.randint(21, 70),
         }
 
-    # -- filler prose
-    def sentence(self, topic: str, mention: bool = False) -> str:
-        """One generic advice sentence; with ``mention`` it is sure to name ``topic``."""
-        template = self.pick(_MENTIONING if mention else _SENTENCES)
-        n, n2 = self.rng.sample(_NOUNS, 2)
-        return template.format(
-            t=topic, v=self.pick(_VERBS), n=n, n2=n2, a=self.pick(_ADJS), adv=self.pick(_ADVERBS)
-        )
+    # -- filler vocabulary
+    def _pseudo_word(self, reserved: set[str]) -> str:
+        r = self.rng
+        while True:
+            syllables = r.choice((1, 2, 2, 2, 2, 3))
+            word = "".join(r.choice(_ONSETS) + r.choice(_NUCLEI) + r.choice(_CODAS) for _ in range(syllables))
+            if syllables < 3:
+                word += r.choice(_SUFFIXES)
+            if len(word) >= 4 and word not in reserved:
+                reserved.add(word)
+                return word
 
-    def prose(self, topics: Sequence[str], target_tokens: int, opener: bool = True) -> str:
-        """Generic advice of about ``target_tokens`` tokens (estimate: 1.25 per word)."""
-        parts = [self.pick(_OPENERS)] if opener else []
-        words = 4
-        goal = target_tokens / 1.25
+    def _make_topics(self, count: int) -> list[_Topic]:
+        """``count`` invented topics; each draws its words from a shared pseudo-word pool."""
+        reserved = set(_reserved_words())
+        pool = [self._pseudo_word(reserved) for _ in range(max(400, count * _TOPIC_WORDS // 3))]
+        topics = []
+        for _ in range(count):
+            words_ = self.rng.sample(pool, _TOPIC_WORDS)
+            third = _TOPIC_WORDS // 5
+            nouns, verbs, adjs = tuple(words_[2 * third:]), tuple(words_[:third]), tuple(words_[third:2 * third])
+            name = f"{adjs[0]} {nouns[0]}" if self.rng.random() < 0.5 else f"{nouns[0]} {nouns[1]}"
+            topics.append(_Topic(name, nouns, verbs, adjs))
+        return topics
+
+    def topic(self) -> _Topic:
+        """A random filler topic."""
+        return self.pick(self.topics)
+
+    def zipf(self, seq: Sequence[str], skew: float = 2.0) -> str:
+        """An element of ``seq``, the earlier ones far more often (a rough Zipf law)."""
+        return seq[int(len(seq) * self.rng.random() ** skew)]
+
+    # -- filler prose
+    def _slots(self, topic: _Topic, phrase: str | None) -> dict[str, str]:
+        k = _TOPIC_SKEW
+        n = self.zipf(topic.nouns, k)
+        n2 = self.zipf(topic.nouns, k)
+        while n2 == n:
+            n2 = self.zipf(topic.nouns, k)
+        v, a = self.zipf(topic.verbs, k), self.zipf(topic.adjs, k)
+        return {
+            "t": phrase or topic.name, "n": n, "n2": n2, "v": v, "a": a, "a2": self.zipf(topic.adjs, k),
+            "v2": self.zipf(topic.verbs, k), "v3": self.zipf(topic.verbs, k),
+            "g": self.zipf(_COMMON, 2.0), "g2": self.zipf(_COMMON, 2.0),
+            "A": a.capitalize(), "V": v.capitalize(),
+        }
+
+    def sentence(self, topic: _Topic, phrase: str | None = None, mention: bool = False) -> str:
+        """One advice sentence on ``topic``; with ``mention`` it is sure to name ``phrase`` (or the topic)."""
+        frame = self.pick(_MENTIONING if mention else _FRAMES)
+        return frame.format(**self._slots(topic, phrase))
+
+    def prose(self, topic: _Topic, target_tokens: int, opener: bool = True,
+              phrases: Sequence[str] = ()) -> str:
+        """Advice on ``topic`` of about ``target_tokens`` tokens (estimate: _TOKENS_PER_WORD)."""
+        first = self.pick(_OPENERS) if opener else ""
+        parts = [first] if first else []
+        words_ = 4
+        goal = target_tokens / _TOKENS_PER_WORD
+
+        def phrase() -> str | None:
+            return self.pick(phrases) if phrases else None
+
         paragraph: list[str] = []
-        while words < goal:
-            if self.rng.random() < 0.15 and words + 60 < goal:
+        while words_ < goal:
+            if self.rng.random() < 0.15 and words_ + 60 < goal:
                 if paragraph:
                     parts.append(" ".join(paragraph))
                     paragraph = []
                 bullets = []
                 for _ in range(self.rng.randint(3, 5)):
-                    label = f"{self.pick(_ADJS).capitalize()} {self.pick(_NOUNS)}"
-                    body = self.sentence(self.pick(topics))
+                    label = f"{self.zipf(topic.adjs).capitalize()} {self.zipf(topic.nouns)}"
+                    body = self.sentence(topic, phrase())
                     bullets.append(f"- **{label}**: {body}")
-                    words += len(body.split()) + 3
-                parts.append("Here are a few ideas:\n\n" + "\n".join(bullets))
+                    words_ += len(body.split()) + 3
+                parts.append(self.pick(_LIST_LEADS) + "\n\n" + "\n".join(bullets))
                 continue
-            text = self.sentence(self.pick(topics))
+            text = self.sentence(topic, phrase())
             paragraph.append(text)
-            words += len(text.split())
+            words_ += len(text.split())
             if len(paragraph) >= self.rng.randint(3, 5):
                 parts.append(" ".join(paragraph))
                 paragraph = []
         if paragraph:
             parts.append(" ".join(paragraph))
-        parts.append(self.pick(_CLOSERS))
+        closer = self.pick(_CLOSERS)
+        if closer:
+            parts.append(closer)
         return "\n\n".join(parts)
 
-    def assistant_filler(self, topic: str) -> str:
+    def assistant_filler(self, topic: _Topic) -> str:
         lo, hi = self.s.filler_assistant_tokens
-        return self.prose([topic], self.rng.randint(lo, hi - 40))
+        return self.prose(topic, self.rng.randint(lo, hi - 40))
 
-    def user_filler(self, topic: str) -> str:
-        text = self.pick(_USER_FILLER).format(t=topic)
+    def user_filler(self, topic: _Topic) -> str:
+        if self.rng.random() < _STOCK_SHARE:
+            return self.pick(_STOCK_USER)
+        text = self.pick(_USER_FILLER).format(**self._slots(topic, None))
         if self.rng.random() < 0.4:
             text += " " + self.sentence(topic)
         return text
+
+    def echo(self, text: str, exclude: set[str], strength: float, swap: bool = True) -> str:
+        """The restated part of ``text``: each sentence kept with probability ``strength``,
+        without numbers or the ``exclude`` words (with ``swap``, in the second person);
+        empty when nothing is kept."""
+        kept: list[str] = []
+        for sentence in re.split(r"(?<=[.!?])\s+", text.replace(_DATE_MARK, "")):
+            if self.rng.random() >= strength:
+                continue
+            tokens = []
+            for tok in sentence.split():
+                if any(c.isdigit() for c in tok) or set(words(tok)) & exclude:
+                    continue
+                bare = tok.strip(".,;:!?()").lower()
+                tokens.append(_SECOND_PERSON.get(bare, tok.strip(".,;:!?()")) if swap else tok.strip(".,;:!?()"))
+            if len(words(" ".join(tokens))) >= 2:
+                kept.append(" ".join(tokens))
+        return "; ".join(kept)
 
     # -- dense evidence
     def details(self, count: int) -> str:
@@ -672,9 +830,9 @@ class _Writer:
             text = " ".join([core, *extra])
         return text
 
-    def reply(self, topic: str) -> str:
-        """A short generic assistant reply to an evidence turn."""
-        return self.prose([topic], self.rng.randint(90, 220))
+    def reply(self, phrase: str) -> str:
+        """A short assistant reply to an evidence turn, on a filler topic, naming ``phrase``."""
+        return self.prose(self.topic(), self.rng.randint(90, 220), phrases=(phrase,))
 
     # -- distractors
     def distractor_pair(self, terms: tuple[str, str], long_assistant: bool,
@@ -687,12 +845,13 @@ class _Writer:
         mentions = self.rng.randint(lo, hi)
         lo_t, hi_t = self.s.filler_assistant_tokens
         target = self.rng.randint(lo_t, hi_t - 40)
+        topic = self.topic()
         paragraphs = [self.pick(_OPENERS)]
         for i in range(mentions):
-            paragraphs.append(self.sentence(a if i % 2 == 0 else b, mention=True))
-        body = self.prose(["this", "the decision", "the whole process"], max(60, target - 25 * mentions),
-                          opener=False)
-        return user, " ".join(paragraphs) + "\n\n" + body
+            paragraphs.append(self.sentence(topic, a if i % 2 == 0 else b, mention=True))
+        body = self.prose(topic, max(60, target - 25 * mentions), opener=False,
+                          phrases=("this", "the decision", "the whole process"))
+        return user, " ".join(p for p in paragraphs if p) + "\n\n" + body
 
 
 # --------------------------------------------------------------------------- question builders
@@ -1098,7 +1257,7 @@ class _Generator:
         size = max(4, round(self.s.pool_factor * self.s.sessions_per_history))
         self.pool: list[_Session] = []
         for _ in range(size):
-            topic = w.pick(_TOPICS)
+            topic = w.topic()
             turns: list[tuple[str, str, bool | None]] = []
             for _ in range(self._pair_count()):
                 turns.append(("user", w.user_filler(topic), None))
@@ -1108,7 +1267,7 @@ class _Generator:
         # so a history never holds the same turn twice.
         self.pairs: list[Pair] = []
         for _ in range(max(16, size * 2)):
-            topic = w.pick(_TOPICS)
+            topic = w.topic()
             self.pairs.append((w.user_filler(topic), w.assistant_filler(topic)))
         texts = [t[1] for s in self.pool for t in s.turns] + [x for p in self.pairs for x in p]
         counts = dict(zip(texts, count_tokens(texts)))
@@ -1116,10 +1275,11 @@ class _Generator:
             session.tokens = sum(counts[t[1]] for t in session.turns)
 
     # -- per-question sessions
-    def _with_pairs(self, inserts: list[tuple[str, str, bool | None, bool | None]],
+    def _with_pairs(self, inserts: list[list[tuple[str, str, bool | None, bool | None]]],
                     flagged: bool, available: list[int]) -> list[tuple[str, str, bool | None]]:
-        """Filler pairs with the given (user, assistant, user flag, assistant flag) pairs mixed in."""
-        n_filler = max(0, self._pair_count() - len(inserts))
+        """Filler pairs with the given groups of (user, assistant, user flag, assistant flag) pairs
+        mixed in, each group kept together."""
+        n_filler = max(0, self._pair_count() - sum(len(g) for g in inserts))
         chosen: list[tuple[str, str, bool | None, bool | None]] = []
         flag: bool | None = False if flagged else None
         for _ in range(n_filler):
@@ -1127,8 +1287,9 @@ class _Generator:
                 break
             u, a = self.pairs[available.pop()]
             chosen.append((u, a, flag, flag))
-        for item in inserts:
-            chosen.insert(self.rng.randint(0, len(chosen)), item)
+        for group in inserts:
+            at = self.rng.randint(0, len(chosen))
+            chosen[at:at] = group
         turns: list[tuple[str, str, bool | None]] = []
         for u, a, fu, fa in chosen:
             turns.append(("user", u, fu))
@@ -1163,13 +1324,25 @@ class _Generator:
         hexid = self._fresh(lambda: f"answer_{r.getrandbits(32):08x}")
         qid = self._fresh(lambda: f"{r.getrandbits(32):08x}") + ("_abs" if abstain else "")
         answer_sessions: list[_Session] = []
+        # Evidence sessions stay on topic: a turn after the evidence restates part of it
+        # (never the answer), more or less of it depending on the question.
+        strength = r.uniform(*s.echo_strength)
+        exclude = set(words(plan.answer)) if isinstance(plan.answer, str) else set()
         for k, gold in enumerate(plan.golds):
+            group: list[tuple[str, str, bool | None, bool | None]]
             if gold.role == "user":
-                insert = (gold.text, gold.partner, True, False)
+                echo = self.w.echo(gold.text, exclude, strength)
+                lead = self.w.pick(_ECHO_LEADS)
+                partner = f"{lead} {echo}.\n\n{gold.partner}" if echo else gold.partner
+                group = [(gold.text, partner, True, False)]
             else:
-                insert = (gold.partner, gold.text, False, True)
+                group = [(gold.partner, gold.text, False, True)]
+                echo = self.w.echo(gold.text, exclude, strength, swap=False)
+                if echo:
+                    follow = f"{self.w.pick(_FOLLOW_UPS)} {echo}?"
+                    group.append((follow, self.w.reply(plan.terms[0]), False, False))
             sid = f"{hexid}_{k + 1}"
-            answer_sessions.append(_Session(sid, self._with_pairs([insert], True, available), gold=k))
+            answer_sessions.append(_Session(sid, self._with_pairs([group], True, available), gold=k))
         lo, hi = s.distractors
         n_distractors = r.randint(lo, hi)
         distractor_sessions: list[_Session] = []
@@ -1182,14 +1355,15 @@ class _Generator:
                 long_assistant = r.random() < s.distractor_assistant_share
                 for _ in range(8):  # no two distractors of one history alike
                     u, a = self.w.distractor_pair(
-                        plan.terms, long_assistant, lambda: self.w.assistant_filler(self.w.pick(_TOPICS))
+                        plan.terms, long_assistant, lambda: self.w.assistant_filler(self.w.topic())
                     )
                     if u not in seen:
                         break
                 seen.add(u)
                 inserts.append((u, a, None, None))
                 made += 1
-            distractor_sessions.append(_Session(self.filler_id(), self._with_pairs(inserts, False, available)))
+            distractor_sessions.append(
+                _Session(self.filler_id(), self._with_pairs([[x] for x in inserts], False, available)))
         own = answer_sessions + distractor_sessions
         texts = [t[1] for ses in own for t in ses.turns]
         counts = dict(zip(texts, count_tokens(texts)))
@@ -1274,6 +1448,8 @@ def generate(
     distractor_mentions: tuple[int, int] = (4, 10),
     filler_assistant_tokens: tuple[int, int] = (150, 450),
     gold_tokens: tuple[int, int] = (40, 200),
+    filler_topics: int = 400,
+    echo_strength: tuple[float, float] = (0.0, 1.0),
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Record]:
     """A synthetic LongMemEval-S dataset of ``questions`` records, deterministic in ``seed``.
@@ -1296,6 +1472,11 @@ def generate(
     - ``filler_assistant_tokens`` [(150, 450)]: size range of filler assistant turns.
     - ``gold_tokens`` [(40, 200)]: size range of each evidence turn (drawn from the
       lower half, so a question's gold stays well under 1,000 tokens).
+    - ``filler_topics`` [400]: invented filler topics, each with its own words;
+      more topics make unrelated filler turns share fewer words.
+    - ``echo_strength`` [(0.0, 1.0)]: range of the per-question share of evidence
+      sentences that the next turn of the evidence session restates (without
+      numbers or the answer's words).
     - ``progress``: called as ``progress(done, total)`` after each question.
 
     The question types follow :func:`type_mix`, abstention per :func:`abstention_mix`;
@@ -1315,6 +1496,8 @@ def generate(
         distractor_mentions=distractor_mentions,
         filler_assistant_tokens=filler_assistant_tokens,
         gold_tokens=gold_tokens,
+        filler_topics=filler_topics,
+        echo_strength=echo_strength,
     )
     gen = _Generator(seed, settings)
     types, abstentions = type_mix(questions), abstention_mix(questions)
