@@ -37,6 +37,7 @@ from . import stats
 from .audit import BINS, CellFigures, Record, tally
 from .eviction import BUILTIN_POLICIES
 from .figure import write_figure
+from .robustness import compare_readers, render_comparison_md
 from .stats import INTERVAL_COLUMNS, Analysis, CellStats, HypothesisTest
 
 CELL_COLUMNS = (
@@ -105,19 +106,27 @@ class RunInfo:
     settings: Mapping[str, Any] = field(default_factory=dict)
     dataset: Mapping[str, Any] = field(default_factory=dict)
     exclusions: Mapping[str, int] = field(default_factory=dict)
+    #: results of checks that need models (calibration gate, judge audit): each a
+    #: dict with its figures under "result" and its report section under "markdown"
+    checks: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The run section of ``summary.json``."""
-        return {
+        out = {
             "settings": dict(self.settings),
             "dataset": dict(self.dataset),
             "exclusions": dict(sorted(self.exclusions.items())),
         }
+        if self.checks:
+            out["checks"] = dict(sorted(self.checks.items()))
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunInfo:
         """Read the run section back."""
-        return cls(data.get("settings", {}), data.get("dataset", {}), data.get("exclusions", {}))
+        return cls(
+            data.get("settings", {}), data.get("dataset", {}), data.get("exclusions", {}), data.get("checks", {})
+        )
 
 
 def policy_order(name: str) -> tuple[int, str]:
@@ -567,6 +576,11 @@ def render_report_md(
     else:
         out.append("| none | 0 |")
     out += ["", render_tables_md(records, analysis)]
+    comparison = compare_readers(analysis)
+    if comparison is not None:
+        out += ["", render_comparison_md(comparison)]
+    for name in sorted(info.checks):
+        out += ["", str(info.checks[name].get("markdown", ""))]
     return "\n".join(out)
 
 
