@@ -20,9 +20,11 @@ import pytest
 
 from .audit import Audit, AuditConfig, CellRun, cell_checks
 from .cache import ResponseCache
+from .calibration import calibrate
 from .data import DataError, Dataset, load_dataset
 from .eviction import Policy, PolicyRegistry, default_registry
 from .fake import FakeReader, FakeScorer
+from .judge_audit import audit_judge
 from .models import ChatModel, ChatRequest
 from .openai_models import estimate_tokens
 from .prompts import READER_MAX_TOKENS, PromptSet, parse_score
@@ -355,6 +357,7 @@ class RestoreSession:
         self._audits: dict[str, Audit] = {}
         self._models: dict[tuple[str, str], ChatModel] = {}
         self.usage_by_process: dict[str, dict[str, Any]] = {}
+        self.checks: dict[str, Any] = {}
         self._dataset: Dataset | None = None
         self.records: list[dict[str, Any]] = []
         self.run_meta: dict[str, Any] = {}
@@ -373,6 +376,47 @@ class RestoreSession:
             for line in self.dry_run():
                 writer.line(line)
             pytest.exit("dry run: no model was called", returncode=0)
+        s = self.settings
+        if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
+            self.calibrate()
+
+    def calibrate(self) -> None:
+        """The calibration gate (PROTOCOL section 9): stop the run before the grid when it fails."""
+        s = self.settings
+        fresh_judge = make_model(s.judge, "judge", self.model_options(), use_cache=False)
+        try:
+            result = calibrate(self.audit(), fresh_judge=fresh_judge, seed=s.subset_seed)
+        finally:
+            close_model(fresh_judge)
+        self.checks["calibration"] = {"result": result.to_dict(), "markdown": result.render_markdown()}
+        out = Path(s.report_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "calibration.json").write_text(result.to_json(), encoding="utf-8")
+        writer = self.config.get_terminal_writer()
+        if not result.passed:
+            writer.sep("=", "calibration gate failed", red=True, bold=True)
+            for reason in result.reasons:
+                writer.line(reason, red=True)
+            pytest.exit("calibration gate failed: " + "; ".join(result.reasons), returncode=pytest.ExitCode.TESTS_FAILED)
+        writer.line(
+            f"calibration gate passed: judge self-consistency {result.judge_consistency:.2f}, "
+            f"oracle-answerable {result.oracle_answerable_rate:.2f}, "
+            f"negative restore gain {result.negative_gain_rate:.2f}"
+        )
+
+    def judge_audit(self) -> None:
+        """Re-grade a stratified sample of recorded answers with the second judge."""
+        s = self.settings
+        assert s.audit_judge is not None
+        judge = make_model(s.audit_judge, "judge", self.model_options())
+        try:
+            questions = {q.question_id: q for q in self.dataset().questions}
+            result = audit_judge(
+                self.records, questions, judge, self.prompts(), sample=s.audit_judge_sample, seed=s.subset_seed
+            )
+        finally:
+            close_model(judge)
+        self.checks["judge_audit"] = {"result": result.to_dict(), "markdown": result.render_markdown()}
 
     def dry_run(self) -> list[str]:
         """Unique calls per model, what is already cached, and token estimates; no call is made."""
@@ -606,7 +650,7 @@ class RestoreSession:
         meta.pop("path", None)
         if self.usage_by_process:
             settings["model_usage"] = self.total_usage()
-        return RunInfo(settings=settings, dataset=meta, exclusions=exclusions)
+        return RunInfo(settings=settings, dataset=meta, exclusions=exclusions, checks=self.checks)
 
     def total_usage(self) -> dict[str, Any]:
         """Real model usage summed over processes (sent calls, cache hits, failures, tokens)."""
@@ -624,6 +668,8 @@ class RestoreSession:
         """Write the report once, on the controller."""
         if not self.is_controller or not self.records:
             return
+        if self.settings.audit_judge:
+            self.judge_audit()
         files = write_report(self.records, self.run_info(), self.settings.report_dir)
         self.report_path = files.out_dir
         self.failures = list(files.failures)
