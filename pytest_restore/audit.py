@@ -14,6 +14,10 @@ restored       ``S_P ∪ G_q``   ``G_q``
 
 asks the reader once per distinct context and the judge once per distinct
 answer, and writes one record per (question, policy, budget, seed, regime).
+The ranker is the run's (``Audit(ranker=...)``, BM25-lite by default); its
+name is in every record. With ``AuditConfig.ablations`` the regime-(b)
+irreversible records also get the three restore-tightness ablations (see
+:mod:`pytest_restore.ablations`).
 An oracle-answerable question the policy gets wrong is binned irreversible
 (restore fixes it, some gold was evicted), recoverable (restore fixes it, all
 gold survived) or residual (restore does not fix it). Failed model calls
@@ -30,12 +34,22 @@ from typing import Any
 
 import numpy as np
 
+from . import ablations
 from .data import Dataset, Question
 from .eviction import EvictionContext, Mask, Policy, stable_seed
-from .injection import INJECT_CAP, TOP_K, LexicalIndex, inject, rank, render_context
+from .injection import (
+    INJECT_CAP,
+    TOP_K,
+    Bm25Lite,
+    LexicalIndex,
+    Ranker,
+    checked_rank,
+    inject,
+    render_context,
+)
 from .models import ChatModel, ChatRequest, ChatResult
 from .prompts import PromptSet, parse_score, parse_verdict
-from .units import Granularity, History, build_history
+from .units import Granularity, History, Unit, build_history
 
 Record = dict[str, Any]
 
@@ -59,14 +73,18 @@ class AuditConfig:
     seeds: tuple[int, ...] = (0, 1, 2)
     questions: int | None = None  #: stratified subset size, ``None`` for all
     subset_seed: int = 0
+    #: run the restore-tightness ablations on regime-(b) irreversible records
+    ablations: bool = False
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """A question ready to audit: its history and its lexical index."""
+    """A question ready to audit: its history, its lexical index and the ranker's state."""
 
     history: History
     index: LexicalIndex
+    #: what the run's ranker prepared for this question (``Ranker.prepare``)
+    state: Any = None
 
     @property
     def question(self) -> Question:
@@ -194,9 +212,11 @@ class Audit:
         judge: ChatModel,
         scorer: ChatModel,
         prompts: PromptSet | None = None,
+        ranker: Ranker | None = None,
     ) -> None:
         self.dataset = dataset
         self.config = config
+        self.ranker: Ranker = ranker if ranker is not None else Bm25Lite()
         self.reader = MemoModel(reader)
         self.judge = MemoModel(judge)
         self.scorer = MemoModel(scorer)
@@ -221,9 +241,20 @@ class Audit:
                 if h.question.question_id not in keep:
                     self.exclusions.append((h.question.question_id, OUTSIDE_SUBSET))
             with_gold = [h for h in with_gold if h.question.question_id in keep]
-        self.questions: list[Prepared] = [Prepared(h, LexicalIndex.build(h)) for h in with_gold]
+        self.questions: list[Prepared] = [self._prepare(h) for h in with_gold]
         self._oracle: dict[str, Outcome] = {}
+        self._placebo: dict[str, list[int] | None] = {}
         self._importance: dict[str, int] = {}
+
+    def _prepare(self, history: History) -> Prepared:
+        index = LexicalIndex.build(history)
+        # the default ranker's state is the lexical index itself: build it once
+        state = index if type(self.ranker) is Bm25Lite else self.ranker.prepare(history)
+        return Prepared(history, index, state)
+
+    def rank(self, prepared: Prepared, store: Mask) -> list[int]:
+        """The run's ranker over ``store`` (top-k, contract checked)."""
+        return checked_rank(self.ranker, prepared.history, store, self.config.top_k, prepared.state)
 
     # -- summary -------------------------------------------------------------
 
@@ -346,7 +377,75 @@ class Audit:
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
                 records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None))
+        if self.config.ablations:
+            self.ablate(records, {p.question.question_id: p for p, _, _ in plan}, stores)
         return CellRun(policy.name, budget, records, stores)
+
+    # -- restore-tightness ablations (see pytest_restore.ablations) ------------
+
+    def placebo(self, prepared: Prepared) -> list[int] | None:
+        """The question's placebo units (``None``: not constructible), once per question."""
+        qid = prepared.question.question_id
+        if qid not in self._placebo:
+            self._placebo[qid] = ablations.placebo_units(prepared.history)
+        return self._placebo[qid]
+
+    def ablation_contexts(self, prepared: Prepared, store: Mask) -> dict[str, list[int] | None]:
+        """The injected positions of each ablation (``None``: not constructible). Pure."""
+        history, cap = prepared.history, self.config.cap
+        sizes = history.sizes
+        ranked = self.rank(prepared, store)
+        contexts: dict[str, list[int] | None] = {
+            # (i): forced G ∩ S_P over S_P, i.e. regime (a)'s context
+            "surviving": inject([g for g in history.gold if store[g]], ranked, sizes, cap),
+            # (ii): the whole retained store, forced, so never capped
+            "store": inject([int(p) for p in np.flatnonzero(store)], [], sizes, cap),
+            "placebo": None,
+        }
+        placebo = self.placebo(prepared)
+        if placebo is not None:
+            # (iii): the restored condition with the placebo in the gold's place
+            with_placebo = store.copy()
+            with_placebo[placebo] = True
+            contexts["placebo"] = inject(placebo, self.rank(prepared, with_placebo), sizes, cap)
+        return contexts
+
+    def ablate(
+        self,
+        records: Sequence[Record],
+        prepared: Mapping[str, Prepared],
+        stores: Mapping[tuple[str, int], Mask],
+    ) -> None:
+        """Run the three ablations on the regime-(b) irreversible records and fill in their fields."""
+        items: list[tuple[History, Sequence[int]]] = []
+        slots: list[tuple[Record, str]] = []
+        for r in records:
+            if not ablations.is_case(r):
+                continue
+            p = prepared[r["question_id"]]
+            contexts = self.ablation_contexts(p, stores[(r["question_id"], r["seed"])])
+            excluded: dict[str, str] = {}
+            for key, _title, _field in ablations.ABLATIONS:
+                injected = contexts[key]
+                if injected is None:
+                    excluded[key] = (
+                        f"{ablations.NOT_CONSTRUCTIBLE}: a gold unit has no non-gold unit within "
+                        f"{ablations.PLACEBO_MAX_RATIO:g}x its size"
+                    )
+                else:
+                    items.append((p.history, injected))
+                    slots.append((r, key))
+            placebo = self.placebo(p)
+            r["ablation_excluded"] = excluded
+            r["ablation_placebo_units"] = placebo
+            r["ablation_placebo_tokens"] = int(p.history.sizes[placebo].sum()) if placebo is not None else None
+        fields = {key: field for key, _title, field in ablations.ABLATIONS}
+        for (r, key), outcome in zip(slots, self.evaluate(items)):
+            if outcome.error is not None:
+                r["ablation_excluded"][key] = f"api_error: {outcome.error.split(':', 1)[0]}"
+            r[fields[key]] = outcome.correct if outcome.error is None else None
+            if key == "store":
+                r["ablation_store_tokens"] = outcome.injected_tokens
 
     def conditions(
         self,
@@ -377,10 +476,10 @@ class Audit:
                 stores[(qid, seed)] = mask
                 gold = list(p.history.gold)
                 kept_gold = [g for g in gold if mask[g]]
-                ranked = rank(p.index, mask, self.config.top_k)
+                ranked = self.rank(p, mask)
                 restored_store = mask.copy()
                 restored_store[gold] = True
-                ranked_restored = rank(p.index, restored_store, self.config.top_k)
+                ranked_restored = self.rank(p, restored_store)
                 sizes = p.history.sizes
                 contexts.append((p.history, inject(kept_gold, ranked, sizes, cap)))  # regime a
                 contexts.append((p.history, inject([], ranked, sizes, cap)))  # regime b
@@ -420,7 +519,8 @@ class Audit:
     ) -> Record:
         history = p.history
         gold = history.gold
-        evicted = sum(1 for g in gold if not mask[g]) if mask is not None else None
+        evicted_units = [g for g in gold if not mask[g]] if mask is not None else None
+        evicted = len(evicted_units) if evicted_units is not None else None
         error = excluded
         if excluded is not None:
             excluded = excluded.split(": ", 2)[0] + ": " + excluded.split(": ", 2)[1]
@@ -453,8 +553,14 @@ class Audit:
             "policy_correct": policy_correct,
             "restored_correct": restored_correct,
             "negative_restore_gain": bool(excluded is None and policy_correct and restored_correct is False),
+            "ranker": self.ranker.name,
+            "question": history.question.question,
+            "reference": history.question.answer,
             "gold_units": len(gold),
+            "gold_tokens": history.gold_tokens,
             "gold_evicted": evicted,
+            "gold_evicted_units": evicted_units,
+            "gold_evicted_where": [unit_label(history.units[g]) for g in evicted_units] if evicted_units is not None else None,
             "bin": bin_,
             "excluded": excluded,
             "error": error,
@@ -467,7 +573,14 @@ class Audit:
             "restored_injected_units": restored.injected_units if restored else None,
             "store_tokens": int(history.sizes[mask].sum()) if mask is not None else None,
             "store_units": int(mask.sum()) if mask is not None else None,
+            **ablations.empty_fields(),
         }
+
+
+def unit_label(unit: Unit) -> str:
+    """Where a unit sits in the haystack, for the report's cases (no gold is revealed to a model)."""
+    where = f"session {unit.session}" + (f", turn {unit.turn}" if unit.turn >= 0 else "")
+    return f"{where} ({unit.date}, {unit.role})"
 
 
 # -- per-cell figures and checks ----------------------------------------------

@@ -8,7 +8,8 @@ returned as a boolean mask over the history's units.
 A policy sees units (content, date, role, size) and never the gold set.
 
 Users add policies without editing this package: subclass
-:class:`VictimPolicy` (or :class:`Policy`) and register an instance from a
+:class:`VictimPolicy` (or :class:`Policy`, or :class:`MemoryStore` to wrap a
+memory system that keeps what it wants) and register an instance from a
 ``conftest.py`` through the ``pytest_restore_register_policies`` hook, or
 from an installed package through the ``pytest_restore.policies`` entry-point
 group.
@@ -20,7 +21,7 @@ import hashlib
 import heapq
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import ClassVar
@@ -96,6 +97,59 @@ class VictimPolicy(Policy):
         mask = np.zeros(len(units), dtype=bool)
         mask[stored] = True
         return mask
+
+
+class MemoryStore(Policy):
+    """Adapter for a memory system that decides retention itself, online.
+
+    Where a :class:`VictimPolicy` only names victims, a store receives the
+    units one at a time and keeps what it wants: implement
+
+    - :meth:`reset` (a fresh, empty store for one question's history and budget),
+    - :meth:`add` (one arriving unit, in chronological order; evict here as needed),
+    - :meth:`retained` (the positions, ``Unit.position``, the store holds now).
+
+    :meth:`retain` drives it over the history and checks, after every
+    arrival, that the store holds only units it has received, never takes
+    back a unit it dropped, and (when ``budgeted``) stays within the budget.
+    Each violation is a ``ValueError`` naming the store, the question and
+    the arrival. The store keeps units as they are: the audit restores the
+    labelled evidence, so summaries or rewritten units cannot be audited.
+    """
+
+    @abstractmethod
+    def reset(self, budget: int, ctx: EvictionContext) -> None:
+        """Start an empty store for one history under ``budget`` tokens."""
+
+    @abstractmethod
+    def add(self, unit: Unit) -> None:
+        """Receive the next unit (``unit.tokens`` is its size)."""
+
+    @abstractmethod
+    def retained(self) -> Iterable[int]:
+        """Positions of the units held now."""
+
+    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        n = len(units)
+        self.reset(budget, ctx)
+        held = np.zeros(n, dtype=bool)
+        for pos, unit in enumerate(units):
+            self.add(unit)
+            kept = np.fromiter((int(p) for p in self.retained()), dtype=np.int64)
+            where = f"memory store {self.name!r} on {ctx.question_id} after unit {pos} arrived"
+            if kept.size and (int(kept.min()) < 0 or int(kept.max()) > pos):
+                bad = int(kept.max()) if int(kept.max()) > pos else int(kept.min())
+                raise ValueError(f"{where}: holds unit {bad}, which it has not received")
+            now = np.zeros(n, dtype=bool)
+            now[kept] = True
+            back = now & ~held
+            back[pos] = False
+            if back.any():
+                raise ValueError(f"{where}: holds unit {int(np.flatnonzero(back)[0])} again after dropping it")
+            if self.budgeted and int(sizes[now].sum()) > budget:
+                raise ValueError(f"{where}: holds {int(sizes[now].sum())} tokens, over its budget of {budget}")
+            held = now
+        return held
 
 
 def _evict_lowest_key(sizes: Sizes, budget: int, key: Sequence[float]) -> Mask:

@@ -8,14 +8,26 @@ import pytest
 
 if TYPE_CHECKING:
     from .eviction import PolicyRegistry
+    from .injection import RankerRegistry
 
 
 @pytest.hookspec
 def pytest_restore_register_policies(registry: PolicyRegistry, config: pytest.Config) -> None:
-    """Add eviction policies to the audit.
+    """Add eviction policies (or memory-store adapters) to the audit.
 
     Implement it in a ``conftest.py`` (the root one, or the one beside the
     grid you run) or in a plugin, and call ``registry.register(MyPolicy())``.
     A registered policy joins the grid unless ``--restore-policies`` names
-    the policies to run.
+    the policies to run. A :class:`pytest_restore.eviction.MemoryStore`
+    subclass is registered the same way.
+    """
+
+
+@pytest.hookspec
+def pytest_restore_register_rankers(registry: RankerRegistry, config: pytest.Config) -> None:
+    """Add read-time rankers (retrievers) to the audit.
+
+    Call ``registry.register(MyRanker())`` with a
+    :class:`pytest_restore.injection.Ranker` instance; select it with
+    ``--restore-ranker NAME``. One ranker serves a whole run.
     """

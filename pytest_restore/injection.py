@@ -14,12 +14,22 @@ final snippets are ordered chronologically.
 Each question's lexical index (term frequencies of the question's words in
 every unit) is built once and reused for every store of every policy and
 budget.
+
+The ranker is swappable (one per run, ``--restore-ranker``): :class:`Ranker`
+is the interface, :class:`Bm25Lite` the default, :class:`Recency` (newest
+first) a second built-in to compare against, and users register their own
+through the ``pytest_restore_register_rankers`` hook or the
+``pytest_restore.rankers`` entry-point group. The injection procedure and
+the cap never change with the ranker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -114,3 +124,139 @@ def render_context(history: History, injected: Sequence[int]) -> str:
     if not injected:
         return EMPTY_MEMORY
     return "\n\n".join(history.units[p].snippet for p in injected)
+
+
+# -- rankers: the retriever as a named, swappable part ---------------------------
+
+Store = npt.NDArray[np.bool_]
+
+
+class Ranker(ABC):
+    """A frozen, deterministic read-time retriever over one question's store.
+
+    Subclasses set ``name`` and implement :meth:`rank`. The audit calls
+    :meth:`prepare` once per question and hands its result back to every
+    :meth:`rank` call of that question (an index, say); the default prepares
+    nothing. A ranker sees the question text and the units (content, date,
+    role, size), never the gold labels. It must be deterministic: the same
+    history and store always give the same list.
+    """
+
+    name: ClassVar[str]
+
+    def prepare(self, history: History) -> Any:
+        """Per-question state built once (default: ``None``)."""
+        return None
+
+    @abstractmethod
+    def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
+        """At most ``k`` distinct positions of units in ``store``, best first."""
+
+
+class ScoringRanker(Ranker):
+    """A ranker given by one score per unit.
+
+    Units in the store with a positive score are retrieved, best first; ties
+    go to the newer unit (as for BM25-lite). Implement :meth:`scores`.
+    """
+
+    @abstractmethod
+    def scores(self, history: History, store: Store, state: Any) -> npt.ArrayLike:
+        """A score for every unit of the history (units outside ``store`` are ignored)."""
+
+    def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
+        scores = np.asarray(self.scores(history, store, state), dtype=np.float64)
+        if scores.shape != store.shape:
+            raise ValueError(
+                f"ranker {self.name!r} scored {scores.shape} units; expected {store.shape}"
+            )
+        candidates = np.flatnonzero(store & (scores > 0))
+        order = np.lexsort((-candidates, -scores[candidates]))
+        return [int(p) for p in candidates[order][:k]]
+
+
+class Bm25Lite(ScoringRanker):
+    """The default: BM25-lite over the store being read (see the module docstring)."""
+
+    name = "bm25-lite"
+
+    def prepare(self, history: History) -> LexicalIndex:
+        return LexicalIndex.build(history)
+
+    def scores(self, history: History, store: Store, state: Any) -> npt.NDArray[np.float64]:
+        return bm25_scores(state, store)
+
+
+class Recency(Ranker):
+    """Newest first, whatever the question: the "last k turns" retriever many agents use.
+
+    Every stored unit is retrievable; the injection cap then keeps the newest
+    units that fit. Comparing it with BM25-lite shows how much of the
+    recoverable bin a lexical retriever earns over plain recency.
+    """
+
+    name = "recency"
+
+    def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
+        return [int(p) for p in np.flatnonzero(store)[::-1][:k]]
+
+
+class RankerRegistry(Mapping[str, Ranker]):
+    """Rankers by name, in the order they were registered."""
+
+    def __init__(self) -> None:
+        self._rankers: dict[str, Ranker] = {}
+
+    def register(self, ranker: Ranker, *, replace: bool = False) -> None:
+        """Add ``ranker`` under ``ranker.name``; a clash is an error unless ``replace``."""
+        if not isinstance(ranker, Ranker):
+            raise TypeError(f"{ranker!r} is not a pytest_restore.injection.Ranker instance")
+        name = getattr(ranker, "name", "")
+        if not isinstance(name, str) or not name or "," in name:
+            raise ValueError(f"ranker {ranker!r} needs a non-empty name without commas")
+        if name in self._rankers and not replace:
+            raise ValueError(f"a ranker named {name!r} is already registered")
+        self._rankers[name] = ranker
+
+    def __getitem__(self, name: str) -> Ranker:
+        return self._rankers[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rankers)
+
+    def __len__(self) -> int:
+        return len(self._rankers)
+
+
+BUILTIN_RANKERS: tuple[type[Ranker], ...] = (Bm25Lite, Recency)
+DEFAULT_RANKER = Bm25Lite.name
+RANKER_ENTRY_POINT_GROUP = "pytest_restore.rankers"
+
+
+def default_rankers() -> RankerRegistry:
+    """The built-in rankers plus those installed packages declare as entry points."""
+    registry = RankerRegistry()
+    for cls in BUILTIN_RANKERS:
+        registry.register(cls())
+    for ep in entry_points(group=RANKER_ENTRY_POINT_GROUP):
+        obj = ep.load()
+        registry.register(obj() if isinstance(obj, type) else obj)
+    return registry
+
+
+def checked_rank(ranker: Ranker, history: History, store: Store, k: int, state: Any) -> list[int]:
+    """``ranker.rank`` with its contract checked: distinct stored positions, at most ``k``."""
+    ranked = [int(p) for p in ranker.rank(history, store, k, state)]
+    n = len(store)
+    bad = next((p for p in ranked if not 0 <= p < n or not store[p]), None)
+    if bad is not None:
+        raise ValueError(
+            f"ranker {ranker.name!r} returned unit {bad} for {history.question.question_id}, "
+            "which is not in the store it was given"
+        )
+    if len(set(ranked)) != len(ranked) or len(ranked) > k:
+        raise ValueError(
+            f"ranker {ranker.name!r} returned {len(ranked)} positions ({len(set(ranked))} distinct) "
+            f"for {history.question.question_id}; expected at most {k} distinct ones"
+        )
+    return ranked
