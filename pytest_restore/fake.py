@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from .models import ChatRequest, ChatResult
 from .prompts import DONT_KNOW

@@ -11,13 +11,25 @@ How a history is assembled:
 - **Filler sessions** come from a pool shared by every question of one call
   (ids ``sharegpt_<hex>_<k>`` and ``ultrachat_<n>``; one id, one content). The
   pool holds ``pool_factor`` times the sessions one history needs, so
-  histories overlap but differ. Filler is generic advice prose: lowercase, no
-  digits, no names, few first-person words.
+  histories overlap but differ. Filler is advice prose with no digits, no
+  names and few first-person words. It is lexically diverse, like the
+  ShareGPT/UltraChat text of the real file: each session is about one of
+  ``filler_topics`` invented topics with their own words (pseudo-words drawn
+  from the seed), set in English frames whose content words are few and
+  varied, so two unrelated turns share few content words while turns of one
+  session share their topic's words. Some user turns are short stock turns
+  ("Thanks!") that recur across sessions.
 - **Answer sessions** (``answer_<hex>_<k>``, listed in ``answer_session_ids``)
   each hold one evidence turn with ``has_answer: true``; every turn of an
   answer session carries the ``has_answer`` key, other sessions omit it (as in
   the real file). Evidence turns are short (``gold_tokens``) and dense in
-  concrete facts: numbers, names, dates, "I bought", "my".
+  concrete facts: numbers, names, dates, "I bought", "my". As in real chats,
+  the next turn restates part of the evidence (the assistant's reply to a
+  user's evidence turn; the user's follow-up to an assistant's): each evidence
+  sentence with a per-question probability drawn from ``echo_strength``,
+  without numbers or the answer's words. So the evidence's best lexical
+  similarity to another turn (what ``redundancy`` evicts by) spreads across
+  the middle of the history's distribution instead of sitting at its bottom.
 - **Distractor sessions** hold turns that reuse the question's content words
   (same topic, no answer) so a lexical ranker over the question can rank them
   above the evidence. Their number per question is drawn from ``distractors``.
@@ -25,10 +37,11 @@ How a history is assembled:
 
 With the defaults, on 500 questions, against this package's own pieces: the
 info-density ``control`` evicts some gold of nearly every question at every
-budget while ``fifo`` does so for under half at 80k; and the BM25-lite top-k
-under the 2,000-token cap misses some gold of a single-evidence question now
-and then (more often for multi-session questions). The distractor knobs move
-the second figure.
+budget while ``fifo``, ``random`` and ``redundancy`` each do so for under half
+at 80k and for nearly all at 8k; and the BM25-lite top-k under the
+2,000-token cap misses some gold of a single-evidence question now and then
+(more often for multi-session questions). The distractor knobs move the
+second figure, ``echo_strength`` moves ``redundancy``'s share.
 
 Everything is drawn from one ``random.Random(seed)``: the same arguments give
 a byte-identical file. Token sizes use :func:`pytest_restore.tokens.count_tokens`
@@ -544,7 +557,7 @@ class GeneratorSettings:
     gold_tokens: tuple[int, int] = (40, 200)
     filler_assistant_tokens: tuple[int, int] = (150, 450)
     filler_topics: int = 400
-    echo_strength: tuple[float, float] = (0.0, 1.0)
+    echo_strength: tuple[float, float] = (0.0, 0.7)
     start: dt.date = dt.date(2022, 1, 1)
     start_span_days: int = 540
 
@@ -703,7 +716,7 @@ class _Writer:
 
     def topic(self) -> _Topic:
         """A random filler topic."""
-        return self.pick(self.topics)
+        return self.topics[self.rng.randrange(len(self.topics))]
 
     def zipf(self, seq: Sequence[str], skew: float = 2.0) -> str:
         """An element of ``seq``, the earlier ones far more often (a rough Zipf law)."""
@@ -1449,7 +1462,7 @@ def generate(
     filler_assistant_tokens: tuple[int, int] = (150, 450),
     gold_tokens: tuple[int, int] = (40, 200),
     filler_topics: int = 400,
-    echo_strength: tuple[float, float] = (0.0, 1.0),
+    echo_strength: tuple[float, float] = (0.0, 0.7),
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Record]:
     """A synthetic LongMemEval-S dataset of ``questions`` records, deterministic in ``seed``.
@@ -1474,7 +1487,7 @@ def generate(
       lower half, so a question's gold stays well under 1,000 tokens).
     - ``filler_topics`` [400]: invented filler topics, each with its own words;
       more topics make unrelated filler turns share fewer words.
-    - ``echo_strength`` [(0.0, 1.0)]: range of the per-question share of evidence
+    - ``echo_strength`` [(0.0, 0.7)]: range of the per-question share of evidence
       sentences that the next turn of the evidence session restates (without
       numbers or the answer's words).
     - ``progress``: called as ``progress(done, total)`` after each question.

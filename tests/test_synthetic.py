@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import itertools
 import json
 import re
 from collections import Counter
@@ -292,3 +293,63 @@ def test_cli_rejects_bad_arguments(tmp_path: Path) -> None:
     assert main(["generate", "--questions", "-1", "--seed", "0", "--out", str(tmp_path / "x")]) == 2
     with pytest.raises(SystemExit):
         main([])
+
+
+def _histories(records: list[Record], tmp_path: Path) -> list[Any]:
+    from pytest_restore.data import load_dataset
+    from pytest_restore.units import build_history
+
+    write_dataset(records, tmp_path / "s.json")
+    return [build_history(q) for q in load_dataset(tmp_path / "s.json").questions if not q.is_abstention]
+
+
+def test_filler_is_lexically_diverse_and_gold_is_not_unique(full_size: list[Record], tmp_path: Path) -> None:
+    """Unrelated turns share few words; the evidence's best similarity sits mid-distribution.
+
+    ``redundancy`` evicts by each unit's best content-word similarity to
+    another unit: with template filler every unit was near-duplicate (median
+    best ~0.7) and the evidence always the most unique, so it was never evicted.
+    """
+    import numpy as np
+
+    from pytest_restore.eviction import similarity_matrix
+
+    medians, gold_ranks = [], []
+    for history in _histories(full_size, tmp_path):
+        best = similarity_matrix(history.units).max(axis=1)
+        medians.append(float(np.median(best)))
+        gold_ranks += [float((best < best[g]).mean()) for g in history.gold]
+    assert float(np.median(medians)) < 0.5
+    low, mid, high = np.percentile(gold_ranks, [10, 50, 90])
+    assert low < 0.15 and 0.15 < mid < 0.7 and high > 0.6
+
+
+def test_redundancy_evicts_some_gold(full_size: list[Record], tmp_path: Path) -> None:
+    from pytest_restore.eviction import EvictionContext, Redundancy
+
+    evicted = {80_000: 0, 8_000: 0}
+    histories = _histories(full_size, tmp_path)
+    for history in histories:
+        for budget in evicted:
+            kept = Redundancy().retain(history.units, history.sizes, budget, EvictionContext("q"))
+            evicted[budget] += any(not kept[g] for g in history.gold)
+    assert 0 < evicted[80_000] < len(histories)
+    assert evicted[8_000] >= 0.75 * len(histories)
+
+
+def test_evidence_restatement_never_gives_the_answer(small: list[Record]) -> None:
+    """The turn after an evidence turn restates part of it, never the answer."""
+    restated = 0
+    for rec in small:
+        if rec["question_id"].endswith("_abs") or rec["question_type"] == "temporal-reasoning":
+            continue
+        for sid, session in zip(rec["haystack_session_ids"], rec["haystack_sessions"]):
+            if sid not in rec["answer_session_ids"]:
+                continue
+            for before, after in itertools.pairwise(session):
+                if before["has_answer"]:
+                    assert rec["answer"] not in after["content"], rec["question_id"]
+                    assert not re.search(r"\d", after["content"].split("\n\n")[0])
+                    gold_words = set(re.findall(r"[A-Z][a-z]{3,}", before["content"]))
+                    restated += bool(gold_words & set(re.findall(r"[A-Z][a-z]{3,}", after["content"])))
+    assert restated > 0
