@@ -21,8 +21,10 @@ import hashlib
 import heapq
 import re
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib.metadata import entry_points
 from typing import ClassVar
 
@@ -30,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import sparse
 
-from .lexical import words
+from .lexical import word_ids
 from .units import Unit
 
 Mask = npt.NDArray[np.bool_]
@@ -211,23 +213,58 @@ class RandomPolicy(VictimPolicy):
         return stored[int(self._rng.integers(len(stored)))]
 
 
+def _overlaps(units: Sequence[Unit]) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.float64]]:
+    """Shared content words of every pair of units (exact counts), and each unit's word count."""
+    rows = [word_ids(unit.content) for unit in units]
+    n = len(units)
+    lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=n)
+    cols = np.concatenate(rows) if n else np.zeros(0, dtype=np.int64)
+    indptr = np.concatenate(([0], np.cumsum(lengths)))
+    width = int(cols.max()) + 1 if cols.size else 1
+    x = sparse.csr_matrix((np.ones(cols.size, dtype=np.int32), cols, indptr), shape=(n, width))
+    overlap = sparse.csr_matrix(x @ x.T).toarray()
+    dtype = np.uint16 if overlap.size == 0 or overlap.max() < 1 << 16 else np.uint32
+    return overlap.astype(dtype), lengths.astype(np.float64)
+
+
+class _OverlapCache:
+    """Per-history overlap counts, kept across budgets and cells within a byte budget.
+
+    The redundancy policy runs on the same history for every budget; the
+    counts (integers, so the cosines rebuilt from them are exact) are the
+    expensive part. Keyed by the identity of the units tuple, which the entry
+    keeps alive.
+    """
+
+    def __init__(self, max_bytes: int = 512 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[int, tuple[Sequence[Unit], npt.NDArray[np.uint16], npt.NDArray[np.float64]]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, units: Sequence[Unit]) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.float64]]:
+        key = id(units)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] is units:
+            self._entries.move_to_end(key)
+            return entry[1], entry[2]
+        overlap, lengths = _overlaps(units)
+        self._entries[key] = (units, overlap, lengths)
+        self._bytes += overlap.nbytes
+        while self._bytes > self.max_bytes and len(self._entries) > 1:
+            _, (_, old, _) = self._entries.popitem(last=False)
+            self._bytes -= old.nbytes
+        return overlap, lengths
+
+
+_OVERLAPS = _OverlapCache()
+
+
 def similarity_matrix(units: Sequence[Unit]) -> npt.NDArray[np.float64]:
     """Cosine similarity of the units' content-word sets (binary bags), diagonal zeroed."""
-    vocab: dict[str, int] = {}
-    rows: list[int] = []
-    cols: list[int] = []
-    for i, unit in enumerate(units):
-        for w in set(words(unit.content)):
-            rows.append(i)
-            cols.append(vocab.setdefault(w, len(vocab)))
-    n = len(units)
-    x = sparse.csr_matrix(
-        (np.ones(len(rows), dtype=np.float64), (rows, cols)), shape=(n, max(len(vocab), 1))
-    )
-    overlap = np.asarray((x @ x.T).todense())
-    norms = np.sqrt(np.diag(overlap))
+    overlap, lengths = _OVERLAPS.get(units)
+    outer = np.outer(np.sqrt(lengths), np.sqrt(lengths))
     with np.errstate(divide="ignore", invalid="ignore"):
-        sim = np.where(np.outer(norms, norms) > 0, overlap / np.outer(norms, norms), 0.0)
+        sim = np.where(outer > 0, overlap / outer, 0.0)
     np.fill_diagonal(sim, 0.0)
     return np.asarray(sim, dtype=np.float64)
 
@@ -246,33 +283,30 @@ class Redundancy(Policy):
         n = len(units)
         sim = similarity_matrix(units)
         stored = np.zeros(n, dtype=bool)
-        best = np.full(n, -np.inf)
+        # best similarity to another stored unit; -1 when there is none (similarities are >= 0)
+        best = np.full(n, -1.0)
         partner = np.full(n, -1, dtype=np.int64)
         total = 0
         for pos in range(n):
-            idx = np.flatnonzero(stored)
-            if idx.size:
-                sims = sim[pos, idx]
-                raised = sims > best[idx]
-                best[idx[raised]] = sims[raised]
-                partner[idx[raised]] = pos
-                j = int(np.argmax(sims))
-                best[pos], partner[pos] = sims[j], idx[j]
+            row = np.where(stored, sim[pos], -1.0)
+            raised = row > best  # only stored units can be raised: the others see -1
+            best[raised] = row[raised]
+            partner[raised] = pos
+            j = int(np.argmax(row))
+            if row[j] >= 0:
+                best[pos], partner[pos] = row[j], j
             stored[pos] = True
             total += int(sizes[pos])
             while total > budget:
-                idx = np.flatnonzero(stored)
-                victim = int(idx[np.argmax(best[idx])])  # first maximum: the oldest
+                victim = int(np.argmax(np.where(stored, best, -2.0)))  # first maximum: the oldest
                 stored[victim] = False
+                best[victim], partner[victim] = -1.0, -1
                 total -= int(sizes[victim])
                 for i in np.flatnonzero(stored & (partner == victim)):
-                    others = np.flatnonzero(stored)
-                    others = others[others != i]
-                    if others.size:
-                        j = int(np.argmax(sim[i, others]))
-                        best[i], partner[i] = sim[i, others[j]], others[j]
-                    else:
-                        best[i], partner[i] = -np.inf, -1
+                    others = np.where(stored, sim[i], -1.0)
+                    others[i] = -1.0
+                    j = int(np.argmax(others))
+                    best[i], partner[i] = (others[j], j) if others[j] >= 0 else (-1.0, -1)
         return stored
 
 
@@ -298,6 +332,7 @@ _NUMBER = re.compile(r"\d")
 _FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'd", "my", "me", "mine", "we", "our"})
 
 
+@lru_cache(maxsize=1 << 18)
 def fact_density(content: str) -> float:
     """Fact-bearing tokens per token: numbers, mid-sentence capitals and first-person words.
 

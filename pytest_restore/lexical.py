@@ -9,6 +9,10 @@ reader of the report has to trust.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
+
+import numpy as np
+import numpy.typing as npt
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -17,6 +21,31 @@ STOPWORDS = frozenset(
 )
 
 
-def words(text: str) -> list[str]:
-    """The content words of ``text``, in order, repeats kept."""
-    return [w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS]
+@lru_cache(maxsize=1 << 18)
+def words(text: str) -> tuple[str, ...]:
+    """The content words of ``text``, in order, repeats kept.
+
+    Memoised: histories share most of their contents, and the ranker and the
+    redundancy policy read the same contents for every budget.
+    """
+    return tuple(w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS)
+
+
+@lru_cache(maxsize=1 << 18)
+def word_set(text: str) -> frozenset[str]:
+    """The distinct content words of ``text``."""
+    return frozenset(words(text))
+
+
+_VOCABULARY: dict[str, int] = {}
+
+
+@lru_cache(maxsize=1 << 18)
+def word_ids(text: str) -> npt.NDArray[np.int64]:
+    """The distinct content words of ``text`` as ascending ids of a process-wide vocabulary.
+
+    Ids mean nothing across processes; they only make set overlaps a sparse
+    matrix product.
+    """
+    ids = sorted(_VOCABULARY.setdefault(w, len(_VOCABULARY)) for w in word_set(text))
+    return np.asarray(ids, dtype=np.int64)
