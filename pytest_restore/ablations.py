@@ -18,11 +18,12 @@ ablation                store ranked             forced units
   empty and the context is regime (b)'s, so (i) cannot flip those cases.
 - (ii) forces the whole retained store in chronological order. Forced units
   are never truncated, so the context can hold the whole budget (80k tokens).
-- (iii) ``P`` replaces each gold unit by the nearest non-gold unit of the
-  history (retained or evicted; ties to the earlier one) whose size is within
-  a factor 1.5 of the gold unit's, each used once. The total is then within
-  [gold / 1.5, gold x 1.5] too. When some gold unit has no such partner the
-  placebo is *not constructible*: it is counted, never scored. ``P``
+- (iii) ``P`` is made of the non-gold units of the history (retained or
+  evicted) nearest to the gold units, taken nearest first (ties to the
+  earlier unit) while the total stays within 1.5x the gold's tokens, until it
+  reaches the gold's tokens / 1.5: so ``P`` sits where the gold sat and its
+  size is within [gold / 1.5, gold x 1.5]. When the candidates run out first
+  the placebo is *not constructible*: it is counted, never scored. ``P``
   depends on the history alone, so it is the same for every policy.
 
 Scope: every regime-(b) irreversible record (all policies, budgets and the
@@ -72,32 +73,34 @@ RECORD_FIELDS = (
 
 
 def placebo_units(history: History, max_ratio: float = PLACEBO_MAX_RATIO) -> list[int] | None:
-    """The placebo for ``G_q``: one nearby, similar-sized non-gold unit per gold unit.
+    """The placebo for ``G_q``: nearby non-gold units of about the gold's total size.
 
-    For each gold unit (in order), the nearest unused non-gold unit whose size
-    is within ``max_ratio`` of it, ties to the earlier unit. ``None`` when a
-    gold unit has no such partner anywhere in the history.
+    Non-gold units are taken nearest first (distance in positions to the
+    closest gold unit, ties to the earlier unit); a unit joins when the total
+    stays at most ``max_ratio`` times the gold's tokens, and the placebo is
+    complete once the total reaches the gold's tokens over ``max_ratio``.
+    ``None`` (not constructible) when the candidates run out first.
     """
     sizes = history.sizes
-    n = len(sizes)
-    gold = set(history.gold)
-    taken: set[int] = set()
-    for g in history.gold:
-        size = int(sizes[g])
-        match = None
-        for distance in range(1, n):
-            for p in (g - distance, g + distance):
-                if 0 <= p < n and p not in gold and p not in taken:
-                    other = int(sizes[p])
-                    if max(size, other) <= max_ratio * min(size, other):
-                        match = p
-                        break
-            if match is not None or (g - distance < 0 and g + distance >= n):
-                break
-        if match is None:
-            return None
-        taken.add(match)
-    return sorted(taken)
+    gold = np.asarray(history.gold, dtype=np.int64)
+    if gold.size == 0:
+        return None
+    target = int(sizes[gold].sum())
+    low, high = target / max_ratio, target * max_ratio
+    positions = np.arange(len(sizes), dtype=np.int64)
+    distance = np.abs(positions[:, None] - gold[None, :]).min(axis=1)
+    candidates = positions[distance > 0]
+    order = candidates[np.lexsort((candidates, distance[candidates]))]
+    chosen: list[int] = []
+    total = 0
+    for p in order:
+        size = int(sizes[p])
+        if total + size <= high:
+            chosen.append(int(p))
+            total += size
+            if total >= low:
+                return sorted(chosen)
+    return None
 
 
 def empty_fields() -> dict[str, Any]:
@@ -326,8 +329,8 @@ def render_md(
             "Each ablation re-answers the irreversible cases of regime (b) (every policy, budget and seed) "
             "with one change to the restored context: (i) only the gold that survived eviction, ranked over "
             "S_P (this is regime (a)'s context); (ii) the whole retained store forced in, no cap; (iii) a "
-            f"non-gold placebo, each gold unit replaced by the nearest non-gold unit within {PLACEBO_MAX_RATIO:g}x "
-            "its size, forced in the gold's place. Share = flipped / scored, with its "
+            f"non-gold placebo, the units nearest the gold whose total is within {PLACEBO_MAX_RATIO:g}x "
+            "the gold's tokens, forced in the gold's place. Share = flipped / scored, with its "
             f"{confidence:.0%} question-cluster bootstrap interval. The gold restore flips every case by definition."
         ),
         "",

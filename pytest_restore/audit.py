@@ -429,8 +429,8 @@ class Audit:
                 injected = contexts[key]
                 if injected is None:
                     excluded[key] = (
-                        f"{ablations.NOT_CONSTRUCTIBLE}: a gold unit has no non-gold unit within "
-                        f"{ablations.PLACEBO_MAX_RATIO:g}x its size"
+                        f"{ablations.NOT_CONSTRUCTIBLE}: no set of nearby non-gold units within "
+                        f"{ablations.PLACEBO_MAX_RATIO:g}x the gold's tokens"
                     )
                 else:
                     items.append((p.history, injected))

@@ -24,6 +24,7 @@ from .calibration import calibrate
 from .data import DataError, Dataset, load_dataset
 from .eviction import Policy, PolicyRegistry, default_registry
 from .fake import FakeReader, FakeScorer
+from .injection import RankerRegistry, default_rankers
 from .judge_audit import audit_judge
 from .models import ChatModel, ChatRequest
 from .openai_models import estimate_tokens
@@ -62,6 +63,7 @@ OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("reader", "fake", "reader model: fake or openai:MODEL"),
     ("judge", "fake", "judge model: fake or openai:MODEL"),
     ("scorer", "fake", "importance scorer model: fake or openai:MODEL"),
+    ("ranker", "bm25-lite", "read-time ranker, one per run: bm25-lite, recency or a registered name"),
     ("embedded-questions", "100", "size of the embedded synthetic dataset"),
     ("bootstrap", "10000", "question-cluster bootstrap resamples"),
     ("bootstrap-seed", str(DEFAULT_SEED), "seed of the bootstrap"),
@@ -113,6 +115,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="print the model calls the grid needs (and what is cached) with token estimates, then stop",
     )
+    group.addoption(
+        "--restore-ablations",
+        dest="restore_ablations",
+        action="store_true",
+        default=None,
+        help="run the restore-tightness ablations on the regime-(b) irreversible cases",
+    )
+    parser.addini("restore_ablations", help="run the restore-tightness ablations", type="bool", default=False)
 
 
 def _parse_ints(option: str, text: str) -> tuple[int, ...]:
@@ -184,6 +194,8 @@ class RestoreSettings:
     audit_judge_sample: int
     calibration: str
     dry_run: bool
+    ranker: str = "bm25-lite"
+    ablations: bool = False
 
     @property
     def readers(self) -> tuple[str, ...]:
@@ -252,6 +264,12 @@ class RestoreSettings:
             audit_judge_sample=_parse_ints("audit-judge-sample", raw["audit-judge-sample"])[0],
             calibration=raw["calibration"],
             dry_run=bool(config.getoption("restore_dry_run")),
+            ranker=raw["ranker"] or "bm25-lite",
+            ablations=bool(
+                config.getoption("restore_ablations")
+                if config.getoption("restore_ablations") is not None
+                else config.getini("restore_ablations")
+            ),
         )
 
 
@@ -354,6 +372,12 @@ class RestoreSession:
                 f"--restore-policies: unknown policy {unknown[0]!r}; registered: {', '.join(self.registry)}"
             )
         self.policies: tuple[Policy, ...] = tuple(self.registry[n] for n in names)
+        self.rankers: RankerRegistry = default_rankers()
+        config.hook.pytest_restore_register_rankers(registry=self.rankers, config=config)
+        if settings.ranker not in self.rankers:
+            raise pytest.UsageError(
+                f"--restore-ranker: unknown ranker {settings.ranker!r}; registered: {', '.join(self.rankers)}"
+            )
         self._audits: dict[str, Audit] = {}
         self._models: dict[tuple[str, str], ChatModel] = {}
         self.usage_by_process: dict[str, dict[str, Any]] = {}
@@ -586,6 +610,7 @@ class RestoreSession:
                 seeds=s.seeds,
                 questions=s.questions,
                 subset_seed=s.subset_seed,
+                ablations=s.ablations,
             )
             reader_model = self.model(spec, "reader")
             audit = Audit(
@@ -595,6 +620,7 @@ class RestoreSession:
                 judge=self.model(s.judge, "judge"),
                 scorer=self.model(s.scorer, "scorer"),
                 prompts=self.prompts(),
+                ranker=self.rankers[s.ranker],
             )
             if isinstance(reader_model, FakeReader):
                 reader_model.learn(p.history for p in audit.questions)

@@ -10,7 +10,8 @@ report directory:
   interval, raw and Holm-adjusted p, decision) and the H2 matching table;
 - ``report.md``: the per-cell tables in the paper's Table 1 layout, for both
   regimes, the hypothesis families, the H2 pairs, the bins by question type,
-  the exclusions and the dataset's sha256;
+  the restore-tightness ablations, one real case per bin and policy, the
+  exclusions, the dataset's sha256 and the run's ranker;
 - ``figure.png``/``figure.svg``: the three-bin shares per policy and budget;
 - ``summary.json``: run settings, dataset, counts and exclusions with reasons.
 
@@ -33,10 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import stats
+from . import ablations, stats
 from .audit import BINS, CellFigures, Record, tally
 from .eviction import BUILTIN_POLICIES
 from .figure import write_figure
+from .injection import DEFAULT_RANKER
 from .robustness import compare_readers, render_comparison_md
 from .stats import INTERVAL_COLUMNS, Analysis, CellStats, HypothesisTest
 
@@ -91,6 +93,18 @@ RECORD_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("excluded", lambda v: v is None or isinstance(v, str), "a string or null"),
 )
 REQUIRED_RECORD_KEYS = tuple(name for name, _check, _want in RECORD_FIELDS)
+
+#: Fields later versions added: checked when present, absent in older records.
+OPTIONAL_RECORD_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("ranker", _is_str, "a string"),
+    *((name, _is_verdict, "true, false or null") for name in ablations.ABLATION_FIELDS),
+    ("ablation_excluded", lambda v: v is None or isinstance(v, dict), "an object or null"),
+    (
+        "gold_evicted_units",
+        lambda v: v is None or isinstance(v, list) and all(_is_int(x) for x in v),
+        "a list of integers or null",
+    ),
+)
 
 _BUILTIN_ORDER = {cls.name: i for i, cls in enumerate(BUILTIN_POLICIES)}
 
@@ -246,9 +260,111 @@ def render_records_jsonl(records: Iterable[Record]) -> str:
     )
 
 
-def render_hypotheses_json(analysis: Analysis) -> str:
-    """``hypotheses.json`` as text: settings, per-family summary, every test, the H2 matching."""
-    return json.dumps(analysis.to_json(), indent=2, sort_keys=True) + "\n"
+def render_hypotheses_json(analysis: Analysis, records: Sequence[Record] | None = None) -> str:
+    """``hypotheses.json`` as text: settings, per-family summary, every test, the H2 matching.
+
+    With ``records``, also the restore-tightness ablations (key ``ablations``).
+    """
+    data = analysis.to_json()
+    if records is not None:
+        data["ablations"] = ablations.to_json(ablation_rows(records, analysis), ablations.by_cell(records))
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def ablation_rows(records: Sequence[Record], analysis: Analysis) -> list[ablations.AblationRow]:
+    """The ablations' pooled rows, with the statistics pass's bootstrap settings."""
+    s = analysis.settings
+    return ablations.summarise(records, resamples=s.resamples, seed=s.seed, confidence=s.confidence)
+
+
+def render_ablations_md(records: Sequence[Record], analysis: Analysis) -> str:
+    """The restore-tightness section of ``report.md``."""
+    cells = sorted(
+        ablations.by_cell(records),
+        key=lambda c: (c["reader"], policy_order(c["policy"]), -c["budget"]),
+    )
+    return ablations.render_md(
+        ablation_rows(records, analysis), cells, label=_budget_label, confidence=analysis.settings.confidence
+    )
+
+
+# -- one real case per bin --------------------------------------------------------------
+
+_CASE_TEXT = 300
+
+
+def bin_cases(records: Sequence[Record]) -> list[Record]:
+    """One regime-(b) record per reader, policy and bin, chosen deterministically.
+
+    The loosest budget at which the policy has a case of that bin, then the
+    smallest question id, then the smallest seed.
+    """
+    chosen: dict[tuple[str, str, str], Record] = {}
+    for r in records:
+        if r["regime"] != "b" or r["bin"] is None:
+            continue
+        key = (str(r["reader"]), str(r["policy"]), str(r["bin"]))
+        best = chosen.get(key)
+        rank = (-int(r["budget"]), str(r["question_id"]), int(r["seed"]))
+        if best is None or rank < (-int(best["budget"]), str(best["question_id"]), int(best["seed"])):
+            chosen[key] = r
+    return [
+        chosen[k]
+        for k in sorted(chosen, key=lambda k: (k[0], policy_order(k[1]), BINS.index(k[2])))
+    ]
+
+
+def _case_text(value: Any) -> str:
+    if value is None:
+        return "-"
+    text = " ".join(str(value).split()).replace("|", "\\|")
+    return text if len(text) <= _CASE_TEXT else text[: _CASE_TEXT - 1] + "…"
+
+
+def _evicted_text(r: Mapping[str, Any]) -> str:
+    evicted, total = r.get("gold_evicted"), r.get("gold_units")
+    if not evicted:
+        return f"none (all {total} gold units survived)"
+    where = r.get("gold_evicted_where") or []
+    units = r.get("gold_evicted_units") or []
+    listed = "; ".join(
+        f"unit {u}: {w}" for u, w in zip(units, where)
+    ) or ", ".join(f"unit {u}" for u in units)
+    return f"{evicted} of {total}" + (f": {listed}" if listed else "")
+
+
+def render_cases_md(records: Sequence[Record]) -> str:
+    """One real case of each bin per policy (regime b), as the report shows them."""
+    out = [
+        "## One case per bin (regime b)",
+        "",
+        (
+            "For each policy and bin: the case at the loosest budget that has one, smallest question id "
+            "first (then seed). Answers are shortened to 300 characters."
+        ),
+        "",
+    ]
+    cases = bin_cases(records)
+    if not cases:
+        return "\n".join(out + ["No binned error.", ""])
+    readers = {str(r["reader"]) for r in cases}
+    heading = None
+    for r in cases:
+        title = f"### {r['policy']}" + (f" (reader {r['reader']})" if len(readers) > 1 else "")
+        if title != heading:
+            out += [title, ""] if heading is None else ["", title, ""]
+            heading = title
+        out += [
+            (
+                f"- **{r['bin']}** ({_budget_label(int(r['budget']))}, seed {r['seed']}, question "
+                f"`{r['question_id']}`, {r['question_type']}): {_case_text(r.get('question'))}"
+            ),
+            f"  - reference: {_case_text(r.get('reference'))}",
+            f"  - policy answer: {_case_text(r.get('policy_answer'))}",
+            f"  - restored answer: {_case_text(r.get('restored_answer'))}",
+            f"  - gold evicted: {_evicted_text(r)}",
+        ]
+    return "\n".join(out) + "\n"
 
 
 # -- report.md ----------------------------------------------------------------------
@@ -551,6 +667,7 @@ def render_report_md(
             f"Questions in the file: {ds.get('questions', '?')}; audited: {ds.get('audited', '?')}."
         )
         out.append("")
+    out += [f"Ranker: `{', '.join(rankers_of(records))}` (one per run; named in every record).", ""]
     settings = info.settings
     if settings:
         out += ["## Settings", "", "| setting | value |", "|---|---|"]
@@ -581,6 +698,7 @@ def render_report_md(
         out += ["", render_comparison_md(comparison)]
     for name in sorted(info.checks):
         out += ["", str(info.checks[name].get("markdown", ""))]
+    out += ["", render_ablations_md(records, analysis), render_cases_md(records)]
     return "\n".join(out)
 
 
@@ -679,7 +797,7 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
     )
     files.records.write_text(render_records_jsonl(ordered), encoding="utf-8")
     files.cells.write_text(render_cells_csv(ordered, analysis), encoding="utf-8")
-    files.hypotheses.write_text(render_hypotheses_json(analysis), encoding="utf-8")
+    files.hypotheses.write_text(render_hypotheses_json(analysis, ordered), encoding="utf-8")
     files.report.write_text(render_report_md(ordered, info, analysis), encoding="utf-8")
     files.summary.write_text(
         json.dumps(summary_json(ordered, info, analysis), indent=2, sort_keys=True) + "\n",
@@ -717,7 +835,18 @@ def read_records(path: str | Path) -> list[Record]:
         records.append(rec)
     if not records:
         raise RecordsError(f"{p}: no records")
+    used = rankers_of(records)
+    if len(used) > 1:
+        raise RecordsError(
+            f"{p}: records of {len(used)} rankers ({', '.join(used)}); a report holds one ranker: "
+            "report each ranker's records separately"
+        )
     return records
+
+
+def rankers_of(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The rankers the records were read with (records older than the field used BM25-lite)."""
+    return sorted({str(r.get("ranker") or DEFAULT_RANKER) for r in records})
 
 
 def _record_problem(rec: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -726,6 +855,9 @@ def _record_problem(rec: Mapping[str, Any]) -> tuple[str, str] | None:
         if name not in rec:
             return name, "missing"
         if not check(rec[name]):
+            return name, f"must be {want}, got {json.dumps(rec[name])}"
+    for name, check, want in OPTIONAL_RECORD_FIELDS:
+        if name in rec and not check(rec[name]):
             return name, f"must be {want}, got {json.dumps(rec[name])}"
     enters_n = rec["excluded"] is None and rec["oracle_correct"] is True
     if enters_n and rec["policy_correct"] is None:
