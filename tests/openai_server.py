@@ -35,14 +35,20 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models import ChatRequest
+from pytest_restore.prompts import JUDGE_SYSTEM, READER_SYSTEM, SCORER_SYSTEM
+
 if TYPE_CHECKING:
     from typing_extensions import Self
+
+    from pytest_restore.units import History
 
 #: Builds the reply text from the request's messages (``[{"role", "content"}]``).
 Responder = Callable[[list[dict[str, Any]]], str]
@@ -57,6 +63,33 @@ SNAPSHOT_SUFFIX = "-2024-07-18"
 def echo_responder(messages: list[dict[str, Any]]) -> str:
     """A deterministic default reply: an echo of the last message's content."""
     return f"echo: {messages[-1]['content']}" if messages else "echo:"
+
+
+def fake_models_responder(histories: Iterable[History]) -> Responder:
+    """Serve the project's fake reader, judge and scorer, told apart by their system prompt.
+
+    ``histories`` are what the fake reader knows (``units.build_history`` of
+    the audited questions). Each reply is the fake model's own ``run`` on the
+    request rebuilt from the wire, so a grid through the server gets exactly
+    the answers the in-process fake models give. An unknown system prompt is
+    a responder error (the server's 500).
+    """
+    models: dict[str, Any] = {
+        READER_SYSTEM: FakeReader(histories),
+        JUDGE_SYSTEM: FakeJudge(),
+        SCORER_SYSTEM: FakeScorer(),
+    }
+
+    def respond(messages: list[dict[str, Any]]) -> str:
+        system = next((m["content"] for m in messages if m.get("role") == "system"), None)
+        model = models.get(system or "")
+        if model is None:
+            raise ValueError("no fake model has this system prompt")
+        request = ChatRequest(tuple((m["role"], m["content"]) for m in messages), max_tokens=1)
+        text: str = model.run([request])[0].text
+        return text
+
+    return respond
 
 
 def canonical_body(body: dict[str, Any]) -> str:

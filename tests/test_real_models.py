@@ -1,0 +1,475 @@
+"""The audit with real (``openai:``) models, end to end.
+
+Every test runs the real plugin on ``fixtures/tiny.json`` in a pytest
+subprocess (pytester), whose reader, judge and scorer are ``openai:`` models:
+the official ``openai`` client talks to an ``OpenAIServer`` this test starts
+on 127.0.0.1, which serves the project's fake models (told apart by their
+system prompt). So the retries, the response cache, the cross-process
+dedupe, the usage totals and the exclusions are the real thing; only the
+models behind the wire are fake, and their answers are known: the records
+must be exactly those of the in-process fake models.
+
+The grid's own conftest shrinks the retry backoff from seconds to
+milliseconds (test speed; ``Retry-After`` is still honoured).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, fake_models_responder
+
+from pytest_restore.cache import ResponseCache
+from pytest_restore.data import load_dataset
+from pytest_restore.prompts import READER_SYSTEM
+from pytest_restore.units import History, build_history
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
+DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
+GRID = """
+from pytest_restore.plugin import RestoreCell
+
+
+def test_cell(restore_cell: RestoreCell) -> None:
+    restore_cell.audit()
+    restore_cell.check()
+"""
+FAST_RETRIES = """
+from pytest_restore.openai_models import OpenAIChatModel
+
+# test speed: retry backoff in milliseconds, not seconds (Retry-After is still honoured)
+OpenAIChatModel.__init__.__kwdefaults__.update(backoff_base=0.01, backoff_cap=0.05)
+"""
+# seven questions have no statistical power: report the families' expectations, do not fail on them
+SMALL = [
+    "--restore-data",
+    str(FIXTURE),
+    "--restore-budgets",
+    "600,300,100",
+    "--restore-family-checks",
+    "report",
+    "--restore-bootstrap",
+    "500",
+    "--restore-calibration",
+    "off",
+]
+MODELS = {
+    "reader": "openai:fake-reader",
+    "judge": "openai:fake-judge",
+    "scorer": "openai:fake-scorer",
+}
+CELLS = 6 * 3
+#: The question whose reader prompts fail for good in the persistent-failure test.
+BROKEN_QUESTION = "How many siblings do I have?"
+
+
+@pytest.fixture(scope="module")
+def histories() -> list[History]:
+    """What the fake reader behind the server knows: the fixture's evidence questions."""
+    dataset = load_dataset(FIXTURE)
+    return [build_history(q) for q in dataset.questions if not q.is_abstention]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """The records of an uninterrupted grid with the in-process fake models.
+
+    Named as the ``openai:`` models are, these are the records every run
+    through the server must write.
+    """
+    where = tmp_path_factory.mktemp("reference")
+    (where / "test_grid.py").write_text(GRID)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PYTEST_XDIST"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", *SMALL],
+        cwd=where,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = _records(where / "restore-report")
+    for r in records:
+        assert r["reader"] == r["judge"] == "fake" and r["scorer"] in ("fake", None)
+        r["reader"], r["judge"] = MODELS["reader"], MODELS["judge"]
+        if r["scorer"] is not None:
+            r["scorer"] = MODELS["scorer"]
+    return records
+
+
+@pytest.fixture
+def grid_dir(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A project with the 4-line grid, and the key in the environment its runs inherit."""
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    for name in ("OPENAI_BASE_URL", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile(test_grid=GRID)
+    pytester.makeconftest(FAST_RETRIES)
+    return pytester
+
+
+@pytest.fixture
+def server(histories: list[History]) -> Iterator[OpenAIServer]:
+    """The fake models behind an OpenAI-compatible server, fault-free."""
+    with OpenAIServer(fake_models_responder(histories), latency=0.002) as running:
+        yield running
+
+
+def grid_args(server: OpenAIServer, cache: Path, report: str, *extra: str) -> list[str]:
+    """The command line of a grid run on ``server`` through the response cache ``cache``."""
+    models = [f"--restore-{role}={spec}" for role, spec in MODELS.items()]
+    return [
+        *SMALL,
+        *models,
+        "--restore-base-url",
+        server.base_url,
+        "--restore-cache",
+        str(cache),
+        "--restore-report-dir",
+        report,
+        *extra,
+    ]
+
+
+def run_grid(
+    pytester: pytest.Pytester,
+    server: OpenAIServer,
+    cache: Path,
+    report: str = "restore-report",
+    *extra: str,
+    workers: int = 0,
+) -> pytest.RunResult:
+    """Run the grid in a pytest subprocess; every cell must pass."""
+    xdist = ["-n", str(workers)] if workers else ["-p", "no:xdist"]
+    result = pytester.runpytest_subprocess(
+        *xdist, *grid_args(server, cache, report, *extra), timeout=120
+    )
+    result.assert_outcomes(passed=CELLS)
+    return result
+
+
+def _records(report: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (report / "records.jsonl").read_text().splitlines()]
+
+
+def _summary(report: Path) -> dict[str, Any]:
+    summary: dict[str, Any] = json.loads((report / "summary.json").read_text())
+    return summary
+
+
+def _sent_by_model(server: OpenAIServer) -> Counter[str]:
+    """Distinct request bodies the server answered well, by requested model."""
+    return Counter(json.loads(body)["model"] for body in server.successes)
+
+
+# -- 1. faults do not change the records ---------------------------------------------
+
+
+def test_faulted_run_writes_the_fault_free_records(
+    grid_dir: pytest.Pytester,
+    histories: list[History],
+    tmp_path: Path,
+    reference: list[dict[str, Any]],
+) -> None:
+    responder = fake_models_responder(histories)
+    with OpenAIServer(responder, latency=0.002) as clean:
+        run_grid(grid_dir, clean, tmp_path / "clean-cache", "clean")
+        clean_bodies = set(clean.successes)
+    faults = Faults(rate=0.2, kinds=FAULT_KINDS, seed=5, retry_after="0", hang_seconds=2.0)
+    with OpenAIServer(responder, latency=0.002, faults=faults) as faulty:
+        run_grid(grid_dir, faulty, tmp_path / "faulty-cache", "faulty", "--restore-timeout", "1")
+    # read after stopping: a hung (timeout) request is logged when it ends
+    log, successes = faulty.log, faulty.successes
+
+    clean_records = (grid_dir.path / "clean" / "records.jsonl").read_bytes()
+    assert (grid_dir.path / "faulty" / "records.jsonl").read_bytes() == clean_records
+    assert _records(grid_dir.path / "clean") == reference
+    injected = Counter(entry.fault for entry in log if entry.fault)
+    assert set(injected) == set(FAULT_KINDS), injected
+    assert set(successes) == clean_bodies  # every request answered, none lost to a fault
+    usage = _summary(grid_dir.path / "faulty")["run"]["settings"]["model_usage"]
+    assert sum(u["failed"] for u in usage.values()) == 0
+    print(f"{len(clean_bodies)} requests; faults injected: {dict(injected)}")
+
+
+# -- 2. an unchanged grid sends nothing the second time ---------------------------------
+
+
+def test_second_run_of_an_unchanged_grid_sends_no_request(
+    grid_dir: pytest.Pytester, server: OpenAIServer, tmp_path: Path
+) -> None:
+    run_grid(grid_dir, server, tmp_path / "cache", "first")
+    sent = server.total_requests
+    run_grid(grid_dir, server, tmp_path / "cache", "second")
+
+    assert sent > 0 and server.total_requests == sent
+    first, second = grid_dir.path / "first", grid_dir.path / "second"
+    assert (second / "records.jsonl").read_bytes() == (first / "records.jsonl").read_bytes()
+    usage = _summary(second)["run"]["settings"]["model_usage"]
+    assert {name: u["sent"] for name, u in usage.items()} == dict.fromkeys(usage, 0)
+    assert sum(u["cached"] for u in usage.values()) == sent
+    assert all(u["input_tokens"] == u["output_tokens"] == 0 for u in usage.values())
+
+
+# -- 3. a killed run restarts where it stopped --------------------------------------------
+
+
+@dataclass(frozen=True)
+class HangAfter(Faults):
+    """Answers the first ``answered`` requests, then hangs every later one: a stalled provider."""
+
+    answered: int = 0
+    seen: list[int] = field(default_factory=list)
+
+    def pick(self, body_key: str, attempt: int) -> str | None:
+        # called on the server's one event loop thread: no lock needed
+        self.seen.append(attempt)
+        return None if len(self.seen) <= self.answered else "timeout"
+
+
+def test_killed_run_restarts_without_resending_and_writes_the_same_records(
+    grid_dir: pytest.Pytester, server: OpenAIServer, tmp_path: Path, reference: list[dict[str, Any]]
+) -> None:
+    cache = tmp_path / "cache"
+    answered = 30
+    server.faults = HangAfter(hang_seconds=60, answered=answered)
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:xdist",
+        f"--basetemp={tmp_path / 'killed-tmp'}",
+    ]
+    args += grid_args(server, cache, "killed", "--restore-timeout", "60")
+    with open(tmp_path / "killed.out", "w") as out:
+        child = subprocess.Popen(args, cwd=grid_dir.path, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            # wait until the run is stuck on a hung request and has cached every answer it got
+            while time.monotonic() < deadline and child.poll() is None:
+                if server.total_requests > answered and len(ResponseCache(cache)) == answered:
+                    break
+                time.sleep(0.02)
+        finally:
+            child.kill()
+            child.wait(timeout=10)
+    assert child.returncode == -9, (tmp_path / "killed.out").read_text()[-3000:]
+    assert sum(server.successes.values()) == answered
+    assert not (grid_dir.path / "killed").exists()
+
+    server.faults = Faults()  # the provider is back
+    run_grid(grid_dir, server, cache, "restarted")
+    successes = server.successes
+
+    assert _records(grid_dir.path / "restarted") == reference
+    # across both runs, no request was answered twice
+    assert set(successes.values()) == {1}
+    assert len(successes) == len(ResponseCache(cache))
+    usage = _summary(grid_dir.path / "restarted")["run"]["settings"]["model_usage"]
+    assert sum(u["cached"] for u in usage.values()) == answered
+    assert sum(u["sent"] for u in usage.values()) == len(successes) - answered
+    print(f"killed after {answered} of {len(successes)} requests")
+
+
+# -- 4. two workers share one cache --------------------------------------------------------
+
+
+def test_two_workers_send_each_request_once(
+    grid_dir: pytest.Pytester, server: OpenAIServer, tmp_path: Path, reference: list[dict[str, Any]]
+) -> None:
+    result = run_grid(grid_dir, server, tmp_path / "cache", "parallel", workers=2)
+    attempts = server.attempts
+
+    assert "2 workers" in result.stdout.str()
+    assert attempts and set(attempts.values()) == {1}, [n for n in attempts.values() if n > 1]
+    assert _records(grid_dir.path / "parallel") == reference
+    usage = _summary(grid_dir.path / "parallel")["run"]["settings"]["model_usage"]
+    # summed over the workers: what one worker waited for from the other counts as cached
+    assert sum(u["sent"] for u in usage.values()) == len(attempts)
+
+
+# -- 5. the key stays in the environment ----------------------------------------------------
+
+
+def test_api_key_is_in_no_file_the_run_writes(
+    grid_dir: pytest.Pytester, histories: list[History], tmp_path: Path
+) -> None:
+    faults = Faults(rate=0.2, kinds=("429", "500", "malformed", "drop"), seed=3)
+    responder = fake_models_responder(histories)
+    with OpenAIServer(responder, faults=faults, expected_key=DUMMY_KEY) as server:
+        result = run_grid(
+            grid_dir, server, tmp_path / "cache", "report", "--restore-max-tries", "4"
+        )
+        assert any(entry.fault for entry in server.log)  # there were errors to log
+        server.expected_key = "sk-test-another-key"  # a rejected key: a loud 401 in every record
+        rejected = grid_dir.runpytest_subprocess(
+            "-p", "no:xdist", *grid_args(server, tmp_path / "other-cache", "rejected"), timeout=120
+        )
+    rejected_records = _records(grid_dir.path / "rejected")
+
+    # the key was sent and accepted
+    assert _summary(grid_dir.path / "report")["counts"]["excluded_records"] == 0
+    assert all(r["excluded"] is not None and "401" in r["error"] for r in rejected_records)
+    key = DUMMY_KEY.encode()
+    for output in (result, rejected):
+        assert DUMMY_KEY not in output.stdout.str() + output.stderr.str()
+    files = [p for root in (grid_dir.path, tmp_path) for p in root.rglob("*") if p.is_file()]
+    assert len(files) > 50
+    assert [p for p in files if key in p.read_bytes()] == []
+
+
+# -- 6. the dry run -------------------------------------------------------------------------
+
+_COST_LINE = re.compile(r"^(scorer|reader|judge)\s+(openai:\S+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s")
+
+
+def _dry_run(
+    pytester: pytest.Pytester, server: OpenAIServer, cache: Path
+) -> dict[str, tuple[int, int, int]]:
+    """Run ``--restore-dry-run``; (unique calls, cached, to send) per role."""
+    result = pytester.runpytest_subprocess(
+        "-p", "no:xdist", *grid_args(server, cache, "dry", "--restore-dry-run"), timeout=120
+    )
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*restore dry run*", "*unique calls*cached*to send*"])
+    rows = {}
+    for line in result.outlines:
+        match = _COST_LINE.match(line)
+        if match:
+            role, model, calls, cached, todo = match.groups()
+            assert model == MODELS[role]
+            rows[role] = (
+                int(calls.replace(",", "")),
+                int(cached.replace(",", "")),
+                int(todo.replace(",", "")),
+            )
+    assert set(rows) == {"scorer", "reader", "judge"}, result.outlines
+    assert not (pytester.path / "dry").exists()
+    return rows
+
+
+def test_dry_run_before_and_after_a_run(
+    grid_dir: pytest.Pytester, server: OpenAIServer, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    before = _dry_run(grid_dir, server, cache)
+    assert server.total_requests == 0
+    assert all(
+        calls > 0 and cached == 0 and todo == calls for calls, cached, todo in before.values()
+    )
+
+    run_grid(grid_dir, server, cache)
+    sent = _sent_by_model(server)
+    after = _dry_run(grid_dir, server, cache)
+    assert server.total_requests == sum(sent.values())  # the dry runs sent nothing
+    for role, (calls, cached, todo) in after.items():
+        # what the grid sent, all of it cached now
+        model = MODELS[role].removeprefix("openai:")
+        assert calls == cached == sent[model] and todo == 0, (role, after)
+    # the scorer's calls are known exactly before the run
+    assert before["scorer"] == (sent["fake-scorer"], 0, sent["fake-scorer"])
+
+
+# -- 7. records and the summary name the models -----------------------------------------------
+
+
+def test_records_and_summary_name_the_models_and_their_usage(
+    grid_dir: pytest.Pytester, server: OpenAIServer, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    run_grid(grid_dir, server, cache)
+    report = grid_dir.path / "restore-report"
+    records = _records(report)
+
+    assert {r["reader"] for r in records} == {"openai:fake-reader"}
+    assert {r["judge"] for r in records} == {"openai:fake-judge"}
+    assert {r["scorer"] for r in records if r["policy"] == "llm-importance"} == {
+        "openai:fake-scorer"
+    }
+    assert {r["scorer"] for r in records if r["policy"] != "llm-importance"} == {None}
+    settings = _summary(report)["run"]["settings"]
+    assert (settings["reader"], settings["judge"], settings["scorer"]) == tuple(MODELS.values())
+    usage = settings["model_usage"]
+    assert set(usage) == {f"{role} {spec}" for role, spec in MODELS.items()}
+    sent = _sent_by_model(server)
+    # token sums: what the server reported, as the cache stored it
+    entries = [json.loads(p.read_text()) for p in cache.glob("??/*.json")]
+    for role, spec in MODELS.items():
+        model = spec.removeprefix("openai:")
+        u = usage[f"{role} {spec}"]
+        mine = [e for e in entries if e["model"] == model]
+        assert (u["sent"], u["cached"], u["failed"]) == (sent[model], 0, 0)
+        assert u["input_tokens"] == sum(e["input_tokens"] for e in mine) > 0
+        assert u["output_tokens"] == sum(e["output_tokens"] for e in mine) > 0
+        assert u["served"] == [model + SNAPSHOT_SUFFIX]
+    assert "model_usage" in (report / "report.md").read_text()
+
+
+# -- 8. a call that fails for good excludes its records -----------------------------------------
+
+
+def test_persistent_failure_is_excluded_not_scored_wrong(
+    grid_dir: pytest.Pytester,
+    histories: list[History],
+    tmp_path: Path,
+    reference: list[dict[str, Any]],
+) -> None:
+    fake = fake_models_responder(histories)
+
+    def responder(messages: list[dict[str, Any]]) -> str:
+        if (
+            messages[0]["content"] == READER_SYSTEM
+            and f"Question: {BROKEN_QUESTION}\n" in messages[-1]["content"]
+        ):
+            raise RuntimeError("this question's reader prompts always fail")  # the server's 500
+        return fake(messages)
+
+    with OpenAIServer(responder, latency=0.002) as server:
+        result = run_grid(
+            grid_dir, server, tmp_path / "cache", "restore-report", "--restore-max-tries", "2"
+        )
+        statuses = Counter(entry.status for entry in server.log)
+
+    report = grid_dir.path / "restore-report"
+    broken = next(
+        h.question.question_id for h in histories if h.question.question == BROKEN_QUESTION
+    )
+    records = _records(report)
+    mine = [r for r in records if r["question_id"] == broken]
+    assert len(mine) == len([r for r in reference if r["question_id"] == broken]) == 48
+    for r in mine:
+        assert r["excluded"] == "api_error: oracle reader"
+        assert r["error"].startswith("reader: failed after 2 tries: HTTP 500"), r["error"]
+        assert r["policy_correct"] is None and r["restored_correct"] is None and r["bin"] is None
+    # every other question's records are untouched
+    assert [r for r in records if r["question_id"] != broken] == [
+        r for r in reference if r["question_id"] != broken
+    ]
+    assert statuses[500] > 0
+    summary = _summary(report)
+    assert summary["counts"]["excluded_records"] == 48
+    assert summary["record_exclusions"] == {"api_error: oracle reader": 48}
+    assert summary["run"]["settings"]["model_usage"]["reader openai:fake-reader"]["failed"] > 0
+    assert "| api_error: oracle reader | 48 |" in (report / "report.md").read_text()
+    # the cells count one question fewer: excluded, not an error
+    fifo = next(
+        line
+        for line in (report / "cells.csv").read_text().splitlines()
+        if line.startswith("fifo,600,b,")
+    )
+    assert fifo.split(",")[4] == "6"
+    assert result.ret == 0
