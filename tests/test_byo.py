@@ -1,0 +1,357 @@
+"""Bring your own: a memory store, a policy and a ranker registered from outside the package."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_restore import injection
+from pytest_restore.audit import Audit, AuditConfig
+from pytest_restore.data import Dataset, load_dataset
+from pytest_restore.eviction import EvictionContext, MemoryStore, default_registry
+from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.injection import (
+    Bm25Lite,
+    Ranker,
+    Recency,
+    ScoringRanker,
+    Store,
+    checked_rank,
+    default_rankers,
+)
+from pytest_restore.units import History, Unit
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "fixtures" / "tiny.json"
+GRID = """
+from pytest_restore.plugin import RestoreCell
+
+
+def test_cell(restore_cell: RestoreCell) -> None:
+    restore_cell.audit()
+    restore_cell.check()
+"""
+SMALL = [
+    "--restore-data",
+    str(TINY),
+    "--restore-budgets",
+    "600,300,100",
+    "--restore-family-checks",
+    "report",
+    "--restore-bootstrap",
+    "500",
+]
+
+# What a user writes in their conftest.py: a memory system, a victim policy and a retriever.
+CONFTEST = """
+from pytest_restore.eviction import MemoryStore, VictimPolicy
+from pytest_restore.injection import ScoringRanker
+from pytest_restore.lexical import words
+
+
+class UserFirstStore(MemoryStore):
+    \"\"\"A memory system that keeps what the user said: drops assistant turns first, oldest first.\"\"\"
+
+    name = "user-first"
+
+    def reset(self, budget, ctx):
+        self.budget, self.held, self.total = budget, {}, 0
+
+    def add(self, unit):
+        self.held[unit.position] = unit
+        self.total += unit.tokens
+        while self.total > self.budget:
+            victim = min(self.held, key=lambda p: (self.held[p].role == "user", p))
+            self.total -= self.held.pop(victim).tokens
+
+    def retained(self):
+        return self.held.keys()
+
+
+class EvictNewest(VictimPolicy):
+    name = "evict-newest"
+
+    def choose_victim(self, stored, units):
+        return stored[-1]
+
+
+class Overlap(ScoringRanker):
+    \"\"\"Counts the question's distinct words in each unit.\"\"\"
+
+    name = "overlap"
+
+    def prepare(self, history):
+        return set(words(history.question.question))
+
+    def scores(self, history, store, state):
+        return [len(state & set(words(u.content))) for u in history.units]
+
+
+def pytest_restore_register_policies(registry, config):
+    registry.register(UserFirstStore())
+    registry.register(EvictNewest())
+
+
+def pytest_restore_register_rankers(registry, config):
+    registry.register(Overlap())
+"""
+
+
+def _cells(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# -- end to end: no change to the package -----------------------------------------------
+
+
+def test_users_store_and_policy_are_their_own_rows(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest(
+        "-p", "no:xdist", *SMALL, "--restore-policies", "no-evict,user-first,evict-newest"
+    )
+    result.assert_outcomes(passed=9)
+    out = pytester.path / "restore-report"
+    rows = _cells(out / "cells.csv")
+    for name in ("user-first", "evict-newest"):
+        mine = [r for r in rows if r["policy"] == name]
+        assert {(r["budget"], r["regime"]) for r in mine} == {
+            (b, g) for b in ("600", "300", "100") for g in "ab"
+        }
+    records = _records(out / "records.jsonl")
+    store = [r for r in records if r["policy"] == "user-first"]
+    assert all(r["store_tokens"] <= r["budget"] for r in store)
+    assert any(r["gold_evicted"] for r in store if r["budget"] == 100)
+    assert {r["ranker"] for r in records} == {"bm25-lite"}
+
+
+def test_users_ranker_serves_the_run(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest(
+        "-p",
+        "no:xdist",
+        *SMALL,
+        "--restore-policies",
+        "fifo,user-first",
+        "--restore-ranker",
+        "overlap",
+    )
+    result.assert_outcomes(passed=6)
+    out = pytester.path / "restore-report"
+    rows = _cells(out / "cells.csv")
+    assert {r["policy"] for r in rows} == {"fifo", "user-first"} and len(rows) == 12
+    records = _records(out / "records.jsonl")
+    assert {r["ranker"] for r in records} == {"overlap"}
+    assert "Ranker: `overlap`" in (out / "report.md").read_text()
+    assert json.loads((out / "summary.json").read_text())["run"]["settings"]["ranker"] == "overlap"
+
+
+def test_recency_ranker_is_built_in_and_moves_the_recoverable_share(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    runs = {}
+    for ranker in ("bm25-lite", "recency"):
+        result = pytester.runpytest(
+            "-p",
+            "no:xdist",
+            *SMALL,
+            "--restore-policies",
+            "no-evict",
+            "--restore-ranker",
+            ranker,
+            "--restore-report-dir",
+            ranker,
+        )
+        result.assert_outcomes(passed=3)
+        runs[ranker] = _records(pytester.path / ranker / "records.jsonl")
+        assert {r["ranker"] for r in runs[ranker]} == {ranker}
+    # the store (no-evict keeps everything) is the same; only what is retrieved differs
+    injected = {
+        k: [r["policy_injected_units"] for r in v if r["regime"] == "b"] for k, v in runs.items()
+    }
+    assert injected["bm25-lite"] != injected["recency"]
+
+
+def test_unknown_ranker_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest("-p", "no:xdist", *SMALL, "--restore-ranker", "dense")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown ranker 'dense'*bm25-lite, recency*"])
+
+
+# -- the store adapter's checks ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Dataset:
+    return load_dataset(TINY)
+
+
+def _history(tiny: Dataset) -> History:
+    audit = Audit(tiny, AuditConfig(), reader=FakeReader(), judge=FakeJudge(), scorer=FakeScorer())
+    return audit.questions[0].history
+
+
+class KeepAll(MemoryStore):
+    name = "keep-all"
+
+    def reset(self, budget: int, ctx: EvictionContext) -> None:
+        self.held: list[int] = []
+
+    def add(self, unit: Unit) -> None:
+        self.held.append(unit.position)
+
+    def retained(self) -> Iterable[int]:
+        return self.held
+
+
+class Prophet(KeepAll):
+    name = "prophet"
+
+    def retained(self) -> Iterable[int]:
+        return [*self.held, len(self.held)]  # the next unit, before it arrives
+
+
+class Lazarus(KeepAll):
+    name = "lazarus"
+
+    def add(self, unit: Unit) -> None:
+        super().add(unit)
+        if unit.position == 1:
+            self.held.remove(0)
+
+    def retained(self) -> Iterable[int]:
+        return [0, *self.held] if len(self.held) > 2 else self.held
+
+
+def test_store_over_budget_is_caught_at_the_arrival(tiny: Dataset) -> None:
+    h = _history(tiny)
+    with pytest.raises(
+        ValueError,
+        match=r"memory store 'keep-all' on .* after unit \d+ arrived: holds \d+ tokens, over its budget of 100",
+    ):
+        KeepAll().retain(h.units, h.sizes, 100, EvictionContext(h.question.question_id))
+    mask = KeepAll().retain(h.units, h.sizes, 10**9, EvictionContext(h.question.question_id))
+    assert mask.dtype == np.bool_ and mask.all()
+
+
+def test_store_cannot_hold_what_has_not_arrived_or_was_dropped(tiny: Dataset) -> None:
+    h = _history(tiny)
+    ctx = EvictionContext(h.question.question_id)
+    with pytest.raises(ValueError, match="which it has not received"):
+        Prophet().retain(h.units, h.sizes, 10**9, ctx)
+    with pytest.raises(ValueError, match="holds unit 0 again after dropping it"):
+        Lazarus().retain(h.units, h.sizes, 10**9, ctx)
+
+
+def test_store_matches_the_equivalent_victim_policy(tiny: Dataset) -> None:
+    """A store that drops its oldest unit is FIFO."""
+
+    class OldestOut(KeepAll):
+        name = "oldest-out"
+
+        def reset(self, budget: int, ctx: EvictionContext) -> None:
+            super().reset(budget, ctx)
+            self.budget, self.sizes = budget, {}
+
+        def add(self, unit: Unit) -> None:
+            super().add(unit)
+            self.sizes[unit.position] = unit.tokens
+            while sum(self.sizes[p] for p in self.held) > self.budget:
+                self.held.pop(0)
+
+    fifo = default_registry()["fifo"]
+    audit = Audit(tiny, AuditConfig(), reader=FakeReader(), judge=FakeJudge(), scorer=FakeScorer())
+    for p in audit.questions:
+        for budget in (600, 300, 100):
+            assert np.array_equal(
+                audit.retain(OldestOut(), p, budget, 0, {}), audit.retain(fifo, p, budget, 0, {})
+            )
+
+
+# -- rankers ---------------------------------------------------------------------------------
+
+
+def test_builtin_rankers(tiny: Dataset) -> None:
+    assert list(default_rankers()) == ["bm25-lite", "recency"]
+    h = _history(tiny)
+    store = np.ones(len(h.units), dtype=bool)
+    store[0] = False
+    assert Recency().rank(h, store, 3, None) == [
+        len(h.units) - 1,
+        len(h.units) - 2,
+        len(h.units) - 3,
+    ]
+    bm25 = Bm25Lite()
+    assert bm25.rank(h, store, 60, bm25.prepare(h)) == injection.rank(
+        injection.LexicalIndex.build(h), store
+    )
+
+
+def test_ranker_contract_is_checked(tiny: Dataset) -> None:
+    h = _history(tiny)
+    store = np.zeros(len(h.units), dtype=bool)
+    store[[1, 2]] = True
+
+    class Outside(Ranker):
+        name = "outside"
+
+        def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
+            return [0]
+
+    class Twice(Ranker):
+        name = "twice"
+
+        def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
+            return [1, 1]
+
+    with pytest.raises(ValueError, match="returned unit 0 .* not in the store"):
+        checked_rank(Outside(), h, store, 60, None)
+    with pytest.raises(ValueError, match="at most 60 distinct"):
+        checked_rank(Twice(), h, store, 60, None)
+
+
+def test_ranker_from_an_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Shortest(ScoringRanker):
+        name = "shortest"
+
+        def scores(self, history: History, store: Store, state: Any) -> Sequence[float]:
+            return [1.0 / u.tokens for u in history.units]
+
+    class EntryPoint:
+        def load(self) -> type[Ranker]:
+            return Shortest
+
+    def entry_points(group: str) -> list[EntryPoint]:
+        return [EntryPoint()] if group == injection.RANKER_ENTRY_POINT_GROUP else []
+
+    monkeypatch.setattr(injection, "entry_points", entry_points)
+    assert list(default_rankers()) == ["bm25-lite", "recency", "shortest"]
+
+
+def test_audit_with_a_users_ranker_names_it_in_every_record(tiny: Dataset) -> None:
+    reader = FakeReader()
+    audit = Audit(
+        tiny,
+        AuditConfig(budgets=(300,)),
+        reader=reader,
+        judge=FakeJudge(),
+        scorer=FakeScorer(),
+        ranker=Recency(),
+    )
+    reader.learn(p.history for p in audit.questions)
+    records = audit.run_cell(default_registry()["fifo"], 300).records
+    assert {r["ranker"] for r in records} == {"recency"}
