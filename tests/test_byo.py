@@ -265,7 +265,8 @@ def test_store_matches_the_equivalent_victim_policy(tiny: Dataset) -> None:
 
         def reset(self, budget: int, ctx: EvictionContext) -> None:
             super().reset(budget, ctx)
-            self.budget, self.sizes = budget, {}
+            self.budget = budget
+            self.sizes: dict[int, int] = {}
 
         def add(self, unit: Unit) -> None:
             super().add(unit)
