@@ -494,10 +494,21 @@ class Audit:
         return self.prompts.reader(question=q.question, question_date=q.question_date, snippets=snippets)
 
     def planned_reader_requests(self, policy: Policy, budget: int, importance: Mapping[str, int]) -> list[ChatRequest]:
-        """The reader requests a cell will send (for a dry run), oracle included."""
-        _, contexts, _ = self.conditions(policy, budget, self.questions, importance, {})
+        """The reader requests a cell will send (for a dry run), oracle included.
+
+        With ablations, every store that lost some gold counts its ablation
+        contexts: an upper bound, since only the irreversible cases get them.
+        """
+        plan, contexts, _ = self.conditions(policy, budget, self.questions, importance, {})
         oracle = [(p.history, list(p.history.gold)) for p in self.questions]
-        return [self.reader_request(h, i) for h, i in oracle + contexts]
+        extra: list[tuple[History, list[int]]] = []
+        if self.config.ablations:
+            for p, _seed, mask in plan:
+                if mask is not None and not all(mask[g] for g in p.history.gold):
+                    for injected in self.ablation_contexts(p, mask).values():
+                        if injected is not None:
+                            extra.append((p.history, injected))
+        return [self.reader_request(h, i) for h, i in oracle + contexts + extra]
 
     def scorer_requests(self) -> list[ChatRequest]:
         """The importance scorer's requests: one per distinct unit content."""
