@@ -9,6 +9,7 @@ that is renamed into place, and the others wait for the lock and find it.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from pathlib import Path
 
@@ -21,10 +22,17 @@ EMBEDDED_SEED = 0
 EMBEDDED_TOKENS = 102_000
 
 
+def generator_version() -> str:
+    """A fingerprint of the generator's code: a changed generator never reuses an old cached file."""
+    from . import synthetic
+
+    return hashlib.sha256(Path(synthetic.__file__).read_bytes()).hexdigest()[:12]
+
+
 def embedded_dataset(cache_dir: Path, *, questions: int = EMBEDDED_QUESTIONS, seed: int = EMBEDDED_SEED) -> Path:
     """The path of the embedded dataset, generating it if this is its first use."""
     cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"synthetic-longmemeval-s-q{questions}-s{seed}-t{EMBEDDED_TOKENS}.json"
+    path = cache_dir / f"synthetic-longmemeval-s-q{questions}-s{seed}-t{EMBEDDED_TOKENS}-g{generator_version()}.json"
     if path.exists():
         return path
     with open(cache_dir / (path.name + ".lock"), "w") as lock:

@@ -14,11 +14,13 @@ The fake reader is an evidence-aware stand-in, built to validate the audit:
    deterministic *utilisation error*: with probability
    ``UTILISATION_RATE[question_type] x min(1, other / SATURATION_CHARS)``,
    where ``other`` counts the characters of non-gold snippets in the context,
-   it gives a wrong answer (a number off by one, or a partial list). The draw
-   is a hash of the question id and the exact context, so the same context
-   always gets the same answer. A clean-gold (oracle) context has no
-   non-gold text and is always answered correctly; cross-session and
-   temporal questions buried among many other snippets fail most often.
+   it gives a wrong answer (a number off by one, or a partial list). The
+   draw is one hash of the question id, compared with that probability: a
+   question the reader is bad at fails in every crowded enough context, and
+   the same context always gets the same answer. A clean-gold (oracle)
+   context has no non-gold text and is always answered correctly;
+   cross-session and temporal questions buried among many other snippets
+   fail most often.
 
 The fake judge normalises both answers (case, punctuation, articles,
 whitespace) and says CORRECT only when they are equal. The fake scorer rates a
@@ -139,7 +141,9 @@ class FakeReader:
         other = max(0, len(block) + 2 - gold_chars)
         rate = UTILISATION_RATE.get(known.question_type, DEFAULT_UTILISATION_RATE)
         p_error = rate * min(1.0, other / SATURATION_CHARS)
-        if _unit_draw(known.question_id, block) < p_error:
+        # one draw per question: the context sets the error's probability, so the
+        # same question fails in every crowded context, as a weak reader would
+        if _unit_draw("utilisation", known.question_id) < p_error:
             return wrong_answer(known.answer)
         return known.answer
 

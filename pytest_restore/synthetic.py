@@ -548,7 +548,7 @@ class GeneratorSettings:
     """Knobs of :func:`generate`, with their defaults (see its docstring)."""
 
     tokens_per_history: int = 102_000
-    sessions_per_history: int = 50
+    sessions_per_history: int = 56
     pool_factor: float = 2.5
     distractors: tuple[int, int] = (0, 10)
     distractor_assistant_share: float = 0.7
@@ -558,6 +558,10 @@ class GeneratorSettings:
     filler_assistant_tokens: tuple[int, int] = (150, 450)
     filler_topics: int = 400
     echo_strength: tuple[float, float] = (0.0, 0.7)
+    #: share of questions whose evidence all falls in the last ``recent_window``
+    #: of the history (recent facts), so that budgets bind unevenly as in real use
+    recent_evidence: float = 0.25
+    recent_window: float = 0.15
     start: dt.date = dt.date(2022, 1, 1)
     start_span_days: int = 540
 
@@ -1436,8 +1440,10 @@ class _Generator:
         for _ in range(n - 1):
             moments.append(moments[-1] + dt.timedelta(minutes=r.randint(6 * 60, 7 * 24 * 60)))
         qdate = moments[-1] + dt.timedelta(minutes=r.randint(24 * 60, 10 * 24 * 60))
+        recent = r.random() < self.s.recent_evidence
+        first = max(0, min(n - k, int(n * (1.0 - self.s.recent_window)))) if recent else 0
         for _ in range(200):
-            positions = sorted(r.sample(range(n), k))
+            positions = sorted(r.sample(range(first, n), k))
             if not day_gap or all(
                 _days(moments[b], moments[a]) >= 1 for a, b in itertools.pairwise(positions)
             ):
@@ -1453,17 +1459,8 @@ def generate(
     seed: int,
     tokens_per_history: int = 102_000,
     *,
-    sessions_per_history: int = 50,
-    pool_factor: float = 2.5,
-    distractors: tuple[int, int] = (0, 10),
-    distractor_assistant_share: float = 0.7,
-    distractors_per_session: int = 2,
-    distractor_mentions: tuple[int, int] = (4, 10),
-    filler_assistant_tokens: tuple[int, int] = (150, 450),
-    gold_tokens: tuple[int, int] = (40, 200),
-    filler_topics: int = 400,
-    echo_strength: tuple[float, float] = (0.0, 0.7),
     progress: Callable[[int, int], None] | None = None,
+    **knobs: Any,
 ) -> list[Record]:
     """A synthetic LongMemEval-S dataset of ``questions`` records, deterministic in ``seed``.
 
@@ -1471,7 +1468,7 @@ def generate(
 
     - ``tokens_per_history`` [102,000]: target o200k tokens of each history
       (sum of the turn contents; the realised mean is within ~1%).
-    - ``sessions_per_history`` [50]: sets the session size
+    - ``sessions_per_history`` [56]: sets the session size
       (``tokens_per_history / sessions_per_history``) and hence the session count.
     - ``pool_factor`` [2.5]: shared filler pool size in histories' worth of sessions.
     - ``distractors`` [(0, 10)]: inclusive range of distractor pairs per question,
@@ -1490,7 +1487,13 @@ def generate(
     - ``echo_strength`` [(0.0, 0.7)]: range of the per-question share of evidence
       sentences that the next turn of the evidence session restates (without
       numbers or the answer's words).
+    - ``recent_evidence`` [0.25] and ``recent_window`` [0.15]: the share of
+      questions whose evidence sessions all fall in the last ``recent_window`` of
+      the history (recent facts), so budgets bind unevenly, as in real use.
     - ``progress``: called as ``progress(done, total)`` after each question.
+
+    Every knob but ``progress`` is a field of :class:`GeneratorSettings`, where
+    its default lives.
 
     The question types follow :func:`type_mix`, abstention per :func:`abstention_mix`;
     the record order is shuffled so every prefix mixes the types.
@@ -1499,19 +1502,10 @@ def generate(
         raise ValueError(f"questions must be >= 0, got {questions}")
     if tokens_per_history < 1000:
         raise ValueError(f"tokens_per_history must be >= 1000, got {tokens_per_history}")
-    settings = GeneratorSettings(
-        tokens_per_history=tokens_per_history,
-        sessions_per_history=sessions_per_history,
-        pool_factor=pool_factor,
-        distractors=distractors,
-        distractor_assistant_share=distractor_assistant_share,
-        distractors_per_session=distractors_per_session,
-        distractor_mentions=distractor_mentions,
-        filler_assistant_tokens=filler_assistant_tokens,
-        gold_tokens=gold_tokens,
-        filler_topics=filler_topics,
-        echo_strength=echo_strength,
-    )
+    try:
+        settings = GeneratorSettings(tokens_per_history=tokens_per_history, **knobs)
+    except TypeError as exc:
+        raise TypeError(f"generate(): {exc}") from None
     gen = _Generator(seed, settings)
     types, abstentions = type_mix(questions), abstention_mix(questions)
     slots: list[tuple[str, bool]] = []

@@ -321,7 +321,9 @@ def test_filler_is_lexically_diverse_and_gold_is_not_unique(full_size: list[Reco
         gold_ranks += [float((best < best[g]).mean()) for g in history.gold]
     assert float(np.median(medians)) < 0.5
     low, mid, high = np.percentile(gold_ranks, [10, 50, 90])
-    assert low < 0.15 and 0.15 < mid < 0.7 and high > 0.6
+    # spread across the middle (a quarter of questions keep their evidence recent, which
+    # does not change its similarity rank but shifts which sample histories we see)
+    assert low < 0.15 and 0.15 < mid < 0.7 and high > 0.5
 
 
 def test_redundancy_evicts_some_gold(full_size: list[Record], tmp_path: Path) -> None:
@@ -334,7 +336,8 @@ def test_redundancy_evicts_some_gold(full_size: list[Record], tmp_path: Path) ->
             kept = Redundancy().retain(history.units, history.sizes, budget, EvictionContext("q"))
             evicted[budget] += any(not kept[g] for g in history.gold)
     assert 0 < evicted[80_000] < len(histories)
-    assert evicted[8_000] >= 0.75 * len(histories)
+    # most, not all: a quarter of questions keep their evidence in the last 15% of the history
+    assert evicted[8_000] >= 0.6 * len(histories)
 
 
 def test_evidence_restatement_never_gives_the_answer(small: list[Record]) -> None:
@@ -353,3 +356,19 @@ def test_evidence_restatement_never_gives_the_answer(small: list[Record]) -> Non
                     gold_words = set(re.findall(r"[A-Z][a-z]{3,}", before["content"]))
                     restated += bool(gold_words & set(re.findall(r"[A-Z][a-z]{3,}", after["content"])))
     assert restated > 0
+
+
+def test_some_questions_keep_their_evidence_recent() -> None:
+    """``recent_evidence`` puts a share of questions' evidence in the last part of the history."""
+
+    def recent_share(records: list[Record]) -> float:
+        hits = 0
+        for rec in records:
+            n = len(rec["haystack_session_ids"])
+            first = min(rec["haystack_session_ids"].index(a) for a in rec["answer_session_ids"])
+            hits += first >= int(n * 0.85)
+        return hits / len(records)
+
+    with_recent = recent_share(generate(160, 5, tokens_per_history=6000))
+    without = recent_share(generate(160, 5, tokens_per_history=6000, recent_evidence=0.0))
+    assert with_recent - without >= 0.1
