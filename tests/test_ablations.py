@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from grid_helpers import GRID, TINY, small_args
 
 from pytest_restore import ablations
 from pytest_restore.audit import Audit, AuditConfig, Record
@@ -28,27 +29,8 @@ from pytest_restore.report import (
     write_report,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
-TINY = ROOT / "fixtures" / "tiny.json"
 BUDGETS = (600, 300, 100)
-GRID = """
-from pytest_restore.plugin import RestoreCell
-
-
-def test_cell(restore_cell: RestoreCell) -> None:
-    restore_cell.audit()
-    restore_cell.check()
-"""
-SMALL = [
-    "--restore-data",
-    str(TINY),
-    "--restore-budgets",
-    "600,300,100",
-    "--restore-family-checks",
-    "report",
-    "--restore-bootstrap",
-    "500",
-]
+SMALL = small_args()
 
 
 def make_audit(dataset: Dataset, config: AuditConfig, reader: Any = None) -> Audit:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from grid_helpers import GRID, TINY, small_args
 
 from pytest_restore import injection
 from pytest_restore.audit import Audit, AuditConfig
@@ -27,26 +28,7 @@ from pytest_restore.injection import (
 )
 from pytest_restore.units import History, Unit
 
-ROOT = Path(__file__).resolve().parent.parent
-TINY = ROOT / "fixtures" / "tiny.json"
-GRID = """
-from pytest_restore.plugin import RestoreCell
-
-
-def test_cell(restore_cell: RestoreCell) -> None:
-    restore_cell.audit()
-    restore_cell.check()
-"""
-SMALL = [
-    "--restore-data",
-    str(TINY),
-    "--restore-budgets",
-    "600,300,100",
-    "--restore-family-checks",
-    "report",
-    "--restore-bootstrap",
-    "500",
-]
+SMALL = small_args()
 
 # What a user writes in their conftest.py: a memory system, a victim policy and a retriever.
 CONFTEST = """

@@ -7,27 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from grid_helpers import GRID, TINY, small_args
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
-GRID = """
-from pytest_restore.plugin import RestoreCell
-
-
-def test_cell(restore_cell: RestoreCell) -> None:
-    restore_cell.audit()
-    restore_cell.check()
-"""
-# seven questions have no statistical power: report the families' expectations, do not fail on them
-SMALL = [
-    "--restore-data",
-    str(FIXTURE),
-    "--restore-budgets",
-    "600,300,100",
-    "--restore-family-checks",
-    "report",
-    "--restore-bootstrap",
-    "2000",
-]
+SMALL = small_args(bootstrap=2000)
 
 
 def _cells(path: Path) -> list[dict[str, str]]:
@@ -63,7 +45,7 @@ def test_report_files_and_columns(pytester: pytest.Pytester) -> None:
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert len(records) == 7 * 3 * 2 + 7 * 3 * 3 * 2
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["run"]["dataset"]["sha256"] == __import__("hashlib").sha256(FIXTURE.read_bytes()).hexdigest()
+    assert summary["run"]["dataset"]["sha256"] == __import__("hashlib").sha256(TINY.read_bytes()).hexdigest()
     assert summary["run"]["exclusions"] == {"abstention question (no evidence to restore)": 1}
     report = (out / "report.md").read_text()
     assert summary["run"]["dataset"]["sha256"] in report
@@ -113,7 +95,7 @@ def test_ini_keys_set_the_options(pytester: pytest.Pytester) -> None:
     pytester.makeini(
         f"""
         [pytest]
-        restore_data = {FIXTURE}
+        restore_data = {TINY}
         restore_budgets = 300
         restore_policies = fifo
         restore_report_dir = from-ini
@@ -153,7 +135,7 @@ def test_subset_is_stratified_and_reported(pytester: pytest.Pytester) -> None:
     ],
 )
 def test_malformed_data_stops_before_any_model_call(pytester: pytest.Pytester, mutate, expected) -> None:  # type: ignore[no-untyped-def]
-    data = json.loads(FIXTURE.read_text())
+    data = json.loads(TINY.read_text())
     mutate(data)
     bad = pytester.path / "bad.json"
     bad.write_text(json.dumps(data))

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from grid_helpers import GRID, TINY, small_args
 from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, fake_models_responder
 
 from pytest_restore.cache import ResponseCache
@@ -35,35 +36,14 @@ from pytest_restore.data import load_dataset
 from pytest_restore.prompts import READER_SYSTEM
 from pytest_restore.units import History, build_history
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
-GRID = """
-from pytest_restore.plugin import RestoreCell
-
-
-def test_cell(restore_cell: RestoreCell) -> None:
-    restore_cell.audit()
-    restore_cell.check()
-"""
 FAST_RETRIES = """
 from pytest_restore.openai_models import OpenAIChatModel
 
 # test speed: retry backoff in milliseconds, not seconds (Retry-After is still honoured)
 OpenAIChatModel.__init__.__kwdefaults__.update(backoff_base=0.01, backoff_cap=0.05)
 """
-# seven questions have no statistical power: report the families' expectations, do not fail on them
-SMALL = [
-    "--restore-data",
-    str(FIXTURE),
-    "--restore-budgets",
-    "600,300,100",
-    "--restore-family-checks",
-    "report",
-    "--restore-bootstrap",
-    "500",
-    "--restore-calibration",
-    "off",
-]
+SMALL = [*small_args(), "--restore-calibration", "off"]
 MODELS = {
     "reader": "openai:fake-reader",
     "judge": "openai:fake-judge",
@@ -77,7 +57,7 @@ BROKEN_QUESTION = "How many siblings do I have?"
 @pytest.fixture(scope="module")
 def histories() -> list[History]:
     """What the fake reader behind the server knows: the fixture's evidence questions."""
-    dataset = load_dataset(FIXTURE)
+    dataset = load_dataset(TINY)
     return [build_history(q) for q in dataset.questions if not q.is_abstention]
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from grid_helpers import GRID, small_args
 
 from pytest_restore.report import (
     CELL_COLUMNS,
@@ -28,7 +29,6 @@ from pytest_restore.stats import FAMILIES, INTERVAL_COLUMNS
 
 Record = dict[str, Any]
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 QUESTION_TYPES = (
     "single-session-user",
     "single-session-assistant",
@@ -345,22 +345,7 @@ def test_report_cli_without_summary_uses_an_empty_run_info(tmp_path: Path) -> No
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["run"]["settings"] == {}
 
 
-GRID = """
-from pytest_restore.plugin import RestoreCell
-
-
-def test_cell(restore_cell: RestoreCell) -> None:
-    restore_cell.audit()
-    restore_cell.check()
-"""
-SMALL = [
-    "--restore-data",
-    str(FIXTURE),
-    "--restore-budgets",
-    "600,300,100",
-    "--restore-bootstrap",
-    "500",
-]
+SMALL = small_args(family_checks=None)
 REPORT_FILES = (
     "records.jsonl",
     "cells.csv",
