@@ -40,23 +40,9 @@ from .eviction import BUILTIN_POLICIES
 from .figure import write_figure
 from .injection import DEFAULT_RANKER
 from .robustness import compare_readers, render_comparison_md
-from .stats import INTERVAL_COLUMNS, Analysis, CellStats, HypothesisTest
+from .stats import INTERVAL_COLUMNS, PROTOCOL_COLUMNS, Analysis, CellStats, HypothesisTest
 
-CELL_COLUMNS = (
-    "policy",
-    "budget",
-    "regime",
-    "reader",
-    "N",
-    "err",
-    "irr",
-    "rec",
-    "res",
-    "two_bin_share",
-    "irr_rate",
-    "accuracy",
-    "gold_evicted_rate",
-)
+CELL_COLUMNS = PROTOCOL_COLUMNS
 EXTRA_COLUMNS = ("irr_share", "rec_share", "res_share", "negative_restore_gain", "excluded")
 #: Every column of ``cells.csv``: the PROTOCOL's figures, their intervals, the rest.
 CSV_COLUMNS = CELL_COLUMNS + INTERVAL_COLUMNS + EXTRA_COLUMNS

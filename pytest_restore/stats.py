@@ -98,8 +98,8 @@ INTERVAL_COLUMNS: tuple[str, ...] = (
     "accuracy_lo",
     "accuracy_hi",
 )
-#: Every column of :meth:`CellStats.as_row`, in order (the PROTOCOL's figures first).
-CELL_COLUMNS: tuple[str, ...] = (
+#: The per-cell figures of PROTOCOL section 7: the first columns of ``cells.csv``.
+PROTOCOL_COLUMNS: tuple[str, ...] = (
     "policy",
     "budget",
     "regime",
@@ -113,6 +113,10 @@ CELL_COLUMNS: tuple[str, ...] = (
     "irr_rate",
     "accuracy",
     "gold_evicted_rate",
+)
+#: Every column of :meth:`CellStats.as_row`, in order (the PROTOCOL's figures first).
+CELL_COLUMNS: tuple[str, ...] = (
+    *PROTOCOL_COLUMNS,
     *INTERVAL_COLUMNS,
     "irr_share",
     "rec_share",
