@@ -105,8 +105,12 @@ def wrong_answer(answer: str) -> str:
 class FakeReader:
     """The evidence-aware fake reader (rules in the module docstring)."""
 
-    def __init__(self, histories: Iterable[History] = (), *, name: str = "fake") -> None:
+    def __init__(
+        self, histories: Iterable[History] = (), *, name: str = "fake", utilisation_scale: float = 1.0
+    ) -> None:
         self._name = name
+        #: multiplies every utilisation-error rate: ``fake-strong`` (0.4) stands in for a stronger reader
+        self.utilisation_scale = utilisation_scale
         self._known: dict[tuple[str, str], KnownQuestion] = {}
         self.learn(histories)
 
@@ -139,7 +143,7 @@ class FakeReader:
             return DONT_KNOW
         gold_chars = sum(len(g) + 2 for g in known.gold_snippets)  # each with its separator
         other = max(0, len(block) + 2 - gold_chars)
-        rate = UTILISATION_RATE.get(known.question_type, DEFAULT_UTILISATION_RATE)
+        rate = self.utilisation_scale * UTILISATION_RATE.get(known.question_type, DEFAULT_UTILISATION_RATE)
         p_error = rate * min(1.0, other / SATURATION_CHARS)
         # one draw per question: the context sets the error's probability, so the
         # same question fails in every crowded context, as a weak reader would

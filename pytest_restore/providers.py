@@ -22,6 +22,9 @@ from .progress import Progress
 from .prompts import parse_score, parse_verdict
 
 ROLES = ("reader", "judge", "scorer")
+#: The deterministic stand-ins: ``fake`` in every role; ``fake-strong``, a reader
+#: that makes fewer utilisation errors (for trying the robustness reader offline).
+FAKES = ("fake", "fake-strong")
 OPENAI_PREFIX = "openai:"
 
 
@@ -45,9 +48,9 @@ class ModelOptions:
 
 def check_spec(spec: str, option: str) -> None:
     """Reject a malformed model name early, with the option it came from."""
-    if spec == "fake" or (spec.startswith(OPENAI_PREFIX) and len(spec) > len(OPENAI_PREFIX)):
+    if spec in FAKES or (spec.startswith(OPENAI_PREFIX) and len(spec) > len(OPENAI_PREFIX)):
         return
-    raise ModelSpecError(f"{option}: unknown model {spec!r}; use 'fake' or 'openai:MODEL'")
+    raise ModelSpecError(f"{option}: unknown model {spec!r}; use 'fake', 'fake-strong' (a reader) or 'openai:MODEL'")
 
 
 def is_real(spec: str) -> bool:
@@ -66,6 +69,10 @@ VALIDATORS: dict[str, Callable[[str], bool] | None] = {
 def make_model(spec: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
     """The model a name stands for, in a role (reader, judge or scorer)."""
     check_spec(spec, f"--restore-{role}")
+    if spec == "fake-strong":
+        if role != "reader":
+            raise ModelSpecError(f"--restore-{role}: 'fake-strong' is a reader only")
+        return FakeReader(name="fake-strong", utilisation_scale=0.4)
     if spec == "fake":
         if role == "reader":
             return FakeReader()
