@@ -49,7 +49,7 @@ from .injection import (
 )
 from .models import ChatModel, ChatRequest, ChatResult
 from .prompts import PromptSet, parse_score, parse_verdict
-from .units import Granularity, History, Unit, build_history
+from .units import Granularity, History, Unit, build_histories
 
 Record = dict[str, Any]
 
@@ -228,7 +228,7 @@ class Audit:
                 self.exclusions.append((q.question_id, ABSTENTION))
             else:
                 evidence.append(q)
-        histories = [build_history(q, config.granularity) for q in evidence]
+        histories = build_histories(evidence, config.granularity)
         with_gold = []
         for h in histories:
             if h.gold:

@@ -212,6 +212,48 @@ class RandomPolicy(VictimPolicy):
     def choose_victim(self, stored: Sequence[int], units: Sequence[Unit]) -> int:
         return stored[int(self._rng.integers(len(stored)))]
 
+    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        cls = type(self)
+        if cls.choose_victim is not RandomPolicy.choose_victim or cls.start is not RandomPolicy.start:
+            return super().retain(units, sizes, budget, ctx)  # a subclass changed the choice
+        # The same victims as ``choose_victim``, without a numpy call per eviction:
+        # ``Generator.integers(h)`` maps one 32-bit draw u to (u * h) >> 32 (Lemire's
+        # method, drawing again on the rare rejection), and h = 1 draws nothing.
+        draws = _Uint32Draws(np.random.default_rng(stable_seed(ctx.seed, ctx.question_id)))
+        size = sizes.tolist()
+        stored: list[int] = []
+        total = 0
+        for pos in range(len(units)):
+            stored.append(pos)
+            total += size[pos]
+            while total > budget:
+                high = len(stored)
+                k = 0
+                if high > 1:
+                    m = draws.next() * high
+                    if (m & 0xFFFFFFFF) < high:
+                        threshold = (0x100000000 - high) % high
+                        while (m & 0xFFFFFFFF) < threshold:
+                            m = draws.next() * high
+                    k = m >> 32
+                total -= size[stored.pop(k)]
+        mask = np.zeros(len(units), dtype=bool)
+        mask[stored] = True
+        return mask
+
+
+class _Uint32Draws:
+    """The 32-bit draws ``Generator.integers`` consumes for a bound below 2**32, in blocks."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+        self._block: list[int] = []
+
+    def next(self) -> int:
+        if not self._block:
+            self._block = self._rng.integers(0, 1 << 32, size=256, dtype=np.uint32).tolist()[::-1]
+        return self._block.pop()
+
 
 def _overlaps(units: Sequence[Unit]) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.float64]]:
     """Shared content words of every pair of units (exact counts), and each unit's word count."""
@@ -272,9 +314,17 @@ def similarity_matrix(units: Sequence[Unit]) -> npt.NDArray[np.float64]:
 class Redundancy(Policy):
     """Evicts the stored unit most similar to another stored unit; ties to the older unit.
 
-    Each stored unit keeps its best similarity to another stored unit and
-    which unit that is; an arrival can only raise those, an eviction only
-    forces a recount for the units whose best partner it was.
+    Each stored unit's best similarity is the highest similarity of a pair it
+    is in, so the victim is the older unit of the most similar stored pair
+    (among equally similar pairs, the one whose older unit is oldest). The
+    loop keeps, for every stored unit ``u``, its best pair with an *older*
+    stored unit ``lo(u)`` (the oldest one among ties) in a heap keyed by
+    (-similarity, ``lo(u)``): the heap's first live entry is the victim's
+    pair. An arrival adds one entry (the newcomer's best older partner; older
+    units' entries cannot change, since the newcomer is younger), and an
+    eviction only recounts the units whose ``lo`` it was. Same victims as
+    recomputing every unit's best after every change, in O(n) numpy work per
+    event rather than O(n) per unit.
     """
 
     name = "redundancy"
@@ -283,30 +333,50 @@ class Redundancy(Policy):
         n = len(units)
         sim = similarity_matrix(units)
         stored = np.zeros(n, dtype=bool)
-        # best similarity to another stored unit; -1 when there is none (similarities are >= 0)
-        best = np.full(n, -1.0)
-        partner = np.full(n, -1, dtype=np.int64)
+        # 0 for stored units, -2 for the others: sim + pen is the similarity to a stored unit or < -1
+        pen = np.full(n, -2.0)
+        size = sizes.tolist()
+        heap: list[tuple[float, int, int]] = []  # (-similarity, lo(u), u)
+        younger: dict[int, list[int]] = {}  # lo -> the units u whose pair entry names it
+        held = 0  # stored units
         total = 0
+
+        def push_best_older(u: int) -> None:
+            # u's best pair with a stored older unit (first maximum: the oldest), if any
+            if u == 0:
+                return
+            row = sim[u, :u] + pen[:u]
+            lo = int(row.argmax())
+            value = float(row[lo])
+            if value >= 0.0:
+                heapq.heappush(heap, (-value, lo, u))
+                younger.setdefault(lo, []).append(u)
+
         for pos in range(n):
-            row = np.where(stored, sim[pos], -1.0)
-            raised = row > best  # only stored units can be raised: the others see -1
-            best[raised] = row[raised]
-            partner[raised] = pos
-            j = int(np.argmax(row))
-            if row[j] >= 0:
-                best[pos], partner[pos] = row[j], j
+            push_best_older(pos)
             stored[pos] = True
-            total += int(sizes[pos])
+            pen[pos] = 0.0
+            held += 1
+            total += size[pos]
             while total > budget:
-                victim = int(np.argmax(np.where(stored, best, -2.0)))  # first maximum: the oldest
+                victim = -1
+                while heap:
+                    _, lo, u = heap[0]
+                    if stored[lo] and stored[u]:
+                        victim = lo
+                        break
+                    heapq.heappop(heap)
+                if victim < 0:  # a lone unit over the budget: no pair at all
+                    victim = int(np.flatnonzero(stored)[0]) if held == 1 else -1
+                    if victim < 0:  # pragma: no cover - two stored units always form a pair
+                        raise AssertionError("redundancy: no pair among several stored units")
                 stored[victim] = False
-                best[victim], partner[victim] = -1.0, -1
-                total -= int(sizes[victim])
-                for i in np.flatnonzero(stored & (partner == victim)):
-                    others = np.where(stored, sim[i], -1.0)
-                    others[i] = -1.0
-                    j = int(np.argmax(others))
-                    best[i], partner[i] = (others[j], j) if others[j] >= 0 else (-1.0, -1)
+                pen[victim] = -2.0
+                held -= 1
+                total -= size[victim]
+                for u in younger.pop(victim, ()):
+                    if stored[u]:
+                        push_best_older(u)
         return stored
 
 

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .lexical import words
+from .lexical import word_counts, words
 from .units import History
 
 TOP_K = 60
@@ -57,17 +57,12 @@ class LexicalIndex:
     def build(cls, history: History) -> LexicalIndex:
         """Index one question's history against its question text."""
         terms = list(dict.fromkeys(words(history.question.question)))
-        col = {t: j for j, t in enumerate(terms)}
-        tf = np.zeros((len(history.units), len(terms)), dtype=np.float64)
-        lengths = np.zeros(len(history.units), dtype=np.float64)
-        for i, unit in enumerate(history.units):
-            unit_words = words(unit.content)
-            lengths[i] = len(unit_words)
-            for w in unit_words:
-                j = col.get(w)
-                if j is not None:
-                    tf[i, j] += 1.0
-        return cls(tf, lengths)
+        counted = [word_counts(unit.content) for unit in history.units]
+        lengths = np.fromiter((n for n, _ in counted), dtype=np.float64, count=len(counted))
+        if not terms:
+            return cls(np.zeros((len(counted), 0), dtype=np.float64), lengths)
+        tf = np.array([[c.get(t, 0) for t in terms] for _, c in counted], dtype=np.float64)
+        return cls(tf.reshape(len(counted), len(terms)), lengths)
 
 
 def bm25_scores(index: LexicalIndex, store: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:

@@ -32,6 +32,21 @@ def words(text: str) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=1 << 18)
+def word_counts(text: str) -> tuple[int, dict[str, int]]:
+    """How many content words ``text`` has, and how often each distinct one occurs.
+
+    The ranker's index reads a few query terms per unit: a dictionary lookup
+    per term instead of a pass over every word of every unit. Callers must not
+    modify the dictionary (it is shared through the memo).
+    """
+    all_words = words(text)
+    counts: dict[str, int] = {}
+    for w in all_words:
+        counts[w] = counts.get(w, 0) + 1
+    return len(all_words), counts
+
+
+@lru_cache(maxsize=1 << 18)
 def word_set(text: str) -> frozenset[str]:
     """The distinct content words of ``text``."""
     return frozenset(words(text))

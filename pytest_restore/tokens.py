@@ -84,9 +84,11 @@ class TokenCounter:
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if t not in self._counts))
             if missing:
-                enc = encoding()
-                for text, ids in zip(missing, enc.encode_ordinary_batch(missing, num_threads=2)):
-                    self._counts[text] = len(ids)
+                # one text at a time: tiktoken's batch call hands every text to a thread
+                # pool, which costs more than encoding the short texts of a history
+                encode = encoding().encode_ordinary
+                for text in missing:
+                    self._counts[text] = len(encode(text))
             return [self._counts[t] for t in texts]
 
     def count(self, text: str) -> int:

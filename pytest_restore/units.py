@@ -122,6 +122,31 @@ def build_history(question: Question, granularity: Granularity = Granularity.TUR
     return History(question, granularity, tuple(units), sizes_arr, tuple(gold))
 
 
+def build_histories(questions: Sequence[Question], granularity: Granularity = Granularity.TURN) -> list[History]:
+    """:func:`build_history` of every question, their distinct texts counted in one batch.
+
+    Counting each question's texts separately would pay the tokenizer's batch
+    set-up once per question; one batch over the distinct texts of the whole
+    dataset pays it once (the counts are the same).
+    """
+    texts: dict[str, None] = {}
+    for q in questions:
+        if granularity is Granularity.TURN:
+            for date, session in zip(q.haystack_dates, q.haystack_sessions):
+                for turn in session:
+                    header = turn_header(date, turn.role)
+                    texts[header] = None
+                    if turn.content.startswith(("\n", "\r", "/")):
+                        texts[header + turn.content] = None
+                    else:
+                        texts[turn.content] = None
+        else:
+            for date, session in zip(q.haystack_dates, q.haystack_sessions):
+                texts[render_session(date, ((t.role, t.content) for t in session))] = None
+    count_tokens(list(texts))
+    return [build_history(q, granularity) for q in questions]
+
+
 def _snippet_sizes(headers: Sequence[str], contents: Sequence[str]) -> list[int]:
     """Exact token counts of ``header + content``, counting shared pieces once."""
     distinct_headers = list(dict.fromkeys(headers))

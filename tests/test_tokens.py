@@ -54,28 +54,28 @@ def test_counts_in_order_with_duplicates() -> None:
 def test_memo_grows_by_distinct_texts_only(monkeypatch: pytest.MonkeyPatch) -> None:
     counter = TokenCounter()
     enc = encoding()
-    encoded: list[list[str]] = []
-    real = enc.encode_ordinary_batch
+    encoded: list[str] = []
+    real = enc.encode_ordinary
 
     class Spy:
         def __getattr__(self, name: str) -> object:
             return getattr(enc, name)
 
-        def encode_ordinary_batch(self, texts: list[str], **kw: object) -> list[list[int]]:
-            encoded.append(list(texts))
-            return real(texts, **kw)  # type: ignore[arg-type]
+        def encode_ordinary(self, text: str) -> list[int]:
+            encoded.append(text)
+            return real(text)
 
     ab, g, d = (len(enc.encode_ordinary(t)) for t in ("alpha beta", "gamma", "delta"))
     monkeypatch.setattr(tokens, "encoding", lambda: Spy())
     assert len(counter) == 0
     assert counter.count_many(["alpha beta", "gamma", "alpha beta"]) == [ab, g, ab]
     assert len(counter) == 2
-    assert encoded == [["alpha beta", "gamma"]]  # each distinct text encoded once
+    assert encoded == ["alpha beta", "gamma"]  # each distinct text encoded once
     counter.count_many(["gamma", "alpha beta", "delta", "delta"])
     assert len(counter) == 3
-    assert encoded == [["alpha beta", "gamma"], ["delta"]]
+    assert encoded == ["alpha beta", "gamma", "delta"]
     counter.count_many(["gamma"])  # all known: no encoding call at all
-    assert encoded == [["alpha beta", "gamma"], ["delta"]]
+    assert encoded == ["alpha beta", "gamma", "delta"]
     assert counter.count("delta") == d
 
 
