@@ -26,6 +26,7 @@ exclude the record with their reason; they are never scored as wrong.
 
 from __future__ import annotations
 
+import os
 import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -49,7 +50,7 @@ from .injection import (
 )
 from .models import ChatModel, ChatRequest, ChatResult
 from .prompts import PromptSet, parse_score, parse_verdict
-from .units import Granularity, History, Unit, build_histories
+from .units import Granularity, History, Unit, build_histories, counts_file_name
 
 Record = dict[str, Any]
 
@@ -75,6 +76,8 @@ class AuditConfig:
     subset_seed: int = 0
     #: run the restore-tightness ablations on regime-(b) irreversible records
     ablations: bool = False
+    #: where prepared data (token counts) is cached for other processes; ``None``: nowhere
+    cache_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -228,7 +231,12 @@ class Audit:
                 self.exclusions.append((q.question_id, ABSTENTION))
             else:
                 evidence.append(q)
-        histories = build_histories(evidence, config.granularity)
+        counts_file = (
+            os.path.join(config.cache_dir, counts_file_name(dataset.sha256, config.granularity))
+            if config.cache_dir
+            else None
+        )
+        histories = build_histories(evidence, config.granularity, counts_file=counts_file)
         with_gold = []
         for h in histories:
             if h.gold:
@@ -245,6 +253,8 @@ class Audit:
         self._oracle: dict[str, Outcome] = {}
         self._placebo: dict[str, list[int] | None] = {}
         self._importance: dict[str, int] = {}
+        # whole-grid cells already run in this process (the control's check reads the baselines')
+        self._cells: dict[tuple[str, int], tuple[Policy, CellRun]] = {}
 
     def _prepare(self, history: History) -> Prepared:
         index = LexicalIndex.build(history)
@@ -357,9 +367,20 @@ class Audit:
         """Every record of one policy x budget cell (all seeds of a seeded policy).
 
         ``questions`` restricts the cell to some of the audited questions (the
-        calibration gate runs on 40).
+        calibration gate runs on 40). A whole-grid cell runs once per process:
+        asking for it again (the control's check reads the baselines' cells)
+        returns the same run.
         """
-        questions = self.questions if questions is None else questions
+        key = (policy.name, budget)
+        if questions is None and key in self._cells and self._cells[key][0] is policy:
+            return self._cells[key][1]
+        run = self._run_cell(policy, budget, self.questions if questions is None else questions)
+        if questions is None and all(r["excluded"] is None for r in run.records):
+            # a cell with failed calls runs again next time (the failures may be retried)
+            self._cells[key] = (policy, run)
+        return run
+
+    def _run_cell(self, policy: Policy, budget: int, questions: Sequence[Prepared]) -> CellRun:
         importance: Mapping[str, int] = {}
         scorer_failed: dict[str, str] = {}
         if policy.needs_importance:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn, Union
 
 __all__ = [
@@ -144,13 +146,31 @@ def _rebuild_error(
     return DataError(path, problem, index=index, question_id=question_id, field=field)
 
 
-def load_dataset(path: PathLike) -> Dataset:
+def load_dataset(path: PathLike, *, cache_dir: PathLike | None = None) -> Dataset:
     """Read, hash, parse and validate a LongMemEval-S file.
 
     Raises ``DataError`` (one-line message) when the file is missing, is not
     UTF-8 JSON, is not a non-empty list, or holds any malformed record.
+
+    With ``cache_dir``, the validated dataset is also written there in a
+    compact form (``marshal``: plain values only, nothing that runs code on
+    load), keyed by the file's path, size, modification time and inode and
+    by this module's code. Another process (an xdist worker) that loads the
+    same unchanged file reads that instead of parsing ~270 MB of JSON again.
     """
     name = os.fspath(path)
+    cached = _cache_file(name, cache_dir) if cache_dir is not None else None
+    if cached is not None:
+        dataset = _read_cached(cached, name)
+        if dataset is not None:
+            return dataset
+    dataset = _load_dataset(name)
+    if cached is not None:
+        _write_cached(cached, dataset)
+    return dataset
+
+
+def _load_dataset(name: str) -> Dataset:
     try:
         with open(name, "rb") as fh:
             raw = fh.read()
@@ -196,6 +216,76 @@ def load_dataset(path: PathLike) -> Dataset:
         questions=tuple(questions),
         is_official=is_official_sha256(sha256),
     )
+
+
+# --- the shared cache of validated datasets -----------------------------------
+
+_CACHE_FORMAT = 1
+
+
+def _cache_file(name: str, cache_dir: PathLike) -> Path | None:
+    """Where a validated copy of the file at ``name`` is cached (``None``: the file is unreadable)."""
+    try:
+        st = os.stat(name)
+    except OSError:
+        return None  # the load reports it
+    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    stamp = f"{os.path.realpath(name)}\x1f{st.st_size}\x1f{st.st_mtime_ns}\x1f{st.st_ino}\x1f{code}"
+    return Path(os.fspath(cache_dir)) / f"dataset-{hashlib.sha256(stamp.encode()).hexdigest()[:24]}.marshal"
+
+
+def _read_cached(file: Path, name: str) -> Dataset | None:
+    """The dataset cached in ``file``, or ``None`` when there is none (or it cannot be read)."""
+    try:
+        data = marshal.loads(file.read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    if not isinstance(data, tuple) or len(data) != 5 or data[0] != _CACHE_FORMAT:
+        return None
+    _, sha256, turn_rows, session_rows, question_rows = data
+    turns = [Turn(role, content, has_answer) for role, content, has_answer in turn_rows]
+    sessions = [tuple(turns[i] for i in row) for row in session_rows]
+    questions = tuple(
+        Question(qid, qtype, text, answer, date, sids, dates, tuple(sessions[i] for i in sidx), aids, index)
+        for qid, qtype, text, answer, date, sids, dates, sidx, aids, index in question_rows
+    )
+    return Dataset(path=name, sha256=sha256, questions=questions, is_official=is_official_sha256(sha256))
+
+
+def _write_cached(file: Path, dataset: Dataset) -> None:
+    """Write ``dataset`` to ``file`` atomically (readers see the whole file or none); best effort."""
+    turn_ids: dict[int, int] = {}
+    session_ids: dict[int, int] = {}
+    turn_rows: list[tuple[str, str, bool]] = []
+    session_rows: list[tuple[int, ...]] = []
+    question_rows = []
+    for q in dataset.questions:
+        sidx = []
+        for session in q.haystack_sessions:
+            s = session_ids.get(id(session))
+            if s is None:
+                row = []
+                for turn in session:
+                    t = turn_ids.get(id(turn))
+                    if t is None:
+                        t = turn_ids[id(turn)] = len(turn_rows)
+                        turn_rows.append((turn.role, turn.content, turn.has_answer))
+                    row.append(t)
+                s = session_ids[id(session)] = len(session_rows)
+                session_rows.append(tuple(row))
+            sidx.append(s)
+        question_rows.append(
+            (q.question_id, q.question_type, q.question, q.answer, q.question_date,
+             q.haystack_session_ids, q.haystack_dates, tuple(sidx), q.answer_session_ids, q.index)
+        )
+    payload = marshal.dumps((_CACHE_FORMAT, dataset.sha256, turn_rows, session_rows, question_rows))
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(payload)
+        os.replace(tmp, file)
+    except OSError:
+        pass  # a cache that cannot be written only costs time
 
 
 def is_official_sha256(digest: str) -> bool:

@@ -549,7 +549,7 @@ class RestoreSession:
         """The validated dataset (a malformed file ends the run with one line)."""
         if self._dataset is None:
             try:
-                self._dataset = load_dataset(self.data_path())
+                self._dataset = load_dataset(self.data_path(), cache_dir=self.cache_root() / "prepared")
             except DataError as err:
                 raise pytest.UsageError(str(err)) from None
         return self._dataset
@@ -611,6 +611,7 @@ class RestoreSession:
                 questions=s.questions,
                 subset_seed=s.subset_seed,
                 ablations=s.ablations,
+                cache_dir=str(self.cache_root() / "prepared"),
             )
             reader_model = self.model(spec, "reader")
             audit = Audit(

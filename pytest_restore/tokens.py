@@ -12,7 +12,7 @@ import base64
 import gzip
 import hashlib
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
 
@@ -91,6 +91,11 @@ class TokenCounter:
                     self._counts[text] = len(encode(text))
             return [self._counts[t] for t in texts]
 
+    def remember(self, counts: Mapping[str, int]) -> None:
+        """Take counts made earlier (the prepared-data cache) as known."""
+        with self._lock:
+            self._counts.update(counts)
+
     def count(self, text: str) -> int:
         """Token count of one text."""
         return self.count_many([text])[0]
@@ -110,3 +115,8 @@ def count_tokens(texts: Iterable[str]) -> list[int]:
 def count_token(text: str) -> int:
     """Exact o200k_base token count of one text."""
     return _COUNTER.count(text)
+
+
+def remember_counts(counts: Mapping[str, int]) -> None:
+    """Give the process-wide memo counts made earlier (by another process, say)."""
+    _COUNTER.remember(counts)

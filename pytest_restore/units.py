@@ -15,15 +15,19 @@ are shared by many questions, so each distinct content is counted once.
 
 from __future__ import annotations
 
+import hashlib
+import marshal
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
 from .data import Question
-from .tokens import count_tokens
+from .tokens import count_tokens, remember_counts
 
 
 class Granularity(str, Enum):
@@ -122,12 +126,19 @@ def build_history(question: Question, granularity: Granularity = Granularity.TUR
     return History(question, granularity, tuple(units), sizes_arr, tuple(gold))
 
 
-def build_histories(questions: Sequence[Question], granularity: Granularity = Granularity.TURN) -> list[History]:
-    """:func:`build_history` of every question, their distinct texts counted in one batch.
+def build_histories(
+    questions: Sequence[Question],
+    granularity: Granularity = Granularity.TURN,
+    *,
+    counts_file: str | os.PathLike[str] | None = None,
+) -> list[History]:
+    """:func:`build_history` of every question, their distinct texts counted once, up front.
 
-    Counting each question's texts separately would pay the tokenizer's batch
-    set-up once per question; one batch over the distinct texts of the whole
-    dataset pays it once (the counts are the same).
+    With ``counts_file``, the counts are read from there when it exists (no
+    text is encoded: the tokenizer is not even loaded) and written there when
+    it does not, atomically, as a ``marshal`` mapping of text to count. The
+    caller keys the file by the dataset's sha256, the granularity and the
+    code (see :func:`counts_file_name`), so xdist workers count once in all.
     """
     texts: dict[str, None] = {}
     for q in questions:
@@ -143,8 +154,42 @@ def build_histories(questions: Sequence[Question], granularity: Granularity = Gr
         else:
             for date, session in zip(q.haystack_dates, q.haystack_sessions):
                 texts[render_session(date, ((t.role, t.content) for t in session))] = None
-    count_tokens(list(texts))
+    known = _read_counts(counts_file) if counts_file is not None else None
+    if known is not None and all(t in known for t in texts):
+        remember_counts(known)
+    else:
+        counts = count_tokens(list(texts))
+        if counts_file is not None:
+            _write_counts(counts_file, dict(zip(texts, counts)))
     return [build_history(q, granularity) for q in questions]
+
+
+def counts_file_name(dataset_sha256: str, granularity: Granularity) -> str:
+    """The name of a dataset's token-count cache file: data, granularity and code all in the key."""
+    from . import tokens
+
+    code = hashlib.sha256(Path(__file__).read_bytes() + Path(tokens.__file__).read_bytes()).hexdigest()
+    key = hashlib.sha256(f"{dataset_sha256}\x1f{granularity.value}\x1f{code}".encode()).hexdigest()
+    return f"token-counts-{key[:24]}.marshal"
+
+
+def _read_counts(file: str | os.PathLike[str]) -> dict[str, int] | None:
+    try:
+        data = marshal.loads(Path(file).read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_counts(file: str | os.PathLike[str], counts: dict[str, int]) -> None:
+    path = Path(file)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(marshal.dumps(counts))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache that cannot be written only costs time
 
 
 def _snippet_sizes(headers: Sequence[str], contents: Sequence[str]) -> list[int]:
