@@ -108,11 +108,39 @@ def _run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- bench
+
+
+def _add_bench(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from pytest_restore.bench import add_arguments
+
+    parser = subparsers.add_parser(
+        "bench",
+        help="time the full 500-question grid against the floor, rank_bm25 and scipy",
+        description=(
+            "Generate the full synthetic LongMemEval-S and print, in one table: the floor (parse + "
+            "count distinct texts), the full default grid with the fake models (-n 2 cold and warm, "
+            "serial) as wall time and ratio to the floor, peak memory, BM25-lite against rank_bm25, "
+            "the bootstrap against scipy.stats.bootstrap, and the model calls against the naive "
+            "count. Needs the dev extra (rank_bm25)."
+        ),
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=_run_bench)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from pytest_restore.bench import run
+
+    return run(args)
+
+
 # --------------------------------------------------------------------------- entry point
 
 _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_generate,
     _add_report,
+    _add_bench,
 )
 
 

@@ -26,6 +26,7 @@ exclude the record with their reason; they are never scored as wrong.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 from collections import Counter
@@ -128,6 +129,57 @@ class Outcome:
     error: str | None
     injected_tokens: int
     injected_units: int
+    #: :func:`prompt_id` of the reader request (records count unique reader calls from it)
+    prompt: str | None = None
+
+
+def prompt_id(request: ChatRequest) -> str:
+    """A short name of a request: the first 16 hex digits of a sha256 of everything in it.
+
+    Records carry it for each condition, so a report can count the distinct
+    reader calls a grid needed against one call per condition of every record.
+    """
+    digest = hashlib.sha256(f"{request.max_tokens}\x1f{request.temperature!r}".encode())
+    for role, content in request.messages:
+        digest.update(b"\x1e" + role.encode() + b"\x1f" + content.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:16]
+
+
+def model_calls(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Reader and judge calls of the main conditions, unique against naive, from the records alone.
+
+    Naive: one call per condition of every record (oracle, policy, restored),
+    as if nothing were shared. Unique: distinct reader requests (the records'
+    ``*_prompt`` ids) and distinct judge requests (question, reference and
+    answer), per reader. Records without prompt ids (older ones) are left out.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for reader in sorted({str(r["reader"]) for r in records if r.get("oracle_prompt") is not None}):
+        prompts: set[str] = set()
+        graded: set[tuple[str, str, str]] = set()
+        naive = judged = 0
+        for r in records:
+            if r["reader"] != reader or r.get("oracle_prompt") is None:
+                continue
+            for condition in ("oracle", "policy", "restored"):
+                prompt = r.get(f"{condition}_prompt")
+                if prompt is None:
+                    continue
+                naive += 1
+                prompts.add(prompt)
+                answer = r.get(f"{condition}_answer")
+                if answer is not None:
+                    judged += 1
+                    graded.add((str(r.get("question", r["question_id"])), str(r.get("reference", "")), str(answer)))
+        out[reader] = {
+            "reader_naive": naive,
+            "reader_unique": len(prompts),
+            "reader_ratio": len(prompts) / naive if naive else None,
+            "judge_naive": judged,
+            "judge_unique": len(graded),
+            "judge_ratio": len(graded) / judged if judged else None,
+        }
+    return out
 
 
 @dataclass
@@ -284,6 +336,7 @@ class Audit:
     def evaluate(self, items: Sequence[tuple[History, Sequence[int]]]) -> list[Outcome]:
         """Read and judge each (history, injected positions) context."""
         reader_requests = [self.reader_request(history, injected) for history, injected in items]
+        prompts = [prompt_id(r) for r in reader_requests]
         answers = self.reader.run(reader_requests)
         judge_requests: list[ChatRequest] = []
         for (history, _), answer in zip(items, answers):
@@ -293,17 +346,17 @@ class Audit:
                 judge_requests.append(self.prompts.judge(question=q.question, answer=q.answer, prediction=answer.text))
         verdicts = iter(self.judge.run(judge_requests))
         outcomes = []
-        for (history, injected), answer in zip(items, answers):
+        for (history, injected), answer, prompt in zip(items, answers, prompts):
             tokens = int(history.sizes[list(injected)].sum()) if injected else 0
             if not answer.ok:
-                outcomes.append(Outcome(None, None, f"reader: {answer.error}", tokens, len(injected)))
+                outcomes.append(Outcome(None, None, f"reader: {answer.error}", tokens, len(injected), prompt))
                 continue
             verdict = next(verdicts)
             correct = parse_verdict(verdict.text) if verdict.ok and verdict.text is not None else None
             error = None
             if correct is None:
                 error = f"judge: {verdict.error}" if not verdict.ok else f"judge: not a verdict: {verdict.text!r}"
-            outcomes.append(Outcome(answer.text, correct, error, tokens, len(injected)))
+            outcomes.append(Outcome(answer.text, correct, error, tokens, len(injected), prompt))
         return outcomes
 
     def oracle(self, questions: Sequence[Prepared]) -> dict[str, Outcome]:
@@ -596,6 +649,9 @@ class Audit:
             "bin": bin_,
             "excluded": excluded,
             "error": error,
+            "oracle_prompt": oracle.prompt,
+            "policy_prompt": outcome.prompt if outcome else None,
+            "restored_prompt": restored.prompt if restored else None,
             "oracle_answer": oracle.answer,
             "policy_answer": outcome.answer if outcome else None,
             "restored_answer": restored.answer if restored else None,

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ablations, stats
-from .audit import BINS, CellFigures, Record, tally
+from .audit import BINS, CellFigures, Record, model_calls, tally
 from .eviction import BUILTIN_POLICIES
 from .figure import write_figure
 from .injection import DEFAULT_RANKER
@@ -89,6 +89,10 @@ OPTIONAL_RECORD_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
         "gold_evicted_units",
         lambda v: v is None or isinstance(v, list) and all(_is_int(x) for x in v),
         "a list of integers or null",
+    ),
+    *(
+        (f"{c}_prompt", lambda v: v is None or isinstance(v, str), "a string or null")
+        for c in ("oracle", "policy", "restored")
     ),
 )
 
@@ -685,7 +689,35 @@ def render_report_md(
     for name in sorted(info.checks):
         out += ["", str(info.checks[name].get("markdown", ""))]
     out += ["", render_ablations_md(records, analysis), render_cases_md(records)]
+    calls = render_model_calls_md(records)
+    if calls:
+        out += ["", calls]
     return "\n".join(out)
+
+
+def render_model_calls_md(records: Sequence[Record]) -> str:
+    """The model calls section: unique reader and judge calls against naive, from the records' prompt ids."""
+    calls = model_calls(records)
+    if not calls:
+        return ""
+    out = [
+        "## Model calls",
+        "",
+        (
+            "Main conditions (oracle, policy, restored) of every record. Naive: one call per condition "
+            "of every record; unique: distinct requests, each sent once (within a process by the audit, "
+            "across processes by the response cache)."
+        ),
+        "",
+        "| reader | reader naive | reader unique | ratio | judge naive | judge unique | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for reader, c in calls.items():
+        out.append(
+            f"| {reader} | {c['reader_naive']} | {c['reader_unique']} | {_num(c['reader_ratio'], 2)} "
+            f"| {c['judge_naive']} | {c['judge_unique']} | {_num(c['judge_ratio'], 2)} |"
+        )
+    return "\n".join(out) + "\n"
 
 
 # -- the session verdict --------------------------------------------------------------
@@ -753,6 +785,7 @@ def summary_json(
             "bins": bins,
         },
         "record_exclusions": record_exclusions(records),
+        "model_calls": model_calls(records),
     }
     if analysis is not None:
         out["hypotheses"] = analysis.summary()
