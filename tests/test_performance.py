@@ -1,0 +1,197 @@
+"""The fast paths give the same results as the plain ones; the shared caches are safe to reuse."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_restore import tokens
+from pytest_restore.audit import Audit, AuditConfig, model_calls, prompt_id
+from pytest_restore.data import load_dataset
+from pytest_restore.eviction import EvictionContext, RandomPolicy, Redundancy
+from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models import ChatRequest
+from pytest_restore.report import render_model_calls_md
+from pytest_restore.synthetic import generate, write_dataset
+from pytest_restore.units import Granularity, Unit, build_histories, build_history, counts_file_name
+
+TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
+
+
+class SlowRandom(RandomPolicy):
+    """``random`` through the generic victim loop: one ``Generator.integers`` call per eviction."""
+
+    name = "slow-random"
+
+    def choose_victim(self, stored: Sequence[int], units: Sequence[Unit]) -> int:
+        return stored[int(self._rng.integers(len(stored)))]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("small") / "small.json"
+    write_dataset(generate(6, 3, tokens_per_history=6000), path)
+    return path
+
+
+def test_random_fast_path_draws_the_generic_victims(small: Path) -> None:
+    dataset = load_dataset(small)
+    for q in dataset.questions:
+        for granularity in Granularity:
+            h = build_history(q, granularity)
+            total = int(h.sizes.sum())
+            for budget in (total, total // 2, total // 5, 50, 1):
+                for seed in (0, 1, 2):
+                    ctx = EvictionContext(q.question_id, seed)
+                    fast = RandomPolicy().retain(h.units, h.sizes, budget, ctx)
+                    slow = SlowRandom().retain(h.units, h.sizes, budget, ctx)
+                    assert fast.tolist() == slow.tolist(), (q.question_id, granularity, budget, seed)
+
+
+def test_random_fast_path_with_huge_stores_takes_the_rejection_branch() -> None:
+    # bounds near 2**31 make Lemire's rejection step frequent: the fast path must redraw alike
+    rng_fast = np.random.default_rng(5)
+    from pytest_restore.eviction import _Uint32Draws
+
+    draws = _Uint32Draws(rng_fast)
+    rng_slow = np.random.default_rng(5)
+    for high in [3_000_000_000, 2**31 + 7, 1, 2, 40, 3_999_999_999] * 50:
+        want = int(rng_slow.integers(high))
+        k = 0
+        if high > 1:
+            m = draws.next() * high
+            if (m & 0xFFFFFFFF) < high:
+                threshold = (0x100000000 - high) % high
+                while (m & 0xFFFFFFFF) < threshold:
+                    m = draws.next() * high
+            k = m >> 32
+        assert k == want
+
+
+def test_redundancy_with_one_unit_over_the_budget() -> None:
+    texts = ["alpha beta", "a much longer unit with many words", "gamma", "alpha gamma"]
+    units = tuple(Unit(i, 0, i, "d", "user", t, t, s) for i, (t, s) in enumerate(zip(texts, (3, 50, 2, 2))))
+    sizes = np.array([u.tokens for u in units], dtype=np.int64)
+    kept = Redundancy().retain(units, sizes, 10, EvictionContext("x"))
+    assert kept.tolist() == [False, False, True, True]
+
+
+def test_dataset_cache_is_reused_and_invalidated(small: Path, tmp_path: Path) -> None:
+    data = tmp_path / "d.json"
+    data.write_bytes(small.read_bytes())
+    cache = tmp_path / "cache"
+    first = load_dataset(data, cache_dir=cache)
+    files = sorted(cache.glob("dataset-*.marshal"))
+    assert len(files) == 1
+    again = load_dataset(data, cache_dir=cache)
+    assert again == first and again.questions[0].haystack_sessions == first.questions[0].haystack_sessions
+    # a changed file is parsed again, under a new key
+    data.write_bytes(data.read_bytes().replace(b'"answer": "', b'"answer": "X', 1))
+    changed = load_dataset(data, cache_dir=cache)
+    assert changed.sha256 != first.sha256
+    assert len(list(cache.glob("dataset-*.marshal"))) == 2
+    assert changed == load_dataset(data)
+
+
+def test_unreadable_dataset_cache_is_ignored(small: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = load_dataset(small, cache_dir=cache)
+    (file,) = cache.glob("dataset-*.marshal")
+    file.write_bytes(b"not marshal")
+    assert load_dataset(small, cache_dir=cache) == first
+
+
+def test_token_counts_file_gives_the_same_histories_without_encoding(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dataset = load_dataset(small)
+    questions = [q for q in dataset.questions if not q.is_abstention]
+    counts = tmp_path / counts_file_name(dataset.sha256, Granularity.TURN)
+    first = build_histories(questions, counts_file=counts)
+    assert counts.exists()
+    # a fresh process: empty memo, and an encoder that must not be asked
+    monkeypatch.setattr(tokens, "_COUNTER", tokens.TokenCounter())
+
+    def no_encoding() -> Any:
+        raise AssertionError("the counts file should have made encoding unnecessary")
+
+    monkeypatch.setattr(tokens, "encoding", no_encoding)
+    again = build_histories(questions, counts_file=counts)
+    assert [h.sizes.tolist() for h in again] == [h.sizes.tolist() for h in first]
+    assert [h.units for h in again] == [h.units for h in first]
+
+
+def test_counts_file_name_depends_on_data_and_granularity() -> None:
+    names = {counts_file_name(sha, g) for sha in ("a", "b") for g in Granularity}
+    assert len(names) == 4
+
+
+def _audit(path: Path, **config: Any) -> Audit:
+    reader = FakeReader()
+    audit = Audit(load_dataset(path), AuditConfig(**config), reader=reader, judge=FakeJudge(), scorer=FakeScorer())
+    reader.learn(p.history for p in audit.questions)
+    return audit
+
+
+def test_cells_run_once_per_process_and_records_carry_prompt_ids(small: Path) -> None:
+    audit = _audit(small, budgets=(3000,))
+    fifo = audit_policy("fifo")
+    run = audit.run_cell(fifo, 3000)
+    sent = audit.reader.usage.sent
+    assert audit.run_cell(fifo, 3000) is run  # the control's check reuses it
+    assert audit.reader.usage.sent == sent
+    for r in run.records:
+        for condition in ("oracle", "policy", "restored"):
+            assert isinstance(r[f"{condition}_prompt"], str) and len(r[f"{condition}_prompt"]) == 16
+    # the two regimes of one store share the restored call, and the oracle is once per question
+    calls = model_calls(run.records)["fake"]
+    assert calls["reader_naive"] == 3 * len(run.records)
+    distinct = {r[f"{c}_prompt"] for r in run.records for c in ("oracle", "policy", "restored")}
+    assert calls["reader_unique"] == len(distinct) <= 2 * len(run.records)
+    section = render_model_calls_md(run.records)
+    assert "## Model calls" in section and f"| {calls['reader_naive']} | {calls['reader_unique']} |" in section
+
+
+def audit_policy(name: str) -> Any:
+    from pytest_restore.eviction import default_registry
+
+    return default_registry()[name]
+
+
+def test_prompt_id_names_the_whole_request() -> None:
+    a = ChatRequest(messages=(("system", "s"), ("user", "u")), max_tokens=10)
+    assert prompt_id(a) == prompt_id(ChatRequest(messages=(("system", "s"), ("user", "u")), max_tokens=10))
+    others = [
+        ChatRequest(messages=(("system", "s"), ("user", "v")), max_tokens=10),
+        ChatRequest(messages=(("system", "su"), ("user", "")), max_tokens=10),
+        ChatRequest(messages=(("system", "s"), ("user", "u")), max_tokens=11),
+        ChatRequest(messages=(("system", "s"), ("user", "u")), max_tokens=10, temperature=0.5),
+    ]
+    assert len({prompt_id(a), *(prompt_id(o) for o in others)}) == 5
+
+
+def test_model_calls_without_prompt_ids_is_empty() -> None:
+    assert model_calls([{"reader": "fake", "question_id": "q"}]) == {}
+    assert render_model_calls_md([]) == ""
+
+
+def test_ranker_matches_configured_rank_bm25(small: Path) -> None:
+    pytest.importorskip("rank_bm25")
+    from pytest_restore.bench import compare_rankers
+
+    figures = compare_rankers(small, 6, 1)
+    assert figures["identical"] == figures["cases"] > 0
+    assert figures["max_score_diff"] < 1e-9
+
+
+def test_bench_parser_knows_the_subcommand() -> None:
+    from pytest_restore.__main__ import build_parser
+
+    args = build_parser().parse_args(["bench", "--questions", "20", "--scale"])
+    assert args.questions == 20 and args.scale and args.resamples == 10_000
+    assert os.fspath(args.work_dir) == ""
