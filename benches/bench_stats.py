@@ -28,16 +28,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import stats as scipy_stats  # type: ignore[import-untyped]
 
+from pytest_restore.data import QUESTION_TYPES
 from pytest_restore.stats import Resampler, analyse
 
-QUESTION_TYPES = (
-    "single-session-user",
-    "single-session-assistant",
-    "single-session-preference",
-    "multi-session",
-    "temporal-reasoning",
-    "knowledge-update",
-)
 BUDGETS = (80_000, 30_000, 8_000)
 # Probability that eviction removes at least one gold unit, per budget. The
 # control evicts gold at several times the baseline rate at the loose budget.

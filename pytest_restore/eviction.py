@@ -227,16 +227,7 @@ class RandomPolicy(VictimPolicy):
             stored.append(pos)
             total += size[pos]
             while total > budget:
-                high = len(stored)
-                k = 0
-                if high > 1:
-                    m = draws.next() * high
-                    if (m & 0xFFFFFFFF) < high:
-                        threshold = (0x100000000 - high) % high
-                        while (m & 0xFFFFFFFF) < threshold:
-                            m = draws.next() * high
-                    k = m >> 32
-                total -= size[stored.pop(k)]
+                total -= size[stored.pop(draws.below(len(stored)))]
         mask = np.zeros(len(units), dtype=bool)
         mask[stored] = True
         return mask
@@ -250,9 +241,21 @@ class _Uint32Draws:
         self._block: list[int] = []
 
     def next(self) -> int:
+        """The next 32-bit draw."""
         if not self._block:
             self._block = self._rng.integers(0, 1 << 32, size=256, dtype=np.uint32).tolist()[::-1]
         return self._block.pop()
+
+    def below(self, high: int) -> int:
+        """What ``Generator.integers(high)`` returns for the same stream (Lemire's method)."""
+        if high <= 1:
+            return 0  # numpy draws nothing for a single choice
+        m = self.next() * high
+        if (m & 0xFFFFFFFF) < high:
+            threshold = (0x100000000 - high) % high
+            while (m & 0xFFFFFFFF) < threshold:
+                m = self.next() * high
+        return m >> 32
 
 
 def _overlaps(units: Sequence[Unit]) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.float64]]:

@@ -102,13 +102,25 @@ def wrong_answer(answer: str) -> str:
     return " ".join(half) + " and nothing else I can find"
 
 
-class FakeReader:
+class _Named:
+    """A fake model's name, as records show it."""
+
+    def __init__(self, *, name: str = "fake") -> None:
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        """The model's name in records."""
+        return self._name
+
+
+class FakeReader(_Named):
     """The evidence-aware fake reader (rules in the module docstring)."""
 
     def __init__(
         self, histories: Iterable[History] = (), *, name: str = "fake", utilisation_scale: float = 1.0
     ) -> None:
-        self._name = name
+        super().__init__(name=name)
         #: multiplies every utilisation-error rate: ``fake-strong`` (0.4) stands in for a stronger reader
         self.utilisation_scale = utilisation_scale
         self._known: dict[tuple[str, str], KnownQuestion] = {}
@@ -121,11 +133,6 @@ class FakeReader:
             snippets = tuple(history.units[p].snippet for p in history.gold)
             known = KnownQuestion(q.question_id, q.question_type, q.answer, snippets)
             self._known[(q.question, q.question_date)] = known
-
-    @property
-    def name(self) -> str:
-        """The reader's name in records."""
-        return self._name
 
     def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Answer each reader request."""
@@ -161,16 +168,8 @@ def normalise(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", _NON_WORD.sub(" ", text.lower())).split())
 
 
-class FakeJudge:
+class FakeJudge(_Named):
     """Says CORRECT when the normalised candidate equals the normalised reference."""
-
-    def __init__(self, *, name: str = "fake") -> None:
-        self._name = name
-
-    @property
-    def name(self) -> str:
-        """The judge's name in records."""
-        return self._name
 
     def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Grade each judge request."""
@@ -190,16 +189,8 @@ _FIRST_PERSON = re.compile(r"\b(i|i'm|i've|my|me|we|our)\b", re.IGNORECASE)
 _DIGIT = re.compile(r"\d")
 
 
-class FakeScorer:
+class FakeScorer(_Named):
     """Rates a unit's content alone from 1 to 10 (rules in the module docstring)."""
-
-    def __init__(self, *, name: str = "fake") -> None:
-        self._name = name
-
-    @property
-    def name(self) -> str:
-        """The scorer's name in records."""
-        return self._name
 
     def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Score each scorer request."""

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from grid_helpers import GRID, small_args
 
+from pytest_restore.data import QUESTION_TYPES
 from pytest_restore.report import (
     CELL_COLUMNS,
     CSV_COLUMNS,
@@ -29,14 +30,6 @@ from pytest_restore.stats import FAMILIES, INTERVAL_COLUMNS
 
 Record = dict[str, Any]
 
-QUESTION_TYPES = (
-    "single-session-user",
-    "single-session-assistant",
-    "single-session-preference",
-    "multi-session",
-    "temporal-reasoning",
-    "knowledge-update",
-)
 BUDGETS = (80_000, 8_000)
 SEEDS = {"random": (0, 1, 2)}
 #: Probability that eviction removes gold, per policy and budget (loose, tight).
