@@ -420,20 +420,22 @@ class Audit:
         """Every record of one policy x budget cell (all seeds of a seeded policy).
 
         ``questions`` restricts the cell to some of the audited questions (the
-        calibration gate runs on 40). A whole-grid cell runs once per process:
+        calibration gate runs on 40); the ablations run on whole-grid cells
+        only, so the gate costs no ablation calls. A whole-grid cell runs once per process:
         asking for it again (the control's check reads the baselines' cells)
         returns the same run.
         """
         key = (policy.name, budget)
         if questions is None and key in self._cells and self._cells[key][0] is policy:
             return self._cells[key][1]
-        run = self._run_cell(policy, budget, self.questions if questions is None else questions)
+        whole = questions is None
+        run = self._run_cell(policy, budget, self.questions if questions is None else questions, ablate=whole)
         if questions is None and all(r["excluded"] is None for r in run.records):
             # a cell with failed calls runs again next time (the failures may be retried)
             self._cells[key] = (policy, run)
         return run
 
-    def _run_cell(self, policy: Policy, budget: int, questions: Sequence[Prepared]) -> CellRun:
+    def _run_cell(self, policy: Policy, budget: int, questions: Sequence[Prepared], *, ablate: bool) -> CellRun:
         importance: Mapping[str, int] = {}
         scorer_failed: dict[str, str] = {}
         if policy.needs_importance:
@@ -451,7 +453,7 @@ class Audit:
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
                 records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None))
-        if self.config.ablations:
+        if ablate and self.config.ablations:
             self.ablate(records, {p.question.question_id: p for p, _, _ in plan}, stores)
         return CellRun(policy.name, budget, records, stores)
 
