@@ -6,7 +6,7 @@ requests per second (32 / 0.1 s = 320 req/s). The bench sends distinct
 requests without a cache and prints the achieved rate as a share of that
 capacity; the target is at least 90%. A script, not a test: run it with
 
-    python benches/bench_throughput.py [--requests 640] [--concurrency 32] [--latency 0.1]
+    python benches/bench_throughput.py [--requests 3200] [--concurrency 32] [--latency 0.1]
 
 The server runs in a child process by default, as a remote provider would:
 in the same process its HTTP handling would compete with the client for the
