@@ -435,6 +435,11 @@ class Audit:
             self._cells[key] = (policy, run)
         return run
 
+    def has_cell(self, policy: Policy, budget: int) -> bool:
+        """Whether this process has already run the whole-grid cell."""
+        entry = self._cells.get((policy.name, budget))
+        return entry is not None and entry[0] is policy
+
     def _run_cell(self, policy: Policy, budget: int, questions: Sequence[Prepared], *, ablate: bool) -> CellRun:
         importance: Mapping[str, int] = {}
         scorer_failed: dict[str, str] = {}

@@ -10,7 +10,11 @@ only, writes the report once at the end of the session.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
+import uuid
 from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -302,6 +306,7 @@ class RestoreCell:
         audit = self.session.audit(self.spec.reader)
         policy = self.session.registry[self.spec.policy]
         self.run = audit.run_cell(policy, self.spec.budget)
+        self.session.share_cell(audit, self.run)
         self.item.user_properties.append((RECORDS_PROPERTY, self.run.records))
         self.item.user_properties.append((META_PROPERTY, self.session.meta()))
         worker = str(getattr(self.session.config, "workerinput", {}).get("workerid", "main"))
@@ -324,8 +329,8 @@ class RestoreCell:
         if self.spec.policy == CONTROL:
             for name in BASELINES:
                 if name in self.session.registry:
-                    baseline = audit.run_cell(self.session.registry[name], self.spec.budget)
-                    records += [r for r in baseline.records if r["regime"] == "b"]
+                    baseline = self.session.cell_records(audit, self.session.registry[name], self.spec.budget)
+                    records += [r for r in baseline if r["regime"] == "b"]
         tests = statistical_checks(
             records,
             self.spec.policy,
@@ -388,6 +393,8 @@ class RestoreSession:
         self.report_path: Path | None = None
         self.failures: list[str] = []
         self.is_controller = not hasattr(config, "workerinput")
+        worker_input: dict[str, Any] = getattr(config, "workerinput", {})
+        self.run_id: str = str(worker_input.get("restore_run") or uuid.uuid4().hex)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -511,6 +518,44 @@ class RestoreSession:
                 if key in scores:
                     by_content[u.content] = scores[key]
         return by_content
+
+    # -- cells shared by xdist workers -------------------------------------------
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """Give each xdist worker this run's id (the name of the directory cells are shared in)."""
+        node.workerinput["restore_run"] = self.run_id
+
+    def shared_cells(self) -> Path:
+        """Where this run's workers leave their cells' records for each other."""
+        return self.cache_root() / "cells" / self.run_id
+
+    def _cell_file(self, reader: str, policy: str, budget: int) -> Path:
+        digest = hashlib.sha256(f"{reader}\x1f{policy}".encode()).hexdigest()[:16]
+        return self.shared_cells() / f"{digest}-{budget}.json"
+
+    def share_cell(self, audit: Audit, run: CellRun) -> None:
+        """Leave a cell's records where other workers can read them (xdist only)."""
+        if self.is_controller:
+            return  # one process: the audit keeps its cells itself
+        path = self._cell_file(audit.reader.name, run.policy, run.budget)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(run.records), encoding="utf-8")
+        os.replace(tmp, path)  # atomic: a reader sees the whole file or none
+
+    def cell_records(self, audit: Audit, policy: Policy, budget: int) -> list[dict[str, Any]]:
+        """A whole-grid cell's records: from this process, from another worker, or run here.
+
+        The control's check needs the baselines' records at its budget; under
+        xdist another worker has usually run them already, and running them
+        again (redundancy above all) would cost more than the check itself.
+        """
+        if not audit.has_cell(policy, budget):
+            path = self._cell_file(audit.reader.name, policy.name, budget)
+            if path.exists():
+                return cast("list[dict[str, Any]]", json.loads(path.read_text(encoding="utf-8")))
+        return audit.run_cell(policy, budget).records
 
     def close(self) -> None:
         """Release every model of this process."""
@@ -693,7 +738,10 @@ class RestoreSession:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Write the report once, on the controller."""
-        if not self.is_controller or not self.records:
+        if not self.is_controller:
+            return
+        shutil.rmtree(self.shared_cells(), ignore_errors=True)
+        if not self.records:
             return
         if self.settings.audit_judge:
             self.judge_audit()

@@ -17,7 +17,9 @@ def small_args(*, bootstrap: int = 500, family_checks: str | None = "report") ->
     Seven questions have no statistical power, so by default the families'
     expectations are reported rather than failing the run.
     """
-    args = ["--restore-data", str(TINY), "--restore-budgets", "600,300,100", "--restore-bootstrap", str(bootstrap)]
+    # ``=``: pytest picks its rootdir before plugin options are known, and would take a
+    # separate PATH argument for a test path (and the project's rootdir for this run's)
+    args = [f"--restore-data={TINY}", "--restore-budgets", "600,300,100", "--restore-bootstrap", str(bootstrap)]
     if family_checks is not None:
         args += ["--restore-family-checks", family_checks]
     return args

@@ -61,6 +61,9 @@ def test_serial_and_xdist_reports_are_identical(pytester: pytest.Pytester) -> No
     parallel.assert_outcomes(passed=18)
     for name in ("cells.csv", "records.jsonl", "report.md", "summary.json"):
         assert (pytester.path / "serial" / name).read_bytes() == (pytester.path / "parallel" / name).read_bytes(), name
+    # the workers shared their cells through the project cache; the controller removed them after
+    shared = pytester.path / ".pytest_cache" / "d" / "restore" / "cells"
+    assert shared.is_dir() and not any(shared.iterdir())
 
 
 def test_policy_from_a_users_conftest_joins_the_report(pytester: pytest.Pytester) -> None:
