@@ -697,11 +697,24 @@ class RestoreSession:
 
     # -- gathering records --------------------------------------------------------
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Collect the records of every item (xdist forwards worker reports here)."""
+        """Collect the records of every item (xdist forwards worker reports here).
+
+        On the controller the records are then taken off the report, before
+        other plugins see it: ``--junitxml`` would otherwise write every record
+        into the XML as a property. (A worker leaves them on: xdist still has to
+        send them.)
+        """
+        if not self.is_controller:
+            return
+        ours = (RECORDS_PROPERTY, META_PROPERTY, USAGE_PROPERTY)
+        properties = list(report.user_properties)
+        # every phase's report carries the item's properties (junitxml reads the teardown's)
+        report.user_properties = [(n, v) for n, v in properties if n not in ours]
         if report.when != "call":
             return
-        for name, value in report.user_properties:
+        for name, value in properties:
             if name == RECORDS_PROPERTY:
                 self.records.extend(cast("list[dict[str, Any]]", value))
             elif name == META_PROPERTY:

@@ -149,3 +149,18 @@ def test_malformed_data_stops_before_any_model_call(pytester: pytest.Pytester, m
     assert len(errors) == 1 and "bad.json" in errors[0] and expected in errors[0], result.stderr.lines
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
     assert not (pytester.path / "restore-report").exists()
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_records_stay_out_of_junit_xml(pytester: pytest.Pytester, workers: list[str]) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    xdist = [] if workers else ["-p", "no:xdist"]
+    result = pytester.runpytest_subprocess(
+        *xdist, *workers, *SMALL, "--restore-policies", "fifo", "--junitxml", "junit.xml"
+    )
+    result.assert_outcomes(passed=3)
+    xml = (pytester.path / "junit.xml").read_text()
+    assert "restore_records" not in xml and "question_id" not in xml
+    # the report still has every record
+    records = (pytester.path / "restore-report" / "records.jsonl").read_text().splitlines()
+    assert len(records) == 7 * 3 * 2
