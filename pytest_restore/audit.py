@@ -574,8 +574,10 @@ class Audit:
         snippets = render_context(history, injected)
         return self.prompts.reader(question=q.question, question_date=q.question_date, snippets=snippets)
 
-    def planned_reader_requests(self, policy: Policy, budget: int, importance: Mapping[str, int]) -> list[ChatRequest]:
-        """The reader requests a cell will send (for a dry run), oracle included.
+    def planned_reader_requests(
+        self, policy: Policy, budget: int, importance: Mapping[str, int]
+    ) -> list[tuple[Question, ChatRequest]]:
+        """The reader requests a cell will send, each with its question (for a dry run), oracle included.
 
         With ablations, every store that lost some gold counts its ablation
         contexts: an upper bound, since only the irreversible cases get them.
@@ -589,12 +591,12 @@ class Audit:
                     for injected in self.ablation_contexts(p, mask).values():
                         if injected is not None:
                             extra.append((p.history, injected))
-        return [self.reader_request(h, i) for h, i in oracle + contexts + extra]
+        return [(h.question, self.reader_request(h, i)) for h, i in oracle + contexts + extra]
 
-    def scorer_requests(self) -> list[ChatRequest]:
-        """The importance scorer's requests: one per distinct unit content."""
+    def scorer_requests(self) -> dict[str, ChatRequest]:
+        """The importance scorer's requests, one per distinct unit content, keyed by the content."""
         contents = dict.fromkeys(u.content for p in self.questions for u in p.history.units)
-        return [self.prompts.scorer(content=c) for c in contents]
+        return {c: self.prompts.scorer(content=c) for c in contents}
 
     def _record(
         self,

@@ -25,7 +25,7 @@ import pytest
 from .audit import Audit, AuditConfig, CellRun, cell_checks
 from .cache import ResponseCache
 from .calibration import calibrate
-from .data import DataError, Dataset, load_dataset
+from .data import DataError, Dataset, Question, load_dataset
 from .eviction import Policy, PolicyRegistry, default_registry
 from .fake import FakeReader, FakeScorer
 from .injection import RankerRegistry, default_rankers
@@ -460,11 +460,13 @@ class RestoreSession:
         scores_known = True
         if any(p.needs_importance for p in self.policies):
             scorer_requests = primary.scorer_requests()
-            lines.append(cost_line("scorer", s.scorer, scorer_requests, cache))
-            for request in scorer_requests:
-                text = FakeScorer().run([request])[0].text if s.scorer == "fake" else cached_text(cache, s.scorer, request)
+            lines.append(cost_line("scorer", s.scorer, list(scorer_requests.values()), cache))
+            for content, request in scorer_requests.items():
+                if s.scorer == "fake":
+                    text: str | None = str(FakeScorer.score(content))
+                else:
+                    text = cached_text(cache, s.scorer, request)
                 score = parse_score(text) if text is not None else None
-                content = request.messages[-1][1]
                 if score is None:
                     scores_known = False
                     break
@@ -473,25 +475,25 @@ class RestoreSession:
         unknown_answers = 0
         for reader in s.readers:
             audit = self.audit(reader)
-            requests: list[ChatRequest] = []
+            planned: list[tuple[Question, ChatRequest]] = []
             note = ""
             for policy in self.policies:
                 for budget in s.budgets:
                     if policy.needs_importance and not scores_known:
                         note = "llm-importance cells counted after scoring: upper bound"
-                        requests += audit.planned_reader_requests(self.registry["fifo"], budget, {})
+                        planned += audit.planned_reader_requests(self.registry["fifo"], budget, {})
                         continue
-                    requests += audit.planned_reader_requests(policy, budget, self.scores_by_content(audit, importance))
-            lines.append(cost_line("reader", reader, requests, cache, note))
-            for request in dict.fromkeys(requests):
+                    planned += audit.planned_reader_requests(policy, budget, importance)
+            lines.append(cost_line("reader", reader, [request for _, request in planned], cache, note))
+            # identical requests are sent once (and hold the same question)
+            for request, question in {r: q for q, r in planned}.items():
                 answer = cached_text(cache, reader, request)
                 if answer is None:
                     unknown_answers += 1
                     continue
-                user = request.messages[-1][1]
-                question = user.rsplit("\n\nQuestion: ", 1)[-1].rsplit("\nAnswer:", 1)[0]
-                reference = next((p.question.answer for p in audit.questions if p.question.question == question), "")
-                judge_requests.append(audit.prompts.judge(question=question, answer=reference, prediction=answer))
+                judge_requests.append(
+                    audit.prompts.judge(question=question.question, answer=question.answer, prediction=answer)
+                )
         judge = cost_line("judge", s.judge, judge_requests, cache)
         if unknown_answers:
             tokens_in, tokens_out = estimate_tokens([primary.prompts.judge(question="", answer="", prediction="")])
@@ -506,18 +508,6 @@ class RestoreSession:
             )
         lines.append(judge)
         return render_cost(lines)
-
-    @staticmethod
-    def scores_by_content(audit: Audit, scores: dict[str, int]) -> dict[str, int]:
-        """Importance scores keyed by unit content (the scorer prompt holds the content)."""
-        by_content: dict[str, int] = {}
-        for p in audit.questions:
-            for u in p.history.units:
-                request = audit.prompts.scorer(content=u.content)
-                key = request.messages[-1][1]
-                if key in scores:
-                    by_content[u.content] = scores[key]
-        return by_content
 
     # -- cells shared by xdist workers -------------------------------------------
 
