@@ -18,7 +18,6 @@ group.
 from __future__ import annotations
 
 import hashlib
-import heapq
 import re
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -30,7 +29,6 @@ from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
-from scipy import sparse
 
 from .lexical import word_ids
 from .units import Unit
@@ -156,18 +154,11 @@ class MemoryStore(Policy):
 
 def _evict_lowest_key(sizes: Sizes, budget: int, key: Sequence[float]) -> Mask:
     """Online eviction of the stored unit with the lowest static key, ties to the older unit."""
-    mask = np.zeros(len(sizes), dtype=bool)
-    heap: list[tuple[float, int]] = []
-    total = 0
-    for pos in range(len(sizes)):
-        heapq.heappush(heap, (key[pos], pos))
-        mask[pos] = True
-        total += int(sizes[pos])
-        while total > budget:
-            _, victim = heapq.heappop(heap)
-            mask[victim] = False
-            total -= int(sizes[victim])
-    return mask
+    from . import kernels  # numba loads on first eviction, not with the plugin
+
+    return np.asarray(
+        kernels.lowest_key(np.asarray(sizes, dtype=np.int64), int(budget), np.asarray(key, dtype=np.float64))
+    )
 
 
 class NoEvict(Policy):
@@ -216,58 +207,36 @@ class RandomPolicy(VictimPolicy):
         cls = type(self)
         if cls.choose_victim is not RandomPolicy.choose_victim or cls.start is not RandomPolicy.start:
             return super().retain(units, sizes, budget, ctx)  # a subclass changed the choice
-        # The same victims as ``choose_victim``, without a numpy call per eviction:
-        # ``Generator.integers(h)`` maps one 32-bit draw u to (u * h) >> 32 (Lemire's
-        # method, drawing again on the rare rejection), and h = 1 draws nothing.
-        draws = _Uint32Draws(np.random.default_rng(stable_seed(ctx.seed, ctx.question_id)))
-        size = sizes.tolist()
-        stored: list[int] = []
-        total = 0
-        for pos in range(len(units)):
-            stored.append(pos)
-            total += size[pos]
-            while total > budget:
-                total -= size[stored.pop(draws.below(len(stored)))]
-        mask = np.zeros(len(units), dtype=bool)
-        mask[stored] = True
-        return mask
+        # The same victims as ``choose_victim``, compiled: ``Generator.integers(h)``
+        # consumes 32-bit draws (Lemire's method, see ``kernels.below``), so the
+        # kernel gets the generator's 32-bit stream, drawn up front; it rarely
+        # needs more than one draw per unit, and asks again with more if so.
+        from . import kernels
 
-
-class _Uint32Draws:
-    """The 32-bit draws ``Generator.integers`` consumes for a bound below 2**32, in blocks."""
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self._rng = rng
-        self._block: list[int] = []
-
-    def next(self) -> int:
-        """The next 32-bit draw."""
-        if not self._block:
-            self._block = self._rng.integers(0, 1 << 32, size=256, dtype=np.uint32).tolist()[::-1]
-        return self._block.pop()
-
-    def below(self, high: int) -> int:
-        """What ``Generator.integers(high)`` returns for the same stream (Lemire's method)."""
-        if high <= 1:
-            return 0  # numpy draws nothing for a single choice
-        m = self.next() * high
-        if (m & 0xFFFFFFFF) < high:
-            threshold = (0x100000000 - high) % high
-            while (m & 0xFFFFFFFF) < threshold:
-                m = self.next() * high
-        return m >> 32
+        extra = 64
+        while True:
+            rng = np.random.default_rng(stable_seed(ctx.seed, ctx.question_id))
+            draws = rng.integers(0, 1 << 32, size=len(units) + extra, dtype=np.uint32)
+            mask, enough = kernels.random_victims(np.asarray(sizes, dtype=np.int64), int(budget), draws)
+            if enough:
+                return np.asarray(mask)
+            extra *= 4
 
 
 def _overlaps(units: Sequence[Unit]) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.float64]]:
-    """Shared content words of every pair of units (exact counts), and each unit's word count."""
+    """Shared content words of every pair of units (exact counts; a unit's own count on
+    the diagonal), and each unit's word count."""
+    from . import kernels
+
     rows = [word_ids(unit.content) for unit in units]
     n = len(units)
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=n)
-    cols = np.concatenate(rows) if n else np.zeros(0, dtype=np.int64)
-    indptr = np.concatenate(([0], np.cumsum(lengths)))
-    width = int(cols.max()) + 1 if cols.size else 1
-    x = sparse.csr_matrix((np.ones(cols.size, dtype=np.int32), cols, indptr), shape=(n, width))
-    overlap = sparse.csr_matrix(x @ x.T).toarray()
+    words = np.concatenate(rows) if n else np.zeros(0, dtype=np.int64)
+    # each word's units, ascending: a stable sort of the (unit-major) word ids
+    owners = np.repeat(np.arange(n, dtype=np.int64), lengths)[np.argsort(words, kind="stable")]
+    starts = np.concatenate(([0], np.cumsum(np.bincount(words, minlength=int(words.max()) + 1 if words.size else 1))))
+    overlap = kernels.pair_overlaps(starts, owners, n)
+    np.fill_diagonal(overlap, lengths)
     dtype = np.uint16 if overlap.size == 0 or overlap.max() < 1 << 16 else np.uint32
     return overlap.astype(dtype), lengths.astype(np.float64)
 
@@ -319,68 +288,26 @@ class Redundancy(Policy):
 
     Each stored unit's best similarity is the highest similarity of a pair it
     is in, so the victim is the older unit of the most similar stored pair
-    (among equally similar pairs, the one whose older unit is oldest). The
-    loop keeps, for every stored unit ``u``, its best pair with an *older*
-    stored unit ``lo(u)`` (the oldest one among ties) in a heap keyed by
-    (-similarity, ``lo(u)``): the heap's first live entry is the victim's
-    pair. An arrival adds one entry (the newcomer's best older partner; older
-    units' entries cannot change, since the newcomer is younger), and an
-    eviction only recounts the units whose ``lo`` it was. Same victims as
-    recomputing every unit's best after every change, in O(n) numpy work per
-    event rather than O(n) per unit.
+    (among equally similar pairs, the one whose older unit is oldest, then the
+    one whose younger unit is oldest). The loop (compiled:
+    :func:`pytest_restore.kernels.redundancy_victims`) keeps, for every stored
+    unit, its best pair with an older stored unit; an arrival adds one pair
+    (older units' pairs cannot change, since the newcomer is younger) and an
+    eviction recounts only the units whose partner it was. Same victims as
+    recomputing every unit's best after every change.
     """
 
     name = "redundancy"
 
     def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
-        n = len(units)
-        sim = similarity_matrix(units)
-        stored = np.zeros(n, dtype=bool)
-        # 0 for stored units, -2 for the others: sim + pen is the similarity to a stored unit or < -1
-        pen = np.full(n, -2.0)
-        size = sizes.tolist()
-        heap: list[tuple[float, int, int]] = []  # (-similarity, lo(u), u)
-        younger: dict[int, list[int]] = {}  # lo -> the units u whose pair entry names it
-        held = 0  # stored units
-        total = 0
+        if int(sizes.sum()) <= budget:
+            return np.ones(len(units), dtype=bool)
+        from . import kernels
 
-        def push_best_older(u: int) -> None:
-            # u's best pair with a stored older unit (first maximum: the oldest), if any
-            if u == 0:
-                return
-            row = sim[u, :u] + pen[:u]
-            lo = int(row.argmax())
-            value = float(row[lo])
-            if value >= 0.0:
-                heapq.heappush(heap, (-value, lo, u))
-                younger.setdefault(lo, []).append(u)
-
-        for pos in range(n):
-            push_best_older(pos)
-            stored[pos] = True
-            pen[pos] = 0.0
-            held += 1
-            total += size[pos]
-            while total > budget:
-                victim = -1
-                while heap:
-                    _, lo, u = heap[0]
-                    if stored[lo] and stored[u]:
-                        victim = lo
-                        break
-                    heapq.heappop(heap)
-                if victim < 0:  # a lone unit over the budget: no pair at all
-                    victim = int(np.flatnonzero(stored)[0]) if held == 1 else -1
-                    if victim < 0:  # pragma: no cover - two stored units always form a pair
-                        raise AssertionError("redundancy: no pair among several stored units")
-                stored[victim] = False
-                pen[victim] = -2.0
-                held -= 1
-                total -= size[victim]
-                for u in younger.pop(victim, ()):
-                    if stored[u]:
-                        push_best_older(u)
-        return stored
+        overlap, lengths = _OVERLAPS.get(units)
+        # a unit without content words shares none: 0 / 1 is the 0.0 similarity_matrix gives it
+        root = np.sqrt(np.maximum(lengths, 1.0))
+        return np.asarray(kernels.redundancy_victims(overlap, root, np.asarray(sizes, dtype=np.int64), int(budget)))
 
 
 class LlmImportance(Policy):

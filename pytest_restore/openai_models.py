@@ -41,14 +41,13 @@ from contextlib import nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import openai
-
 from pytest_restore.cache import KeyLock, ResponseCache, request_key
 from pytest_restore.models import ChatRequest, ChatResult
 from pytest_restore.progress import Progress
 from pytest_restore.tokens import count_tokens
 
 if TYPE_CHECKING:
+    import openai
     from typing_extensions import Self
 
 logger = logging.getLogger("pytest_restore.openai")
@@ -302,6 +301,8 @@ class OpenAIChatModel:
         if self.progress is not None:
             self.progress.add_total(len(distinct))
         if self._client is None or self._slots is None:
+            import openai  # imported on first use: runs with the fake models never load it
+
             # One client for the model's life, made on its loop: pooled
             # connections (and their TLS sessions) carry over between runs.
             self._client = openai.AsyncOpenAI(
@@ -374,6 +375,8 @@ class OpenAIChatModel:
         self, state: _RunState, request: ChatRequest, lock: KeyLock | None
     ) -> ChatResult:
         """Send ``request`` with bounded, jittered retries; never raises."""
+        import openai  # loaded by ``_run`` already; a local name for the except clauses
+
         token_cost = 0
         if self._token_meter is not None:
             input_tokens, output_tokens = estimate_tokens([request])

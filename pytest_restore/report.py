@@ -37,7 +37,6 @@ from typing import Any
 from . import ablations, stats
 from .audit import BINS, CellFigures, Record, model_calls, tally
 from .eviction import BUILTIN_POLICIES
-from .figure import write_figure
 from .injection import DEFAULT_RANKER
 from .robustness import compare_readers, render_comparison_md
 from .stats import INTERVAL_COLUMNS, PROTOCOL_COLUMNS, Analysis, CellStats, HypothesisTest
@@ -822,6 +821,8 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
         json.dumps(summary_json(ordered, info, analysis), indent=2, sort_keys=True) + "\n",
         encoding="utf-8",
     )
+    from .figure import write_figure  # matplotlib loads when a report is written
+
     write_figure(analysis.cells, out)
     return files
 

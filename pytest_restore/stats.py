@@ -241,6 +241,10 @@ def _aggregate(
 # --------------------------------------------------------------------------
 
 
+#: The last :meth:`Resampler.draw`, by (question ids, resamples, seed).
+_DRAWS: dict[tuple[tuple[str, ...], int, int], Resampler] = {}
+
+
 @dataclass(frozen=True)
 class Resampler:
     """One question-cluster resample matrix shared by every statistic of an analysis.
@@ -263,10 +267,18 @@ class Resampler:
         """
         if resamples < 1:
             raise ValueError("resamples must be at least 1")
+        key = (tuple(question_ids), resamples, seed)
+        cached = _DRAWS.get(key)
+        if cached is not None:  # every cell check of a grid resamples the same questions
+            return cached
         q = len(question_ids)
         rng = np.random.default_rng(seed)
         indices = rng.integers(0, q, size=(resamples, q)) if q else np.zeros((resamples, 0), int)
-        return cls.from_indices(question_ids, indices)
+        drawn = cls.from_indices(question_ids, indices)
+        drawn.weights.flags.writeable = False  # shared: nobody may change it
+        _DRAWS.clear()  # keep one (10,000 x 500 resamples are 40 MB)
+        _DRAWS[key] = drawn
+        return drawn
 
     @classmethod
     def from_indices(

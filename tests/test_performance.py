@@ -53,15 +53,34 @@ def test_random_fast_path_draws_the_generic_victims(small: Path) -> None:
                     assert fast.tolist() == slow.tolist(), (q.question_id, granularity, budget, seed)
 
 
-def test_random_fast_path_with_huge_stores_takes_the_rejection_branch() -> None:
-    # bounds near 2**31 make Lemire's rejection step frequent: the fast path must redraw alike
-    rng_fast = np.random.default_rng(5)
-    from pytest_restore.eviction import _Uint32Draws
+def test_random_kernel_draws_like_generator_integers_with_the_rejection_branch() -> None:
+    # bounds near 2**31 make Lemire's rejection step frequent: the kernel must redraw alike
+    from pytest_restore.kernels import OUT_OF_DRAWS, below
 
-    draws = _Uint32Draws(rng_fast)
+    highs = [3_000_000_000, 2**31 + 7, 1, 2, 40, 3_999_999_999] * 50
+    draws = np.random.default_rng(5).integers(0, 1 << 32, size=400, dtype=np.uint32)
     rng_slow = np.random.default_rng(5)
-    for high in [3_000_000_000, 2**31 + 7, 1, 2, 40, 3_999_999_999] * 50:
-        assert draws.below(high) == int(rng_slow.integers(high))
+    k = 0
+    rejected = 0
+    for high in highs:
+        value, after = below(draws, k, high)
+        assert value == int(rng_slow.integers(high))
+        rejected += after - k > 1
+        k = after
+    assert rejected > 0  # the rejection branch ran
+    assert below(draws, len(draws), 7) == (OUT_OF_DRAWS, len(draws))
+
+
+def test_random_kernel_asks_for_more_draws_when_short() -> None:
+    from pytest_restore.kernels import random_victims
+
+    sizes = np.full(50, 10, dtype=np.int64)
+    few = np.random.default_rng(1).integers(0, 1 << 32, size=5, dtype=np.uint32)
+    _, enough = random_victims(sizes, 100, few)
+    assert not enough
+    many = np.random.default_rng(1).integers(0, 1 << 32, size=200, dtype=np.uint32)
+    kept, enough = random_victims(sizes, 100, many)
+    assert enough and int(kept.sum()) == 10
 
 
 def test_redundancy_with_one_unit_over_the_budget() -> None:
