@@ -119,6 +119,17 @@ def test_unknown_policy_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*unknown policy 'lifo'*"])
 
 
+def test_a_report_dir_that_cannot_be_made_stops_the_run_first(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    (pytester.path / "taken").write_text("a file where the report would go")
+    result = pytester.runpytest_subprocess("-p", "no:xdist", *SMALL, "--restore-report-dir=taken/report")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "--restore-report-dir taken/report" in errors[0] and "is a file" in errors[0]
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    assert "passed" not in result.stdout.str()  # no cell ran
+
+
 def test_subset_is_stratified_and_reported(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_grid=GRID)
     result = pytester.runpytest("-p", "no:xdist", *SMALL, "--restore-policies", "fifo", "--restore-questions", "3")
@@ -164,3 +175,14 @@ def test_records_stay_out_of_junit_xml(pytester: pytest.Pytester, workers: list[
     # the report still has every record
     records = (pytester.path / "restore-report" / "records.jsonl").read_text().splitlines()
     assert len(records) == 7 * 3 * 2
+
+
+def test_the_report_thread_hands_back_its_result_and_its_errors() -> None:
+    from pytest_restore.plugin import _Background
+
+    def fails() -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        _Background(fails).result()
+    assert _Background(lambda x: x + 1, 1).result() == 2
