@@ -309,8 +309,11 @@ class RestoreCell:
         policy = self.session.registry[self.spec.policy]
         self.run = audit.run_cell(policy, self.spec.budget)
         self.session.keep()
-        self.session.share_cell(audit, self.run)
-        self.item.user_properties.append((RECORDS_PROPERTY, self.run.records))
+        # One JSON string, not a list of dicts: xdist's serializer is pure Python and
+        # would take seconds over a full grid's records (each phase's report carries them).
+        payload = json.dumps(self.run.records)
+        self.session.share_cell(audit, self.run, payload)
+        self.item.user_properties.append((RECORDS_PROPERTY, payload))
         self.item.user_properties.append((META_PROPERTY, self.session.meta()))
         worker = str(getattr(self.session.config, "workerinput", {}).get("workerid", "main"))
         self.item.user_properties.append((USAGE_PROPERTY, {"process": worker, "models": self.session.usage()}))
@@ -529,14 +532,14 @@ class RestoreSession:
         digest = hashlib.sha256(f"{reader}\x1f{policy}".encode()).hexdigest()[:16]
         return self.shared_cells() / f"{digest}-{budget}.json"
 
-    def share_cell(self, audit: Audit, run: CellRun) -> None:
-        """Leave a cell's records where other workers can read them (xdist only)."""
+    def share_cell(self, audit: Audit, run: CellRun, payload: str) -> None:
+        """Leave a cell's records (``payload``, their JSON) where other workers can read them (xdist only)."""
         if self.is_controller:
             return  # one process: the audit keeps its cells itself
         path = self._cell_file(audit.reader.name, run.policy, run.budget)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(run.records), encoding="utf-8")
+        tmp.write_text(payload, encoding="utf-8")
         os.replace(tmp, path)  # atomic: a reader sees the whole file or none
 
     def cell_records(self, audit: Audit, policy: Policy, budget: int) -> list[dict[str, Any]]:
@@ -725,7 +728,7 @@ class RestoreSession:
             return
         for name, value in properties:
             if name == RECORDS_PROPERTY:
-                self.records.extend(cast("list[dict[str, Any]]", value))
+                self.records.extend(cast("list[dict[str, Any]]", json.loads(cast(str, value))))
             elif name == META_PROPERTY:
                 self.run_meta = dict(cast("dict[str, Any]", value))
             elif name == USAGE_PROPERTY:
