@@ -224,19 +224,15 @@ class RandomPolicy(VictimPolicy):
 
 
 def _overlaps(units: Sequence[Unit]) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.float64]]:
-    """Shared content words of every pair of units (exact counts; a unit's own count on
-    the diagonal), and each unit's word count."""
+    """Shared content words of every pair of units, ``[u, v]`` for ``v < u`` (exact counts;
+    a unit's own count on the diagonal, zeros above it), and each unit's word count."""
     from . import kernels
 
     rows = [word_ids(unit.content) for unit in units]
     n = len(units)
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=n)
     words = np.concatenate(rows) if n else np.zeros(0, dtype=np.int64)
-    # each word's units, ascending: a stable sort of the (unit-major) word ids
-    owners = np.repeat(np.arange(n, dtype=np.int64), lengths)[np.argsort(words, kind="stable")]
-    starts = np.concatenate(([0], np.cumsum(np.bincount(words, minlength=int(words.max()) + 1 if words.size else 1))))
-    overlap = kernels.pair_overlaps(starts, owners, n)
-    np.fill_diagonal(overlap, lengths)
+    overlap = kernels.pair_overlaps(words, lengths, int(words.max()) + 1 if words.size else 0)
     dtype = np.uint16 if overlap.size == 0 or overlap.max() < 1 << 16 else np.uint32
     return overlap.astype(dtype), lengths.astype(np.float64)
 
@@ -275,7 +271,8 @@ _OVERLAPS = _OverlapCache()
 
 def similarity_matrix(units: Sequence[Unit]) -> npt.NDArray[np.float64]:
     """Cosine similarity of the units' content-word sets (binary bags), diagonal zeroed."""
-    overlap, lengths = _OVERLAPS.get(units)
+    lower, lengths = _OVERLAPS.get(units)
+    overlap = lower + lower.T  # the diagonal is zeroed below
     outer = np.outer(np.sqrt(lengths), np.sqrt(lengths))
     with np.errstate(divide="ignore", invalid="ignore"):
         sim = np.where(outer > 0, overlap / outer, 0.0)

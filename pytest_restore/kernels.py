@@ -16,11 +16,22 @@ brute-force tests in ``tests/test_eviction.py`` hold them to it.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 from numba import njit
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _compiled(fn: _F) -> _F:
+    """``fn`` compiled, its machine code cached on disk when numba finds a writable place."""
+    try:
+        return cast(_F, njit(cache=True, nogil=True)(fn))
+    except RuntimeError:  # no writable cache directory: compile once per process instead
+        return cast(_F, njit(nogil=True)(fn))
 
 #: A kernel's signal that it ran out of pre-drawn random numbers.
 OUT_OF_DRAWS = -1
@@ -29,7 +40,7 @@ _LOW32 = np.uint64(0xFFFFFFFF)
 _TWO32 = np.uint64(0x100000000)
 
 
-@njit(cache=True, nogil=True)
+@_compiled
 def lowest_key(sizes: npt.NDArray[np.int64], budget: int, key: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
     """Evict the stored unit with the lowest key after each arrival; ties to the older unit."""
     n = sizes.shape[0]
@@ -48,7 +59,7 @@ def lowest_key(sizes: npt.NDArray[np.int64], budget: int, key: npt.NDArray[np.fl
     return stored
 
 
-@njit(cache=True, nogil=True)
+@_compiled
 def below(draws: npt.NDArray[np.uint32], k: int, high: int) -> tuple[int, int]:
     """``Generator.integers(high)`` from the 32-bit draws ``draws[k:]``: (value, next k).
 
@@ -74,7 +85,7 @@ def below(draws: npt.NDArray[np.uint32], k: int, high: int) -> tuple[int, int]:
     return int(np.int64(m >> np.uint64(32))), k
 
 
-@njit(cache=True, nogil=True)
+@_compiled
 def random_victims(sizes: npt.NDArray[np.int64], budget: int, draws: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.bool_], bool]:
     """Evict a uniformly random stored unit after each arrival: (store, enough draws).
 
@@ -104,7 +115,7 @@ def random_victims(sizes: npt.NDArray[np.int64], budget: int, draws: npt.NDArray
     return stored, True
 
 
-@njit(cache=True, nogil=True)
+@_compiled
 def _best_older(overlap: Any, root: npt.NDArray[np.float64], stored: npt.NDArray[np.bool_], u: int) -> tuple[float, int]:
     """The first stored unit older than ``u`` of highest cosine with ``u`` (-inf, -1 if none)."""
     best = -np.inf
@@ -118,7 +129,7 @@ def _best_older(overlap: Any, root: npt.NDArray[np.float64], stored: npt.NDArray
     return best, lo
 
 
-@njit(cache=True, nogil=True)
+@_compiled
 def redundancy_victims(
     overlap: Any, root: npt.NDArray[np.float64], sizes: npt.NDArray[np.int64], budget: int
 ) -> npt.NDArray[np.bool_]:
@@ -167,22 +178,38 @@ def redundancy_victims(
     return stored
 
 
-@njit(cache=True, nogil=True)
-def pair_overlaps(starts: npt.NDArray[np.int64], members: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.uint32]:
-    """Shared-word counts of every pair of units, from each word's list of units.
+@_compiled
+def pair_overlaps(words: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], vocabulary: int) -> npt.NDArray[np.uint32]:
+    """Shared-word counts of every pair of units, below the diagonal; word counts on it.
 
-    ``members[starts[w]:starts[w + 1]]`` are the units containing word ``w``
-    (each once, ascending). Returns the symmetric ``n x n`` counts, zero
-    diagonal.
+    ``words`` concatenates each unit's distinct word ids (``lengths[u]`` of
+    them for unit ``u``, each below ``vocabulary``). ``[u, v]`` for ``v < u``
+    counts the words units ``u`` and ``v`` share; ``[u, u]`` is ``lengths[u]``;
+    the upper triangle is zero. Work: the sum over words of (units holding it)^2.
     """
+    n = lengths.shape[0]
+    # each word's units, ascending (a counting sort by word id)
+    starts = np.zeros(vocabulary + 1, dtype=np.int64)
+    for w in words:
+        starts[w + 1] += 1
+    for w in range(vocabulary):
+        starts[w + 1] += starts[w]
+    fill = starts[:-1].copy()
+    members = np.empty(words.shape[0], dtype=np.int64)
+    i = 0
+    for u in range(n):
+        for _ in range(lengths[u]):
+            w = words[i]
+            members[fill[w]] = u
+            fill[w] += 1
+            i += 1
     out = np.zeros((n, n), dtype=np.uint32)
-    for w in range(starts.shape[0] - 1):
+    for w in range(vocabulary):
         a, b = starts[w], starts[w + 1]
-        for i in range(a, b):
+        for i in range(a + 1, b):
             u = members[i]
             for j in range(a, i):
                 out[u, members[j]] += 1
     for u in range(n):
-        for v in range(u):
-            out[v, u] = out[u, v]
+        out[u, u] = lengths[u]
     return out

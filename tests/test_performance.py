@@ -205,3 +205,21 @@ def test_bench_parser_knows_the_subcommand() -> None:
     args = build_parser().parse_args(["bench", "--questions", "20", "--scale"])
     assert args.questions == 20 and args.scale and args.resamples == 10_000
     assert os.fspath(args.work_dir) == ""
+
+
+def test_kernels_fall_back_to_per_process_compiling_without_a_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    # numba refuses cache=True when no directory is writable (a read-only install, no home)
+    from pytest_restore import kernels
+
+    calls: list[dict[str, bool]] = []
+
+    def fake_njit(**options: bool):  # type: ignore[no-untyped-def]
+        calls.append(options)
+        if options.get("cache"):
+            raise RuntimeError("cannot cache function 'f': no locator available for file 'kernels.py'")
+        return lambda fn: fn
+
+    monkeypatch.setattr(kernels, "njit", fake_njit)
+    compiled = kernels._compiled(lambda x: x + 1)
+    assert compiled(1) == 2
+    assert calls == [{"cache": True, "nogil": True}, {"nogil": True}]
