@@ -72,6 +72,18 @@ class History:
         return int(self.sizes[list(self.gold)].sum()) if self.gold else 0
 
 
+def _unit(position: int, session: int, turn: int, date: str, role: str, content: str, snippet: str, tokens: int) -> Unit:
+    """``Unit(...)``, without the frozen dataclass's eight ``object.__setattr__`` calls.
+
+    A full dataset has ~250k units per process: this halves their cost.
+    """
+    unit = object.__new__(Unit)
+    unit.__dict__.update(
+        position=position, session=session, turn=turn, date=date, role=role, content=content, snippet=snippet, tokens=tokens
+    )
+    return unit
+
+
 def turn_header(date: str, role: str) -> str:
     """The line that introduces a turn snippet."""
     return f"[{date}] {role}:\n"
@@ -106,7 +118,7 @@ def build_history(question: Question, granularity: Granularity = Granularity.TUR
         for pos, ((s, t, date, role, content, is_gold), header, size) in enumerate(
             zip(rows, headers, sizes)
         ):
-            units.append(Unit(pos, s, t, date, role, content, header + content, size))
+            units.append(_unit(pos, s, t, date, role, content, header + content, size))
             if is_gold:
                 gold.append(pos)
     else:

@@ -166,3 +166,21 @@ def test_units_identical_whatever_the_gold() -> None:
     b = build_history(make_question(sessions, (1,)))
     assert a.units == b.units
     assert a.gold == (0,) and b.gold == (1,)
+
+
+def test_fast_unit_construction_is_a_plain_unit() -> None:
+    from pytest_restore.units import Unit, _unit
+
+    fast = _unit(3, 1, 2, "2023/05/01 (Mon) 10:00", "user", "hello there", "[d] user:\nhello there", 9)
+    slow = Unit(3, 1, 2, "2023/05/01 (Mon) 10:00", "user", "hello there", "[d] user:\nhello there", 9)
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    assert type(fast) is Unit
+    import dataclasses
+
+    assert dataclasses.asdict(fast) == dataclasses.asdict(slow)
+    try:
+        fast.tokens = 1  # type: ignore[misc]
+    except dataclasses.FrozenInstanceError:
+        pass
+    else:  # pragma: no cover
+        raise AssertionError("a fast unit must stay frozen")
