@@ -336,11 +336,15 @@ def fact_density(content: str) -> float:
     Smoothed by five tokens so that a one-word turn is not the densest.
     """
     tokens = content.split()
+    digits = _NUMBER.search(content) is not None  # most turns have none: skip the per-token search
     facts = 0
     sentence_start = True
     for tok in tokens:
-        bare = tok.strip("\"'()[],;:!?.").lower()
-        if _NUMBER.search(tok) or bare in _FIRST_PERSON or tok[:1].isupper() and not sentence_start:
+        if (
+            (digits and _NUMBER.search(tok))
+            or (not sentence_start and tok[:1].isupper())
+            or tok.strip("\"'()[],;:!?.").lower() in _FIRST_PERSON
+        ):
             facts += 1
         sentence_start = tok.endswith((".", "!", "?"))
     return facts / (len(tokens) + 5)
