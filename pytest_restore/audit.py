@@ -29,9 +29,10 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -288,7 +289,11 @@ class Audit:
             if config.cache_dir
             else None
         )
+        #: seconds this audit spent in each phase (for the bench's breakdown; never in a report)
+        self.timings: defaultdict[str, float] = defaultdict(float)
+        start = perf_counter()
         histories = build_histories(evidence, config.granularity, counts_file=counts_file)
+        self.timings["prepare: units and token counts"] += perf_counter() - start
         with_gold = []
         for h in histories:
             if h.gold:
@@ -301,7 +306,9 @@ class Audit:
                 if h.question.question_id not in keep:
                     self.exclusions.append((h.question.question_id, OUTSIDE_SUBSET))
             with_gold = [h for h in with_gold if h.question.question_id in keep]
+        start = perf_counter()
         self.questions: list[Prepared] = [self._prepare(h) for h in with_gold]
+        self.timings["prepare: lexical index"] += perf_counter() - start
         self._oracle: dict[str, Outcome] = {}
         self._placebo: dict[str, list[int] | None] = {}
         self._importance: dict[str, int] = {}
@@ -335,6 +342,13 @@ class Audit:
 
     def evaluate(self, items: Sequence[tuple[History, Sequence[int]]]) -> list[Outcome]:
         """Read and judge each (history, injected positions) context."""
+        start = perf_counter()
+        try:
+            return self._evaluate(items)
+        finally:
+            self.timings["read and judge"] += perf_counter() - start
+
+    def _evaluate(self, items: Sequence[tuple[History, Sequence[int]]]) -> list[Outcome]:
         reader_requests = [self.reader_request(history, injected) for history, injected in items]
         prompts = [prompt_id(r) for r in reader_requests]
         answers = self.reader.run(reader_requests)
@@ -401,7 +415,9 @@ class Audit:
         """``S_P`` of one question, checked for shape and budget."""
         history = prepared.history
         ctx = EvictionContext(question_id=history.question.question_id, seed=seed, importance=importance)
+        start = perf_counter()
         mask = np.asarray(policy.retain(history.units, history.sizes, budget, ctx))
+        self.timings[f"evict: {policy.name}"] += perf_counter() - start
         if mask.shape != (len(history.units),) or mask.dtype != np.bool_:
             raise TypeError(
                 f"policy {policy.name!r} returned a store of shape {mask.shape} and dtype {mask.dtype}; "
@@ -444,10 +460,13 @@ class Audit:
         importance: Mapping[str, int] = {}
         scorer_failed: dict[str, str] = {}
         if policy.needs_importance:
+            start = perf_counter()
             importance, scorer_failed = self.importance(questions)
+            self.timings["importance scores"] += perf_counter() - start
         oracle = self.oracle(questions)
         plan, contexts, stores = self.conditions(policy, budget, questions, importance, scorer_failed)
         outcomes = iter(self.evaluate(contexts))
+        start = perf_counter()
         records: list[Record] = []
         for p, seed, kept in plan:
             qid = p.question.question_id
@@ -458,6 +477,7 @@ class Audit:
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
                 records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None))
+        self.timings["records"] += perf_counter() - start
         if ablate and self.config.ablations:
             self.ablate(records, {p.question.question_id: p for p, _, _ in plan}, stores)
         return CellRun(policy.name, budget, records, stores)
@@ -544,6 +564,8 @@ class Audit:
         """
         seeds = self.config.seeds if policy.seeded else (0,)
         cap = self.config.cap
+        start = perf_counter()
+        evicting = 0.0
         stores: dict[tuple[str, int], Mask] = {}
         plan: list[tuple[Prepared, int, Mask | None]] = []
         contexts: list[tuple[History, list[int]]] = []
@@ -553,7 +575,9 @@ class Audit:
                 if qid in skip:
                     plan.append((p, seed, None))
                     continue
+                began = perf_counter()
                 mask = self.retain(policy, p, budget, seed, importance)
+                evicting += perf_counter() - began
                 stores[(qid, seed)] = mask
                 gold = list(p.history.gold)
                 kept_gold = [g for g in gold if mask[g]]
@@ -566,6 +590,7 @@ class Audit:
                 contexts.append((p.history, inject([], ranked, sizes, cap)))  # regime b
                 contexts.append((p.history, inject(gold, ranked_restored, sizes, cap)))  # restored
                 plan.append((p, seed, mask))
+        self.timings["rank and inject"] += perf_counter() - start - evicting
         return plan, contexts, stores
 
     def reader_request(self, history: History, injected: Sequence[int]) -> ChatRequest:

@@ -81,6 +81,41 @@ print(json.dumps({"parse": parsed - start, "count": done - parsed, "total": done
                   "questions": len(dataset.questions), "history_tokens": history_tokens}))
 """
 
+#: The grid in one process, phase by phase (the same work as the serial grid's
+#: items, without pytest): where the time goes.
+BREAKDOWN_CODE = """
+import json, sys, tempfile, time
+start = time.perf_counter()
+from pytest_restore.audit import Audit, AuditConfig, cell_checks
+from pytest_restore.data import load_dataset
+from pytest_restore.eviction import default_registry
+from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.report import RunInfo, write_report
+phases = {"imports": time.perf_counter() - start}
+mark = time.perf_counter()
+dataset = load_dataset(sys.argv[1])
+phases["parse and validate"] = time.perf_counter() - mark
+mark = time.perf_counter()
+reader = FakeReader()
+audit = Audit(dataset, AuditConfig(), reader=reader, judge=FakeJudge(), scorer=FakeScorer())
+reader.learn(p.history for p in audit.questions)
+phases["prepare: other"] = time.perf_counter() - mark - sum(v for k, v in audit.timings.items() if k.startswith("prepare"))
+records, checks = [], 0.0
+for policy in default_registry().values():
+    for budget in audit.config.budgets:
+        run = audit.run_cell(policy, budget)
+        mark = time.perf_counter()
+        cell_checks(run, audit)
+        checks += time.perf_counter() - mark
+        records += run.records
+phases["construct checks"] = checks
+mark = time.perf_counter()
+write_report(records, RunInfo(exclusions=audit.exclusion_counts()), tempfile.mkdtemp())
+phases["report (statistics, tables, figure)"] = time.perf_counter() - mark
+phases.update(audit.timings)
+print(json.dumps({"total": time.perf_counter() - start, "phases": phases}))
+"""
+
 
 @dataclass
 class Row:
@@ -204,6 +239,16 @@ def measure_floor(path: Path, repeats: int) -> dict[str, Any]:
             best = figures
     assert best is not None
     return best
+
+
+def measure_breakdown(path: Path) -> dict[str, Any]:
+    """The grid's phases in one fresh process (see ``BREAKDOWN_CODE``)."""
+    done = subprocess.run(
+        [sys.executable, "-c", BREAKDOWN_CODE, str(path)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the breakdown run failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def run_grid(work: Path, data: Path, label: str, args: Sequence[str], cache: Path) -> tuple[Timed, Path]:
@@ -436,6 +481,13 @@ def bench_dataset(
         table.add(f"[{label}] grid {name}", f"{timed.seconds:.1f} s = {timed.seconds / floor['total']:.1f}x floor",
                   f"{note}; peak RSS of the process tree {_mb(timed.peak_tree_bytes)}")
     assert report is not None
+    if full:
+        parts = measure_breakdown(data)
+        total = parts["total"]
+        table.add(f"[{label}] grid in one process, without pytest", f"{total:.1f} s",
+                  f"the serial grid's work phase by phase (below); pytest and its items add {out['serial'].seconds - total:.1f} s")
+        for phase, seconds in sorted(parts["phases"].items(), key=lambda kv: -kv[1]):
+            table.add(f"[{label}]   {phase}", f"{seconds:.2f} s", f"{seconds / total:.0%} of the in-process grid")
     summary = json.loads((report / "summary.json").read_text(encoding="utf-8"))
     for reader, calls in summary.get("model_calls", {}).items():
         table.add(f"[{label}] reader calls ({reader})", f"{calls['reader_unique']:,} of {calls['reader_naive']:,} naive = {calls['reader_ratio']:.2f}",

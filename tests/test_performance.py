@@ -223,3 +223,18 @@ def test_kernels_fall_back_to_per_process_compiling_without_a_cache(monkeypatch:
     compiled = kernels._compiled(lambda x: x + 1)
     assert compiled(1) == 2
     assert calls == [{"cache": True, "nogil": True}, {"nogil": True}]
+
+
+def test_bench_breakdown_accounts_for_the_grid_phase_by_phase() -> None:
+    from pytest_restore.bench import measure_breakdown
+    from pytest_restore.eviction import BUILTIN_POLICIES
+
+    figures = measure_breakdown(Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json")
+    phases = figures["phases"]
+    for policy in BUILTIN_POLICIES:
+        assert f"evict: {policy.name}" in phases
+    for phase in ("parse and validate", "prepare: units and token counts", "rank and inject", "read and judge",
+                  "report (statistics, tables, figure)"):
+        assert phases[phase] > 0, phase
+    # the phases are disjoint and cover the run: their sum is the total, less untimed glue
+    assert 0.75 * figures["total"] <= sum(phases.values()) <= figures["total"]
