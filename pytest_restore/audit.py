@@ -349,9 +349,18 @@ class Audit:
             self.timings["read and judge"] += perf_counter() - start
 
     def _evaluate(self, items: Sequence[tuple[History, Sequence[int]]]) -> list[Outcome]:
-        reader_requests = [self.reader_request(history, injected) for history, injected in items]
-        prompts = [prompt_id(r) for r in reader_requests]
-        answers = self.reader.run(reader_requests)
+        # A cell's conditions often share a context (nothing evicted, nothing restored):
+        # each distinct one is rendered, named and looked up once.
+        keys = [(id(history), tuple(injected)) for history, injected in items]
+        built: dict[tuple[int, tuple[int, ...]], tuple[ChatRequest, str]] = {}
+        for key, (history, injected) in zip(keys, items):
+            if key not in built:
+                request = self.reader_request(history, injected)
+                built[key] = (request, prompt_id(request))
+        distinct = list(built)
+        answered = dict(zip(distinct, self.reader.run([built[k][0] for k in distinct])))
+        prompts = [built[k][1] for k in keys]
+        answers = [answered[k] for k in keys]
         judge_requests: list[ChatRequest] = []
         for (history, _), answer in zip(items, answers):
             if answer.ok:
