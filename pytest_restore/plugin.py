@@ -556,10 +556,13 @@ class RestoreSession:
         return audit.run_cell(policy, budget).records
 
     def close(self) -> None:
-        """Release every model of this process, and let the collector see the audits again."""
+        """Release every model of this process."""
         for model in self._models.values():
             close_model(model)
         self._models.clear()
+
+    def thaw(self) -> None:
+        """Let the collector see what ``keep`` hid (a cleanup: after pytest's own final collections)."""
         if self._froze:
             gc.unfreeze()
             self._froze = False
@@ -676,7 +679,7 @@ class RestoreSession:
         return self._audits[spec]
 
     def keep(self) -> None:
-        """Move what exists now out of the garbage collector's sight until ``close``.
+        """Move what exists now out of the garbage collector's sight until ``thaw``.
 
         The prepared histories and the cells' records live as long as the
         session: without this, every full collection walks their ~10^6
@@ -875,6 +878,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "restore-session")
     config.pluginmanager.register(_ReportWaiter(session), "restore-report-waiter")
+    # Registered before the builtin plugins' cleanups, so it runs after them: their
+    # final gc.collect() calls still skip the session's frozen objects.
+    config.add_cleanup(session.thaw)
     if session.is_controller:
         _check_report_dir(settings.report_dir)  # before any model call, not after the grid
     if session.is_controller and settings.data:
