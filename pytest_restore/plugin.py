@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -391,6 +392,7 @@ class RestoreSession:
             )
         self._audits: dict[str, Audit] = {}
         self._froze = False  # gc.freeze() after building an audit
+        self._preload: threading.Thread | None = None  # the controller's early import of the figure module
         self._report: _Background | None = None  # the report being written
         self._models: dict[tuple[str, str], ChatModel] = {}
         self.usage_by_process: dict[str, dict[str, Any]] = {}
@@ -418,6 +420,13 @@ class RestoreSession:
         s = self.settings
         if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
             self.calibrate()
+        if self.config.pluginmanager.has_plugin("dsession"):
+            # The controller idles while xdist workers run the grid: load the figure's
+            # plotting library now rather than when the report is due (~0.5 s).
+            self._preload = threading.Thread(
+                target=importlib.import_module, args=("pytest_restore.figure",), name="pytest-restore-preload", daemon=True
+            )
+            self._preload.start()
 
     def calibrate(self) -> None:
         """The calibration gate (PROTOCOL section 9): stop the run before the grid when it fails."""
@@ -566,6 +575,9 @@ class RestoreSession:
         if self._froze:
             gc.unfreeze()
             self._froze = False
+        if self._preload is not None:
+            self._preload.join()  # never leave an import running into interpreter shutdown
+            self._preload = None
 
     # -- the grid ---------------------------------------------------------------
 
