@@ -481,8 +481,9 @@ def bench_dataset(
         table.add(f"[{label}] grid {name}", f"{timed.seconds:.1f} s = {timed.seconds / floor['total']:.1f}x floor",
                   f"{note}; peak RSS of the process tree {_mb(timed.peak_tree_bytes)}")
     assert report is not None
+    parts = measure_breakdown(data)
+    out["breakdown"] = parts
     if full:
-        parts = measure_breakdown(data)
         total = parts["total"]
         table.add(f"[{label}] grid in one process, without pytest", f"{total:.1f} s",
                   f"the serial grid's work phase by phase (below); pytest and its items add {out['serial'].seconds - total:.1f} s")
@@ -526,6 +527,15 @@ def run(args: argparse.Namespace) -> int:
         per_m = m["n2-cold"].seconds / (m["floor"]["history_tokens"] / 1e6)
         table.add("scale: grid seconds per million history tokens", f"S {per_s:.2f}, M {per_m:.2f}",
                   "M histories are 5x longer; redundancy's pairwise similarity is O(n^2) in units per history")
+        # phase by phase, per million history tokens: linear work costs the same per token at
+        # 5x the history, per-question work (reading, judging) less, quadratic work more
+        tokens_s, tokens_m = s["floor"]["history_tokens"] / 1e6, m["floor"]["history_tokens"] / 1e6
+        for phase, seconds in sorted(s["breakdown"]["phases"].items(), key=lambda kv: -kv[1]):
+            if seconds < 0.1:
+                continue
+            ps, pm = seconds / tokens_s, m["breakdown"]["phases"].get(phase, 0.0) / tokens_m
+            table.add(f"scale: {phase}", f"S {ps * 1e3:.0f}, M {pm * 1e3:.0f} ms per M tokens",
+                      f"M/S {pm / ps:.1f} per history token")
         table.add("scale: peak tree RSS, -n 2", f"S {_mb(s['n2-cold'].peak_tree_bytes)}, M {_mb(m['n2-cold'].peak_tree_bytes)}",
                   "per process it follows the largest history's n x n similarity arrays (and the "
                   "512 MB overlap cache), not the number of questions")

@@ -41,19 +41,46 @@ _TWO32 = np.uint64(0x100000000)
 
 
 @_compiled
+def _first(key: npt.NDArray[np.float64], a: int, b: int) -> bool:
+    """Whether unit ``a`` goes before unit ``b``: the lower key, then the older unit."""
+    return bool(key[a] < key[b] or (key[a] == key[b] and a < b))
+
+
+@_compiled
 def lowest_key(sizes: npt.NDArray[np.int64], budget: int, key: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
-    """Evict the stored unit with the lowest key after each arrival; ties to the older unit."""
+    """Evict the stored unit with the lowest key after each arrival; ties to the older unit.
+
+    The stored units sit in a binary min-heap ordered by :func:`_first`:
+    O(n log n) for a history of n units.
+    """
     n = sizes.shape[0]
     stored = np.zeros(n, dtype=np.bool_)
+    heap = np.empty(n, dtype=np.int64)  # positions
+    size = 0
     total = 0
     for pos in range(n):
+        i = size  # the newcomer rises from the bottom
+        size += 1
+        while i > 0 and _first(key, pos, heap[(i - 1) >> 1]):
+            heap[i] = heap[(i - 1) >> 1]
+            i = (i - 1) >> 1
+        heap[i] = pos
         stored[pos] = True
         total += sizes[pos]
         while total > budget:
-            victim = -1
-            for u in range(pos + 1):
-                if stored[u] and (victim < 0 or key[u] < key[victim]):
-                    victim = u
+            victim = heap[0]
+            size -= 1
+            last = heap[size]
+            i = 0  # the last entry sinks from the root
+            while 2 * i + 1 < size:
+                child = 2 * i + 1
+                if child + 1 < size and _first(key, heap[child + 1], heap[child]):
+                    child += 1
+                if not _first(key, heap[child], last):
+                    break
+                heap[i] = heap[child]
+                i = child
+            heap[i] = last
             stored[victim] = False
             total -= sizes[victim]
     return stored
@@ -89,29 +116,50 @@ def below(draws: npt.NDArray[np.uint32], k: int, high: int) -> tuple[int, int]:
 def random_victims(sizes: npt.NDArray[np.int64], budget: int, draws: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.bool_], bool]:
     """Evict a uniformly random stored unit after each arrival: (store, enough draws).
 
-    The stored units are kept in arrival order and the victim is the one at
-    ``integers(len(stored))``, exactly as ``list.pop`` on that list would.
+    The victim is the ``integers(len(stored))``-th stored unit in arrival
+    order, exactly as ``list.pop`` on the list of stored units would take it.
+    Arrival order is position order, so that is the i-th smallest stored
+    position, found in O(log n) in a Fenwick tree of stored positions.
     """
     n = sizes.shape[0]
-    order = np.empty(n, dtype=np.int64)
+    tree = np.zeros(n + 1, dtype=np.int64)  # Fenwick tree over positions 1..n: 1 = stored
+    top = 1
+    while top * 2 <= n:
+        top *= 2
+    stored = np.zeros(n, dtype=np.bool_)
     held = 0
     total = 0
     k = 0
     for pos in range(n):
-        order[held] = pos
+        j = pos + 1
+        while j <= n:
+            tree[j] += 1
+            j += j & -j
+        stored[pos] = True
         held += 1
         total += sizes[pos]
         while total > budget:
             i, k = below(draws, k, held)
             if i == OUT_OF_DRAWS:
                 return np.zeros(n, dtype=np.bool_), False
-            total -= sizes[order[i]]
-            for j in range(i, held - 1):
-                order[j] = order[j + 1]
+            # the (i + 1)-th stored position: descend the tree
+            at = 0
+            rest = i + 1
+            step = top
+            while step > 0:
+                nxt = at + step
+                if nxt <= n and tree[nxt] < rest:
+                    at = nxt
+                    rest -= tree[nxt]
+                step >>= 1
+            victim = at  # 0-based: tree index at + 1
+            j = victim + 1
+            while j <= n:
+                tree[j] -= 1
+                j += j & -j
+            stored[victim] = False
             held -= 1
-    stored = np.zeros(n, dtype=np.bool_)
-    for j in range(held):
-        stored[order[j]] = True
+            total -= sizes[victim]
     return stored, True
 
 
