@@ -526,7 +526,9 @@ def run(args: argparse.Namespace) -> int:
         per_s = s["n2-cold"].seconds / (s["floor"]["history_tokens"] / 1e6)
         per_m = m["n2-cold"].seconds / (m["floor"]["history_tokens"] / 1e6)
         table.add("scale: grid seconds per million history tokens", f"S {per_s:.2f}, M {per_m:.2f}",
-                  "M histories are 5x longer; redundancy's pairwise similarity is O(n^2) in units per history")
+                  "M histories are 5x longer; redundancy's pairwise similarity is O(n^2) in units per history. "
+                  "Below, each phase per history token, M against S: 1 is linear growth; M has half S's tokens, "
+                  "so fixed and per-distinct-text costs show up to 2, per-question costs below 1")
         # phase by phase, per million history tokens: linear work costs the same per token at
         # 5x the history, per-question work (reading, judging) less, quadratic work more
         tokens_s, tokens_m = s["floor"]["history_tokens"] / 1e6, m["floor"]["history_tokens"] / 1e6
