@@ -864,16 +864,17 @@ class _ReportWaiter:
 SESSION_KEY = pytest.StashKey[RestoreSession]()
 
 
-def _check_report_dir(report_dir: str) -> None:
-    """Stop with a one-line error when the report directory could not be made (nothing is created)."""
+def _report_dir_problem(report_dir: str) -> str | None:
+    """Why the report directory could not be made, in one line, or ``None`` (nothing is created)."""
     path = Path(report_dir).absolute()
     for existing in (path, *path.parents):
         if existing.exists():
             if not existing.is_dir():
-                raise pytest.UsageError(f"--restore-report-dir {report_dir}: {existing} is a file, not a directory")
+                return f"--restore-report-dir {report_dir}: {existing} is a file, not a directory"
             if not os.access(existing, os.W_OK | os.X_OK):
-                raise pytest.UsageError(f"--restore-report-dir {report_dir}: {existing} is not writable")
-            return
+                return f"--restore-report-dir {report_dir}: {existing} is not writable"
+            return None
+    return None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -894,7 +895,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # final gc.collect() calls still skip the session's frozen objects.
     config.add_cleanup(session.thaw)
     if session.is_controller:
-        _check_report_dir(settings.report_dir)  # before any model call, not after the grid
+        # Known before any model call rather than after the grid. A run that names data
+        # or real models is an audit: stop it now. Otherwise (this plugin loads in every
+        # pytest run) only the grid's items fail, so unrelated test suites are untouched.
+        problem = _report_dir_problem(settings.report_dir)
+        if problem and (settings.data or settings.uses_real_models):
+            raise pytest.UsageError(problem)
     if session.is_controller and settings.data:
         session.dataset()  # a malformed file stops the run here, before any model call
 
@@ -903,6 +909,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def restore_cell(request: pytest.FixtureRequest) -> Generator[RestoreCell, None, None]:
     """The grid cell of this item (the plugin parametrizes it over policy x budget)."""
     session = request.config.stash[SESSION_KEY]
+    problem = _report_dir_problem(session.settings.report_dir)
+    if problem:
+        pytest.fail(problem, pytrace=False)  # no cell runs (or spends) for a report that cannot be written
     yield RestoreCell(session, request.param, request.node)
 
 

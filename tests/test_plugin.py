@@ -130,6 +130,18 @@ def test_a_report_dir_that_cannot_be_made_stops_the_run_first(pytester: pytest.P
     assert "passed" not in result.stdout.str()  # no cell ran
 
 
+def test_without_data_a_bad_report_dir_fails_only_the_grid_items(pytester: pytest.Pytester) -> None:
+    # the plugin loads in every pytest run: an unrelated test must not be stopped by it
+    pytester.makepyfile(test_grid=GRID, test_other="def test_unrelated():\n    assert True\n")
+    (pytester.path / "taken").write_text("a file where the report would go")
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "--restore-report-dir=taken/report")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed") == 1 and outcomes.get("errors", 0) > 0, outcomes
+    assert "is a file, not a directory" in result.stdout.str()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert not (pytester.path / "taken" / "report").exists()
+
+
 def test_subset_is_stratified_and_reported(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_grid=GRID)
     result = pytester.runpytest("-p", "no:xdist", *SMALL, "--restore-policies", "fifo", "--restore-questions", "3")
