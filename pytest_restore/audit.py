@@ -591,13 +591,17 @@ class Audit:
                 gold = list(p.history.gold)
                 kept_gold = [g for g in gold if mask[g]]
                 ranked = self.rank(p, mask)
-                restored_store = mask.copy()
-                restored_store[gold] = True
-                ranked_restored = self.rank(p, restored_store)
                 sizes = p.history.sizes
-                contexts.append((p.history, inject(kept_gold, ranked, sizes, cap)))  # regime a
+                regime_a = inject(kept_gold, ranked, sizes, cap)
+                if len(kept_gold) == len(gold):
+                    restored = regime_a  # nothing to restore: the same store, ranked and injected alike
+                else:
+                    restored_store = mask.copy()
+                    restored_store[gold] = True
+                    restored = inject(gold, self.rank(p, restored_store), sizes, cap)
+                contexts.append((p.history, regime_a))
                 contexts.append((p.history, inject([], ranked, sizes, cap)))  # regime b
-                contexts.append((p.history, inject(gold, ranked_restored, sizes, cap)))  # restored
+                contexts.append((p.history, restored))
                 plan.append((p, seed, mask))
         self.timings["rank and inject"] += perf_counter() - start - evicting
         return plan, contexts, stores
