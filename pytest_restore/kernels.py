@@ -2,7 +2,7 @@
 
 Online eviction is sequential: every arrival may evict, and each victim
 depends on the previous ones, so it does not vectorise. In Python these loops
-took ~9 s of a 500-question grid (one event is a few microseconds of
+took ~8 s of a 500-question grid (one event is a few microseconds of
 interpreter work, and the grid has millions of events); compiled, the random
 and lowest-key loops take ~0.15 s each and the redundancy loop ~0.8 s (it
 compares pairs of units, O(n^2) per history). numba compiles them on first
