@@ -10,6 +10,7 @@ only, writes the report once at the end of the session.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import importlib
@@ -423,9 +424,7 @@ class RestoreSession:
         if self.config.pluginmanager.has_plugin("dsession"):
             # The controller idles while xdist workers run the grid: load the figure's
             # plotting library now rather than when the report is due (~0.5 s).
-            self._preload = threading.Thread(
-                target=importlib.import_module, args=("pytest_restore.figure",), name="pytest-restore-preload", daemon=True
-            )
+            self._preload = threading.Thread(target=_preload_figure, name="pytest-restore-preload", daemon=True)
             self._preload.start()
 
     def calibrate(self) -> None:
@@ -824,6 +823,12 @@ class RestoreSession:
         strict = self.settings.family_checks == "fail"
         for failure in self.failures:
             terminalreporter.write_sep("=", failure, red=strict, yellow=not strict, bold=True)
+
+
+def _preload_figure() -> None:
+    """Import the figure module ahead of the report; a failure here is the report's to raise."""
+    with contextlib.suppress(Exception):  # the report imports it again and reports what is wrong
+        importlib.import_module("pytest_restore.figure")
 
 
 class _Background(threading.Thread):
