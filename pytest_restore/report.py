@@ -242,10 +242,11 @@ def render_cells_csv(records: Sequence[Record], analysis: Analysis | None = None
     return buf.getvalue()
 
 
-def render_records_jsonl(records: Iterable[Record]) -> str:
-    """``records.jsonl`` as text, in canonical order."""
+def render_records_jsonl(records: Iterable[Record], *, ordered: bool = False) -> str:
+    """``records.jsonl`` as text, in canonical order (``ordered``: the records already are)."""
     return "".join(
-        json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in sort_records(records)
+        json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n"
+        for r in (records if ordered else sort_records(records))
     )
 
 
@@ -631,9 +632,12 @@ def render_tables_md(records: Sequence[Record], analysis: Analysis) -> str:
 
 
 def render_report_md(
-    records: Sequence[Record], info: RunInfo, analysis: Analysis | None = None
+    records: Sequence[Record],
+    info: RunInfo,
+    analysis: Analysis | None = None,
+    calls: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """``report.md`` as text."""
+    """``report.md`` as text (``calls``: :func:`model_calls` of the records, when already counted)."""
     if analysis is None:
         analysis = analyse_records(records, info)
     ds = info.dataset
@@ -688,15 +692,16 @@ def render_report_md(
     for name in sorted(info.checks):
         out += ["", str(info.checks[name].get("markdown", ""))]
     out += ["", render_ablations_md(records, analysis), render_cases_md(records)]
-    calls = render_model_calls_md(records)
-    if calls:
-        out += ["", calls]
+    section = render_model_calls_md(records, calls)
+    if section:
+        out += ["", section]
     return "\n".join(out)
 
 
-def render_model_calls_md(records: Sequence[Record]) -> str:
+def render_model_calls_md(records: Sequence[Record], calls: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     """The model calls section: unique reader and judge calls against naive, from the records' prompt ids."""
-    calls = model_calls(records)
+    if calls is None:
+        calls = model_calls(records)
     if not calls:
         return ""
     out = [
@@ -770,7 +775,10 @@ class ReportFiles:
 
 
 def summary_json(
-    records: Sequence[Record], info: RunInfo, analysis: Analysis | None = None
+    records: Sequence[Record],
+    info: RunInfo,
+    analysis: Analysis | None = None,
+    calls: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """``summary.json``: the run section plus counts (and the hypothesis summary)."""
     bins = {b: sum(1 for r in records if r["bin"] == b) for b in BINS}
@@ -784,7 +792,7 @@ def summary_json(
             "bins": bins,
         },
         "record_exclusions": record_exclusions(records),
-        "model_calls": model_calls(records),
+        "model_calls": dict(calls) if calls is not None else model_calls(records),
     }
     if analysis is not None:
         out["hypotheses"] = analysis.summary()
@@ -813,12 +821,13 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
         figure_svg=out / "figure.svg",
         failures=tuple(session_failures(analysis)),
     )
-    files.records.write_text(render_records_jsonl(ordered), encoding="utf-8")
+    files.records.write_text(render_records_jsonl(ordered, ordered=True), encoding="utf-8")
     files.cells.write_text(render_cells_csv(ordered, analysis), encoding="utf-8")
     files.hypotheses.write_text(render_hypotheses_json(analysis, ordered), encoding="utf-8")
-    files.report.write_text(render_report_md(ordered, info, analysis), encoding="utf-8")
+    calls = model_calls(ordered)
+    files.report.write_text(render_report_md(ordered, info, analysis, calls), encoding="utf-8")
     files.summary.write_text(
-        json.dumps(summary_json(ordered, info, analysis), indent=2, sort_keys=True) + "\n",
+        json.dumps(summary_json(ordered, info, analysis, calls), indent=2, sort_keys=True) + "\n",
         encoding="utf-8",
     )
     from .figure import write_figure  # matplotlib loads when a report is written
