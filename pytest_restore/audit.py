@@ -134,16 +134,21 @@ class Outcome:
     prompt: str | None = None
 
 
+def request_digest(request: ChatRequest) -> bytes:
+    """The sha256 of everything in a request (what can change the model's output)."""
+    digest = hashlib.sha256(f"{request.max_tokens}\x1f{request.temperature!r}".encode())
+    for role, content in request.messages:
+        digest.update(b"\x1e" + role.encode() + b"\x1f" + content.encode("utf-8", "surrogatepass"))
+    return digest.digest()
+
+
 def prompt_id(request: ChatRequest) -> str:
-    """A short name of a request: the first 16 hex digits of a sha256 of everything in it.
+    """A short name of a request: the first 16 hex digits of :func:`request_digest`.
 
     Records carry it for each condition, so a report can count the distinct
     reader calls a grid needed against one call per condition of every record.
     """
-    digest = hashlib.sha256(f"{request.max_tokens}\x1f{request.temperature!r}".encode())
-    for role, content in request.messages:
-        digest.update(b"\x1e" + role.encode() + b"\x1f" + content.encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()[:16]
+    return request_digest(request).hex()[:16]
 
 
 def model_calls(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -211,7 +216,9 @@ class MemoModel:
 
     def __init__(self, model: ChatModel) -> None:
         self.model = model
-        self._memo: dict[ChatRequest, ChatResult] = {}
+        # Keyed by the request's sha256, not the request: a grid's reader prompts are
+        # ~10 KB each, and keeping every one alive would cost ~150 MB per process.
+        self._memo: dict[bytes, ChatResult] = {}
         self.usage = Usage()
 
     @property
@@ -221,15 +228,16 @@ class MemoModel:
 
     def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Results for ``requests``; only requests never answered before are sent."""
-        missing = list(dict.fromkeys(r for r in requests if r not in self._memo))
-        fresh: dict[ChatRequest, ChatResult] = {}
+        keys = [request_digest(r) for r in requests]
+        missing = {k: r for k, r in zip(keys, requests) if k not in self._memo}
+        fresh: dict[bytes, ChatResult] = {}
         if missing:
-            fresh = dict(zip(missing, self.model.run(missing)))
-            for request, result in fresh.items():
+            fresh = dict(zip(missing, self.model.run(list(missing.values()))))
+            for key, result in fresh.items():
                 if result.ok:
-                    self._memo[request] = result
+                    self._memo[key] = result
                 self._count(result)
-        return [self._memo.get(r) or fresh[r] for r in requests]
+        return [self._memo.get(k) or fresh[k] for k in keys]
 
     def _count(self, result: ChatResult) -> None:
         usage = self.usage
