@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import pytest
 
-from .audit import Audit, AuditConfig, CellRun, cell_checks
+from .audit import Audit, AuditConfig, CellRun, Record, cell_checks
 from .cache import ResponseCache
 from .calibration import calibrate
 from .data import DataError, Dataset, Question, load_dataset
@@ -311,11 +311,13 @@ class RestoreCell:
         policy = self.session.registry[self.spec.policy]
         self.run = audit.run_cell(policy, self.spec.budget)
         self.session.keep()
-        # One JSON string, not a list of dicts: xdist's serializer is pure Python and
-        # would take seconds over a full grid's records (each phase's report carries them).
-        payload = json.dumps(self.run.records)
-        self.session.share_cell(audit, self.run, payload)
-        self.item.user_properties.append((RECORDS_PROPERTY, payload))
+        records: str | list[Record] = self.run.records  # one process: handed over as they are
+        if not self.session.is_controller:
+            # One JSON string, not a list of dicts: xdist's serializer is pure Python and
+            # would take seconds over a full grid's records (each phase's report carries them).
+            records = json.dumps(self.run.records)
+            self.session.share_cell(audit, self.run, records)
+        self.item.user_properties.append((RECORDS_PROPERTY, records))
         self.item.user_properties.append((META_PROPERTY, self.session.meta()))
         worker = str(getattr(self.session.config, "workerinput", {}).get("workerid", "main"))
         self.item.user_properties.append((USAGE_PROPERTY, {"process": worker, "models": self.session.usage()}))
@@ -541,9 +543,7 @@ class RestoreSession:
         return self.shared_cells() / f"{digest}-{budget}.json"
 
     def share_cell(self, audit: Audit, run: CellRun, payload: str) -> None:
-        """Leave a cell's records (``payload``, their JSON) where other workers can read them (xdist only)."""
-        if self.is_controller:
-            return  # one process: the audit keeps its cells itself
+        """Leave a worker's cell records (``payload``, their JSON) where other workers can read them."""
         path = self._cell_file(audit.reader.name, run.policy, run.budget)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -742,7 +742,7 @@ class RestoreSession:
             return
         for name, value in properties:
             if name == RECORDS_PROPERTY:
-                self.records.extend(cast("list[dict[str, Any]]", json.loads(cast(str, value))))
+                self.records.extend(cast("list[dict[str, Any]]", json.loads(value) if isinstance(value, str) else value))
             elif name == META_PROPERTY:
                 self.run_meta = dict(cast("dict[str, Any]", value))
             elif name == USAGE_PROPERTY:
