@@ -238,3 +238,28 @@ def test_bench_breakdown_accounts_for_the_grid_phase_by_phase() -> None:
         assert phases[phase] > 0, phase
     # the phases are disjoint and cover the run: their sum is the total, less untimed glue
     assert 0.75 * figures["total"] <= sum(phases.values()) <= figures["total"]
+
+
+def test_random_policy_draws_again_with_more_when_the_kernel_runs_short(
+    small: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_restore import kernels
+
+    dataset = load_dataset(small)
+    h = build_history(dataset.questions[0], Granularity.TURN)
+    ctx = EvictionContext(dataset.questions[0].question_id, 1)
+    budget = int(h.sizes.sum()) // 4
+    want = RandomPolicy().retain(h.units, h.sizes, budget, ctx)
+    real = kernels.random_victims
+    lengths: list[int] = []
+
+    def short_at_first(sizes, budget, draws):  # type: ignore[no-untyped-def]
+        lengths.append(len(draws))
+        if len(lengths) == 1:
+            return np.zeros(len(sizes), dtype=bool), False
+        return real(sizes, budget, draws)
+
+    monkeypatch.setattr(kernels, "random_victims", short_at_first)
+    got = RandomPolicy().retain(h.units, h.sizes, budget, ctx)
+    assert len(lengths) == 2 and lengths[1] > lengths[0]
+    assert got.tolist() == want.tolist() and not want.all()
