@@ -217,12 +217,28 @@ def children_maxrss_bytes() -> int:
 # -- the steps -------------------------------------------------------------------------
 
 
-def make_dataset(path: Path, questions: int, seed: int, tokens: int, sessions: int | None) -> float:
-    """Generate and write the synthetic dataset; seconds taken."""
+#: Filler pool size per question (in histories' worth of sessions) that makes about three
+#: quarters of a file's session occurrences distinct, as in the official LongMemEval-S: its
+#: filler is drawn with replacement from ~40k sessions (13 of its 500 histories hold one
+#: filler session twice among 23,867 session slots, which puts the pool near 40k).
+REAL_POOL_PER_QUESTION = 1.6
+
+
+def make_dataset(path: Path, questions: int, seed: int, tokens: int, sessions: int | None, reuse: str) -> float:
+    """Generate and write the synthetic dataset; seconds taken.
+
+    ``reuse="real"``: the filler pool scales with the question count so that
+    distinct text is about as common as in the official file (the floor then
+    counts ~40M tokens). ``reuse="high"``: the generator's default pool of 2.5
+    histories' worth of sessions, shared by every question (a few percent of
+    the text is distinct: the floor is small, the ratio to it large).
+    """
     from .synthetic import generate, write_dataset
 
     start = time.perf_counter()
     knobs: dict[str, Any] = {} if sessions is None else {"sessions_per_history": sessions}
+    if reuse == "real":
+        knobs.update(lazy_pool=True, pool_factor=REAL_POOL_PER_QUESTION * questions)
     write_dataset(generate(questions, seed, tokens_per_history=tokens, **knobs), path)
     return time.perf_counter() - start
 
@@ -457,14 +473,20 @@ def _mb(n: int) -> str:
 
 
 def bench_dataset(
-    table: Table, work: Path, label: str, *, questions: int, tokens: int, sessions: int | None, args: argparse.Namespace, full: bool
+    table: Table, work: Path, label: str, *, questions: int, tokens: int, sessions: int | None, args: argparse.Namespace,
+    full: bool, reuse: str = "real", details: bool = True,
 ) -> dict[str, Any]:
-    """Every figure of one dataset size into ``table``; the raw figures."""
+    """Every figure of one dataset into ``table``; the raw figures.
+
+    ``full``: also the warm and serial grids and the phase breakdown rows;
+    ``details``: the phase breakdown (for --scale) and the model-call rows.
+    """
     data = work / f"synthetic-{label}.json"
-    gen = make_dataset(data, questions, 0, tokens, sessions)
+    gen = make_dataset(data, questions, 0, tokens, sessions, reuse)
     floor = measure_floor(data, args.repeats)
     table.add(f"[{label}] dataset", f"{floor['questions']} questions, {floor['history_tokens'] / 1e6:,.1f}M history tokens",
-              f"{data.stat().st_size / 2**20:,.0f} MB file, {floor['turns']:,} turns, {floor['distinct_texts']:,} distinct texts; generated in {gen:.1f} s")
+              f"{data.stat().st_size / 2**20:,.0f} MB file, {floor['turns']:,} turns, {floor['distinct_texts']:,} distinct texts "
+              f"({floor['distinct_tokens'] / floor['history_tokens']:.0%} of the tokens); {reuse} reuse; generated in {gen:.1f} s")
     table.add(f"[{label}] floor: parse + count distinct texts", f"{floor['total']:.2f} s",
               f"parse {floor['parse']:.2f} s + count {floor['count']:.2f} s ({floor['distinct_tokens'] / 1e6:,.1f}M tokens), fresh process, best of {args.repeats}")
     out: dict[str, Any] = {"floor": floor}
@@ -481,6 +503,8 @@ def bench_dataset(
         table.add(f"[{label}] grid {name}", f"{timed.seconds:.1f} s = {timed.seconds / floor['total']:.1f}x floor",
                   f"{note}; peak RSS of the process tree {_mb(timed.peak_tree_bytes)}")
     assert report is not None
+    if not details:
+        return out
     parts = measure_breakdown(data)
     out["breakdown"] = parts
     if full:
@@ -521,6 +545,9 @@ def run(args: argparse.Namespace) -> int:
               f"ours {bs['ours_per_stat'] * 1e3:.2f} ms (one resample draw shared by the grid's {bs['statistics']} cell intervals), scipy {bs['scipy_per_stat'] * 1e3:.0f} ms; R = {args.resamples:,}")
     table.add("bootstrap one statistic alone", f"{bs['scipy_per_stat'] / bs['ours_one']:.1f}x faster than scipy",
               f"ours {bs['ours_one'] * 1e3:.0f} ms including the draw, same resamples as scipy")
+    if args.high_reuse:
+        bench_dataset(table, work, "S-high-reuse", questions=args.questions, tokens=102_000, sessions=None, args=args,
+                      full=False, reuse="high", details=False)
     if args.scale:
         m = bench_dataset(table, work, "M", questions=args.scale_questions, tokens=510_000, sessions=500, args=args, full=False)
         per_s = s["n2-cold"].seconds / (s["floor"]["history_tokens"] / 1e6)
@@ -553,4 +580,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples [10000]")
     parser.add_argument("--ranker-questions", type=int, default=100, help="questions of the ranker comparison [100]")
     parser.add_argument("--scale", action="store_true", help="also run a LongMemEval-M-sized dataset")
+    parser.add_argument("--high-reuse", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time the -n 2 grid on a file whose histories share most of their text [on]")
     parser.add_argument("--scale-questions", type=int, default=50, help="questions of the M-sized dataset [50]")

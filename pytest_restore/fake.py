@@ -187,6 +187,9 @@ class FakeJudge(_Named):
 
 _FIRST_PERSON = re.compile(r"\b(i|i'm|i've|my|me|we|our)\b", re.IGNORECASE)
 _DIGIT = re.compile(r"\d")
+# ``_FIRST_PERSON`` over ASCII text: "i'm" and "i've" already match as "i" followed by a boundary.
+_FIRST_PERSON_WORDS = frozenset({b"i", b"my", b"me", b"we", b"our"})
+_ASCII_WORDS = bytes(c if chr(c).isalnum() or c == 95 else 32 for c in range(128)) + b" " * 128
 
 
 class FakeScorer(_Named):
@@ -204,7 +207,11 @@ class FakeScorer(_Named):
     def score(content: str) -> int:
         """The fake importance of one content."""
         score = 4.0
-        if _FIRST_PERSON.search(content):
+        if content.isascii():  # the same test without the case-blind regex: runs of \w, lower-cased
+            first_person = not _FIRST_PERSON_WORDS.isdisjoint(content.lower().encode("ascii").translate(_ASCII_WORDS).split())
+        else:
+            first_person = _FIRST_PERSON.search(content) is not None
+        if first_person:
             score += 2
         if _DIGIT.search(content):
             score += 1

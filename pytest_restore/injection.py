@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .lexical import word_counts, words
+from .lexical import term_id, word_profile, words
 from .units import History
 
 TOP_K = 60
@@ -57,12 +57,22 @@ class LexicalIndex:
     def build(cls, history: History) -> LexicalIndex:
         """Index one question's history against its question text."""
         terms = list(dict.fromkeys(words(history.question.question)))
-        counted = [word_counts(unit.content) for unit in history.units]
-        lengths = np.fromiter((n for n, _ in counted), dtype=np.float64, count=len(counted))
-        if not terms:
-            return cls(np.zeros((len(counted), 0), dtype=np.float64), lengths)
-        tf = np.array([[c.get(t, 0) for t in terms] for _, c in counted], dtype=np.float64)
-        return cls(tf.reshape(len(counted), len(terms)), lengths)
+        profiles = [word_profile(unit.content) for unit in history.units]
+        n = len(profiles)
+        lengths = np.fromiter((p.total for p in profiles), dtype=np.float64, count=n)
+        tf = np.zeros((n, len(terms)), dtype=np.float64)
+        if not terms or not n:
+            return cls(tf, lengths)
+        # every unit's (word id, count) pairs end to end; a term's column is where its id occurs
+        ids = np.concatenate([p.ids for p in profiles])
+        counts = np.concatenate([p.counts for p in profiles])
+        owner = np.repeat(np.arange(n), np.fromiter((p.ids.size for p in profiles), dtype=np.int64, count=n))
+        for j, term in enumerate(terms):
+            tid = term_id(term)  # after profiling: a word of any unit here has an id
+            if tid >= 0:
+                hit = ids == tid
+                tf[owner[hit], j] = counts[hit]
+        return cls(tf, lengths)
 
 
 def bm25_scores(index: LexicalIndex, store: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:

@@ -262,3 +262,77 @@ def pair_overlaps(words: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], 
     for u in range(n):
         out[u, u] = lengths[u]
     return out
+
+
+# -- the control's fact density over ASCII text ---------------------------------------
+
+#: What ``str.split()`` splits on, among ASCII bytes.
+_SPACE = np.zeros(256, dtype=np.bool_)
+_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+#: What ``fact_density`` strips from a token before comparing it with the first-person words.
+_STRIP = np.zeros(256, dtype=np.bool_)
+_STRIP[[ord(c) for c in "\"'()[],;:!?."]] = True
+#: The first-person words, each packed little-endian into an integer (at most 4 bytes).
+_FIRST_PERSON_CODES = np.array(
+    sorted(int.from_bytes(w.encode("ascii"), "little") for w in ("i", "i'm", "i've", "i'd", "my", "me", "mine", "we", "our")),
+    dtype=np.int64,
+)
+
+
+@_compiled
+def ascii_facts(text: npt.NDArray[np.uint8], space: npt.NDArray[np.bool_], strip: npt.NDArray[np.bool_],
+                first_person: npt.NDArray[np.int64]) -> tuple[int, int]:
+    """(fact-bearing tokens, tokens) of ASCII ``text``, by ``eviction.fact_density``'s rule.
+
+    Tokens are the runs between whitespace. A token bears a fact when it holds
+    a digit, starts with a capital letter and does not open a sentence (the
+    token before it did not end with ``.``, ``!`` or ``?``), or is a
+    first-person word once quotes and punctuation are stripped from both ends
+    and it is lower-cased.
+    """
+    n = text.shape[0]
+    i = 0
+    facts = 0
+    tokens = 0
+    sentence_start = True
+    while i < n:
+        while i < n and space[text[i]]:
+            i += 1
+        if i >= n:
+            break
+        start = i
+        digit = False
+        while i < n and not space[text[i]]:
+            if 48 <= text[i] <= 57:
+                digit = True
+            i += 1
+        end = i
+        tokens += 1
+        fact = digit or (not sentence_start and 65 <= text[start] <= 90)
+        if not fact:
+            s, e = start, end
+            while s < e and strip[text[s]]:
+                s += 1
+            while e > s and strip[text[e - 1]]:
+                e -= 1
+            if 0 < e - s <= 4:
+                code = np.int64(0)
+                for k in range(e - s):
+                    c = text[s + k]
+                    if 65 <= c <= 90:
+                        c += 32
+                    code |= np.int64(c) << (8 * k)
+                for candidate in first_person:
+                    if candidate == code:
+                        fact = True
+                        break
+        if fact:
+            facts += 1
+        last = text[end - 1]
+        sentence_start = last == 46 or last == 33 or last == 63
+    return facts, tokens
+
+
+def fact_counts(text: str) -> tuple[int, int]:
+    """``ascii_facts`` of an ASCII string."""
+    return ascii_facts(np.frombuffer(text.encode("ascii"), dtype=np.uint8), _SPACE, _STRIP, _FIRST_PERSON_CODES)

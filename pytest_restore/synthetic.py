@@ -58,7 +58,7 @@ import json
 import math
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -550,6 +550,8 @@ class GeneratorSettings:
     tokens_per_history: int = 102_000
     sessions_per_history: int = 56
     pool_factor: float = 2.5
+    #: build each pool session and loose pair on first use (see ``generate``)
+    lazy_pool: bool = False
     distractors: tuple[int, int] = (0, 10)
     distractor_assistant_share: float = 0.7
     distractors_per_session: int = 2
@@ -1214,6 +1216,28 @@ _BUILDERS: dict[str, Callable[[_Writer, bool], _Plan]] = {
 Pair = tuple[str, str]  # (user content, assistant content)
 
 
+class _Draws:
+    """Distinct indices of ``range(n)`` in random order, drawn one at a time (a lazy permutation)."""
+
+    def __init__(self, rng: random.Random, n: int) -> None:
+        self.rng, self.n = rng, n
+        self.taken: set[int] = set()
+
+    def __bool__(self) -> bool:
+        return len(self.taken) < self.n
+
+    def pop(self) -> int:
+        while True:
+            index = self.rng.randrange(self.n)
+            if index not in self.taken:
+                self.taken.add(index)
+                return index
+
+    def __iter__(self) -> Iterator[int]:
+        while self:
+            yield self.pop()
+
+
 @dataclass
 class _Session:
     sid: str
@@ -1241,6 +1265,7 @@ def _short_date(moment: dt.datetime) -> str:
 
 class _Generator:
     def __init__(self, seed: int, settings: GeneratorSettings) -> None:
+        self.seed = seed
         self.rng = random.Random(seed)
         self.s = settings
         self.w = _Writer(self.rng, settings)
@@ -1258,8 +1283,8 @@ class _Generator:
                 self.used_ids.add(sid)
                 return sid
 
-    def filler_id(self) -> str:
-        r = self.rng
+    def filler_id(self, rng: random.Random | None = None) -> str:
+        r = rng or self.rng
         if r.random() < 0.6:
             return self._fresh(lambda: f"sharegpt_{r.getrandbits(28):07x}_{r.randrange(4)}")
         return self._fresh(lambda: f"ultrachat_{r.randrange(10_000, 600_000)}")
@@ -1272,7 +1297,13 @@ class _Generator:
     def _build_pool(self) -> None:
         w = self.w
         size = max(4, round(self.s.pool_factor * self.s.sessions_per_history))
+        self.pool_size, self.pairs_size = size, max(16, size * 2)
         self.pool: list[_Session] = []
+        self.pairs: list[Pair] = []
+        self._lazy_sessions: dict[int, _Session] = {}
+        self._lazy_pairs: dict[int, Pair] = {}
+        if self.s.lazy_pool:
+            return
         for _ in range(size):
             topic = w.topic()
             turns: list[tuple[str, str, bool | None]] = []
@@ -1282,8 +1313,7 @@ class _Generator:
             self.pool.append(_Session(self.filler_id(), turns))
         # Loose pairs for answer and distractor sessions, kept apart from the pool sessions
         # so a history never holds the same turn twice.
-        self.pairs: list[Pair] = []
-        for _ in range(max(16, size * 2)):
+        for _ in range(self.pairs_size):
             topic = w.topic()
             self.pairs.append((w.user_filler(topic), w.assistant_filler(topic)))
         texts = [t[1] for s in self.pool for t in s.turns] + [x for p in self.pairs for x in p]
@@ -1291,9 +1321,56 @@ class _Generator:
         for session in self.pool:
             session.tokens = sum(counts[t[1]] for t in session.turns)
 
+    def _own_stream(self, kind: str, index: int) -> random.Random:
+        """The stream of one lazily built pool entry: fixed by the seed, the kind and the index."""
+        return random.Random(f"{self.seed}/{kind}/{index}")
+
+    def _pool_session(self, index: int) -> _Session:
+        """Pool session ``index`` (built on first use with ``lazy_pool``)."""
+        if not self.s.lazy_pool:
+            return self.pool[index]
+        session = self._lazy_sessions.get(index)
+        if session is None:
+            rng = self._own_stream("session", index)
+            w, main = self.w, self.w.rng
+            w.rng = rng
+            try:
+                topic = w.topic()
+                turns: list[tuple[str, str, bool | None]] = []
+                for _ in range(rng.randint(max(1, self.pairs_mean - self.pairs_mean // 2),
+                                           self.pairs_mean + self.pairs_mean // 2)):
+                    turns.append(("user", w.user_filler(topic), None))
+                    turns.append(("assistant", w.assistant_filler(topic), None))
+            finally:
+                w.rng = main
+            session = _Session(self.filler_id(rng), turns)
+            session.tokens = sum(count_tokens([t[1] for t in turns]))
+            self._lazy_sessions[index] = session
+        return session
+
+    def _pair(self, index: int) -> Pair:
+        """Loose pair ``index`` (built on first use with ``lazy_pool``)."""
+        if not self.s.lazy_pool:
+            return self.pairs[index]
+        pair = self._lazy_pairs.get(index)
+        if pair is None:
+            w, main = self.w, self.w.rng
+            w.rng = self._own_stream("pair", index)
+            try:
+                topic = w.topic()
+                pair = (w.user_filler(topic), w.assistant_filler(topic))
+            finally:
+                w.rng = main
+            self._lazy_pairs[index] = pair
+        return pair
+
+    def _order(self, n: int) -> list[int] | _Draws:
+        """Indices of range(n) in random order: a whole permutation, or drawn on demand."""
+        return _Draws(self.rng, n) if self.s.lazy_pool else self.rng.sample(range(n), n)
+
     # -- per-question sessions
     def _with_pairs(self, inserts: list[list[tuple[str, str, bool | None, bool | None]]],
-                    flagged: bool, available: list[int]) -> list[tuple[str, str, bool | None]]:
+                    flagged: bool, available: list[int] | _Draws) -> list[tuple[str, str, bool | None]]:
         """Filler pairs with the given groups of (user, assistant, user flag, assistant flag) pairs
         mixed in, each group kept together."""
         n_filler = max(0, self._pair_count() - sum(len(g) for g in inserts))
@@ -1302,7 +1379,7 @@ class _Generator:
         for _ in range(n_filler):
             if not available:
                 break
-            u, a = self.pairs[available.pop()]
+            u, a = self._pair(available.pop())
             chosen.append((u, a, flag, flag))
         for group in inserts:
             at = self.rng.randint(0, len(chosen))
@@ -1337,7 +1414,7 @@ class _Generator:
     def _attempt(self, qtype: str, abstain: bool) -> tuple[Record, _Plan]:
         r, s = self.rng, self.s
         plan = self._plan(qtype, abstain)
-        available = r.sample(range(len(self.pairs)), len(self.pairs))
+        available = self._order(self.pairs_size)
         hexid = self._fresh(lambda: f"answer_{r.getrandbits(32):08x}")
         qid = self._fresh(lambda: f"{r.getrandbits(32):08x}") + ("_abs" if abstain else "")
         answer_sessions: list[_Session] = []
@@ -1389,8 +1466,8 @@ class _Generator:
             ses.tokens = sum(counts[t[1]] for t in ses.turns)
             total += ses.tokens
         fillers: list[_Session] = []
-        for index in r.sample(range(len(self.pool)), len(self.pool)):
-            session = self.pool[index]
+        for index in self._order(self.pool_size):
+            session = self._pool_session(index)
             if total + session.tokens / 2 > s.tokens_per_history:
                 break
             fillers.append(session)

@@ -1,0 +1,96 @@
+"""The fast paths over ASCII text agree with the rules as written, on adversarial strings."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_restore import eviction, fake, lexical
+from pytest_restore.data import load_dataset
+from pytest_restore.injection import LexicalIndex
+from pytest_restore.synthetic import generate, write_dataset
+from pytest_restore.units import Granularity, build_histories
+
+# letters of the first-person words in both cases, digits, the stripped punctuation,
+# every ASCII whitespace str.split() knows, and a few other separators
+ALPHABET = list("iImMyYeEwWoOrRvVdDnNzZ'\".,;:!?()[]0123456789_- \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")
+
+
+def strings(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 14))) for _ in range(n)]
+
+
+def test_fact_density_kernel_is_the_rule() -> None:
+    texts = [*strings(30_000, 1), "I met Anna at 5pm. She said my car was fine!", "(I'm) [mine] we. Our"]
+    assert all(t.isascii() for t in texts)
+    assert [eviction.fact_density.__wrapped__(t) for t in texts] == [eviction._fact_density_python(t) for t in texts]
+
+
+def test_fact_density_of_non_ascii_text_takes_the_rule() -> None:
+    text = "Café owner Zoë told me: my order is 12 crêpes."
+    assert eviction.fact_density.__wrapped__(text) == eviction._fact_density_python(text) > 0
+
+
+def test_fake_scorer_ascii_path_matches_the_regex() -> None:
+    def by_regex(content: str) -> int:
+        score = 4.0 + (2 if fake._FIRST_PERSON.search(content) else 0) + (1 if fake._DIGIT.search(content) else 0)
+        score += round(4 * fake._unit_draw("importance", content)) - 2
+        return int(min(10, max(1, score)))
+
+    texts = [*strings(30_000, 2), "I'm here", "it's my_car", "mine", "we're", "OUR"]
+    assert [fake.FakeScorer.score(t) for t in texts] == [by_regex(t) for t in texts]
+
+
+def test_words_ascii_path_matches_the_regex() -> None:
+    def by_regex(text: str) -> tuple[str, ...]:
+        return tuple(w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 1 and w not in lexical.STOPWORDS)
+
+    texts = [*strings(20_000, 3), "The Quick-brown fox's 42nd jump", "Ünïcode ǅ İstanbul K"]
+    assert [lexical.words.__wrapped__(t) for t in texts] == [by_regex(t) for t in texts]
+
+
+def test_word_profile_counts_every_content_word() -> None:
+    text = "Apples and pears, apples again; 7 pears? PEARS apples x"  # "and", "again": stopwords
+    profile = lexical.word_profile(text)
+    by_word = {w: int(c) for w, c in zip(
+        [next(k for k, v in lexical._VOCABULARY.items() if v == i) for i in profile.ids], profile.counts)}
+    assert by_word == {"apples": 3, "pears": 3}
+    assert profile.total == 6
+    assert list(profile.ids) == sorted(profile.ids)
+
+
+def test_lexical_index_tf_is_the_plain_count(tmp_path: Path) -> None:
+    write_dataset(generate(4, 5, tokens_per_history=4_000), tmp_path / "data.json")
+    questions = [q for q in load_dataset(tmp_path / "data.json").questions if not q.is_abstention]
+    for history in build_histories(questions, Granularity.TURN):
+        index = LexicalIndex.build(history)
+        terms = list(dict.fromkeys(lexical.words(history.question.question)))
+        expected = np.array([[lexical.words(u.content).count(t) for t in terms] for u in history.units], dtype=float)
+        assert np.array_equal(index.tf.reshape(expected.shape), expected)
+        assert np.array_equal(index.lengths, [len(lexical.words(u.content)) for u in history.units])
+
+
+def test_lazy_pool_is_deterministic_and_mostly_distinct() -> None:
+    def filler(records: list[dict[str, object]]) -> list[str]:
+        return [sid for r in records for sid in r["haystack_session_ids"] if not sid.startswith("answer_")]  # type: ignore[attr-defined]
+
+    first = generate(40, 3, tokens_per_history=6_000, lazy_pool=True, pool_factor=40.0)
+    assert first == generate(40, 3, tokens_per_history=6_000, lazy_pool=True, pool_factor=40.0)
+    lazy = filler(first)
+    eager = filler(generate(40, 3, tokens_per_history=6_000))
+    # a pool of 40 histories' worth: most filler sessions appear once; the default pool
+    # (2.5 histories' worth) is shared by every question
+    assert len(set(lazy)) / len(lazy) > 0.8
+    assert len(set(eager)) / len(eager) < 0.65
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_no_history_holds_a_session_twice(lazy: bool) -> None:
+    for record in generate(8, 11, tokens_per_history=6_000, lazy_pool=lazy, pool_factor=3.0):
+        ids = record["haystack_session_ids"]
+        assert len(ids) == len(set(ids))
