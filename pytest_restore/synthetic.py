@@ -1548,6 +1548,13 @@ def generate(
     - ``sessions_per_history`` [56]: sets the session size
       (``tokens_per_history / sessions_per_history``) and hence the session count.
     - ``pool_factor`` [2.5]: shared filler pool size in histories' worth of sessions.
+    - ``lazy_pool`` [False]: build each pool session (and each loose filler pair)
+      on first use, from its own stream fixed by the seed and its index, and
+      draw histories' filler without shuffling the whole pool. A large pool then
+      costs only what the histories use: ``pool_factor=1.6 * questions`` makes
+      about three quarters of the session slots distinct, as in the official
+      file (the bench's main dataset). Another stream than the eager pool's: the
+      same seed gives another file.
     - ``distractors`` [(0, 10)]: inclusive range of distractor pairs per question,
       drawn uniformly. Each distractor pair has a user turn with the question's
       content words.

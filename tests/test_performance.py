@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -205,6 +208,22 @@ def test_bench_parser_knows_the_subcommand() -> None:
     args = build_parser().parse_args(["bench", "--questions", "20", "--scale"])
     assert args.questions == 20 and args.scale and args.resamples == 10_000
     assert os.fspath(args.work_dir) == ""
+
+
+def test_bench_data_with_real_reuse_holds_more_distinct_text(tmp_path: Path) -> None:
+    from pytest_restore.bench import FLOOR_CODE, make_dataset
+
+    share = {}
+    for reuse in ("real", "high"):
+        make_dataset(tmp_path / f"{reuse}.json", 30, 0, 8_000, None, reuse)
+        done = subprocess.run([sys.executable, "-c", FLOOR_CODE, str(tmp_path / f"{reuse}.json")],
+                              capture_output=True, text=True, check=True)
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        share[reuse] = figures["distinct_tokens"] / figures["history_tokens"]
+    assert share["real"] > 0.6 > share["high"]
+    from pytest_restore.__main__ import build_parser
+
+    assert build_parser().parse_args(["bench"]).high_reuse
 
 
 def test_kernels_fall_back_to_per_process_compiling_without_a_cache(monkeypatch: pytest.MonkeyPatch) -> None:
