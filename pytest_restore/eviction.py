@@ -327,6 +327,8 @@ class LlmImportance(Policy):
 
 _NUMBER = re.compile(r"\d")
 _FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'd", "my", "me", "mine", "we", "our"})
+#: What ``fact_density`` strips from both ends of a token before looking it up in ``_FIRST_PERSON``.
+_STRIPPED = "\"'()[],;:!?."
 
 
 @lru_cache(maxsize=1 << 18)
@@ -353,7 +355,7 @@ def _fact_density_python(content: str) -> float:
         if (
             (digits and _NUMBER.search(tok))
             or (not sentence_start and tok[:1].isupper())
-            or tok.strip("\"'()[],;:!?.").lower() in _FIRST_PERSON
+            or tok.strip(_STRIPPED).lower() in _FIRST_PERSON
         ):
             facts += 1
         sentence_start = tok.endswith((".", "!", "?"))

@@ -24,6 +24,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from .eviction import _FIRST_PERSON, _STRIPPED
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -269,14 +271,22 @@ def pair_overlaps(words: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], 
 #: What ``str.split()`` splits on, among ASCII bytes.
 _SPACE = np.zeros(256, dtype=np.bool_)
 _SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+#: Longest word :func:`_word_code` packs: 7 bytes, the length in the eighth.
+_PACKED_MAX = 7
+
+
+def _word_code(word: bytes) -> int:
+    """``word`` (at most 7 bytes) as one integer: its bytes little-endian, its length in the top byte,
+    so two words share a code only when they are equal (NUL bytes included)."""
+    return int.from_bytes(word, "little") | len(word) << 56
+
+
 #: What ``fact_density`` strips from a token before comparing it with the first-person words.
 _STRIP = np.zeros(256, dtype=np.bool_)
-_STRIP[[ord(c) for c in "\"'()[],;:!?."]] = True
-#: The first-person words, each packed little-endian into an integer (at most 4 bytes).
-_FIRST_PERSON_CODES = np.array(
-    sorted(int.from_bytes(w.encode("ascii"), "little") for w in ("i", "i'm", "i've", "i'd", "my", "me", "mine", "we", "our")),
-    dtype=np.int64,
-)
+_STRIP[[ord(c) for c in _STRIPPED]] = True
+assert all(w.isascii() and len(w) <= _PACKED_MAX for w in _FIRST_PERSON)
+#: The first-person words as :func:`_word_code` codes.
+_FIRST_PERSON_CODES = np.array(sorted(_word_code(w.encode("ascii")) for w in _FIRST_PERSON), dtype=np.int64)
 
 
 @_compiled
@@ -315,8 +325,8 @@ def ascii_facts(text: npt.NDArray[np.uint8], space: npt.NDArray[np.bool_], strip
                 s += 1
             while e > s and strip[text[e - 1]]:
                 e -= 1
-            if 0 < e - s <= 4:
-                code = np.int64(0)
+            if 0 < e - s <= _PACKED_MAX:  # the lower-cased token's _word_code
+                code = np.int64(e - s) << 56
                 for k in range(e - s):
                     c = text[s + k]
                     if 65 <= c <= 90:

@@ -51,6 +51,7 @@ seconds, not minutes.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import itertools
@@ -1289,13 +1290,12 @@ class _Generator:
             return self._fresh(lambda: f"sharegpt_{r.getrandbits(28):07x}_{r.randrange(4)}")
         return self._fresh(lambda: f"ultrachat_{r.randrange(10_000, 600_000)}")
 
-    def _pair_count(self) -> int:
+    def _pair_count(self, rng: random.Random | None = None) -> int:
         m = self.pairs_mean
-        return self.rng.randint(max(1, m - m // 2), m + m // 2)
+        return (rng or self.rng).randint(max(1, m - m // 2), m + m // 2)
 
     # -- the shared pool
     def _build_pool(self) -> None:
-        w = self.w
         size = max(4, round(self.s.pool_factor * self.s.sessions_per_history))
         self.pool_size, self.pairs_size = size, max(16, size * 2)
         self.pool: list[_Session] = []
@@ -1305,25 +1305,41 @@ class _Generator:
         if self.s.lazy_pool:
             return
         for _ in range(size):
-            topic = w.topic()
-            turns: list[tuple[str, str, bool | None]] = []
-            for _ in range(self._pair_count()):
-                turns.append(("user", w.user_filler(topic), None))
-                turns.append(("assistant", w.assistant_filler(topic), None))
+            turns = self._filler_turns()
             self.pool.append(_Session(self.filler_id(), turns))
         # Loose pairs for answer and distractor sessions, kept apart from the pool sessions
         # so a history never holds the same turn twice.
-        for _ in range(self.pairs_size):
-            topic = w.topic()
-            self.pairs.append((w.user_filler(topic), w.assistant_filler(topic)))
+        self.pairs.extend(self._loose_pair() for _ in range(self.pairs_size))
         texts = [t[1] for s in self.pool for t in s.turns] + [x for p in self.pairs for x in p]
         counts = dict(zip(texts, count_tokens(texts)))
         for session in self.pool:
             session.tokens = sum(counts[t[1]] for t in session.turns)
 
-    def _own_stream(self, kind: str, index: int) -> random.Random:
-        """The stream of one lazily built pool entry: fixed by the seed, the kind and the index."""
-        return random.Random(f"{self.seed}/{kind}/{index}")
+    def _filler_turns(self) -> list[tuple[str, str, bool | None]]:
+        """The turns of a new filler session on one topic, from the writer's stream."""
+        w = self.w
+        topic = w.topic()
+        turns: list[tuple[str, str, bool | None]] = []
+        for _ in range(self._pair_count(w.rng)):
+            turns.append(("user", w.user_filler(topic), None))
+            turns.append(("assistant", w.assistant_filler(topic), None))
+        return turns
+
+    def _loose_pair(self) -> Pair:
+        """A new loose (user, assistant) filler pair on one topic, from the writer's stream."""
+        topic = self.w.topic()
+        return self.w.user_filler(topic), self.w.assistant_filler(topic)
+
+    @contextlib.contextmanager
+    def _own_stream(self, kind: str, index: int) -> Iterator[random.Random]:
+        """The writer draws from the stream of one lazily built pool entry (fixed by the
+        seed, the kind and the index) inside the block."""
+        rng = random.Random(f"{self.seed}/{kind}/{index}")
+        main, self.w.rng = self.w.rng, rng
+        try:
+            yield rng
+        finally:
+            self.w.rng = main
 
     def _pool_session(self, index: int) -> _Session:
         """Pool session ``index`` (built on first use with ``lazy_pool``)."""
@@ -1331,18 +1347,8 @@ class _Generator:
             return self.pool[index]
         session = self._lazy_sessions.get(index)
         if session is None:
-            rng = self._own_stream("session", index)
-            w, main = self.w, self.w.rng
-            w.rng = rng
-            try:
-                topic = w.topic()
-                turns: list[tuple[str, str, bool | None]] = []
-                for _ in range(rng.randint(max(1, self.pairs_mean - self.pairs_mean // 2),
-                                           self.pairs_mean + self.pairs_mean // 2)):
-                    turns.append(("user", w.user_filler(topic), None))
-                    turns.append(("assistant", w.assistant_filler(topic), None))
-            finally:
-                w.rng = main
+            with self._own_stream("session", index) as rng:
+                turns = self._filler_turns()
             session = _Session(self.filler_id(rng), turns)
             session.tokens = sum(count_tokens([t[1] for t in turns]))
             self._lazy_sessions[index] = session
@@ -1354,13 +1360,8 @@ class _Generator:
             return self.pairs[index]
         pair = self._lazy_pairs.get(index)
         if pair is None:
-            w, main = self.w, self.w.rng
-            w.rng = self._own_stream("pair", index)
-            try:
-                topic = w.topic()
-                pair = (w.user_filler(topic), w.assistant_filler(topic))
-            finally:
-                w.rng = main
+            with self._own_stream("pair", index):
+                pair = self._loose_pair()
             self._lazy_pairs[index] = pair
         return pair
 

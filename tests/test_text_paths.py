@@ -26,7 +26,8 @@ def strings(n: int, seed: int) -> list[str]:
 
 
 def test_fact_density_kernel_is_the_rule() -> None:
-    texts = [*strings(30_000, 1), "I met Anna at 5pm. She said my car was fine!", "(I'm) [mine] we. Our"]
+    texts = [*strings(30_000, 1), "I met Anna at 5pm. She said my car was fine!", "(I'm) [mine] we. Our",
+             "i\x00 my\x00\x00 x we\x01"]  # NUL and control bytes are token characters too
     assert all(t.isascii() for t in texts)
     assert [eviction.fact_density.__wrapped__(t) for t in texts] == [eviction._fact_density_python(t) for t in texts]
 
