@@ -142,6 +142,54 @@ class KeyLock:
         self.release()
 
 
+def try_flock(path: Path) -> KeyLock | None:
+    """An exclusive ``flock`` on ``path`` (created if need be), or ``None`` if another process holds it.
+
+    Without ``fcntl`` every claim succeeds (no cross-process exclusion).
+    """
+    if fcntl is None:  # pragma: no cover - Windows
+        return KeyLock(path, None)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        # The previous holder may have unlinked the file between our open
+        # and our flock; then we hold a lock nobody else can see. Retry.
+        try:
+            same_file = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same_file = False
+        if same_file:
+            os.ftruncate(fd, 0)
+            # Who holds it, for a human looking at a stuck run.
+            os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+            return KeyLock(path, fd)
+        os.close(fd)
+
+
+def is_flocked(path: Path) -> bool:
+    """Whether a live process holds the ``flock`` on ``path`` now (never when the file is gone)."""
+    if fcntl is None:  # pragma: no cover - Windows
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops our shared lock, if we got it
+    return False
+
+
 class ResponseCache:
     """A persistent directory of successful chat replies, safe across processes."""
 
@@ -247,32 +295,9 @@ class ResponseCache:
 
     def try_lock(self, key: str) -> KeyLock | None:
         """Claim ``key`` for sending, or ``None`` if another process holds it now."""
-        if fcntl is None:  # pragma: no cover - Windows
-            return KeyLock(self._lock_path(key), None)
         path = self._lock_path(key)
         path.parent.mkdir(exist_ok=True)
-        while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                return None
-            except BaseException:
-                os.close(fd)
-                raise
-            # The previous holder may have unlinked the file between our open
-            # and our flock; then we hold a lock nobody else can see. Retry.
-            try:
-                same_file = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same_file = False
-            if same_file:
-                os.ftruncate(fd, 0)
-                # Who holds it, for a human looking at a stuck run.
-                os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
-                return KeyLock(path, fd)
-            os.close(fd)
+        return try_flock(path)
 
     def note_wait(self) -> None:
         """Count one request that waited for another process."""

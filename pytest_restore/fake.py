@@ -34,6 +34,10 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import numpy.typing as npt
 
 from .models import ChatRequest, ChatResult
 from .prompts import DONT_KNOW
@@ -188,8 +192,7 @@ class FakeJudge(_Named):
 _FIRST_PERSON = re.compile(r"\b(i|i'm|i've|my|me|we|our)\b", re.IGNORECASE)
 _DIGIT = re.compile(r"\d")
 # ``_FIRST_PERSON`` over ASCII text: "i'm" and "i've" already match as "i" followed by a boundary.
-_FIRST_PERSON_WORDS = frozenset({b"i", b"my", b"me", b"we", b"our"})
-_ASCII_WORDS = bytes(c if chr(c).isalnum() or c == 95 else 32 for c in range(128)) + b" " * 128
+_FIRST_PERSON_WORDS = ("i", "my", "me", "we", "our")
 
 
 class FakeScorer(_Named):
@@ -197,23 +200,41 @@ class FakeScorer(_Named):
 
     def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Score each scorer request."""
-        results = []
-        for request in requests:
-            content = _between(_user_message(request), "Snippet: ", "\nImportance (1-10):") or ""
-            results.append(ChatResult(str(self.score(content))))
-        return results
+        contents = [_between(_user_message(r), "Snippet: ", "\nImportance (1-10):") or "" for r in requests]
+        return [ChatResult(str(score)) for score in self.scores(contents)]
 
     @staticmethod
     def score(content: str) -> int:
         """The fake importance of one content."""
-        score = 4.0
-        if content.isascii():  # the same test without the case-blind regex: runs of \w, lower-cased
-            first_person = not _FIRST_PERSON_WORDS.isdisjoint(content.lower().encode("ascii").translate(_ASCII_WORDS).split())
-        else:
-            first_person = _FIRST_PERSON.search(content) is not None
-        if first_person:
-            score += 2
-        if _DIGIT.search(content):
-            score += 1
-        score += round(4 * _unit_draw("importance", content)) - 2
-        return int(min(10, max(1, score)))
+        return FakeScorer.scores([content])[0]
+
+    @staticmethod
+    def scores(contents: Sequence[str]) -> list[int]:
+        """The fake importance of each content: 4, +2 for a first-person word, +1 for a digit, +-2 jitter."""
+        first_person = [False] * len(contents)
+        digit = [False] * len(contents)
+        ascii_at = [k for k, c in enumerate(contents) if c.isascii()]
+        if ascii_at:  # the same two tests as the regexes, compiled: one pass over all the bytes
+            from . import kernels
+
+            found, digits = kernels.word_and_digit([contents[k] for k in ascii_at], _first_person_codes())
+            for k, f, d in zip(ascii_at, found, digits):
+                first_person[k], digit[k] = f, d
+        if len(ascii_at) < len(contents):
+            for k, content in enumerate(contents):
+                if not content.isascii():
+                    first_person[k] = _FIRST_PERSON.search(content) is not None
+                    digit[k] = _DIGIT.search(content) is not None
+        out = []
+        for content, f, d in zip(contents, first_person, digit):
+            score = 4 + (2 if f else 0) + (1 if d else 0) + round(4 * _unit_draw("importance", content)) - 2
+            out.append(min(10, max(1, score)))
+        return out
+
+
+@lru_cache(maxsize=1)
+def _first_person_codes() -> npt.NDArray[np.int64]:
+    """``_FIRST_PERSON_WORDS`` as the compiled test's word codes (numba loads on first use)."""
+    from . import kernels
+
+    return kernels.word_codes(_FIRST_PERSON_WORDS)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -150,9 +151,11 @@ def build_histories(
     text is encoded: the tokenizer is not even loaded) and written there when
     it does not, atomically, as a ``marshal`` mapping of text to count. The
     caller keys the file by the dataset's sha256, the granularity and the
-    code (see :func:`counts_file_name`), so xdist workers count once in all.
+    code (see :func:`counts_file_name`). Processes that prepare the same
+    file at the same time (xdist workers on a cold cache) split the counting
+    between them: see :func:`_count_shared`.
     """
-    texts: dict[str, None] = {}
+    texts: dict[str, None] = {}  # insertion order: the same list in every process
     for q in questions:
         if granularity is Granularity.TURN:
             for date, session in zip(q.haystack_dates, q.haystack_sessions):
@@ -166,13 +169,10 @@ def build_histories(
         else:
             for date, session in zip(q.haystack_dates, q.haystack_sessions):
                 texts[render_session(date, ((t.role, t.content) for t in session))] = None
-    known = _read_counts(counts_file) if counts_file is not None else None
-    if known is not None and all(t in known for t in texts):
-        remember_counts(known)
+    if counts_file is None:
+        count_tokens(list(texts))
     else:
-        counts = count_tokens(list(texts))
-        if counts_file is not None:
-            _write_counts(counts_file, dict(zip(texts, counts)))
+        _count_shared(list(texts), Path(counts_file))
     return [build_history(q, granularity) for q in questions]
 
 
@@ -183,6 +183,81 @@ def counts_file_name(dataset_sha256: str, granularity: Granularity) -> str:
     code = hashlib.sha256(Path(__file__).read_bytes() + Path(tokens.__file__).read_bytes()).hexdigest()
     key = hashlib.sha256(f"{dataset_sha256}\x1f{granularity.value}\x1f{code}".encode()).hexdigest()
     return f"token-counts-{key[:24]}.marshal"
+
+
+#: How many pieces the distinct texts are cut into for sharing the counting.
+COUNT_SHARDS = 32
+#: The longest a process waits for another's shard before counting it itself.
+SHARD_WAIT_SECONDS = 600.0
+
+
+def _count_shared(texts: list[str], counts_file: Path) -> None:
+    """Make every count of ``texts`` known to this process, sharing the work with its peers.
+
+    The counts file, when it exists and holds every text, is all it reads.
+    Otherwise the texts are cut into :data:`COUNT_SHARDS` strided shards.
+    The process walks them in order and claims each free one with an
+    exclusive ``flock`` (the response cache's locking): it counts a claimed
+    shard and writes its counts beside the counts file, atomically, before
+    it lets go. Shards another process held are read once it has written
+    them. So two workers that start together each count about half, and a
+    worker that starts late reads what is done and counts what is left.
+
+    Nothing here can give a wrong count: a shard file maps text to count, so
+    it is only ever a cache; a shard whose holder died (the kernel drops its
+    ``flock``), a file that cannot be read or written, or a wait past
+    :data:`SHARD_WAIT_SECONDS` just means this process counts those texts
+    itself. The last step writes the whole counts file (if no peer has yet)
+    and removes the shard files.
+    """
+    from .cache import is_flocked, try_flock
+
+    known = _read_counts(counts_file)
+    if known is not None and all(t in known for t in texts):
+        remember_counts(known)
+        return
+    stale = known is not None or counts_file.exists()  # incomplete or damaged: to be rewritten
+    try:
+        counts_file.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        count_tokens(texts)
+        return
+    shards = [texts[i::COUNT_SHARDS] for i in range(COUNT_SHARDS)]
+    paths = [counts_file.with_name(f"{counts_file.name}.shard{i:02d}") for i in range(COUNT_SHARDS)]
+    pending: list[int] = []
+    for i, (shard, path) in enumerate(zip(shards, paths)):
+        lock_path = path.with_name(f"{path.name}.lock")
+        try:
+            lock = try_flock(lock_path)
+        except OSError:
+            lock = None
+        if lock is None:
+            pending.append(i)
+            continue
+        with lock:
+            done = _read_counts(path)
+            if done is not None:
+                remember_counts(done)
+            else:
+                _write_counts(path, dict(zip(shard, count_tokens(shard))))
+    for i in pending:
+        path = paths[i]
+        lock_path = path.with_name(f"{path.name}.lock")
+        deadline = time.monotonic() + SHARD_WAIT_SECONDS
+        while (done := _read_counts(path)) is None and is_flocked(lock_path) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if done is None:  # its holder died, or a peer already merged the shards
+            done = _read_counts(counts_file)
+        if done is not None:
+            remember_counts(done)
+    counts = count_tokens(texts)  # encodes only what no shard or peer gave
+    if stale or not counts_file.exists():  # a file a peer wrote meanwhile holds these very texts
+        _write_counts(counts_file, dict(zip(texts, counts)))
+    for path in paths:
+        try:
+            path.unlink()
+        except OSError:
+            pass
 
 
 def _read_counts(file: str | os.PathLike[str]) -> dict[str, int] | None:

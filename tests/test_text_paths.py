@@ -43,8 +43,13 @@ def test_fake_scorer_ascii_path_matches_the_regex() -> None:
         score += round(4 * fake._unit_draw("importance", content)) - 2
         return int(min(10, max(1, score)))
 
-    texts = [*strings(30_000, 2), "I'm here", "it's my_car", "mine", "we're", "OUR"]
-    assert [fake.FakeScorer.score(t) for t in texts] == [by_regex(t) for t in texts]
+    texts = [*strings(30_000, 2), "I'm here", "it's my_car", "mine", "we're", "OUR", "m", "y", "i", "5"]
+    expected = [by_regex(t) for t in texts]
+    assert [fake.FakeScorer.score(t) for t in texts] == expected
+    # in one batch (one compiled pass over every text): no word runs across two texts
+    assert fake.FakeScorer.scores(texts) == expected
+    mixed = ["Zoë and I", "café 9", *texts[:50]]
+    assert fake.FakeScorer.scores(mixed) == [by_regex(t) for t in mixed]
 
 
 def test_words_ascii_path_matches_the_regex() -> None:
