@@ -30,7 +30,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .lexical import word_ids
+from .lexical import word_id_rows
 from .units import Unit
 
 Mask = npt.NDArray[np.bool_]
@@ -228,7 +228,7 @@ def _overlaps(units: Sequence[Unit]) -> tuple[npt.NDArray[np.uint16], npt.NDArra
     a unit's own count on the diagonal, zeros above it), and each unit's word count."""
     from . import kernels
 
-    rows = [word_ids(unit.content) for unit in units]
+    rows = word_id_rows([unit.content for unit in units])
     n = len(units)
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=n)
     words = np.concatenate(rows) if n else np.zeros(0, dtype=np.int64)

@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .lexical import term_id, word_profile, words
+from .lexical import term_id, word_profiles, words
 from .units import History
 
 TOP_K = 60
@@ -57,7 +57,7 @@ class LexicalIndex:
     def build(cls, history: History) -> LexicalIndex:
         """Index one question's history against its question text."""
         terms = list(dict.fromkeys(words(history.question.question)))
-        profiles = [word_profile(unit.content) for unit in history.units]
+        profiles = word_profiles([unit.content for unit in history.units])
         n = len(profiles)
         lengths = np.fromiter((p.total for p in profiles), dtype=np.float64, count=n)
         tf = np.zeros((n, len(terms)), dtype=np.float64)

@@ -425,3 +425,128 @@ def word_and_digit(texts: Sequence[str], words: npt.NDArray[np.int64]) -> tuple[
         found += f.tolist()
         digits += d.tolist()
     return found, digits
+
+
+# -- word profiles: the content words of many texts, through one exact word table -------
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+@_compiled
+def profile_texts(data: npt.NDArray[np.uint8], ends: npt.NDArray[np.int64], first: int,
+                  table: npt.NDArray[np.int64], pool: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64],
+                  dropped: npt.NDArray[np.bool_], seen: npt.NDArray[np.int64], tally: npt.NDArray[np.int64],
+                  info: npt.NDArray[np.int64], ids_out: npt.NDArray[np.int64], counts_out: npt.NDArray[np.int64],
+                  starts_out: npt.NDArray[np.int64], totals_out: npt.NDArray[np.int64]) -> int:
+    """Profile ASCII texts ``first``, ``first + 1``, ... of ``data`` (text ``k`` is ``data[ends[k-1]:ends[k]]``).
+
+    A word is a run of ``[a-z0-9]`` once ``A-Z`` are lower-cased; one-byte
+    words and the words flagged in ``dropped`` are skipped. Each word is
+    looked up in an open-addressing table (FNV-1a hash, linear probing) whose
+    entries are ids + 1; an id's bytes are ``pool[offsets[id]:offsets[id+1]]``
+    and are compared byte by byte, so two words share an id only when they
+    are equal. A new word gets the next id (``info[0]`` ids exist,
+    ``info[1]`` pool bytes are used). Text ``k``'s distinct word ids, ascending,
+    go to ``ids_out[starts_out[k]:starts_out[k+1]]`` (``info[2]`` is the next
+    free slot) with their counts in ``counts_out``; ``totals_out[k]`` is its
+    number of content words. ``seen`` and ``tally`` are per-id scratch,
+    ``info[3]`` a stamp that is new for every text.
+
+    Returns the number of texts done: fewer than all when the table must
+    grow first (it stays at most half full), so the caller grows it and calls
+    again from there. The caller keeps ``pool``, ``offsets``, ``seen``,
+    ``tally`` and ``dropped`` large enough for every word of the texts.
+    """
+    mask = table.shape[0] - 1
+    for k in range(first, ends.shape[0]):
+        begin = ends[k - 1] if k > 0 else 0
+        end = ends[k]
+        if 2 * (info[0] + (end - begin) // 2 + 1) > table.shape[0]:
+            return k
+        stamp = info[3]
+        info[3] += 1
+        start_ids = info[2]
+        total = 0
+        i = begin
+        while i < end:
+            c = data[i]
+            if 65 <= c <= 90:
+                c += 32
+            if not (97 <= c <= 122 or 48 <= c <= 57):
+                i += 1
+                continue
+            s = i
+            h = _FNV_OFFSET
+            while i < end:
+                c = data[i]
+                if 65 <= c <= 90:
+                    c += 32
+                if not (97 <= c <= 122 or 48 <= c <= 57):
+                    break
+                h = (h ^ np.uint64(c)) * _FNV_PRIME
+                i += 1
+            length = i - s
+            if length == 1:
+                continue
+            slot = np.int64(h & np.uint64(mask))
+            while True:
+                entry = table[slot]
+                if entry == 0:  # a new word: its lower-cased bytes into the pool
+                    wid = info[0]
+                    at = info[1]
+                    for j in range(length):
+                        b = data[s + j]
+                        pool[at + j] = b + 32 if 65 <= b <= 90 else b
+                    offsets[wid + 1] = at + length
+                    info[0] = wid + 1
+                    info[1] = at + length
+                    table[slot] = wid + 1
+                    break
+                wid = entry - 1
+                a = offsets[wid]
+                if offsets[wid + 1] - a == length:
+                    same = True
+                    for j in range(length):
+                        b = data[s + j]
+                        if 65 <= b <= 90:
+                            b += 32
+                        if pool[a + j] != b:
+                            same = False
+                            break
+                    if same:
+                        break
+                slot = (slot + 1) & mask
+            if dropped[wid]:
+                continue
+            total += 1
+            if seen[wid] != stamp:
+                seen[wid] = stamp
+                tally[wid] = 1
+                ids_out[info[2]] = wid
+                info[2] += 1
+            else:
+                tally[wid] += 1
+        ids_out[start_ids:info[2]].sort()
+        for j in range(start_ids, info[2]):
+            counts_out[j] = tally[ids_out[j]]
+        starts_out[k + 1] = info[2]
+        totals_out[k] = total
+    return len(ends)
+
+
+@_compiled
+def rehash(table: npt.NDArray[np.int64], pool: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64],
+           words: int, size: int) -> npt.NDArray[np.int64]:
+    """:func:`profile_texts`'s table of ``words`` ids rebuilt at ``size`` slots (a power of two)."""
+    out = np.zeros(size, dtype=np.int64)
+    mask = size - 1
+    for wid in range(words):
+        h = _FNV_OFFSET
+        for j in range(offsets[wid], offsets[wid + 1]):
+            h = (h ^ np.uint64(pool[j])) * _FNV_PRIME
+        slot = np.int64(h & np.uint64(mask))
+        while out[slot] != 0:
+            slot = (slot + 1) & mask
+        out[slot] = wid + 1
+    return out

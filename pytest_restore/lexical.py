@@ -4,11 +4,16 @@ Tokenisation: lower-case, split into runs of ASCII letters and digits, drop a
 fixed list of English stopwords and one-character tokens. No stemming: the
 ranker is a frozen lexical baseline, and a stemmer would be one more thing a
 reader of the report has to trust.
+
+Question texts are split in Python (:func:`words`). Unit texts, hundreds of
+thousands of them, are profiled in compiled passes over their bytes into
+word-id and count arrays (:func:`word_profiles`), with the same words.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -20,15 +25,6 @@ _WORD = re.compile(r"[a-z0-9]+")
 STOPWORDS = frozenset(
     ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "let", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves", "s", "t", "d", "ll", "m", "re", "ve", "don", "didn", "doesn", "isn", "wasn", "aren", "weren", "won", "wouldn", "shouldn", "couldn", "also"]
 )
-
-
-try:  # Counter's C loop (CPython); the same counts in Python elsewhere
-    from collections import _count_elements  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover
-
-    def _count_elements(mapping: dict[str, int], iterable: list[str]) -> None:
-        for item in iterable:
-            mapping[item] = mapping.get(item, 0) + 1
 
 
 #: Stopwords and one-character tokens: what ``words`` leaves out.
@@ -78,20 +74,112 @@ class WordProfile:
     total: int
 
 
-@lru_cache(maxsize=1 << 18)
+class _WordTable:
+    """The process-wide vocabulary as arrays, for the compiled profiler (``kernels.profile_texts``).
+
+    Profiling text word by word in Python made a string object of every
+    word (~20 million of them on a full file) only to count and drop most of
+    them: three quarters of the lexical preparation. The compiled pass reads
+    the bytes and looks each word up in an exact table (bytes compared, not
+    only hashes); :data:`_VOCABULARY` mirrors the table's new words after
+    every pass, so :func:`term_id` and the memo stay plain Python.
+    """
+
+    def __init__(self) -> None:
+        self.table = np.zeros(1 << 12, dtype=np.int64)
+        self.pool = np.zeros(1 << 16, dtype=np.uint8)
+        self.offsets = np.zeros(1 << 12, dtype=np.int64)
+        self.dropped = np.zeros(1 << 12, dtype=np.bool_)
+        self.seen = np.full(1 << 12, -1, dtype=np.int64)
+        self.tally = np.zeros(1 << 12, dtype=np.int64)
+        self.info = np.zeros(4, dtype=np.int64)  # ids, pool bytes used, next output slot, stamp
+        stop = sorted(w for w in STOPWORDS if len(w) > 1)
+        self.profile([" ".join(stop).encode("ascii")])  # their ids come first, flagged dropped
+        self.dropped[: int(self.info[0])] = True
+
+    def _room(self, n_bytes: int) -> None:
+        """Grow the per-id and pool arrays for up to ``n_bytes`` more text (a word takes two bytes)."""
+        words, used = int(self.info[0]), int(self.info[1])
+        if used + n_bytes > self.pool.size:
+            self.pool = np.concatenate([self.pool, np.zeros(max(self.pool.size, n_bytes), dtype=np.uint8)])
+        need = words + n_bytes // 2 + 2
+        if need > self.offsets.size:
+            more = max(self.offsets.size, need - self.offsets.size)
+            self.offsets = np.concatenate([self.offsets, np.zeros(more, dtype=np.int64)])
+            self.dropped = np.concatenate([self.dropped, np.zeros(more, dtype=np.bool_)])
+            self.seen = np.concatenate([self.seen, np.full(more, -1, dtype=np.int64)])
+            self.tally = np.concatenate([self.tally, np.zeros(more, dtype=np.int64)])
+
+    def profile(self, texts: list[bytes]) -> list[WordProfile]:
+        """The profiles of ASCII ``texts`` (words as :func:`words` finds them)."""
+        from . import kernels
+
+        data = np.frombuffer(b"".join(texts), dtype=np.uint8)
+        ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+        self._room(data.size)
+        ids = np.empty(data.size // 2 + 1, dtype=np.int64)
+        counts = np.empty_like(ids)
+        starts = np.zeros(len(texts) + 1, dtype=np.int64)
+        totals = np.zeros(len(texts), dtype=np.int64)
+        before = int(self.info[0])
+        self.info[2] = 0
+        done = 0
+        with np.errstate(over="ignore"):  # the hash wraps by design (only seen without numba's JIT)
+            while True:
+                done = kernels.profile_texts(data, ends, done, self.table, self.pool, self.offsets, self.dropped,
+                                             self.seen, self.tally, self.info, ids, counts, starts, totals)
+                if done == len(texts):
+                    break
+                self.table = kernels.rehash(self.table, self.pool, self.offsets, int(self.info[0]), self.table.size * 2)
+        pool = self.pool.tobytes() if int(self.info[0]) > before else b""
+        for wid in range(before, int(self.info[0])):
+            _VOCABULARY[pool[self.offsets[wid] : self.offsets[wid + 1]].decode("ascii")] = wid
+        used = int(self.info[2])
+        ids, counts = ids[:used].copy(), counts[:used].copy()  # the profiles are views of these
+        bounds = starts.tolist()
+        return [WordProfile(ids[a:b], counts[a:b], t) for a, b, t in zip(bounds, bounds[1:], totals.tolist())]
+
+
+_TABLE: _WordTable | None = None
+#: Profiles by text, oldest first; at most ``_PROFILE_MEMO`` of them.
+_PROFILES: dict[str, WordProfile] = {}
+_PROFILE_MEMO = 1 << 18
+#: Text profiled per compiled pass (a bound on the pass's scratch memory).
+_CHUNK_BYTES = 4 << 20
+
+
+def word_profiles(texts: Sequence[str]) -> list[WordProfile]:
+    """The :class:`WordProfile` of each text (memoised; callers must not modify its arrays).
+
+    Texts not seen before are profiled together, in compiled passes of a few
+    MB; a non-ASCII text is first lower-cased and cut into ``[a-z0-9]`` runs
+    in Python (the runs are ASCII), then profiled alike.
+    """
+    global _TABLE
+    memo = _PROFILES
+    todo = [t for t in dict.fromkeys(texts) if t not in memo]
+    if todo:
+        if _TABLE is None:
+            _TABLE = _WordTable()
+        batch: list[bytes] = []
+        names: list[str] = []
+        size = 0
+        for k, text in enumerate(todo):
+            raw = text.encode("ascii") if text.isascii() else " ".join(_WORD.findall(text.lower())).encode("ascii")
+            batch.append(raw)
+            names.append(text)
+            size += len(raw)
+            if size >= _CHUNK_BYTES or k == len(todo) - 1:
+                memo.update(zip(names, _TABLE.profile(batch)))
+                batch, names, size = [], [], 0
+        while len(memo) > _PROFILE_MEMO:
+            del memo[next(iter(memo))]
+    return [memo[t] if t in memo else word_profiles([t])[0] for t in texts]
+
+
 def word_profile(text: str) -> WordProfile:
-    """The :class:`WordProfile` of ``text`` (memoised; callers must not modify its arrays)."""
-    found = _content_words(text)
-    counts: dict[str, int] = {}
-    _count_elements(counts, found)  # Counter's C loop, into a plain dict
-    vocabulary = _VOCABULARY
-    for w in counts:
-        if w not in vocabulary:
-            vocabulary[w] = len(vocabulary)
-    n = len(counts)
-    ids = np.fromiter(map(vocabulary.__getitem__, counts), dtype=np.int64, count=n)
-    order = np.argsort(ids, kind="stable")
-    return WordProfile(ids[order], np.fromiter(counts.values(), dtype=np.int64, count=n)[order], len(found))
+    """The :class:`WordProfile` of one text (see :func:`word_profiles`)."""
+    return word_profiles([text])[0]
 
 
 def term_id(word: str) -> int:
@@ -102,3 +190,8 @@ def term_id(word: str) -> int:
 def word_ids(text: str) -> npt.NDArray[np.int64]:
     """The distinct content words of ``text`` as ascending vocabulary ids (see :class:`WordProfile`)."""
     return word_profile(text).ids
+
+
+def word_id_rows(texts: Sequence[str]) -> list[npt.NDArray[np.int64]]:
+    """:func:`word_ids` of each text, profiled together."""
+    return [p.ids for p in word_profiles(texts)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import random
 import re
 from pathlib import Path
@@ -68,6 +69,29 @@ def test_word_profile_counts_every_content_word() -> None:
     assert by_word == {"apples": 3, "pears": 3}
     assert profile.total == 6
     assert list(profile.ids) == sorted(profile.ids)
+
+
+def test_compiled_word_profiles_are_the_plain_word_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a fresh word table, passes of ~2 KB (many passes, the table grows and is rehashed mid-pass)
+    monkeypatch.setattr(lexical, "_TABLE", None)
+    monkeypatch.setattr(lexical, "_PROFILES", {})
+    monkeypatch.setattr(lexical, "_VOCABULARY", {})
+    monkeypatch.setattr(lexical, "_CHUNK_BYTES", 2048)
+    rng = random.Random(4)
+    letters = list("aAbBcCzZ09_-'. \n\tÉéİK") + ["the", "The", "I", "and", "x", "ab" * 30]
+    texts = ["".join(rng.choice(letters) for _ in range(rng.randint(0, 40))) for _ in range(6_000)]
+    texts += ["Zoë's café", "İstanbul \u212a", "ǅemal and the THE tHe", "", "a b c", "x" * 5000]
+    profiles = lexical.word_profiles(texts)
+    assert len(lexical._VOCABULARY) > 4096  # the table grew past its first size
+    name = {i: w for w, i in lexical._VOCABULARY.items()}
+    for text, profile in zip(texts, profiles):
+        expected = collections.Counter(lexical.words.__wrapped__(text))
+        assert {name[i]: c for i, c in zip(profile.ids.tolist(), profile.counts.tolist())} == expected, text
+        assert profile.total == sum(expected.values())
+        assert profile.ids.tolist() == sorted(profile.ids.tolist())
+    # memoised: the same objects again, and one text alone gives the same profile
+    assert all(a is b for a, b in zip(lexical.word_profiles(texts[:10]), profiles[:10]))
+    assert lexical.word_profile(texts[7]) is profiles[7]
 
 
 def test_lexical_index_tf_is_the_plain_count(tmp_path: Path) -> None:
