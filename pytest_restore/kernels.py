@@ -470,15 +470,9 @@ def profile_texts(data: npt.NDArray[np.uint8], ends: npt.NDArray[np.int64], firs
         total = 0
         i = begin
         while i < end:
-            c = data[i]
-            if 65 <= c <= 90:
-                c += 32
-            if not (97 <= c <= 122 or 48 <= c <= 57):
-                i += 1
-                continue
             s = i
             h = _FNV_OFFSET
-            while i < end:
+            while i < end:  # the word starting at s, if any: its length and hash
                 c = data[i]
                 if 65 <= c <= 90:
                     c += 32
@@ -487,6 +481,9 @@ def profile_texts(data: npt.NDArray[np.uint8], ends: npt.NDArray[np.int64], firs
                 h = (h ^ np.uint64(c)) * _FNV_PRIME
                 i += 1
             length = i - s
+            if length == 0:  # a separator byte
+                i += 1
+                continue
             if length == 1:
                 continue
             slot = np.int64(h & np.uint64(mask))
