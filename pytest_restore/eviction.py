@@ -231,7 +231,7 @@ def _overlaps(units: Sequence[Unit]) -> tuple[npt.NDArray[np.uint16], npt.NDArra
     rows = word_id_rows([unit.content for unit in units])
     n = len(units)
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=n)
-    words = np.concatenate(rows) if n else np.zeros(0, dtype=np.int64)
+    words = np.concatenate(rows) if n else np.zeros(0, dtype=np.int32)
     overlap = kernels.pair_overlaps(words, lengths, int(words.max()) + 1 if words.size else 0)
     dtype = np.uint16 if overlap.size == 0 or overlap.max() < 1 << 16 else np.uint32
     return overlap.astype(dtype), lengths.astype(np.float64)

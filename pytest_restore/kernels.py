@@ -233,7 +233,7 @@ def redundancy_victims(
 
 
 @_compiled
-def pair_overlaps(words: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], vocabulary: int) -> npt.NDArray[np.uint32]:
+def pair_overlaps(words: npt.NDArray[np.integer[Any]], lengths: npt.NDArray[np.int64], vocabulary: int) -> npt.NDArray[np.uint32]:
     """Shared-word counts of every pair of units, below the diagonal; word counts on it.
 
     ``words`` concatenates each unit's distinct word ids (``lengths[u]`` of
@@ -437,7 +437,7 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 def profile_texts(data: npt.NDArray[np.uint8], ends: npt.NDArray[np.int64], first: int,
                   table: npt.NDArray[np.int64], pool: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64],
                   dropped: npt.NDArray[np.bool_], seen: npt.NDArray[np.int64], tally: npt.NDArray[np.int64],
-                  info: npt.NDArray[np.int64], ids_out: npt.NDArray[np.int64], counts_out: npt.NDArray[np.int64],
+                  info: npt.NDArray[np.int64], ids_out: npt.NDArray[np.int32], counts_out: npt.NDArray[np.int32],
                   starts_out: npt.NDArray[np.int64], totals_out: npt.NDArray[np.int64]) -> int:
     """Profile ASCII texts ``first``, ``first + 1``, ... of ``data`` (text ``k`` is ``data[ends[k-1]:ends[k]]``).
 

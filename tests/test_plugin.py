@@ -198,3 +198,26 @@ def test_the_report_thread_hands_back_its_result_and_its_errors() -> None:
     with pytest.raises(OSError, match="disk full"):
         _Background(fails).result()
     assert _Background(lambda x: x + 1, 1).result() == 2
+
+
+def test_an_xdist_controller_lets_its_parsed_data_go_and_reloads_it_when_needed(pytester: pytest.Pytester) -> None:
+    # the workers do the audit: the controller drops the file it parsed to validate it once they
+    # start; the judge audit (run on the controller at the end) loads it again
+    pytester.makepyfile(test_grid=GRID)
+    pytester.makeconftest(
+        """
+        from pathlib import Path
+        from pytest_restore.plugin import SESSION_KEY
+
+        def pytest_xdist_node_collection_finished(node, ids):
+            held = node.config.stash[SESSION_KEY]._dataset is not None
+            Path("held.txt").write_text(str(held))
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-n", "2", *SMALL, "--restore-policies", "fifo", "--restore-audit-judge", "fake", "--restore-audit-judge-sample", "5"
+    )
+    result.assert_outcomes(passed=3)
+    assert (pytester.path / "held.txt").read_text() == "False"
+    report = (pytester.path / "restore-report" / "report.md").read_text()
+    assert "Second judge `fake` re-graded a stratified sample" in report
