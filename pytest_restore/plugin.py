@@ -571,8 +571,15 @@ class RestoreSession:
         self._models.clear()
 
     def thaw(self) -> None:
-        """Let the collector see what ``keep`` hid (a cleanup: after pytest's own final collections)."""
-        if self._froze:
+        """Let the collector see what ``keep`` hid (a cleanup: after pytest's own final collections).
+
+        Not in an xdist worker: its process ends with the session, and a
+        thawed audit would make the interpreter's last collections walk it
+        (~0.6 s per worker on the full file, while the controller writes the
+        report). A process that goes on after the session (pytest run
+        in-process) gets the collector back.
+        """
+        if self._froze and self.is_controller:
             gc.unfreeze()
             self._froze = False
         if self._preload is not None:

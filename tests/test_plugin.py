@@ -221,3 +221,25 @@ def test_an_xdist_controller_lets_its_parsed_data_go_and_reloads_it_when_needed(
     assert (pytester.path / "held.txt").read_text() == "False"
     report = (pytester.path / "restore-report" / "report.md").read_text()
     assert "Second judge `fake` re-graded a stratified sample" in report
+
+
+def test_xdist_workers_leave_the_audit_frozen_for_their_exit(pytester: pytest.Pytester) -> None:
+    # a worker's process ends with the session: its interpreter's last collections should
+    # not walk the whole audit (the controller is writing the report meanwhile)
+    pytester.makepyfile(test_grid=GRID)
+    pytester.makeconftest(
+        """
+        import atexit, gc
+        from pathlib import Path
+
+        def pytest_configure(config):
+            name = getattr(config, "workerinput", {}).get("workerid", "controller")
+            atexit.register(lambda: Path(f"frozen-{name}.txt").write_text(str(gc.get_freeze_count())))
+        """
+    )
+    result = pytester.runpytest_subprocess("-n", "2", *SMALL, "--restore-policies", "fifo,random")
+    result.assert_outcomes(passed=6)
+    frozen = {p.name: int(p.read_text()) for p in pytester.path.glob("frozen-*.txt")}
+    assert frozen.keys() == {"frozen-controller.txt", "frozen-gw0.txt", "frozen-gw1.txt"}
+    assert frozen["frozen-gw0.txt"] > 0 and frozen["frozen-gw1.txt"] > 0
+    assert frozen["frozen-controller.txt"] == 0
