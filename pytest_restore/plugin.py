@@ -18,6 +18,7 @@ import importlib
 import json
 import os
 import shutil
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Generator, Sequence
@@ -857,9 +858,11 @@ def _return_freed_memory() -> None:
     (~0.2 GB of the ~0.3 GB the full file takes), and the run's peak memory
     counts them. It takes a few milliseconds.
     """
+    if not sys.platform.startswith("linux"):
+        return
     try:
         trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc
+    except (OSError, AttributeError, TypeError):  # not glibc (musl has no malloc_trim)
         return
     trim(0)
 
