@@ -13,6 +13,7 @@ word-id and count arrays (:func:`word_profiles`), with the same words.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -141,6 +142,7 @@ class _WordTable:
 
 
 _TABLE: _WordTable | None = None
+_TABLE_LOCK = threading.Lock()
 #: Profiles by text, oldest first; at most ``_PROFILE_MEMO`` of them.
 _PROFILES: dict[str, WordProfile] = {}
 _PROFILE_MEMO = 1 << 18
@@ -152,9 +154,18 @@ def word_profiles(texts: Sequence[str]) -> list[WordProfile]:
     """The :class:`WordProfile` of each text (memoised; callers must not modify its arrays).
 
     Texts not seen before are profiled together, in compiled passes of a few
-    MB; a non-ASCII text is first lower-cased and cut into ``[a-z0-9]`` runs
+    hundred KB (one thread at a time); a non-ASCII text is first lower-cased and cut into ``[a-z0-9]`` runs
     in Python (the runs are ASCII), then profiled alike.
     """
+    memo = _PROFILES
+    if any(t not in memo for t in texts):
+        with _TABLE_LOCK:  # one pass at a time: the table's arrays are shared (and the pass runs without the GIL)
+            _profile_new(texts)
+    return [memo[t] if t in memo else word_profiles([t])[0] for t in texts]
+
+
+def _profile_new(texts: Sequence[str]) -> None:
+    """Profile the texts of ``texts`` the memo lacks, in compiled passes of about ``_CHUNK_BYTES``."""
     global _TABLE
     memo = _PROFILES
     todo = [t for t in dict.fromkeys(texts) if t not in memo]
@@ -174,7 +185,6 @@ def word_profiles(texts: Sequence[str]) -> list[WordProfile]:
                 batch, names, size = [], [], 0
         while len(memo) > _PROFILE_MEMO:
             del memo[next(iter(memo))]
-    return [memo[t] if t in memo else word_profiles([t])[0] for t in texts]
 
 
 def word_profile(text: str) -> WordProfile:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import random
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +93,26 @@ def test_compiled_word_profiles_are_the_plain_word_counts(monkeypatch: pytest.Mo
     # memoised: the same objects again, and one text alone gives the same profile
     assert all(a is b for a, b in zip(lexical.word_profiles(texts[:10]), profiles[:10]))
     assert lexical.word_profile(texts[7]) is profiles[7]
+
+
+def test_word_profiles_from_many_threads_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lexical, "_TABLE", None)
+    monkeypatch.setattr(lexical, "_PROFILES", {})
+    monkeypatch.setattr(lexical, "_VOCABULARY", {})
+    monkeypatch.setattr(lexical, "_CHUNK_BYTES", 4096)
+    rng = random.Random(6)
+    batches = [[" ".join(f"w{rng.randint(0, 20_000)}" for _ in range(40)) for _ in range(2_000)] for _ in range(4)]
+    out: dict[int, list[lexical.WordProfile]] = {}
+    threads = [threading.Thread(target=lambda k=k: out.__setitem__(k, lexical.word_profiles(batches[k]))) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    name = {i: w for w, i in lexical._VOCABULARY.items()}
+    for k, batch in enumerate(batches):
+        for text, profile in zip(batch, out[k]):
+            expected = collections.Counter(lexical.words.__wrapped__(text))
+            assert {name[i]: c for i, c in zip(profile.ids.tolist(), profile.counts.tolist())} == expected
 
 
 def test_lexical_index_tf_is_the_plain_count(tmp_path: Path) -> None:
