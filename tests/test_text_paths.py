@@ -72,12 +72,17 @@ def test_word_profile_counts_every_content_word() -> None:
     assert list(profile.ids) == sorted(profile.ids)
 
 
-def test_compiled_word_profiles_are_the_plain_word_counts(monkeypatch: pytest.MonkeyPatch) -> None:
-    # a fresh word table, passes of ~2 KB (many passes, the table grows and is rehashed mid-pass)
+@pytest.fixture
+def fresh_word_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty word table and memo, and passes of ~2 KB (many passes; the table grows and is rehashed mid-pass)."""
     monkeypatch.setattr(lexical, "_TABLE", None)
     monkeypatch.setattr(lexical, "_PROFILES", {})
     monkeypatch.setattr(lexical, "_VOCABULARY", {})
     monkeypatch.setattr(lexical, "_CHUNK_BYTES", 2048)
+
+
+@pytest.mark.usefixtures("fresh_word_table")
+def test_compiled_word_profiles_are_the_plain_word_counts() -> None:
     rng = random.Random(4)
     letters = list("aAbBcCzZ09_-'. \n\tÉéİK") + ["the", "The", "I", "and", "x", "ab" * 30]
     texts = ["".join(rng.choice(letters) for _ in range(rng.randint(0, 40))) for _ in range(6_000)]
@@ -95,11 +100,8 @@ def test_compiled_word_profiles_are_the_plain_word_counts(monkeypatch: pytest.Mo
     assert lexical.word_profile(texts[7]) is profiles[7]
 
 
-def test_word_profiles_from_many_threads_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lexical, "_TABLE", None)
-    monkeypatch.setattr(lexical, "_PROFILES", {})
-    monkeypatch.setattr(lexical, "_VOCABULARY", {})
-    monkeypatch.setattr(lexical, "_CHUNK_BYTES", 4096)
+@pytest.mark.usefixtures("fresh_word_table")
+def test_word_profiles_from_many_threads_at_once() -> None:
     rng = random.Random(6)
     batches = [[" ".join(f"w{rng.randint(0, 20_000)}" for _ in range(40)) for _ in range(2_000)] for _ in range(4)]
     out: dict[int, list[lexical.WordProfile]] = {}
