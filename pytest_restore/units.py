@@ -206,14 +206,14 @@ def _count_shared(texts: list[str], counts_file: Path) -> None:
     worker that starts late reads what is done and counts what is left.
 
     A shard file holds the shard's counts in order under a fingerprint of
-    its texts (their number, total UTF-8 length and CRC-32), and is used only
-    when the reader's own shard has the same fingerprint: a file is compact
-    (no copy of the texts) and still never gives a count to another text. A
-    shard whose holder died (the kernel drops its
-    ``flock``), a file that cannot be read or written, or a wait past
-    :data:`SHARD_WAIT_SECONDS` just means this process counts those texts
-    itself. The last step writes the whole counts file (if no peer has yet)
-    and removes the shard files.
+    its texts (their number, total UTF-8 length and CRC-32) and is used only
+    when the reader's own shard has the same fingerprint, so a file is
+    compact (no copy of the texts) and a process whose texts differ (another
+    subset of questions under the same file name) does not take its counts.
+    A shard whose holder died (the kernel drops its ``flock``), a file that
+    cannot be read or written, or a wait past :data:`SHARD_WAIT_SECONDS`
+    just means this process counts those texts itself. The last step writes
+    the whole counts file (if no peer has yet) and removes the shard files.
     """
     from .cache import is_flocked, try_flock
 
