@@ -141,6 +141,31 @@ def build_history(question: Question, granularity: Granularity = Granularity.TUR
     return History(question, granularity, tuple(units), sizes_arr, tuple(gold))
 
 
+def distinct_texts(questions: Sequence[Question], granularity: Granularity = Granularity.TURN) -> list[str]:
+    """Every text whose token count the units of ``questions`` are made of, once each, in first-use order.
+
+    At turn granularity: each turn header, and each content (or, for a
+    content whose count is not additive, the whole snippet); at session
+    granularity: each rendered session. The order is the same in every
+    process that reads the same questions.
+    """
+    texts: dict[str, None] = {}  # insertion order: the same list in every process
+    for q in questions:
+        if granularity is Granularity.TURN:
+            for date, session in zip(q.haystack_dates, q.haystack_sessions):
+                for turn in session:
+                    header = turn_header(date, turn.role)
+                    texts[header] = None
+                    if turn.content.startswith(("\n", "\r", "/")):
+                        texts[header + turn.content] = None
+                    else:
+                        texts[turn.content] = None
+        else:
+            for date, session in zip(q.haystack_dates, q.haystack_sessions):
+                texts[render_session(date, ((t.role, t.content) for t in session))] = None
+    return list(texts)
+
+
 def build_histories(
     questions: Sequence[Question],
     granularity: Granularity = Granularity.TURN,
@@ -157,24 +182,11 @@ def build_histories(
     file at the same time (xdist workers on a cold cache) split the counting
     between them: see :func:`_count_shared`.
     """
-    texts: dict[str, None] = {}  # insertion order: the same list in every process
-    for q in questions:
-        if granularity is Granularity.TURN:
-            for date, session in zip(q.haystack_dates, q.haystack_sessions):
-                for turn in session:
-                    header = turn_header(date, turn.role)
-                    texts[header] = None
-                    if turn.content.startswith(("\n", "\r", "/")):
-                        texts[header + turn.content] = None
-                    else:
-                        texts[turn.content] = None
-        else:
-            for date, session in zip(q.haystack_dates, q.haystack_sessions):
-                texts[render_session(date, ((t.role, t.content) for t in session))] = None
+    texts = distinct_texts(questions, granularity)
     if counts_file is None:
-        count_tokens(list(texts))
+        count_tokens(texts)
     else:
-        _count_shared(list(texts), Path(counts_file))
+        _count_shared(texts, Path(counts_file))
     return [build_history(q, granularity) for q in questions]
 
 

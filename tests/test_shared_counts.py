@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 
 from pytest_restore import tokens, units
 from pytest_restore.cache import is_flocked, try_flock
-from pytest_restore.data import load_dataset
+from pytest_restore.data import Question, load_dataset
 from pytest_restore.synthetic import generate, write_dataset
 from pytest_restore.units import Granularity, build_histories, counts_file_name
 
@@ -24,7 +25,7 @@ WORKER = """
 import json, sys, time
 from pathlib import Path
 from pytest_restore import tokens
-from pytest_restore.data import load_dataset
+from pytest_restore.data import Question, load_dataset
 from pytest_restore.units import build_histories
 
 data, counts_file, go, out = sys.argv[1:5]
@@ -59,22 +60,14 @@ def _fresh_memo(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _reference(data: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     _fresh_memo(monkeypatch)
-    questions = [q for q in load_dataset(data).questions if not q.is_abstention]
+    questions = _evidence(data)
     sizes = [h.sizes.tolist() for h in build_histories(questions)]
     _fresh_memo(monkeypatch)
     return sizes
 
 
-def _distinct_texts(data: Path) -> int:
-    questions = [q for q in load_dataset(data).questions if not q.is_abstention]
-    texts: set[str] = set()
-    for q in questions:
-        for date, session in zip(q.haystack_dates, q.haystack_sessions):
-            for turn in session:
-                header = units.turn_header(date, turn.role)
-                texts.add(header)
-                texts.add(header + turn.content if turn.content.startswith(("\n", "\r", "/")) else turn.content)
-    return len(texts)
+def _evidence(data: Path) -> list[Question]:
+    return [q for q in load_dataset(data).questions if not q.is_abstention]
 
 
 def test_two_processes_split_the_counting_and_agree(data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,7 +85,7 @@ def test_two_processes_split_the_counting_and_agree(data: Path, tmp_path: Path, 
     outs = [json.loads((tmp_path / f"out{i}.json").read_text()) for i in range(2)]
     assert [o["sizes"] for o in outs] == [reference, reference]
     encoded = [o["encoded"] for o in outs]
-    total = _distinct_texts(data)
+    total = len(units.distinct_texts(_evidence(data)))
     assert all(0 < n < total for n in encoded), (encoded, total)  # each counted a part, neither all
     assert sum(encoded) >= total
     # what is left: the whole counts file, no shard or lock files
@@ -106,7 +99,7 @@ def test_a_shard_whose_holder_lets_go_unwritten_is_counted_by_the_waiter(
     counts_file = tmp_path / counts_file_name("y" * 64, Granularity.TURN)
     held = try_flock(counts_file.with_name(f"{counts_file.name}.shard03.lock"))  # a peer counting shard 3
     assert held is not None
-    questions = [q for q in load_dataset(data).questions if not q.is_abstention]
+    questions = _evidence(data)
     result: list[list[list[int]]] = []
     worker = threading.Thread(target=lambda: result.append([h.sizes.tolist() for h in build_histories(questions, counts_file=counts_file)]))
     worker.start()
@@ -125,7 +118,12 @@ def test_a_damaged_counts_or_shard_file_costs_time_not_counts(
     counts_file = tmp_path / counts_file_name("z" * 64, Granularity.TURN)
     counts_file.write_bytes(b"not marshal")
     counts_file.with_name(f"{counts_file.name}.shard00").write_bytes(b"\x00garbage")
-    questions = [q for q in load_dataset(data).questions if not q.is_abstention]
+    questions = _evidence(data)
+    # a well-formed shard file written for as many other texts (a different subset under the same name)
+    texts = units.distinct_texts(questions)
+    n = len(texts) * 2 // units.COUNT_SHARDS - len(texts) // units.COUNT_SHARDS  # shard 1's size
+    other = [f"another text {i}" for i in range(n)]
+    counts_file.with_name(f"{counts_file.name}.shard01").write_bytes(marshal.dumps((units._fingerprint(other), [999] * n)))
     assert [h.sizes.tolist() for h in build_histories(questions, counts_file=counts_file)] == reference
     assert units._read_counts(counts_file) is not None  # rewritten whole
 
