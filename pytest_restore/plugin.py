@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 import threading
+import types
 import uuid
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass
@@ -574,13 +575,14 @@ class RestoreSession:
     def thaw(self) -> None:
         """Let the collector see what ``keep`` hid (a cleanup: after pytest's own final collections).
 
-        Not in an xdist worker: its process ends with the session, and a
-        thawed audit would make the interpreter's last collections walk it
-        (~0.6 s per worker on the full file, while the controller writes the
-        report). A process that goes on after the session (pytest run
-        in-process) gets the collector back.
+        Not where the process ends with the session (an xdist worker; the
+        ``pytest`` command): a thawed audit would make the interpreter's last
+        collections walk it, ~0.6-1.5 s on the full file (in a worker, while
+        the controller writes the report). A process that goes on after the
+        session (``pytest.main()`` in a program, a pytester run) gets the
+        collector back.
         """
-        if self._froze and self.is_controller:
+        if self._froze and self.is_controller and not _process_ends_with_session():
             gc.unfreeze()
             self._froze = False
         if self._preload is not None:
@@ -850,6 +852,31 @@ class RestoreSession:
         for failure in self.failures:
             terminalreporter.write_sep("=", failure, red=strict, yellow=not strict, bold=True)
 
+
+def _process_ends_with_session() -> bool:
+    """Whether this session is the ``pytest`` command itself: the process exits when it returns.
+
+    True when the call stack holds pytest's console entry point and one
+    session (a session nested in another, as pytester runs one, makes two);
+    False for ``pytest.main()`` called by a program.
+    """
+    from _pytest import config as pytest_config
+
+    entries = {
+        f.__code__ for f in (getattr(pytest_config, "_console_main", None), getattr(pytest_config, "console_main", None)) if f
+    }
+    # one frame of this per session: ``_main`` (pytest 9, which ``main`` calls) or ``main`` (pytest 8)
+    session = getattr(pytest_config, "_main", pytest_config.main).__code__
+    console = False
+    sessions = 0
+    frame: types.FrameType | None = sys._getframe()
+    while frame is not None:
+        if frame.f_code in entries:
+            console = True
+        elif frame.f_code is session:
+            sessions += 1
+        frame = frame.f_back
+    return console and sessions == 1
 
 def _return_freed_memory() -> None:
     """Ask the C allocator to give freed heap pages back to the system (glibc; a no-op elsewhere).

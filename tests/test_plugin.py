@@ -243,3 +243,25 @@ def test_xdist_workers_leave_the_audit_frozen_for_their_exit(pytester: pytest.Py
     assert frozen.keys() == {"frozen-controller.txt", "frozen-gw0.txt", "frozen-gw1.txt"}
     assert frozen["frozen-gw0.txt"] > 0 and frozen["frozen-gw1.txt"] > 0
     assert frozen["frozen-controller.txt"] == 0
+
+
+def test_the_pytest_command_leaves_the_audit_frozen_and_an_in_process_run_thaws_it(pytester: pytest.Pytester) -> None:
+    import gc
+
+    pytester.makepyfile(test_grid=GRID)
+    pytester.makeconftest(
+        """
+        import atexit, gc
+        from pathlib import Path
+
+        def pytest_configure(config):
+            atexit.register(lambda: Path("frozen.txt").write_text(str(gc.get_freeze_count())))
+        """
+    )
+    # the command: the process exits with the session, nothing to thaw for
+    pytester.runpytest_subprocess("-p", "no:xdist", *SMALL, "--restore-policies", "fifo").assert_outcomes(passed=3)
+    assert int((pytester.path / "frozen.txt").read_text()) > 0
+    # a session inside a longer-lived process gives the collector its objects back
+    frozen_before = gc.get_freeze_count()
+    pytester.runpytest_inprocess("-p", "no:xdist", *SMALL, "--restore-policies", "fifo").assert_outcomes(passed=3)
+    assert gc.get_freeze_count() == frozen_before == 0
