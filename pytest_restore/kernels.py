@@ -439,9 +439,10 @@ def profile_texts(data: npt.NDArray[np.uint8], ends: npt.NDArray[np.int64], firs
                   dropped: npt.NDArray[np.bool_], seen: npt.NDArray[np.int64], tally: npt.NDArray[np.int64],
                   info: npt.NDArray[np.int64], ids_out: npt.NDArray[np.int32], counts_out: npt.NDArray[np.int32],
                   starts_out: npt.NDArray[np.int64], totals_out: npt.NDArray[np.int64]) -> int:
-    """Profile ASCII texts ``first``, ``first + 1``, ... of ``data`` (text ``k`` is ``data[ends[k-1]:ends[k]]``).
+    """Profile texts ``first``, ``first + 1``, ... of ``data`` (text ``k`` is ``data[ends[k-1]:ends[k]]``).
 
-    A word is a run of ``[a-z0-9]`` once ``A-Z`` are lower-cased; one-byte
+    A text is ASCII, or UTF-8 (whose bytes outside ASCII, all >= 0x80, only
+    separate words). A word is a run of ``[a-z0-9]`` once ``A-Z`` are lower-cased; one-byte
     words and the words flagged in ``dropped`` are skipped. Each word is
     looked up in an open-addressing table (FNV-1a hash, linear probing) whose
     entries are ids + 1; an id's bytes are ``pool[offsets[id]:offsets[id+1]]``

@@ -112,7 +112,7 @@ class _WordTable:
             self.tally = np.concatenate([self.tally, np.zeros(more, dtype=np.int64)])
 
     def profile(self, texts: list[bytes]) -> list[WordProfile]:
-        """The profiles of ASCII ``texts`` (words as :func:`words` finds them)."""
+        """The profiles of ``texts``: ASCII, or lower-cased UTF-8 (words as :func:`words` finds them)."""
         from . import kernels
 
         data = np.frombuffer(b"".join(texts), dtype=np.uint8)
@@ -154,8 +154,8 @@ def word_profiles(texts: Sequence[str]) -> list[WordProfile]:
     """The :class:`WordProfile` of each text (memoised; callers must not modify its arrays).
 
     Texts not seen before are profiled together, in compiled passes of a few
-    hundred KB (one thread at a time); a non-ASCII text is first lower-cased and cut into ``[a-z0-9]`` runs
-    in Python (the runs are ASCII), then profiled alike.
+    hundred KB (one thread at a time). A non-ASCII text is lower-cased in
+    Python first and profiled from its UTF-8 bytes.
     """
     memo = _PROFILES
     if any(t not in memo for t in texts):
@@ -176,7 +176,10 @@ def _profile_new(texts: Sequence[str]) -> None:
         names: list[str] = []
         size = 0
         for k, text in enumerate(todo):
-            raw = text.encode("ascii") if text.isascii() else " ".join(_WORD.findall(text.lower())).encode("ascii")
+            # a non-ASCII text is lower-cased here (the rule's str.lower, which can make ASCII letters of
+            # other ones); its UTF-8 bytes outside ASCII are all >= 0x80, never [a-z0-9], so the pass
+            # finds exactly the regex's runs
+            raw = text.encode("ascii") if text.isascii() else text.lower().encode("utf-8", "surrogatepass")
             batch.append(raw)
             names.append(text)
             size += len(raw)
