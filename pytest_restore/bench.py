@@ -12,6 +12,8 @@ histories) and, in one run, measures and prints in one table:
   shares the same ~140 filler sessions: a few percent of its text is distinct,
   so its floor is small and the ratio to it is the worst case;
 
+- **warm-up**: a 6-question grid, so that numba's one-time compile of the
+  kernels (first run after an install or an upgrade) is not in the timings;
 - **floor**: parsing the file and counting the o200k tokens of its distinct
   turn texts, in a fresh process (the least any audit of the file must do);
 - **grid**: the whole default grid with the fake models (every policy, random
@@ -542,6 +544,13 @@ def run(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     table = Table()
     print(f"bench: working in {work} ({os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f})", file=sys.stderr)
+    # numba compiles the kernels on the first run after an install or an upgrade (and caches them):
+    # a small grid first, so that the timed grids do the audit's work only
+    warm = work / "synthetic-warm-up.json"
+    make_dataset(warm, 6, 0, 20_000, None, "real")  # long enough for every policy to evict at 8k
+    timed, _ = run_grid(work, warm, "warm-up", ["-p", "no:xdist"], work / "cache-warm-up")
+    table.add("warm-up: a 6-question grid", f"{timed.seconds:.1f} s",
+              "serial; compiles the numba kernels if this install has not yet (cached after), so the grids below do not")
     s = bench_dataset(table, work, "S", questions=args.questions, tokens=102_000, sessions=None, args=args, full=True)
     table.add("peak RSS, largest single process", _mb(children_maxrss_bytes()), "getrusage(RUSAGE_CHILDREN).ru_maxrss over every run so far")
     rk = compare_rankers(work / "synthetic-S.json", args.ranker_questions, args.repeats)
