@@ -337,12 +337,11 @@ def fact_density(content: str) -> float:
 
     Smoothed by five tokens so that a one-word turn is not the densest.
     """
-    if content.isascii():  # nearly every turn: the compiled scan, same rule
-        from . import kernels
+    # the compiled scan, same rule (non-ASCII characters through ASCII stand-ins)
+    from . import kernels
 
-        facts, count = kernels.fact_counts(content)
-        return facts / (count + 5)
-    return _fact_density_python(content)
+    facts, count = kernels.fact_counts(content)
+    return facts / (count + 5)
 
 
 def _fact_density_python(content: str) -> float:

@@ -35,6 +35,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +43,9 @@ import numpy.typing as npt
 from .models import ChatRequest, ChatResult
 from .prompts import DONT_KNOW
 from .units import History
+
+if TYPE_CHECKING:
+    from .kernels import StandIns
 
 #: Utilisation-error rate when the context is saturated with non-gold text.
 UTILISATION_RATE: Mapping[str, float] = {
@@ -211,25 +215,46 @@ class FakeScorer(_Named):
     @staticmethod
     def scores(contents: Sequence[str]) -> list[int]:
         """The fake importance of each content: 4, +2 for a first-person word, +1 for a digit, +-2 jitter."""
-        first_person = [False] * len(contents)
-        digit = [False] * len(contents)
-        ascii_at = [k for k, c in enumerate(contents) if c.isascii()]
-        if ascii_at:  # the same two tests as the regexes, compiled: one pass over all the bytes
-            from . import kernels
+        from . import kernels
 
-            found, digits = kernels.word_and_digit([contents[k] for k in ascii_at], _first_person_codes())
-            for k, f, d in zip(ascii_at, found, digits):
-                first_person[k], digit[k] = f, d
-        if len(ascii_at) < len(contents):
-            for k, content in enumerate(contents):
-                if not content.isascii():
-                    first_person[k] = _FIRST_PERSON.search(content) is not None
-                    digit[k] = _DIGIT.search(content) is not None
+        # the same two tests as the regexes, compiled: one pass over all the bytes, with
+        # non-ASCII characters through ASCII stand-ins
+        stand_ins = _scorer_stand_ins()
+        ascii_texts = [c if c.isascii() else stand_ins.apply(c) for c in contents]
+        first_person, digit = kernels.word_and_digit(ascii_texts, _first_person_codes())
         out = []
         for content, f, d in zip(contents, first_person, digit):
             score = 4 + (2 if f else 0) + (1 if d else 0) + round(4 * _unit_draw("importance", content)) - 2
             out.append(min(10, max(1, score)))
         return out
+
+
+def _scorer_stand_in(char: str) -> str:
+    """A non-ASCII character's part in the scorer's two regexes (``_FIRST_PERSON``, ``_DIGIT``).
+
+    Under ``re.IGNORECASE`` four non-ASCII letters match ASCII ones ("İ" and
+    "ı" match "i", "ſ" "s", the Kelvin sign "k"): they stand in as those. A
+    ``\\d`` digit (``isdecimal``) stands in as "0"; any other ``\\w``
+    character (``isalnum``) as "x", a word character in no first-person word;
+    everything else as a space.
+    """
+    folded = _ASCII_FOLD.get(char)
+    if folded is not None:
+        return folded
+    if char.isdecimal():
+        return "0"
+    return "x" if char.isalnum() else " "
+
+
+_ASCII_FOLD = {"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"}
+
+
+@lru_cache(maxsize=1)
+def _scorer_stand_ins() -> StandIns:
+    """The scorer's stand-ins (numba loads with the kernels module, on first use)."""
+    from .kernels import StandIns
+
+    return StandIns(_scorer_stand_in)
 
 
 @lru_cache(maxsize=1)

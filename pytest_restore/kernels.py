@@ -20,6 +20,7 @@ rules as written, on adversarial strings.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -269,6 +270,34 @@ def pair_overlaps(words: npt.NDArray[np.integer[Any]], lengths: npt.NDArray[np.i
     return out
 
 
+# -- non-ASCII text through the ASCII scans -------------------------------------------
+
+_NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
+
+
+class StandIns(dict[str, str]):
+    """Non-ASCII character -> the ASCII character that plays its part in one rule (computed once each).
+
+    A scan over ASCII bytes then gives, on the stand-in text, what the rule
+    as written gives on the original: each character is replaced by exactly
+    one, so tokens and positions line up.
+    """
+
+    def __init__(self, rule: Callable[[str], str]) -> None:
+        super().__init__()
+        self._rule = rule
+
+    def __missing__(self, char: str) -> str:
+        stand_in = self._rule(char)
+        assert len(stand_in) == 1 and stand_in.isascii()
+        self[char] = stand_in
+        return stand_in
+
+    def apply(self, text: str) -> str:
+        """``text`` with every non-ASCII character replaced by its stand-in."""
+        return _NON_ASCII_RUN.sub(lambda run: "".join(map(self.__getitem__, run.group())), text)
+
+
 # -- the control's fact density over ASCII text ---------------------------------------
 
 #: What ``str.split()`` splits on, among ASCII bytes.
@@ -346,8 +375,28 @@ def ascii_facts(text: npt.NDArray[np.uint8], space: npt.NDArray[np.bool_], strip
     return facts, tokens
 
 
+def _fact_stand_in(char: str) -> str:
+    """A non-ASCII character's part in ``fact_density``: whitespace, a digit, a capital, or other.
+
+    ``str.split`` splits on ``isspace`` characters; ``\\d`` is ``isdecimal``;
+    a capital is ``isupper``. No token with a non-ASCII character is a
+    first-person word (none lower-cases into one), and none of the stand-ins
+    is stripped or ends a sentence, so the other parts of the rule agree too.
+    """
+    if char.isspace():
+        return " "
+    if char.isdecimal():
+        return "0"
+    return "A" if char.isupper() else "x"
+
+
+_FACT_STAND_INS = StandIns(_fact_stand_in)
+
+
 def fact_counts(text: str) -> tuple[int, int]:
-    """``ascii_facts`` of an ASCII string."""
+    """``ascii_facts`` of a string (non-ASCII characters through their stand-ins)."""
+    if not text.isascii():
+        text = _FACT_STAND_INS.apply(text)
     return ascii_facts(np.frombuffer(text.encode("ascii"), dtype=np.uint8), _SPACE, _STRIP, _FIRST_PERSON_CODES)
 
 

@@ -22,9 +22,18 @@ from pytest_restore.units import Granularity, build_histories
 ALPHABET = list("iImMyYeEwWoOrRvVdDnNzZ'\".,;:!?()[]0123456789_- \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")
 
 
-def strings(n: int, seed: int) -> list[str]:
+# characters outside ASCII that play a part in some rule: letters that fold to ASCII ones
+# under re.IGNORECASE (dotted and dotless i, long s, the Kelvin sign), capitals and a
+# titlecase letter, decimal digits of other scripts and a superscript (a \w that is no \d),
+# Unicode whitespace (NBSP, em space, NEL, line separator), punctuation, an emoji, a
+# combining mark and a lone surrogate
+NON_ASCII = list("\u0130\u0131\u017f\u212aÉéǅ\u0663\uff11²\xa0\u2003\x85\u2028\u2019\u2014\U0001f600\u0307\ud800")
+
+
+def strings(n: int, seed: int, extra: list[str] | None = None) -> list[str]:
     rng = random.Random(seed)
-    return ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 14))) for _ in range(n)]
+    alphabet = ALPHABET + (extra or [])
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14))) for _ in range(n)]
 
 
 def test_fact_density_kernel_is_the_rule() -> None:
@@ -34,9 +43,11 @@ def test_fact_density_kernel_is_the_rule() -> None:
     assert [eviction.fact_density.__wrapped__(t) for t in texts] == [eviction._fact_density_python(t) for t in texts]
 
 
-def test_fact_density_of_non_ascii_text_takes_the_rule() -> None:
-    text = "Café owner Zoë told me: my order is 12 crêpes."
-    assert eviction.fact_density.__wrapped__(text) == eviction._fact_density_python(text) > 0
+def test_fact_density_of_non_ascii_text_is_the_rule() -> None:
+    texts = [*strings(30_000, 7, NON_ASCII), "Café owner Zoë told me: my order is 12 crêpes.",
+             "\u0130 met \u212aelvin at \u0663pm\u2003today. \u00c9mile said my car\xa0was fine"]
+    assert not all(t.isascii() for t in texts)
+    assert [eviction.fact_density.__wrapped__(t) for t in texts] == [eviction._fact_density_python(t) for t in texts]
 
 
 def test_fake_scorer_ascii_path_matches_the_regex() -> None:
@@ -50,7 +61,9 @@ def test_fake_scorer_ascii_path_matches_the_regex() -> None:
     assert [fake.FakeScorer.score(t) for t in texts] == expected
     # in one batch (one compiled pass over every text): no word runs across two texts
     assert fake.FakeScorer.scores(texts) == expected
-    mixed = ["Zoë and I", "café 9", *texts[:50]]
+    mixed = ["Zoë and I", "café 9", "\u0131 know", "\u0130'm", "\u212a", "m\u0131", "\u0663", "é\u0131",
+             *strings(30_000, 8, [c for c in NON_ASCII if c != "\ud800"])]  # (a surrogate is not a text the fake draws for)
+    assert not all(t.isascii() for t in mixed)
     assert fake.FakeScorer.scores(mixed) == [by_regex(t) for t in mixed]
 
 
