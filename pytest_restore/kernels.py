@@ -12,10 +12,12 @@ writable); set ``NUMBA_DISABLE_JIT=1`` to run them as plain Python.
 
 Each kernel takes and returns plain arrays and makes the same choices, in
 the same floating-point arithmetic, as the policy's documented rule; the
-brute-force tests in ``tests/test_eviction.py`` hold them to it. The two text
-scans (the control's fact density, the fake scorer's first-person and digit
-tests) read ASCII text only; ``tests/test_text_paths.py`` holds them to the
-rules as written, on adversarial strings.
+brute-force tests in ``tests/test_eviction.py`` hold them to it. The text
+scans (word profiles, the control's fact density, the fake scorer's
+first-person and digit tests) read bytes; non-ASCII text reaches them as
+UTF-8 or through ASCII stand-ins (:class:`StandIns`), and
+``tests/test_text_paths.py`` holds them to the rules as written, on
+adversarial strings with and without non-ASCII characters.
 """
 
 from __future__ import annotations
@@ -298,7 +300,7 @@ class StandIns(dict[str, str]):
         return _NON_ASCII_RUN.sub(lambda run: "".join(map(self.__getitem__, run.group())), text)
 
 
-# -- the control's fact density over ASCII text ---------------------------------------
+# -- the control's fact density ------------------------------------------------------
 
 #: What ``str.split()`` splits on, among ASCII bytes.
 _SPACE = np.zeros(256, dtype=np.bool_)
@@ -400,7 +402,7 @@ def fact_counts(text: str) -> tuple[int, int]:
     return ascii_facts(np.frombuffer(text.encode("ascii"), dtype=np.uint8), _SPACE, _STRIP, _FIRST_PERSON_CODES)
 
 
-# -- the fake scorer's tests over ASCII text ------------------------------------------
+# -- the fake scorer's tests -----------------------------------------------------------
 
 #: ASCII word characters of ``re``'s ``\w``: letters, digits and ``_``.
 _WORD = np.zeros(256, dtype=np.bool_)
