@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy import stats as scipy_stats  # type: ignore[import-untyped]
 
+from pytest_restore.bench import best_of
 from pytest_restore.data import QUESTION_TYPES
 from pytest_restore.stats import Resampler, analyse
 
@@ -98,16 +98,6 @@ def make_records(questions: int = 470, seed: int = 0) -> list[dict[str, Any]]:
                             }
                         )
     return records
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    """Best wall time of ``repeats`` runs (the least disturbed by other load)."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def cell_vectors(
