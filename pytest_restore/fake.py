@@ -193,6 +193,8 @@ class FakeJudge(_Named):
         return "CORRECT" if same else "INCORRECT"
 
 
+# The scorer's two tests as written; the compiled scan (``scores``) gives their answers, and
+# tests/test_text_paths.py holds it to them.
 _FIRST_PERSON = re.compile(r"\b(i|i'm|i've|my|me|we|our)\b", re.IGNORECASE)
 _DIGIT = re.compile(r"\d")
 # ``_FIRST_PERSON`` over ASCII text: "i'm" and "i've" already match as "i" followed by a boundary.

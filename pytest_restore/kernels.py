@@ -272,6 +272,12 @@ def pair_overlaps(words: npt.NDArray[np.integer[Any]], lengths: npt.NDArray[np.i
     return out
 
 
+def pack(texts: Sequence[bytes]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """``texts`` end to end, and where each ends: the batch kernels' input (text ``k`` is ``data[ends[k-1]:ends[k]]``)."""
+    data = np.frombuffer(b"".join(texts), dtype=np.uint8)
+    return data, np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+
+
 # -- non-ASCII text through the ASCII scans -------------------------------------------
 
 _NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
@@ -469,9 +475,7 @@ def word_and_digit(texts: Sequence[str], words: npt.NDArray[np.int64]) -> tuple[
     found: list[bool] = []
     digits: list[bool] = []
     for at in range(0, len(texts), 4096):  # a few MB at a time, not a copy of every text
-        chunk = texts[at : at + 4096]
-        data = np.frombuffer("".join(chunk).encode("ascii"), dtype=np.uint8)
-        ends = np.cumsum(np.fromiter(map(len, chunk), dtype=np.int64, count=len(chunk)))
+        data, ends = pack([t.encode("ascii") for t in texts[at : at + 4096]])
         f, d = ascii_word_and_digit(data, ends, _WORD, words)
         found += f.tolist()
         digits += d.tolist()

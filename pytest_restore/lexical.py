@@ -115,8 +115,7 @@ class _WordTable:
         """The profiles of ``texts``: ASCII, or lower-cased UTF-8 (words as :func:`words` finds them)."""
         from . import kernels
 
-        data = np.frombuffer(b"".join(texts), dtype=np.uint8)
-        ends = np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+        data, ends = kernels.pack(texts)
         self._room(data.size)
         ids = np.empty(data.size // 2 + 1, dtype=np.int32)
         counts = np.empty_like(ids)
@@ -132,9 +131,10 @@ class _WordTable:
                 if done == len(texts):
                     break
                 self.table = kernels.rehash(self.table, self.pool, self.offsets, int(self.info[0]), self.table.size * 2)
-        pool = self.pool.tobytes() if int(self.info[0]) > before else b""
+        base = int(self.offsets[before])
+        new = self.pool[base : int(self.info[1])].tobytes()  # the bytes of this pass's new words only
         for wid in range(before, int(self.info[0])):
-            _VOCABULARY[pool[self.offsets[wid] : self.offsets[wid + 1]].decode("ascii")] = wid
+            _VOCABULARY[new[self.offsets[wid] - base : self.offsets[wid + 1] - base].decode("ascii")] = wid
         used = int(self.info[2])
         ids, counts = ids[:used].copy(), counts[:used].copy()  # the profiles are views of these
         bounds = starts.tolist()

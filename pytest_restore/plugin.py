@@ -878,6 +878,7 @@ def _process_ends_with_session() -> bool:
         frame = frame.f_back
     return console and sessions == 1
 
+
 def _return_freed_memory() -> None:
     """Ask the C allocator to give freed heap pages back to the system (glibc; a no-op elsewhere).
 

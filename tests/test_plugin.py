@@ -255,12 +255,14 @@ def test_the_pytest_command_leaves_the_audit_frozen_and_an_in_process_run_thaws_
         from pathlib import Path
 
         def pytest_configure(config):
-            atexit.register(lambda: Path("frozen.txt").write_text(str(gc.get_freeze_count())))
+            out = Path(__file__).with_name("frozen.txt")
+            atexit.register(lambda: out.write_text(str(gc.get_freeze_count())))
         """
     )
     # the command: the process exits with the session, nothing to thaw for
     pytester.runpytest_subprocess("-p", "no:xdist", *SMALL, "--restore-policies", "fifo").assert_outcomes(passed=3)
     assert int((pytester.path / "frozen.txt").read_text()) > 0
+    (pytester.path / "conftest.py").unlink()  # no exit hook in this process for the in-process run
     # a session inside a longer-lived process gives the collector its objects back
     frozen_before = gc.get_freeze_count()
     pytester.runpytest_inprocess("-p", "no:xdist", *SMALL, "--restore-policies", "fifo").assert_outcomes(passed=3)
