@@ -49,9 +49,10 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Any
 
 from .models import ChatRequest, ChatResult
 from .prompts import DONT_KNOW
@@ -328,3 +329,38 @@ class FakeScorer(_Named):
     def scores(contents: Sequence[str]) -> list[int]:
         """The fake importance of each content (see :meth:`score`)."""
         return [FakeScorer.score(c) for c in contents]
+
+
+# -- what a report says when a fake took part -------------------------------------------------
+
+
+def is_fake(name: str | None) -> bool:
+    """Whether a model name in the records is one of these fakes (``fake``, ``fake-strong``, ``fake-*``)."""
+    return name is not None and (name == "fake" or name.startswith("fake-"))
+
+
+def simulated_models(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``role name`` of every fake model in the records (reader, judge, scorer), sorted."""
+    found = {
+        f"{role} `{r.get(role)}`" for r in records for role in ("reader", "judge", "scorer") if is_fake(r.get(role))
+    }
+    return sorted(found)
+
+
+def simulated_note(records: Sequence[Mapping[str, Any]], official_data: bool | None = None) -> str | None:
+    """The one sentence a report opens with when any model is a fake; ``None`` when none is."""
+    fakes = simulated_models(records)
+    if not fakes:
+        return None
+    data = "the official LongMemEval-S file" if official_data else "synthetic or unofficial data"
+    return (
+        f"These figures check the audit pipeline on a simulated reader and {data} (fake models: "
+        f"{', '.join(fakes)}); they are not a finding about any model."
+    )
+
+
+def simulated_reader_md(records: Sequence[Mapping[str, Any]]) -> str:
+    """The report's section on the fake reader's model, when a fake reader took part; else empty."""
+    if not any(is_fake(r.get("reader")) for r in records):
+        return ""
+    return "\n".join(["## The simulated reader", "", *reader_model_lines(), ""])

@@ -37,6 +37,7 @@ from typing import Any
 from . import ablations, stats
 from .audit import BINS, CellFigures, Record, model_calls, tally
 from .eviction import BUILTIN_POLICIES
+from .fake import simulated_note, simulated_reader_md
 from .injection import DEFAULT_RANKER
 from .robustness import compare_readers, render_comparison_md
 from .stats import INTERVAL_COLUMNS, PROTOCOL_COLUMNS, Analysis, CellStats, HypothesisTest
@@ -642,6 +643,9 @@ def render_report_md(
         analysis = analyse_records(records, info)
     ds = info.dataset
     out = ["# Restore-counterfactual audit", ""]
+    note = simulated_note(records, ds.get("official"))
+    if note:
+        out += [note, ""]
     sha = ds.get("sha256", "unknown")
     official = ds.get("official")
     out.append(
@@ -692,6 +696,9 @@ def render_report_md(
     for name in sorted(info.checks):
         out += ["", str(info.checks[name].get("markdown", ""))]
     out += ["", render_ablations_md(records, analysis), render_cases_md(records)]
+    reader_model = simulated_reader_md(records)
+    if reader_model:
+        out += ["", reader_model]
     section = render_model_calls_md(records, calls)
     if section:
         out += ["", section]
@@ -794,6 +801,10 @@ def summary_json(
         "record_exclusions": record_exclusions(records),
         "model_calls": dict(calls) if calls is not None else model_calls(records),
     }
+    note = simulated_note(records, info.dataset.get("official"))
+    out["simulated"] = note is not None
+    if note:
+        out["simulated_note"] = note
     if analysis is not None:
         out["hypotheses"] = analysis.summary()
         out["failures"] = session_failures(analysis)
