@@ -114,13 +114,13 @@ def print_calibration(fig: Mapping[str, int]) -> None:
     """The calibration figures, ours beside the paper's, with a 95% binomial margin on ours."""
     n_paper, err_paper, _irr, rec_paper, res_paper = PAPER_CELLS["no-evict"][80_000]
     print("calibration (the only figures the reader's knobs were chosen on)")
-    print(f"{'figure':<26}{'ours':>14}{'paper':>14}{'ours +- 1.96 se':>18}")
+    print(f"{'figure':<26}{'ours':>18}{'paper':>18}{'ours +- 1.96 se':>18}")
 
     def row(label: str, k: int, n: int, paper_k: int, paper_n: int) -> None:
         p = k / max(1, n)
         se = math.sqrt(p * (1 - p) / max(1, n))
         inside = abs(paper_k / paper_n - p) <= 1.96 * se
-        print(f"{label:<26}{f'{k}/{n} = {p:.3f}':>14}{f'{paper_k}/{paper_n} = {paper_k / paper_n:.3f}':>14}"
+        print(f"{label:<26}{f'{k}/{n} = {p:.3f}':>18}{f'{paper_k}/{paper_n} = {paper_k / paper_n:.3f}':>18}"
               f"{f'{p - 1.96 * se:.3f}-{p + 1.96 * se:.3f}':>18}  {'in' if inside else 'OUT'}")
 
     row("oracle-answerable", fig["N"], fig["questions"], *PAPER_ORACLE)
@@ -134,15 +134,15 @@ def calibrate(prompts: Sequence[tuple[str, str, str, str, str]], reader: FakeRea
     base = ReaderKnobs()
     results = []
     for base_error, crowding, persistence in itertools.product(
-        (0.06, 0.08, 0.10, 0.12, 0.14, 0.16), (0.04, 0.07, 0.10, 0.14, 0.2), (0.6, 0.7, 0.8, 0.9)
+        (0.10, 0.13, 0.16, 0.19, 0.22), (0.0, 0.02, 0.04, 0.07, 0.1), (0.7, 0.8, 0.85, 0.9, 0.95)
     ):
         knobs = replace(base, base_error=base_error, crowding=crowding, persistence=persistence)
         fig = baseline_figures(knobs, prompts, reader)
         results.append((loss(fig), knobs, fig))
     results.sort(key=lambda x: x[0])
     for value, knobs, fig in results[:8]:
-        print(f"loss {value:6.2f}  base {knobs.base_error:.2f} crowding {knobs.crowding:.2f} "
-              f"persistence {knobs.persistence:.1f}  -> {fig}")
+        print(f"loss {value:6.2f}  base {knobs.base_error:g} crowding {knobs.crowding:g} "
+              f"persistence {knobs.persistence:g}  -> {fig}")
 
 
 def grid_80k(audit: Audit) -> list[dict[str, Any]]:

@@ -40,8 +40,11 @@ them beside the paper's figures); no evicting cell was used.
 
 The fake judge normalises both answers (case, punctuation, articles,
 whitespace) and says CORRECT only when they are equal. The fake scorer rates a
-unit's content alone: first-person statements and numbers raise the score,
-and a hash of the content adds jitter of up to two points either way.
+unit's content alone, as a whole: first-person statements and numbers raise
+the score, a long turn (over :data:`LONG_WORDS` words) lowers it, since a
+fact said in passing weighs little in a snippet that is mostly something
+else, and a hash of the content adds jitter of up to three points either way
+(a rater's scores of similar snippets spread widely).
 """
 
 from __future__ import annotations
@@ -69,15 +72,15 @@ class ReaderKnobs:
     """The fake reader's knobs; the defaults are the calibrated ones (module docstring)."""
 
     #: utilisation-error rate on a clean one-snippet context, single-evidence types
-    base_error: float = 0.10
+    base_error: float = 0.16
     #: type factor of the aggregating types (multi-session, temporal reasoning)
     aggregate: float = 3.0
     #: hazard added per thousand tokens of non-gold text in the context
-    crowding: float = 0.10
+    crowding: float = 0.04
     #: hazard added when the gold sits at the end of the context rather than the start
     position: float = 0.10
     #: correlation of one question's draws across contexts (0: independent, 1: one draw per question)
-    persistence: float = 0.8
+    persistence: float = 0.85
     #: multiplies the hazard: below 1 a stronger reader, above 1 a weaker one
     scale: float = 1.0
 
@@ -308,6 +311,8 @@ class FakeJudge(_Named):
 # The scorer's two tests. A test double needs no compiled path: plain regexes.
 _FIRST_PERSON = re.compile(r"\b(i|i'm|i've|my|me|we|our)\b", re.IGNORECASE)
 _DIGIT = re.compile(r"\d")
+#: Words past which the scorer takes a snippet for mostly something other than a fact.
+LONG_WORDS = 120
 
 
 class FakeScorer(_Named):
@@ -320,9 +325,10 @@ class FakeScorer(_Named):
 
     @staticmethod
     def score(content: str) -> int:
-        """The fake importance of one content: 4, +2 for a first-person word, +1 for a digit, +-2 jitter."""
+        """The fake importance of one content: 4, +2 for a first-person word, +1 for a digit, -2 when long, +-3 jitter."""
         score = 4 + (2 if _FIRST_PERSON.search(content) else 0) + (1 if _DIGIT.search(content) else 0)
-        score += round(4 * _unit_draw("importance", content)) - 2
+        score -= 2 if len(content.split()) > LONG_WORDS else 0
+        score += round(6 * _unit_draw("importance", content)) - 3
         return min(10, max(1, score))
 
     @staticmethod

@@ -329,7 +329,7 @@ class RestoreCell:
     def check(self) -> None:
         """Fail the item, in one readable block, when one of the cell's checks fails.
 
-        The construct checks (PROTOCOL section 5), then the cell's own part of
+        The construct checks (docs/PROTOCOL.md section 5), then the cell's own part of
         the hypothesis families at the raw level: its H1 construct check, its
         H3 contrast and, for the control, its positive-control contrasts
         against each baseline. Holm across a family is applied at session end.
@@ -433,7 +433,7 @@ class RestoreSession:
             self._preload.start()
 
     def calibrate(self) -> None:
-        """The calibration gate (PROTOCOL section 9): stop the run before the grid when it fails."""
+        """The calibration gate (docs/PROTOCOL.md section 9): stop the run before the grid when it fails."""
         s = self.settings
         fresh_judge = make_model(s.judge, "judge", self.model_options(), use_cache=False)
         try:

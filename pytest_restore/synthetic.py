@@ -569,8 +569,10 @@ class GeneratorSettings:
     pool_factor: float = 2.5
     #: build each pool session and loose pair on first use (see ``generate``)
     lazy_pool: bool = False
-    distractors: tuple[int, int] = (0, 10)
-    distractor_assistant_share: float = 0.7
+    #: distractor pairs per question and the share with a long on-topic answer: set with the
+    #: reader's knobs on the no-evict baseline (how often top-k retrieval misses the evidence)
+    distractors: tuple[int, int] = (0, 6)
+    distractor_assistant_share: float = 0.3
     distractors_per_session: int = 2
     distractor_mentions: tuple[int, int] = (4, 10)
     #: bounds of an evidence turn's size; within them it is drawn like a filler turn of its role
@@ -1111,7 +1113,9 @@ def _plan_multi(w: _Writer, abstain: bool) -> _Plan:
     for x, price in zip(chosen, prices):
         when = w.pick(("today", "this morning", "yesterday", f"on {w.pick(_WEEKDAYS)}"))
         cost = f" It was ${price}." if form == 2 else f" It cost me ${price}." if r.random() < 0.5 else ""
-        core = f"I {phrase.format(x=x)} {when}.{cost}"
+        # users tend to say what kind of thing it was ("another one for my ... list")
+        tag = f" That's one more for my {plural} list." if r.random() < 0.7 else ""
+        core = f"I {phrase.format(x=x)} {when}.{cost}{tag}"
         golds.append(_Gold("user", w.evidence(core), w.reply(plural)))
     ask_plural, ask_perfect = plural, perfect
     if abstain:
@@ -1632,10 +1636,10 @@ def generate(
       about three quarters of the session slots distinct, as in the official
       file (the bench's main dataset). Another stream than the eager pool's: the
       same seed gives another file.
-    - ``distractors`` [(0, 10)]: inclusive range of distractor pairs per question,
+    - ``distractors`` [(0, 6)]: inclusive range of distractor pairs per question,
       drawn uniformly. Each distractor pair has a user turn with the question's
       content words.
-    - ``distractor_assistant_share`` [0.7]: chance that the distractor's assistant
+    - ``distractor_assistant_share`` [0.3]: chance that the distractor's assistant
       turn is a long on-topic answer repeating the question's words (else generic filler).
     - ``distractors_per_session`` [2]: distractor pairs per distractor session.
     - ``distractor_mentions`` [(4, 10)]: how many sentences of a long distractor
