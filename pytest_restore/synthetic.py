@@ -576,7 +576,7 @@ class GeneratorSettings:
     distractors_per_session: int = 2
     distractor_mentions: tuple[int, int] = (4, 10)
     #: bounds of an evidence turn's size; within them it is drawn like a filler turn of its role
-    gold_tokens: tuple[int, int] = (30, 450)
+    gold_tokens: tuple[int, int] = (40, 600)
     #: share of user turns (filler and evidence alike) that are long messages, sized like assistant turns
     long_user_share: float = 0.12
     #: shares of filler turns holding a number, a name or place, a date (one concrete sentence each)
@@ -882,19 +882,16 @@ class _Writer:
 
     # -- evidence: a fact in an ordinary turn
     def gold_size(self) -> int:
-        """An evidence turn's target size: drawn like any turn of the history, within ``gold_tokens``.
+        """An evidence turn's target size: the size of a filler turn drawn here, within ``gold_tokens``.
 
-        Half the turns of a history are the assistant's (``filler_assistant_tokens``),
-        half the user's (short, or long with ``long_user_share``), whatever the
-        evidence turn's role: its size is ordinary within its history.
+        Half the turns of a history are the assistant's, half the user's, so the
+        turn is either, whatever the evidence turn's role: its size is ordinary
+        within its history, long ones included.
         """
-        r, s = self.rng, self.s
-        long_lo, long_hi = s.filler_assistant_tokens
-        if r.random() < 0.5 or r.random() < s.long_user_share:
-            target = r.randint(long_lo, long_hi)
-        else:
-            target = r.randint(25, 120)
-        return min(max(target, s.gold_tokens[0]), s.gold_tokens[1])
+        topic = self.topic()
+        turn = self.assistant_filler(topic) if self.rng.random() < 0.5 else self.user_filler(topic)
+        lo, hi = self.s.gold_tokens
+        return min(max(count_tokens([turn])[0], lo), hi)
 
     def evidence(self, core: str) -> str:
         """A user turn that states ``core`` in passing, among ordinary words about something else."""
@@ -917,13 +914,13 @@ class _Writer:
                          lambda tokens: self.prose(topic, max(20, tokens), opener=False))
 
     def _pad(self, core: str, target: int, more: Callable[[int], str]) -> str:
-        """``core`` followed by ``more(tokens)`` to reach about ``target`` tokens (never past ``gold_tokens``)."""
+        """``core`` followed by ``more(tokens)`` to reach about ``target`` tokens (at most 10% over it)."""
         have = count_tokens([core])[0]
         if target - have < 12:
             return core
         text = f"{core} {more(target - have)}"
-        hi = self.s.gold_tokens[1]
-        while count_tokens([text])[0] > hi:  # the prose's size is an estimate: trim whole paragraphs
+        limit = min(self.s.gold_tokens[1], int(target * 1.1) + 10)
+        while count_tokens([text])[0] > limit:  # the prose's size is an estimate: trim whole paragraphs
             head, sep, _tail = text.rpartition("\n\n")
             text = head if sep and head.startswith(core) and len(head) > len(core) else core
         return text
@@ -1646,8 +1643,8 @@ def generate(
       answer name the question's topic.
     - ``filler_assistant_tokens`` [(150, 450)]: size range of filler assistant turns
       (and of long user turns).
-    - ``gold_tokens`` [(30, 450)]: bounds of an evidence turn's size; within them it
-      is drawn like any turn of the history (short or long user turn, assistant turn).
+    - ``gold_tokens`` [(40, 600)]: bounds of an evidence turn's size; within them it
+      is the size of a filler turn drawn for it (user or assistant, short or long).
     - ``long_user_share`` [0.12]: share of user turns that are long messages.
     - ``filler_digit_rate`` [0.45], ``filler_name_rate`` [0.25], ``filler_date_rate``
       [0.12]: chance that a filler assistant turn (or long user turn) holds a
