@@ -72,7 +72,7 @@ class ReaderKnobs:
     """The fake reader's knobs; the defaults are the calibrated ones (module docstring)."""
 
     #: utilisation-error rate on a clean one-snippet context, single-evidence types
-    base_error: float = 0.16
+    base_error: float = 0.13
     #: type factor of the aggregating types (multi-session, temporal reasoning)
     aggregate: float = 3.0
     #: hazard added per thousand tokens of non-gold text in the context
@@ -80,7 +80,7 @@ class ReaderKnobs:
     #: hazard added when the gold sits at the end of the context rather than the start
     position: float = 0.10
     #: correlation of one question's draws across contexts (0: independent, 1: one draw per question)
-    persistence: float = 0.85
+    persistence: float = 0.9
     #: multiplies the hazard: below 1 a stronger reader, above 1 a weaker one
     scale: float = 1.0
 

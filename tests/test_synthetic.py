@@ -161,7 +161,7 @@ def test_history_size_follows_target(small: list[Record]) -> None:
 
 
 def test_evidence_turns_fit_their_bounds_and_hold_the_answer(small: list[Record]) -> None:
-    lo, hi = GeneratorSettings().gold_tokens
+    _lo, hi = GeneratorSettings().gold_tokens
     for rec in small:
         gold = _gold_turns(rec)
         sizes = count_tokens([t["content"] for _, t in gold])
