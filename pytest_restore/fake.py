@@ -18,7 +18,9 @@ The fake reader (:data:`READER_MODEL` is the short version the report prints):
    (wrong) value. Multi-session: every gold snippet is needed; a partial set
    gives an aggregate of what is there (a smaller count or sum, a shorter
    list), which is wrong. Temporal reasoning and single-session types: every
-   gold snippet is needed; otherwise it says ``I don't know.``
+   gold snippet is needed; otherwise it says ``I don't know.``, except that
+   a question offering two options ("Which did I do first: A, or B?") draws a
+   guess with probability ``guess``, right half the time.
 3. With the evidence it needs, it still misuses it now and then (a
    *utilisation error*: the first number off by one, or half a list). The
    error's probability is ``1 - exp(-h)`` with the hazard
@@ -83,6 +85,8 @@ class ReaderKnobs:
     persistence: float = 0.9
     #: multiplies the hazard: below 1 a stronger reader, above 1 a weaker one
     scale: float = 1.0
+    #: chance that the reader guesses between a two-option question's options without the evidence
+    guess: float = 0.5
 
 
 #: The reader model in a few lines, as the report prints it.
@@ -94,6 +98,7 @@ READER_MODEL = (
     "With the evidence present it still errs now and then (a utilisation error), more often for "
     "aggregating questions, the more non-gold text surrounds the gold and the later the gold sits in "
     "the context; the draw is a hash of the question and the context, correlated within a question. "
+    "Without the evidence it may guess between the two options of a which-of-two question. "
     "Its knobs were set on the no-evict cell and the oracle of the 500-question synthetic file only."
 )
 
@@ -106,7 +111,7 @@ def reader_model_lines(knobs: ReaderKnobs | None = None) -> list[str]:
         "",
         (f"Knobs: base error {k.base_error:g}, aggregating-type factor {k.aggregate:g}, crowding "
         f"{k.crowding:g} per 1k non-gold tokens, position {k.position:g}, persistence {k.persistence:g}, "
-        f"scale {k.scale:g}."),
+        f"scale {k.scale:g}, guess {k.guess:g}."),
     ]
 
 
@@ -158,6 +163,12 @@ def _user_message(request: ChatRequest) -> str:
 
 
 _NUMBER = re.compile(r"\d[\d,]*")
+_CHOICE = re.compile(r"^(which|who)\b.*\S or \S.*\?\s*$", re.IGNORECASE | re.DOTALL)
+
+
+def is_choice(question: str) -> bool:
+    """Whether a question offers two options to choose from ("Which did I do first: A, or B?")."""
+    return _CHOICE.match(question) is not None
 
 
 def wrong_answer(answer: str) -> str:
@@ -254,12 +265,21 @@ class FakeReader(_Named):
         elif not all(present):
             if known.question_type == "multi-session" and any(present):
                 return partial_aggregate(known.answer, sum(present), total)
-            return DONT_KNOW
+            return self._guess(known, question or "", block)
         else:
             used, used_snippets = found, list(known.gold_snippets)
         if self._misused(known, block, used, used_snippets):
             return wrong_answer(known.answer)
         return known.answer
+
+    def _guess(self, known: KnownQuestion, question: str, block: str) -> str:
+        """Without its evidence: a guess between two offered options (right half the time), else I don't know."""
+        if not is_choice(question):
+            return DONT_KNOW
+        draw = _unit_draw("guess", known.question_id, block)
+        if draw >= self.knobs.guess:
+            return DONT_KNOW
+        return known.answer if draw < self.knobs.guess / 2 else wrong_answer(known.answer)
 
     def error_probability(self, question_type: str, other_chars: float, depth: float) -> float:
         """The utilisation-error probability for this much non-gold text and this gold depth."""

@@ -74,7 +74,7 @@ def test_fakes_satisfy_the_model_protocol() -> None:
 
 
 #: a reader that never misuses evidence it has: isolates the rules of what a context holds
-EXACT = fake.ReaderKnobs(base_error=0.0, crowding=0.0, position=0.0)
+EXACT = fake.ReaderKnobs(base_error=0.0, crowding=0.0, position=0.0, guess=0.0)
 
 
 def test_oracle_context_correct_without_utilisation_errors(histories: list[History]) -> None:
@@ -117,6 +117,24 @@ def test_partial_evidence_by_question_type(histories: list[History]) -> None:
             assert judge(got, h) is (expected == answer)
             seen.add(qtype)
     assert {"knowledge-update", "multi-session", "temporal-reasoning"} <= seen
+
+
+def test_guess_between_two_options_without_the_evidence(histories: list[History]) -> None:
+    assert fake.is_choice("Which did I do first: adopt my kitten, or start my new job?")
+    assert fake.is_choice("Who did I meet first, Anna or Ben?")
+    assert not fake.is_choice("Which book did you suggest?")
+    assert not fake.is_choice("How many days passed between A or B?")
+    always = FakeReader(histories, knobs=fake.ReaderKnobs(guess=1.0))
+    never = FakeReader(histories, knobs=fake.ReaderKnobs(guess=0.0))
+    for h in histories:
+        contexts = [[p for p in range(len(h.units)) if p not in h.gold][k::4] for k in range(4)]
+        for context in contexts:
+            a, b = ask(always, h, context), ask(never, h, context)
+            assert b == DONT_KNOW
+            if fake.is_choice(h.question.question):
+                assert a in (h.question.answer, wrong_answer(h.question.answer))
+            else:
+                assert a == DONT_KNOW
 
 
 def test_partial_aggregate_is_wrong_and_built_from_what_is_there() -> None:
