@@ -78,7 +78,7 @@ class ReaderKnobs:
     #: type factor of the aggregating types (multi-session, temporal reasoning)
     aggregate: float = 3.0
     #: hazard added per thousand tokens of non-gold text in the context
-    crowding: float = 0.04
+    crowding: float = 0.07
     #: hazard added when the gold sits at the end of the context rather than the start
     position: float = 0.10
     #: correlation of one question's draws across contexts (0: independent, 1: one draw per question)

@@ -567,6 +567,8 @@ class GeneratorSettings:
     tokens_per_history: int = 102_000
     sessions_per_history: int = 56
     pool_factor: float = 2.5
+    #: spread (sigma of the log) of the exchanges per session: sessions vary from short to long
+    session_size_spread: float = 0.7
     #: build each pool session and loose pair on first use (see ``generate``)
     lazy_pool: bool = False
     #: distractor pairs per question and the share with a long on-topic answer: set with the
@@ -1368,8 +1370,11 @@ class _Generator:
         return self._fresh(lambda: f"ultrachat_{r.randrange(10_000, 600_000)}")
 
     def _pair_count(self, rng: random.Random | None = None) -> int:
-        m = self.pairs_mean
-        return (rng or self.rng).randint(max(1, m - m // 2), m + m // 2)
+        """Exchanges in a new session: log-normal around the mean (``session_size_spread``), as
+        chat sessions run from a quick question to a long working session."""
+        m, spread = self.pairs_mean, self.s.session_size_spread
+        factor = math.exp((rng or self.rng).gauss(-spread * spread / 2, spread))
+        return max(1, min(4 * m, round(m * factor)))
 
     # -- the shared pool
     def _build_pool(self) -> None:
@@ -1625,6 +1630,8 @@ def generate(
       (sum of the turn contents; the realised mean is within ~1%).
     - ``sessions_per_history`` [56]: sets the session size
       (``tokens_per_history / sessions_per_history``) and hence the session count.
+    - ``session_size_spread`` [0.7]: sigma of the log of a session's exchange count
+      (log-normal, mean kept): many short sessions and a few long ones.
     - ``pool_factor`` [2.5]: shared filler pool size in histories' worth of sessions.
     - ``lazy_pool`` [False]: build each pool session (and each loose filler pair)
       on first use, from its own stream fixed by the seed and its index, and

@@ -152,7 +152,8 @@ def test_history_size_at_default(full_size: list[Record]) -> None:
     sizes = [history_tokens(r) for r in full_size]
     mean = sum(sizes) / len(sizes)
     assert 95_000 <= mean <= 110_000
-    assert all(40 <= len(r["haystack_sessions"]) <= 65 for r in full_size)
+    # session sizes are log-normal (``session_size_spread``): the count per history varies around 50
+    assert all(30 <= len(r["haystack_sessions"]) <= 70 for r in full_size)
 
 
 def test_history_size_follows_target(small: list[Record]) -> None:
