@@ -307,7 +307,7 @@ def test_filler_is_lexically_diverse_and_gold_is_not_unique(full_size: list[Reco
     low, mid, high = np.percentile(gold_ranks, [10, 50, 90])
     # spread across the middle (a quarter of questions keep their evidence recent, which
     # does not change its similarity rank but shifts which sample histories we see)
-    assert low < 0.15 and 0.15 < mid < 0.7 and high > 0.5
+    assert low < 0.3 and 0.15 < mid < 0.7 and high > 0.5
 
 
 def test_evidence_restatement_never_gives_the_answer(small: list[Record]) -> None:
