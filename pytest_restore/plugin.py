@@ -34,7 +34,7 @@ from .cache import ResponseCache
 from .calibration import calibrate
 from .data import DataError, Dataset, Question, load_dataset
 from .eviction import Policy, PolicyRegistry, default_registry
-from .fake import FakeReader, FakeScorer
+from .fake import FakeReader, FakeScorer, is_fake
 from .injection import RankerRegistry, default_rankers
 from .judge_audit import audit_judge
 from .models import ChatModel, ChatRequest
@@ -93,10 +93,11 @@ OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("calibration", "auto", "calibration gate before the grid: on, off, or auto (on for real models)"),
     (
         "family-checks",
-        "fail",
+        "auto",
         (
             "fail: a hypothesis family's failed expectation fails the run; report: only report it "
-            "(for runs too small to have power)"
+            "(for runs too small to have power); auto: fail, but report when the reader or judge is a "
+            "fake (a simulation's outcomes are no finding to hold a run to)"
         ),
     ),
 )
@@ -225,8 +226,11 @@ class RestoreSettings:
         for name, _default, _help in OPTIONS:
             value = config.getoption(_dest(name))
             raw[name] = str(value if value is not None else config.getini(_dest(name))).strip()
-        if raw["family-checks"] not in ("fail", "report"):
-            raise pytest.UsageError(f"--restore-family-checks: {raw['family-checks']!r} is not fail or report")
+        if raw["family-checks"] not in ("auto", "fail", "report"):
+            raise pytest.UsageError(f"--restore-family-checks: {raw['family-checks']!r} is not auto, fail or report")
+        if raw["family-checks"] == "auto":
+            simulated = any(is_fake(raw[role] or "fake") for role in ("reader", "judge"))
+            raw["family-checks"] = "report" if simulated else "fail"
         if raw["calibration"] not in ("auto", "on", "off"):
             raise pytest.UsageError(f"--restore-calibration: {raw['calibration']!r} is not auto, on or off")
         for role in ("reader", "judge", "scorer", "robustness-reader", "audit-judge"):

@@ -528,7 +528,7 @@ def render_hypotheses_md(analysis: Analysis) -> str:
     failures = session_failures(analysis)
     out += [
         "",
-        "Expectations not met (each fails the session):"
+        "Expectations not met (with a real reader and judge, each fails the session):"
         if failures
         else "Every expectation is met.",
         "",

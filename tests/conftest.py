@@ -39,4 +39,5 @@ def embedded_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
             if not (out / "cells.csv").exists():
                 pytest.fail(f"the main job wrote no report:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
             (out / "pytest-output.txt").write_text(result.stdout + result.stderr)
+            (out / "pytest-exit-code.txt").write_text(str(result.returncode))
     return out
