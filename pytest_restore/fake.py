@@ -366,11 +366,10 @@ def is_fake(name: str | None) -> bool:
 
 
 def simulated_models(records: Iterable[Mapping[str, Any]]) -> list[str]:
-    """``role name`` of every fake model in the records (reader, judge, scorer), sorted."""
-    found = {
-        f"{role} `{r.get(role)}`" for r in records for role in ("reader", "judge", "scorer") if is_fake(r.get(role))
-    }
-    return sorted(found)
+    """``role `name``` of every fake model in the records, readers first, then judges, then scorers."""
+    roles = ("reader", "judge", "scorer")
+    found = {(roles.index(role), str(r.get(role))) for r in records for role in roles if is_fake(r.get(role))}
+    return [f"{roles[i]} `{name}`" for i, name in sorted(found)]
 
 
 def simulated_note(records: Sequence[Mapping[str, Any]], official_data: bool | None = None) -> str | None:
