@@ -10,7 +10,7 @@ On the 500-question synthetic file (generated into ``--work-dir`` unless
    recoverable, residual), ours beside the paper's, with a binomial sampling
    error. ``--calibrate`` searches the knobs on these figures alone and prints
    the best few; the chosen values are the defaults of
-   :class:`pytest_restore.fake.ReaderKnobs`.
+   :class:`pytest_restore.models.fake.ReaderKnobs`.
 2. **Out of sample**: every regime-(b) 80k cell, ours (with question-cluster
    bootstrap intervals) beside the paper's, and whether the paper's figure
    falls in our interval. This table is a result, not a target: nothing was
@@ -34,13 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from pytest_restore.audit import Audit, AuditConfig
-from pytest_restore.data import load_dataset
-from pytest_restore.eviction import default_registry
-from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer, ReaderKnobs, normalise
-from pytest_restore.injection import inject
-from pytest_restore.stats import analyse
-from pytest_restore.synthetic import generate, write_dataset
+from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.data.dataset import load_dataset
+from pytest_restore.memory.eviction import default_registry
+from pytest_restore.memory.retrieval import inject
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer, ReaderKnobs, normalise
+from pytest_restore.stats.analysis import analyse
+from pytest_restore.synthetic.generator import generate, write_dataset
 
 #: The paper's oracle filter: oracle-answerable questions of the evidence-labelled ones.
 PAPER_ORACLE = (336, 470)

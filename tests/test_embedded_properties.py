@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_restore.synthetic import generate, history_tokens
+from pytest_restore.synthetic.generator import generate, history_tokens
 
 EVICTING = ("fifo", "random", "redundancy", "llm-importance", "control")
 BUDGETS = (80_000, 30_000, 8_000)
@@ -93,12 +93,12 @@ def test_the_simulation_can_surprise_the_audit(records: list[dict[str, Any]]) ->
 
 def test_residual_at_session_granularity(tmp_path: Path) -> None:
     """With whole sessions as units the reader still misuses evidence it has."""
-    from pytest_restore.audit import Audit, AuditConfig
-    from pytest_restore.data import load_dataset
-    from pytest_restore.embedded import embedded_dataset
-    from pytest_restore.eviction import Fifo, NoEvict
-    from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
-    from pytest_restore.units import Granularity
+    from pytest_restore.audit.run import Audit, AuditConfig
+    from pytest_restore.data.dataset import load_dataset
+    from pytest_restore.data.units import Granularity
+    from pytest_restore.memory.eviction import Fifo, NoEvict
+    from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+    from pytest_restore.synthetic.embedded import embedded_dataset
 
     dataset = load_dataset(embedded_dataset(tmp_path))
     reader = FakeReader()

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from pytest_restore.__main__ import main
-from pytest_restore.synthetic import (
+from pytest_restore.data.tokens import count_tokens
+from pytest_restore.synthetic.generator import (
     ABSTENTION_MIX_500,
     QUESTION_TYPES,
     TYPE_MIX_500,
@@ -25,7 +26,6 @@ from pytest_restore.synthetic import (
     type_mix,
     write_dataset,
 )
-from pytest_restore.tokens import count_tokens
 
 Record = dict[str, Any]
 SMALL_TOKENS = 20_000
@@ -249,9 +249,9 @@ def test_distractor_knob(small: list[Record]) -> None:
     assert overlap(many) > overlap(none) + 30
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pytest_restore.data") is None, reason="no data.py")
+@pytest.mark.skipif(importlib.util.find_spec("pytest_restore.data.dataset") is None, reason="no data.py")
 def test_loads_with_the_dataset_loader(small: list[Record], tmp_path: Path) -> None:
-    from pytest_restore.data import load_dataset
+    from pytest_restore.data.dataset import load_dataset
 
     write_dataset(small, tmp_path / "s.json")
     dataset = load_dataset(tmp_path / "s.json")
@@ -280,8 +280,8 @@ def test_cli_rejects_bad_arguments(tmp_path: Path) -> None:
 
 
 def _histories(records: list[Record], tmp_path: Path) -> list[Any]:
-    from pytest_restore.data import load_dataset
-    from pytest_restore.units import build_history
+    from pytest_restore.data.dataset import load_dataset
+    from pytest_restore.data.units import build_history
 
     write_dataset(records, tmp_path / "s.json")
     return [build_history(q) for q in load_dataset(tmp_path / "s.json").questions if not q.is_abstention]
@@ -296,7 +296,7 @@ def test_filler_is_lexically_diverse_and_gold_is_not_unique(full_size: list[Reco
     """
     import numpy as np
 
-    from pytest_restore.eviction import similarity_matrix
+    from pytest_restore.memory.eviction import similarity_matrix
 
     medians, gold_ranks = [], []
     for history in _histories(full_size, tmp_path):
@@ -353,7 +353,7 @@ def _percentiles(records: list[Record]) -> tuple[list[float], list[float]]:
     """Each evidence turn's fact-density and length percentile among the turns of its history."""
     import numpy as np
 
-    from pytest_restore.eviction import fact_density
+    from pytest_restore.memory.eviction import fact_density
 
     density, length = [], []
     for rec in records:
@@ -411,7 +411,7 @@ def test_filler_rates_follow_their_knobs(small: list[Record]) -> None:
 
 def test_readme_evict_longest_example_loses_gold_at_80k(full_size: list[Record], tmp_path: Path) -> None:
     """The README's custom policy is not blind to evidence: long evidence turns exist."""
-    from pytest_restore.eviction import EvictionContext, VictimPolicy
+    from pytest_restore.memory.eviction import EvictionContext, VictimPolicy
 
     class EvictLongest(VictimPolicy):  # as in the README
         name = "evict-longest"

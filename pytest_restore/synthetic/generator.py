@@ -43,7 +43,7 @@ length and fact density fall within its history, the filler's rates), never on
 what an audit of it finds.
 
 Everything is drawn from one ``random.Random(seed)``: the same arguments give
-a byte-identical file. Token sizes use :func:`pytest_restore.tokens.count_tokens`
+a byte-identical file. Token sizes use :func:`pytest_restore.data.tokens.count_tokens`
 (each distinct text is encoded once), so the full 500-question file takes
 seconds, not minutes.
 """
@@ -63,8 +63,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_restore.lexical import STOPWORDS, words
-from pytest_restore.tokens import count_tokens
+from pytest_restore.data.tokens import count_tokens
+from pytest_restore.memory.lexical import STOPWORDS, words
 
 __all__ = [
     "ABSTENTION_MIX_500",

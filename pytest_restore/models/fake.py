@@ -59,9 +59,9 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
-from .models import ChatRequest, ChatResult
-from .prompts import DONT_KNOW
-from .units import History
+from pytest_restore.data.units import History
+from pytest_restore.models.base import ChatRequest, ChatResult
+from pytest_restore.models.prompts import DONT_KNOW
 
 #: Question types whose answer combines several pieces of evidence.
 AGGREGATING_TYPES = frozenset({"multi-session", "temporal-reasoning"})
