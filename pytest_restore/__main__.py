@@ -12,6 +12,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 __all__ = ["build_parser", "main"]
 
@@ -144,12 +145,21 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
 )
 
 
+def _prog() -> str:
+    """How the user called us: the ``pytest-restore`` console script or ``python -m pytest_restore``."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return name if name.startswith("pytest-restore") else "python -m pytest_restore"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m pytest_restore`` argument parser with every subcommand."""
+    from pytest_restore import __version__
+
     parser = argparse.ArgumentParser(
-        prog="python -m pytest_restore",
+        prog=_prog(),
         description="pytest-restore tools: restore-counterfactual audits of agent-memory eviction.",
     )
+    parser.add_argument("--version", action="version", version=f"pytest-restore {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="<subcommand>")
     subparsers.required = True
     for add in _SUBCOMMANDS:

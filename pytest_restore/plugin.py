@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import pytest
 
@@ -50,10 +50,11 @@ from .providers import (
     cost_line,
     is_real,
     make_model,
+    parse_price,
     render_cost,
 )
 from .report import RunInfo, terminal_lines, write_report
-from .stats import BASELINES, CONTROL, DEFAULT_SEED, HypothesisTest
+from .stats import BASELINES, CONTROL, DEFAULT_SEED, HypothesisTest, budget_label
 from .stats import cell_checks as statistical_checks
 from .units import Granularity
 
@@ -61,45 +62,65 @@ RECORDS_PROPERTY = "restore_records"
 META_PROPERTY = "restore_meta"
 USAGE_PROPERTY = "restore_usage"
 
-# name, default, help. Every option is --restore-NAME and ini key restore_NAME.
-OPTIONS: tuple[tuple[str, str, str], ...] = (
-    ("data", "", "LongMemEval-S file to audit (default: the embedded synthetic dataset)"),
-    ("report-dir", "restore-report", "directory the session report is written to"),
-    ("budgets", "80000,30000,8000", "store budgets in tokens, comma-separated (80k style allowed)"),
-    ("policies", "", "policies to audit, comma-separated (default: every registered policy)"),
-    ("seeds", "0,1,2", "seeds of the random policy, comma-separated"),
-    ("granularity", "turn", "memory unit: turn or session"),
-    ("questions", "", "audit a stratified, seeded subset of N questions"),
-    ("subset-seed", "0", "seed of the --restore-questions subset"),
-    ("reader", "fake", "reader model: fake or openai:MODEL"),
-    ("judge", "fake", "judge model: fake or openai:MODEL"),
-    ("scorer", "fake", "importance scorer model: fake or openai:MODEL"),
-    ("ranker", "bm25-lite", "read-time ranker, one per run: bm25-lite, recency or a registered name"),
-    ("embedded-questions", "100", "size of the embedded synthetic dataset"),
-    ("bootstrap", "10000", "question-cluster bootstrap resamples"),
-    ("bootstrap-seed", str(DEFAULT_SEED), "seed of the bootstrap"),
-    ("equivalence-margin", "0.03", "margin of the TOST equivalence test on matched pairs"),
-    ("base-url", "", "OpenAI-compatible server for openai: models (default: OPENAI_BASE_URL or OpenAI)"),
-    ("cache", "", "response cache directory (default: .pytest_cache/d/restore/responses)"),
-    ("max-concurrency", "16", "concurrent requests per model and process"),
-    ("rpm", "", "requests-per-minute limit per model (whole run)"),
-    ("tpm", "", "tokens-per-minute limit per model (whole run)"),
-    ("max-tries", "6", "tries per request before it is recorded as failed"),
-    ("timeout", "60", "seconds per request"),
-    ("prompts", "", "directory of prompt templates replacing the defaults (reader_system.txt, ...)"),
-    ("robustness-reader", "", "run the grid again under this second reader"),
-    ("audit-judge", "", "second judge that re-grades a stratified sample of recorded answers"),
-    ("audit-judge-sample", "400", "size of the judge audit's sample"),
-    ("calibration", "auto", "calibration gate before the grid: on, off, or auto (on for real models)"),
+# name, default, help, ini type. Every option is --restore-NAME and ini key restore_NAME.
+# The ini type is what pytest checks in the ini file ("int" and "float" need pytest 8.4;
+# older versions read them as strings and the settings parse them the same way).
+OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("data", "", "LongMemEval-S file to audit (default: the embedded synthetic dataset)", "string"),
+    ("report-dir", "restore-report", "directory the session report is written to", "string"),
+    ("budgets", "80000,30000,8000", "store budgets in tokens, comma-separated (80k style allowed)", "string"),
+    ("policies", "", "policies to audit, comma-separated (default: every registered policy)", "string"),
+    ("seeds", "0,1,2", "seeds of the random policy, comma-separated", "string"),
+    ("granularity", "turn", "memory unit: turn or session", "string"),
+    ("questions", "", "audit a stratified, seeded subset of N questions", "int"),
+    ("subset-seed", "0", "seed of the --restore-questions subset", "int"),
+    ("reader", "fake", "reader model: fake or openai:MODEL", "string"),
+    ("judge", "fake", "judge model: fake or openai:MODEL", "string"),
+    ("scorer", "fake", "importance scorer model: fake or openai:MODEL", "string"),
+    ("ranker", "bm25-lite", "read-time ranker, one per run: bm25-lite, recency or a registered name", "string"),
+    ("embedded-questions", "100", "size of the embedded synthetic dataset", "int"),
+    ("bootstrap", "10000", "question-cluster bootstrap resamples", "int"),
+    ("bootstrap-seed", str(DEFAULT_SEED), "seed of the bootstrap", "int"),
+    ("equivalence-margin", "0.03", "margin of the TOST equivalence test on matched pairs", "float"),
+    (
+        "base-url",
+        "",
+        "OpenAI-compatible server for openai: models (default: OPENAI_BASE_URL or OpenAI)",
+        "string",
+    ),
+    ("cache", "", "response cache directory (default: .pytest_cache/d/restore/responses)", "string"),
+    ("max-concurrency", "16", "concurrent requests per model and process", "int"),
+    ("rpm", "", "requests-per-minute limit per model (whole run)", "float"),
+    ("tpm", "", "tokens-per-minute limit per model (whole run)", "float"),
+    ("max-tries", "6", "tries per request before it is recorded as failed", "int"),
+    ("timeout", "60", "seconds per request", "float"),
+    ("prompts", "", "directory of prompt templates replacing the defaults (reader_system.txt, ...)", "string"),
+    ("robustness-reader", "", "run the grid again under this second reader", "string"),
+    ("audit-judge", "", "second judge that re-grades a stratified sample of recorded answers", "string"),
+    ("audit-judge-sample", "400", "size of the judge audit's sample", "int"),
+    ("calibration", "auto", "calibration gate before the grid: on, off, or auto (on for real models)", "string"),
     (
         "family-checks",
         "fail",
         (
-            "fail: a hypothesis family's failed expectation fails the run; report: only report it "
-            "(for runs too small to have power)"
+            "fail: a hypothesis family's failed expectation fails the run where the run could test it; "
+            "report: only report it"
         ),
+        "string",
     ),
 )
+
+
+def _ini_type(kind: str) -> Literal["string", "int", "float"]:
+    """The ini type pytest checks, where this pytest knows it."""
+    if kind == "int" and _PYTEST_TYPED_INI:
+        return "int"
+    if kind == "float" and _PYTEST_TYPED_INI:
+        return "float"
+    return "string"
+
+
+_PYTEST_TYPED_INI = tuple(int(x) for x in pytest.__version__.split(".")[:2]) >= (8, 4)
 
 
 def _dest(name: str) -> str:
@@ -116,9 +137,11 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     """The ``--restore-*`` options, each also an ini key ``restore_*``."""
     group = parser.getgroup("restore", "restore-counterfactual audit")
-    for name, default, help_ in OPTIONS:
+    for name, default, help_, kind in OPTIONS:
         group.addoption(f"--restore-{name}", dest=_dest(name), default=None, help=f"{help_} [{default or 'unset'}]")
-        parser.addini(_dest(name), help=help_, default=default)
+        ini_kind = _ini_type(kind)
+        # A typed key's default is None when unset, so "unset" is told apart from a value.
+        parser.addini(_dest(name), help=help_, type=ini_kind, default=default if ini_kind == "string" else None)
     group.addoption(
         "--restore-dry-run",
         dest="restore_dry_run",
@@ -134,9 +157,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the restore-tightness ablations on the regime-(b) irreversible cases",
     )
     parser.addini("restore_ablations", help="run the restore-tightness ablations", type="bool", default=False)
+    group.addoption(
+        "--restore-price",
+        dest="restore_price",
+        action="append",
+        default=None,
+        metavar="MODEL=IN,OUT",
+        help="price of a model in USD per million input and output tokens, for the dry run's estimate "
+        "(repeatable; gpt-4o-mini, gpt-5.4-mini and gpt-5.5 are built in)",
+    )
+    parser.addini("restore_price", help="model prices for the dry run, one MODEL=IN,OUT a line", type="linelist")
 
 
-def _parse_ints(option: str, text: str) -> tuple[int, ...]:
+def _parse_ints(where: str, text: str) -> tuple[int, ...]:
     values = []
     for part in text.split(","):
         part = part.strip().lower()
@@ -146,29 +179,29 @@ def _parse_ints(option: str, text: str) -> tuple[int, ...]:
         try:
             values.append(int(part.rstrip("k")) * scale)
         except ValueError:
-            raise pytest.UsageError(f"--restore-{option}: {part!r} is not a whole number") from None
+            raise pytest.UsageError(f"{where}: {part!r} is not a whole number") from None
     if not values:
-        raise pytest.UsageError(f"--restore-{option}: no values given")
+        raise pytest.UsageError(f"{where}: no values given")
     return tuple(values)
 
 
-def _parse_float(option: str, text: str) -> float:
+def _parse_float(where: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise pytest.UsageError(f"--restore-{option}: {text!r} is not a number") from None
+        raise pytest.UsageError(f"{where}: {text!r} is not a number") from None
     if not 0 < value < 1:
-        raise pytest.UsageError(f"--restore-{option}: {value} is not between 0 and 1")
+        raise pytest.UsageError(f"{where}: {value} is not between 0 and 1")
     return value
 
 
-def _parse_positive(option: str, text: str) -> float:
+def _parse_positive(where: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise pytest.UsageError(f"--restore-{option}: {text!r} is not a number") from None
+        raise pytest.UsageError(f"{where}: {text!r} is not a number") from None
     if value <= 0:
-        raise pytest.UsageError(f"--restore-{option}: must be positive")
+        raise pytest.UsageError(f"{where}: must be positive")
     return value
 
 
@@ -207,6 +240,8 @@ class RestoreSettings:
     dry_run: bool
     ranker: str = "bm25-lite"
     ablations: bool = False
+    #: ``(model, input USD, output USD)`` per million tokens, from ``--restore-price``
+    prices: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def readers(self) -> tuple[str, ...]:
@@ -222,57 +257,80 @@ class RestoreSettings:
     def from_config(cls, config: pytest.Config) -> RestoreSettings:
         """Read the options, falling back to the ini keys."""
         raw: dict[str, str] = {}
-        for name, _default, _help in OPTIONS:
+        where: dict[str, str] = {}  # where each value came from, for error messages
+        for name, default, _help, _kind in OPTIONS:
             value = config.getoption(_dest(name))
-            raw[name] = str(value if value is not None else config.getini(_dest(name))).strip()
+            where[name] = f"--restore-{name}"
+            if value is None:
+                where[name] = f"ini key {_dest(name)}" + (f" ({config.inipath.name})" if config.inipath else "")
+                try:
+                    value = config.getini(_dest(name))
+                except pytest.UsageError as err:  # pytest's own type check: name the key
+                    message = str(err).removeprefix(f"{config.inipath}: ")
+                    raise pytest.UsageError(f"{where[name]}: {message}") from None
+                if value is None:
+                    value, where[name] = default, f"--restore-{name}"
+            raw[name] = str(value).strip()
         if raw["family-checks"] not in ("fail", "report"):
-            raise pytest.UsageError(f"--restore-family-checks: {raw['family-checks']!r} is not fail or report")
+            raise pytest.UsageError(f"{where['family-checks']}: {raw['family-checks']!r} is not fail or report")
         if raw["calibration"] not in ("auto", "on", "off"):
-            raise pytest.UsageError(f"--restore-calibration: {raw['calibration']!r} is not auto, on or off")
+            raise pytest.UsageError(f"{where['calibration']}: {raw['calibration']!r} is not auto, on or off")
         for role in ("reader", "judge", "scorer", "robustness-reader", "audit-judge"):
             if raw[role]:
                 try:
-                    check_spec(raw[role], f"--restore-{role}")
+                    check_spec(raw[role], where[role])
                 except ModelSpecError as err:
                     raise pytest.UsageError(str(err)) from None
         if raw["robustness-reader"] and raw["robustness-reader"] == raw["reader"]:
-            raise pytest.UsageError("--restore-robustness-reader: must differ from --restore-reader")
+            raise pytest.UsageError(f"{where['robustness-reader']}: must differ from the reader")
         if raw["granularity"] not in ("turn", "session"):
-            raise pytest.UsageError(f"--restore-granularity: {raw['granularity']!r} is not turn or session")
-        questions = _parse_ints("questions", raw["questions"])[0] if raw["questions"] else None
+            raise pytest.UsageError(f"{where['granularity']}: {raw['granularity']!r} is not turn or session")
+        questions = _parse_ints(where["questions"], raw["questions"])[0] if raw["questions"] else None
         if questions is not None and questions < 1:
-            raise pytest.UsageError("--restore-questions: must be at least 1")
-        budgets = _parse_ints("budgets", raw["budgets"])
+            raise pytest.UsageError(f"{where['questions']}: must be at least 1")
+        budgets = _parse_ints(where["budgets"], raw["budgets"])
         if any(b < 1 for b in budgets) or len(set(budgets)) != len(budgets):
-            raise pytest.UsageError("--restore-budgets: budgets must be positive and distinct")
+            raise pytest.UsageError(f"{where['budgets']}: budgets must be positive and distinct")
+        price_texts = config.getoption("restore_price")
+        price_where = "--restore-price"
+        if price_texts is None:
+            price_texts, price_where = config.getini("restore_price"), "ini key restore_price"
+        prices = []
+        for text in price_texts:
+            try:
+                model, (in_price, out_price) = parse_price(text, price_where)
+            except ModelSpecError as err:
+                raise pytest.UsageError(str(err)) from None
+            prices.append((model, in_price, out_price))
         return cls(
+            prices=tuple(prices),
             data=raw["data"] or None,
             report_dir=raw["report-dir"],
             budgets=tuple(sorted(budgets, reverse=True)),
             policies=tuple(p.strip() for p in raw["policies"].split(",") if p.strip()) or None,
-            seeds=_parse_ints("seeds", raw["seeds"]),
+            seeds=_parse_ints(where["seeds"], raw["seeds"]),
             granularity=raw["granularity"],
             questions=questions,
-            subset_seed=_parse_ints("subset-seed", raw["subset-seed"])[0],
+            subset_seed=_parse_ints(where["subset-seed"], raw["subset-seed"])[0],
             reader=raw["reader"],
             judge=raw["judge"],
             scorer=raw["scorer"],
-            embedded_questions=_parse_ints("embedded-questions", raw["embedded-questions"])[0],
-            bootstrap=_parse_ints("bootstrap", raw["bootstrap"])[0],
-            bootstrap_seed=_parse_ints("bootstrap-seed", raw["bootstrap-seed"])[0],
-            equivalence_margin=_parse_float("equivalence-margin", raw["equivalence-margin"]),
+            embedded_questions=_parse_ints(where["embedded-questions"], raw["embedded-questions"])[0],
+            bootstrap=_parse_ints(where["bootstrap"], raw["bootstrap"])[0],
+            bootstrap_seed=_parse_ints(where["bootstrap-seed"], raw["bootstrap-seed"])[0],
+            equivalence_margin=_parse_float(where["equivalence-margin"], raw["equivalence-margin"]),
             family_checks=raw["family-checks"],
             base_url=raw["base-url"] or os.environ.get("OPENAI_BASE_URL") or None,
             cache=raw["cache"] or None,
-            max_concurrency=_parse_ints("max-concurrency", raw["max-concurrency"])[0],
-            rpm=_parse_positive("rpm", raw["rpm"]) if raw["rpm"] else None,
-            tpm=_parse_positive("tpm", raw["tpm"]) if raw["tpm"] else None,
-            max_tries=_parse_ints("max-tries", raw["max-tries"])[0],
-            timeout=_parse_positive("timeout", raw["timeout"]),
+            max_concurrency=_parse_ints(where["max-concurrency"], raw["max-concurrency"])[0],
+            rpm=_parse_positive(where["rpm"], raw["rpm"]) if raw["rpm"] else None,
+            tpm=_parse_positive(where["tpm"], raw["tpm"]) if raw["tpm"] else None,
+            max_tries=_parse_ints(where["max-tries"], raw["max-tries"])[0],
+            timeout=_parse_positive(where["timeout"], raw["timeout"]),
             prompts=raw["prompts"] or None,
             robustness_reader=raw["robustness-reader"] or None,
             audit_judge=raw["audit-judge"] or None,
-            audit_judge_sample=_parse_ints("audit-judge-sample", raw["audit-judge-sample"])[0],
+            audit_judge_sample=_parse_ints(where["audit-judge-sample"], raw["audit-judge-sample"])[0],
             calibration=raw["calibration"],
             dry_run=bool(config.getoption("restore_dry_run")),
             ranker=raw["ranker"] or "bm25-lite",
@@ -295,8 +353,9 @@ class CellSpec:
 
     @property
     def id(self) -> str:
-        """The item id, e.g. ``fifo-80000`` (``fifo-80000-openai:gpt-5.4-mini`` for the robustness reader)."""
-        return f"{self.policy}-{self.budget}" + ("" if self.primary else f"-{self.reader}")
+        """The item id in the report's words, e.g. ``fifo-80k`` (``fifo-80k-openai:gpt-5.4-mini`` for the
+        robustness reader), so ``-k 8k`` selects the 8k cells and not the 80k ones."""
+        return f"{self.policy}-{budget_label(self.budget)}" + ("" if self.primary else f"-{self.reader}")
 
 
 class RestoreCell:
@@ -408,6 +467,7 @@ class RestoreSession:
         self.run_meta: dict[str, Any] = {}
         self.report_path: Path | None = None
         self.failures: list[str] = []
+        self.dry_run_lines: list[str] = []
         self.is_controller = not hasattr(config, "workerinput")
         worker_input: dict[str, Any] = getattr(config, "workerinput", {})
         self.run_id: str = str(worker_input.get("restore_run") or uuid.uuid4().hex)
@@ -418,11 +478,10 @@ class RestoreSession:
         if not self.is_controller:
             return
         if self.settings.dry_run:
-            writer = self.config.get_terminal_writer()
-            writer.sep("=", "restore dry run: model calls the grid needs")
-            for line in self.dry_run():
-                writer.line(line)
-            pytest.exit("dry run: no model was called", returncode=0)
+            # Counted now, before xdist starts its workers; printed as the run's summary.
+            # No item runs (see pytest_collection_modifyitems) and the run exits 0.
+            self.dry_run_lines = self.dry_run()
+            return
         s = self.settings
         if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
             self.calibrate()
@@ -528,7 +587,13 @@ class RestoreSession:
                 f"{unknown_answers:,} answers not yet known: upper bound",
             )
         lines.append(judge)
-        return render_cost(lines)
+        return render_cost(lines, {model: (i, o) for model, i, o in s.prices})
+
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """A dry run deselects every item: it only counts what the grid would ask."""
+        if self.settings.dry_run and items:
+            config.hook.pytest_deselected(items=list(items))
+            items[:] = []
 
     # -- cells shared by xdist workers -------------------------------------------
 
@@ -819,6 +884,10 @@ class RestoreSession:
 
     def finish_report(self, session: pytest.Session) -> None:
         """Wait for the report (its errors are raised here) and apply its verdict."""
+        if self.is_controller and self.settings.dry_run and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+            # Nothing was meant to run. Last, because syrupy's sessionfinish ORs the
+            # status the hook was called with back in.
+            session.exitstatus = pytest.ExitCode.OK
         if self._report is None:
             return
         files = self._report.result()
@@ -830,7 +899,13 @@ class RestoreSession:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """A short table of regime (b) and where the report is."""
+        """A short table of regime (b) and where the report is (the dry run: its table)."""
+        if self.is_controller and self.dry_run_lines:
+            terminalreporter.write_sep("=", "restore dry run: model calls the grid needs")
+            for line in self.dry_run_lines:
+                terminalreporter.write_line(line)
+            terminalreporter.write_line("dry run: no model was called; drop --restore-dry-run to run the grid")
+            return
         if not self.is_controller or not self.records:
             return
         terminalreporter.write_sep("=", "restore-counterfactual audit (regime b)")

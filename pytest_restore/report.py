@@ -832,8 +832,17 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
     )
     from .figure import write_figure  # matplotlib loads when a report is written
 
-    write_figure(analysis.cells, out)
+    write_figure(analysis.cells, out, dataset=dataset_label(info))
     return files
+
+
+def dataset_label(info: RunInfo) -> str:
+    """The dataset in a few words: its name and how many questions were audited."""
+    name = str(info.settings.get("data") or "")
+    if not name or name == "embedded synthetic":
+        name = "embedded synthetic LongMemEval-S" if name else ""
+    audited = info.dataset.get("audited")
+    return ", ".join(x for x in (name, f"{audited} questions" if audited else "") if x)
 
 
 # -- reading saved records ---------------------------------------------------------------
