@@ -631,6 +631,14 @@ class RestoreSession:
                 return cast("list[dict[str, Any]]", json.loads(path.read_text(encoding="utf-8")))
         return audit.run_cell(policy, budget).records
 
+    def grid_records(self) -> list[dict[str, Any]]:
+        """Every record of the session's grid, each cell reused when this run already has it."""
+        records: list[dict[str, Any]] = []
+        for spec in self.cells():
+            audit = self.audit(spec.reader)
+            records += self.cell_records(audit, self.registry[spec.policy], spec.budget)
+        return records
+
     def close(self) -> None:
         """Release every model of this process."""
         for model in self._models.values():
@@ -1072,6 +1080,19 @@ def restore_cell(request: pytest.FixtureRequest) -> Generator[RestoreCell, None,
     if problem:
         pytest.fail(problem, pytrace=False)  # no cell runs (or spends) for a report that cannot be written
     yield RestoreCell(session, request.param, request.node)
+
+
+@pytest.fixture
+def restore_snapshot(request: pytest.FixtureRequest, snapshot: Any) -> Any:
+    """Pin the grid's cells table and the families' decisions with syrupy: ``restore_snapshot.check()``."""
+    from .snapshot import RestoreSnapshot
+
+    session = request.config.stash[SESSION_KEY]
+    s = session.settings
+    settings = {"bootstrap": s.bootstrap, "bootstrap_seed": s.bootstrap_seed, "equivalence_margin": s.equivalence_margin}
+    # Colour only on a terminal (syrupy colours its diff characters one by one).
+    color = request.config.get_terminal_writer().hasmarkup and not request.config.option.no_colors
+    return RestoreSnapshot(snapshot, session.grid_records, settings, color=color)
 
 
 __all__: Sequence[str] = ("CellSpec", "RestoreCell", "RestoreSession", "RestoreSettings")

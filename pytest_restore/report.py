@@ -539,6 +539,14 @@ def render_hypotheses_md(analysis: Analysis) -> str:
     return "\n".join(out)
 
 
+def render_decisions_md(analysis: Analysis) -> str:
+    """Every hypothesis test's decision and expectation, one row each (what a user's snapshot pins)."""
+    lines = ["| family | test | reader | decision | expectation |", "|---|---|---|---|---|"]
+    for t in analysis.tests:
+        lines.append(f"| {_FAMILY_LABEL.get(t.family, t.family)} | {t.name} | {t.reader} | {t.decision} | {_expectation(t)} |")
+    return "\n".join(lines) + "\n"
+
+
 def render_pairs_md(analysis: Analysis) -> str:
     """The H2 pairs table: every candidate pair, matched or not and why, with the resolution."""
     resolution = {
