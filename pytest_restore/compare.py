@@ -27,8 +27,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .report import policy_order, read_records, record_order
-from .stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, Resampler, budget_label
+from pytest_restore.report.writer import policy_order, read_records, record_order
+from pytest_restore.stats.analysis import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    Resampler,
+    budget_label,
+)
 
 #: The figures compared: name -> (numerator bins, denominator, whether up is worse).
 #: Per-question rows: N, irr, rec, correct.

@@ -11,7 +11,7 @@ def test_audit_tables(restore_snapshot):
 """
 
 USER_POLICY = """
-from pytest_restore.eviction import VictimPolicy
+from pytest_restore.memory.eviction import VictimPolicy
 
 
 class EvictLongest(VictimPolicy):

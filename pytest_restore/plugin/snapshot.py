@@ -23,7 +23,12 @@ from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from syrupy.terminal import disable_color
 
-from .report import RunInfo, analyse_records, render_cells_csv, render_decisions_md
+from pytest_restore.report.writer import (
+    RunInfo,
+    analyse_records,
+    render_cells_csv,
+    render_decisions_md,
+)
 
 
 class CellsSnapshot(SingleFileSnapshotExtension):
