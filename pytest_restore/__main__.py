@@ -106,6 +106,8 @@ def _run_report(args: argparse.Namespace) -> int:
     print(f"report: {len(records)} records -> {files.out_dir}")
     for failure in files.failures:
         print(f"expectation not met: {failure}")
+    for line in files.untestable:
+        print(f"not testable at this N: {line}")
     return 0
 
 

@@ -56,13 +56,14 @@ from pytest_restore.models.providers import (
 )
 from pytest_restore.report.writer import RunInfo, terminal_lines, write_report
 from pytest_restore.stats.analysis import (
-    BASELINES,
-    CONTROL,
     DEFAULT_SEED,
+    FAMILIES,
     HypothesisTest,
+    StatsSettings,
     budget_label,
+    cell_verdicts,
+    family_of,
 )
-from pytest_restore.stats.analysis import cell_checks as statistical_checks
 
 RECORDS_PROPERTY = "restore_records"
 META_PROPERTY = "restore_meta"
@@ -392,52 +393,26 @@ class RestoreCell:
         return self.run
 
     def check(self) -> None:
-        """Fail the item, in one readable block, when one of the cell's checks fails.
+        """Fail the item, one short line per case, when one of the cell's checks fails.
 
-        The construct checks (PROTOCOL section 5), then the cell's own part of
-        the hypothesis families at the raw level: its H1 construct check, its
-        H3 contrast and, for the control, its positive-control contrasts
-        against each baseline. Holm across a family is applied at session end.
+        The construct checks (PROTOCOL section 5), then the family expectations
+        that concern this cell (its H1 and H3 tests; for the control, its
+        positive-control contrasts), decided as the session decides them (Holm
+        and the power rule included), so the items and the session's summary
+        name the same cases. An expectation this run had no power to meet does
+        not fail the item; the session's summary lists it.
         """
         run = self.run if self.run is not None else self.audit()
         audit = self.session.audit(self.spec.reader)
         failures = cell_checks(run, audit)
-        s = self.session.settings
-        records = list(run.records)
-        if self.spec.policy == CONTROL:
-            for name in BASELINES:
-                if name in self.session.registry:
-                    baseline = self.session.cell_records(audit, self.session.registry[name], self.spec.budget)
-                    records += [r for r in baseline if r["regime"] == "b"]
-        tests = statistical_checks(
-            records,
-            self.spec.policy,
-            self.spec.budget,
-            reader=audit.reader.name,
-            resamples=s.bootstrap,
-            seed=s.bootstrap_seed,
-        )
-        missed = [describe_test(t) for t in tests if t.expectation_met is False]
-        if s.family_checks == "fail":
-            failures += missed
+        if self.session.settings.family_checks == "fail":
+            failures += [
+                family_of(t.family).describe(t)
+                for t in self.session.verdicts(audit, run, self.spec)
+                if t.expectation_met is False and t.testable
+            ]
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
-
-
-def describe_test(test: HypothesisTest) -> str:
-    """One line for a hypothesis test whose expectation failed."""
-
-    def num(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.3f}"
-
-    p = test.p_holm if test.p_holm is not None else test.p_raw
-    which = "p_holm" if test.p_holm is not None else "p"
-    cell = f"{test.policy}" + (f" vs {test.other}" if test.other else "") + f" @ {test.budget}"
-    return (
-        f"{test.family} {cell} (reader {test.reader}): {test.name} {num(test.statistic)}, "
-        f"CI [{num(test.ci_lo)}, {num(test.ci_hi)}], {which} {num(p)} - expectation not met"
-        + (f" ({test.note})" if test.note else "")
-    )
 
 
 class RestoreSession:
@@ -474,6 +449,7 @@ class RestoreSession:
         self.report_path: Path | None = None
         self.failures: list[str] = []
         self.dry_run_lines: list[str] = []
+        self.untestable: list[str] = []
         self.is_controller = not hasattr(config, "workerinput")
         worker_input: dict[str, Any] = getattr(config, "workerinput", {})
         self.run_id: str = str(worker_input.get("restore_run") or uuid.uuid4().hex)
@@ -636,6 +612,36 @@ class RestoreSession:
             if path.exists():
                 return cast("list[dict[str, Any]]", json.loads(path.read_text(encoding="utf-8")))
         return audit.run_cell(policy, budget).records
+
+    def verdicts(self, audit: Audit, run: CellRun, spec: CellSpec) -> list[HypothesisTest]:
+        """The family expectations of one grid cell, decided as the session's analysis decides them."""
+        s = self.settings
+        selected = [p.name for p in self.policies]
+        family_settings = StatsSettings()  # the families' policy roles (baselines, control)
+
+        def records_of(cells: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
+            return [
+                r
+                for policy, budget in cells
+                if policy in selected
+                for r in self.cell_records(audit, self.registry[policy], budget)
+            ]
+
+        records = list(run.records)
+        if spec.policy == family_settings.control:
+            others = [(b, spec.budget) for b in family_settings.baselines if b in selected]
+            records += [r for r in records_of(others) if r["regime"] == "b"]
+        return cell_verdicts(
+            records,
+            spec.policy,
+            spec.budget,
+            budgets=s.budgets,
+            family_sizes={f.name: f.size(family_settings, selected, s.budgets) for f in FAMILIES},
+            fetch=records_of,
+            reader=audit.reader.name,
+            resamples=s.bootstrap,
+            seed=s.bootstrap_seed,
+        )
 
     def grid_records(self) -> list[dict[str, Any]]:
         """Every record of the session's grid, each cell reused when this run already has it."""
@@ -908,6 +914,7 @@ class RestoreSession:
         self._report = None
         self.report_path = files.out_dir
         self.failures = list(files.failures)
+        self.untestable = list(files.untestable)
         if self.failures and self.settings.family_checks == "fail":
             # a family's expectation failed after Holm: the session fails, with no traceback
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -938,8 +945,15 @@ class RestoreSession:
             )
         terminalreporter.write_line(f"report: {self.report_path}")
         strict = self.settings.family_checks == "fail"
-        for failure in self.failures:
-            terminalreporter.write_sep("=", failure, red=strict, yellow=not strict, bold=True)
+        if self.failures:
+            verdict = "fail the run" if strict else "reported only (--restore-family-checks report)"
+            terminalreporter.write_sep(
+                "=", f"{len(self.failures)} expectations not met: {verdict}", red=strict, yellow=not strict, bold=True
+            )
+            for failure in self.failures:
+                terminalreporter.write_line(failure, red=strict, yellow=not strict)
+        for line in self.untestable:
+            terminalreporter.write_line(f"not testable at this N: {line}", yellow=True)
 
 
 def _process_ends_with_session() -> bool:
