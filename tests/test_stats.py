@@ -453,8 +453,8 @@ def test_an_unmet_expectation_fails_only_where_the_run_had_power() -> None:
     assert test.expectation_met is False and not test.testable
     assert small.failures() == [] and small.untestable() == [test]
     assert "about" in test.power_note and "questions would make it testable" in test.power_note
-    mde = minimum_detectable(test, 1, small.settings)
-    assert mde is not None and mde > 0.10
+    mde = minimum_detectable(test, 1, small.settings, 0.15)
+    assert mde is not None and mde > 0.15
     large = analyse(tame_control(2000), resamples=2000, baselines=("fifo",))
     (test,) = large.family(POSITIVE_CONTROL)
     assert test.expectation_met is False and test.testable

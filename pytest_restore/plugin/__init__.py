@@ -31,7 +31,7 @@ import pytest
 
 from pytest_restore.audit.calibration import calibrate
 from pytest_restore.audit.judge_audit import audit_judge
-from pytest_restore.audit.run import Audit, AuditConfig, CellRun, Record, cell_checks
+from pytest_restore.audit.run import Audit, AuditConfig, CellRun, Record, construct_checks
 from pytest_restore.data.dataset import DataError, Dataset, Question, load_dataset
 from pytest_restore.data.units import Granularity
 from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
@@ -404,7 +404,7 @@ class RestoreCell:
         """
         run = self.run if self.run is not None else self.audit()
         audit = self.session.audit(self.spec.reader)
-        failures = cell_checks(run, audit)
+        failures = construct_checks(run, audit)
         if self.session.settings.family_checks == "fail":
             failures += [
                 family_of(t.family).describe(t)

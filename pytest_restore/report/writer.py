@@ -728,7 +728,7 @@ def simulated_notice(records: Sequence[Record], info: RunInfo) -> str | None:
 
 
 def _setting_value(key: str, value: Any) -> str:
-    if value is None or value == "" or value == [] or value == {}:
+    if value is None or value == "" or (isinstance(value, list | tuple | dict) and not value):
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
