@@ -10,7 +10,13 @@ from grid_helpers import GRID, small_args
 
 from pytest_restore import __version__
 from pytest_restore.__main__ import build_parser
-from pytest_restore.models.providers import CostLine, ModelSpecError, parse_price, price_of, render_cost
+from pytest_restore.models.providers import (
+    CostLine,
+    ModelSpecError,
+    parse_price,
+    price_of,
+    render_cost,
+)
 
 
 def test_item_ids_say_budgets_as_the_report_does(pytester: pytest.Pytester) -> None:
