@@ -289,7 +289,7 @@ class RestoreSettings:
                 except ModelSpecError as err:
                     raise pytest.UsageError(str(err)) from None
         if raw["robustness-reader"] and raw["robustness-reader"] == raw["reader"]:
-            raise pytest.UsageError(f"{where['robustness-reader']}: must differ from the reader")
+            raise pytest.UsageError(f"{where['robustness-reader']}: must differ from --restore-reader")
         if raw["granularity"] not in ("turn", "session"):
             raise pytest.UsageError(f"{where['granularity']}: {raw['granularity']!r} is not turn or session")
         questions = _parse_ints(where["questions"], raw["questions"])[0] if raw["questions"] else None
