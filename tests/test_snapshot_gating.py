@@ -48,3 +48,4 @@ def test_a_users_snapshot_pins_the_cells_and_a_policy_change_fails_with_a_diff(p
     assert "- fifo," not in out  # the policies that did not change are not in the diff
     assert "pytest --snapshot-update" in out
     assert "Traceback" not in out
+
