@@ -645,7 +645,7 @@ def render_findings_md(analysis: Analysis) -> str:
         out.append(
             f"- **Matched accuracy{tag}.** {len(matched)} of {len(pairs)} policy pairs are accuracy-matched; "
             + (
-                f"{len(split)} dissociate on irr / N (H2, Holm)"
+                f"{len(split)} {'dissociates' if len(split) == 1 else 'dissociate'} on irr / N (H2, Holm)"
                 + (": " + ", ".join(f"{t.policy} vs {t.other} {_budget_label(t.budget)}" for t in split) if split else "")
                 + resolution
                 + "."
