@@ -806,7 +806,7 @@ def render_report_md(
         out += ["", render_comparison_md(comparison)]
     for name in sorted(info.checks):
         out += ["", str(info.checks[name].get("markdown", ""))]
-    out += ["", render_ablations_md(records, analysis), render_cases_md(records)]
+    out += ["", render_cases_md(records), render_ablations_md(records, analysis)]
     section = render_model_calls_md(records, calls)
     if section:
         out += ["", section]
