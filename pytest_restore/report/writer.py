@@ -727,6 +727,10 @@ def simulated_notice(records: Sequence[Record], info: RunInfo) -> str | None:
     )
 
 
+#: Settings that are not named after their option.
+_SETTING_LABELS = {"prices": "--restore-price", "model_usage": "model usage (real models)"}
+
+
 def _setting_value(key: str, value: Any) -> str:
     if value is None or value == "" or (isinstance(value, list | tuple | dict) and not value):
         return "-"
@@ -759,7 +763,8 @@ def render_settings_md(records: Sequence[Record], info: RunInfo) -> str:
         out.append(f"| questions in the file / audited | {ds.get('questions', '?')} / {ds.get('audited', '?')} |")
     out.append(f"| ranker | {', '.join(rankers_of(records))} (one per run; named in every record) |")
     for key in sorted(info.settings):
-        out.append(f"| --restore-{key.replace('_', '-')} | {_setting_value(key, info.settings[key])} |")
+        label = _SETTING_LABELS.get(key, f"--restore-{key.replace('_', '-')}")
+        out.append(f"| {label} | {_setting_value(key, info.settings[key])} |")
     out += ["", "## Exclusions", "", "| reason | questions |", "|---|---:|"]
     if info.exclusions:
         for reason, count in sorted(info.exclusions.items()):
