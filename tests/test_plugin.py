@@ -288,7 +288,7 @@ def test_items_and_session_fail_the_same_cases_in_the_same_words(pytester: pytes
     session's own line for its budget, one short line per case."""
     pytester.makeconftest(TAME_CONTROL)
     pytester.makepyfile(test_grid=GRID)
-    result = pytester.runpytest(
+    result = pytester.runpytest_subprocess(  # numba is not re-importable in one process
         "-p", "no:xdist", "--restore-policies", "fifo,control", "--restore-budgets", "80k,8k",
         "--restore-bootstrap", "2000",
     )
