@@ -671,6 +671,8 @@ class Analysis:
         """Deterministic JSON-able dict for ``hypotheses.json``."""
         return {
             "settings": self.settings.to_json(),
+            # the power rule: an unmet expectation fails only where the run could have met it
+            "power": {"power": POWER, "effects": {f.name: f.effect for f in FAMILIES if f.effect is not None}},
             "questions": self.questions,
             "summary": self.summary(),
             "families": {
