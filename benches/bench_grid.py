@@ -97,7 +97,7 @@ print(json.dumps({"parse": parsed - start, "count": done - parsed, "total": done
 BREAKDOWN_CODE = """
 import json, sys, tempfile, time
 start = time.perf_counter()
-from pytest_restore.audit.run import Audit, AuditConfig, cell_checks
+from pytest_restore.audit.run import Audit, AuditConfig, construct_checks
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.memory.eviction import default_registry
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
@@ -116,7 +116,7 @@ for policy in default_registry().values():
     for budget in audit.config.budgets:
         run = audit.run_cell(policy, budget)
         mark = time.perf_counter()
-        cell_checks(run, audit)
+        construct_checks(run, audit)
         checks += time.perf_counter() - mark
         records += run.records
 phases["construct checks"] = checks

@@ -267,3 +267,40 @@ def test_the_pytest_command_leaves_the_audit_frozen_and_an_in_process_run_thaws_
     frozen_before = gc.get_freeze_count()
     pytester.runpytest_inprocess("-p", "no:xdist", *SMALL, "--restore-policies", "fifo").assert_outcomes(passed=3)
     assert gc.get_freeze_count() == frozen_before == 0
+
+
+TAME_CONTROL = """
+from pytest_restore.memory.eviction import Fifo
+
+
+class TameControl(Fifo):
+    name = "control"  # evicts exactly as fifo does: the positive control cannot be detected
+
+
+def pytest_restore_register_policies(registry, config):
+    registry.register(TameControl(), replace=True)
+"""
+
+
+@pytest.mark.slow
+def test_items_and_session_fail_the_same_cases_in_the_same_words(pytester: pytest.Pytester) -> None:
+    """A control as tame as fifo, on enough questions to test it: each control item fails with the
+    session's own line for its budget, one short line per case."""
+    pytester.makeconftest(TAME_CONTROL)
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest_subprocess(  # numba is not re-importable in one process
+        "-p", "no:xdist", "--restore-policies", "fifo,control", "--restore-budgets", "80k,8k",
+        "--restore-bootstrap", "2000",
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=2, failed=2)
+    summary = json.loads((pytester.path / "restore-report" / "summary.json").read_text())
+    session = summary["failures"]
+    assert session == [
+        line for line in session if line.startswith("positive-control: control not shown more destructive than fifo")
+    ] and len(session) == 2
+    out = result.stdout.str()
+    for line in session:
+        assert out.count(line) >= 2  # once in the failed item, once in the session's summary
+        assert len(line) < 120
+    assert "2 expectations not met: fail the run" in out

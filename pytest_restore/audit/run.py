@@ -791,7 +791,7 @@ def tally(records: Iterable[Mapping[str, Any]]) -> CellFigures:
     return CellFigures(n, err, irr, rec, res, evicted, excluded, neg)
 
 
-def cell_checks(run: CellRun, audit: Audit | None = None) -> list[str]:
+def construct_checks(run: CellRun, audit: Audit | None = None) -> list[str]:
     """The construct checks of one cell; each failure is one readable line."""
     failures: list[str] = []
     for regime in REGIMES:
