@@ -452,4 +452,12 @@ def test_persistent_failure_is_excluded_not_scored_wrong(
         if line.startswith("fifo,600,b,")
     )
     assert fifo.split(",")[4] == "6"
-    assert result.ret == 0
+    # cells lost N to failed calls: the run does not pass, and says why once, per model and cause
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*failed model calls, by model and cause*",
+            "reader openai:fake-reader: * calls failed: * x HTTP 500: responder: this question's reader prompts always fail",
+            "*model calls failed: 48 records excluded, so cells lost N*",
+        ]
+    )
