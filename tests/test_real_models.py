@@ -299,11 +299,12 @@ def test_api_key_is_in_no_file_the_run_writes(
         rejected = grid_dir.runpytest_subprocess(
             "-p", "no:xdist", *grid_args(server, tmp_path / "other-cache", "rejected"), timeout=120
         )
-    rejected_records = _records(grid_dir.path / "rejected")
-
     # the key was sent and accepted
     assert _summary(grid_dir.path / "report")["counts"]["excluded_records"] == 0
-    assert all(r["excluded"] is not None and "401" in r["error"] for r in rejected_records)
+    # a rejected key stops the run at its first cell, with one line, and no report claims anything
+    assert rejected.ret != 0
+    rejected.stdout.fnmatch_lines(["*Interrupted: reader openai:fake-reader: HTTP 401 authentication failed*"])
+    assert not (grid_dir.path / "rejected").exists()
     key = DUMMY_KEY.encode()
     for output in (result, rejected):
         assert DUMMY_KEY not in output.stdout.str() + output.stderr.str()
