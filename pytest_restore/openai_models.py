@@ -15,9 +15,11 @@ for the model's life, so pooled connections carry over from run to run
   malformed bodies, honouring ``Retry-After`` / ``retry-after-ms``; a reply
   the ``validator`` rejects is retried too. After ``max_tries`` the result is
   ``ChatResult(text=None, error=...)``: one failed call never raises;
-- 400/403/404 and other client errors fail at once; a 401 (wrong key) is
-  logged as an error once per run and fails the rest of the batch without
-  sending it. The key itself is never logged, stored or put in an error.
+- 400/403/404 and other client errors fail at once; a 401 (wrong key), a
+  404 (unknown model) and an unreachable server (refused, or a host that
+  does not resolve) are logged as an error once, fail the rest of the batch
+  without sending it, and are kept in ``fatal_error`` so the caller can stop
+  the run. The key itself is never logged, stored or put in an error.
 
 Decoding follows the model family (``decoding_parameters``): classic chat
 models get the request's ``temperature`` (0 in the audit) and ``max_tokens``;
@@ -586,8 +588,9 @@ class OpenAIChatModel:
                 last_error = self._redact(f"connection error: {type(cause).__name__}: {cause}")
                 if _unreachable(exc):
                     # Nothing listens there (or the name does not resolve): minutes of
-                    # backoff would not change that. Say it now.
-                    return ChatResult(text=None, error=f"{last_error} (not retried: {self._where()} is unreachable)")
+                    # backoff would not change that, for this call or any other. Say it now.
+                    error = f"{last_error} (not retried: {self._where()} is unreachable)"
+                    return self._stop_run(state, error)
             except (ValueError, openai.APIResponseValidationError) as exc:
                 # json.JSONDecodeError: a garbled body.
                 last_error = self._redact(f"malformed response: {type(exc).__name__}: {exc}")
@@ -677,6 +680,10 @@ class OpenAIChatModel:
             error = (
                 f"HTTP {status} (not retried): {detail}; is the model name {self.model!r} right?"
             )
+        return self._stop_run(state, error)
+
+    def _stop_run(self, state: _RunState, error: str) -> ChatResult:
+        """Fail this call and every later one unsent (``fatal_error`` tells the caller to stop)."""
         if self.fatal_error is None:
             self.fatal_error = error
         if state.fatal_error is None:

@@ -10,6 +10,7 @@ pytest subprocess, against the loopback server where a model is involved.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -289,3 +290,18 @@ def test_decoding_and_concurrency_are_recorded_per_model(
     assert calls["judge openai:fake-judge"]["decoding"]["temperature"] == "0 (greedy)"
     assert reader["concurrency"] >= 1 and reader["failures"] == {}
     assert "## Real model calls" in (report / "report.md").read_text()
+
+
+def test_an_unreachable_server_is_reported_within_seconds(project: pytest.Pytester, tmp_path: Path) -> None:
+    with OpenAIServer() as gone:
+        base_url = gone.base_url  # nothing listens there once it stops
+    started = time.monotonic()
+    result = project.runpytest_subprocess(
+        "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={base_url}",
+        f"--restore-cache={tmp_path / 'cache'}", timeout=120,  # default tries, backoff and calibration (on)
+    )
+    elapsed = time.monotonic() - started
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    text = "\n".join(result.outlines + result.errlines)
+    assert "is unreachable" in text and "Traceback" not in text
+    print(f"unreachable server reported after {elapsed:.1f} s (child pytest included)")

@@ -580,6 +580,7 @@ def test_unreachable_server_is_reported_within_seconds(where: str) -> None:
     result = model.run(questions([1]))[0]
     assert time.monotonic() - started < 10
     assert result.error is not None and "unreachable" in result.error, result.error
+    assert model.fatal_error == result.error  # the run stops on it
 
 
 def test_reasoning_families_get_their_own_parameters(server: OpenAIServer) -> None:
