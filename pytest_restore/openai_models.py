@@ -137,13 +137,14 @@ def describe_decoding(model: str) -> dict[str, str]:
     return {"family": "chat", "temperature": "0 (greedy)", "max_tokens": "output budget"}
 
 
-def estimate_tokens(requests: Sequence[ChatRequest]) -> tuple[int, int]:
+def estimate_tokens(requests: Sequence[ChatRequest], model: str = "") -> tuple[int, int]:
     """Tokens that sending ``requests`` costs: ``(input_tokens, output_tokens_upper_bound)``.
 
     Identical requests count once, because ``OpenAIChatModel.run`` sends them
     once. Input tokens are exact o200k_base counts of the message contents
     plus the chat format's per-message overhead; the output bound is the sum
-    of ``max_tokens``. Filter out requests ``ResponseCache.contains`` already
+    of ``max_tokens`` (plus the reasoning allowance when ``model`` is of a
+    reasoning family). Filter out requests ``ResponseCache.contains`` already
     answers to price only what would be sent.
     """
     distinct = list(dict.fromkeys(requests))
@@ -154,7 +155,9 @@ def estimate_tokens(requests: Sequence[ChatRequest]) -> tuple[int, int]:
         input_tokens += _TOKENS_PER_REPLY
         for _ in request.messages:
             input_tokens += next(counts) + _TOKENS_PER_MESSAGE
-    output_tokens = sum(request.max_tokens for request in distinct)
+    # a reasoning model may spend its whole thinking allowance on top of the reply
+    extra = REASONING_ALLOWANCE if is_reasoning_model(model) else 0
+    output_tokens = sum(request.max_tokens + extra for request in distinct)
     return input_tokens, output_tokens
 
 
@@ -538,7 +541,7 @@ class OpenAIChatModel:
 
         token_cost = 0
         if self._token_meter is not None:
-            input_tokens, output_tokens = estimate_tokens([request])
+            input_tokens, output_tokens = estimate_tokens([request], self.model)
             token_cost = input_tokens + output_tokens
         body = self.body(request)
         last_error = "no attempt made"

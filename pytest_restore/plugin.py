@@ -670,7 +670,8 @@ class RestoreSession:
                 )
         judge = cost_line("judge", s.judge, judge_requests, cache)
         if unknown_answers:
-            tokens_in, tokens_out = estimate_tokens([primary.prompts.judge(question="", answer="", prediction="")])
+            empty = primary.prompts.judge(question="", answer="", prediction="")
+            tokens_in, tokens_out = estimate_tokens([empty], s.judge.removeprefix("openai:"))
             judge = CostLine(
                 "judge",
                 s.judge,

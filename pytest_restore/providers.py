@@ -138,7 +138,7 @@ def cost_line(
     name = spec[len(OPENAI_PREFIX) :] if is_real(spec) else spec
     cached = [r for r in unique if cache is not None and is_real(spec) and cache.contains(name, r)]
     todo = [r for r in unique if r not in set(cached)]
-    tokens_in, tokens_out = estimate_tokens(todo)
+    tokens_in, tokens_out = estimate_tokens(todo, name)
     return CostLine(role, spec, len(unique), len(cached), tokens_in, tokens_out, note)
 
 
