@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import openai  # noqa: F401 - imported before timing: the first model pays its ~1 s import otherwise
 from openai_server import OpenAIServer
 
-from pytest_restore.models import ChatRequest
-from pytest_restore.openai_models import OpenAIChatModel
+from pytest_restore.models.base import ChatRequest
+from pytest_restore.models.openai_chat import OpenAIChatModel
 
 
 def run(calls: int, latency: float, timeout: float, concurrency: int | None) -> tuple[float, int, int, int]:

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from grid_helpers import GRID, TINY, small_args
 
-from pytest_restore import injection
-from pytest_restore.audit import Audit, AuditConfig
-from pytest_restore.data import Dataset, load_dataset
-from pytest_restore.eviction import EvictionContext, MemoryStore, default_registry
-from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.injection import (
+from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.data.dataset import Dataset, load_dataset
+from pytest_restore.data.units import History, Unit
+from pytest_restore.memory import retrieval as injection
+from pytest_restore.memory.eviction import EvictionContext, MemoryStore, default_registry
+from pytest_restore.memory.retrieval import (
     Bm25Lite,
     Ranker,
     Recency,
@@ -26,15 +26,15 @@ from pytest_restore.injection import (
     checked_rank,
     default_rankers,
 )
-from pytest_restore.units import History, Unit
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 
 SMALL = small_args()
 
 # What a user writes in their conftest.py: a memory system, a victim policy and a retriever.
 CONFTEST = """
-from pytest_restore.eviction import MemoryStore, VictimPolicy
-from pytest_restore.injection import ScoringRanker
-from pytest_restore.lexical import words
+from pytest_restore.memory.eviction import MemoryStore, VictimPolicy
+from pytest_restore.memory.retrieval import ScoringRanker
+from pytest_restore.memory.lexical import words
 
 
 class UserFirstStore(MemoryStore):

@@ -19,12 +19,12 @@ import pytest
 from grid_helpers import GRID, TINY
 from openai_server import OpenAIServer, fake_models_responder
 
-from pytest_restore.data import load_dataset
-from pytest_restore.units import History, build_history
+from pytest_restore.data.dataset import load_dataset
+from pytest_restore.data.units import History, build_history
 
 DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
 FAST_RETRIES = """
-from pytest_restore.openai_models import OpenAIChatModel
+from pytest_restore.models.openai_chat import OpenAIChatModel
 
 OpenAIChatModel.__init__.__kwdefaults__.update(backoff_base=0.01, backoff_cap=0.05)
 """

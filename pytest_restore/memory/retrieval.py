@@ -2,7 +2,7 @@
 
 Ranker: a frozen BM25-lite over the store being read (k1 = 1.2, b = 0.75;
 document frequency, document count and mean length taken over that store;
-tokenisation as in :mod:`pytest_restore.lexical`). Only units that share at
+tokenisation as in :mod:`pytest_restore.memory.lexical`). Only units that share at
 least one content word with the question are retrieved; ties go to the newer
 unit. Read-time top-k = 60.
 
@@ -34,8 +34,8 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .lexical import term_id, word_profiles, words
-from .units import History
+from pytest_restore.data.units import History
+from pytest_restore.memory.lexical import term_id, word_profiles, words
 
 TOP_K = 60
 INJECT_CAP = 2000
@@ -215,7 +215,7 @@ class RankerRegistry(Mapping[str, Ranker]):
     def register(self, ranker: Ranker, *, replace: bool = False) -> None:
         """Add ``ranker`` under ``ranker.name``; a clash is an error unless ``replace``."""
         if not isinstance(ranker, Ranker):
-            raise TypeError(f"{ranker!r} is not a pytest_restore.injection.Ranker instance")
+            raise TypeError(f"{ranker!r} is not a pytest_restore.memory.retrieval.Ranker instance")
         name = getattr(ranker, "name", "")
         if not isinstance(name, str) or not name or "," in name:
             raise ValueError(f"ranker {ranker!r} needs a non-empty name without commas")

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .eviction import PolicyRegistry
-    from .injection import RankerRegistry
+    from pytest_restore.memory.eviction import PolicyRegistry
+    from pytest_restore.memory.retrieval import RankerRegistry
 
 
 @pytest.hookspec
@@ -18,7 +18,7 @@ def pytest_restore_register_policies(registry: PolicyRegistry, config: pytest.Co
     Implement it in a ``conftest.py`` (the root one, or the one beside the
     grid you run) or in a plugin, and call ``registry.register(MyPolicy())``.
     A registered policy joins the grid unless ``--restore-policies`` names
-    the policies to run. A :class:`pytest_restore.eviction.MemoryStore`
+    the policies to run. A :class:`pytest_restore.memory.eviction.MemoryStore`
     subclass is registered the same way.
     """
 
@@ -28,6 +28,6 @@ def pytest_restore_register_rankers(registry: RankerRegistry, config: pytest.Con
     """Add read-time rankers (retrievers) to the audit.
 
     Call ``registry.register(MyRanker())`` with a
-    :class:`pytest_restore.injection.Ranker` instance; select it with
+    :class:`pytest_restore.memory.retrieval.Ranker` instance; select it with
     ``--restore-ranker NAME``. One ranker serves a whole run.
     """

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from .eviction import _FIRST_PERSON, _STRIPPED
+from pytest_restore.memory.eviction import _FIRST_PERSON, _STRIPPED
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 

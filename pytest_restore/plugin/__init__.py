@@ -33,20 +33,21 @@ from typing import Any, cast
 
 import pytest
 
-from . import __version__
-from .audit import Audit, AuditConfig, CellRun, Record, cell_checks
-from .cache import ResponseCache
-from .calibration import calibrate
-from .data import DataError, Dataset, Question, load_dataset
-from .data import auditable as data_auditable
-from .eviction import Policy, PolicyRegistry, default_registry
-from .fake import FakeReader, FakeScorer
-from .injection import RankerRegistry, default_rankers
-from .judge_audit import audit_judge
-from .models import ChatModel, ChatRequest
-from .openai_models import describe_decoding, estimate_tokens
-from .prompts import READER_MAX_TOKENS, PromptSet, parse_score
-from .providers import (
+from pytest_restore import __version__
+from pytest_restore.audit.calibration import calibrate
+from pytest_restore.audit.judge_audit import audit_judge
+from pytest_restore.audit.run import Audit, AuditConfig, CellRun, Record, cell_checks
+from pytest_restore.data.dataset import DataError, Dataset, Question, load_dataset
+from pytest_restore.data.dataset import auditable as data_auditable
+from pytest_restore.data.units import Granularity
+from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
+from pytest_restore.memory.retrieval import RankerRegistry, default_rankers
+from pytest_restore.models.base import ChatModel, ChatRequest
+from pytest_restore.models.cache import ResponseCache
+from pytest_restore.models.fake import FakeReader, FakeScorer
+from pytest_restore.models.openai_chat import describe_decoding, estimate_tokens
+from pytest_restore.models.prompts import READER_MAX_TOKENS, PromptSet, parse_score
+from pytest_restore.models.providers import (
     CostLine,
     ModelOptions,
     ModelSpecError,
@@ -59,10 +60,9 @@ from .providers import (
     missing_key_problem,
     render_cost,
 )
-from .report import ReportFiles, RunInfo, terminal_lines, write_report
-from .stats import BASELINES, CONTROL, DEFAULT_SEED, HypothesisTest
-from .stats import cell_checks as statistical_checks
-from .units import Granularity
+from pytest_restore.report.writer import ReportFiles, RunInfo, terminal_lines, write_report
+from pytest_restore.stats.analysis import BASELINES, CONTROL, DEFAULT_SEED, HypothesisTest
+from pytest_restore.stats.analysis import cell_checks as statistical_checks
 
 RECORDS_PROPERTY = "restore_records"
 META_PROPERTY = "restore_meta"
@@ -116,7 +116,7 @@ def _dest(name: str) -> str:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     """Register the hooks users implement to add policies."""
-    from . import hookspecs
+    from pytest_restore.plugin import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 
@@ -766,7 +766,7 @@ class RestoreSession:
         """The dataset to audit: ``--restore-data`` or the embedded default."""
         if self.settings.data:
             return Path(self.settings.data)
-        from .embedded import embedded_dataset
+        from pytest_restore.synthetic.embedded import embedded_dataset
 
         return embedded_dataset(self.cache_root(), questions=self.settings.embedded_questions)
 
@@ -1244,7 +1244,7 @@ def _return_freed_memory() -> None:
 def _preload_figure() -> None:
     """Import the figure module ahead of the report; a failure here is the report's to raise."""
     with contextlib.suppress(Exception):  # the report imports it again and reports what is wrong
-        importlib.import_module("pytest_restore.figure")
+        importlib.import_module("pytest_restore.report.figure")
 
 
 class _Background(threading.Thread):

@@ -15,12 +15,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cache import ResponseCache, request_key
-from .fake import FakeJudge, FakeReader, FakeScorer
-from .models import ChatModel, ChatRequest
-from .openai_models import API_KEY_ENV, OpenAIChatModel, estimate_tokens
-from .progress import Progress
-from .prompts import parse_score, parse_verdict
+from pytest_restore.models.base import ChatModel, ChatRequest
+from pytest_restore.models.cache import ResponseCache, request_key
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models.openai_chat import API_KEY_ENV, OpenAIChatModel, estimate_tokens
+from pytest_restore.models.progress import Progress
+from pytest_restore.models.prompts import parse_score, parse_verdict
 
 ROLES = ("reader", "judge", "scorer")
 #: The deterministic stand-ins: ``fake`` in every role; ``fake-strong``, a reader
