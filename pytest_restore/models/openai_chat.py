@@ -15,8 +15,8 @@ for the model's life, so pooled connections carry over from run to run
   malformed bodies, honouring ``Retry-After`` / ``retry-after-ms``; a reply
   the ``validator`` rejects is retried too. After ``max_tries`` the result is
   ``ChatResult(text=None, error=...)``: one failed call never raises;
-- 400/403/404 and other client errors fail at once; a 401 (wrong key), a
-  404 (unknown model) and an unreachable server (refused, or a host that
+- 400, 422 and other client errors fail at once; a 401 (wrong key), a 403
+  (not allowed), a 404 (unknown model) and an unreachable server (refused, or a host that
   does not resolve) are logged as an error once, fail the rest of the batch
   without sending it, and are kept in ``fatal_error`` so the caller can stop
   the run. The key itself is never logged, stored or put in an error.
@@ -82,7 +82,8 @@ PLACEHOLDER_KEY = "not-needed"
 #: Statuses worth retrying: rate limits, lock/timeout conflicts, server errors.
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 #: Statuses that mean every request of the run will fail the same way.
-FATAL_STATUSES = frozenset({401, 404})
+#: (401: the key is wrong; 403: the key may not use this model or endpoint; 404: no such model.)
+FATAL_STATUSES = frozenset({401, 403, 404})
 #: ``parse_retry_after`` clips absurd waits to this (a day): the caller compares
 #: what is left with its own cap (``OpenAIChatModel.max_retry_after``).
 MAX_RETRY_AFTER = 86400.0
@@ -682,6 +683,8 @@ class OpenAIChatModel:
         else:
             error = (
                 f"HTTP {status} (not retried): {detail}; is the model name {self.model!r} right?"
+                if status == 404
+                else f"HTTP {status} (not retried): {detail}; the key is not allowed to use {self.model!r}"
             )
         return self._stop_run(state, error)
 
