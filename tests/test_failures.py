@@ -305,3 +305,25 @@ def test_an_unreachable_server_is_reported_within_seconds(project: pytest.Pytest
     text = "\n".join(result.outlines + result.errlines)
     assert "is unreachable" in text and "Traceback" not in text
     print(f"unreachable server reported after {elapsed:.1f} s (child pytest included)")
+
+
+def test_a_one_slot_server_at_default_concurrency_completes_without_recomputing(
+    project: pytest.Pytester, histories: list[History], tmp_path: Path
+) -> None:
+    # A local server computing one call at a time; time scaled down (0.08 s a call against a
+    # 1 s timeout, as ~8 s calls against the default 60 s). Sixteen calls at once would queue
+    # past the timeout there and be computed again.
+    with OpenAIServer(fake_models_responder(histories), latency=0.08, slots=1) as server:
+        result = project.runpytest_subprocess(
+            "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}",
+            f"--restore-cache={tmp_path / 'cache'}", "--restore-calibration=off", "--restore-timeout=1",
+            timeout=300,
+        )
+        computed = server.computed
+    assert result.ret == 0, result.outlines[-30:]
+    assert computed and max(computed.values()) == 1  # no request computed twice
+    summary = json.loads((project.path / "restore-report" / "summary.json").read_text())
+    assert all(u["failed"] == 0 for u in summary["run"]["settings"]["model_usage"].values())
+    reached = {name: d["concurrency"] for name, d in summary["run"]["checks"]["model_calls"]["result"].items()}
+    assert 1 <= reached["reader openai:fake-reader"] <= 16 and reached["scorer openai:fake-scorer"] == 0  # never asked
+    print("concurrency reached:", reached)
