@@ -310,10 +310,10 @@ def test_an_unreachable_server_is_reported_within_seconds(project: pytest.Pytest
 def test_a_one_slot_server_at_default_concurrency_completes_without_recomputing(
     project: pytest.Pytester, histories: list[History], tmp_path: Path
 ) -> None:
-    # A local server computing one call at a time; time scaled down (0.08 s a call against a
-    # 1 s timeout, as ~8 s calls against the default 60 s). Sixteen calls at once would queue
+    # A local server computing one call at a time; time scaled down (0.2 s a call against a
+    # 1 s timeout, as 12 s calls against the default 60 s). Sixteen calls at once would queue
     # past the timeout there and be computed again.
-    with OpenAIServer(fake_models_responder(histories), latency=0.08, slots=1) as server:
+    with OpenAIServer(fake_models_responder(histories), latency=0.2, slots=1) as server:
         result = project.runpytest_subprocess(
             "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}",
             f"--restore-cache={tmp_path / 'cache'}", "--restore-calibration=off", "--restore-timeout=1",
