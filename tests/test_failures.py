@@ -255,6 +255,7 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
     again = project.runpytest_subprocess(*args, timeout=120)
     assert again.ret == 0
     assert set(_files(report)) == set(before)
+    assert not partial.exists()  # superseded by the whole report
     summary = json.loads((report / "summary.json").read_text())
     assert summary["provenance"]["partial"] is None and summary["provenance"]["version"]
     assert summary["provenance"]["started_utc"].endswith("Z") and len(summary["provenance"]["run_id"]) == 32

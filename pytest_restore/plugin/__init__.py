@@ -1051,6 +1051,9 @@ class RestoreSession:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        if partial is None:
+            # a whole report supersedes the partial one an earlier, cut-short session left
+            shutil.rmtree(_partial_dir(target), ignore_errors=True)
         return dataclasses.replace(files, out_dir=target)
 
     def _stamp(self, out: Path, partial: str | None) -> None:
