@@ -735,7 +735,7 @@ def in_decomposition(record: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class CellFigures:
-    """The per-cell figures of PROTOCOL section 7."""
+    """The per-cell figures of docs/PROTOCOL.md section 7."""
 
     N: int
     err: int
