@@ -10,6 +10,7 @@ model and the request, so an unchanged grid sends nothing the second time.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.models.openai_chat import OpenAIChatModel, estimate_tokens
+from pytest_restore.models.openai_chat import API_KEY_ENV, OpenAIChatModel, estimate_tokens
 from pytest_restore.models.progress import Progress
 from pytest_restore.models.prompts import parse_score, parse_verdict
 
@@ -43,6 +44,7 @@ class ModelOptions:
     tpm: float | None = None
     max_tries: int = 6
     timeout: float = 60.0
+    max_retry_after: float = 60.0
     quiet: bool = False
 
 
@@ -86,8 +88,25 @@ def make_model(spec: str, role: str, options: ModelOptions, *, use_cache: bool =
         tpm=options.tpm,
         max_tries=options.max_tries,
         timeout=options.timeout,
+        max_retry_after=options.max_retry_after,
         validator=VALIDATORS[role],
         progress=Progress(label=f"{role} calls", quiet=options.quiet),
+    )
+
+
+def missing_key_problem(specs: Sequence[str], base_url: str | None) -> str | None:
+    """Why real models named in ``specs`` cannot be reached for want of a key, or ``None``.
+
+    OpenAI's API needs ``OPENAI_API_KEY``; a server at another base URL (a
+    local llama.cpp or Ollama) may need none, so only the default endpoint
+    is checked.
+    """
+    real = [spec for spec in specs if is_real(spec)]
+    if not real or base_url or os.environ.get(API_KEY_ENV):
+        return None
+    return (
+        f"{', '.join(sorted(set(real)))} would call api.openai.com but ${API_KEY_ENV} is not set "
+        "(set it, or point --restore-base-url at a server that needs no key)"
     )
 
 
@@ -119,7 +138,7 @@ def cost_line(
     name = spec[len(OPENAI_PREFIX) :] if is_real(spec) else spec
     cached = [r for r in unique if cache is not None and is_real(spec) and cache.contains(name, r)]
     todo = [r for r in unique if r not in set(cached)]
-    tokens_in, tokens_out = estimate_tokens(todo)
+    tokens_in, tokens_out = estimate_tokens(todo, name)
     return CostLine(role, spec, len(unique), len(cached), tokens_in, tokens_out, note)
 
 
