@@ -1240,8 +1240,10 @@ class RestoreSession:
         strict = self.settings.family_checks == "fail"
         if self.failures:
             red = strict or any(f.startswith("model calls failed") for f in self.failures)
-            verdict = "the run fails" if red else "reported only (--restore-family-checks report)"
-            terminalreporter.write_sep("=", f"{len(self.failures)} not met: {verdict}", red=red, yellow=not red, bold=True)
+            verdict = "fail the run" if red else "reported only (--restore-family-checks report)"
+            terminalreporter.write_sep(
+                "=", f"{len(self.failures)} expectations not met: {verdict}", red=red, yellow=not red, bold=True
+            )
             for failure in self.failures:
                 line_red = strict or failure.startswith("model calls failed")
                 terminalreporter.write_line(failure, red=line_red, yellow=not line_red)
