@@ -1,43 +1,70 @@
-"""Shared fixtures: the main job's report on the embedded default, built once per test run."""
+"""Shared fixtures: the grids run in a child pytest, each run once per test run.
+
+A grid in a child pytest costs seconds to tens of seconds, so the tests that
+read the same run's outputs share it. Under xdist every worker has its own
+session; ``shared_run`` puts a run in the directory all workers of this test
+run share and builds it under a file lock, so the first worker to ask runs it
+and the others read its outputs.
+"""
 
 from __future__ import annotations
 
-import fcntl
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from grid_helpers import GRID, ROOT, ChildRun, read_child, run_child, shared_run, small_args
 
-ROOT = Path(__file__).resolve().parent.parent
+from pytest_restore.synthetic.embedded import embedded_dataset
 
 
 @pytest.fixture(scope="session")
 def embedded_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The report directory of ``pytest benches/ --restore-ablations`` on the embedded default, fake models.
 
-    This is the README's main job (with the ablations), run for real in a subprocess. Under xdist
-    every worker asks for it; the first one runs it under a file lock and the
-    others reuse its report.
+    This is the README's main job (with the ablations), run for real in a
+    subprocess once per test run; its output and exit code are kept beside
+    the report (``pytest-output.txt``, ``pytest-exit-code.txt``).
     """
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the directory all workers of this run share
-    out = shared / "embedded-report"
-    with open(shared / "embedded-report.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "cells.csv").exists():
-            result = subprocess.run(
-                [sys.executable, "-m", "pytest", "benches/", "-p", "no:xdist", "-q", "--restore-ablations",
-                 "--restore-report-dir", str(out)],
-                cwd=ROOT,
-                capture_output=True,
-                check=False,
-                text=True,
-            )
-            if not (out / "cells.csv").exists():
-                pytest.fail(f"the main job wrote no report:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-            (out / "pytest-output.txt").write_text(result.stdout + result.stderr)
-            (out / "pytest-exit-code.txt").write_text(str(result.returncode))
-    return out
+
+    def build(out: Path) -> None:
+        run = run_child(["benches/", "-p", "no:xdist", "-q", "--restore-ablations"], ROOT, out / "report")
+        if not (run.report / "cells.csv").exists():
+            pytest.fail(f"the main job wrote no report:\n{run.output[-6000:]}")
+        (run.report / "pytest-output.txt").write_text(run.output)
+        (run.report / "pytest-exit-code.txt").write_text(str(run.ret))
+
+    return shared_run(tmp_path_factory, "embedded-report", build) / "report"
+
+
+@pytest.fixture(scope="session")
+def embedded_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded default dataset, generated afresh once per test run.
+
+    Not taken from ``.pytest_cache``: a cached file from an older generator
+    would hide a change to the generator from the tests that read it.
+    """
+    return embedded_dataset(shared_run(tmp_path_factory, "embedded-data", embedded_dataset))
+
+
+#: The tiny grid, every policy and budget, with the ablations: the shared serial and ``-n 2`` runs.
+TINY_GRID_ARGS = [*small_args(), "--restore-ablations"]
+
+
+@pytest.fixture(scope="session")
+def tiny_grid_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[ChildRun, ChildRun]:
+    """The tiny fixture's whole grid with the ablations, run serially and with ``-n 2`` in one project.
+
+    A project as a user has it (the four-line grid module, the project's
+    cache); the serial run writes ``serial/`` and ``serial.xml`` (JUnit XML),
+    then the ``-n 2`` run writes ``parallel/`` and ``parallel.xml``. The tests
+    of serial-vs-xdist identity, of the rebuilt report, of the ablations'
+    report sections and of the JUnit XML all read these two runs.
+    """
+
+    def build(project: Path) -> None:
+        (project / "test_grid.py").write_text(GRID)
+        run_child(["-p", "no:xdist", *TINY_GRID_ARGS, "--junitxml=serial.xml"], project, project / "serial")
+        run_child(["-n", "2", *TINY_GRID_ARGS, "--junitxml=parallel.xml"], project, project / "parallel")
+
+    project = shared_run(tmp_path_factory, "tiny-grid", build)
+    return read_child(project / "serial"), read_child(project / "parallel")

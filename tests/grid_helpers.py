@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The small hand-checkable dataset (seven evidence questions and one abstention question).
@@ -33,3 +42,71 @@ def report_file(path: Path) -> bytes:
     summary = json.loads(path.read_text(encoding="utf-8"))
     summary.pop("provenance", None)
     return json.dumps(summary, indent=2, sort_keys=True).encode()
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """What a child pytest left: its report directory, its exit code and its output."""
+
+    report: Path
+    ret: int
+    output: str
+
+    def assert_passed(self, passed: int) -> None:
+        """Exit 0 (nothing failed or errored) with exactly ``passed`` tests passed."""
+        assert self.ret == 0 and re.search(rf"\b{passed} passed\b", self.output), self.output[-3000:]
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child grid run: no xdist worker identity, no OpenAI settings leak in."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PYTEST_XDIST"))}
+
+
+def run_child(args: list[str], cwd: Path, report: Path, env: dict[str, str] | None = None) -> ChildRun:
+    """Run ``python -m pytest *args`` in ``cwd`` writing its report to ``report``; keep its output and exit code beside it.
+
+    ``env`` adds to ``child_env()`` (an API key, say).
+    """
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", *args, "--restore-report-dir", str(report)],
+        cwd=cwd,
+        env={**child_env(), **(env or {})},
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=600,
+    )
+    output = result.stdout + result.stderr
+    (report.parent / f"{report.name}-output.txt").write_text(output)
+    (report.parent / f"{report.name}-exit-code.txt").write_text(str(result.returncode))
+    return ChildRun(report, result.returncode, output)
+
+
+def read_child(report: Path) -> ChildRun:
+    """The ``ChildRun`` that ``run_child`` left beside the report directory ``report``."""
+    return ChildRun(
+        report,
+        int((report.parent / f"{report.name}-exit-code.txt").read_text()),
+        (report.parent / f"{report.name}-output.txt").read_text(),
+    )
+
+
+def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """The directory ``name`` of this test run, filled by ``build`` once for every xdist worker.
+
+    The first caller builds it under a file lock; later callers (other
+    workers) wait for the lock and reuse what it left. A failed build leaves
+    no ``done`` mark, so each caller that needs it tries again and fails
+    with its own message.
+    """
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the directory all workers of this run share
+    out = shared / name
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "done").exists():
+            out.mkdir(exist_ok=True)
+            build(out)
+            (out / "done").write_text("")
+    return out

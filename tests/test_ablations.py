@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from grid_helpers import GRID, TINY, report_file, small_args
+from grid_helpers import TINY, ChildRun, report_file
 
 from pytest_restore.audit import ablations
 from pytest_restore.audit.run import Audit, AuditConfig, Record
@@ -27,10 +27,8 @@ from pytest_restore.report.writer import (
     render_report_md,
     write_report,
 )
-from pytest_restore.synthetic.embedded import embedded_dataset
 
 BUDGETS = (600, 300, 100)
-SMALL = small_args()
 
 
 def make_audit(dataset: Dataset, config: AuditConfig, reader: Any = None) -> Audit:
@@ -266,28 +264,21 @@ def test_mixed_rankers_do_not_make_one_report(tiny_records: list[Record], tmp_pa
 
 
 def test_plugin_runs_the_ablations_identically_serial_and_parallel(
-    pytester: pytest.Pytester,
+    tiny_grid_runs: tuple[ChildRun, ChildRun],
 ) -> None:
-    pytester.makepyfile(test_grid=GRID)
-    args = [*SMALL, "--restore-policies", "fifo,random,control", "--restore-ablations"]
-    serial = pytester.runpytest_subprocess(
-        "-p", "no:xdist", *args, "--restore-report-dir", "serial"
-    )
-    serial.assert_outcomes(passed=9)
-    parallel = pytester.runpytest_subprocess("-n", "2", *args, "--restore-report-dir", "parallel")
-    parallel.assert_outcomes(passed=9)
+    serial, parallel = tiny_grid_runs  # the whole tiny grid with --restore-ablations
+    serial.assert_passed(18)
+    parallel.assert_passed(18)
     for name in ("records.jsonl", "cells.csv", "report.md", "hypotheses.json", "summary.json"):
-        assert report_file(pytester.path / "serial" / name) == report_file(
-            pytester.path / "parallel" / name
-        ), name
-    data = json.loads((pytester.path / "serial" / "hypotheses.json").read_text())
+        assert report_file(serial.report / name) == report_file(parallel.report / name), name
+    data = json.loads((serial.report / "hypotheses.json").read_text())
     assert {row["ablation"] for row in data["ablations"]["pooled"]} == {
         "gold",
         "surviving",
         "store",
         "placebo",
     }
-    summary = json.loads((pytester.path / "serial" / "summary.json").read_text())
+    summary = json.loads((serial.report / "summary.json").read_text())
     assert summary["run"]["settings"]["ablations"] is True
 
 
@@ -295,11 +286,13 @@ def test_plugin_runs_the_ablations_identically_serial_and_parallel(
 
 
 @pytest.fixture(scope="module")
-def embedded_ablations(tmp_path_factory: pytest.TempPathFactory) -> list[Record]:
-    """The fake-model grid with ablations on the embedded default, for three policies (~15 s)."""
-    dataset = load_dataset(embedded_dataset(tmp_path_factory.mktemp("embedded")))
-    audit = make_audit(dataset, AuditConfig(ablations=True))
-    return grid(audit, ["fifo", "random", "control"])
+def embedded_ablations(embedded_report: Path) -> list[Record]:
+    """The fake-model grid with ablations on the embedded default, for three policies.
+
+    Read from the main job's records (``pytest benches/ --restore-ablations``,
+    run once per test run), not computed again.
+    """
+    return [r for r in read_records(embedded_report / "records.jsonl") if r["policy"] in ("fifo", "random", "control")]
 
 
 @pytest.mark.slow

@@ -41,11 +41,11 @@ def test_paired_difference_on_shared_questions() -> None:
 
 @pytest.mark.slow
 def test_a_ranker_change_moves_fifo_80k_and_the_gate_fails(
-    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], embedded_data: Path
 ) -> None:
-    """bm25-lite then recency on the same 20 questions: fifo 80k's recoverable errors move."""
+    """bm25-lite then recency on the same 20 questions of the embedded default: fifo 80k's recoverable errors move."""
     pytester.makepyfile(test_grid=GRID)
-    common = ["-p", "no:xdist", "--restore-questions", "20", "--restore-budgets", "80k", "--restore-policies",
+    common = ["-p", "no:xdist", f"--restore-data={embedded_data}", "--restore-questions", "20", "--restore-budgets", "80k", "--restore-policies",
               "fifo", "--restore-bootstrap", "500", "--restore-family-checks", "report"]
     for ranker in ("bm25-lite", "recency"):
         pytester.runpytest_subprocess(*common, "--restore-ranker", ranker, "--restore-report-dir", ranker)

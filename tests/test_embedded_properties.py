@@ -91,16 +91,15 @@ def test_the_simulation_can_surprise_the_audit(records: list[dict[str, Any]]) ->
     assert 0 < sum(oracle.values()) < len(oracle)
 
 
-def test_residual_at_session_granularity(tmp_path: Path) -> None:
+def test_residual_at_session_granularity(embedded_data: Path) -> None:
     """With whole sessions as units the reader still misuses evidence it has."""
     from pytest_restore.audit.run import Audit, AuditConfig
     from pytest_restore.data.dataset import load_dataset
     from pytest_restore.data.units import Granularity
     from pytest_restore.memory.eviction import Fifo, NoEvict
     from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-    from pytest_restore.synthetic.embedded import embedded_dataset
 
-    dataset = load_dataset(embedded_dataset(tmp_path))
+    dataset = load_dataset(embedded_data)
     reader = FakeReader()
     config = AuditConfig(granularity=Granularity.SESSION, budgets=(80_000,), seeds=(0,))
     audit = Audit(dataset, config, reader=reader, judge=FakeJudge(), scorer=FakeScorer())

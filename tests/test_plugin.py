@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from grid_helpers import GRID, TINY, report_file, small_args
+from grid_helpers import GRID, TINY, ChildRun, report_file, small_args
 
 SMALL = small_args(bootstrap=2000)
 
@@ -53,18 +53,16 @@ def test_report_files_and_columns(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*restore-counterfactual audit (regime b)*", "fifo*600*7*"])
 
 
-def test_serial_and_xdist_reports_are_identical(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_grid=GRID)
-    serial = pytester.runpytest_subprocess("-p", "no:xdist", *SMALL, "--restore-report-dir", "serial")
-    serial.assert_outcomes(passed=18)
-    parallel = pytester.runpytest_subprocess("-n", "2", *SMALL, "--restore-report-dir", "parallel")
-    parallel.assert_outcomes(passed=18)
+def test_serial_and_xdist_reports_are_identical(tiny_grid_runs: tuple[ChildRun, ChildRun]) -> None:
+    serial, parallel = tiny_grid_runs
+    serial.assert_passed(18)
+    parallel.assert_passed(18)
     for name in ("cells.csv", "records.jsonl", "report.md", "summary.json"):
-        assert report_file(pytester.path / "serial" / name) == report_file(pytester.path / "parallel" / name), name
-    provenance = [json.loads((pytester.path / d / "summary.json").read_text())["provenance"] for d in ("serial", "parallel")]
+        assert report_file(serial.report / name) == report_file(parallel.report / name), name
+    provenance = [json.loads((run.report / "summary.json").read_text())["provenance"] for run in tiny_grid_runs]
     assert provenance[0]["run_id"] != provenance[1]["run_id"] and provenance[0]["partial"] is None
     # the workers shared their cells through the project cache; the controller removed them after
-    shared = pytester.path / ".pytest_cache" / "d" / "restore" / "cells"
+    shared = parallel.report.parent / ".pytest_cache" / "d" / "restore" / "cells"
     assert shared.is_dir() and not any(shared.iterdir())
 
 
@@ -176,19 +174,16 @@ def test_malformed_data_stops_before_any_model_call(pytester: pytest.Pytester, m
     assert not (pytester.path / "restore-report").exists()
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
-def test_records_stay_out_of_junit_xml(pytester: pytest.Pytester, workers: list[str]) -> None:
-    pytester.makepyfile(test_grid=GRID)
-    xdist = [] if workers else ["-p", "no:xdist"]
-    result = pytester.runpytest_subprocess(
-        *xdist, *workers, *SMALL, "--restore-policies", "fifo", "--junitxml", "junit.xml"
-    )
-    result.assert_outcomes(passed=3)
-    xml = (pytester.path / "junit.xml").read_text()
+@pytest.mark.parametrize("run", [0, 1], ids=["serial", "xdist"])
+def test_records_stay_out_of_junit_xml(tiny_grid_runs: tuple[ChildRun, ChildRun], run: int) -> None:
+    result = tiny_grid_runs[run]  # run with --junitxml=serial.xml, --junitxml=parallel.xml
+    result.assert_passed(18)
+    xml = (result.report.parent / f"{result.report.name}.xml").read_text()
+    assert xml.count("<testcase ") == 18
     assert "restore_records" not in xml and "question_id" not in xml
-    # the report still has every record
-    records = (pytester.path / "restore-report" / "records.jsonl").read_text().splitlines()
-    assert len(records) == 7 * 3 * 2
+    # the report still has every record: 7 questions, 2 regimes, 5 one-seed policies and random's 3 seeds
+    records = (result.report / "records.jsonl").read_text().splitlines()
+    assert len(records) == 7 * 2 * 3 * (5 + 3)
 
 
 def test_the_report_thread_hands_back_its_result_and_its_errors() -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID, TINY, small_args
+from grid_helpers import GRID, TINY, run_child, small_args
 from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, fake_models_responder
 
 from pytest_restore.data.dataset import load_dataset
@@ -108,20 +108,15 @@ def server(histories: list[History]) -> Iterator[OpenAIServer]:
         yield running
 
 
+def model_args(server: OpenAIServer, cache: Path) -> list[str]:
+    """The grid's options for the ``openai:`` models on ``server`` through the response cache ``cache``."""
+    models = [f"--restore-{role}={spec}" for role, spec in MODELS.items()]
+    return [*SMALL, *models, "--restore-base-url", server.base_url, "--restore-cache", str(cache)]
+
+
 def grid_args(server: OpenAIServer, cache: Path, report: str, *extra: str) -> list[str]:
     """The command line of a grid run on ``server`` through the response cache ``cache``."""
-    models = [f"--restore-{role}={spec}" for role, spec in MODELS.items()]
-    return [
-        *SMALL,
-        *models,
-        "--restore-base-url",
-        server.base_url,
-        "--restore-cache",
-        str(cache),
-        "--restore-report-dir",
-        report,
-        *extra,
-    ]
+    return [*model_args(server, cache), "--restore-report-dir", report, *extra]
 
 
 def run_grid(
@@ -139,6 +134,41 @@ def run_grid(
     )
     result.assert_outcomes(passed=CELLS)
     return result
+
+
+@dataclass(frozen=True)
+class CleanRun:
+    """An uninterrupted grid through a fault-free server, from an empty cache, and what the server saw."""
+
+    server: OpenAIServer
+    cache: Path
+    report: Path
+    #: the distinct request bodies the server answered well
+    bodies: frozenset[str]
+    #: of those, how many per requested model
+    sent: Counter[str]
+
+
+@pytest.fixture(scope="module")
+def clean_run(histories: list[History], tmp_path_factory: pytest.TempPathFactory) -> Iterator[CleanRun]:
+    """One clean grid run that several tests read: the run itself, the cache it filled, its server.
+
+    The server stays up for the module, so a test can run the grid again
+    through the filled cache and count what it sends.
+    """
+    project = tmp_path_factory.mktemp("clean-run")
+    (project / "test_grid.py").write_text(GRID)
+    (project / "conftest.py").write_text(FAST_RETRIES)
+    with OpenAIServer(fake_models_responder(histories), latency=0.002) as server:
+        cache = project / "cache"
+        run = run_child(
+            ["-p", "no:xdist", *model_args(server, cache)],
+            project,
+            project / "restore-report",
+            env={"OPENAI_API_KEY": DUMMY_KEY},
+        )
+        run.assert_passed(CELLS)
+        yield CleanRun(server, cache, run.report, frozenset(server.successes), _sent_by_model(server))
 
 
 def _records(report: Path) -> list[dict[str, Any]]:
@@ -163,44 +193,39 @@ def test_faulted_run_writes_the_fault_free_records(
     histories: list[History],
     tmp_path: Path,
     reference: list[dict[str, Any]],
+    clean_run: CleanRun,
 ) -> None:
-    responder = fake_models_responder(histories)
-    with OpenAIServer(responder, latency=0.002) as clean:
-        run_grid(grid_dir, clean, tmp_path / "clean-cache", "clean")
-        clean_bodies = set(clean.successes)
     faults = Faults(rate=0.2, kinds=FAULT_KINDS, seed=5, retry_after="0", hang_seconds=2.0)
-    with OpenAIServer(responder, latency=0.002, faults=faults) as faulty:
+    with OpenAIServer(fake_models_responder(histories), latency=0.002, faults=faults) as faulty:
         run_grid(grid_dir, faulty, tmp_path / "faulty-cache", "faulty", "--restore-timeout", "1")
     # read after stopping: a hung (timeout) request is logged when it ends
     log, successes = faulty.log, faulty.successes
 
-    clean_records = (grid_dir.path / "clean" / "records.jsonl").read_bytes()
+    clean_records = (clean_run.report / "records.jsonl").read_bytes()
     assert (grid_dir.path / "faulty" / "records.jsonl").read_bytes() == clean_records
-    assert _records(grid_dir.path / "clean") == reference
+    assert _records(clean_run.report) == reference
     injected = Counter(entry.fault for entry in log if entry.fault)
     assert set(injected) == set(FAULT_KINDS), injected
-    assert set(successes) == clean_bodies  # every request answered, none lost to a fault
+    assert set(successes) == clean_run.bodies  # every request answered, none lost to a fault
     usage = _summary(grid_dir.path / "faulty")["run"]["settings"]["model_usage"]
     assert sum(u["failed"] for u in usage.values()) == 0
-    print(f"{len(clean_bodies)} requests; faults injected: {dict(injected)}")
+    print(f"{len(clean_run.bodies)} requests; faults injected: {dict(injected)}")
 
 
 # -- 2. an unchanged grid sends nothing the second time ---------------------------------
 
 
-def test_second_run_of_an_unchanged_grid_sends_no_request(
-    grid_dir: pytest.Pytester, server: OpenAIServer, tmp_path: Path
-) -> None:
-    run_grid(grid_dir, server, tmp_path / "cache", "first")
+def test_second_run_of_an_unchanged_grid_sends_no_request(grid_dir: pytest.Pytester, clean_run: CleanRun) -> None:
+    server = clean_run.server
     sent = server.total_requests
-    run_grid(grid_dir, server, tmp_path / "cache", "second")
+    run_grid(grid_dir, server, clean_run.cache, "second")
 
-    assert sent > 0 and server.total_requests == sent
-    first, second = grid_dir.path / "first", grid_dir.path / "second"
+    assert len(clean_run.bodies) > 0 and server.total_requests == sent
+    first, second = clean_run.report, grid_dir.path / "second"
     assert (second / "records.jsonl").read_bytes() == (first / "records.jsonl").read_bytes()
     usage = _summary(second)["run"]["settings"]["model_usage"]
     assert {name: u["sent"] for name, u in usage.items()} == dict.fromkeys(usage, 0)
-    assert sum(u["cached"] for u in usage.values()) == sent
+    assert sum(u["cached"] for u in usage.values()) == len(clean_run.bodies)
     assert all(u["input_tokens"] == u["output_tokens"] == 0 for u in usage.values())
 
 
@@ -343,20 +368,16 @@ def _dry_run(
     return rows
 
 
-def test_dry_run_before_and_after_a_run(
-    grid_dir: pytest.Pytester, server: OpenAIServer, tmp_path: Path
-) -> None:
-    cache = tmp_path / "cache"
-    before = _dry_run(grid_dir, server, cache)
-    assert server.total_requests == 0
+def test_dry_run_before_and_after_a_run(grid_dir: pytest.Pytester, clean_run: CleanRun, tmp_path: Path) -> None:
+    server, sent = clean_run.server, clean_run.sent  # what the clean run sent, from an empty cache
+    requests = server.total_requests
+    before = _dry_run(grid_dir, server, tmp_path / "empty-cache")
     assert all(
         calls > 0 and cached == 0 and todo == calls for calls, cached, todo in before.values()
     )
 
-    run_grid(grid_dir, server, cache)
-    sent = _sent_by_model(server)
-    after = _dry_run(grid_dir, server, cache)
-    assert server.total_requests == sum(sent.values())  # the dry runs sent nothing
+    after = _dry_run(grid_dir, server, clean_run.cache)
+    assert server.total_requests == requests  # the dry runs sent nothing
     for role, (calls, cached, todo) in after.items():
         # what the grid sent, all of it cached now
         model = MODELS[role].removeprefix("openai:")
@@ -368,12 +389,8 @@ def test_dry_run_before_and_after_a_run(
 # -- 7. records and the summary name the models -----------------------------------------------
 
 
-def test_records_and_summary_name_the_models_and_their_usage(
-    grid_dir: pytest.Pytester, server: OpenAIServer, tmp_path: Path
-) -> None:
-    cache = tmp_path / "cache"
-    run_grid(grid_dir, server, cache)
-    report = grid_dir.path / "restore-report"
+def test_records_and_summary_name_the_models_and_their_usage(clean_run: CleanRun) -> None:
+    cache, report, sent = clean_run.cache, clean_run.report, clean_run.sent
     records = _records(report)
 
     assert {r["reader"] for r in records} == {"openai:fake-reader"}
@@ -386,7 +403,6 @@ def test_records_and_summary_name_the_models_and_their_usage(
     assert (settings["reader"], settings["judge"], settings["scorer"]) == tuple(MODELS.values())
     usage = settings["model_usage"]
     assert set(usage) == {f"{role} {spec}" for role, spec in MODELS.items()}
-    sent = _sent_by_model(server)
     # token sums: what the server reported, as the cache stored it
     entries = [json.loads(p.read_text()) for p in cache.glob("??/*.json")]
     for role, spec in MODELS.items():

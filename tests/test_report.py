@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID, report_file, small_args
+from grid_helpers import ChildRun, report_file
 
 from pytest_restore.data.dataset import QUESTION_TYPES
 from pytest_restore.report.writer import (
@@ -353,7 +353,6 @@ def test_report_cli_without_summary_uses_an_empty_run_info(tmp_path: Path) -> No
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["run"]["settings"] == {}
 
 
-SMALL = small_args(family_checks=None)
 REPORT_FILES = (
     "records.jsonl",
     "cells.csv",
@@ -366,13 +365,11 @@ REPORT_FILES = (
 
 
 def test_session_report_is_identical_with_xdist_and_rebuilt_from_records(
-    pytester: pytest.Pytester,
+    tiny_grid_runs: tuple[ChildRun, ChildRun], tmp_path: Path
 ) -> None:
     """Serial and ``-n 2`` sessions write the same bytes; ``report`` rebuilds them exactly."""
-    pytester.makepyfile(test_grid=GRID)
-    pytester.runpytest_subprocess("-p", "no:xdist", *SMALL, "--restore-report-dir", "serial")
-    pytester.runpytest_subprocess("-n", "2", *SMALL, "--restore-report-dir", "parallel")
-    serial, parallel, rebuilt = (pytester.path / name for name in ("serial", "parallel", "rebuilt"))
+    serial, parallel = (run.report for run in tiny_grid_runs)
+    rebuilt = tmp_path / "rebuilt"
     result = _cli("report", str(serial / "records.jsonl"), "--out", str(rebuilt))
     assert result.returncode == 0, result.stderr
     assert json.loads((serial / "hypotheses.json").read_text())["settings"]["resamples"] == 500

@@ -16,6 +16,7 @@ machine-dependent values (the run section of ``report.md`` is left out).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,7 +34,6 @@ from pytest_restore.report.writer import (
     render_cells_csv,
     render_tables_md,
 )
-from pytest_restore.synthetic.embedded import embedded_dataset
 
 
 class CsvSnapshot(SingleFileSnapshotExtension):
@@ -59,14 +59,14 @@ def test_rendering_from_fixed_records(snapshot: SnapshotAssertion) -> None:
 
 
 @pytest.fixture(scope="session")
-def embedded_grid_records(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """Every record of the default fake-model grid on the embedded dataset (~35 s, once).
+def embedded_grid_records(embedded_data: Path) -> list[dict[str, Any]]:
+    """Every record of the default fake-model grid on the embedded dataset, once.
 
-    The dataset is generated afresh (about 2 s) rather than taken from
-    ``.pytest_cache``: a cached file from an older generator would hide a
-    change to the generator from the gate.
+    The dataset is generated afresh in this test run (the ``embedded_data``
+    fixture) rather than taken from ``.pytest_cache``: a cached file from an
+    older generator would hide a change to the generator from the gate.
     """
-    dataset = load_dataset(embedded_dataset(tmp_path_factory.mktemp("embedded")))
+    dataset = load_dataset(embedded_data)
     reader = FakeReader()
     audit = Audit(dataset, AuditConfig(), reader=reader, judge=FakeJudge(), scorer=FakeScorer())
     reader.learn(p.history for p in audit.questions)  # as RestoreSession.audit does
