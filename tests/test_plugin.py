@@ -280,13 +280,13 @@ def pytest_restore_register_policies(registry, config):
 
 
 @pytest.mark.slow
-def test_items_and_session_fail_the_same_cases_in_the_same_words(pytester: pytest.Pytester) -> None:
-    """A control as tame as fifo, on enough questions to test it: each control item fails with the
-    session's own line for its budget, one short line per case."""
+def test_items_and_session_fail_the_same_cases_in_the_same_words(pytester: pytest.Pytester, embedded_data: Path) -> None:
+    """A control as tame as fifo, on enough questions to test it (the embedded default): each control
+    item fails with the session's own line for its budget, one short line per case."""
     pytester.makeconftest(TAME_CONTROL)
     pytester.makepyfile(test_grid=GRID)
     result = pytester.runpytest_subprocess(  # numba is not re-importable in one process
-        "-p", "no:xdist", "--restore-policies", "fifo,control", "--restore-budgets", "80k,8k",
+        "-p", "no:xdist", f"--restore-data={embedded_data}", "--restore-policies", "fifo,control", "--restore-budgets", "80k,8k",
         "--restore-bootstrap", "2000",
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
