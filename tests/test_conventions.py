@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from grid_helpers import GRID, small_args
@@ -94,3 +96,16 @@ def test_dry_run_ends_with_a_plain_summary_and_exit_0(pytester: pytest.Pytester,
     )
     assert "!!!" not in result.stdout.str() and "Exit" not in result.stdout.str()
     assert not (pytester.path / "restore-report").exists()
+
+
+def test_every_package_module_names_its_tests_in_the_tests_readme() -> None:
+    """A newcomer finds a module's tests from ``tests/README.md``: every module has a row, every test module named exists."""
+    tests = Path(__file__).resolve().parent
+    package = tests.parent / "pytest_restore"
+    rows = re.findall(r"^\| `pytest_restore/(\S+\.py)` \| (.+) \|$", (tests / "README.md").read_text(), re.MULTILINE)
+    listed = {module for module, _ in rows}
+    modules = {p.relative_to(package).as_posix() for p in package.rglob("*.py") if p.name != "__init__.py"}
+    assert sorted(modules - listed) == [], "modules without a row in tests/README.md"
+    assert sorted(m for m in listed if not (package / m).is_file()) == [], "rows for modules that do not exist"
+    named = {name for _, cell in rows for name in re.findall(r"`(test_\w+\.py)`", cell)}
+    assert named and sorted(n for n in named if not (tests / n).is_file()) == [], "test modules that do not exist"
