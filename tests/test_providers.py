@@ -1,4 +1,4 @@
-"""The audit with real (``openai:``) models, end to end.
+"""The audit with real (``openai:``) models, end to end (``pytest_restore.models.providers``).
 
 Every test runs the real plugin on ``fixtures/tiny.json`` in a pytest
 subprocess (pytester), whose reader, judge and scorer are ``openai:`` models:
@@ -7,7 +7,8 @@ on 127.0.0.1, which serves the project's fake models (told apart by their
 system prompt). So the retries, the response cache, the cross-process
 dedupe, the usage totals and the exclusions are the real thing; only the
 models behind the wire are fake, and their answers are known: the records
-must be exactly those of the in-process fake models.
+must be exactly those of the in-process fake models. One clean run
+(``clean_run``) is shared by the tests that only read it.
 
 The grid's own conftest shrinks the retry backoff from seconds to
 milliseconds (test speed; ``Retry-After`` is still honoured).
