@@ -52,12 +52,8 @@ from .injection import (
 )
 from .models import ChatModel, ChatRequest, ChatResult
 from .prompts import PromptSet, parse_score, parse_verdict
+from .record import ABLATIONS, REGIMES, Record, bin_of, tally
 from .units import Granularity, History, Unit, build_histories, counts_file_name
-
-Record = dict[str, Any]
-
-BINS = ("irreversible", "recoverable", "residual")
-REGIMES = ("a", "b")
 
 # Exclusion reasons, as the report prints them.
 ABSTENTION = "abstention question (no evidence to restore)"
@@ -463,7 +459,7 @@ class Audit:
             return self._cells[key][1]
         whole = questions is None
         run = self._run_cell(policy, budget, self.questions if questions is None else questions, ablate=whole)
-        if questions is None and all(r["excluded"] is None for r in run.records):
+        if questions is None and all(r.excluded is None for r in run.records):
             # a cell with failed calls runs again next time (the failures may be retried)
             self._cells[key] = (policy, run)
         return run
@@ -496,7 +492,7 @@ class Audit:
                 records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None))
         self.timings["records"] += perf_counter() - start
         if ablate and self.config.ablations:
-            self.ablate(records, {p.question.question_id: p for p, _, _ in plan}, stores)
+            records = self.ablate(records, {p.question.question_id: p for p, _, _ in plan}, stores)
         return CellRun(policy.name, budget, records, stores)
 
     # -- restore-tightness ablations (see pytest_restore.ablations) ------------
@@ -533,17 +529,18 @@ class Audit:
         records: Sequence[Record],
         prepared: Mapping[str, Prepared],
         stores: Mapping[tuple[str, int], Mask],
-    ) -> None:
-        """Run the three ablations on the regime-(b) irreversible records and fill in their fields."""
+    ) -> list[Record]:
+        """The records with the three ablations run on the regime-(b) irreversible ones."""
         items: list[tuple[History, Sequence[int]]] = []
-        slots: list[tuple[Record, str]] = []
-        for r in records:
+        slots: list[tuple[int, str]] = []
+        changes: dict[int, dict[str, Any]] = {}
+        for i, r in enumerate(records):
             if not ablations.is_case(r):
                 continue
-            p = prepared[r["question_id"]]
-            contexts = self.ablation_contexts(p, stores[(r["question_id"], r["seed"])])
+            p = prepared[r.question_id]
+            contexts = self.ablation_contexts(p, stores[(r.question_id, r.seed)])
             excluded: dict[str, str] = {}
-            for key, _title, _field in ablations.ABLATIONS:
+            for key, _title, _field in ABLATIONS:
                 injected = contexts[key]
                 if injected is None:
                     excluded[key] = (
@@ -552,18 +549,21 @@ class Audit:
                     )
                 else:
                     items.append((p.history, injected))
-                    slots.append((r, key))
+                    slots.append((i, key))
             placebo = self.placebo(p)
-            r["ablation_excluded"] = excluded
-            r["ablation_placebo_units"] = placebo
-            r["ablation_placebo_tokens"] = int(p.history.sizes[placebo].sum()) if placebo is not None else None
-        fields = {key: field for key, _title, field in ablations.ABLATIONS}
-        for (r, key), outcome in zip(slots, self.evaluate(items)):
+            changes[i] = {
+                "ablation_excluded": excluded,
+                "ablation_placebo_units": tuple(placebo) if placebo is not None else None,
+                "ablation_placebo_tokens": int(p.history.sizes[placebo].sum()) if placebo is not None else None,
+            }
+        fields = {key: field for key, _title, field in ABLATIONS}
+        for (i, key), outcome in zip(slots, self.evaluate(items)):
             if outcome.error is not None:
-                r["ablation_excluded"][key] = f"api_error: {outcome.error.split(':', 1)[0]}"
-            r[fields[key]] = outcome.correct if outcome.error is None else None
+                changes[i]["ablation_excluded"][key] = f"api_error: {outcome.error.split(':', 1)[0]}"
+            changes[i][fields[key]] = outcome.correct if outcome.error is None else None
             if key == "store":
-                r["ablation_store_tokens"] = outcome.injected_tokens
+                changes[i]["ablation_store_tokens"] = outcome.injected_tokens
+        return [r.with_fields(**changes[i]) if i in changes else r for i, r in enumerate(records)]
 
     def conditions(
         self,
@@ -672,51 +672,54 @@ class Audit:
                     break
         policy_correct = outcome.correct if outcome is not None else None
         restored_correct = restored.correct if restored is not None else None
-        bin_: str | None = None
-        if excluded is None and oracle.correct and policy_correct is False:
-            if restored_correct:
-                bin_ = "irreversible" if evicted else "recoverable"
-            else:
-                bin_ = "residual"
-        return {
-            "question_id": history.question.question_id,
-            "question_type": history.question.question_type,
-            "policy": policy.name,
-            "budget": budget,
-            "seed": seed,
-            "regime": regime,
-            "reader": self.reader.name,
-            "judge": self.judge.name,
-            "scorer": self.scorer.name if policy.needs_importance else None,
-            "oracle_correct": oracle.correct,
-            "policy_correct": policy_correct,
-            "restored_correct": restored_correct,
-            "negative_restore_gain": bool(excluded is None and policy_correct and restored_correct is False),
-            "ranker": self.ranker.name,
-            "question": history.question.question,
-            "reference": history.question.answer,
-            "gold_units": len(gold),
-            "gold_tokens": history.gold_tokens,
-            "gold_evicted": evicted,
-            "gold_evicted_units": evicted_units,
-            "gold_evicted_where": [unit_label(history.units[g]) for g in evicted_units] if evicted_units is not None else None,
-            "bin": bin_,
-            "excluded": excluded,
-            "error": error,
-            "oracle_prompt": oracle.prompt,
-            "policy_prompt": outcome.prompt if outcome else None,
-            "restored_prompt": restored.prompt if restored else None,
-            "oracle_answer": oracle.answer,
-            "policy_answer": outcome.answer if outcome else None,
-            "restored_answer": restored.answer if restored else None,
-            "policy_injected_tokens": outcome.injected_tokens if outcome else None,
-            "restored_injected_tokens": restored.injected_tokens if restored else None,
-            "policy_injected_units": outcome.injected_units if outcome else None,
-            "restored_injected_units": restored.injected_units if restored else None,
-            "store_tokens": int(history.sizes[mask].sum()) if mask is not None else None,
-            "store_units": int(mask.sum()) if mask is not None else None,
-            **ablations.empty_fields(),
-        }
+        bin_ = None
+        if excluded is None:
+            bin_ = bin_of(
+                oracle_correct=oracle.correct,
+                policy_correct=policy_correct,
+                restored_correct=restored_correct,
+                gold_evicted=evicted,
+            )
+        return Record(
+            question_id=history.question.question_id,
+            question_type=history.question.question_type,
+            policy=policy.name,
+            budget=budget,
+            seed=seed,
+            regime=regime,
+            reader=self.reader.name,
+            judge=self.judge.name,
+            scorer=self.scorer.name if policy.needs_importance else None,
+            oracle_correct=oracle.correct,
+            policy_correct=policy_correct,
+            restored_correct=restored_correct,
+            negative_restore_gain=bool(excluded is None and policy_correct and restored_correct is False),
+            ranker=self.ranker.name,
+            question=history.question.question,
+            reference=history.question.answer,
+            gold_units=len(gold),
+            gold_tokens=history.gold_tokens,
+            gold_evicted=evicted,
+            gold_evicted_units=tuple(evicted_units) if evicted_units is not None else None,
+            gold_evicted_where=(
+                tuple(unit_label(history.units[g]) for g in evicted_units) if evicted_units is not None else None
+            ),
+            bin=bin_,
+            excluded=excluded,
+            error=error,
+            oracle_prompt=oracle.prompt,
+            policy_prompt=outcome.prompt if outcome else None,
+            restored_prompt=restored.prompt if restored else None,
+            oracle_answer=oracle.answer,
+            policy_answer=outcome.answer if outcome else None,
+            restored_answer=restored.answer if restored else None,
+            policy_injected_tokens=outcome.injected_tokens if outcome else None,
+            restored_injected_tokens=restored.injected_tokens if restored else None,
+            policy_injected_units=outcome.injected_units if outcome else None,
+            restored_injected_units=restored.injected_units if restored else None,
+            store_tokens=int(history.sizes[mask].sum()) if mask is not None else None,
+            store_units=int(mask.sum()) if mask is not None else None,
+        )
 
 
 def unit_label(unit: Unit) -> str:
@@ -728,79 +731,16 @@ def unit_label(unit: Unit) -> str:
 # -- per-cell figures and checks ----------------------------------------------
 
 
-def in_decomposition(record: Mapping[str, Any]) -> bool:
-    """Whether a record enters its cell's ``N``: not excluded and oracle-answerable."""
-    return record["excluded"] is None and record["oracle_correct"] is True
-
-
-@dataclass(frozen=True)
-class CellFigures:
-    """The per-cell figures of PROTOCOL section 7."""
-
-    N: int
-    err: int
-    irr: int
-    rec: int
-    res: int
-    gold_evicted: int
-    excluded: int
-    negative_restore_gain: int
-
-    @property
-    def two_bin_share(self) -> float | None:
-        """``irr / (irr + rec)``, ``None`` when both are zero."""
-        return self.irr / (self.irr + self.rec) if self.irr + self.rec else None
-
-    @property
-    def irr_rate(self) -> float | None:
-        """``irr / N``."""
-        return self.irr / self.N if self.N else None
-
-    @property
-    def accuracy(self) -> float | None:
-        """Policy accuracy over the oracle-answerable questions."""
-        return (self.N - self.err) / self.N if self.N else None
-
-    @property
-    def gold_evicted_rate(self) -> float | None:
-        """Share of the ``N`` questions with at least one gold unit evicted."""
-        return self.gold_evicted / self.N if self.N else None
-
-    def share(self, bin_: str) -> float | None:
-        """Three-bin share of one bin among the errors."""
-        count = {"irreversible": self.irr, "recoverable": self.rec, "residual": self.res}[bin_]
-        return count / self.err if self.err else None
-
-
-def tally(records: Iterable[Mapping[str, Any]]) -> CellFigures:
-    """Count one cell's records."""
-    n = err = irr = rec = res = evicted = excluded = neg = 0
-    for r in records:
-        if r["excluded"] is not None:
-            excluded += 1
-            continue
-        if r["oracle_correct"] is not True:
-            continue
-        n += 1
-        err += r["policy_correct"] is False
-        irr += r["bin"] == "irreversible"
-        rec += r["bin"] == "recoverable"
-        res += r["bin"] == "residual"
-        evicted += bool(r["gold_evicted"])
-        neg += bool(r["negative_restore_gain"])
-    return CellFigures(n, err, irr, rec, res, evicted, excluded, neg)
-
-
 def cell_checks(run: CellRun, audit: Audit | None = None) -> list[str]:
     """The construct checks of one cell; each failure is one readable line."""
     failures: list[str] = []
     for regime in REGIMES:
-        recs = [r for r in run.records if r["regime"] == regime]
+        recs = [r for r in run.records if r.regime == regime]
         fig = tally(recs)
         label = f"{run.policy} @ {run.budget} regime ({regime})"
         if fig.irr + fig.rec + fig.res != fig.err:
             failures.append(f"{label}: irr {fig.irr} + rec {fig.rec} + res {fig.res} != err {fig.err}")
-        stray = [r["question_id"] for r in recs if r["bin"] is not None and not in_decomposition(r)]
+        stray = [r.question_id for r in recs if r.bin is not None and not r.enters_n]
         if stray:
             failures.append(f"{label}: {len(stray)} binned records are not oracle-answerable, e.g. {stray[0]}")
         if regime == "a" and fig.rec:

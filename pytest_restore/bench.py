@@ -398,24 +398,16 @@ def compare_bootstrap(records_path: Path, resamples: int, repeats: int) -> dict[
     """The project's bootstrap against ``scipy.stats.bootstrap`` on the grid's cell statistics."""
     from scipy import stats as scipy_stats
 
+    from .record import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW, tally_cells
     from .report import read_records
     from .stats import _DRAWS, Resampler
 
     records = read_records(records_path)
     ids = sorted({r["question_id"] for r in records})
-    col = {q: i for i, q in enumerate(ids)}
-    cells = sorted({(r["policy"], r["budget"], r["regime"]) for r in records})
     vectors: list[dict[str, npt.NDArray[np.float64]]] = []
-    for cell in cells:
-        v = {k: np.zeros(len(ids)) for k in ("n", "irr", "rec", "correct")}
-        for r in records:
-            if (r["policy"], r["budget"], r["regime"]) == cell and r["excluded"] is None and r["oracle_correct"]:
-                i = col[r["question_id"]]
-                v["n"][i] += 1
-                v["correct"][i] += r["policy_correct"] is True
-                v["irr"][i] += r["bin"] == "irreversible"
-                v["rec"][i] += r["bin"] == "recoverable"
-        vectors.append(v)
+    for cell in tally_cells(records, ids).values():
+        rows = {"n": N_ROW, "irr": IRR_ROW, "rec": REC_ROW, "correct": CORRECT_ROW}
+        vectors.append({k: cell.counts[row].astype(np.float64) for k, row in rows.items()})
     stats_of = [
         (x[num], x[den_a] + (x[den_b] if den_b else 0))
         for x in vectors

@@ -22,14 +22,14 @@ import sys
 import threading
 import types
 import uuid
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
-from .audit import Audit, AuditConfig, CellRun, Record, cell_checks
+from .audit import Audit, AuditConfig, CellRun, cell_checks
 from .cache import ResponseCache
 from .calibration import calibrate
 from .data import DataError, Dataset, Question, load_dataset
@@ -52,6 +52,7 @@ from .providers import (
     make_model,
     render_cost,
 )
+from .record import Record
 from .report import RunInfo, terminal_lines, write_report
 from .stats import BASELINES, CONTROL, DEFAULT_SEED, HypothesisTest
 from .stats import cell_checks as statistical_checks
@@ -318,7 +319,7 @@ class RestoreCell:
         if not self.session.is_controller:
             # One JSON string, not a list of dicts: xdist's serializer is pure Python and
             # would take seconds over a full grid's records (each phase's report carries them).
-            records = json.dumps(self.run.records)
+            records = json.dumps([r.to_json() for r in self.run.records])
             self.session.share_cell(audit, self.run, records)
         self.item.user_properties.append((RECORDS_PROPERTY, records))
         self.item.user_properties.append((META_PROPERTY, self.session.meta()))
@@ -404,7 +405,7 @@ class RestoreSession:
         self.usage_by_process: dict[str, dict[str, Any]] = {}
         self.checks: dict[str, Any] = {}
         self._dataset: Dataset | None = None
-        self.records: list[dict[str, Any]] = []
+        self.records: list[Record] = []
         self.run_meta: dict[str, Any] = {}
         self.report_path: Path | None = None
         self.failures: list[str] = []
@@ -553,7 +554,7 @@ class RestoreSession:
         tmp.write_text(payload, encoding="utf-8")
         os.replace(tmp, path)  # atomic: a reader sees the whole file or none
 
-    def cell_records(self, audit: Audit, policy: Policy, budget: int) -> list[dict[str, Any]]:
+    def cell_records(self, audit: Audit, policy: Policy, budget: int) -> list[Record]:
         """A whole-grid cell's records: from this process, from another worker, or run here.
 
         The control's check needs the baselines' records at its budget; under
@@ -563,7 +564,8 @@ class RestoreSession:
         if not audit.has_cell(policy, budget):
             path = self._cell_file(audit.reader.name, policy.name, budget)
             if path.exists():
-                return cast("list[dict[str, Any]]", json.loads(path.read_text(encoding="utf-8")))
+                shared = json.loads(path.read_text(encoding="utf-8"))
+                return [Record.from_json(r) for r in cast("list[dict[str, Any]]", shared)]
         return audit.run_cell(policy, budget).records
 
     def close(self) -> None:
@@ -770,7 +772,9 @@ class RestoreSession:
             return
         for name, value in properties:
             if name == RECORDS_PROPERTY:
-                self.records.extend(cast("list[dict[str, Any]]", json.loads(value) if isinstance(value, str) else value))
+                # records cross xdist as JSON: they become Records again here
+                received = json.loads(value) if isinstance(value, str) else value
+                self.records.extend(Record.of(r) for r in cast("list[Mapping[str, Any]]", received))
             elif name == META_PROPERTY:
                 self.run_meta = dict(cast("dict[str, Any]", value))
             elif name == USAGE_PROPERTY:

@@ -14,13 +14,14 @@ import pytest
 from grid_helpers import GRID, TINY, small_args
 
 from pytest_restore import ablations
-from pytest_restore.audit import Audit, AuditConfig, Record
+from pytest_restore.audit import Audit, AuditConfig
 from pytest_restore.data import Dataset, load_dataset
 from pytest_restore.embedded import embedded_dataset
 from pytest_restore.eviction import default_registry
 from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.injection import inject
 from pytest_restore.models import ChatRequest, ChatResult
+from pytest_restore.record import ABLATION_RECORD_FIELDS, Record
 from pytest_restore.report import (
     RunInfo,
     bin_cases,
@@ -134,7 +135,7 @@ def test_only_regime_b_irreversible_records_carry_ablations(tiny_records: list[R
             assert r["ablation_store_tokens"] == r["store_tokens"]
             assert r["ablation_placebo_units"] and r["ablation_placebo_tokens"]
         else:
-            assert all(r[f] is None for f in ablations.RECORD_FIELDS), r
+            assert all(r[f] is None for f in ABLATION_RECORD_FIELDS), r
 
 
 def test_surviving_gold_flips_nothing_where_no_gold_survived(tiny_records: list[Record]) -> None:
