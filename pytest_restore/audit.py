@@ -76,6 +76,8 @@ class AuditConfig:
     ablations: bool = False
     #: where prepared data (token counts) is cached for other processes; ``None``: nowhere
     cache_dir: str | None = None
+    #: the run every record names (see ``RestoreSession.run_id``); ``None`` outside a session
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -695,6 +697,8 @@ class Audit:
             restored_correct=restored_correct,
             negative_restore_gain=bool(excluded is None and policy_correct and restored_correct is False),
             ranker=self.ranker.name,
+            run_id=self.config.run_id,
+            granularity=self.config.granularity.value,
             question=history.question.question,
             reference=history.question.answer,
             gold_units=len(gold),

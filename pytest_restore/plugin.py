@@ -413,6 +413,18 @@ class RestoreSession:
         worker_input: dict[str, Any] = getattr(config, "workerinput", {})
         self.run_id: str = str(worker_input.get("restore_run") or uuid.uuid4().hex)
 
+    def fingerprint(self) -> str:
+        """The run id every record carries: a digest of the settings and the dataset.
+
+        The same run asked again (serial or under xdist, resumed from the
+        cache) has the same id and writes identical records; records of runs
+        asked differently cannot be mixed into one report unnoticed.
+        """
+        settings = asdict(self.settings)
+        settings.pop("report_dir")  # where the report goes is not what was run
+        text = json.dumps({"settings": settings, "dataset": self.dataset().sha256}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """On the controller, before any worker starts: the dry run."""
@@ -702,6 +714,7 @@ class RestoreSession:
                 subset_seed=s.subset_seed,
                 ablations=s.ablations,
                 cache_dir=str(self.cache_root() / "prepared"),
+                run_id=self.fingerprint(),
             )
             reader_model = self.model(spec, "reader")
             audit = Audit(
@@ -788,6 +801,7 @@ class RestoreSession:
         settings.pop("report_dir")
         settings["data"] = Path(self.settings.data).name if self.settings.data else "embedded synthetic"
         settings["policies"] = [p.name for p in self.policies]
+        settings["run_id"] = self.records[0].run_id if self.records else None
         meta = dict(self.run_meta)
         exclusions = meta.pop("exclusions", {})
         meta.pop("path", None)

@@ -86,6 +86,8 @@ class Record(Mapping[str, Any]):
     judge: str | None = None
     scorer: str | None = None
     ranker: str | None = None
+    run_id: str | None = None
+    granularity: str | None = None
     question: str | None = None
     reference: str | None = None
     gold_tokens: int | None = None
@@ -260,7 +262,9 @@ FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("gold_evicted", *_OPT_INT),
     ("bin", lambda v: v is None or v in BINS, "'irreversible', 'recoverable', 'residual' or null"),
     ("excluded", *_OPT_STR),
-    *((name, *_OPT_STR) for name in ("judge", "scorer", "ranker", "question", "reference")),
+    *((name, *_OPT_STR) for name in ("judge", "scorer", "ranker", "run_id")),
+    ("granularity", lambda v: v is None or v in ("turn", "session"), "'turn', 'session' or null"),
+    *((name, *_OPT_STR) for name in ("question", "reference")),
     ("gold_tokens", *_OPT_INT),
     ("gold_evicted_units", _list_of(_is_int), "a list of integers or null"),
     ("gold_evicted_where", _list_of(_is_str), "a list of strings or null"),
@@ -340,7 +344,9 @@ def read_records(path: str | Path) -> list[Record]:
     """Read and validate ``records.jsonl``.
 
     A bad line is a one-line :class:`RecordError` naming the file, the line,
-    the question and the field.
+    the question and the field. The records must be of one run: one
+    ``run_id``, one granularity, and no record key (:data:`KEY_FIELDS`) twice;
+    the first conflict is named with the line it contradicts.
     """
     p = Path(path)
     try:
@@ -350,6 +356,7 @@ def read_records(path: str | Path) -> list[Record]:
     except UnicodeDecodeError:
         raise RecordError(f"{p}: not UTF-8 text") from None
     records = []
+    run = _OneRun()
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -361,12 +368,47 @@ def read_records(path: str | Path) -> list[Record]:
         if not isinstance(data, dict):
             raise RecordError(f"{p}: line {n}: not a JSON object")
         try:
-            records.append(Record.from_json(data))
+            record = Record.from_json(data)
         except RecordError as err:
             raise RecordError(f"{p}: line {n}: {err}") from None
+        conflict = run.conflict(record, n)
+        if conflict is not None:
+            raise RecordError(f"{p}: line {n}: question {record.question_id!r}: {conflict}")
+        records.append(record)
     if not records:
         raise RecordError(f"{p}: no records")
     return records
+
+
+#: Fields every record of one run shares, and what mixing them means.
+RUN_FIELDS: tuple[tuple[str, str], ...] = (
+    ("run_id", "records of two runs"),
+    ("granularity", "mixed granularity"),
+)
+
+
+class _OneRun:
+    """What the records read so far say about their run: its shared fields and the keys seen."""
+
+    def __init__(self) -> None:
+        self.first: tuple[int, Record] | None = None
+        self.seen: dict[tuple[Any, ...], int] = {}
+
+    def conflict(self, record: Record, line: int) -> str | None:
+        """Why ``record`` (on ``line``) cannot join the records before it, or ``None``."""
+        if self.first is None:
+            self.first = (line, record)
+        first_line, first = self.first
+        for name, meaning in RUN_FIELDS:
+            if record[name] != first[name]:
+                return (
+                    f"field {name!r}: {record[name]!r} differs from line {first_line}'s "
+                    f"{first[name]!r} ({meaning})"
+                )
+        earlier = self.seen.setdefault(record.key, line)
+        if earlier != line:
+            return f"repeats the record of line {earlier} ({describe(record)})"
+        return None
 
 
 # -- the tally ------------------------------------------------------------------------------

@@ -824,6 +824,23 @@ def read_run_info(records_path: str | Path) -> RunInfo:
     return RunInfo.from_json(run)
 
 
+def check_run_info(records: Sequence[Record], info: RunInfo, records_path: str | Path) -> None:
+    """The records must be of the run ``summary.json`` describes: same run id, granularity and ranker.
+
+    Fields absent on either side (older files) are not compared. The first
+    conflict is a one-line :class:`RecordsError`.
+    """
+    first = records[0]
+    summary = Path(records_path).with_name("summary.json")
+    for name in ("run_id", "granularity", "ranker"):
+        ours, theirs = first.get(name), info.settings.get(name)
+        if ours is not None and theirs is not None and ours != theirs:
+            raise RecordsError(
+                f"{records_path}: line 1: question {first.question_id!r}: field {name!r}: "
+                f"{ours!r} but {summary} says {theirs!r} (records of another run)"
+            )
+
+
 def terminal_lines(records: Sequence[Record]) -> list[str]:
     """A short summary for the end of the pytest run: regime (b) per cell."""
     lines = [

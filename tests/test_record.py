@@ -164,3 +164,34 @@ def test_tally_refuses_an_uncountable_mapping() -> None:
     del bad["bin"]
     with pytest.raises(RecordError, match=r"q1.*field 'bin': missing"):
         tally_cells([bad])
+
+
+def _write(path: Path, *records: dict[str, Any]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("second", "expected"),
+    [
+        (rec("q2", run_id="bbb", granularity="turn"), "field 'run_id': 'bbb' differs from line 1's 'aaa' (records of two runs)"),
+        (rec("q2", run_id="aaa", granularity="session"), "field 'granularity': 'session' differs from line 1's 'turn' (mixed granularity)"),
+        (rec("q1", run_id="aaa", granularity="turn"), "repeats the record of line 1 (question_id='q1', policy='fifo', budget=8000"),
+    ],
+)
+def test_read_records_refuses_a_second_run_repeated_keys_and_mixed_granularity(
+    tmp_path: Path, second: dict[str, Any], expected: str
+) -> None:
+    first = rec("q1", run_id="aaa", granularity="turn")
+    path = _write(tmp_path / "records.jsonl", first, rec("q3", run_id="aaa", granularity="turn"), second)
+    with pytest.raises(RecordError) as err:
+        read_records(path)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{path}: line 3: question '{second['question_id']}': ")
+    assert expected in message
+
+
+def test_records_of_one_run_read_back(tmp_path: Path) -> None:
+    records = [rec(q, run_id="aaa", granularity="turn") for q in ("q1", "q2")]
+    records.append(rec("q1", run_id="aaa", granularity="turn", seed=1))  # another key
+    assert [r.seed for r in read_records(_write(tmp_path / "r.jsonl", *records))] == [0, 0, 1]
