@@ -21,16 +21,16 @@ import hashlib
 import re
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib.metadata import entry_points
 from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from .lexical import word_id_rows
+from .registry import Registry
 from .units import Unit
 
 Mask = npt.NDArray[np.bool_]
@@ -374,31 +374,12 @@ class Control(Policy):
         return _evict_lowest_key(sizes, budget, [-fact_density(u.content) for u in units])
 
 
-class PolicyRegistry(Mapping[str, Policy]):
+class PolicyRegistry(Registry[Policy]):
     """Policies by name, in the order they were registered."""
 
-    def __init__(self) -> None:
-        self._policies: dict[str, Policy] = {}
-
-    def register(self, policy: Policy, *, replace: bool = False) -> None:
-        """Add ``policy`` under ``policy.name``; a clash is an error unless ``replace``."""
-        if not isinstance(policy, Policy):
-            raise TypeError(f"{policy!r} is not a pytest_restore.eviction.Policy instance")
-        name = getattr(policy, "name", "")
-        if not isinstance(name, str) or not name or "," in name:
-            raise ValueError(f"policy {policy!r} needs a non-empty name without commas")
-        if name in self._policies and not replace:
-            raise ValueError(f"a policy named {name!r} is already registered")
-        self._policies[name] = policy
-
-    def __getitem__(self, name: str) -> Policy:
-        return self._policies[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._policies)
-
-    def __len__(self) -> int:
-        return len(self._policies)
+    kind = "policy"
+    item_type = Policy
+    entry_point_group = "pytest_restore.policies"
 
 
 BUILTIN_POLICIES: tuple[type[Policy], ...] = (NoEvict, Fifo, RandomPolicy, Redundancy, LlmImportance, Control)
@@ -408,18 +389,12 @@ BASELINES = ("fifo", "random", "redundancy")
 CONTROL = "control"
 REFERENCE = "no-evict"
 
-ENTRY_POINT_GROUP = "pytest_restore.policies"
+ENTRY_POINT_GROUP = PolicyRegistry.entry_point_group
 
 
 def default_registry() -> PolicyRegistry:
     """The built-in policies plus those installed packages declare as entry points."""
-    registry = PolicyRegistry()
-    for cls in BUILTIN_POLICIES:
-        registry.register(cls())
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        obj = ep.load()
-        registry.register(obj() if isinstance(obj, type) else obj)
-    return registry
+    return PolicyRegistry.default(BUILTIN_POLICIES)
 
 
 def budget_fits(mask: Mask, sizes: Sizes, budget: int) -> bool:

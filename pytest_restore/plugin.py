@@ -44,10 +44,12 @@ from .providers import (
     CostLine,
     ModelOptions,
     ModelSpecError,
+    ProviderRegistry,
     cached_text,
     check_spec,
     close_model,
     cost_line,
+    default_providers,
     is_real,
     make_model,
     render_cost,
@@ -108,7 +110,7 @@ def _dest(name: str) -> str:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    """Register the hooks users implement to add policies."""
+    """Register the hooks users implement to add policies, rankers and model providers."""
     from . import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
@@ -208,6 +210,8 @@ class RestoreSettings:
     dry_run: bool
     ranker: str = "bm25-lite"
     ablations: bool = False
+    #: whether any model of the grid is a real one (its provider says so); not a setting of the report
+    real_models: bool = False
 
     @property
     def readers(self) -> tuple[str, ...]:
@@ -217,10 +221,10 @@ class RestoreSettings:
     @property
     def uses_real_models(self) -> bool:
         """Whether any model of the grid is a real one."""
-        return any(is_real(m) for m in (*self.readers, self.judge, self.scorer))
+        return self.real_models
 
     @classmethod
-    def from_config(cls, config: pytest.Config) -> RestoreSettings:
+    def from_config(cls, config: pytest.Config, providers: ProviderRegistry) -> RestoreSettings:
         """Read the options, falling back to the ini keys."""
         raw: dict[str, str] = {}
         for name, _default, _help in OPTIONS:
@@ -233,7 +237,7 @@ class RestoreSettings:
         for role in ("reader", "judge", "scorer", "robustness-reader", "audit-judge"):
             if raw[role]:
                 try:
-                    check_spec(raw[role], f"--restore-{role}")
+                    check_spec(raw[role], f"--restore-{role}", providers)
                 except ModelSpecError as err:
                     raise pytest.UsageError(str(err)) from None
         if raw["robustness-reader"] and raw["robustness-reader"] == raw["reader"]:
@@ -281,6 +285,9 @@ class RestoreSettings:
                 config.getoption("restore_ablations")
                 if config.getoption("restore_ablations") is not None
                 else config.getini("restore_ablations")
+            ),
+            real_models=any(
+                is_real(raw[role], providers) for role in ("reader", "judge", "scorer", "robustness-reader")
             ),
         )
 
@@ -376,12 +383,30 @@ def describe_test(test: HypothesisTest) -> str:
     )
 
 
+#: The settings that decide what the records say (the run id is a digest of them).
+RECORD_SETTINGS: tuple[str, ...] = (
+    "embedded_questions",
+    "budgets",
+    "seeds",
+    "granularity",
+    "questions",
+    "subset_seed",
+    "reader",
+    "judge",
+    "scorer",
+    "robustness_reader",
+    "ranker",
+    "ablations",
+)
+
+
 class RestoreSession:
     """The plugin's state for one pytest process (controller or worker)."""
 
-    def __init__(self, config: pytest.Config, settings: RestoreSettings) -> None:
+    def __init__(self, config: pytest.Config, settings: RestoreSettings, providers: ProviderRegistry) -> None:
         self.config = config
         self.settings = settings
+        self.providers = providers
         self.registry: PolicyRegistry = default_registry()
         config.hook.pytest_restore_register_policies(registry=self.registry, config=config)
         names = settings.policies or tuple(self.registry)
@@ -414,15 +439,20 @@ class RestoreSession:
         self.run_id: str = str(worker_input.get("restore_run") or uuid.uuid4().hex)
 
     def fingerprint(self) -> str:
-        """The run id every record carries: a digest of the settings and the dataset.
+        """The run id every record carries: a digest of what determines the records.
 
-        The same run asked again (serial or under xdist, resumed from the
-        cache) has the same id and writes identical records; records of runs
-        asked differently cannot be mixed into one report unnoticed.
+        The dataset's sha256, the prompt file's bytes and the settings in
+        :data:`RECORD_SETTINGS`; not how models are reached, paced or cached,
+        nor where the report goes. So the same run asked again (serial or
+        under xdist, resumed from the cache, through a flaky server) has the
+        same id and writes identical records, and records of runs asked
+        differently cannot be mixed into one report unnoticed.
         """
-        settings = asdict(self.settings)
-        settings.pop("report_dir")  # where the report goes is not what was run
-        text = json.dumps({"settings": settings, "dataset": self.dataset().sha256}, sort_keys=True)
+        s = self.settings
+        asked = {name: getattr(s, name) for name in RECORD_SETTINGS}
+        asked["policies"] = [p.name for p in self.policies]
+        prompts = hashlib.sha256(Path(s.prompts).read_bytes()).hexdigest() if s.prompts else None
+        text = json.dumps({"settings": asked, "dataset": self.dataset().sha256, "prompts": prompts}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @pytest.hookimpl(tryfirst=True)
@@ -448,7 +478,7 @@ class RestoreSession:
     def calibrate(self) -> None:
         """The calibration gate (PROTOCOL section 9): stop the run before the grid when it fails."""
         s = self.settings
-        fresh_judge = make_model(s.judge, "judge", self.model_options(), use_cache=False)
+        fresh_judge = make_model(s.judge, "judge", self.model_options(), use_cache=False, providers=self.providers)
         try:
             result = calibrate(self.audit(), fresh_judge=fresh_judge, seed=s.subset_seed)
         finally:
@@ -473,7 +503,7 @@ class RestoreSession:
         """Re-grade a stratified sample of recorded answers with the second judge."""
         s = self.settings
         assert s.audit_judge is not None
-        judge = make_model(s.audit_judge, "judge", self.model_options())
+        judge = make_model(s.audit_judge, "judge", self.model_options(), providers=self.providers)
         try:
             questions = {q.question_id: q for q in self.dataset().questions}
             result = audit_judge(
@@ -494,12 +524,12 @@ class RestoreSession:
         scores_known = True
         if any(p.needs_importance for p in self.policies):
             scorer_requests = primary.scorer_requests()
-            lines.append(cost_line("scorer", s.scorer, list(scorer_requests.values()), cache))
+            lines.append(cost_line("scorer", s.scorer, list(scorer_requests.values()), cache, providers=self.providers))
             for content, request in scorer_requests.items():
                 if s.scorer == "fake":
                     text: str | None = str(FakeScorer.score(content))
                 else:
-                    text = cached_text(cache, s.scorer, request)
+                    text = cached_text(cache, s.scorer, request, self.providers)
                 score = parse_score(text) if text is not None else None
                 if score is None:
                     scores_known = False
@@ -518,17 +548,17 @@ class RestoreSession:
                         planned += audit.planned_reader_requests(self.registry["fifo"], budget, {})
                         continue
                     planned += audit.planned_reader_requests(policy, budget, importance)
-            lines.append(cost_line("reader", reader, [request for _, request in planned], cache, note))
+            lines.append(cost_line("reader", reader, [request for _, request in planned], cache, note, self.providers))
             # identical requests are sent once (and hold the same question)
             for request, question in {r: q for q, r in planned}.items():
-                answer = cached_text(cache, reader, request)
+                answer = cached_text(cache, reader, request, self.providers)
                 if answer is None:
                     unknown_answers += 1
                     continue
                 judge_requests.append(
                     audit.prompts.judge(question=question.question, answer=question.answer, prediction=answer)
                 )
-        judge = cost_line("judge", s.judge, judge_requests, cache)
+        judge = cost_line("judge", s.judge, judge_requests, cache, providers=self.providers)
         if unknown_answers:
             tokens_in, tokens_out = estimate_tokens([primary.prompts.judge(question="", answer="", prediction="")])
             judge = CostLine(
@@ -698,7 +728,7 @@ class RestoreSession:
         """One model object per name and role in this process (shared by the readers' audits)."""
         key = (spec, role)
         if key not in self._models:
-            self._models[key] = make_model(spec, role, self.model_options())
+            self._models[key] = make_model(spec, role, self.model_options(), providers=self.providers)
         return self._models[key]
 
     def audit(self, reader: str | None = None) -> Audit:
@@ -747,7 +777,7 @@ class RestoreSession:
         seen: dict[str, Any] = {}
         for audit in self._audits.values():
             for role, memo in (("reader", audit.reader), ("judge", audit.judge), ("scorer", audit.scorer)):
-                if is_real(memo.name):
+                if is_real(memo.name, self.providers):
                     seen[f"{role} {memo.name}"] = memo.usage.to_json()
         return seen
 
@@ -799,6 +829,7 @@ class RestoreSession:
         """Settings, dataset and exclusions for the report."""
         settings = asdict(self.settings)
         settings.pop("report_dir")
+        settings.pop("real_models")
         settings["data"] = Path(self.settings.data).name if self.settings.data else "embedded synthetic"
         settings["policies"] = [p.name for p in self.policies]
         settings["run_id"] = self.records[0].run_id if self.records else None
@@ -988,8 +1019,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Parse the options and register the session object."""
-    settings = RestoreSettings.from_config(config)
-    session = RestoreSession(config, settings)
+    providers = default_providers()
+    config.hook.pytest_restore_register_providers(registry=providers, config=config)
+    settings = RestoreSettings.from_config(config, providers)
+    session = RestoreSession(config, settings, providers)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "restore-session")
     config.pluginmanager.register(_ReportWaiter(session), "restore-report-waiter")
