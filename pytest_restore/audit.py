@@ -29,10 +29,9 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -295,11 +294,7 @@ class Audit:
             if config.cache_dir
             else None
         )
-        #: seconds this audit spent in each phase (for the bench's breakdown; never in a report)
-        self.timings: defaultdict[str, float] = defaultdict(float)
-        start = perf_counter()
         histories = build_histories(evidence, config.granularity, counts_file=counts_file)
-        self.timings["prepare: units and token counts"] += perf_counter() - start
         with_gold = []
         for h in histories:
             if h.gold:
@@ -312,9 +307,7 @@ class Audit:
                 if h.question.question_id not in keep:
                     self.exclusions.append((h.question.question_id, OUTSIDE_SUBSET))
             with_gold = [h for h in with_gold if h.question.question_id in keep]
-        start = perf_counter()
         self.questions: list[Prepared] = [self._prepare(h) for h in with_gold]
-        self.timings["prepare: lexical index"] += perf_counter() - start
         self._oracle: dict[str, Outcome] = {}
         self._placebo: dict[str, list[int] | None] = {}
         self._importance: dict[str, int] = {}
@@ -348,13 +341,6 @@ class Audit:
 
     def evaluate(self, items: Sequence[tuple[History, Sequence[int]]]) -> list[Outcome]:
         """Read and judge each (history, injected positions) context."""
-        start = perf_counter()
-        try:
-            return self._evaluate(items)
-        finally:
-            self.timings["read and judge"] += perf_counter() - start
-
-    def _evaluate(self, items: Sequence[tuple[History, Sequence[int]]]) -> list[Outcome]:
         # A cell's conditions often share a context (nothing evicted, nothing restored):
         # each distinct one is rendered, named and looked up once.
         keys = [(id(history), tuple(injected)) for history, injected in items]
@@ -430,9 +416,7 @@ class Audit:
         """``S_P`` of one question, checked for shape and budget."""
         history = prepared.history
         ctx = EvictionContext(question_id=history.question.question_id, seed=seed, importance=importance)
-        start = perf_counter()
         mask = np.asarray(policy.retain(history.units, history.sizes, budget, ctx))
-        self.timings[f"evict: {policy.name}"] += perf_counter() - start
         if mask.shape != (len(history.units),) or mask.dtype != np.bool_:
             raise TypeError(
                 f"policy {policy.name!r} returned a store of shape {mask.shape} and dtype {mask.dtype}; "
@@ -475,13 +459,10 @@ class Audit:
         importance: Mapping[str, int] = {}
         scorer_failed: dict[str, str] = {}
         if policy.needs_importance:
-            start = perf_counter()
             importance, scorer_failed = self.importance(questions)
-            self.timings["importance scores"] += perf_counter() - start
         oracle = self.oracle(questions)
         plan, contexts, stores = self.conditions(policy, budget, questions, importance, scorer_failed)
         outcomes = iter(self.evaluate(contexts))
-        start = perf_counter()
         records: list[Record] = []
         for p, seed, kept in plan:
             qid = p.question.question_id
@@ -492,7 +473,6 @@ class Audit:
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
                 records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None))
-        self.timings["records"] += perf_counter() - start
         if ablate and self.config.ablations:
             records = self.ablate(records, {p.question.question_id: p for p, _, _ in plan}, stores)
         return CellRun(policy.name, budget, records, stores)
@@ -583,9 +563,6 @@ class Audit:
         """
         seeds = self.config.seeds if policy.seeded else (0,)
         cap = self.config.cap
-        evict_phase = f"evict: {policy.name}"  # timed by ``retain``: left out of ranking's time below
-        evicted_before = self.timings[evict_phase]
-        start = perf_counter()
         stores: dict[tuple[str, int], Mask] = {}
         plan: list[tuple[Prepared, int, Mask | None]] = []
         contexts: list[tuple[History, list[int]]] = []
@@ -612,7 +589,6 @@ class Audit:
                 contexts.append((p.history, inject([], ranked, sizes, cap)))  # regime b
                 contexts.append((p.history, restored))
                 plan.append((p, seed, mask))
-        self.timings["rank and inject"] += perf_counter() - start - (self.timings[evict_phase] - evicted_before)
         return plan, contexts, stores
 
     def reader_request(self, history: History, injected: Sequence[int]) -> ChatRequest:

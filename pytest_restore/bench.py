@@ -110,11 +110,13 @@ mark = time.perf_counter()
 reader = FakeReader()
 audit = Audit(dataset, AuditConfig(), reader=reader, judge=FakeJudge(), scorer=FakeScorer())
 reader.learn(p.history for p in audit.questions)
-phases["prepare: other"] = time.perf_counter() - mark - sum(v for k, v in audit.timings.items() if k.startswith("prepare"))
+phases["prepare: units, token counts, lexical indexes"] = time.perf_counter() - mark
 records, checks = [], 0.0
 for policy in default_registry().values():
-    for budget in audit.config.budgets:
-        run = audit.run_cell(policy, budget)
+    mark = time.perf_counter()
+    runs = [audit.run_cell(policy, budget) for budget in audit.config.budgets]
+    phases[f"cells: {policy.name} (evict, rank, inject, read, judge)"] = time.perf_counter() - mark
+    for run in runs:
         mark = time.perf_counter()
         cell_checks(run, audit)
         checks += time.perf_counter() - mark
@@ -123,7 +125,6 @@ phases["construct checks"] = checks
 mark = time.perf_counter()
 write_report(records, RunInfo(exclusions=audit.exclusion_counts()), tempfile.mkdtemp())
 phases["report (statistics, tables, figure)"] = time.perf_counter() - mark
-phases.update(audit.timings)
 print(json.dumps({"total": time.perf_counter() - start, "phases": phases}))
 """
 

@@ -11,16 +11,12 @@ only, writes the report once at the end of the session.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import hashlib
 import importlib
 import json
 import os
 import shutil
-import sys
 import threading
-import types
 import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -321,7 +317,6 @@ class RestoreCell:
         audit = self.session.audit(self.spec.reader)
         policy = self.session.registry[self.spec.policy]
         self.run = audit.run_cell(policy, self.spec.budget)
-        self.session.keep()
         records: str | list[Record] = self.run.records  # one process: handed over as they are
         if not self.session.is_controller:
             # One JSON string, not a list of dicts: xdist's serializer is pure Python and
@@ -423,7 +418,6 @@ class RestoreSession:
                 f"--restore-ranker: unknown ranker {settings.ranker!r}; registered: {', '.join(self.rankers)}"
             )
         self._audits: dict[str, Audit] = {}
-        self._froze = False  # gc.freeze() after building an audit
         self._preload: threading.Thread | None = None  # the controller's early import of the figure module
         self._report: _Background | None = None  # the report being written
         self._models: dict[tuple[str, str], ChatModel] = {}
@@ -616,21 +610,10 @@ class RestoreSession:
             close_model(model)
         self._models.clear()
 
-    def thaw(self) -> None:
-        """Let the collector see what ``keep`` hid (a cleanup: after pytest's own final collections).
-
-        Not where the process ends with the session (an xdist worker; the
-        ``pytest`` command): a thawed audit would make the interpreter's last
-        collections walk it, ~0.6-1.5 s on the full file (in a worker, while
-        the controller writes the report). A process that goes on after the
-        session (``pytest.main()`` in a program, a pytester run) gets the
-        collector back.
-        """
-        if self._froze and self.is_controller and not _process_ends_with_session():
-            gc.unfreeze()
-            self._froze = False
+    def join_preload(self) -> None:
+        """Wait for the figure module's early import: never leave an import running into shutdown."""
         if self._preload is not None:
-            self._preload.join()  # never leave an import running into interpreter shutdown
+            self._preload.join()
             self._preload = None
 
     # -- the grid ---------------------------------------------------------------
@@ -665,17 +648,14 @@ class RestoreSession:
 
         The controller parses the file only to stop a malformed one before any
         worker starts (and to leave the prepared cache the workers load); the
-        workers do the audit. Holding the parsed file through the run would
-        cost ~0.5 GB on the full LongMemEval-S, and freeing it at exit would
-        add its time to the end of the run; freed here, it overlaps the
-        workers' start. What needs it later (the judge audit) loads it again
+        workers do the audit, so the controller need not hold the parsed file
+        through the run. What needs it later (the judge audit) loads it again
         from the prepared cache. A controller that built an audit (the
         calibration gate) keeps it.
         """
         dsession = self.config.pluginmanager.has_plugin("dsession")
         if self.is_controller and dsession and not self._audits and self._dataset is not None:
             self._dataset = None
-            _return_freed_memory()
 
     def dataset(self) -> Dataset:
         """The validated dataset (a malformed file ends the run with one line)."""
@@ -759,18 +739,7 @@ class RestoreSession:
             if isinstance(reader_model, FakeReader):
                 reader_model.learn(p.history for p in audit.questions)
             self._audits[spec] = audit
-            self.keep()
         return self._audits[spec]
-
-    def keep(self) -> None:
-        """Move what exists now out of the garbage collector's sight until ``thaw``.
-
-        The prepared histories and the cells' records live as long as the
-        session: without this, every full collection walks their ~10^6
-        objects again (~0.5 s per process on the full grid).
-        """
-        gc.freeze()
-        self._froze = True
 
     def usage(self) -> dict[str, Any]:
         """This process's cumulative use of each real model, by role and name."""
@@ -902,48 +871,6 @@ class RestoreSession:
             terminalreporter.write_sep("=", failure, red=strict, yellow=not strict, bold=True)
 
 
-def _process_ends_with_session() -> bool:
-    """Whether this session is the ``pytest`` command itself: the process exits when it returns.
-
-    True when the call stack holds pytest's console entry point and one
-    session (a session nested in another, as pytester runs one, makes two);
-    False for ``pytest.main()`` called by a program.
-    """
-    from _pytest import config as pytest_config
-
-    entries = {
-        f.__code__ for f in (getattr(pytest_config, "_console_main", None), getattr(pytest_config, "console_main", None)) if f
-    }
-    # one frame of this per session: ``_main`` (pytest 9, which ``main`` calls) or ``main`` (pytest 8)
-    session = getattr(pytest_config, "_main", pytest_config.main).__code__
-    console = False
-    sessions = 0
-    frame: types.FrameType | None = sys._getframe()
-    while frame is not None:
-        if frame.f_code in entries:
-            console = True
-        elif frame.f_code is session:
-            sessions += 1
-        frame = frame.f_back
-    return console and sessions == 1
-
-
-def _return_freed_memory() -> None:
-    """Ask the C allocator to give freed heap pages back to the system (glibc; a no-op elsewhere).
-
-    Without it a process that has freed a parsed file keeps most of the pages
-    (~0.2 GB of the ~0.3 GB the full file takes), and the run's peak memory
-    counts them. It takes a few milliseconds.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):  # not glibc (musl has no malloc_trim)
-        return
-    trim(0)
-
-
 def _preload_figure() -> None:
     """Import the figure module ahead of the report; a failure here is the report's to raise."""
     with contextlib.suppress(Exception):  # the report imports it again and reports what is wrong
@@ -1026,9 +953,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "restore-session")
     config.pluginmanager.register(_ReportWaiter(session), "restore-report-waiter")
-    # Registered before the builtin plugins' cleanups, so it runs after them: their
-    # final gc.collect() calls still skip the session's frozen objects.
-    config.add_cleanup(session.thaw)
+    config.add_cleanup(session.join_preload)
     if session.is_controller:
         # Known before any model call rather than after the grid. A run that names data
         # or real models is an audit: stop it now. Otherwise (this plugin loads in every
