@@ -213,8 +213,8 @@ class MemoModel:
 
     def __init__(self, model: ChatModel) -> None:
         self.model = model
-        # Keyed by the request's sha256, not the request: a grid's reader prompts are
-        # ~10 KB each, and keeping every one alive would cost ~150 MB per process.
+        # Keyed by the request's sha256, not the request: reader prompts are long, and
+        # keeping every one alive would hold every rendered context in memory.
         self._memo: dict[bytes, ChatResult] = {}
         self.usage = Usage()
 

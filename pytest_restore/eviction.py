@@ -326,9 +326,6 @@ class LlmImportance(Policy):
 
 
 _NUMBER = re.compile(r"\d")
-_FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'd", "my", "me", "mine", "we", "our"})
-#: What ``fact_density`` strips from both ends of a token before looking it up in ``_FIRST_PERSON``.
-_STRIPPED = "\"'()[],;:!?."
 
 
 @lru_cache(maxsize=1 << 18)
@@ -346,6 +343,9 @@ def fact_density(content: str) -> float:
 
 def _fact_density_python(content: str) -> float:
     """``fact_density`` by the rule as written, for any text: the reference the compiled scan is tested against."""
+    # the word lists live with the compiled scan that packs them (the lower module)
+    from .kernels import FACT_STRIPPED, FIRST_PERSON
+
     tokens = content.split()
     digits = _NUMBER.search(content) is not None  # most turns have none: skip the per-token search
     facts = 0
@@ -354,7 +354,7 @@ def _fact_density_python(content: str) -> float:
         if (
             (digits and _NUMBER.search(tok))
             or (not sentence_start and tok[:1].isupper())
-            or tok.strip(_STRIPPED).lower() in _FIRST_PERSON
+            or tok.strip(FACT_STRIPPED).lower() in FIRST_PERSON
         ):
             facts += 1
         sentence_start = tok.endswith((".", "!", "?"))

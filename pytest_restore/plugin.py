@@ -332,7 +332,7 @@ class RestoreCell:
     def check(self) -> None:
         """Fail the item, in one readable block, when one of the cell's checks fails.
 
-        The construct checks (PROTOCOL section 5), then the cell's own part of
+        The construct checks (``docs/PROTOCOL.md``), then the cell's own part of
         the hypothesis families at the raw level: its H1 construct check, its
         H3 contrast and, for the control, its positive-control contrasts
         against each baseline. Holm across a family is applied at session end.
@@ -465,12 +465,12 @@ class RestoreSession:
             self.calibrate()
         if self.config.pluginmanager.has_plugin("dsession"):
             # The controller idles while xdist workers run the grid: load the figure's
-            # plotting library now rather than when the report is due (~0.5 s).
+            # plotting library now rather than when the report is due.
             self._preload = threading.Thread(target=_preload_figure, name="pytest-restore-preload", daemon=True)
             self._preload.start()
 
     def calibrate(self) -> None:
-        """The calibration gate (PROTOCOL section 9): stop the run before the grid when it fails."""
+        """The calibration gate (``docs/PROTOCOL.md``): stop the run before the grid when it fails."""
         s = self.settings
         fresh_judge = make_model(s.judge, "judge", self.model_options(), use_cache=False, providers=self.providers)
         try:
@@ -821,8 +821,8 @@ class RestoreSession:
         return total
 
     # First: every record is in once the run loop ends. The report is written on
-    # a thread while xdist shuts its workers down (their processes take ~1 s
-    # to free a full grid's memory), and ``finish_report`` (last) waits for it.
+    # a thread while xdist shuts its workers down, and ``finish_report`` (last)
+    # waits for it.
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Start writing the report, once, on the controller."""

@@ -45,7 +45,7 @@ from .stats import INTERVAL_COLUMNS, PROTOCOL_COLUMNS, Analysis, CellStats, Hypo
 
 CELL_COLUMNS = PROTOCOL_COLUMNS
 EXTRA_COLUMNS = ("irr_share", "rec_share", "res_share", "negative_restore_gain", "excluded")
-#: Every column of ``cells.csv``: the PROTOCOL's figures, their intervals, the rest.
+#: Every column of ``cells.csv``: the protocol's figures, their intervals, the rest.
 CSV_COLUMNS = CELL_COLUMNS + INTERVAL_COLUMNS + EXTRA_COLUMNS
 
 

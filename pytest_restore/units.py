@@ -75,7 +75,7 @@ class History:
 def _unit(position: int, session: int, turn: int, date: str, role: str, content: str, snippet: str, tokens: int) -> Unit:
     """``Unit(...)``, without the frozen dataclass's eight ``object.__setattr__`` calls.
 
-    A full dataset has ~250k units per process: this halves their cost.
+    A full dataset makes a unit per turn, so their construction is on the preparation's path.
     """
     unit = object.__new__(Unit)
     unit.__dict__.update(
