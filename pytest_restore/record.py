@@ -294,6 +294,66 @@ FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
 )
 assert tuple(name for name, _c, _w in FIELDS) == _NAMES, "FIELDS and Record disagree"
 _CHECKS = {name: (check, want) for name, check, want in FIELDS}
+#: What each field means (``docs/DESIGN.md`` shows this table: :func:`schema_markdown`).
+MEANINGS: dict[str, str] = {
+    "question_id": "the question",
+    "question_type": "its LongMemEval type",
+    "policy": "eviction policy (registry name)",
+    "budget": "memory budget in tokens (no-evict carries the cell's budget)",
+    "seed": "the policy's seed (0 for deterministic policies)",
+    "regime": "a = forced surviving gold, b = top-k retrieval",
+    "reader": "reader model name",
+    "oracle_correct": "the reader with all of the history (null: the call failed)",
+    "policy_correct": "the reader with the policy's store (null when excluded)",
+    "restored_correct": "the reader with the store plus the evicted gold restored",
+    "negative_restore_gain": "policy right, restored wrong",
+    "gold_units": "size of G_q, the gold units",
+    "gold_evicted": "gold units not in the store (null when there is no store)",
+    "bin": "only oracle-answerable policy errors are binned (see bin_of)",
+    "excluded": "why the record is out of N (a failed model call), else null",
+    "judge": "judge model name",
+    "scorer": "importance scorer name, null unless the policy uses it",
+    "ranker": "the run's ranker (missing: bm25-lite, the only one before the field)",
+    "run_id": "digest of what the run was asked (data, prompts, the settings that decide records)",
+    "granularity": "what one memory unit is",
+    "question": "question text (for the report's cases)",
+    "reference": "reference answer (for the report's cases)",
+    "gold_tokens": "tokens of G_q",
+    "gold_evicted_units": "positions of the evicted gold units",
+    "gold_evicted_where": "the same units as 'session S, turn T (date, role)'",
+    "error": "the failed call's message (the reason is in excluded)",
+    "oracle_prompt": "first 16 hex of the sha256 of the oracle's reader request",
+    "policy_prompt": "the same for the policy condition",
+    "restored_prompt": "the same for the restored condition",
+    "oracle_answer": "the reader's answer, oracle condition",
+    "policy_answer": "the reader's answer, policy condition",
+    "restored_answer": "the reader's answer, restored condition",
+    "policy_injected_tokens": "tokens injected into the reader's context, policy condition",
+    "restored_injected_tokens": "the same, restored condition",
+    "policy_injected_units": "units injected, policy condition",
+    "restored_injected_units": "units injected, restored condition",
+    "store_tokens": "size of the store S_P in tokens",
+    "store_units": "size of the store S_P in units",
+    "ablation_surviving_correct": "(i) G_q ∩ S_P forced, S_P ranked (regime a's context)",
+    "ablation_store_correct": "(ii) all of S_P forced, no cap",
+    "ablation_placebo_correct": "(iii) a nearby non-gold placebo forced in the gold's place",
+    "ablation_excluded": "null: not run; {}: run; else ablation -> reason",
+    "ablation_store_tokens": "tokens injected by (ii)",
+    "ablation_placebo_units": "the placebo's positions",
+    "ablation_placebo_tokens": "the placebo's tokens",
+}
+assert tuple(MEANINGS) == _NAMES, "MEANINGS and Record disagree"
+
+
+def schema_markdown() -> str:
+    """The record schema as a markdown table: field, what a valid value is, meaning, required."""
+    lines = ["| field | value | required | meaning |", "|---|---|---|---|"]
+    for name, _check, want in FIELDS:
+        required = "yes" if name in REQUIRED_FIELDS else ""
+        lines.append(f"| `{name}` | {want} | {required} | {MEANINGS[name]} |")
+    return "\n".join(lines) + "\n"
+
+
 #: What the tally reads: a mapping with these fields can be counted.
 COUNTED_FIELDS: tuple[str, ...] = (
     *KEY_FIELDS,

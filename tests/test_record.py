@@ -17,6 +17,7 @@ from pytest_restore.record import (
     bin_of,
     dumps,
     read_records,
+    schema_markdown,
     tally,
     tally_cells,
 )
@@ -195,3 +196,8 @@ def test_records_of_one_run_read_back(tmp_path: Path) -> None:
     records = [rec(q, run_id="aaa", granularity="turn") for q in ("q1", "q2")]
     records.append(rec("q1", run_id="aaa", granularity="turn", seed=1))  # another key
     assert [r.seed for r in read_records(_write(tmp_path / "r.jsonl", *records))] == [0, 0, 1]
+
+
+def test_design_doc_shows_the_schema_of_record_py() -> None:
+    design = (Path(__file__).resolve().parent.parent / "docs" / "DESIGN.md").read_text(encoding="utf-8")
+    assert schema_markdown() in design, "docs/DESIGN.md: regenerate the table with record.schema_markdown()"
