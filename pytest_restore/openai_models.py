@@ -46,6 +46,9 @@ from pytest_restore.models import ChatRequest, ChatResult
 from pytest_restore.progress import Progress
 from pytest_restore.tokens import count_tokens
 
+#: The model provider these models belong to: names read ``openai:MODEL``.
+PROVIDER = "openai"
+
 if TYPE_CHECKING:
     import openai
     from typing_extensions import Self
@@ -234,7 +237,7 @@ class OpenAIChatModel:
     @property
     def name(self) -> str:
         """``openai:<model>``, as records and reports show it."""
-        return f"openai:{self.model}"
+        return f"{PROVIDER}:{self.model}"
 
     def __repr__(self) -> str:
         # Spelled out so that no future attribute (the key) leaks into a repr.

@@ -24,6 +24,7 @@ from typing import ClassVar
 from .cache import ResponseCache, request_key
 from .fake import FakeJudge, FakeReader, FakeScorer
 from .models import ChatModel, ChatRequest
+from .openai_models import PROVIDER as OPENAI
 from .openai_models import OpenAIChatModel, estimate_tokens
 from .progress import Progress
 from .prompts import parse_score, parse_verdict
@@ -90,7 +91,7 @@ class ModelProvider(ABC):
 class OpenAIProvider(ModelProvider):
     """OpenAI's API or any OpenAI-compatible server, through the official client."""
 
-    name = "openai"
+    name = OPENAI
 
     def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
         """An :class:`OpenAIChatModel` with the run's pacing, retries and response cache."""
