@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from openai_server import OpenAIServer
 
-from pytest_restore.models import ChatRequest, ChatResult
-from pytest_restore.openai_models import OpenAIChatModel
+from pytest_restore.models.base import ChatRequest, ChatResult
+from pytest_restore.models.openai_chat import OpenAIChatModel
 
 
 def _serve(latency: float, pipe: Connection) -> None:

@@ -40,7 +40,7 @@ def _add_generate(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    from pytest_restore.synthetic import generate, history_tokens, write_dataset
+    from pytest_restore.synthetic.generator import generate, history_tokens, write_dataset
 
     if args.questions < 0:
         print(f"error: --questions must be >= 0, got {args.questions}", file=sys.stderr)
@@ -91,7 +91,7 @@ def _add_report(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from pytest_restore.report import (
+    from pytest_restore.report.writer import (
         RecordsError,
         check_run_info,
         read_records,
@@ -119,39 +119,11 @@ def _run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- bench
-
-
-def _add_bench(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from pytest_restore.bench import add_arguments
-
-    parser = subparsers.add_parser(
-        "bench",
-        help="time the full 500-question grid against the floor, rank_bm25 and scipy",
-        description=(
-            "Generate the full synthetic LongMemEval-S and print, in one table: the floor (parse + "
-            "count distinct texts), the full default grid with the fake models (-n 2 cold and warm, "
-            "serial) as wall time and ratio to the floor, peak memory, BM25-lite against rank_bm25, "
-            "the bootstrap against scipy.stats.bootstrap, and the model calls against the naive "
-            "count. Needs the dev extra (rank_bm25)."
-        ),
-    )
-    add_arguments(parser)
-    parser.set_defaults(func=_run_bench)
-
-
-def _run_bench(args: argparse.Namespace) -> int:
-    from pytest_restore.bench import run
-
-    return run(args)
-
-
 # --------------------------------------------------------------------------- entry point
 
 _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_generate,
     _add_report,
-    _add_bench,
 )
 
 

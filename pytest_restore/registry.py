@@ -4,7 +4,7 @@ A registry maps names to instances of one base class, in registration order.
 Built-ins are registered first, then whatever installed packages declare in
 the registry's entry-point group, then (in a pytest run) what ``conftest.py``
 files and plugins add through the registry's ``pytest_restore_register_*``
-hook (see :mod:`pytest_restore.hookspecs`).
+hook (see :mod:`pytest_restore.plugin.hookspecs`).
 """
 
 from __future__ import annotations

@@ -41,14 +41,14 @@ from http import HTTPStatus
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.models import ChatRequest
-from pytest_restore.prompts import JUDGE_SYSTEM, READER_SYSTEM, SCORER_SYSTEM
+from pytest_restore.models.base import ChatRequest
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models.prompts import JUDGE_SYSTEM, READER_SYSTEM, SCORER_SYSTEM
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from pytest_restore.units import History
+    from pytest_restore.data.units import History
 
 #: Builds the reply text from the request's messages (``[{"role", "content"}]``).
 Responder = Callable[[list[dict[str, Any]]], str]

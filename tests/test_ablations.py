@@ -1,4 +1,4 @@
-"""Restore-tightness ablations (pytest_restore.ablations) and the cases per bin."""
+"""Restore-tightness ablations (pytest_restore.audit.ablations) and the cases per bin."""
 
 from __future__ import annotations
 
@@ -13,22 +13,22 @@ import numpy as np
 import pytest
 from grid_helpers import GRID, TINY, small_args
 
-from pytest_restore import ablations
-from pytest_restore.audit import Audit, AuditConfig
-from pytest_restore.data import Dataset, load_dataset
-from pytest_restore.embedded import embedded_dataset
-from pytest_restore.eviction import default_registry
-from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.injection import inject
-from pytest_restore.models import ChatRequest, ChatResult
-from pytest_restore.record import ABLATION_RECORD_FIELDS, Record
-from pytest_restore.report import (
+from pytest_restore.audit import ablations
+from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.data.dataset import Dataset, load_dataset
+from pytest_restore.memory.eviction import default_registry
+from pytest_restore.memory.retrieval import inject
+from pytest_restore.models.base import ChatRequest, ChatResult
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.record import ABLATION_FIELDS, ABLATION_RECORD_FIELDS, Record
+from pytest_restore.report.writer import (
     RunInfo,
     bin_cases,
     read_records,
     render_report_md,
     write_report,
 )
+from pytest_restore.synthetic.embedded import embedded_dataset
 
 BUDGETS = (600, 300, 100)
 SMALL = small_args()
@@ -131,7 +131,7 @@ def test_only_regime_b_irreversible_records_carry_ablations(tiny_records: list[R
     for r in tiny_records:
         if ablations.is_case(r):
             assert r["ablation_excluded"] == {}
-            assert all(isinstance(r[f], bool) for f in ablations.ABLATION_FIELDS)
+            assert all(isinstance(r[f], bool) for f in ABLATION_FIELDS)
             assert r["ablation_store_tokens"] == r["store_tokens"]
             assert r["ablation_placebo_units"] and r["ablation_placebo_tokens"]
         else:

@@ -1,4 +1,4 @@
-"""Tests for the audit: conditions, decomposition, records (pytest_restore.audit)."""
+"""Tests for the audit: conditions, decomposition, records (pytest_restore.audit.run)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_restore.audit import (
+from pytest_restore.audit.run import (
     ABSTENTION,
     OUTSIDE_SUBSET,
     Audit,
@@ -20,14 +20,14 @@ from pytest_restore.audit import (
     cell_checks,
     select_questions,
 )
-from pytest_restore.data import Dataset, Question, load_dataset
-from pytest_restore.eviction import default_registry
-from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.injection import inject, rank, render_context
-from pytest_restore.models import ChatRequest, ChatResult
-from pytest_restore.prompts import PromptSet
+from pytest_restore.data.dataset import Dataset, Question, load_dataset
+from pytest_restore.data.units import Granularity
+from pytest_restore.memory.eviction import default_registry
+from pytest_restore.memory.retrieval import inject, rank, render_context
+from pytest_restore.models.base import ChatRequest, ChatResult
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models.prompts import PromptSet
 from pytest_restore.record import enters_n, tally
-from pytest_restore.units import Granularity
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 BUDGETS = (600, 300, 100)

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 from grid_helpers import GRID, TINY, small_args
 
-from pytest_restore import injection, registry
-from pytest_restore.audit import Audit, AuditConfig
-from pytest_restore.data import Dataset, load_dataset
-from pytest_restore.eviction import EvictionContext, MemoryStore, default_registry
-from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.injection import (
+from pytest_restore import registry
+from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.data.dataset import Dataset, load_dataset
+from pytest_restore.data.units import History, Unit
+from pytest_restore.memory import retrieval as injection
+from pytest_restore.memory.eviction import EvictionContext, MemoryStore, default_registry
+from pytest_restore.memory.retrieval import (
     Bm25Lite,
     Ranker,
     Recency,
@@ -26,8 +27,9 @@ from pytest_restore.injection import (
     checked_rank,
     default_rankers,
 )
-from pytest_restore.models import ChatModel
-from pytest_restore.providers import (
+from pytest_restore.models.base import ChatModel
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models.providers import (
     ModelOptions,
     ModelProvider,
     ModelSpecError,
@@ -35,15 +37,14 @@ from pytest_restore.providers import (
     default_providers,
     make_model,
 )
-from pytest_restore.units import History, Unit
 
 SMALL = small_args()
 
 # What a user writes in their conftest.py: a memory system, a victim policy and a retriever.
 CONFTEST = """
-from pytest_restore.eviction import MemoryStore, VictimPolicy
-from pytest_restore.injection import ScoringRanker
-from pytest_restore.lexical import words
+from pytest_restore.memory.eviction import MemoryStore, VictimPolicy
+from pytest_restore.memory.retrieval import ScoringRanker
+from pytest_restore.memory.lexical import words
 
 
 class UserFirstStore(MemoryStore):
@@ -96,8 +97,8 @@ def pytest_restore_register_rankers(registry, config):
 
 # A model provider, as a user adds one: every model named ``local:NAME`` is served by it.
 PROVIDER = """
-from pytest_restore.models import ChatResult
-from pytest_restore.providers import ModelProvider
+from pytest_restore.models.base import ChatResult
+from pytest_restore.models.providers import ModelProvider
 
 
 class Shrug:

@@ -1,4 +1,4 @@
-"""Tests for the calibration gate (pytest_restore.calibration) with the fake models on tiny.json."""
+"""Tests for the calibration gate (pytest_restore.audit.calibration) with the fake models on tiny.json."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_restore.audit import Audit, AuditConfig
-from pytest_restore.calibration import _versus, calibrate, subset_of
-from pytest_restore.data import Dataset, load_dataset
-from pytest_restore.eviction import Fifo, default_registry
-from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.injection import inject, rank, render_context
-from pytest_restore.models import ChatModel, ChatRequest, ChatResult
-from pytest_restore.prompts import DONT_KNOW
+from pytest_restore.audit.calibration import _versus, calibrate, subset_of
+from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.data.dataset import Dataset, load_dataset
+from pytest_restore.memory.eviction import Fifo, default_registry
+from pytest_restore.memory.retrieval import inject, rank, render_context
+from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models.prompts import DONT_KNOW
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 BUDGETS = (600, 300, 100)

@@ -1,4 +1,4 @@
-"""Tests for the LongMemEval-S loader (pytest_restore.data)."""
+"""Tests for the LongMemEval-S loader (pytest_restore.data.dataset)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_restore.data import (
+from pytest_restore.data.dataset import (
     QUESTION_TYPES,
     DataError,
     Dataset,

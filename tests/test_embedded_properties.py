@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_restore.synthetic import generate, history_tokens
+from pytest_restore.synthetic.generator import generate, history_tokens
 
 BASELINES = ("fifo", "random", "redundancy")
 EVICTING = ("fifo", "random", "redundancy", "llm-importance", "control")

@@ -1,4 +1,4 @@
-"""Tests for online eviction policies and their registry (pytest_restore.eviction)."""
+"""Tests for online eviction policies and their registry (pytest_restore.memory.eviction)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_restore.data import Dataset, load_dataset
-from pytest_restore.eviction import (
+from pytest_restore.data.dataset import Dataset, load_dataset
+from pytest_restore.data.units import Granularity, History, Unit, build_history
+from pytest_restore.memory.eviction import (
     BUILTIN_POLICIES,
     Control,
     EvictionContext,
@@ -28,9 +29,8 @@ from pytest_restore.eviction import (
     similarity_matrix,
     stable_seed,
 )
-from pytest_restore.fake import FakeScorer
-from pytest_restore.lexical import words
-from pytest_restore.units import Granularity, History, Unit, build_history
+from pytest_restore.memory.lexical import words
+from pytest_restore.models.fake import FakeScorer
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 BUDGETS = (600, 300, 200, 100, 40, 10)

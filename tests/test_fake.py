@@ -1,4 +1,4 @@
-"""Tests for the deterministic fake models (pytest_restore.fake) and prompt parsing (prompts)."""
+"""Tests for the deterministic fake models (pytest_restore.models.fake) and prompt parsing (prompts)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_restore import fake
-from pytest_restore.data import Dataset, load_dataset
-from pytest_restore.fake import (
+from pytest_restore.data.dataset import Dataset, load_dataset
+from pytest_restore.data.units import Granularity, History, build_history
+from pytest_restore.memory.retrieval import render_context
+from pytest_restore.models import fake
+from pytest_restore.models.base import ChatModel, ChatRequest
+from pytest_restore.models.fake import (
     SATURATION_CHARS,
     UTILISATION_RATE,
     FakeJudge,
@@ -18,9 +21,7 @@ from pytest_restore.fake import (
     normalise,
     wrong_answer,
 )
-from pytest_restore.injection import render_context
-from pytest_restore.models import ChatModel, ChatRequest
-from pytest_restore.prompts import (
+from pytest_restore.models.prompts import (
     DONT_KNOW,
     JUDGE_MAX_TOKENS,
     READER_MAX_TOKENS,
@@ -29,7 +30,6 @@ from pytest_restore.prompts import (
     parse_score,
     parse_verdict,
 )
-from pytest_restore.units import Granularity, History, build_history
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 PROMPTS = PromptSet()
@@ -308,7 +308,7 @@ def test_templates_from_files(tmp_path: Path) -> None:
 
 
 def _history_with(contents: list[str], gold: int) -> History:
-    from pytest_restore.data import Question, Turn
+    from pytest_restore.data.dataset import Question, Turn
 
     q = Question(
         question_id="pq",

@@ -1,4 +1,4 @@
-"""Tests for the BM25-lite ranker and the injection procedure (pytest_restore.injection)."""
+"""Tests for the BM25-lite ranker and the injection procedure (pytest_restore.memory.retrieval)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_restore.data import Question, Turn, load_dataset
-from pytest_restore.injection import (
+from pytest_restore.data.dataset import Question, Turn, load_dataset
+from pytest_restore.data.units import History, build_history
+from pytest_restore.memory.retrieval import (
     EMPTY_MEMORY,
     INJECT_CAP,
     TOP_K,
@@ -19,7 +20,6 @@ from pytest_restore.injection import (
     rank,
     render_context,
 )
-from pytest_restore.units import History, build_history
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 

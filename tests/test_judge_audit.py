@@ -1,4 +1,4 @@
-"""Tests for the second-judge audit (pytest_restore.judge_audit).
+"""Tests for the second-judge audit (pytest_restore.audit.judge_audit).
 
 The second judge is a real ``OpenAIChatModel`` talking to
 ``openai_server.OpenAIServer`` through the official client; the server plays
@@ -20,11 +20,7 @@ import pytest
 from openai_server import OpenAIServer
 from statsmodels.stats.inter_rater import cohens_kappa  # type: ignore[import-untyped]
 
-from pytest_restore.audit import Audit, AuditConfig
-from pytest_restore.data import Dataset, Question, load_dataset
-from pytest_restore.eviction import default_registry
-from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.judge_audit import (
+from pytest_restore.audit.judge_audit import (
     Agreement,
     allocate,
     audit_judge,
@@ -32,9 +28,13 @@ from pytest_restore.judge_audit import (
     collect_items,
     sample_items,
 )
-from pytest_restore.models import ChatRequest, ChatResult
-from pytest_restore.openai_models import OpenAIChatModel
-from pytest_restore.prompts import PromptSet
+from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.data.dataset import Dataset, Question, load_dataset
+from pytest_restore.memory.eviction import default_registry
+from pytest_restore.models.base import ChatRequest, ChatResult
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models.openai_chat import OpenAIChatModel
+from pytest_restore.models.prompts import PromptSet
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 BUDGETS = (600, 300, 100)

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, canonical_body
 
-from pytest_restore.cache import ResponseCache, request_key
-from pytest_restore.models import ChatModel, ChatRequest, ChatResult
-from pytest_restore.openai_models import OpenAIChatModel, estimate_tokens, parse_retry_after
-from pytest_restore.progress import Progress
+from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
+from pytest_restore.models.cache import ResponseCache, request_key
+from pytest_restore.models.openai_chat import OpenAIChatModel, estimate_tokens, parse_retry_after
+from pytest_restore.models.progress import Progress
 
 MODEL = "gpt-4o-mini"
 DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
@@ -35,9 +35,9 @@ DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
 # them backwards) through one cache; prints the texts and the cache's waits.
 CHILD = """
 import json, sys
-from pytest_restore.cache import ResponseCache
-from pytest_restore.models import ChatRequest
-from pytest_restore.openai_models import OpenAIChatModel
+from pytest_restore.models.cache import ResponseCache
+from pytest_restore.models.base import ChatRequest
+from pytest_restore.models.openai_chat import OpenAIChatModel
 base_url, cache_dir, first, last, step = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
 model = OpenAIChatModel(model="gpt-4o-mini", base_url=base_url, cache=ResponseCache(cache_dir),
                         max_concurrency=4, timeout=5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -13,15 +14,21 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_restore import tokens
-from pytest_restore.audit import Audit, AuditConfig, model_calls, prompt_id
-from pytest_restore.data import load_dataset
-from pytest_restore.eviction import EvictionContext, RandomPolicy, Redundancy
-from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.models import ChatRequest
-from pytest_restore.report import render_model_calls_md
-from pytest_restore.synthetic import generate, write_dataset
-from pytest_restore.units import Granularity, Unit, build_histories, build_history, counts_file_name
+from pytest_restore.audit.run import Audit, AuditConfig, model_calls, prompt_id
+from pytest_restore.data import tokens
+from pytest_restore.data.dataset import load_dataset
+from pytest_restore.data.units import (
+    Granularity,
+    Unit,
+    build_histories,
+    build_history,
+    counts_file_name,
+)
+from pytest_restore.memory.eviction import EvictionContext, RandomPolicy, Redundancy
+from pytest_restore.models.base import ChatRequest
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.report.writer import render_model_calls_md
+from pytest_restore.synthetic.generator import generate, write_dataset
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 
@@ -58,7 +65,7 @@ def test_random_fast_path_draws_the_generic_victims(small: Path) -> None:
 
 def test_random_kernel_draws_like_generator_integers_with_the_rejection_branch() -> None:
     # bounds near 2**31 make Lemire's rejection step frequent: the kernel must redraw alike
-    from pytest_restore.kernels import OUT_OF_DRAWS, below
+    from pytest_restore.memory.kernels import OUT_OF_DRAWS, below
 
     highs = [3_000_000_000, 2**31 + 7, 1, 2, 40, 3_999_999_999] * 50
     draws = np.random.default_rng(5).integers(0, 1 << 32, size=400, dtype=np.uint32)
@@ -75,7 +82,7 @@ def test_random_kernel_draws_like_generator_integers_with_the_rejection_branch()
 
 
 def test_random_kernel_asks_for_more_draws_when_short() -> None:
-    from pytest_restore.kernels import random_victims
+    from pytest_restore.memory.kernels import random_victims
 
     sizes = np.full(50, 10, dtype=np.int64)
     few = np.random.default_rng(1).integers(0, 1 << 32, size=5, dtype=np.uint32)
@@ -171,7 +178,7 @@ def test_cells_run_once_per_process_and_records_carry_prompt_ids(small: Path) ->
 
 
 def audit_policy(name: str) -> Any:
-    from pytest_restore.eviction import default_registry
+    from pytest_restore.memory.eviction import default_registry
 
     return default_registry()[name]
 
@@ -195,23 +202,26 @@ def test_model_calls_without_prompt_ids_is_empty() -> None:
 
 def test_ranker_matches_configured_rank_bm25(small: Path) -> None:
     pytest.importorskip("rank_bm25")
-    from pytest_restore.bench import compare_rankers
+    from bench_grid import compare_rankers
 
     figures = compare_rankers(small, 6, 1)
     assert figures["identical"] == figures["cases"] > 0
     assert figures["max_score_diff"] < 1e-9
 
 
-def test_bench_parser_knows_the_subcommand() -> None:
-    from pytest_restore.__main__ import build_parser
+def test_bench_parser_knows_its_options() -> None:
+    from bench_grid import add_arguments
 
-    args = build_parser().parse_args(["bench", "--questions", "20", "--scale"])
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--questions", "20", "--scale"])
     assert args.questions == 20 and args.scale and args.resamples == 10_000
     assert os.fspath(args.work_dir) == ""
+    assert parser.parse_args([]).high_reuse
 
 
 def test_bench_data_with_real_reuse_holds_more_distinct_text(tmp_path: Path) -> None:
-    from pytest_restore.bench import FLOOR_CODE, make_dataset
+    from bench_grid import FLOOR_CODE, make_dataset
 
     share = {}
     for reuse in ("real", "high"):
@@ -221,14 +231,11 @@ def test_bench_data_with_real_reuse_holds_more_distinct_text(tmp_path: Path) -> 
         figures = json.loads(done.stdout.strip().splitlines()[-1])
         share[reuse] = figures["distinct_tokens"] / figures["history_tokens"]
     assert share["real"] > 0.6 > share["high"]
-    from pytest_restore.__main__ import build_parser
-
-    assert build_parser().parse_args(["bench"]).high_reuse
 
 
 def test_kernels_fall_back_to_per_process_compiling_without_a_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     # numba refuses cache=True when no directory is writable (a read-only install, no home)
-    from pytest_restore import kernels
+    from pytest_restore.memory import kernels
 
     calls: list[dict[str, bool]] = []
 
@@ -245,8 +252,9 @@ def test_kernels_fall_back_to_per_process_compiling_without_a_cache(monkeypatch:
 
 
 def test_bench_breakdown_accounts_for_the_grid_phase_by_phase() -> None:
-    from pytest_restore.bench import measure_breakdown
-    from pytest_restore.eviction import BUILTIN_POLICIES
+    from bench_grid import measure_breakdown
+
+    from pytest_restore.memory.eviction import BUILTIN_POLICIES
 
     figures = measure_breakdown(Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json")
     phases = figures["phases"]
@@ -260,7 +268,7 @@ def test_bench_breakdown_accounts_for_the_grid_phase_by_phase() -> None:
 def test_random_policy_draws_again_with_more_when_the_kernel_runs_short(
     small: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_restore import kernels
+    from pytest_restore.memory import kernels
 
     dataset = load_dataset(small)
     h = build_history(dataset.questions[0], Granularity.TURN)

@@ -69,7 +69,7 @@ def test_serial_and_xdist_reports_are_identical(pytester: pytest.Pytester) -> No
 def test_policy_from_a_users_conftest_joins_the_report(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
         """
-        from pytest_restore.eviction import VictimPolicy
+        from pytest_restore.memory.eviction import VictimPolicy
 
 
         class Newest(VictimPolicy):

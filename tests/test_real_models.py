@@ -31,14 +31,14 @@ import pytest
 from grid_helpers import GRID, TINY, small_args
 from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, fake_models_responder
 
-from pytest_restore.cache import ResponseCache
-from pytest_restore.data import load_dataset
-from pytest_restore.prompts import READER_SYSTEM
-from pytest_restore.units import History, build_history
+from pytest_restore.data.dataset import load_dataset
+from pytest_restore.data.units import History, build_history
+from pytest_restore.models.cache import ResponseCache
+from pytest_restore.models.prompts import READER_SYSTEM
 
 DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
 FAST_RETRIES = """
-from pytest_restore.openai_models import OpenAIChatModel
+from pytest_restore.models.openai_chat import OpenAIChatModel
 
 # test speed: retry backoff in milliseconds, not seconds (Retry-After is still honoured)
 OpenAIChatModel.__init__.__kwdefaults__.update(backoff_base=0.01, backoff_cap=0.05)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from grid_helpers import GRID, small_args
 
-from pytest_restore.data import QUESTION_TYPES
-from pytest_restore.report import (
+from pytest_restore.data.dataset import QUESTION_TYPES
+from pytest_restore.report.writer import (
     CELL_COLUMNS,
     CSV_COLUMNS,
     RecordsError,
@@ -26,7 +26,7 @@ from pytest_restore.report import (
     session_failures,
     write_report,
 )
-from pytest_restore.stats import FAMILIES, INTERVAL_COLUMNS
+from pytest_restore.stats.analysis import FAMILIES, INTERVAL_COLUMNS
 
 Record = dict[str, Any]
 

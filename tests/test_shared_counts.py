@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from pytest_restore import tokens, units
-from pytest_restore.data import Question, load_dataset
-from pytest_restore.synthetic import generate, write_dataset
-from pytest_restore.units import Granularity, build_histories, counts_file_name
+from pytest_restore.data import tokens, units
+from pytest_restore.data.dataset import Question, load_dataset
+from pytest_restore.data.units import Granularity, build_histories, counts_file_name
+from pytest_restore.synthetic.generator import generate, write_dataset
 
 # One preparing process: waits for the go file, then builds the histories with an
 # encoder that is slow (so that two processes overlap) and counts what it encodes.
 WORKER = """
 import json, sys, time
 from pathlib import Path
-from pytest_restore import tokens
-from pytest_restore.data import Question, load_dataset
-from pytest_restore.units import build_histories
+from pytest_restore.data import tokens
+from pytest_restore.data.dataset import Question, load_dataset
+from pytest_restore.data.units import build_histories
 
 data, counts_file, go, out = sys.argv[1:5]
 real = tokens.encoding()

@@ -23,12 +23,17 @@ from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from test_report import fixed_records
 
-from pytest_restore.audit import Audit, AuditConfig
-from pytest_restore.data import load_dataset
-from pytest_restore.embedded import embedded_dataset
-from pytest_restore.eviction import BUILTIN_POLICIES
-from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.report import RunInfo, analyse_records, render_cells_csv, render_tables_md
+from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.data.dataset import load_dataset
+from pytest_restore.memory.eviction import BUILTIN_POLICIES
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.report.writer import (
+    RunInfo,
+    analyse_records,
+    render_cells_csv,
+    render_tables_md,
+)
+from pytest_restore.synthetic.embedded import embedded_dataset
 
 
 class CsvSnapshot(SingleFileSnapshotExtension):

@@ -11,8 +11,8 @@ import pytest
 from scipy import stats as scipy_stats  # type: ignore[import-untyped]
 from statsmodels.stats.multitest import multipletests  # type: ignore[import-untyped]
 
-from pytest_restore.figure import write_figure
-from pytest_restore.stats import (
+from pytest_restore.report.figure import write_figure
+from pytest_restore.stats.analysis import (
     CELL_COLUMNS,
     INTERVAL_COLUMNS,
     Analysis,

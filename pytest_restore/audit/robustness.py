@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .stats import Analysis, policy_sort_key
+from pytest_restore.stats.analysis import Analysis, policy_sort_key
 
 _REJECTED = frozenset({"reject"})
 

@@ -21,14 +21,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
 
-from .cache import ResponseCache, request_key
-from .fake import FakeJudge, FakeReader, FakeScorer
-from .models import ChatModel, ChatRequest
-from .openai_models import PROVIDER as OPENAI
-from .openai_models import OpenAIChatModel, estimate_tokens
-from .progress import Progress
-from .prompts import parse_score, parse_verdict
-from .registry import Registry
+from pytest_restore.models.base import ChatModel, ChatRequest
+from pytest_restore.models.cache import ResponseCache, request_key
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models.openai_chat import PROVIDER as OPENAI
+from pytest_restore.models.openai_chat import OpenAIChatModel, estimate_tokens
+from pytest_restore.models.progress import Progress
+from pytest_restore.models.prompts import parse_score, parse_verdict
+from pytest_restore.registry import Registry
 
 ROLES = ("reader", "judge", "scorer")
 #: The deterministic stand-ins: ``fake`` in every role; ``fake-strong``, a reader

@@ -25,18 +25,19 @@ from typing import Any, cast
 
 import pytest
 
-from .audit import Audit, AuditConfig, CellRun, cell_checks
-from .cache import ResponseCache
-from .calibration import calibrate
-from .data import DataError, Dataset, Question, load_dataset
-from .eviction import Policy, PolicyRegistry, default_registry
-from .fake import FakeReader, FakeScorer
-from .injection import RankerRegistry, default_rankers
-from .judge_audit import audit_judge
-from .models import ChatModel, ChatRequest
-from .openai_models import estimate_tokens
-from .prompts import READER_MAX_TOKENS, PromptSet, parse_score
-from .providers import (
+from pytest_restore.audit.calibration import calibrate
+from pytest_restore.audit.judge_audit import audit_judge
+from pytest_restore.audit.run import Audit, AuditConfig, CellRun, cell_checks
+from pytest_restore.data.dataset import DataError, Dataset, Question, load_dataset
+from pytest_restore.data.units import Granularity
+from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
+from pytest_restore.memory.retrieval import RankerRegistry, default_rankers
+from pytest_restore.models.base import ChatModel, ChatRequest
+from pytest_restore.models.cache import ResponseCache
+from pytest_restore.models.fake import FakeReader, FakeScorer
+from pytest_restore.models.openai_chat import estimate_tokens
+from pytest_restore.models.prompts import READER_MAX_TOKENS, PromptSet, parse_score
+from pytest_restore.models.providers import (
     CostLine,
     ModelOptions,
     ModelSpecError,
@@ -50,11 +51,10 @@ from .providers import (
     make_model,
     render_cost,
 )
-from .record import Record
-from .report import RunInfo, terminal_lines, write_report
-from .stats import BASELINES, CONTROL, DEFAULT_SEED, HypothesisTest
-from .stats import cell_checks as statistical_checks
-from .units import Granularity
+from pytest_restore.record import Record
+from pytest_restore.report.writer import RunInfo, terminal_lines, write_report
+from pytest_restore.stats.analysis import BASELINES, CONTROL, DEFAULT_SEED, HypothesisTest
+from pytest_restore.stats.analysis import cell_checks as statistical_checks
 
 RECORDS_PROPERTY = "restore_records"
 META_PROPERTY = "restore_meta"
@@ -107,7 +107,7 @@ def _dest(name: str) -> str:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     """Register the hooks users implement to add policies, rankers and model providers."""
-    from . import hookspecs
+    from pytest_restore.plugin import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
 
@@ -639,7 +639,7 @@ class RestoreSession:
         """The dataset to audit: ``--restore-data`` or the embedded default."""
         if self.settings.data:
             return Path(self.settings.data)
-        from .embedded import embedded_dataset
+        from pytest_restore.synthetic.embedded import embedded_dataset
 
         return embedded_dataset(self.cache_root(), questions=self.settings.embedded_questions)
 
@@ -874,7 +874,7 @@ class RestoreSession:
 def _preload_figure() -> None:
     """Import the figure module ahead of the report; a failure here is the report's to raise."""
     with contextlib.suppress(Exception):  # the report imports it again and reports what is wrong
-        importlib.import_module("pytest_restore.figure")
+        importlib.import_module("pytest_restore.report.figure")
 
 
 class _Background(threading.Thread):

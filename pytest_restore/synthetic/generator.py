@@ -44,7 +44,7 @@ at 80k and for nearly all at 8k; and the BM25-lite top-k under the
 second figure, ``echo_strength`` moves ``redundancy``'s share.
 
 Everything is drawn from one ``random.Random(seed)``: the same arguments give
-a byte-identical file. Token sizes use :func:`pytest_restore.tokens.count_tokens`
+a byte-identical file. Token sizes use :func:`pytest_restore.data.tokens.count_tokens`
 (each distinct text is encoded once), so the full 500-question file takes
 seconds, not minutes.
 """
@@ -64,8 +64,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_restore.lexical import STOPWORDS, words
-from pytest_restore.tokens import count_tokens
+from pytest_restore.data.tokens import count_tokens
+from pytest_restore.memory.lexical import STOPWORDS, words
 
 __all__ = [
     "ABSTENTION_MIX_500",

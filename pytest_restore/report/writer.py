@@ -15,7 +15,7 @@ report directory:
 - ``figure.png``/``figure.svg``: the three-bin shares per policy and budget;
 - ``summary.json``: run settings, dataset, counts and exclusions with reasons.
 
-The statistics pass (:func:`pytest_restore.stats.analyse`) runs once per
+The statistics pass (:func:`pytest_restore.stats.analysis.analyse`) runs once per
 report, with the bootstrap settings of the run (``bootstrap``,
 ``bootstrap_seed``, ``equivalence_margin``, ``caliper`` in ``RunInfo.settings``).
 Everything is a function of the records and ``summary.json``'s run section,
@@ -34,14 +34,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import ablations, stats
-from . import record as record_module
-from .audit import model_calls
-from .eviction import BUILTIN_POLICIES
-from .record import BINS, DEFAULT_RANKER, Record, RecordError, tally_cells
-from .record import dumps as records_text
-from .robustness import compare_readers, render_comparison_md
-from .stats import INTERVAL_COLUMNS, PROTOCOL_COLUMNS, Analysis, CellStats, HypothesisTest
+from pytest_restore import record as record_module
+from pytest_restore.audit import ablations
+from pytest_restore.audit.robustness import compare_readers, render_comparison_md
+from pytest_restore.audit.run import model_calls
+from pytest_restore.memory.eviction import BUILTIN_POLICIES
+from pytest_restore.record import BINS, DEFAULT_RANKER, Record, RecordError, tally_cells
+from pytest_restore.record import dumps as records_text
+from pytest_restore.stats import analysis as stats
+from pytest_restore.stats.analysis import (
+    INTERVAL_COLUMNS,
+    PROTOCOL_COLUMNS,
+    Analysis,
+    CellStats,
+    HypothesisTest,
+)
 
 CELL_COLUMNS = PROTOCOL_COLUMNS
 EXTRA_COLUMNS = ("irr_share", "rec_share", "res_share", "negative_restore_gain", "excluded")
@@ -780,7 +787,9 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
         json.dumps(summary_json(ordered, info, analysis, calls), indent=2, sort_keys=True) + "\n",
         encoding="utf-8",
     )
-    from .figure import write_figure  # matplotlib loads when a report is written
+    from pytest_restore.report.figure import (
+        write_figure,  # matplotlib loads when a report is written
+    )
 
     write_figure(analysis.cells, out)
     return files

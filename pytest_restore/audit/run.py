@@ -17,7 +17,7 @@ answer, and writes one record per (question, policy, budget, seed, regime).
 The ranker is the run's (``Audit(ranker=...)``, BM25-lite by default); its
 name is in every record. With ``AuditConfig.ablations`` the regime-(b)
 irreversible records also get the three restore-tightness ablations (see
-:mod:`pytest_restore.ablations`).
+:mod:`pytest_restore.audit.ablations`).
 An oracle-answerable question the policy gets wrong is binned irreversible
 (restore fixes it, some gold was evicted), recoverable (restore fixes it, all
 gold survived) or residual (restore does not fix it). Failed model calls
@@ -36,10 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from . import ablations
-from .data import Dataset, Question
-from .eviction import EvictionContext, Mask, Policy, stable_seed
-from .injection import (
+from pytest_restore.audit import ablations
+from pytest_restore.data.dataset import Dataset, Question
+from pytest_restore.data.units import Granularity, History, Unit, build_histories, counts_file_name
+from pytest_restore.memory.eviction import EvictionContext, Mask, Policy, stable_seed
+from pytest_restore.memory.retrieval import (
     INJECT_CAP,
     TOP_K,
     Bm25Lite,
@@ -49,10 +50,9 @@ from .injection import (
     inject,
     render_context,
 )
-from .models import ChatModel, ChatRequest, ChatResult
-from .prompts import PromptSet, parse_score, parse_verdict
-from .record import ABLATIONS, REGIMES, Record, bin_of, tally
-from .units import Granularity, History, Unit, build_histories, counts_file_name
+from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
+from pytest_restore.models.prompts import PromptSet, parse_score, parse_verdict
+from pytest_restore.record import ABLATIONS, REGIMES, Record, bin_of, tally
 
 # Exclusion reasons, as the report prints them.
 ABSTENTION = "abstention question (no evidence to restore)"
@@ -477,7 +477,7 @@ class Audit:
             records = self.ablate(records, {p.question.question_id: p for p, _, _ in plan}, stores)
         return CellRun(policy.name, budget, records, stores)
 
-    # -- restore-tightness ablations (see pytest_restore.ablations) ------------
+    # -- restore-tightness ablations (see pytest_restore.audit.ablations) ------------
 
     def placebo(self, prepared: Prepared) -> list[int] | None:
         """The question's placebo units (``None``: not constructible), once per question."""
@@ -734,7 +734,7 @@ def cell_checks(run: CellRun, audit: Audit | None = None) -> list[str]:
 
 def fifo_containment(run: CellRun, audit: Audit) -> list[str]:
     """FIFO's store at a tighter budget must lie inside its store at every looser one."""
-    from .eviction import Fifo
+    from pytest_restore.memory.eviction import Fifo
 
     fifo = Fifo()
     failures = []

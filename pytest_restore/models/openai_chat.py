@@ -41,10 +41,10 @@ from contextlib import nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from pytest_restore.cache import KeyLock, ResponseCache, request_key
-from pytest_restore.models import ChatRequest, ChatResult
-from pytest_restore.progress import Progress
-from pytest_restore.tokens import count_tokens
+from pytest_restore.data.tokens import count_tokens
+from pytest_restore.models.base import ChatRequest, ChatResult
+from pytest_restore.models.cache import KeyLock, ResponseCache, request_key
+from pytest_restore.models.progress import Progress
 
 #: The model provider these models belong to: names read ``openai:MODEL``.
 PROVIDER = "openai"

@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from .models import ChatRequest, ChatResult
-from .prompts import DONT_KNOW
-from .units import History
+from pytest_restore.data.units import History
+from pytest_restore.models.base import ChatRequest, ChatResult
+from pytest_restore.models.prompts import DONT_KNOW
 
 if TYPE_CHECKING:
-    from .kernels import StandIns
+    from pytest_restore.memory.kernels import StandIns
 
 #: Utilisation-error rate when the context is saturated with non-gold text.
 UTILISATION_RATE: Mapping[str, float] = {
@@ -217,7 +217,7 @@ class FakeScorer(_Named):
     @staticmethod
     def scores(contents: Sequence[str]) -> list[int]:
         """The fake importance of each content: 4, +2 for a first-person word, +1 for a digit, +-2 jitter."""
-        from . import kernels
+        from pytest_restore.memory import kernels
 
         # the same two tests as the regexes, compiled: one pass over all the bytes, with
         # non-ASCII characters through ASCII stand-ins
@@ -254,7 +254,7 @@ _ASCII_FOLD = {"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"}
 @lru_cache(maxsize=1)
 def _scorer_stand_ins() -> StandIns:
     """The scorer's stand-ins (numba loads with the kernels module, on first use)."""
-    from .kernels import StandIns
+    from pytest_restore.memory.kernels import StandIns
 
     return StandIns(_scorer_stand_in)
 
@@ -262,6 +262,6 @@ def _scorer_stand_ins() -> StandIns:
 @lru_cache(maxsize=1)
 def _first_person_codes() -> npt.NDArray[np.int64]:
     """``_FIRST_PERSON_WORDS`` as the compiled test's word codes (numba loads on first use)."""
-    from . import kernels
+    from pytest_restore.memory import kernels
 
     return kernels.word_codes(_FIRST_PERSON_WORDS)

@@ -112,7 +112,7 @@ class _WordTable:
 
     def profile(self, texts: list[bytes]) -> list[WordProfile]:
         """The profiles of ``texts``: ASCII, or lower-cased UTF-8 (words as :func:`words` finds them)."""
-        from . import kernels
+        from pytest_restore.memory import kernels
 
         data, ends = kernels.pack(texts)
         self._room(data.size)

@@ -50,7 +50,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from pytest_restore.models import ChatRequest, ChatResult
+from pytest_restore.models.base import ChatRequest, ChatResult
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -2,7 +2,7 @@
 
 Ranker: a frozen BM25-lite over the store being read (k1 = 1.2, b = 0.75;
 document frequency, document count and mean length taken over that store;
-tokenisation as in :mod:`pytest_restore.lexical`). Only units that share at
+tokenisation as in :mod:`pytest_restore.memory.lexical`). Only units that share at
 least one content word with the question are retrieved; ties go to the newer
 unit. Read-time top-k = 60.
 
@@ -33,9 +33,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .lexical import term_id, word_profiles, words
-from .registry import Registry
-from .units import History
+from pytest_restore.data.units import History
+from pytest_restore.memory.lexical import term_id, word_profiles, words
+from pytest_restore.registry import Registry
 
 TOP_K = 60
 INJECT_CAP = 2000

@@ -29,9 +29,9 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .lexical import word_id_rows
-from .registry import Registry
-from .units import Unit
+from pytest_restore.data.units import Unit
+from pytest_restore.memory.lexical import word_id_rows
+from pytest_restore.registry import Registry
 
 Mask = npt.NDArray[np.bool_]
 Sizes = npt.NDArray[np.int64]
@@ -154,7 +154,7 @@ class MemoryStore(Policy):
 
 def _evict_lowest_key(sizes: Sizes, budget: int, key: Sequence[float]) -> Mask:
     """Online eviction of the stored unit with the lowest static key, ties to the older unit."""
-    from . import kernels  # numba loads on first eviction, not with the plugin
+    from pytest_restore.memory import kernels  # numba loads on first eviction, not with the plugin
 
     return np.asarray(
         kernels.lowest_key(np.asarray(sizes, dtype=np.int64), int(budget), np.asarray(key, dtype=np.float64))
@@ -211,7 +211,7 @@ class RandomPolicy(VictimPolicy):
         # consumes 32-bit draws (Lemire's method, see ``kernels.below``), so the
         # kernel gets the generator's 32-bit stream, drawn up front; it rarely
         # needs more than one draw per unit, and asks again with more if so.
-        from . import kernels
+        from pytest_restore.memory import kernels
 
         extra = 64
         while True:
@@ -226,7 +226,7 @@ class RandomPolicy(VictimPolicy):
 def _overlaps(units: Sequence[Unit]) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.float64]]:
     """Shared content words of every pair of units, ``[u, v]`` for ``v < u`` (exact counts;
     a unit's own count on the diagonal, zeros above it), and each unit's word count."""
-    from . import kernels
+    from pytest_restore.memory import kernels
 
     rows = word_id_rows([unit.content for unit in units])
     n = len(units)
@@ -287,7 +287,7 @@ class Redundancy(Policy):
     is in, so the victim is the older unit of the most similar stored pair
     (among equally similar pairs, the one whose older unit is oldest, then the
     one whose younger unit is oldest). The loop (compiled:
-    :func:`pytest_restore.kernels.redundancy_victims`) keeps, for every stored
+    :func:`pytest_restore.memory.kernels.redundancy_victims`) keeps, for every stored
     unit, its best pair with an older stored unit; an arrival adds one pair
     (older units' pairs cannot change, since the newcomer is younger) and an
     eviction recounts only the units whose partner it was. Same victims as
@@ -299,7 +299,7 @@ class Redundancy(Policy):
     def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
         if int(sizes.sum()) <= budget:
             return np.ones(len(units), dtype=bool)
-        from . import kernels
+        from pytest_restore.memory import kernels
 
         overlap, lengths = _OVERLAPS.get(units)
         # a unit without content words shares none: 0 / 1 is the 0.0 similarity_matrix gives it
@@ -335,7 +335,7 @@ def fact_density(content: str) -> float:
     Smoothed by five tokens so that a one-word turn is not the densest.
     """
     # the compiled scan, same rule (non-ASCII characters through ASCII stand-ins)
-    from . import kernels
+    from pytest_restore.memory import kernels
 
     facts, count = kernels.fact_counts(content)
     return facts / (count + 5)
@@ -344,7 +344,7 @@ def fact_density(content: str) -> float:
 def _fact_density_python(content: str) -> float:
     """``fact_density`` by the rule as written, for any text: the reference the compiled scan is tested against."""
     # the word lists live with the compiled scan that packs them (the lower module)
-    from .kernels import FACT_STRIPPED, FIRST_PERSON
+    from pytest_restore.memory.kernels import FACT_STRIPPED, FIRST_PERSON
 
     tokens = content.split()
     digits = _NUMBER.search(content) is not None  # most turns have none: skip the per-token search

@@ -60,7 +60,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from .record import (
+from pytest_restore.record import (
     BINS,
     CORRECT_ROW,
     ERR_ROW,

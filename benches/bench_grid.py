@@ -1,4 +1,4 @@
-"""The full-scale benchmark: ``python -m pytest_restore bench``.
+"""The full-scale benchmark: ``python benches/bench_grid.py``.
 
 It generates the full synthetic LongMemEval-S (500 questions, ~102k-token
 histories) and, in one run, measures and prints in one table:
@@ -75,8 +75,8 @@ def test_cell(restore_cell: RestoreCell) -> None:
 FLOOR_CODE = """
 import json, sys, time
 start = time.perf_counter()
-from pytest_restore.data import load_dataset
-from pytest_restore.tokens import count_tokens
+from pytest_restore.data.dataset import load_dataset
+from pytest_restore.data.tokens import count_tokens
 dataset = load_dataset(sys.argv[1])
 parsed = time.perf_counter()
 texts = list(dict.fromkeys(t.content for q in dataset.questions for s in q.haystack_sessions for t in s))
@@ -97,11 +97,11 @@ print(json.dumps({"parse": parsed - start, "count": done - parsed, "total": done
 BREAKDOWN_CODE = """
 import json, sys, tempfile, time
 start = time.perf_counter()
-from pytest_restore.audit import Audit, AuditConfig, cell_checks
-from pytest_restore.data import load_dataset
-from pytest_restore.eviction import default_registry
-from pytest_restore.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.report import RunInfo, write_report
+from pytest_restore.audit.run import Audit, AuditConfig, cell_checks
+from pytest_restore.data.dataset import load_dataset
+from pytest_restore.memory.eviction import default_registry
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.report.writer import RunInfo, write_report
 phases = {"imports": time.perf_counter() - start}
 mark = time.perf_counter()
 dataset = load_dataset(sys.argv[1])
@@ -245,7 +245,7 @@ def make_dataset(path: Path, questions: int, seed: int, tokens: int, sessions: i
     histories' worth of sessions, shared by every question (a few percent of
     the text is distinct: the floor is small, the ratio to it large).
     """
-    from .synthetic import generate, write_dataset
+    from pytest_restore.synthetic.generator import generate, write_dataset
 
     start = time.perf_counter()
     knobs: dict[str, Any] = {} if sessions is None else {"sessions_per_history": sessions}
@@ -314,12 +314,12 @@ def compare_rankers(data: Path, questions: int, repeats: int) -> dict[str, Any]:
 
     from rank_bm25 import BM25Okapi  # type: ignore[import-untyped]
 
-    from .audit import Audit, AuditConfig
-    from .data import load_dataset
-    from .eviction import Control, Fifo, NoEvict, RandomPolicy
-    from .fake import FakeJudge, FakeReader, FakeScorer
-    from .injection import TOP_K, LexicalIndex, bm25_scores
-    from .lexical import words
+    from pytest_restore.audit.run import Audit, AuditConfig
+    from pytest_restore.data.dataset import load_dataset
+    from pytest_restore.memory.eviction import Control, Fifo, NoEvict, RandomPolicy
+    from pytest_restore.memory.lexical import words
+    from pytest_restore.memory.retrieval import TOP_K, LexicalIndex, bm25_scores
+    from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 
     class ConfiguredOkapi(BM25Okapi):  # type: ignore[misc]
         """BM25Okapi with BM25-lite's IDF (no floor needed: it is never negative)."""
@@ -399,9 +399,9 @@ def compare_bootstrap(records_path: Path, resamples: int, repeats: int) -> dict[
     """The project's bootstrap against ``scipy.stats.bootstrap`` on the grid's cell statistics."""
     from scipy import stats as scipy_stats
 
-    from .record import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW, tally_cells
-    from .report import read_records
-    from .stats import _DRAWS, Resampler
+    from pytest_restore.record import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW, tally_cells
+    from pytest_restore.report.writer import read_records
+    from pytest_restore.stats.analysis import _DRAWS, Resampler
 
     records = read_records(records_path)
     ids = sorted({r["question_id"] for r in records})
@@ -461,7 +461,7 @@ def compare_bootstrap(records_path: Path, resamples: int, repeats: int) -> dict[
 
 def scorer_calls(data: Path) -> tuple[int, int]:
     """The llm-importance scorer's naive calls (every unit of every cell) and distinct contents."""
-    from .data import load_dataset
+    from pytest_restore.data.dataset import load_dataset
 
     dataset = load_dataset(data)
     units = sum(sum(len(s) for s in q.haystack_sessions) for q in dataset.questions if not q.is_abstention)
@@ -594,3 +594,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--high-reuse", action=argparse.BooleanOptionalAction, default=True,
                         help="also time the -n 2 grid on a file whose histories share most of their text [on]")
     parser.add_argument("--scale-questions", type=int, default=50, help="questions of the M-sized dataset [50]")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the benchmark's arguments and run it."""
+    parser = argparse.ArgumentParser(
+        prog="python benches/bench_grid.py",
+        description=(
+            "Generate the full synthetic LongMemEval-S and print, in one table: the floor (parse + "
+            "count distinct texts), the full default grid with the fake models (-n 2 cold and warm, "
+            "serial) as wall time and ratio to the floor, peak memory, BM25-lite against rank_bm25, "
+            "the bootstrap against scipy.stats.bootstrap, and the model calls against the naive "
+            "count. Needs the dev extra (rank_bm25)."
+        ),
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

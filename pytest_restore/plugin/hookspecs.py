@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .eviction import PolicyRegistry
-    from .injection import RankerRegistry
-    from .providers import ProviderRegistry
+    from pytest_restore.memory.eviction import PolicyRegistry
+    from pytest_restore.memory.retrieval import RankerRegistry
+    from pytest_restore.models.providers import ProviderRegistry
 
 
 @pytest.hookspec
@@ -19,7 +19,7 @@ def pytest_restore_register_policies(registry: PolicyRegistry, config: pytest.Co
     Implement it in a ``conftest.py`` (the root one, or the one beside the
     grid you run) or in a plugin, and call ``registry.register(MyPolicy())``.
     A registered policy joins the grid unless ``--restore-policies`` names
-    the policies to run. A :class:`pytest_restore.eviction.MemoryStore`
+    the policies to run. A :class:`pytest_restore.memory.eviction.MemoryStore`
     subclass is registered the same way.
     """
 
@@ -29,7 +29,7 @@ def pytest_restore_register_rankers(registry: RankerRegistry, config: pytest.Con
     """Add read-time rankers (retrievers) to the audit.
 
     Call ``registry.register(MyRanker())`` with a
-    :class:`pytest_restore.injection.Ranker` instance; select it with
+    :class:`pytest_restore.memory.retrieval.Ranker` instance; select it with
     ``--restore-ranker NAME``. One ranker serves a whole run.
     """
 
@@ -38,7 +38,7 @@ def pytest_restore_register_rankers(registry: RankerRegistry, config: pytest.Con
 def pytest_restore_register_providers(registry: ProviderRegistry, config: pytest.Config) -> None:
     """Add model providers: ``registry.register(MyProvider())``.
 
-    A :class:`pytest_restore.providers.ModelProvider` named ``NAME`` serves
+    A :class:`pytest_restore.models.providers.ModelProvider` named ``NAME`` serves
     every model spelled ``NAME:MODEL`` in ``--restore-reader``, ``--restore-judge``,
     ``--restore-scorer`` and the other model options. Called before the
     options are checked, so the names are validated against it.

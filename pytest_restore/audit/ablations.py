@@ -47,9 +47,14 @@ from typing import Any
 
 import numpy as np
 
-from .record import ABLATIONS
-from .stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED, Resampler
-from .units import History
+from pytest_restore.data.units import History
+from pytest_restore.record import ABLATIONS
+from pytest_restore.stats.analysis import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    Resampler,
+)
 
 #: Largest size ratio (either way) between a gold unit and its placebo.
 PLACEBO_MAX_RATIO = 1.5

@@ -13,7 +13,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from .synthetic import generate, write_dataset
+from pytest_restore.synthetic.generator import generate, write_dataset
 
 #: Size of the embedded default, chosen so that the full default grid with the
 #: fake models runs in about two minutes on two cores.
@@ -24,7 +24,7 @@ EMBEDDED_TOKENS = 102_000
 
 def generator_version() -> str:
     """A fingerprint of the generator's code: a changed generator never reuses an old cached file."""
-    from . import synthetic
+    from pytest_restore.synthetic import generator as synthetic
 
     return hashlib.sha256(Path(synthetic.__file__).read_bytes()).hexdigest()[:12]
 

@@ -40,10 +40,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .data import Question
-from .eviction import stable_seed
-from .models import ChatModel
-from .prompts import PromptSet, parse_verdict
+from pytest_restore.data.dataset import Question
+from pytest_restore.memory.eviction import stable_seed
+from pytest_restore.models.base import ChatModel
+from pytest_restore.models.prompts import PromptSet, parse_verdict
 
 #: Where an item comes from: the record fields holding its answer and its verdict.
 SOURCES: Mapping[str, tuple[str, str]] = {

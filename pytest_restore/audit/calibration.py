@@ -35,10 +35,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .audit import Audit, Prepared, select_questions
-from .eviction import Fifo, Policy
-from .judge_audit import API_ERROR, JudgeItem, grade, verdict_word
-from .models import ChatModel
+from pytest_restore.audit.judge_audit import API_ERROR, JudgeItem, grade, verdict_word
+from pytest_restore.audit.run import Audit, Prepared, select_questions
+from pytest_restore.memory.eviction import Fifo, Policy
+from pytest_restore.models.base import ChatModel
 
 #: The regime the negative-restore-gain rate is measured in (pure top-k, as deployed).
 GATE_REGIME = "b"

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from .data import Question
-from .tokens import count_tokens, remember_counts
+from pytest_restore.data.dataset import Question
+from pytest_restore.data.tokens import count_tokens, remember_counts
 
 
 class Granularity(str, Enum):
@@ -187,7 +187,7 @@ def build_histories(
 
 def counts_file_name(dataset_sha256: str, granularity: Granularity) -> str:
     """The name of a dataset's token-count cache file: data, granularity and code all in the key."""
-    from . import tokens
+    from pytest_restore.data import tokens
 
     code = hashlib.sha256(Path(__file__).read_bytes() + Path(tokens.__file__).read_bytes()).hexdigest()
     key = hashlib.sha256(f"{dataset_sha256}\x1f{granularity.value}\x1f{code}".encode()).hexdigest()
