@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="session")
 def embedded_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The report directory of ``pytest benches/`` on the embedded default with the fake models.
+    """The report directory of ``pytest benches/ --restore-ablations`` on the embedded default, fake models.
 
-    This is the README's main job, run for real in a subprocess. Under xdist
+    This is the README's main job (with the ablations), run for real in a subprocess. Under xdist
     every worker asks for it; the first one runs it under a file lock and the
     others reuse its report.
     """
@@ -29,7 +29,8 @@ def embedded_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "cells.csv").exists():
             result = subprocess.run(
-                [sys.executable, "-m", "pytest", "benches/", "-p", "no:xdist", "-q", "--restore-report-dir", str(out)],
+                [sys.executable, "-m", "pytest", "benches/", "-p", "no:xdist", "-q", "--restore-ablations",
+                 "--restore-report-dir", str(out)],
                 cwd=ROOT,
                 capture_output=True,
                 check=False,
@@ -38,4 +39,5 @@ def embedded_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
             if not (out / "cells.csv").exists():
                 pytest.fail(f"the main job wrote no report:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
             (out / "pytest-output.txt").write_text(result.stdout + result.stderr)
+            (out / "pytest-exit-code.txt").write_text(str(result.returncode))
     return out

@@ -238,7 +238,7 @@ def test_restored_condition_shared_by_both_regimes(grid: Any) -> None:
 
 
 def test_conditions_rebuilt_from_the_protocol(grid: Any) -> None:
-    """Every record's answers equal the fake reader's answer to the context PROTOCOL 5 defines."""
+    """Every record's answers equal the fake reader's answer to the context docs/PROTOCOL.md section 5 defines."""
     audit, reader, _, runs = grid
     prompts = PromptSet()
     cap, k = audit.config.cap, audit.config.top_k

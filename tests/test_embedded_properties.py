@@ -1,10 +1,11 @@
 """What the main job's report must show on the embedded default with the fake models.
 
-The figures come from one real run of ``pytest benches/`` on the embedded
-synthetic LongMemEval-S (the ``embedded_report`` session fixture). They are
-properties of the generator (``synthetic.py``) and the fake models
-(``fake.py``) together with the protocol's policies and ranker: a change to
-any of them that breaks one of these makes the default audit unrealistic.
+The figures come from one real run of ``pytest benches/ --restore-ablations``
+on the embedded synthetic LongMemEval-S (the ``embedded_report`` session
+fixture). These are checks that the pipeline can register what a real reader
+would do (construct checks, a complete grid, errors that depend on the
+context), not targets for the audit's outcomes: how the simulation compares
+with the paper is printed by ``benches/bench_world.py``, never asserted.
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_restore.synthetic.generator import generate, history_tokens
 
-BASELINES = ("fifo", "random", "redundancy")
 EVICTING = ("fifo", "random", "redundancy", "llm-importance", "control")
-H1_POLICIES = ("fifo", "random", "redundancy", "control")
 BUDGETS = (80_000, 30_000, 8_000)
 
 Cells = dict[tuple[str, int, str], dict[str, str]]
@@ -48,7 +48,7 @@ def test_grid_is_complete(cells: Cells) -> None:
         for budget in BUDGETS:
             for regime in ("a", "b"):
                 assert (policy, budget, regime) in cells
-                assert _int(cells, policy, budget, regime, "N") >= 80
+                assert _int(cells, policy, budget, regime, "N") >= 40
 
 
 def test_construct_checks(cells: Cells) -> None:
@@ -61,47 +61,66 @@ def test_construct_checks(cells: Cells) -> None:
             assert float(row["gold_evicted_rate"]) == 0.0
 
 
-@pytest.mark.parametrize("policy", BASELINES)
-def test_80k_top_k_mixes_both_bins(cells: Cells, policy: str) -> None:
-    """At 80k in regime (b), destruction is the majority but retrieval misses are real."""
-    assert _int(cells, policy, 80_000, "b", "rec") > 0
-    share = _float(cells, policy, 80_000, "b", "two_bin_share")
-    assert 0.5 < share < 0.95
+@pytest.fixture(scope="module")
+def records(embedded_report: Path) -> list[dict[str, Any]]:
+    with open(embedded_report / "records.jsonl", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
 
 
-@pytest.mark.parametrize("policy", EVICTING)
-def test_8k_is_destruction(cells: Cells, policy: str) -> None:
-    for regime in ("a", "b"):
-        assert _float(cells, policy, 8_000, regime, "two_bin_share") >= 0.95
+def test_the_simulation_can_surprise_the_audit(records: list[dict[str, Any]]) -> None:
+    """What the fake reader's model makes possible, seen in one run with the ablations.
+
+    A reader that answered exactly when all gold is present could show none
+    of these: a restore that turns a right answer wrong, an ablation that
+    flips a case, residual errors that differ from cell to cell, an oracle
+    context that fails.
+    """
+    assert sum(r["negative_restore_gain"] for r in records) > 0
+    flips = {
+        key: sum(r[key] is True for r in records)
+        for key in ("ablation_surviving_correct", "ablation_store_correct", "ablation_placebo_correct")
+    }
+    assert any(r["ablation_excluded"] is not None for r in records)  # the ablations ran
+    assert max(flips.values()) > 0, flips
+    residual: dict[tuple[str, int, str], set[str]] = {}
+    for r in records:
+        if r["bin"] == "residual":
+            residual.setdefault((r["policy"], r["budget"], r["regime"]), set()).add(r["question_id"])
+    assert len({frozenset(q) for q in residual.values()}) > 1
+    oracle = {r["question_id"]: r["oracle_correct"] for r in records if r["excluded"] is None}
+    assert 0 < sum(oracle.values()) < len(oracle)
 
 
-@pytest.mark.parametrize("policy", EVICTING)
-def test_residual_bin_is_never_empty(cells: Cells, policy: str) -> None:
-    for budget in BUDGETS:
-        for regime in ("a", "b"):
-            assert _int(cells, policy, budget, regime, "res") > 0, (budget, regime)
+def test_residual_at_session_granularity(tmp_path: Path) -> None:
+    """With whole sessions as units the reader still misuses evidence it has."""
+    from pytest_restore.audit.run import Audit, AuditConfig
+    from pytest_restore.data.dataset import load_dataset
+    from pytest_restore.data.units import Granularity
+    from pytest_restore.memory.eviction import Fifo, NoEvict
+    from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+    from pytest_restore.synthetic.embedded import embedded_dataset
+
+    dataset = load_dataset(embedded_dataset(tmp_path))
+    reader = FakeReader()
+    config = AuditConfig(granularity=Granularity.SESSION, budgets=(80_000,), seeds=(0,))
+    audit = Audit(dataset, config, reader=reader, judge=FakeJudge(), scorer=FakeScorer())
+    reader.learn(p.history for p in audit.questions)
+    binned = [r["bin"] for policy in (NoEvict(), Fifo()) for r in audit.run_cell(policy, 80_000).records]
+    assert binned.count("residual") > 0
 
 
-def test_control_evicts_gold_at_twice_the_baseline_rate(cells: Cells) -> None:
-    control = _float(cells, "control", 80_000, "b", "gold_evicted_rate")
-    baseline = sum(_float(cells, p, 80_000, "b", "gold_evicted_rate") for p in BASELINES) / len(BASELINES)
-    assert baseline > 0
-    assert control >= 2 * baseline
+def test_main_job_passes_with_the_fake_models(embedded_report: Path) -> None:
+    """Family expectations a simulation misses are reported, not failed (``--restore-family-checks auto``)."""
+    assert (embedded_report / "pytest-exit-code.txt").read_text() == "0"
 
 
-def test_redundancy_evicts_gold(cells: Cells) -> None:
-    """Redundancy is no longer blind to the evidence: some gold goes at 80k, nearly all at 8k."""
-    assert 0.1 < _float(cells, "redundancy", 80_000, "b", "gold_evicted_rate") < 0.7
-    assert _float(cells, "redundancy", 8_000, "b", "gold_evicted_rate") > 0.8
-
-
-def test_h1_rejects_in_every_evicting_cell(cells: Cells, embedded_report: Path) -> None:
-    for policy in H1_POLICIES:
-        for budget in BUDGETS:
-            assert _int(cells, policy, budget, "a", "irr") > 0, (policy, budget)
-    families = json.loads((embedded_report / "hypotheses.json").read_text(encoding="utf-8"))["families"]
-    decisions = {(t["policy"], t["budget"]): t["decision"] for t in families["H1"]}
-    assert decisions == {(p, b): "reject" for p in H1_POLICIES for b in BUDGETS}
+def test_report_says_the_figures_are_simulated(embedded_report: Path) -> None:
+    report = (embedded_report / "report.md").read_text(encoding="utf-8").splitlines()
+    assert report[0].startswith("# ") and report[1] == ""
+    assert "simulated reader" in report[2] and "not a finding about any model" in report[2]
+    assert "## The simulated reader" in report
+    summary = json.loads((embedded_report / "summary.json").read_text(encoding="utf-8"))
+    assert summary["simulated"] is True and summary["simulated_note"] == report[2]
 
 
 def test_full_synthetic_file_history_size() -> None:

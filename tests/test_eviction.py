@@ -54,7 +54,7 @@ def ctx_for(history: History, seed: int = 0) -> EvictionContext:
     return EvictionContext(history.question.question_id, seed, importance_of(history))
 
 
-# --- a literal reference: PROTOCOL section 3 ----------------------------------
+# --- a literal reference: docs/PROTOCOL.md section 3 ---------------------
 
 
 def reference_retain(

@@ -240,7 +240,7 @@ def test_session_failures_name_a_tame_control(tmp_path: Path) -> None:
     )
     files = write_report(records, INFO, tmp_path)
     assert list(files.failures) == failures
-    assert "Expectations not met (each fails the session):" in files.report.read_text()
+    assert "Expectations not met (with a real reader and judge, each fails the session):" in files.report.read_text()
 
 
 def test_session_failures_name_an_h1_cell_without_rejection() -> None:

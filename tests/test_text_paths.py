@@ -15,7 +15,6 @@ from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import Granularity, build_histories
 from pytest_restore.memory import eviction, lexical
 from pytest_restore.memory.retrieval import LexicalIndex
-from pytest_restore.models import fake
 from pytest_restore.synthetic.generator import generate, write_dataset
 
 # letters of the first-person words in both cases, digits, the stripped punctuation,
@@ -49,23 +48,6 @@ def test_fact_density_of_non_ascii_text_is_the_rule() -> None:
              "\u0130 met \u212aelvin at \u0663pm\u2003today. \u00c9mile said my car\xa0was fine"]
     assert not all(t.isascii() for t in texts)
     assert [eviction.fact_density.__wrapped__(t) for t in texts] == [eviction._fact_density_python(t) for t in texts]
-
-
-def test_fake_scorer_ascii_path_matches_the_regex() -> None:
-    def by_regex(content: str) -> int:
-        score = 4.0 + (2 if fake._FIRST_PERSON.search(content) else 0) + (1 if fake._DIGIT.search(content) else 0)
-        score += round(4 * fake._unit_draw("importance", content)) - 2
-        return int(min(10, max(1, score)))
-
-    texts = [*strings(30_000, 2), "I'm here", "it's my_car", "mine", "we're", "OUR", "m", "y", "i", "5"]
-    expected = [by_regex(t) for t in texts]
-    assert [fake.FakeScorer.score(t) for t in texts] == expected
-    # in one batch (one compiled pass over every text): no word runs across two texts
-    assert fake.FakeScorer.scores(texts) == expected
-    mixed = ["Zoë and I", "café 9", "\u0131 know", "\u0130'm", "\u212a", "m\u0131", "\u0663", "é\u0131",
-             *strings(30_000, 8, [c for c in NON_ASCII if c != "\ud800"])]  # (a surrogate is not a text the fake draws for)
-    assert not all(t.isascii() for t in mixed)
-    assert fake.FakeScorer.scores(mixed) == [by_regex(t) for t in mixed]
 
 
 def test_words_ascii_path_matches_the_regex() -> None:

@@ -1,4 +1,4 @@
-"""Restore-tightness ablations (``docs/PROTOCOL.md``; the paper's A3 and appendix C).
+"""Restore-tightness ablations (docs/PROTOCOL.md section 9; the paper's A3 and appendix C).
 
 The gold restore flips every irreversible case by definition. Three extra
 conditions, run by the cell item over the irreversible records of regime (b)

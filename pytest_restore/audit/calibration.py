@@ -1,4 +1,4 @@
-"""The calibration gate, run before the main grid (``docs/PROTOCOL.md``; paper appendix A).
+"""The calibration gate, run before the main grid (docs/PROTOCOL.md section 9; paper appendix A).
 
 On a stratified, seeded subset of the audited questions (40 by default) the
 gate measures three things, and the run stops when a threshold is missed:

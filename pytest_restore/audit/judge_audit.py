@@ -1,4 +1,4 @@
-"""The second-judge audit (``docs/PROTOCOL.md``; the paper's appendix C).
+"""The second-judge audit (docs/PROTOCOL.md section 9; the paper's appendix C).
 
 A second, independent judge re-grades a stratified sample of the grades the
 first judge gave during the audit, with the same frozen judge prompt, and

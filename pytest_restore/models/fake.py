@@ -2,63 +2,117 @@
 
 They sit behind the same interface as the real models (chat messages in,
 text out) and read the same prompts, so the audit cannot tell them apart.
+They are models of a reader, a judge and a scorer, not of the audit's
+expected outcomes: what the fake reader answers depends on what its context
+holds, and the figures a run prints check the pipeline on a simulated reader,
+not any real model.
 
-The fake reader is an evidence-aware stand-in, built to validate the audit:
+The fake reader (:data:`READER_MODEL` is the short version the report prints):
 
 1. It finds the question (after ``Question:``) and its date (after
-   ``Today's date:``) in the prompt and looks up what it knows of that
-   question: the reference answer and the rendered gold snippets.
-2. If any gold snippet is missing from the context, it answers
-   ``I don't know.``
-3. If every gold snippet is there, it answers the reference, except for a
-   deterministic *utilisation error*: with probability
-   ``UTILISATION_RATE[question_type] x min(1, other / SATURATION_CHARS)``,
-   where ``other`` counts the characters of non-gold snippets in the context,
-   it gives a wrong answer (a number off by one, or a partial list). The
-   draw is one hash of the question id, compared with that probability: a
-   question the reader is bad at fails in every crowded enough context, and
-   the same context always gets the same answer. A clean-gold (oracle)
-   context has no non-gold text and is always answered correctly;
-   cross-session and temporal questions buried among many other snippets
-   fail most often.
+   ``Today's date:``) in the prompt and looks up what it was taught of that
+   question: the type, the reference answer and the rendered gold snippets
+   in chronological order (label-keyed, so CI stays deterministic).
+2. It reads the evidence in the context by question type. Knowledge update:
+   the newest gold snippet suffices; an older one without it gives the stale
+   (wrong) value. Multi-session: every gold snippet is needed; a partial set
+   gives an aggregate of what is there (a smaller count or sum, a shorter
+   list), which is wrong. Temporal reasoning and single-session types: every
+   gold snippet is needed; otherwise it says ``I don't know.``, except that
+   a question offering two options ("Which did I do first: A, or B?") draws a
+   guess with probability ``guess``, right half the time.
+3. With the evidence it needs, it still misuses it now and then (a
+   *utilisation error*: the first number off by one, or half a list). The
+   error's probability is ``1 - exp(-h)`` with the hazard
+   ``h = scale x type_factor x (h0 + crowding x other + position x depth)``:
+   ``h0`` gives ``base_error`` on a clean one-snippet context, ``other`` is the
+   non-gold text in the context in thousands of tokens (4,000 characters),
+   ``depth`` is how far into the context the gold sits (0 at the start, 1 at
+   the end). Aggregating types (multi-session, temporal) carry ``aggregate``
+   as their type factor. The draw is a hash of the question id and the
+   context's text, mixed with a per-question draw (``persistence`` is the
+   correlation of one question's draws across contexts): the same context
+   always gets the same answer, a hard question tends to fail everywhere, and
+   a changed context can turn a right answer wrong. An oracle context can
+   fail, so the oracle filter removes questions.
+
+The knobs (:class:`ReaderKnobs`) were chosen once, on the no-evict cell and the
+oracle of the 500-question synthetic file (``benches/bench_world.py`` prints
+them beside the paper's figures); no evicting cell was used.
 
 The fake judge normalises both answers (case, punctuation, articles,
 whitespace) and says CORRECT only when they are equal. The fake scorer rates a
-unit's content alone: first-person statements and numbers raise the score,
-and a hash of the content adds jitter of up to two points either way.
+unit's content alone, as a whole: first-person statements and numbers raise
+the score, a long turn (over :data:`LONG_WORDS` words) lowers it, since a
+fact said in passing weighs little in a snippet that is mostly something
+else, and a hash of the content adds jitter of up to three points either way
+(a rater's scores of similar snippets spread widely).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import TYPE_CHECKING
-
-import numpy as np
-import numpy.typing as npt
+from statistics import NormalDist
+from typing import Any
 
 from pytest_restore.data.units import History
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.prompts import DONT_KNOW
 
-if TYPE_CHECKING:
-    from pytest_restore.memory.kernels import StandIns
+#: Question types whose answer combines several pieces of evidence.
+AGGREGATING_TYPES = frozenset({"multi-session", "temporal-reasoning"})
+#: Characters per thousand tokens of English chat text (the reader's unit of "other" text).
+CHARS_PER_KTOKEN = 4000.0
 
-#: Utilisation-error rate when the context is saturated with non-gold text.
-UTILISATION_RATE: Mapping[str, float] = {
-    "multi-session": 0.30,
-    "temporal-reasoning": 0.30,
-    "knowledge-update": 0.10,
-    "single-session-user": 0.06,
-    "single-session-assistant": 0.06,
-    "single-session-preference": 0.06,
-}
-DEFAULT_UTILISATION_RATE = 0.06
-#: Non-gold characters at which the error rate reaches its ceiling (~1,000 tokens).
-SATURATION_CHARS = 4000
+
+@dataclass(frozen=True)
+class ReaderKnobs:
+    """The fake reader's knobs; the defaults are the calibrated ones (module docstring)."""
+
+    #: utilisation-error rate on a clean one-snippet context, single-evidence types
+    base_error: float = 0.13
+    #: type factor of the aggregating types (multi-session, temporal reasoning)
+    aggregate: float = 3.0
+    #: hazard added per thousand tokens of non-gold text in the context
+    crowding: float = 0.07
+    #: hazard added when the gold sits at the end of the context rather than the start
+    position: float = 0.10
+    #: correlation of one question's draws across contexts (0: independent, 1: one draw per question)
+    persistence: float = 0.9
+    #: multiplies the hazard: below 1 a stronger reader, above 1 a weaker one
+    scale: float = 1.0
+    #: chance that the reader guesses between a two-option question's options without the evidence
+    guess: float = 0.5
+
+
+#: The reader model in a few lines, as the report prints it.
+READER_MODEL = (
+    "The fake reader is taught each question's answer and gold snippets. It answers from what the "
+    "context holds: a knowledge update needs the newest value (an older one alone gives the stale "
+    "value), a multi-session question with part of its evidence gives a wrong aggregate of what is "
+    "there, temporal and single-session questions without all their evidence get \"I don't know\". "
+    "With the evidence present it still errs now and then (a utilisation error), more often for "
+    "aggregating questions, the more non-gold text surrounds the gold and the later the gold sits in "
+    "the context; the draw is a hash of the question and the context, correlated within a question. "
+    "Without the evidence it may guess between the two options of a which-of-two question. "
+    "Its knobs were set on the no-evict cell and the oracle of the 500-question synthetic file only."
+)
+
+
+def reader_model_lines(knobs: ReaderKnobs | None = None) -> list[str]:
+    """The reader model and its knob values, as markdown lines for the report."""
+    k = knobs or ReaderKnobs()
+    return [
+        READER_MODEL,
+        "",
+        (f"Knobs: base error {k.base_error:g}, aggregating-type factor {k.aggregate:g}, crowding "
+        f"{k.crowding:g} per 1k non-gold tokens, position {k.position:g}, persistence {k.persistence:g}, "
+        f"scale {k.scale:g}, guess {k.guess:g}."),
+    ]
 
 
 @dataclass(frozen=True)
@@ -68,13 +122,21 @@ class KnownQuestion:
     question_id: str
     question_type: str
     answer: str
-    gold_snippets: tuple[str, ...]
+    gold_snippets: tuple[str, ...]  #: in chronological order
 
 
 def _unit_draw(*parts: str) -> float:
     """A deterministic draw in [0, 1) from strings."""
     digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+_NORMAL = NormalDist()
+
+
+def _z(u: float) -> float:
+    """The standard normal quantile of a draw, kept off the infinite ends."""
+    return _NORMAL.inv_cdf(min(max(u, 1e-12), 1.0 - 1e-12))
 
 
 def _between(text: str, start: str, end: str | None, *, from_end: bool = False) -> str | None:
@@ -100,6 +162,15 @@ def _user_message(request: ChatRequest) -> str:
     return "\n".join(content for role, content in request.messages if role == "user")
 
 
+_NUMBER = re.compile(r"\d[\d,]*")
+_CHOICE = re.compile(r"^(which|who)\b.*\S or \S.*\?\s*$", re.IGNORECASE | re.DOTALL)
+
+
+def is_choice(question: str) -> bool:
+    """Whether a question offers two options to choose from ("Which did I do first: A, or B?")."""
+    return _CHOICE.match(question) is not None
+
+
 def wrong_answer(answer: str) -> str:
     """A deterministic wrong variant of ``answer``: first number off by one, else a partial answer."""
     match = re.search(r"\d+", answer)
@@ -108,6 +179,26 @@ def wrong_answer(answer: str) -> str:
         return answer[: match.start()] + str(value) + answer[match.end() :]
     half = answer.split()[: max(1, len(answer.split()) // 2)]
     return " ".join(half) + " and nothing else I can find"
+
+
+def partial_aggregate(answer: str, present: int, total: int) -> str:
+    """The aggregate a reader gives from ``present`` of ``total`` pieces of evidence: always wrong.
+
+    A count or a sum shrinks in proportion (and by at least one); a list keeps
+    its share of items (at least one, never all); anything else is a
+    :func:`wrong_answer`.
+    """
+    match = _NUMBER.search(answer)
+    if match:
+        value = int(match.group().replace(",", ""))
+        partial = min(value - 1, round(value * present / total))
+        text = f"{partial:,}" if "," in match.group() else str(partial)
+        return answer[: match.start()] + text + answer[match.end() :]
+    items = [x for x in re.split(r",\s*|\s+and\s+", answer) if x]
+    if len(items) > 1:
+        keep = min(len(items) - 1, max(1, len(items) * present // total))
+        return ", ".join(items[:keep])
+    return wrong_answer(answer)
 
 
 class _Named:
@@ -123,14 +214,20 @@ class _Named:
 
 
 class FakeReader(_Named):
-    """The evidence-aware fake reader (rules in the module docstring)."""
+    """The fake reader (rules in the module docstring)."""
 
     def __init__(
-        self, histories: Iterable[History] = (), *, name: str = "fake", utilisation_scale: float = 1.0
+        self,
+        histories: Iterable[History] = (),
+        *,
+        name: str = "fake",
+        knobs: ReaderKnobs | None = None,
+        utilisation_scale: float = 1.0,
     ) -> None:
         super().__init__(name=name)
-        #: multiplies every utilisation-error rate: ``fake-strong`` (0.4) stands in for a stronger reader
-        self.utilisation_scale = utilisation_scale
+        base = knobs or ReaderKnobs()
+        #: ``utilisation_scale`` multiplies the knobs' scale: ``fake-strong`` (0.4) stands in for a stronger reader
+        self.knobs = ReaderKnobs(**{**base.__dict__, "scale": base.scale * utilisation_scale})
         self._known: dict[tuple[str, str], KnownQuestion] = {}
         self.learn(histories)
 
@@ -138,7 +235,7 @@ class FakeReader(_Named):
         """Learn the answers and gold snippets of these questions."""
         for history in histories:
             q = history.question
-            snippets = tuple(history.units[p].snippet for p in history.gold)
+            snippets = tuple(history.units[p].snippet for p in sorted(history.gold))
             known = KnownQuestion(q.question_id, q.question_type, q.answer, snippets)
             self._known[(q.question, q.question_date)] = known
 
@@ -154,17 +251,55 @@ class FakeReader(_Named):
         if known is None:
             return DONT_KNOW
         block = _between(prompt, "Memory snippets:\n", "\n\nQuestion: ") or prompt
-        if not all(g in block for g in known.gold_snippets):
+        found = [block.find(g) for g in known.gold_snippets]
+        present = [i >= 0 for i in found]
+        total = len(present)
+        if not total:
             return DONT_KNOW
-        gold_chars = sum(len(g) + 2 for g in known.gold_snippets)  # each with its separator
-        other = max(0, len(block) + 2 - gold_chars)
-        rate = self.utilisation_scale * UTILISATION_RATE.get(known.question_type, DEFAULT_UTILISATION_RATE)
-        p_error = rate * min(1.0, other / SATURATION_CHARS)
-        # one draw per question: the context sets the error's probability, so the
-        # same question fails in every crowded context, as a weak reader would
-        if _unit_draw("utilisation", known.question_id) < p_error:
+        if known.question_type == "knowledge-update":
+            if not present[-1]:
+                # an older value without the update: the reader reports what it sees
+                return wrong_answer(known.answer) if any(present) else DONT_KNOW
+            used = [found[-1]]
+            used_snippets = [known.gold_snippets[-1]]
+        elif not all(present):
+            if known.question_type == "multi-session" and any(present):
+                return partial_aggregate(known.answer, sum(present), total)
+            return self._guess(known, question or "", block)
+        else:
+            used, used_snippets = found, list(known.gold_snippets)
+        if self._misused(known, block, used, used_snippets):
             return wrong_answer(known.answer)
         return known.answer
+
+    def _guess(self, known: KnownQuestion, question: str, block: str) -> str:
+        """Without its evidence: a guess between two offered options (right half the time), else I don't know."""
+        if not is_choice(question):
+            return DONT_KNOW
+        draw = _unit_draw("guess", known.question_id, block)
+        if draw >= self.knobs.guess:
+            return DONT_KNOW
+        return known.answer if draw < self.knobs.guess / 2 else wrong_answer(known.answer)
+
+    def error_probability(self, question_type: str, other_chars: float, depth: float) -> float:
+        """The utilisation-error probability for this much non-gold text and this gold depth."""
+        k = self.knobs
+        h0 = -math.log(1.0 - k.base_error)
+        factor = k.aggregate if question_type in AGGREGATING_TYPES else 1.0
+        hazard = k.scale * factor * (h0 + k.crowding * other_chars / CHARS_PER_KTOKEN + k.position * depth)
+        return 1.0 - math.exp(-hazard)
+
+    def _misused(self, known: KnownQuestion, block: str, found: Sequence[int], snippets: Sequence[str]) -> bool:
+        """Whether the reader misuses evidence it has (a utilisation error), drawn per question and context."""
+        gold_chars = sum(len(g) for g in snippets)
+        other = max(0, len(block) - gold_chars)
+        depth = sum(i / max(1, len(block)) for i in found) / len(found)
+        p_error = self.error_probability(known.question_type, other, depth)
+        rho = self.knobs.persistence
+        z = math.sqrt(rho) * _z(_unit_draw("question", known.question_id)) + math.sqrt(1.0 - rho) * _z(
+            _unit_draw("context", known.question_id, block)
+        )
+        return _NORMAL.cdf(z) < p_error
 
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -193,12 +328,11 @@ class FakeJudge(_Named):
         return "CORRECT" if same else "INCORRECT"
 
 
-# The scorer's two tests as written; the compiled scan (``scores``) gives their answers, and
-# tests/test_text_paths.py holds it to them.
+# The scorer's two tests. A test double needs no compiled path: plain regexes.
 _FIRST_PERSON = re.compile(r"\b(i|i'm|i've|my|me|we|our)\b", re.IGNORECASE)
 _DIGIT = re.compile(r"\d")
-# ``_FIRST_PERSON`` over ASCII text: "i'm" and "i've" already match as "i" followed by a boundary.
-_FIRST_PERSON_WORDS = ("i", "my", "me", "we", "our")
+#: Words past which the scorer takes a snippet for mostly something other than a fact.
+LONG_WORDS = 120
 
 
 class FakeScorer(_Named):
@@ -211,57 +345,47 @@ class FakeScorer(_Named):
 
     @staticmethod
     def score(content: str) -> int:
-        """The fake importance of one content."""
-        return FakeScorer.scores([content])[0]
+        """The fake importance of one content: 4, +2 for a first-person word, +1 for a digit, -2 when long, +-3 jitter."""
+        score = 4 + (2 if _FIRST_PERSON.search(content) else 0) + (1 if _DIGIT.search(content) else 0)
+        score -= 2 if len(content.split()) > LONG_WORDS else 0
+        score += round(6 * _unit_draw("importance", content)) - 3
+        return min(10, max(1, score))
 
     @staticmethod
     def scores(contents: Sequence[str]) -> list[int]:
-        """The fake importance of each content: 4, +2 for a first-person word, +1 for a digit, +-2 jitter."""
-        from pytest_restore.memory import kernels
-
-        # the same two tests as the regexes, compiled: one pass over all the bytes, with
-        # non-ASCII characters through ASCII stand-ins
-        stand_ins = _scorer_stand_ins()
-        ascii_texts = [c if c.isascii() else stand_ins.apply(c) for c in contents]
-        first_person, digit = kernels.word_and_digit(ascii_texts, _first_person_codes())
-        out = []
-        for content, f, d in zip(contents, first_person, digit):
-            score = 4 + (2 if f else 0) + (1 if d else 0) + round(4 * _unit_draw("importance", content)) - 2
-            out.append(min(10, max(1, score)))
-        return out
+        """The fake importance of each content (see :meth:`score`)."""
+        return [FakeScorer.score(c) for c in contents]
 
 
-def _scorer_stand_in(char: str) -> str:
-    """A non-ASCII character's part in the scorer's two regexes (``_FIRST_PERSON``, ``_DIGIT``).
-
-    Under ``re.IGNORECASE`` four non-ASCII letters match ASCII ones ("İ" and
-    "ı" match "i", "ſ" "s", the Kelvin sign "k"): they stand in as those. A
-    ``\\d`` digit (``isdecimal``) stands in as "0"; any other ``\\w``
-    character (``isalnum``) as "x", a word character in no first-person word;
-    everything else as a space.
-    """
-    folded = _ASCII_FOLD.get(char)
-    if folded is not None:
-        return folded
-    if char.isdecimal():
-        return "0"
-    return "x" if char.isalnum() else " "
+# -- what a report says when a fake took part -------------------------------------------------
 
 
-_ASCII_FOLD = {"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"}
+def is_fake(name: str | None) -> bool:
+    """Whether a model name in the records is one of these fakes (``fake``, ``fake-strong``, ``fake-*``)."""
+    return name is not None and (name == "fake" or name.startswith("fake-"))
 
 
-@lru_cache(maxsize=1)
-def _scorer_stand_ins() -> StandIns:
-    """The scorer's stand-ins (numba loads with the kernels module, on first use)."""
-    from pytest_restore.memory.kernels import StandIns
+def simulated_models(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``role `name``` of every fake model in the records, readers first, then judges, then scorers."""
+    roles = ("reader", "judge", "scorer")
+    found = {(roles.index(role), str(r.get(role))) for r in records for role in roles if is_fake(r.get(role))}
+    return [f"{roles[i]} `{name}`" for i, name in sorted(found)]
 
-    return StandIns(_scorer_stand_in)
+
+def simulated_note(records: Sequence[Mapping[str, Any]], official_data: bool | None = None) -> str | None:
+    """The one sentence a report opens with when any model is a fake; ``None`` when none is."""
+    fakes = simulated_models(records)
+    if not fakes:
+        return None
+    data = "the official LongMemEval-S file" if official_data else "synthetic or unofficial data"
+    return (
+        f"These figures check the audit pipeline on a simulated reader and {data} (fake models: "
+        f"{', '.join(fakes)}); they are not a finding about any model."
+    )
 
 
-@lru_cache(maxsize=1)
-def _first_person_codes() -> npt.NDArray[np.int64]:
-    """``_FIRST_PERSON_WORDS`` as the compiled test's word codes (numba loads on first use)."""
-    from pytest_restore.memory import kernels
-
-    return kernels.word_codes(_FIRST_PERSON_WORDS)
+def simulated_reader_md(records: Sequence[Mapping[str, Any]]) -> str:
+    """The report's section on the fake reader's model, when a fake reader took part; else empty."""
+    if not any(is_fake(r.get("reader")) for r in records):
+        return ""
+    return "\n".join(["## The simulated reader", "", *reader_model_lines(), ""])

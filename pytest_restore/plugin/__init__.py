@@ -34,7 +34,7 @@ from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_regis
 from pytest_restore.memory.retrieval import RankerRegistry, default_rankers
 from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.cache import ResponseCache
-from pytest_restore.models.fake import FakeReader, FakeScorer
+from pytest_restore.models.fake import FakeReader, FakeScorer, is_fake
 from pytest_restore.models.openai_chat import estimate_tokens
 from pytest_restore.models.prompts import READER_MAX_TOKENS, PromptSet, parse_score
 from pytest_restore.models.providers import (
@@ -92,10 +92,11 @@ OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("calibration", "auto", "calibration gate before the grid: on, off, or auto (on for real models)"),
     (
         "family-checks",
-        "fail",
+        "auto",
         (
             "fail: a hypothesis family's failed expectation fails the run; report: only report it "
-            "(for runs too small to have power)"
+            "(for runs too small to have power); auto: fail, but report when the reader or judge is a "
+            "fake (a simulation's outcomes are no finding to hold a run to)"
         ),
     ),
 )
@@ -226,8 +227,11 @@ class RestoreSettings:
         for name, _default, _help in OPTIONS:
             value = config.getoption(_dest(name))
             raw[name] = str(value if value is not None else config.getini(_dest(name))).strip()
-        if raw["family-checks"] not in ("fail", "report"):
-            raise pytest.UsageError(f"--restore-family-checks: {raw['family-checks']!r} is not fail or report")
+        if raw["family-checks"] not in ("auto", "fail", "report"):
+            raise pytest.UsageError(f"--restore-family-checks: {raw['family-checks']!r} is not auto, fail or report")
+        if raw["family-checks"] == "auto":
+            simulated = any(is_fake(raw[role] or "fake") for role in ("reader", "judge"))
+            raw["family-checks"] = "report" if simulated else "fail"
         if raw["calibration"] not in ("auto", "on", "off"):
             raise pytest.UsageError(f"--restore-calibration: {raw['calibration']!r} is not auto, on or off")
         for role in ("reader", "judge", "scorer", "robustness-reader", "audit-judge"):
@@ -332,7 +336,7 @@ class RestoreCell:
     def check(self) -> None:
         """Fail the item, in one readable block, when one of the cell's checks fails.
 
-        The construct checks (``docs/PROTOCOL.md``), then the cell's own part of
+        The construct checks (docs/PROTOCOL.md section 5), then the cell's own part of
         the hypothesis families at the raw level: its H1 construct check, its
         H3 contrast and, for the control, its positive-control contrasts
         against each baseline. Holm across a family is applied at session end.
@@ -470,7 +474,7 @@ class RestoreSession:
             self._preload.start()
 
     def calibrate(self) -> None:
-        """The calibration gate (``docs/PROTOCOL.md``): stop the run before the grid when it fails."""
+        """The calibration gate (docs/PROTOCOL.md section 9): stop the run before the grid when it fails."""
         s = self.settings
         fresh_judge = make_model(s.judge, "judge", self.model_options(), use_cache=False, providers=self.providers)
         try:

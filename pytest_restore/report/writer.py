@@ -39,6 +39,7 @@ from pytest_restore.audit import ablations
 from pytest_restore.audit.robustness import compare_readers, render_comparison_md
 from pytest_restore.audit.run import model_calls
 from pytest_restore.memory.eviction import BUILTIN_POLICIES
+from pytest_restore.models.fake import simulated_note, simulated_reader_md
 from pytest_restore.record import BINS, DEFAULT_RANKER, Record, RecordError, tally_cells
 from pytest_restore.record import dumps as records_text
 from pytest_restore.stats import analysis as stats
@@ -52,7 +53,7 @@ from pytest_restore.stats.analysis import (
 
 CELL_COLUMNS = PROTOCOL_COLUMNS
 EXTRA_COLUMNS = ("irr_share", "rec_share", "res_share", "negative_restore_gain", "excluded")
-#: Every column of ``cells.csv``: the protocol's figures, their intervals, the rest.
+#: Every column of ``cells.csv``: the figures of docs/PROTOCOL.md section 7, their intervals, the rest.
 CSV_COLUMNS = CELL_COLUMNS + INTERVAL_COLUMNS + EXTRA_COLUMNS
 
 
@@ -484,7 +485,7 @@ def render_hypotheses_md(analysis: Analysis) -> str:
     failures = session_failures(analysis)
     out += [
         "",
-        "Expectations not met (each fails the session):"
+        "Expectations not met (with a real reader and judge, each fails the session):"
         if failures
         else "Every expectation is met.",
         "",
@@ -599,6 +600,9 @@ def render_report_md(
         analysis = analyse_records(records, info)
     ds = info.dataset
     out = ["# Restore-counterfactual audit", ""]
+    note = simulated_note(records, ds.get("official"))
+    if note:
+        out += [note, ""]
     sha = ds.get("sha256", "unknown")
     official = ds.get("official")
     out.append(
@@ -649,6 +653,9 @@ def render_report_md(
     for name in sorted(info.checks):
         out += ["", str(info.checks[name].get("markdown", ""))]
     out += ["", render_ablations_md(records, analysis), render_cases_md(records)]
+    reader_model = simulated_reader_md(records)
+    if reader_model:
+        out += ["", reader_model]
     section = render_model_calls_md(records, calls)
     if section:
         out += ["", section]
@@ -751,6 +758,10 @@ def summary_json(
         "record_exclusions": record_exclusions(records),
         "model_calls": dict(calls) if calls is not None else model_calls(records),
     }
+    note = simulated_note(records, info.dataset.get("official"))
+    out["simulated"] = note is not None
+    if note:
+        out["simulated_note"] = note
     if analysis is not None:
         out["hypotheses"] = analysis.summary()
         out["failures"] = session_failures(analysis)

@@ -113,7 +113,7 @@ INTERVAL_COLUMNS: tuple[str, ...] = (
     "accuracy_lo",
     "accuracy_hi",
 )
-#: The per-cell figures of ``docs/PROTOCOL.md``: the first columns of ``cells.csv``.
+#: The per-cell figures of docs/PROTOCOL.md section 7: the first columns of ``cells.csv``.
 PROTOCOL_COLUMNS: tuple[str, ...] = (
     "policy",
     "budget",
@@ -129,7 +129,7 @@ PROTOCOL_COLUMNS: tuple[str, ...] = (
     "accuracy",
     "gold_evicted_rate",
 )
-#: Every column of :meth:`CellStats.as_row`, in order (the protocol's figures first).
+#: Every column of :meth:`CellStats.as_row`, in order (the figures of docs/PROTOCOL.md section 7 first).
 CELL_COLUMNS: tuple[str, ...] = (
     *PROTOCOL_COLUMNS,
     *INTERVAL_COLUMNS,
@@ -380,7 +380,7 @@ class StatsSettings:
 
 @dataclass(frozen=True)
 class CellStats:
-    """Per-cell figures (``docs/PROTOCOL.md``) with bootstrap intervals.
+    """Per-cell figures (docs/PROTOCOL.md section 7) with bootstrap intervals.
 
     Shares and rates are ``None`` when their denominator is 0 (``two_bin_share``
     of a cell without irreversible or recoverable errors, say).

@@ -6,42 +6,41 @@ o200k_base tokens spread over about 50 dated sessions. It exists so the audit
 can be developed and tested without the official file; it makes no claim to
 reproduce the paper's figures.
 
-How a history is assembled:
+How a history is assembled (the rates are knobs of :class:`GeneratorSettings`;
+their defaults aim at what real assistant conversations look like, not at
+any policy's outcome):
 
 - **Filler sessions** come from a pool shared by every question of one call
   (ids ``sharegpt_<hex>_<k>`` and ``ultrachat_<n>``; one id, one content). The
   pool holds ``pool_factor`` times the sessions one history needs, so
-  histories overlap but differ. Filler is advice prose with no digits, no
-  names and few first-person words. It is lexically diverse, like the
-  ShareGPT/UltraChat text of the real file: each session is about one of
-  ``filler_topics`` invented topics with their own words (pseudo-words drawn
-  from the seed), set in English frames whose content words are few and
-  varied, so two unrelated turns share few content words while turns of one
-  session share their topic's words. Some user turns are short stock turns
-  ("Thanks!") that recur across sessions.
+  histories overlap but differ. Filler is advice prose, lexically diverse
+  like the ShareGPT/UltraChat text of the real file: each session is about
+  one of ``filler_topics`` invented topics with their own words
+  (pseudo-words drawn from the seed), set in English frames whose content
+  words are few and varied. Like real chat text it carries concrete details:
+  a share of turns holds a number (``filler_digit_rate``), a name or place
+  (``filler_name_rate``) or a date (``filler_date_rate``); users state things
+  about themselves in the first person (``user_first_person_rate``) and now
+  and then write long messages (``long_user_share``); some user turns are
+  short stock turns ("Thanks!") that recur across sessions.
 - **Answer sessions** (``answer_<hex>_<k>``, listed in ``answer_session_ids``)
   each hold one evidence turn with ``has_answer: true``; every turn of an
   answer session carries the ``has_answer`` key, other sessions omit it (as in
-  the real file). Evidence turns are short (``gold_tokens``) and dense in
-  concrete facts: numbers, names, dates, "I bought", "my". As in real chats,
-  the next turn restates part of the evidence (the assistant's reply to a
-  user's evidence turn; the user's follow-up to an assistant's): each evidence
-  sentence with a per-question probability drawn from ``echo_strength``,
-  without numbers or the answer's words. So the evidence's best lexical
-  similarity to another turn (what ``redundancy`` evicts by) spreads across
-  the middle of the history's distribution instead of sitting at its bottom.
+  the real file). An evidence turn states its fact (numbers, names, dates,
+  "I bought", "my") in passing, inside an ordinary turn about something else,
+  and its size is drawn like any turn of the history (within ``gold_tokens``):
+  its length and its fact density sit inside its history's range, not at an
+  end of it. As in real chats, the next turn restates part of the evidence
+  (the assistant's reply to a user's evidence turn; the user's follow-up to an
+  assistant's): each evidence sentence with a per-question probability drawn
+  from ``echo_strength``, without numbers or the answer's words.
 - **Distractor sessions** hold turns that reuse the question's content words
   (same topic, no answer) so a lexical ranker over the question can rank them
   above the evidence. Their number per question is drawn from ``distractors``.
-  They are moderately dense: one number or name, first person.
 
-With the defaults, on 500 questions, against this package's own pieces: the
-info-density ``control`` evicts some gold of nearly every question at every
-budget while ``fifo``, ``random`` and ``redundancy`` each do so for under half
-at 80k and for nearly all at 8k; and the BM25-lite top-k under the
-2,000-token cap misses some gold of a single-evidence question now and then
-(more often for multi-session questions). The distractor knobs move the
-second figure, ``echo_strength`` moves ``redundancy``'s share.
+The generator is tested on the statistics of its data (where the evidence's
+length and fact density fall within its history, the filler's rates), never on
+what an audit of it finds.
 
 Everything is drawn from one ``random.Random(seed)``: the same arguments give
 a byte-identical file. Token sizes use :func:`pytest_restore.data.tokens.count_tokens`
@@ -496,26 +495,6 @@ _ROLES = (
 _FUNDS = ("vacation", "emergency", "wedding", "house", "new car", "travel", "rainy day")
 _KEYBOARDS = ("laptop", "mechanical keyboard", "work keyboard", "split keyboard", "tablet keyboard")
 
-#: Dense, unrelated personal details that pad evidence turns (no money, no category words).
-_DETAILS = (
-    "My {rel} {name} is coming over on {weekday} at {clock}, so I need to tidy up first.",
-    "I've been averaging {n} hours of sleep since {month}.",
-    "I'm on the {clock} train to {city} most {weekday}s.",
-    "{name} from work asked me to cover the {clock} meeting on {month} {day}.",
-    "My apartment on {street} gets sun from {clock} onward.",
-    "I walked {n} miles on {weekday} with {name}.",
-    "My {rel} {name} turns {age} on {month} {day}.",
-    "I finally finished the {n}-episode season {name} recommended.",
-    "I'm flying to {city} on {month} {day} for {n} days.",
-)
-_ASSISTANT_DETAILS = (
-    "If you go on a {weekday}, aim to be there before {clock}.",
-    "Budget about {n}0 dollars for extras.",
-    "{name} at the front desk can usually help after {clock}.",
-    "Expect it to take {n} to {age} minutes the first time.",
-    "Most people see a difference within {n} days.",
-    "Check again around {month} {day}, when the schedule usually changes.",
-)
 _USER_DISTRACTORS = (
     (
         "I keep going back and forth about {a}. My {rel} says it's not worth the hassle, "
@@ -541,6 +520,43 @@ _USER_DISTRACTORS = (
 )
 
 
+#: Concrete sentences real assistant prose carries now and then: quantities, names, places, dates.
+_FILLER_NUMBERS = (
+    "Aim for about {n} minutes at a time, {k} times a week.",
+    "Most people see a difference within {n} to {m} weeks.",
+    "A budget of around ${money} is plenty to start with.",
+    "Give it {n} days before you judge the result.",
+    "About {pct}% of beginners drop this in the first month, so go easy.",
+    "Set a timer for {n} minutes and stop when it rings.",
+    "Step {k} is where most people get stuck.",
+    "Try a ratio of {k} to {n} and adjust from there.",
+)
+_FILLER_NAMES = (
+    "{name} {surname}'s book on {t} is a good place to start.",
+    "If you are near {city}, there are groups that meet every week.",
+    "Many people follow the approach {name} {surname} describes.",
+    "The {city} public library often runs free sessions on this.",
+)
+_FILLER_DATES = (
+    "Registration for most courses opens in {month}.",
+    "A deadline around {month} {day} is common for this kind of thing.",
+    "Aim to have a first version by {weekday}.",
+    "Things tend to get busier after {month}, so start early.",
+)
+#: First-person statements users make about themselves in passing.
+_USER_STATEMENTS = (
+    "I've been trying {t} for a while now.",
+    "My {rel} got me into {t}.",
+    "I'm not sure I'm doing the {n} part right.",
+    "I tried this last {weekday} and it didn't go well.",
+    "I have about {k} hours a week for this.",
+    "We talked about {t} at work and I got curious.",
+    "My schedule is a mess lately, so I need something simple.",
+    "I started {k} weeks ago and I'm already losing steam.",
+)
+_SURNAMES = ("Okafor", "Lindqvist", "Moreau", "Tanaka", "Alvarez", "Brennan", "Kowalski", "Haddad", "Nguyen", "Silva")
+
+
 # --------------------------------------------------------------------------- knobs
 
 
@@ -551,13 +567,26 @@ class GeneratorSettings:
     tokens_per_history: int = 102_000
     sessions_per_history: int = 56
     pool_factor: float = 2.5
+    #: spread (sigma of the log) of the exchanges per session: sessions vary from short to long
+    session_size_spread: float = 0.7
     #: build each pool session and loose pair on first use (see ``generate``)
     lazy_pool: bool = False
-    distractors: tuple[int, int] = (0, 10)
-    distractor_assistant_share: float = 0.7
+    #: distractor pairs per question and the share with a long on-topic answer: set with the
+    #: reader's knobs on the no-evict baseline (how often top-k retrieval misses the evidence)
+    distractors: tuple[int, int] = (0, 6)
+    distractor_assistant_share: float = 0.3
     distractors_per_session: int = 2
     distractor_mentions: tuple[int, int] = (4, 10)
-    gold_tokens: tuple[int, int] = (40, 200)
+    #: bounds of an evidence turn's size; within them it is drawn like a filler turn of its role
+    gold_tokens: tuple[int, int] = (40, 600)
+    #: share of user turns (filler and evidence alike) that are long messages, sized like assistant turns
+    long_user_share: float = 0.12
+    #: shares of filler turns holding a number, a name or place, a date (one concrete sentence each)
+    filler_digit_rate: float = 0.45
+    filler_name_rate: float = 0.25
+    filler_date_rate: float = 0.12
+    #: share of filler user turns with a first-person statement about the user
+    user_first_person_rate: float = 0.5
     filler_assistant_tokens: tuple[int, int] = (150, 450)
     filler_topics: int = 400
     echo_strength: tuple[float, float] = (0.0, 0.7)
@@ -787,15 +816,51 @@ class _Writer:
             parts.append(closer)
         return "\n\n".join(parts)
 
+    def concrete(self, topic: _Topic, bank: Sequence[str]) -> str:
+        """One concrete filler sentence from ``bank`` (numbers, names, places or dates)."""
+        r = self.rng
+        return self.pick(bank).format(
+            n=r.randint(2, 30), m=r.randint(31, 60), k=r.randint(2, 9), money=r.choice((20, 50, 100, 200, 500)),
+            pct=r.randint(10, 80), name=self.pick(_NAMES), surname=self.pick(_SURNAMES), city=self.pick(_CITIES),
+            month=self.pick(_MONTHS), day=r.randint(2, 28), weekday=self.pick(_WEEKDAYS), t=topic.name,
+        )
+
+    def with_facts(self, text: str, topic: _Topic) -> str:
+        """``text`` with concrete sentences inserted at the filler rates (one draw per kind)."""
+        s = self.s
+        extra = [self.concrete(topic, bank) for rate, bank in (
+            (s.filler_digit_rate, _FILLER_NUMBERS), (s.filler_name_rate, _FILLER_NAMES),
+            (s.filler_date_rate, _FILLER_DATES)) if self.rng.random() < rate]
+        if not extra:
+            return text
+        parts = text.split("\n\n")
+        for sentence in extra:
+            at = self.rng.randrange(len(parts))
+            parts[at] = f"{parts[at]} {sentence}"
+        return "\n\n".join(parts)
+
     def assistant_filler(self, topic: _Topic) -> str:
         lo, hi = self.s.filler_assistant_tokens
-        return self.prose(topic, self.rng.randint(lo, hi - 40))
+        return self.with_facts(self.prose(topic, self.rng.randint(lo, hi - 40)), topic)
+
+    def statement(self, topic: _Topic) -> str:
+        """A first-person statement about the user, in passing."""
+        slots = self._slots(topic, None)
+        return self.pick(_USER_STATEMENTS).format(
+            t=topic.name, rel=self.pick(_RELATIONS), n=slots["n"], weekday=self.pick(_WEEKDAYS),
+            k=self.rng.randint(2, 9))
 
     def user_filler(self, topic: _Topic) -> str:
-        if self.rng.random() < _STOCK_SHARE:
+        r = self.rng
+        if r.random() < _STOCK_SHARE:
             return self.pick(_STOCK_USER)
         text = self.pick(_USER_FILLER).format(**self._slots(topic, None))
-        if self.rng.random() < 0.4:
+        if r.random() < self.s.user_first_person_rate:
+            text = f"{self.statement(topic)} {text}"
+        if r.random() < self.s.long_user_share:
+            lo, hi = self.s.filler_assistant_tokens
+            return self.with_facts(f"{text}\n\n{self.prose(topic, r.randint(lo, hi - 40), opener=False)}", topic)
+        if r.random() < 0.4:
             text += " " + self.sentence(topic)
         return text
 
@@ -817,37 +882,49 @@ class _Writer:
                 kept.append(" ".join(tokens))
         return "; ".join(kept)
 
-    # -- dense evidence
-    def details(self, count: int) -> str:
-        return " ".join(self.pick(_DETAILS).format(**self.slots()) for _ in range(count))
+    # -- evidence: a fact in an ordinary turn
+    def gold_size(self) -> int:
+        """An evidence turn's target size: the size of a filler turn drawn here, within ``gold_tokens``.
+
+        Half the turns of a history are the assistant's, half the user's, so the
+        turn is either, whatever the evidence turn's role: its size is ordinary
+        within its history, long ones included.
+        """
+        topic = self.topic()
+        turn = self.assistant_filler(topic) if self.rng.random() < 0.5 else self.user_filler(topic)
+        lo, hi = self.s.gold_tokens
+        return min(max(count_tokens([turn])[0], lo), hi)
 
     def evidence(self, core: str) -> str:
-        """A fact-dense user turn: the core fact plus unrelated personal details.
-
-        Its size is drawn within ``gold_tokens`` (biased to the short end) and
-        reached by adding details.
-        """
+        """A user turn that states ``core`` in passing, among ordinary words about something else."""
         lead = self.pick(("", "Oh, by the way: ", "Quick update: ", "Side note, ", "Also, "))
         body = core[0].upper() + core[1:] if not lead else core
-        return self._pad(lead + body, self.details)
+        topic = self.topic()
+
+        def more(tokens: int) -> str:
+            ask = self.pick(_USER_FILLER).format(**self._slots(topic, None))
+            if tokens < 60:
+                return ask
+            return f"{ask} {self.statement(topic)}\n\n{self.prose(topic, tokens - 30, opener=False)}"
+
+        return self._pad(lead + body, self.gold_size(), more)
 
     def assistant_evidence(self, core: str) -> str:
-        """A fact-dense assistant turn: the recommendation plus concrete practicalities."""
-        return self._pad(core, lambda count: " ".join(
-            self.pick(_ASSISTANT_DETAILS).format(**self.slots()) for _ in range(count)))
+        """An assistant turn with the recommendation ``core`` inside ordinary advice prose."""
+        topic = self.topic()
+        return self._pad(core, self.gold_size(),
+                         lambda tokens: self.prose(topic, max(20, tokens), opener=False))
 
-    def _pad(self, core: str, more: Callable[[int], str]) -> str:
-        lo, hi = self.s.gold_tokens
-        # a few tokens of slack: a date placeholder may render shorter than it counts
-        target = self.rng.randint(lo + 4, max(lo + 4, (lo + hi) // 2))
-        extra = [more(1)]
-        text = " ".join([core, *extra])
-        while count_tokens([text])[0] < target:
-            extra.append(more(1))
-            text = " ".join([core, *extra])
-        while extra and count_tokens([text])[0] > hi:
-            extra.pop()
-            text = " ".join([core, *extra])
+    def _pad(self, core: str, target: int, more: Callable[[int], str]) -> str:
+        """``core`` followed by ``more(tokens)`` to reach about ``target`` tokens (at most 10% over it)."""
+        have = count_tokens([core])[0]
+        if target - have < 12:
+            return core
+        text = f"{core} {more(target - have)}"
+        limit = min(self.s.gold_tokens[1], int(target * 1.1) + 10)
+        while count_tokens([text])[0] > limit:  # the prose's size is an estimate: trim whole paragraphs
+            head, sep, _tail = text.rpartition("\n\n")
+            text = head if sep and head.startswith(core) and len(head) > len(core) else core
         return text
 
     def reply(self, phrase: str) -> str:
@@ -1035,7 +1112,9 @@ def _plan_multi(w: _Writer, abstain: bool) -> _Plan:
     for x, price in zip(chosen, prices):
         when = w.pick(("today", "this morning", "yesterday", f"on {w.pick(_WEEKDAYS)}"))
         cost = f" It was ${price}." if form == 2 else f" It cost me ${price}." if r.random() < 0.5 else ""
-        core = f"I {phrase.format(x=x)} {when}.{cost}"
+        # users tend to say what kind of thing it was ("another one for my ... list")
+        tag = f" That's one more for my {plural} list." if r.random() < 0.7 else ""
+        core = f"I {phrase.format(x=x)} {when}.{cost}{tag}"
         golds.append(_Gold("user", w.evidence(core), w.reply(plural)))
     ask_plural, ask_perfect = plural, perfect
     if abstain:
@@ -1291,8 +1370,11 @@ class _Generator:
         return self._fresh(lambda: f"ultrachat_{r.randrange(10_000, 600_000)}")
 
     def _pair_count(self, rng: random.Random | None = None) -> int:
-        m = self.pairs_mean
-        return (rng or self.rng).randint(max(1, m - m // 2), m + m // 2)
+        """Exchanges in a new session: log-normal around the mean (``session_size_spread``), as
+        chat sessions run from a quick question to a long working session."""
+        m, spread = self.pairs_mean, self.s.session_size_spread
+        factor = math.exp((rng or self.rng).gauss(-spread * spread / 2, spread))
+        return max(1, min(4 * m, round(m * factor)))
 
     # -- the shared pool
     def _build_pool(self) -> None:
@@ -1548,6 +1630,8 @@ def generate(
       (sum of the turn contents; the realised mean is within ~1%).
     - ``sessions_per_history`` [56]: sets the session size
       (``tokens_per_history / sessions_per_history``) and hence the session count.
+    - ``session_size_spread`` [0.7]: sigma of the log of a session's exchange count
+      (log-normal, mean kept): many short sessions and a few long ones.
     - ``pool_factor`` [2.5]: shared filler pool size in histories' worth of sessions.
     - ``lazy_pool`` [False]: build each pool session (and each loose filler pair)
       on first use, from its own stream fixed by the seed and its index, and
@@ -1556,17 +1640,24 @@ def generate(
       about three quarters of the session slots distinct, as in the official
       file (the bench's main dataset). Another stream than the eager pool's: the
       same seed gives another file.
-    - ``distractors`` [(0, 10)]: inclusive range of distractor pairs per question,
+    - ``distractors`` [(0, 6)]: inclusive range of distractor pairs per question,
       drawn uniformly. Each distractor pair has a user turn with the question's
       content words.
-    - ``distractor_assistant_share`` [0.7]: chance that the distractor's assistant
+    - ``distractor_assistant_share`` [0.3]: chance that the distractor's assistant
       turn is a long on-topic answer repeating the question's words (else generic filler).
     - ``distractors_per_session`` [2]: distractor pairs per distractor session.
     - ``distractor_mentions`` [(4, 10)]: how many sentences of a long distractor
       answer name the question's topic.
-    - ``filler_assistant_tokens`` [(150, 450)]: size range of filler assistant turns.
-    - ``gold_tokens`` [(40, 200)]: size range of each evidence turn (drawn from the
-      lower half, so a question's gold stays well under 1,000 tokens).
+    - ``filler_assistant_tokens`` [(150, 450)]: size range of filler assistant turns
+      (and of long user turns).
+    - ``gold_tokens`` [(40, 600)]: bounds of an evidence turn's size; within them it
+      is the size of a filler turn drawn for it (user or assistant, short or long).
+    - ``long_user_share`` [0.12]: share of user turns that are long messages.
+    - ``filler_digit_rate`` [0.45], ``filler_name_rate`` [0.25], ``filler_date_rate``
+      [0.12]: chance that a filler assistant turn (or long user turn) holds a
+      sentence with a number, a name or place, a date.
+    - ``user_first_person_rate`` [0.5]: chance that a filler user turn opens with a
+      first-person statement about the user.
     - ``filler_topics`` [400]: invented filler topics, each with its own words;
       more topics make unrelated filler turns share fewer words.
     - ``echo_strength`` [(0.0, 0.7)]: range of the per-question share of evidence
