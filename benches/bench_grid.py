@@ -97,7 +97,7 @@ print(json.dumps({"parse": parsed - start, "count": done - parsed, "total": done
 BREAKDOWN_CODE = """
 import json, sys, tempfile, time
 start = time.perf_counter()
-from pytest_restore.audit.run import Audit, AuditConfig, cell_checks
+from pytest_restore.audit.run import Audit, AuditConfig, construct_checks
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.memory.eviction import default_registry
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
@@ -118,7 +118,7 @@ for policy in default_registry().values():
     phases[f"cells: {policy.name} (evict, rank, inject, read, judge)"] = time.perf_counter() - mark
     for run in runs:
         mark = time.perf_counter()
-        cell_checks(run, audit)
+        construct_checks(run, audit)
         checks += time.perf_counter() - mark
         records += run.records
 phases["construct checks"] = checks

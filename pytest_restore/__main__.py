@@ -116,7 +116,69 @@ def _run_report(args: argparse.Namespace) -> int:
     print(f"report: {len(records)} records -> {files.out_dir}")
     for failure in files.failures:
         print(f"expectation not met: {failure}")
+    for line in files.untestable:
+        print(f"not testable at this N: {line}")
     return 0
+
+
+# --------------------------------------------------------------------------- compare
+
+
+def _add_compare(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "compare",
+        help="compare two report directories cell by cell, with paired bootstrap intervals",
+        description=(
+            "Per cell present in both runs: the two-bin share, irreversible rate, recoverable rate and "
+            "accuracy of OLD and NEW and the paired difference NEW - OLD on the questions both share, with "
+            "its question-cluster bootstrap interval. Prints markdown and writes compare.md and "
+            "compare.json. With --fail-if-worse, exits 1 when a cell got worse beyond the threshold."
+        ),
+    )
+    parser.add_argument("old", metavar="OLD", help="report directory of the baseline run")
+    parser.add_argument("new", metavar="NEW", help="report directory of the run to check")
+    parser.add_argument("--out", default="restore-compare", help="where compare.md and compare.json go")
+    parser.add_argument(
+        "--fail-if-worse",
+        action="append",
+        default=[],
+        metavar="FIGURE=THRESHOLD",
+        help="exit 1 when a cell's FIGURE (two_bin_share, irr_rate, rec_rate, accuracy) got worse by more "
+        "than THRESHOLD (repeatable); worse is up, except for accuracy",
+    )
+    parser.add_argument("--bootstrap", type=int, default=10_000, help="resamples (default: 10000)")
+    parser.add_argument("--bootstrap-seed", type=int, default=None, help="seed (default: the report's)")
+    parser.set_defaults(func=_run_compare)
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    from pytest_restore.compare import (
+        CompareError,
+        compare_dirs,
+        parse_threshold,
+        render_markdown,
+        worse_cells,
+        write,
+    )
+    from pytest_restore.report.writer import RecordsError
+    from pytest_restore.stats.analysis import DEFAULT_SEED
+
+    try:
+        thresholds = [parse_threshold(t) for t in args.fail_if_worse]
+        comparison = compare_dirs(
+            args.old, args.new, resamples=args.bootstrap,
+            seed=DEFAULT_SEED if args.bootstrap_seed is None else args.bootstrap_seed,
+        )
+    except (CompareError, RecordsError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    write(comparison, args.out)
+    print(render_markdown(comparison), end="")
+    print(f"compare: {len(comparison.cells)} cells -> {args.out}/compare.md, compare.json")
+    worse = worse_cells(comparison, thresholds)
+    for line in worse:
+        print(f"worse: {line}")
+    return 1 if worse else 0
 
 
 # --------------------------------------------------------------------------- entry point
@@ -124,15 +186,25 @@ def _run_report(args: argparse.Namespace) -> int:
 _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_generate,
     _add_report,
+    _add_compare,
 )
+
+
+def _prog() -> str:
+    """How the user called us: the ``pytest-restore`` console script or ``python -m pytest_restore``."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return name if name.startswith("pytest-restore") else "python -m pytest_restore"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m pytest_restore`` argument parser with every subcommand."""
+    from pytest_restore import __version__
+
     parser = argparse.ArgumentParser(
-        prog="python -m pytest_restore",
+        prog=_prog(),
         description="pytest-restore tools: restore-counterfactual audits of agent-memory eviction.",
     )
+    parser.add_argument("--version", action="version", version=f"pytest-restore {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="<subcommand>")
     subparsers.required = True
     for add in _SUBCOMMANDS:

@@ -222,7 +222,7 @@ def test_report_sections_rebuild_from_records(tiny_records: list[Record], tmp_pa
     files = write_report(tiny_records, info, tmp_path / "out")
     report = files.report.read_text()
     assert "## Restore-tightness ablations" in report and "## One case per bin (regime b)" in report
-    assert "Ranker: `bm25-lite`" in report
+    assert "; ranker bm25-lite; " in report  # the run line
     data = json.loads(files.hypotheses.read_text())
     pooled = {row["ablation"]: row for row in data["ablations"]["pooled"]}
     assert pooled["gold"]["share"] == 1.0

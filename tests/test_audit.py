@@ -17,7 +17,7 @@ from pytest_restore.audit.run import (
     Audit,
     AuditConfig,
     CellRun,
-    cell_checks,
+    construct_checks,
     select_questions,
 )
 from pytest_restore.data.dataset import Dataset, Question, load_dataset
@@ -157,7 +157,7 @@ def test_record_counts_and_seeds(grid: Any) -> None:
 def test_cell_checks_pass(grid: Any) -> None:
     audit, _, _, runs = grid
     for run in runs:
-        assert cell_checks(run, audit) == []
+        assert construct_checks(run, audit) == []
 
 
 def test_construct_checks_directly(grid: Any) -> None:
@@ -327,7 +327,7 @@ def test_session_granularity_grid(tiny: Dataset) -> None:
         tiny, AuditConfig(budgets=(300, 100), granularity=Granularity.SESSION, seeds=(0, 1))
     )
     for run in run_grid(audit):
-        assert cell_checks(run, audit) == []
+        assert construct_checks(run, audit) == []
         for r in run.records:
             assert r["gold_units"] == len(audit.history(r["question_id"]).gold)
 
@@ -390,7 +390,7 @@ def test_failed_reader_calls_exclude_records(tiny: Dataset, grid: Any) -> None:
             assert fig.excluded == len(dropped)
             assert fig.N == tally(clean_recs).N - sum(enters_n(r) for r in dropped)
             assert fig.N == sum(enters_n(r) for r in run.records if r["regime"] == regime)
-        assert cell_checks(run, audit) == []
+        assert construct_checks(run, audit) == []
 
 
 def test_judge_reply_not_a_verdict_is_excluded(tiny: Dataset) -> None:
@@ -444,7 +444,7 @@ def test_failed_scorer_excludes_questions_using_that_content(tiny: Dataset) -> N
         else:
             assert r["excluded"] is None
     assert tally(run.records).excluded == 2 * len(users)
-    assert cell_checks(run, audit) == []
+    assert construct_checks(run, audit) == []
 
 
 # --- question subset ----------------------------------------------------------
@@ -491,4 +491,4 @@ def test_subset_config_excludes_the_rest(tiny: Dataset) -> None:
     assert {r["question_id"] for r in run.records} == {
         p.question.question_id for p in audit.questions
     }
-    assert cell_checks(run, audit) == []
+    assert construct_checks(run, audit) == []

@@ -175,7 +175,7 @@ def test_users_ranker_serves_the_run(pytester: pytest.Pytester) -> None:
     assert {r["policy"] for r in rows} == {"fifo", "user-first"} and len(rows) == 12
     records = _records(out / "records.jsonl")
     assert {r["ranker"] for r in records} == {"overlap"}
-    assert "Ranker: `overlap`" in (out / "report.md").read_text()
+    assert "; ranker overlap; " in (out / "report.md").read_text()  # the run line
     assert json.loads((out / "summary.json").read_text())["run"]["settings"]["ranker"] == "overlap"
 
 

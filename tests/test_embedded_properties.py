@@ -110,7 +110,7 @@ def test_residual_at_session_granularity(tmp_path: Path) -> None:
 
 
 def test_main_job_passes_with_the_fake_models(embedded_report: Path) -> None:
-    """Family expectations a simulation misses are reported, not failed (``--restore-family-checks auto``)."""
+    """The README's main job passes: expectations the run cannot test at its N are listed, not failed."""
     assert (embedded_report / "pytest-exit-code.txt").read_text() == "0"
 
 

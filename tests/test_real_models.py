@@ -400,7 +400,7 @@ def test_records_and_summary_name_the_models_and_their_usage(
         assert u["input_tokens"] == sum(e["input_tokens"] for e in mine) > 0
         assert u["output_tokens"] == sum(e["output_tokens"] for e in mine) > 0
         assert u["served"] == [model + SNAPSHOT_SUFFIX]
-    assert "model_usage" in (report / "report.md").read_text()
+    assert "model usage (real models)" in (report / "report.md").read_text()
 
 
 # -- 8. a call that fails for good excludes its records -----------------------------------------

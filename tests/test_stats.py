@@ -15,13 +15,16 @@ from pytest_restore.report.figure import write_figure
 from pytest_restore.stats.analysis import (
     CELL_COLUMNS,
     INTERVAL_COLUMNS,
+    POSITIVE_CONTROL,
     Analysis,
     CellStats,
     Resampler,
     analyse,
     bins_by_type,
-    cell_checks,
+    cell_verdicts,
+    family_of,
     holm,
+    minimum_detectable,
     smoothed_p,
     two_sided_p,
 )
@@ -366,7 +369,7 @@ def control_grid() -> list[Record]:
 
 def test_positive_control_significant_after_holm() -> None:
     analysis = analyse(control_grid(), resamples=2000)
-    control = analysis.family("control")
+    control = analysis.family(POSITIVE_CONTROL)
     assert len(control) == 9
     assert all(t.decision == "reject" and t.expectation_met for t in control)
     assert all(t.statistic is not None and t.statistic > 0 for t in control)
@@ -375,37 +378,90 @@ def test_positive_control_significant_after_holm() -> None:
 
 def test_baselines_are_parameters() -> None:
     analysis = analyse(control_grid(), resamples=500, baselines=("fifo",))
-    assert {t.other for t in analysis.family("control")} == {"fifo"}
+    assert {t.other for t in analysis.family(POSITIVE_CONTROL)} == {"fifo"}
 
 
 # -- per-cell checks ------------------------------------------------------------
 
 
-def test_cell_checks_match_session_raw_p() -> None:
-    records = control_grid()
+SIZES = {"H1": 2 * 3, "H3": 2 * 3, POSITIVE_CONTROL: 3 * 3}
+
+
+def _with_regime_a(records: list[Record]) -> list[Record]:
     for policy in ("fifo", "control"):
-        records += [
-            dict(r, regime="a") for r in records if r["policy"] == policy and r["regime"] == "b"
-        ]
-    analysis = analyse(records, resamples=1000)
-    session = {t.name: t for t in analysis.tests}
-    checks = cell_checks(records, "control", 80_000, resamples=1000)
-    assert [t.family for t in checks] == ["H1", "H3", "control", "control", "control"]
-    for t in checks:
-        assert t.p_holm is None
-        assert t.p_raw == session[t.name].p_raw
-        assert t.expectation_met in (True, None) or t.family == "H3"
-    assert checks[0].decision == "reject" and checks[0].expectation_met
-    assert [t.family for t in cell_checks(records, "fifo", 80_000, resamples=1000)] == ["H1", "H3"]
-    assert cell_checks(records, "llm-importance", 80_000, resamples=1000) == []
+        records += [dict(r, regime="a") for r in records if r["policy"] == policy and r["regime"] == "b"]
+    return records
 
 
-def test_cell_checks_need_one_reader() -> None:
+def test_an_items_verdicts_are_the_sessions() -> None:
+    """Items decide each of their tests as the session does (Holm and power included)."""
+    records = _with_regime_a(control_grid())
+    session = {t.name: t for t in analyse(records, resamples=1000).tests}
+    budgets = (80_000, 30_000, 8_000)
+    for policy in ("control", "fifo"):
+        for budget in budgets:
+            verdicts = cell_verdicts(
+                records, policy, budget, budgets=budgets, family_sizes=SIZES, resamples=1000
+            )
+            families = [t.family for t in verdicts]
+            assert families == (["H1", "H3"] + [POSITIVE_CONTROL] * 3 * (policy == "control"))
+            for t in verdicts:
+                expected = session[t.name]
+                assert t.p_raw == expected.p_raw and t.ci_lo == expected.ci_lo
+                assert (t.decision, t.expectation_met, t.testable) == (
+                    expected.decision, expected.expectation_met, expected.testable
+                )
+    assert cell_verdicts(records, "llm-importance", 80_000, budgets=budgets, family_sizes=SIZES) == []
+
+
+def test_an_item_asks_for_the_whole_family_only_where_holm_could_go_either_way() -> None:
+    records = _with_regime_a(control_grid())
+    asked: list[list[tuple[str, int]]] = []
+
+    def fetch(cells: Any) -> list[Record]:
+        asked.append(list(cells))
+        return records
+
+    budgets = (80_000, 30_000, 8_000)
+    clear = cell_verdicts(records, "control", 80_000, budgets=budgets, family_sizes=SIZES, fetch=fetch, resamples=1000)
+    assert asked == []  # every p is far from alpha: Holm cannot change a decision
+    # a family so large that Holm's bound straddles alpha: the item decides with the whole family
+    big = {name: 10_000 for name in SIZES}
+    again = cell_verdicts(records, "control", 80_000, budgets=budgets, family_sizes=big, fetch=fetch, resamples=1000)
+    assert asked and ("control", 8_000) in asked[0]
+    assert [t.decision for t in again] == [t.decision for t in clear]
+
+
+def test_cell_verdicts_need_one_reader() -> None:
     records = cell("fifo", 10, 3, 0, 0, regime="a")
     records += [dict(r, reader="other") for r in records]
     with pytest.raises(ValueError, match="reader"):
-        cell_checks(records, "fifo", 80_000, resamples=100)
-    assert len(cell_checks(records, "fifo", 80_000, reader="other", resamples=100)) == 1
+        cell_verdicts(records, "fifo", 80_000, budgets=(80_000,), family_sizes=SIZES, resamples=100)
+    assert len(cell_verdicts(records, "fifo", 80_000, budgets=(80_000,), family_sizes=SIZES, reader="other", resamples=100)) == 1
+
+
+def tame_control(questions: int) -> list[Record]:
+    """A control that evicts no more than fifo: its expectation is not met."""
+    return accuracy_cell("control", questions, questions // 2, questions // 3, seed=1) + accuracy_cell(
+        "fifo", questions, questions // 2, questions // 3, seed=2
+    )
+
+
+def test_an_unmet_expectation_fails_only_where_the_run_had_power() -> None:
+    small = analyse(tame_control(20), resamples=2000, baselines=("fifo",))
+    (test,) = small.family(POSITIVE_CONTROL)
+    assert test.expectation_met is False and not test.testable
+    assert small.failures() == [] and small.untestable() == [test]
+    assert "about" in test.power_note and "questions would make it testable" in test.power_note
+    mde = minimum_detectable(test, 1, small.settings, 0.15)
+    assert mde is not None and mde > 0.15
+    large = analyse(tame_control(2000), resamples=2000, baselines=("fifo",))
+    (test,) = large.family(POSITIVE_CONTROL)
+    assert test.expectation_met is False and test.testable
+    assert large.failures() == [test]
+    line = family_of(POSITIVE_CONTROL).describe(test)
+    assert line.startswith("positive-control: control not shown more destructive than fifo at 80k (")
+    assert len(line) < 120
 
 
 # -- per-cell figures, determinism, breakdown --------------------------------------
@@ -446,7 +502,7 @@ def test_json_is_deterministic() -> None:
     other = json.dumps(analyse(records, resamples=1000, seed=5).to_json(), sort_keys=True)
     assert other != first
     data = json.loads(first)
-    assert set(data["families"]) == {"R1", "H2", "TOST", "control"}
+    assert set(data["families"]) == {"R1", "H2", "TOST", POSITIVE_CONTROL}
     assert data["settings"]["resamples"] == 1000
 
 

@@ -711,7 +711,7 @@ def unit_label(unit: Unit) -> str:
 # -- per-cell figures and checks ----------------------------------------------
 
 
-def cell_checks(run: CellRun, audit: Audit | None = None) -> list[str]:
+def construct_checks(run: CellRun, audit: Audit | None = None) -> list[str]:
     """The construct checks of one cell; each failure is one readable line."""
     failures: list[str] = []
     for regime in REGIMES:

@@ -218,14 +218,68 @@ def cost_line(
     return CostLine(role, spec, len(unique), len(cached), tokens_in, tokens_out, note)
 
 
-def render_cost(lines: Sequence[CostLine]) -> list[str]:
-    """The dry run's table, one line a model."""
-    out = [f"{'role':<10}{'model':<28}{'unique calls':>14}{'cached':>10}{'to send':>10}{'input tok':>13}{'output tok':>13}"]
+#: List prices in USD per million tokens (input, output) of the paper's models, as
+#: OpenAI published them in 2026; ``--restore-price MODEL=IN,OUT`` adds or overrides
+#: one. A dated id (``gpt-4o-mini-2024-07-18``) takes its family's price.
+PRICES: dict[str, tuple[float, float]] = {
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-5.4-mini": (0.75, 4.50),
+    "gpt-5.5": (5.00, 30.00),
+}
+
+
+def parse_price(text: str, where: str = "--restore-price") -> tuple[str, tuple[float, float]]:
+    """``"MODEL=IN,OUT"`` (USD per million tokens) -> ``(MODEL, (IN, OUT))``."""
+    model, sep, rates = text.partition("=")
+    parts = rates.split(",")
+    try:
+        if not sep or not model.strip() or len(parts) != 2:
+            raise ValueError
+        in_price, out_price = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise ModelSpecError(f"{where}: {text!r} is not MODEL=IN,OUT (USD per million tokens)") from None
+    if in_price < 0 or out_price < 0:
+        raise ModelSpecError(f"{where}: {text!r}: prices cannot be negative")
+    return model.strip().removeprefix(f"{OPENAI}:"), (in_price, out_price)
+
+
+def price_of(spec: str, prices: dict[str, tuple[float, float]]) -> tuple[float, float] | None:
+    """The price of a model name: exact, else its longest known prefix; fakes are free."""
+    if not is_real(spec):
+        return (0.0, 0.0)
+    name = spec.partition(":")[2]
+    known = [k for k in prices if name == k or name.startswith(k + "-")]
+    return prices[max(known, key=len)] if known else None
+
+
+def render_cost(lines: Sequence[CostLine], prices: dict[str, tuple[float, float]] | None = None) -> list[str]:
+    """The dry run's table, one line a model, with the estimated cost of what is still to send."""
+    table = dict(PRICES, **(prices or {}))
+    header = (
+        f"{'role':<10}{'model':<28}{'unique calls':>14}{'cached':>10}{'to send':>10}{'input tok':>13}"
+        f"{'output tok':>13}{'est. USD':>10}"
+    )
+    out = [header]
+    total = 0.0
+    unpriced: list[str] = []
     for c in lines:
+        price = price_of(c.model, table)
+        if price is None:
+            cost = "?"
+            unpriced.append(c.model)
+        else:
+            usd = (c.input_tokens * price[0] + c.output_tokens * price[1]) / 1e6
+            total += usd
+            cost = f"{usd:,.2f}"
         out.append(
             f"{c.role:<10}{c.model:<28}{c.calls:>14,}{c.cached:>10,}{c.calls - c.cached:>10,}"
-            f"{c.input_tokens:>13,}{c.output_tokens:>13,}" + (f"  {c.note}" if c.note else "")
+            f"{c.input_tokens:>13,}{c.output_tokens:>13,}{cost:>10}" + (f"  {c.note}" if c.note else "")
         )
+    summary = f"estimated cost of what is still to send: at most ${total:,.2f}"
+    if unpriced:
+        names = ", ".join(sorted(set(unpriced)))
+        summary += f" plus {names} (no price known: give --restore-price MODEL=IN,OUT in USD per million tokens)"
+    out.append(summary + " (output tokens counted at their cap)")
     return out
 
 

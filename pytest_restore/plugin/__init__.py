@@ -21,20 +21,20 @@ import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import pytest
 
 from pytest_restore.audit.calibration import calibrate
 from pytest_restore.audit.judge_audit import audit_judge
-from pytest_restore.audit.run import Audit, AuditConfig, CellRun, cell_checks
+from pytest_restore.audit.run import Audit, AuditConfig, CellRun, construct_checks
 from pytest_restore.data.dataset import DataError, Dataset, Question, load_dataset
 from pytest_restore.data.units import Granularity
 from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
 from pytest_restore.memory.retrieval import RankerRegistry, default_rankers
 from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.cache import ResponseCache
-from pytest_restore.models.fake import FakeReader, FakeScorer, is_fake
+from pytest_restore.models.fake import FakeReader, FakeScorer
 from pytest_restore.models.openai_chat import estimate_tokens
 from pytest_restore.models.prompts import READER_MAX_TOKENS, PromptSet, parse_score
 from pytest_restore.models.providers import (
@@ -49,57 +49,84 @@ from pytest_restore.models.providers import (
     default_providers,
     is_real,
     make_model,
+    parse_price,
     render_cost,
 )
 from pytest_restore.record import Record
 from pytest_restore.report.writer import RunInfo, terminal_lines, write_report
-from pytest_restore.stats.analysis import BASELINES, CONTROL, DEFAULT_SEED, HypothesisTest
-from pytest_restore.stats.analysis import cell_checks as statistical_checks
+from pytest_restore.stats.analysis import (
+    DEFAULT_SEED,
+    FAMILIES,
+    HypothesisTest,
+    StatsSettings,
+    budget_label,
+    cell_verdicts,
+    family_of,
+)
 
 RECORDS_PROPERTY = "restore_records"
 META_PROPERTY = "restore_meta"
 USAGE_PROPERTY = "restore_usage"
 
-# name, default, help. Every option is --restore-NAME and ini key restore_NAME.
-OPTIONS: tuple[tuple[str, str, str], ...] = (
-    ("data", "", "LongMemEval-S file to audit (default: the embedded synthetic dataset)"),
-    ("report-dir", "restore-report", "directory the session report is written to"),
-    ("budgets", "80000,30000,8000", "store budgets in tokens, comma-separated (80k style allowed)"),
-    ("policies", "", "policies to audit, comma-separated (default: every registered policy)"),
-    ("seeds", "0,1,2", "seeds of the random policy, comma-separated"),
-    ("granularity", "turn", "memory unit: turn or session"),
-    ("questions", "", "audit a stratified, seeded subset of N questions"),
-    ("subset-seed", "0", "seed of the --restore-questions subset"),
-    ("reader", "fake", "reader model: fake or PROVIDER:MODEL (openai:MODEL built in)"),
-    ("judge", "fake", "judge model: fake or PROVIDER:MODEL (openai:MODEL built in)"),
-    ("scorer", "fake", "importance scorer model: fake or PROVIDER:MODEL (openai:MODEL built in)"),
-    ("ranker", "bm25-lite", "read-time ranker, one per run: bm25-lite, recency or a registered name"),
-    ("embedded-questions", "100", "size of the embedded synthetic dataset"),
-    ("bootstrap", "10000", "question-cluster bootstrap resamples"),
-    ("bootstrap-seed", str(DEFAULT_SEED), "seed of the bootstrap"),
-    ("equivalence-margin", "0.03", "margin of the TOST equivalence test on matched pairs"),
-    ("base-url", "", "OpenAI-compatible server for openai: models (default: OPENAI_BASE_URL or OpenAI)"),
-    ("cache", "", "response cache directory (default: .pytest_cache/d/restore/responses)"),
-    ("max-concurrency", "16", "concurrent requests per model and process"),
-    ("rpm", "", "requests-per-minute limit per model (whole run)"),
-    ("tpm", "", "tokens-per-minute limit per model (whole run)"),
-    ("max-tries", "6", "tries per request before it is recorded as failed"),
-    ("timeout", "60", "seconds per request"),
-    ("prompts", "", "directory of prompt templates replacing the defaults (reader_system.txt, ...)"),
-    ("robustness-reader", "", "run the grid again under this second reader"),
-    ("audit-judge", "", "second judge that re-grades a stratified sample of recorded answers"),
-    ("audit-judge-sample", "400", "size of the judge audit's sample"),
-    ("calibration", "auto", "calibration gate before the grid: on, off, or auto (on for real models)"),
+# name, default, help, ini type. Every option is --restore-NAME and ini key restore_NAME.
+# The ini type is what pytest checks in the ini file ("int" and "float" need pytest 8.4;
+# older versions read them as strings and the settings parse them the same way).
+OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("data", "", "LongMemEval-S file to audit (default: the embedded synthetic dataset)", "string"),
+    ("report-dir", "restore-report", "directory the session report is written to", "string"),
+    ("budgets", "80000,30000,8000", "store budgets in tokens, comma-separated (80k style allowed)", "string"),
+    ("policies", "", "policies to audit, comma-separated (default: every registered policy)", "string"),
+    ("seeds", "0,1,2", "seeds of the random policy, comma-separated", "string"),
+    ("granularity", "turn", "memory unit: turn or session", "string"),
+    ("questions", "", "audit a stratified, seeded subset of N questions", "int"),
+    ("subset-seed", "0", "seed of the --restore-questions subset", "int"),
+    ("reader", "fake", "reader model: fake or PROVIDER:MODEL (openai:MODEL built in)", "string"),
+    ("judge", "fake", "judge model: fake or PROVIDER:MODEL (openai:MODEL built in)", "string"),
+    ("scorer", "fake", "importance scorer model: fake or PROVIDER:MODEL (openai:MODEL built in)", "string"),
+    ("ranker", "bm25-lite", "read-time ranker, one per run: bm25-lite, recency or a registered name", "string"),
+    ("embedded-questions", "100", "size of the embedded synthetic dataset", "int"),
+    ("bootstrap", "10000", "question-cluster bootstrap resamples", "int"),
+    ("bootstrap-seed", str(DEFAULT_SEED), "seed of the bootstrap", "int"),
+    ("equivalence-margin", "0.03", "margin of the TOST equivalence test on matched pairs", "float"),
+    (
+        "base-url",
+        "",
+        "OpenAI-compatible server for openai: models (default: OPENAI_BASE_URL or OpenAI)",
+        "string",
+    ),
+    ("cache", "", "response cache directory (default: .pytest_cache/d/restore/responses)", "string"),
+    ("max-concurrency", "16", "concurrent requests per model and process", "int"),
+    ("rpm", "", "requests-per-minute limit per model (whole run)", "float"),
+    ("tpm", "", "tokens-per-minute limit per model (whole run)", "float"),
+    ("max-tries", "6", "tries per request before it is recorded as failed", "int"),
+    ("timeout", "60", "seconds per request", "float"),
+    ("prompts", "", "directory of prompt templates replacing the defaults (reader_system.txt, ...)", "string"),
+    ("robustness-reader", "", "run the grid again under this second reader", "string"),
+    ("audit-judge", "", "second judge that re-grades a stratified sample of recorded answers", "string"),
+    ("audit-judge-sample", "400", "size of the judge audit's sample", "int"),
+    ("calibration", "auto", "calibration gate before the grid: on, off, or auto (on for real models)", "string"),
     (
         "family-checks",
-        "auto",
+        "fail",
         (
-            "fail: a hypothesis family's failed expectation fails the run; report: only report it "
-            "(for runs too small to have power); auto: fail, but report when the reader or judge is a "
-            "fake (a simulation's outcomes are no finding to hold a run to)"
+            "fail: a hypothesis family's failed expectation fails the run where the run could test it; "
+            "report: only report it"
         ),
+        "string",
     ),
 )
+
+
+def _ini_type(kind: str) -> Literal["string", "int", "float"]:
+    """The ini type pytest checks, where this pytest knows it."""
+    if kind == "int" and _PYTEST_TYPED_INI:
+        return "int"
+    if kind == "float" and _PYTEST_TYPED_INI:
+        return "float"
+    return "string"
+
+
+_PYTEST_TYPED_INI = tuple(int(x) for x in pytest.__version__.split(".")[:2]) >= (8, 4)
 
 
 def _dest(name: str) -> str:
@@ -116,9 +143,11 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     """The ``--restore-*`` options, each also an ini key ``restore_*``."""
     group = parser.getgroup("restore", "restore-counterfactual audit")
-    for name, default, help_ in OPTIONS:
+    for name, default, help_, kind in OPTIONS:
         group.addoption(f"--restore-{name}", dest=_dest(name), default=None, help=f"{help_} [{default or 'unset'}]")
-        parser.addini(_dest(name), help=help_, default=default)
+        ini_kind = _ini_type(kind)
+        # A typed key's default is None when unset, so "unset" is told apart from a value.
+        parser.addini(_dest(name), help=help_, type=ini_kind, default=default if ini_kind == "string" else None)
     group.addoption(
         "--restore-dry-run",
         dest="restore_dry_run",
@@ -134,9 +163,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the restore-tightness ablations on the regime-(b) irreversible cases",
     )
     parser.addini("restore_ablations", help="run the restore-tightness ablations", type="bool", default=False)
+    group.addoption(
+        "--restore-price",
+        dest="restore_price",
+        action="append",
+        default=None,
+        metavar="MODEL=IN,OUT",
+        help="price of a model in USD per million input and output tokens, for the dry run's estimate "
+        "(repeatable; gpt-4o-mini, gpt-5.4-mini and gpt-5.5 are built in)",
+    )
+    parser.addini("restore_price", help="model prices for the dry run, one MODEL=IN,OUT a line", type="linelist")
 
 
-def _parse_ints(option: str, text: str) -> tuple[int, ...]:
+def _parse_ints(where: str, text: str) -> tuple[int, ...]:
     values = []
     for part in text.split(","):
         part = part.strip().lower()
@@ -146,29 +185,29 @@ def _parse_ints(option: str, text: str) -> tuple[int, ...]:
         try:
             values.append(int(part.rstrip("k")) * scale)
         except ValueError:
-            raise pytest.UsageError(f"--restore-{option}: {part!r} is not a whole number") from None
+            raise pytest.UsageError(f"{where}: {part!r} is not a whole number") from None
     if not values:
-        raise pytest.UsageError(f"--restore-{option}: no values given")
+        raise pytest.UsageError(f"{where}: no values given")
     return tuple(values)
 
 
-def _parse_float(option: str, text: str) -> float:
+def _parse_float(where: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise pytest.UsageError(f"--restore-{option}: {text!r} is not a number") from None
+        raise pytest.UsageError(f"{where}: {text!r} is not a number") from None
     if not 0 < value < 1:
-        raise pytest.UsageError(f"--restore-{option}: {value} is not between 0 and 1")
+        raise pytest.UsageError(f"{where}: {value} is not between 0 and 1")
     return value
 
 
-def _parse_positive(option: str, text: str) -> float:
+def _parse_positive(where: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise pytest.UsageError(f"--restore-{option}: {text!r} is not a number") from None
+        raise pytest.UsageError(f"{where}: {text!r} is not a number") from None
     if value <= 0:
-        raise pytest.UsageError(f"--restore-{option}: must be positive")
+        raise pytest.UsageError(f"{where}: must be positive")
     return value
 
 
@@ -207,6 +246,8 @@ class RestoreSettings:
     dry_run: bool
     ranker: str = "bm25-lite"
     ablations: bool = False
+    #: ``(model, input USD, output USD)`` per million tokens, from ``--restore-price``
+    prices: tuple[tuple[str, float, float], ...] = ()
     #: whether any model of the grid is a real one (its provider says so); not a setting of the report
     real_models: bool = False
 
@@ -224,60 +265,80 @@ class RestoreSettings:
     def from_config(cls, config: pytest.Config, providers: ProviderRegistry) -> RestoreSettings:
         """Read the options, falling back to the ini keys."""
         raw: dict[str, str] = {}
-        for name, _default, _help in OPTIONS:
+        where: dict[str, str] = {}  # where each value came from, for error messages
+        for name, default, _help, _kind in OPTIONS:
             value = config.getoption(_dest(name))
-            raw[name] = str(value if value is not None else config.getini(_dest(name))).strip()
-        if raw["family-checks"] not in ("auto", "fail", "report"):
-            raise pytest.UsageError(f"--restore-family-checks: {raw['family-checks']!r} is not auto, fail or report")
-        if raw["family-checks"] == "auto":
-            simulated = any(is_fake(raw[role] or "fake") for role in ("reader", "judge"))
-            raw["family-checks"] = "report" if simulated else "fail"
+            where[name] = f"--restore-{name}"
+            if value is None:
+                where[name] = f"ini key {_dest(name)}" + (f" ({config.inipath.name})" if config.inipath else "")
+                try:
+                    value = config.getini(_dest(name))
+                except pytest.UsageError as err:  # pytest's own type check: name the key
+                    message = str(err).removeprefix(f"{config.inipath}: ")
+                    raise pytest.UsageError(f"{where[name]}: {message}") from None
+                if value is None:
+                    value, where[name] = default, f"--restore-{name}"
+            raw[name] = str(value).strip()
+        if raw["family-checks"] not in ("fail", "report"):
+            raise pytest.UsageError(f"{where['family-checks']}: {raw['family-checks']!r} is not fail or report")
         if raw["calibration"] not in ("auto", "on", "off"):
-            raise pytest.UsageError(f"--restore-calibration: {raw['calibration']!r} is not auto, on or off")
+            raise pytest.UsageError(f"{where['calibration']}: {raw['calibration']!r} is not auto, on or off")
         for role in ("reader", "judge", "scorer", "robustness-reader", "audit-judge"):
             if raw[role]:
                 try:
-                    check_spec(raw[role], f"--restore-{role}", providers)
+                    check_spec(raw[role], where[role], providers)
                 except ModelSpecError as err:
                     raise pytest.UsageError(str(err)) from None
         if raw["robustness-reader"] and raw["robustness-reader"] == raw["reader"]:
-            raise pytest.UsageError("--restore-robustness-reader: must differ from --restore-reader")
+            raise pytest.UsageError(f"{where['robustness-reader']}: must differ from --restore-reader")
         if raw["granularity"] not in ("turn", "session"):
-            raise pytest.UsageError(f"--restore-granularity: {raw['granularity']!r} is not turn or session")
-        questions = _parse_ints("questions", raw["questions"])[0] if raw["questions"] else None
+            raise pytest.UsageError(f"{where['granularity']}: {raw['granularity']!r} is not turn or session")
+        questions = _parse_ints(where["questions"], raw["questions"])[0] if raw["questions"] else None
         if questions is not None and questions < 1:
-            raise pytest.UsageError("--restore-questions: must be at least 1")
-        budgets = _parse_ints("budgets", raw["budgets"])
+            raise pytest.UsageError(f"{where['questions']}: must be at least 1")
+        budgets = _parse_ints(where["budgets"], raw["budgets"])
         if any(b < 1 for b in budgets) or len(set(budgets)) != len(budgets):
-            raise pytest.UsageError("--restore-budgets: budgets must be positive and distinct")
+            raise pytest.UsageError(f"{where['budgets']}: budgets must be positive and distinct")
+        price_texts = config.getoption("restore_price")
+        price_where = "--restore-price"
+        if price_texts is None:
+            price_texts, price_where = config.getini("restore_price"), "ini key restore_price"
+        prices = []
+        for text in price_texts:
+            try:
+                model, (in_price, out_price) = parse_price(text, price_where)
+            except ModelSpecError as err:
+                raise pytest.UsageError(str(err)) from None
+            prices.append((model, in_price, out_price))
         return cls(
+            prices=tuple(prices),
             data=raw["data"] or None,
             report_dir=raw["report-dir"],
             budgets=tuple(sorted(budgets, reverse=True)),
             policies=tuple(p.strip() for p in raw["policies"].split(",") if p.strip()) or None,
-            seeds=_parse_ints("seeds", raw["seeds"]),
+            seeds=_parse_ints(where["seeds"], raw["seeds"]),
             granularity=raw["granularity"],
             questions=questions,
-            subset_seed=_parse_ints("subset-seed", raw["subset-seed"])[0],
+            subset_seed=_parse_ints(where["subset-seed"], raw["subset-seed"])[0],
             reader=raw["reader"],
             judge=raw["judge"],
             scorer=raw["scorer"],
-            embedded_questions=_parse_ints("embedded-questions", raw["embedded-questions"])[0],
-            bootstrap=_parse_ints("bootstrap", raw["bootstrap"])[0],
-            bootstrap_seed=_parse_ints("bootstrap-seed", raw["bootstrap-seed"])[0],
-            equivalence_margin=_parse_float("equivalence-margin", raw["equivalence-margin"]),
+            embedded_questions=_parse_ints(where["embedded-questions"], raw["embedded-questions"])[0],
+            bootstrap=_parse_ints(where["bootstrap"], raw["bootstrap"])[0],
+            bootstrap_seed=_parse_ints(where["bootstrap-seed"], raw["bootstrap-seed"])[0],
+            equivalence_margin=_parse_float(where["equivalence-margin"], raw["equivalence-margin"]),
             family_checks=raw["family-checks"],
             base_url=raw["base-url"] or os.environ.get("OPENAI_BASE_URL") or None,
             cache=raw["cache"] or None,
-            max_concurrency=_parse_ints("max-concurrency", raw["max-concurrency"])[0],
-            rpm=_parse_positive("rpm", raw["rpm"]) if raw["rpm"] else None,
-            tpm=_parse_positive("tpm", raw["tpm"]) if raw["tpm"] else None,
-            max_tries=_parse_ints("max-tries", raw["max-tries"])[0],
-            timeout=_parse_positive("timeout", raw["timeout"]),
+            max_concurrency=_parse_ints(where["max-concurrency"], raw["max-concurrency"])[0],
+            rpm=_parse_positive(where["rpm"], raw["rpm"]) if raw["rpm"] else None,
+            tpm=_parse_positive(where["tpm"], raw["tpm"]) if raw["tpm"] else None,
+            max_tries=_parse_ints(where["max-tries"], raw["max-tries"])[0],
+            timeout=_parse_positive(where["timeout"], raw["timeout"]),
             prompts=raw["prompts"] or None,
             robustness_reader=raw["robustness-reader"] or None,
             audit_judge=raw["audit-judge"] or None,
-            audit_judge_sample=_parse_ints("audit-judge-sample", raw["audit-judge-sample"])[0],
+            audit_judge_sample=_parse_ints(where["audit-judge-sample"], raw["audit-judge-sample"])[0],
             calibration=raw["calibration"],
             dry_run=bool(config.getoption("restore_dry_run")),
             ranker=raw["ranker"] or "bm25-lite",
@@ -303,8 +364,9 @@ class CellSpec:
 
     @property
     def id(self) -> str:
-        """The item id, e.g. ``fifo-80000`` (``fifo-80000-openai:gpt-5.4-mini`` for the robustness reader)."""
-        return f"{self.policy}-{self.budget}" + ("" if self.primary else f"-{self.reader}")
+        """The item id in the report's words, e.g. ``fifo-80k`` (``fifo-80k-openai:gpt-5.4-mini`` for the
+        robustness reader), so ``-k 8k`` selects the 8k cells and not the 80k ones."""
+        return f"{self.policy}-{budget_label(self.budget)}" + ("" if self.primary else f"-{self.reader}")
 
 
 class RestoreCell:
@@ -334,52 +396,26 @@ class RestoreCell:
         return self.run
 
     def check(self) -> None:
-        """Fail the item, in one readable block, when one of the cell's checks fails.
+        """Fail the item, one short line per case, when one of the cell's checks fails.
 
-        The construct checks (docs/PROTOCOL.md section 5), then the cell's own part of
-        the hypothesis families at the raw level: its H1 construct check, its
-        H3 contrast and, for the control, its positive-control contrasts
-        against each baseline. Holm across a family is applied at session end.
+        The construct checks (PROTOCOL section 5), then the family expectations
+        that concern this cell (its H1 and H3 tests; for the control, its
+        positive-control contrasts), decided as the session decides them (Holm
+        and the power rule included), so the items and the session's summary
+        name the same cases. An expectation this run had no power to meet does
+        not fail the item; the session's summary lists it.
         """
         run = self.run if self.run is not None else self.audit()
         audit = self.session.audit(self.spec.reader)
-        failures = cell_checks(run, audit)
-        s = self.session.settings
-        records = list(run.records)
-        if self.spec.policy == CONTROL:
-            for name in BASELINES:
-                if name in self.session.registry:
-                    baseline = self.session.cell_records(audit, self.session.registry[name], self.spec.budget)
-                    records += [r for r in baseline if r["regime"] == "b"]
-        tests = statistical_checks(
-            records,
-            self.spec.policy,
-            self.spec.budget,
-            reader=audit.reader.name,
-            resamples=s.bootstrap,
-            seed=s.bootstrap_seed,
-        )
-        missed = [describe_test(t) for t in tests if t.expectation_met is False]
-        if s.family_checks == "fail":
-            failures += missed
+        failures = construct_checks(run, audit)
+        if self.session.settings.family_checks == "fail":
+            failures += [
+                family_of(t.family).describe(t)
+                for t in self.session.verdicts(audit, run, self.spec)
+                if t.expectation_met is False and t.testable
+            ]
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
-
-
-def describe_test(test: HypothesisTest) -> str:
-    """One line for a hypothesis test whose expectation failed."""
-
-    def num(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.3f}"
-
-    p = test.p_holm if test.p_holm is not None else test.p_raw
-    which = "p_holm" if test.p_holm is not None else "p"
-    cell = f"{test.policy}" + (f" vs {test.other}" if test.other else "") + f" @ {test.budget}"
-    return (
-        f"{test.family} {cell} (reader {test.reader}): {test.name} {num(test.statistic)}, "
-        f"CI [{num(test.ci_lo)}, {num(test.ci_hi)}], {which} {num(p)} - expectation not met"
-        + (f" ({test.note})" if test.note else "")
-    )
 
 
 #: The settings that decide what the records say (the run id is a digest of them).
@@ -432,6 +468,8 @@ class RestoreSession:
         self.run_meta: dict[str, Any] = {}
         self.report_path: Path | None = None
         self.failures: list[str] = []
+        self.dry_run_lines: list[str] = []
+        self.untestable: list[str] = []
         self.is_controller = not hasattr(config, "workerinput")
         worker_input: dict[str, Any] = getattr(config, "workerinput", {})
         self.run_id: str = str(worker_input.get("restore_run") or uuid.uuid4().hex)
@@ -459,11 +497,10 @@ class RestoreSession:
         if not self.is_controller:
             return
         if self.settings.dry_run:
-            writer = self.config.get_terminal_writer()
-            writer.sep("=", "restore dry run: model calls the grid needs")
-            for line in self.dry_run():
-                writer.line(line)
-            pytest.exit("dry run: no model was called", returncode=0)
+            # Counted now, before xdist starts its workers; printed as the run's summary.
+            # No item runs (see pytest_collection_modifyitems) and the run exits 0.
+            self.dry_run_lines = self.dry_run()
+            return
         s = self.settings
         if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
             self.calibrate()
@@ -569,7 +606,13 @@ class RestoreSession:
                 f"{unknown_answers:,} answers not yet known: upper bound",
             )
         lines.append(judge)
-        return render_cost(lines)
+        return render_cost(lines, {model: (i, o) for model, i, o in s.prices})
+
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """A dry run deselects every item: it only counts what the grid would ask."""
+        if self.settings.dry_run and items:
+            config.hook.pytest_deselected(items=list(items))
+            items[:] = []
 
     # -- cells shared by xdist workers -------------------------------------------
 
@@ -607,6 +650,44 @@ class RestoreSession:
                 shared = json.loads(path.read_text(encoding="utf-8"))
                 return [Record.from_json(r) for r in cast("list[dict[str, Any]]", shared)]
         return audit.run_cell(policy, budget).records
+
+    def verdicts(self, audit: Audit, run: CellRun, spec: CellSpec) -> list[HypothesisTest]:
+        """The family expectations of one grid cell, decided as the session's analysis decides them."""
+        s = self.settings
+        selected = [p.name for p in self.policies]
+        family_settings = StatsSettings()  # the families' policy roles (baselines, control)
+
+        def records_of(cells: Sequence[tuple[str, int]]) -> list[Record]:
+            return [
+                r
+                for policy, budget in cells
+                if policy in selected
+                for r in self.cell_records(audit, self.registry[policy], budget)
+            ]
+
+        records = list(run.records)
+        if spec.policy == family_settings.control:
+            others = [(b, spec.budget) for b in family_settings.baselines if b in selected]
+            records += [r for r in records_of(others) if r["regime"] == "b"]
+        return cell_verdicts(
+            records,
+            spec.policy,
+            spec.budget,
+            budgets=s.budgets,
+            family_sizes={f.name: f.size(family_settings, selected, s.budgets) for f in FAMILIES},
+            fetch=records_of,
+            reader=audit.reader.name,
+            resamples=s.bootstrap,
+            seed=s.bootstrap_seed,
+        )
+
+    def grid_records(self) -> list[Record]:
+        """Every record of the session's grid, each cell reused when this run already has it."""
+        records: list[Record] = []
+        for spec in self.cells():
+            audit = self.audit(spec.reader)
+            records += self.cell_records(audit, self.registry[spec.policy], spec.budget)
+        return records
 
     def close(self) -> None:
         """Release every model of this process."""
@@ -841,18 +922,29 @@ class RestoreSession:
 
     def finish_report(self, session: pytest.Session) -> None:
         """Wait for the report (its errors are raised here) and apply its verdict."""
+        if self.is_controller and self.settings.dry_run and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+            # Nothing was meant to run. Last, because syrupy's sessionfinish ORs the
+            # status the hook was called with back in.
+            session.exitstatus = pytest.ExitCode.OK
         if self._report is None:
             return
         files = self._report.result()
         self._report = None
         self.report_path = files.out_dir
         self.failures = list(files.failures)
+        self.untestable = list(files.untestable)
         if self.failures and self.settings.family_checks == "fail":
             # a family's expectation failed after Holm: the session fails, with no traceback
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """A short table of regime (b) and where the report is."""
+        """A short table of regime (b) and where the report is (the dry run: its table)."""
+        if self.is_controller and self.dry_run_lines:
+            terminalreporter.write_sep("=", "restore dry run: model calls the grid needs")
+            for line in self.dry_run_lines:
+                terminalreporter.write_line(line)
+            terminalreporter.write_line("dry run: no model was called; drop --restore-dry-run to run the grid")
+            return
         if not self.is_controller or not self.records:
             return
         terminalreporter.write_sep("=", "restore-counterfactual audit (regime b)")
@@ -871,8 +963,15 @@ class RestoreSession:
             )
         terminalreporter.write_line(f"report: {self.report_path}")
         strict = self.settings.family_checks == "fail"
-        for failure in self.failures:
-            terminalreporter.write_sep("=", failure, red=strict, yellow=not strict, bold=True)
+        if self.failures:
+            verdict = "fail the run" if strict else "reported only (--restore-family-checks report)"
+            terminalreporter.write_sep(
+                "=", f"{len(self.failures)} expectations not met: {verdict}", red=strict, yellow=not strict, bold=True
+            )
+            for failure in self.failures:
+                terminalreporter.write_line(failure, red=strict, yellow=not strict)
+        for line in self.untestable:
+            terminalreporter.write_line(f"not testable at this N: {line}", yellow=True)
 
 
 def _preload_figure() -> None:
@@ -977,6 +1076,19 @@ def restore_cell(request: pytest.FixtureRequest) -> Generator[RestoreCell, None,
     if problem:
         pytest.fail(problem, pytrace=False)  # no cell runs (or spends) for a report that cannot be written
     yield RestoreCell(session, request.param, request.node)
+
+
+@pytest.fixture
+def restore_snapshot(request: pytest.FixtureRequest, snapshot: Any) -> Any:
+    """Pin the grid's cells table and the families' decisions with syrupy: ``restore_snapshot.check()``."""
+    from pytest_restore.plugin.snapshot import RestoreSnapshot
+
+    session = request.config.stash[SESSION_KEY]
+    s = session.settings
+    settings = {"bootstrap": s.bootstrap, "bootstrap_seed": s.bootstrap_seed, "equivalence_margin": s.equivalence_margin}
+    # Colour only on a terminal (syrupy colours its diff characters one by one).
+    color = request.config.get_terminal_writer().hasmarkup and not request.config.option.no_colors
+    return RestoreSnapshot(snapshot, session.grid_records, settings, color=color)
 
 
 __all__: Sequence[str] = ("CellSpec", "RestoreCell", "RestoreSession", "RestoreSettings")

@@ -56,9 +56,16 @@ class BarCell(Protocol):
     def rec_share(self) -> float | None: ...
     @property
     def res_share(self) -> float | None: ...
+    @property
+    def seeds(self) -> tuple[int, ...]: ...
 
 
 REGIME_TITLES = {"a": "regime (a): forced surviving gold", "b": "regime (b): top-k retrieval"}
+
+
+#: Width of a paper's text column (inches): the figure is drawn at its printed size,
+#: so its smallest text (7 pt) stays readable without scaling.
+COLUMN_WIDTH = 6.75
 
 
 def write_figure(
@@ -66,8 +73,13 @@ def write_figure(
     out_dir: str | os.PathLike[str],
     *,
     regime: str = "b",
+    dataset: str = "",
 ) -> tuple[Path, Path]:
-    """Write ``figure.png`` and ``figure.svg`` into ``out_dir``; return their paths."""
+    """Write ``figure.png`` and ``figure.svg`` into ``out_dir``; return their paths.
+
+    ``dataset`` (e.g. ``"embedded synthetic LongMemEval-S, 100 questions"``)
+    goes into each panel's title with the panel's reader.
+    """
     chosen = [c for c in cells if c.regime == regime]
     readers = sorted({c.reader for c in chosen}) or [""]
     out = Path(out_dir)
@@ -76,35 +88,36 @@ def write_figure(
     with matplotlib.rc_context(
         {
             "svg.hashsalt": "pytest-restore",
-            "font.size": 9,
+            "font.size": 8,
+            "axes.titlesize": 8,
+            "axes.labelsize": 8,
+            "xtick.labelsize": 7,
+            "ytick.labelsize": 7,
+            "legend.fontsize": 7,
             "axes.spines.top": False,
             "axes.spines.right": False,
         }
     ):
-        figure = Figure(figsize=(10.0, 3.6 * len(readers)), layout="constrained")
+        figure = Figure(figsize=(COLUMN_WIDTH, 2.9 * len(readers) + 0.4), layout="constrained")
         FigureCanvasAgg(figure)
         axes = figure.subplots(len(readers), 1, squeeze=False)[:, 0]
         for ax, reader in zip(axes, readers):
             _draw_panel(ax, [c for c in chosen if c.reader == reader])
             title = REGIME_TITLES.get(regime, f"regime ({regime})")
-            if len(readers) > 1:
-                title += f", reader {reader}"
-            ax.set_title(
-                f"{title}; each bar splits the n oracle-answerable policy errors of one cell",
-                loc="left",
-            )
+            about = "; ".join(x for x in (f"reader {reader}" if reader else "", dataset) if x)
+            ax.set_title(f"{title}" + (f" ({about})" if about else ""), loc="left")
         figure.legend(
             handles=[
-                Patch(color=IRREVERSIBLE, label="irreversible (evicted gold; restore fixes)"),
-                Patch(color=RECOVERABLE, label="recoverable (gold kept; retrieval missed)"),
-                Patch(color=RESIDUAL, label="residual (wrong even with gold restored)"),
+                Patch(color=IRREVERSIBLE, label="irreversible (gold evicted; restore fixes)"),
+                Patch(color=RECOVERABLE, label="recoverable (gold kept; not retrieved)"),
+                Patch(color=RESIDUAL, label="residual (wrong with gold restored)"),
             ],
             loc="outside upper center",
             ncols=3,
             frameon=False,
         )
         png, svg = out / "figure.png", out / "figure.svg"
-        figure.savefig(png, dpi=150, metadata={"Software": None})
+        figure.savefig(png, dpi=300, metadata={"Software": None})
         figure.savefig(svg, metadata={"Date": None})
     return png, svg
 
@@ -123,12 +136,15 @@ def _draw_panel(ax: Axes, cells: Sequence[BarCell]) -> None:
             positions.append(x)
             budget_labels.append(budget_label(cell.budget))
             x += 1.0
-        # The policy name sits centred under its group, below the budget labels.
+        # The policy name sits centred under its group, below the budget labels; a
+        # policy run under several seeds (random) says that its bars pool them.
+        seeds = sorted({seed for c in group for seed in c.seeds})
+        name = policy if len(seeds) < 2 else f"{policy}\n(seeds {','.join(map(str, seeds))} pooled)"
         ax.annotate(
-            policy,
+            name,
             xy=((start + x - 1.0) / 2.0, 0.0),
             xycoords=("data", "axes fraction"),
-            xytext=(0, -22),
+            xytext=(0, -12),
             textcoords="offset points",
             ha="center",
             va="top",
@@ -140,7 +156,8 @@ def _draw_panel(ax: Axes, cells: Sequence[BarCell]) -> None:
     ax.set_xlim(-0.6, max(x - _GROUP_GAP - 0.4, 0.6))
     ax.set_ylim(0.0, 1.1)
     ax.set_yticks([0.0, 0.25, 0.5, 0.75, 1.0])
-    ax.set_ylabel("share of errors")
+    ax.set_ylabel("share of the cell's errors")
+    ax.set_xlabel("store budget (tokens), per policy; number above a bar: its errors", labelpad=26)
     ax.grid(axis="y", linewidth=0.5, alpha=0.4)
     ax.set_axisbelow(True)
 
@@ -169,4 +186,4 @@ def _draw_bar(ax: Axes, x: float, cell: BarCell) -> None:
                 fontsize=7,
             )
         bottom += height
-    ax.text(x, bottom + 0.01, f"n={cell.err}", ha="center", va="bottom", fontsize=6.5)
+    ax.text(x, bottom + 0.01, f"{cell.err}", ha="center", va="bottom", fontsize=7)

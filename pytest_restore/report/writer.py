@@ -28,6 +28,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -324,8 +325,7 @@ def render_cases_md(records: Sequence[Record]) -> str:
 # -- report.md ----------------------------------------------------------------------
 
 
-def _budget_label(budget: int) -> str:
-    return f"{budget // 1000}k" if budget % 1000 == 0 else str(budget)
+_budget_label = stats.budget_label
 
 
 def _short(value: float) -> str:
@@ -345,15 +345,19 @@ def _share_with_interval(point: float | None, lo: float | None, hi: float | None
 def render_cell_table(
     records: Sequence[Record], regime: str, analysis: Analysis | None = None
 ) -> str:
-    """The per-cell table of one regime, in the paper's Table 1 layout (markdown)."""
+    """The per-cell table of one regime, in the paper's Table 1 layout (markdown).
+
+    Regime (a) leaves out ``rec`` and the two-bin share, constant by construction.
+    """
     analysis = analysis if analysis is not None else analyse_records(records)
-    lines = [
-        (
-            "| policy | budget | reader | N | err | irr | rec | res | two-bin (95% CI) | irr-rate | accuracy "
-            "| gold evicted |"
-        ),
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    full = regime != "a"
+    if full:
+        header = "| policy | budget | reader | N | err | irr | rec | res | two-bin (95% CI) | irr-rate | accuracy | gold evicted |"
+        rule = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    else:
+        header = "| policy | budget | reader | N | err | irr | res | irr-rate | accuracy | gold evicted |"
+        rule = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
+    lines = [header, rule]
     previous = None
     for cell in _cells_in_order(analysis):
         if cell.regime != regime:
@@ -361,73 +365,12 @@ def render_cell_table(
         two_bin = _share_with_interval(cell.two_bin_share, cell.two_bin_lo, cell.two_bin_hi)
         name = cell.policy if cell.policy != previous else ""
         previous = cell.policy
+        middle = f"{cell.rec} | {cell.res} | {two_bin}" if full else f"{cell.res}"
         lines.append(
-            f"| {name} | {_budget_label(cell.budget)} | {cell.reader} | {cell.N} | {cell.err} | {cell.irr} | "
-            f"{cell.rec} | {cell.res} | {two_bin} | {_fmt(cell.irr_rate, 2) or '-'} | "
-            f"{_fmt(cell.accuracy, 2) or '-'} | {_fmt(cell.gold_evicted_rate, 2) or '-'} |"
+            f"| {name} | {_budget_label(cell.budget)} | {cell.reader} | {cell.N} | {cell.err} | {cell.irr} | {middle} | "
+            f"{_fmt(cell.irr_rate, 2) or '-'} | {_fmt(cell.accuracy, 2) or '-'} | {_fmt(cell.gold_evicted_rate, 2) or '-'} |"
         )
     return "\n".join(lines) + "\n"
-
-
-#: The families in report order: (family, title, what is tested, the statistic's name).
-FAMILY_SECTIONS: tuple[tuple[str, str, str, str], ...] = (
-    (
-        "H1",
-        "H1: construct check, regime (a)",
-        (
-            "Per evicting and control cell, the regime-(a) two-bin share irr / (irr + rec) > 0 "
-            "(one-sided). Expected to reject in every cell."
-        ),
-        "two-bin share",
-    ),
-    (
-        "H3",
-        "H3: recoverable share, regime (b) minus (a)",
-        (
-            "Per the same cells, rec / (irr + rec) in regime (b) minus regime (a), paired by question "
-            "(two-sided). The rejections are a finding; regime (a) must hold no recoverable error."
-        ),
-        "recoverable share (b) - (a)",
-    ),
-    (
-        "R1",
-        "R1: is destruction the majority? (regime b)",
-        (
-            'Per regime-(b) cell, the two-bin share; "majority" where the interval\'s lower bound '
-            "exceeds 0.5. Read from the interval, so not Holm-adjusted; p is one-sided against 0.5."
-        ),
-        "two-bin share",
-    ),
-    (
-        "H2",
-        "H2: irreversible rate at matched accuracy (regime b)",
-        (
-            "Per accuracy-matched pair (see the pairs table below), the difference in irr / N, "
-            "paired on the questions oracle-answerable for both (two-sided)."
-        ),
-        "irr-rate difference",
-    ),
-    (
-        "control",
-        "Positive control: control against each baseline (regime b)",
-        (
-            "Per budget, irr / N of control minus each baseline (two-sided). Expected to reject with "
-            "the control the more destructive."
-        ),
-        "irr-rate difference",
-    ),
-    (
-        "TOST",
-        "Equivalence (TOST) on the matched pairs (regime b)",
-        (
-            "Two one-sided tests that the irr / N difference of a matched pair lies within the "
-            'equivalence margin; "equivalent" when Holm\'s p < alpha.'
-        ),
-        "irr-rate difference",
-    ),
-)
-_FAMILY_NAMES = {family: name for family, _title, _what, name in FAMILY_SECTIONS}
-_FAMILY_LABEL = {"control": "positive-control"}
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -439,6 +382,8 @@ def _interval(lo: float | None, hi: float | None, digits: int = 3) -> str:
 
 
 def _expectation(test: HypothesisTest) -> str:
+    if not test.testable:
+        return f"not testable at this N ({test.power_note})"
     text = {True: "met", False: "**not met**", None: "-"}[test.expectation_met]
     return f"{text} ({test.note})" if test.note else text
 
@@ -460,7 +405,7 @@ def render_family_table(tests: Sequence[HypothesisTest]) -> str:
 
 
 def render_hypotheses_md(analysis: Analysis) -> str:
-    """The hypothesis-family sections of ``report.md``."""
+    """The hypothesis-family sections of ``report.md``, one per declared family."""
     s = analysis.settings
     out = [
         "## Hypothesis tests",
@@ -470,31 +415,36 @@ def render_hypotheses_md(analysis: Analysis) -> str:
             f"(seed {s.seed}), all seeds of a question moving together; {s.confidence:.0%} percentile "
             f"intervals (TOST: {1 - 2 * s.alpha:.0%}); smoothed p-values; Holm-Bonferroni within each "
             f"family and reader; alpha {s.alpha:g}; caliper {s.caliper:g}; equivalence margin "
-            f"{s.equivalence_margin:g}."
+            f"{s.equivalence_margin:g}. An unmet expectation fails the run only where the run could have "
+            f"met it ({stats.POWER:.0%} power at Holm's strictest level for the effect the family is about)."
         ),
         "",
-        "| family | reader | tests | empty | rejected | expectation not met |",
-        "|---|---|---:|---:|---:|---:|",
+        "| family | reader | tests | empty | rejected | expectation not met | not testable at this N |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for row in analysis.summary():
-        label = _FAMILY_LABEL.get(row["family"], row["family"])
         out.append(
-            f"| {label} | {row['reader']} | {row['tests']} | {row['empty']} | {row['rejected']} | "
-            f"{row['expectation_unmet']} |"
+            f"| {row['family']} | {row['reader']} | {row['tests']} | {row['empty']} | {row['rejected']} | "
+            f"{row['expectation_unmet']} | {row['not_testable']} |"
         )
     failures = session_failures(analysis)
-    out += [
-        "",
-        "Expectations not met (with a real reader and judge, each fails the session):"
-        if failures
-        else "Every expectation is met.",
-        "",
-    ]
+    out += ["", "Expectations not met (each fails the session):" if failures else "Every testable expectation is met.", ""]
     if failures:
         out += [f"- {line}" for line in failures] + [""]
-    for family, title, what, _name in FAMILY_SECTIONS:
-        out += [f"### {title}", "", what, "", render_family_table(analysis.family(family))]
+    untestable = untestable_lines(analysis)
+    if untestable:
+        out += ["Not testable at this N (reported, not failed):", ""] + [f"- {line}" for line in untestable] + [""]
+    for family in stats.FAMILIES:
+        out += [f"### {family.title}", "", family.tests, "", render_family_table(analysis.family(family.name))]
     return "\n".join(out)
+
+
+def render_decisions_md(analysis: Analysis) -> str:
+    """Every hypothesis test's decision and expectation, one row each (what a user's snapshot pins)."""
+    lines = ["| family | test | reader | decision | expectation |", "|---|---|---|---|---|"]
+    for t in analysis.tests:
+        lines.append(f"| {t.family} | {t.name} | {t.reader} | {t.decision} | {_expectation(t)} |")
+    return "\n".join(lines) + "\n"
 
 
 def render_pairs_md(analysis: Analysis) -> str:
@@ -563,13 +513,117 @@ def record_exclusions(records: Sequence[Record]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def _evicting(analysis: Analysis) -> list[str]:
+    """The policies a finding is about: every policy but the reference and the control."""
+    st = analysis.settings
+    names = {c.policy for c in analysis.cells if c.policy not in (st.reference, st.control)}
+    return sorted(names, key=stats.policy_sort_key)
+
+
+def _ci(lo: float | None, hi: float | None) -> str:
+    return "" if lo is None or hi is None else f" (95% CI {_short(lo)}-{_short(hi)})"
+
+
+def render_findings_md(analysis: Analysis) -> str:
+    """The answer first: the paper's findings for this run, in words, with their intervals.
+
+    In the paper's order: destruction's share at the loosest budget per policy
+    and whether its lower bound clears 0.5 (R1); where the two regimes differ
+    (H3); whether an accuracy-matched pair dissociates, with the positive
+    control's resolution (H2, TOST, positive control); then the expectations.
+    """
+    out = ["## Findings", ""]
+    readers = sorted({c.reader for c in analysis.cells})
+    for reader in readers:
+        tag = f" (reader {reader})" if len(readers) > 1 else ""
+        budgets = sorted({c.budget for c in analysis.cells if c.reader == reader}, reverse=True)
+        if not budgets:
+            continue
+        loose = budgets[0]
+        parts = []
+        for policy in _evicting(analysis):
+            cell = analysis.cell(policy, loose, "b", reader)
+            if cell is None:
+                continue
+            if cell.two_bin_share is None:
+                parts.append(f"{policy} no restorable error")
+                continue
+            verdict = (
+                "a majority" if cell.two_bin_lo is not None and cell.two_bin_lo > 0.5 else "not shown a majority"
+            )
+            parts.append(f"{policy} {cell.two_bin_share:.2f}{_ci(cell.two_bin_lo, cell.two_bin_hi)}, {verdict}")
+        out.append(
+            f"- **Destruction{tag}.** At {_budget_label(loose)} under top-k retrieval, irreversible errors as a "
+            "share of those a restore fixes, irr / (irr + rec) (a majority where the lower bound clears "
+            "0.5): " + ("; ".join(parts) if parts else "no evicting policy in the run") + "."
+        )
+        h3 = [t for t in analysis.family("H3", reader) if t.decision != "empty"]
+        moved = [t for t in h3 if t.decision == "reject"]
+        shown = ", ".join(
+            f"{t.policy} {_budget_label(t.budget)} {t.statistic:+.2f}{_ci(t.ci_lo, t.ci_hi)}"
+            for t in moved[:4]
+            if t.statistic is not None
+        )
+        violations = [t for t in h3 if t.expectation_met is False]
+        out.append(
+            f"- **Regimes{tag}.** The recoverable share differs between top-k retrieval (b) and forced gold (a) "
+            f"in {len(moved)} of {len(h3)} cells (H3, Holm)"
+            + (f": {shown}" + (" ..." if len(moved) > 4 else "") if moved else "")
+            + (
+                f"; regime (a) holds recoverable errors in {len(violations)} cells (construct violation)."
+                if violations
+                else "; regime (a) holds no recoverable error, as it must."
+            )
+        )
+        pairs = [m for m in analysis.matching if m.reader == reader]
+        matched = [m for m in pairs if m.matched]
+        h2 = [t for t in analysis.family("H2", reader) if t.decision != "empty"]
+        split = [t for t in h2 if t.decision == "reject"]
+        halves = [t.half_width for t in h2 if t.half_width is not None]
+        resolution = f" at a resolution of ±{min(halves):.3f} to ±{max(halves):.3f}" if halves else ""
+        control = [t for t in analysis.family(stats.POSITIVE_CONTROL, reader) if t.decision != "empty"]
+        detected = [t for t in control if t.expectation_met]
+        untested = [t for t in control if not t.testable]
+        diffs = [t.statistic for t in control if t.statistic is not None]
+        control_text = (
+            f" The positive control is detected in {len(detected)} of {len(control)} contrasts"
+            + (f" (irr-rate difference {min(diffs):+.2f} to {max(diffs):+.2f})" if diffs else "")
+            + (f"; {len(untested)} not testable at this N" if untested else "")
+            + "."
+            if control
+            else " The run has no positive control."
+        )
+        out.append(
+            f"- **Matched accuracy{tag}.** {len(matched)} of {len(pairs)} policy pairs are accuracy-matched; "
+            + (
+                f"{len(split)} {'dissociates' if len(split) == 1 else 'dissociate'} on irr / N (H2, Holm)"
+                + (": " + ", ".join(f"{t.policy} vs {t.other} {_budget_label(t.budget)}" for t in split) if split else "")
+                + resolution
+                + "."
+                if h2
+                else "no pair to test."
+            )
+            + control_text
+        )
+    failures = session_failures(analysis)
+    untestable = untestable_lines(analysis)
+    if failures:
+        out.append(f"- **Expectations.** {len(failures)} not met (each fails the run): " + "; ".join(failures) + ".")
+    else:
+        out.append("- **Expectations.** Every expectation the run could test is met.")
+    if untestable:
+        out.append("- **Not testable at this N.** " + " ".join(line + "." for line in untestable))
+    return "\n".join(out) + "\n"
+
+
 def render_tables_md(records: Sequence[Record], analysis: Analysis) -> str:
-    """The tables of ``report.md``: both regimes, every family, the H2 pairs, bins by type.
+    """The findings and the tables of ``report.md``: both regimes, every family, the H2 pairs, bins by type.
 
     A function of the records and the statistics settings alone (no run
     settings, dataset or paths), so the snapshot tests compare exactly this.
     """
     out = [
+        render_findings_md(analysis),
         "## Regime (b): top-k retrieval",
         "",
         (
@@ -579,7 +633,13 @@ def render_tables_md(records: Sequence[Record], analysis: Analysis) -> str:
         ),
         "",
         render_cell_table(records, "b", analysis),
-        "## Regime (a): forced surviving gold (construct reference, rec = 0 by construction)",
+        "## Regime (a): forced surviving gold (construct reference)",
+        "",
+        (
+            "Forcing the surviving gold into the context leaves no recoverable error, so rec = 0 and the "
+            "two-bin share is 1.00 wherever there is an irreversible error: those columns are left out "
+            "(a violation shows as a failed H3 expectation)."
+        ),
         "",
         render_cell_table(records, "a", analysis),
         render_hypotheses_md(analysis),
@@ -589,46 +649,60 @@ def render_tables_md(records: Sequence[Record], analysis: Analysis) -> str:
     return "\n".join(out)
 
 
-def render_report_md(
-    records: Sequence[Record],
-    info: RunInfo,
-    analysis: Analysis | None = None,
-    calls: Mapping[str, Mapping[str, Any]] | None = None,
-) -> str:
-    """``report.md`` as text (``calls``: :func:`model_calls` of the records, when already counted)."""
-    if analysis is None:
-        analysis = analyse_records(records, info)
+def _run_line(records: Sequence[Record], info: RunInfo) -> str:
+    """What was run, in one line: data, reader, judge, ranker, N."""
+    st, ds = info.settings, info.dataset
+    data = dataset_label(info) or "records without run settings"
+    readers = sorted({str(r["reader"]) for r in records})
+    judges = sorted({str(r.get("judge")) for r in records if r.get("judge")}) or [str(st.get("judge", "?"))]
+    answerable = len({r["question_id"] for r in records if r["oracle_correct"] is True and r["excluded"] is None})
+    audited = ds.get("audited") or len({r["question_id"] for r in records})
+    return (
+        f"**Run:** {data}; reader {', '.join(readers)}; judge {', '.join(judges)}; ranker "
+        f"{', '.join(rankers_of(records))}; N = {audited} questions audited, {answerable} oracle-answerable "
+        "in some cell."
+    )
+
+
+#: Settings that are not named after their option.
+_SETTING_LABELS = {"prices": "--restore-price", "model_usage": "model usage (real models)"}
+
+
+def _setting_value(key: str, value: Any) -> str:
+    if value is None or value == "" or (isinstance(value, list | tuple | dict) and not value):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key == "budgets" and isinstance(value, list | tuple):
+        return ", ".join(_budget_label(int(b)) for b in value)
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(value.items()))
+    return str(value)
+
+
+def render_settings_md(records: Sequence[Record], info: RunInfo) -> str:
+    """The run's settings (as the options that set them), the dataset and the exclusions, as readable tables."""
     ds = info.dataset
-    out = ["# Restore-counterfactual audit", ""]
-    note = simulated_note(records, ds.get("official"))
-    if note:
-        out += [note, ""]
+    out = ["## Run settings", ""]
     sha = ds.get("sha256", "unknown")
     official = ds.get("official")
-    out.append(
-        f"Dataset sha256: `{sha}`"
-        + (
-            " (the official LongMemEval-S file)"
-            if official
-            else " (not the official longmemeval_s_cleaned.json)"
-            if official is False
-            else ""
-        )
+    which = (
+        "the official LongMemEval-S file"
+        if official
+        else "not the official longmemeval_s_cleaned.json"
+        if official is False
+        else "unknown"
     )
-    out.append("")
+    out += ["| setting | value |", "|---|---|", f"| dataset sha256 | `{sha}` ({which}) |"]
     if ds:
-        out.append(
-            f"Questions in the file: {ds.get('questions', '?')}; audited: {ds.get('audited', '?')}."
-        )
-        out.append("")
-    out += [f"Ranker: `{', '.join(rankers_of(records))}` (one per run; named in every record).", ""]
-    settings = info.settings
-    if settings:
-        out += ["## Settings", "", "| setting | value |", "|---|---|"]
-        for key in sorted(settings):
-            out.append(f"| {key} | {json.dumps(settings[key])} |")
-        out.append("")
-    out += ["## Exclusions", "", "| reason | questions |", "|---|---:|"]
+        out.append(f"| questions in the file / audited | {ds.get('questions', '?')} / {ds.get('audited', '?')} |")
+    out.append(f"| ranker | {', '.join(rankers_of(records))} (one per run; named in every record) |")
+    for key in sorted(info.settings):
+        label = _SETTING_LABELS.get(key, f"--restore-{key.replace('_', '-')}")
+        out.append(f"| {label} | {_setting_value(key, info.settings[key])} |")
+    out += ["", "## Exclusions", "", "| reason | questions |", "|---|---:|"]
     if info.exclusions:
         for reason, count in sorted(info.exclusions.items()):
             out.append(f"| {reason} | {count} |")
@@ -639,26 +713,50 @@ def render_report_md(
         "",
         "Records excluded from a cell's decomposition (failed model calls, never scored as wrong):",
         "",
+        "| reason | records |",
+        "|---|---:|",
     ]
-    out += ["| reason | records |", "|---|---:|"]
     if failed:
         for reason, count in failed.items():
             out.append(f"| {reason} | {count} |")
     else:
         out.append("| none | 0 |")
-    out += ["", render_tables_md(records, analysis)]
+    return "\n".join(out) + "\n"
+
+
+def render_report_md(
+    records: Sequence[Record],
+    info: RunInfo,
+    analysis: Analysis | None = None,
+    calls: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
+    """``report.md`` as text (``calls``: :func:`model_calls` of the records, when already counted).
+
+    The answer first (what was run, the simulated-models notice where it
+    applies, the findings), then the tables, families, cases and ablations;
+    the run's settings and exclusions last.
+    """
+    if analysis is None:
+        analysis = analyse_records(records, info)
+    out = ["# Restore-counterfactual audit", ""]
+    note = simulated_note(records, info.dataset.get("official"))
+    if note:  # the first thing a reader sees: what these figures are, when a model is simulated
+        out += [note, ""]
+    out += [_run_line(records, info), ""]
+    out += [render_tables_md(records, analysis)]
     comparison = compare_readers(analysis)
     if comparison is not None:
         out += ["", render_comparison_md(comparison)]
     for name in sorted(info.checks):
         out += ["", str(info.checks[name].get("markdown", ""))]
-    out += ["", render_ablations_md(records, analysis), render_cases_md(records)]
+    out += ["", render_cases_md(records), render_ablations_md(records, analysis)]
     reader_model = simulated_reader_md(records)
     if reader_model:
         out += ["", reader_model]
     section = render_model_calls_md(records, calls)
     if section:
         out += ["", section]
+    out += ["", render_settings_md(records, info)]
     return "\n".join(out)
 
 
@@ -690,33 +788,47 @@ def render_model_calls_md(records: Sequence[Record], calls: Mapping[str, Mapping
 
 # -- the session verdict --------------------------------------------------------------
 
-_EXPECTED = {
-    "H1": "expected a rejection",
-    "control": "expected the control significantly more destructive",
-}
+def _reader_suffix(analysis: Analysis, test: HypothesisTest) -> str:
+    readers = {t.reader for t in analysis.tests}
+    return f" (reader {test.reader})" if len(readers) > 1 else ""
 
 
 def session_failures(analysis: Analysis) -> list[str]:
-    """One line per family expectation that failed after Holm.
+    """One short line, in words, per expectation the run could test and did not meet.
 
     An H1 cell not rejected, a positive-control contrast that is not
-    significant with the control the more destructive, and an H3 construct
-    violation (a recoverable error in regime (a)). Empty tests (0/0 statistic)
-    carry no expectation and are not failures.
+    significant with the control the more destructive (where the run had the
+    power to show it), and an H3 construct violation (a recoverable error in
+    regime (a)). Empty tests carry no expectation and are not failures. The
+    grid items fail on the same lines (:func:`pytest_restore.stats.analysis.cell_verdicts`).
     """
+    return [
+        stats.family_of(t.family).describe(t) + _reader_suffix(analysis, t) for t in analysis.failures()
+    ]
+
+
+def untestable_lines(analysis: Analysis) -> list[str]:
+    """One line per family: the expectations this run could not test, why, and what would make them testable."""
     lines = []
-    for t in analysis.tests:
-        if t.expectation_met is not False:
+    for family in stats.FAMILIES:
+        tests = [t for t in analysis.untestable() if t.family == family.name]
+        if not tests:
             continue
-        label = _FAMILY_LABEL.get(t.family, t.family)
-        cell = t.policy if t.other is None else f"{t.policy} vs {t.other}"
-        stat = _FAMILY_NAMES.get(t.family, "statistic")
-        ci = "-" if t.ci_lo is None or t.ci_hi is None else f"[{t.ci_lo:.2f}, {t.ci_hi:.2f}]"
-        why = t.note or _EXPECTED.get(t.family, "expectation not met")
-        lines.append(
-            f"{label} {cell} @ {_budget_label(t.budget)} (reader {t.reader}): {stat} {_num(t.statistic, 2)}, "
-            f"CI {ci}, p_holm {_num(t.p_holm)} - {why}"
-        )
+        needed = [int(x) for t in tests for x in re.findall(r"about (\d+) questions", t.power_note)]
+        widths = [t.half_width for t in tests if t.half_width is not None]
+        n = max(t.n_questions for t in tests)
+        text = f"{family.name}: {len(tests)} of {len(analysis.family(family.name))} tests not testable at {n} questions"
+        if widths:
+            text += (
+                f": intervals ±{min(widths):.2f} to ±{max(widths):.2f}, too wide to detect the "
+                f"{family.effect:.2f} {family.statistic} the family is about"
+            )
+        if needed:
+            text += (
+                f"; about {max(needed)} questions would test them (raise --restore-questions, or "
+                "--restore-embedded-questions for the embedded data)"
+            )
+        lines.append(text)
     return lines
 
 
@@ -736,6 +848,8 @@ class ReportFiles:
     figure_png: Path
     figure_svg: Path
     failures: tuple[str, ...] = ()
+    #: one line per family whose unmet expectations this run had no power to meet
+    untestable: tuple[str, ...] = ()
 
 
 def summary_json(
@@ -765,6 +879,7 @@ def summary_json(
     if analysis is not None:
         out["hypotheses"] = analysis.summary()
         out["failures"] = session_failures(analysis)
+        out["not_testable"] = untestable_lines(analysis)
     return out
 
 
@@ -788,6 +903,7 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
         figure_png=out / "figure.png",
         figure_svg=out / "figure.svg",
         failures=tuple(session_failures(analysis)),
+        untestable=tuple(untestable_lines(analysis)),
     )
     files.records.write_text(render_records_jsonl(ordered, ordered=True), encoding="utf-8")
     files.cells.write_text(render_cells_csv(ordered, analysis), encoding="utf-8")
@@ -802,8 +918,17 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
         write_figure,  # matplotlib loads when a report is written
     )
 
-    write_figure(analysis.cells, out)
+    write_figure(analysis.cells, out, dataset=dataset_label(info))
     return files
+
+
+def dataset_label(info: RunInfo) -> str:
+    """The dataset in a few words: its name and how many questions were audited."""
+    name = str(info.settings.get("data") or "")
+    if not name or name == "embedded synthetic":
+        name = "embedded synthetic LongMemEval-S" if name else ""
+    audited = info.dataset.get("audited")
+    return ", ".join(x for x in (name, f"{audited} questions" if audited else "") if x)
 
 
 # -- reading saved records ---------------------------------------------------------------

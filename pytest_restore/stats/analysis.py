@@ -22,9 +22,11 @@ Reading order:
    one-sided p-value ``(1 + #resamples on the far side of the null) / (R' + 1)``;
    two-sided ``min(1, 2 x smaller one-sided)``.
 4. **Holm-Bonferroni** within each family (and reader).
-5. **Families:** H1, H3, R1, H2, TOST and the positive control (see
-   :func:`analyse`), and the per-cell checks a single pytest item runs
-   (:func:`cell_checks`).
+5. **Families:** each declared once as a :class:`Family` in :data:`FAMILIES`
+   (H1, H3, R1, H2, TOST and the positive control; see :func:`analyse`); a
+   single pytest item decides its own tests as the session does
+   (:func:`cell_verdicts`). An unmet expectation counts as a failure only
+   where the run had the power to meet it (:func:`judge_power`).
 
 Undefined resamples. A ratio whose resampled denominator is 0 (e.g. a resample
 that happens to draw no binned error) is undefined. Such resamples are set to
@@ -53,8 +55,9 @@ Other choices, written down here because the paper leaves them open:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Any, ClassVar
 
 import numpy as np
@@ -471,6 +474,10 @@ class HypothesisTest:
     n_questions: int
     undefined_resamples: int
     note: str = ""
+    #: False when the expectation was not met and the run had too few questions to
+    #: meet it (see :func:`judge_power`); ``power_note`` says why and what would do.
+    testable: bool = True
+    power_note: str = ""
 
     @property
     def half_width(self) -> float | None:
@@ -502,6 +509,8 @@ class HypothesisTest:
             "n_questions": self.n_questions,
             "undefined_resamples": self.undefined_resamples,
             "note": self.note,
+            "testable": self.testable,
+            "power_note": self.power_note,
         }
 
 
@@ -542,7 +551,6 @@ class PairMatch:
         }
 
 
-FAMILIES: tuple[str, ...] = ("H1", "H3", "R1", "H2", "TOST", "control")
 #: Decisions that count as a rejection of the family's null.
 _REJECTIONS = frozenset({"reject", "equivalent", "majority"})
 
@@ -571,35 +579,46 @@ class Analysis:
         ]
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per family and reader: tests, rejections after Holm, unmet expectations."""
+        """Per family and reader: tests, rejections after Holm, unmet expectations, untestable ones."""
         rows = []
         for reader in sorted({t.reader for t in self.tests}):
-            for name in FAMILIES:
-                tests = self.family(name, reader)
+            for family in FAMILIES:
+                tests = self.family(family.name, reader)
                 if not tests:
                     continue
                 rows.append(
                     {
-                        "family": name,
+                        "family": family.name,
                         "reader": reader,
                         "tests": len(tests),
                         "empty": sum(t.decision == "empty" for t in tests),
                         "rejected": sum(t.decision in _REJECTIONS for t in tests),
-                        "expectation_unmet": sum(t.expectation_met is False for t in tests),
+                        "expectation_unmet": sum(t.expectation_met is False and t.testable for t in tests),
+                        "not_testable": sum(not t.testable for t in tests),
                     }
                 )
         return rows
+
+    def failures(self) -> list[HypothesisTest]:
+        """The tests whose expectation the run could test and did not meet: each fails the session."""
+        return [t for t in self.tests if t.expectation_met is False and t.testable]
+
+    def untestable(self) -> list[HypothesisTest]:
+        """The tests whose expectation was not met but which this run had no power to meet."""
+        return [t for t in self.tests if not t.testable]
 
     def to_json(self) -> dict[str, Any]:
         """Deterministic JSON-able dict for ``hypotheses.json``."""
         return {
             "settings": self.settings.to_json(),
+            # the power rule: an unmet expectation fails only where the run could have met it
+            "power": {"power": POWER, "effects": {f.name: f.effect for f in FAMILIES if f.effect is not None}},
             "questions": self.questions,
             "summary": self.summary(),
             "families": {
-                name: [t.to_json() for t in self.family(name)]
-                for name in FAMILIES
-                if self.family(name)
+                family.name: [t.to_json() for t in self.family(family.name)]
+                for family in FAMILIES
+                if self.family(family.name)
             },
             "matching": [m.to_json() for m in self.matching],
         }
@@ -627,9 +646,17 @@ class _Engine:
         else:
             totals = np.zeros((settings.resamples, 0))
         self._totals = {k: totals[:, i * _ROWS : (i + 1) * _ROWS] for i, k in enumerate(keys)}
+        self._matching: dict[tuple[int, str], list[PairMatch]] = {}
 
     def has(self, key: CellKey) -> bool:
         return key in self.cells
+
+    def matching(self, budget: int, reader: str) -> list[PairMatch]:
+        """The H2 candidate pairs at one budget (built once; H2 and TOST share them)."""
+        key = (budget, reader)
+        if key not in self._matching:
+            self._matching[key] = _matching(self, budget, reader)
+        return self._matching[key]
 
     def count(self, key: CellKey, row: int) -> int:
         return int(self.cells[key].counts[row].sum())
@@ -700,19 +727,7 @@ class _Engine:
 
 def _decide(test: HypothesisTest, p: float | None, alpha: float) -> HypothesisTest:
     """Set decision and expectation from ``p`` (raw for per-cell checks, Holm at the end)."""
-    if test.statistic is None or p is None:
-        return replace(test, decision="empty", expectation_met=None)
-    significant = p < alpha
-    if test.family == "TOST":
-        return replace(test, decision="equivalent" if significant else "not shown equivalent")
-    decision = "reject" if significant else "retain"
-    if test.family == "H1":
-        # Construct check: the share must be significantly above 0.
-        return replace(test, decision=decision, expectation_met=significant)
-    if test.family == "control":
-        # The control must be significantly *more* destructive than the baseline.
-        return replace(test, decision=decision, expectation_met=significant and test.statistic > 0)
-    return replace(test, decision=decision)  # H3 keeps its construct flag; H2 is a finding
+    return family_of(test.family).decide(test, p, alpha)
 
 
 def _cell_test(
@@ -827,9 +842,6 @@ def _r1(engine: _Engine, key: CellKey) -> HypothesisTest:
     return replace(test, decision="majority" if test.ci_lo > 0.5 else "not majority")
 
 
-_FAMILY_LABEL = {"control": "positive-control"}
-
-
 def _pair_test(
     family: str,
     first: CellKey,
@@ -838,7 +850,7 @@ def _pair_test(
     n_shared: int,
     settings: StatsSettings,
 ) -> HypothesisTest:
-    """A paired irreversible-rate contrast ``first - second`` (H2, TOST, control)."""
+    """A paired irreversible-rate contrast ``first - second`` (H2, TOST, positive control)."""
     policy, budget, regime, reader = first
     if family == "TOST":
         # Two one-sided tests against -margin and +margin; equivalence needs both.
@@ -853,7 +865,7 @@ def _pair_test(
         lo, hi = stat.interval(settings.confidence)
         null, alternative = 0.0, "two-sided"
     return HypothesisTest(
-        name=f"{_FAMILY_LABEL.get(family, family)} {policy} vs {second[0]} {budget_label(budget)}",
+        name=f"{family} {policy} vs {second[0]} {budget_label(budget)}",
         family=family,
         reader=reader,
         budget=budget,
@@ -943,12 +955,276 @@ def _matching(engine: _Engine, budget: int, reader: str) -> list[PairMatch]:
     return out
 
 
+# --------------------------------------------------------------------------
+# 6b. The families, each declared once
+# --------------------------------------------------------------------------
+
+#: The power a test must have had before its unmet expectation fails the run.
+POWER = 0.8
+POSITIVE_CONTROL = "positive-control"
+
+
+def _same_cell(test: HypothesisTest, policy: str, budget: int) -> bool:
+    return test.policy == policy and test.budget == budget
+
+
+@dataclass(frozen=True)
+class Family:
+    """One hypothesis family: what it tests, what it expects, how the report shows it.
+
+    To add a family, declare one and append it to :data:`FAMILIES`: the
+    analysis builds its tests with ``build``, Holm-adjusts them when ``holm``,
+    decides each with ``expect``, judges the run's power against ``effect``,
+    and the report gives it a section (``title``, ``tests``, ``statistic``)
+    and its failures their words (``describe``); ``cells`` tells a grid item
+    which cells' records decide it.
+    """
+
+    name: str
+    title: str
+    #: what is tested, in a sentence for the report
+    tests: str
+    #: the statistic's name in tables and failure lines
+    statistic: str
+    #: every test of one reader: ``build(engine, reader, budgets)``
+    build: Callable[[_Engine, str, Sequence[int]], list[HypothesisTest]]
+    #: what must hold, in words ("" for a finding, which never fails the run)
+    expectation: str = ""
+    #: whether a significant test meets it (None: keep what ``build`` set, or no expectation)
+    expect: Callable[[HypothesisTest, bool], bool | None] | None = None
+    #: decision words for a significant and a non-significant test
+    decisions: tuple[str, str] = ("reject", "retain")
+    holm: bool = True
+    #: the smallest effect the expectation is about; an unmet expectation fails the
+    #: run only where the run could have detected it (None: always testable)
+    effect: float | None = None
+    #: the cells (policy, budget) whose records decide the family, given the run's budgets
+    cells: Callable[[StatsSettings, Sequence[int]], list[tuple[str, int]]] = lambda _s, _b: []
+    #: whether a test concerns the grid item of (policy, budget)
+    involves: Callable[[HypothesisTest, str, int], bool] = _same_cell
+    #: how many tests the family has in a grid of these policies and budgets (for Holm's bound)
+    size: Callable[[StatsSettings, Sequence[str], Sequence[int]], int] = lambda _s, _p, _b: 0
+
+    def decide(self, test: HypothesisTest, p: float | None, alpha: float) -> HypothesisTest:
+        """The decision and the expectation at ``p`` (raw in an item's check, Holm at the end)."""
+        if test.statistic is None or p is None:
+            return replace(test, decision="empty", expectation_met=None)
+        significant = p < alpha
+        met = test.expectation_met if self.expect is None else self.expect(test, significant)
+        return replace(test, decision=self.decisions[0 if significant else 1], expectation_met=met)
+
+    def describe(self, test: HypothesisTest) -> str:
+        """One short line, in words, for a test whose expectation was not met."""
+        where = f"{budget_label(test.budget)}"
+        if test.note:  # a construct violation says what it is
+            return f"{test.name}: {test.note}"
+        sign = "+" if test.other is not None or test.regime == "b-a" else ""  # differences carry a sign
+        value = "-" if test.statistic is None else f"{test.statistic:{sign}.2f}"
+        ci = "" if test.ci_lo is None or test.ci_hi is None else f", CI {test.ci_lo:{sign}.2f} to {test.ci_hi:{sign}.2f}"
+        if test.other is not None:
+            what = f"{test.policy} not shown more destructive than {test.other} at {where}"
+        else:
+            what = f"{test.policy} at {where}: {self.expectation}"
+        return f"{self.name}: {what} ({self.statistic} {value}{ci})"
+
+
+def _build_h1(engine: _Engine, reader: str, budgets: Sequence[int]) -> list[HypothesisTest]:
+    tests = (_h1(engine, p, b, reader) for p in engine.settings.family_policies for b in budgets)
+    return [t for t in tests if t is not None]
+
+
+def _build_h3(engine: _Engine, reader: str, budgets: Sequence[int]) -> list[HypothesisTest]:
+    tests = (_h3(engine, p, b, reader) for p in engine.settings.family_policies for b in budgets)
+    return [t for t in tests if t is not None]
+
+
+def _build_r1(engine: _Engine, reader: str, budgets: Sequence[int]) -> list[HypothesisTest]:
+    return [_r1(engine, k) for k in engine.keys if k[3] == reader and k[2] == "b" and k[1] in budgets]
+
+
+def _pair_tests(
+    engine: _Engine, family: str, pairs: Sequence[tuple[CellKey, CellKey]]
+) -> list[HypothesisTest]:
+    stats = engine.rate_differences(pairs)
+    return [_pair_test(family, a, b, stat, n, engine.settings) for (a, b), (stat, n) in zip(pairs, stats)]
+
+
+def _matched_pairs(engine: _Engine, reader: str, budgets: Sequence[int]) -> list[tuple[CellKey, CellKey]]:
+    return [
+        ((m.policy, m.budget, "b", reader), (m.other, m.budget, "b", reader))
+        for budget in budgets
+        for m in engine.matching(budget, reader)
+        if m.matched
+    ]
+
+
+def _build_h2(engine: _Engine, reader: str, budgets: Sequence[int]) -> list[HypothesisTest]:
+    return _pair_tests(engine, "H2", _matched_pairs(engine, reader, budgets))
+
+
+def _build_tost(engine: _Engine, reader: str, budgets: Sequence[int]) -> list[HypothesisTest]:
+    return _pair_tests(engine, "TOST", _matched_pairs(engine, reader, budgets))
+
+
+def _build_control(engine: _Engine, reader: str, budgets: Sequence[int]) -> list[HypothesisTest]:
+    pairs = [pair for budget in budgets for pair in _control_keys(engine, budget, reader)]
+    return _pair_tests(engine, POSITIVE_CONTROL, pairs)
+
+
+#: Every family, in the order the report gives them (the paper's order of findings).
+FAMILIES: tuple[Family, ...] = (
+    Family(
+        name="H1",
+        title="H1: construct check, regime (a)",
+        tests=(
+            "Per evicting and control cell, the regime-(a) two-bin share irr / (irr + rec) > 0 "
+            "(one-sided). Expected to reject in every cell."
+        ),
+        statistic="two-bin share",
+        build=_build_h1,
+        expectation="regime-(a) two-bin share not shown above 0",
+        expect=lambda _t, significant: significant,
+        cells=lambda s, budgets: [(p, b) for p in s.family_policies for b in budgets],
+        size=lambda s, policies, budgets: len(set(s.family_policies) & set(policies)) * len(budgets),
+    ),
+    Family(
+        name="H3",
+        title="H3: recoverable share, regime (b) minus (a)",
+        tests=(
+            "Per the same cells, rec / (irr + rec) in regime (b) minus regime (a), paired by question "
+            "(two-sided). The rejections are a finding; regime (a) must hold no recoverable error."
+        ),
+        statistic="recoverable share (b) - (a)",
+        build=_build_h3,
+        expectation="regime (a) holds a recoverable error",
+        cells=lambda s, budgets: [(p, b) for p in s.family_policies for b in budgets],
+        size=lambda s, policies, budgets: len(set(s.family_policies) & set(policies)) * len(budgets),
+    ),
+    Family(
+        name="R1",
+        title="R1: is destruction the majority? (regime b)",
+        tests=(
+            'Per regime-(b) cell, the two-bin share; "majority" where the interval\'s lower bound '
+            "exceeds 0.5. Read from the interval, so not Holm-adjusted; p is one-sided against 0.5."
+        ),
+        statistic="two-bin share",
+        build=_build_r1,
+        holm=False,
+    ),
+    Family(
+        name="H2",
+        title="H2: irreversible rate at matched accuracy (regime b)",
+        tests=(
+            "Per accuracy-matched pair (see the pairs table below), the difference in irr / N, "
+            "paired on the questions oracle-answerable for both (two-sided)."
+        ),
+        statistic="irr-rate difference",
+        build=_build_h2,
+    ),
+    Family(
+        name="TOST",
+        title="Equivalence (TOST) on the matched pairs (regime b)",
+        tests=(
+            "Two one-sided tests that the irr / N difference of a matched pair lies within the "
+            'equivalence margin; "equivalent" when Holm\'s p < alpha.'
+        ),
+        statistic="irr-rate difference",
+        build=_build_tost,
+        decisions=("equivalent", "not shown equivalent"),
+    ),
+    Family(
+        name=POSITIVE_CONTROL,
+        title="Positive control: control against each baseline (regime b)",
+        tests=(
+            "Per budget, irr / N of control minus each baseline (two-sided). Expected to reject with "
+            "the control the more destructive: the check that the contrasts can detect a dissociation."
+        ),
+        statistic="irr-rate difference",
+        build=_build_control,
+        expectation="the control significantly more destructive",
+        expect=lambda t, significant: significant and (t.statistic or 0.0) > 0,
+        # the control is built to evict gold far more often than any baseline: a gap of
+        # 15 points of irr / N is the least it is meant to show
+        effect=0.15,
+        cells=lambda s, budgets: [(p, b) for p in (s.control, *s.baselines) for b in budgets],
+        size=lambda s, policies, budgets: (
+            (s.control in policies) * len(set(s.baselines) & set(policies)) * len(budgets)
+        ),
+    ),
+)
+
+
+def family_of(name: str) -> Family:
+    """The declaration of a family by name."""
+    for family in FAMILIES:
+        if family.name == name:
+            return family
+    raise KeyError(f"unknown hypothesis family {name!r}")
+
+
+def minimum_detectable(
+    test: HypothesisTest, tests_in_family: int, settings: StatsSettings, effect: float
+) -> float | None:
+    """The smallest effect ``test`` could detect with :data:`POWER` at Holm's strictest level.
+
+    ``(z_alpha + z_power) * se`` with ``alpha / m``. The standard error is the
+    bootstrap interval's (normal approximation), but never below what a true
+    difference of ``effect`` would give on the test's questions:
+    ``sqrt(effect * (1 - effect) / n)``, the least spread of per-question
+    differences in {-1, 0, 1} with that mean. Without that floor a handful of
+    questions that happen to agree would look infinitely precise. None when
+    the test has no interval.
+    """
+    half = test.half_width
+    if half is None or test.n_questions < 1:
+        return None
+    normal = NormalDist()
+    se = half / normal.inv_cdf(1.0 - (1.0 - settings.confidence) / 2.0)
+    se = max(se, math.sqrt(effect * (1.0 - effect) / test.n_questions))
+    level = settings.alpha / max(1, tests_in_family)
+    z_alpha = normal.inv_cdf(1.0 - level if test.alternative == "greater" else 1.0 - level / 2.0)
+    return (z_alpha + normal.inv_cdf(POWER)) * se
+
+
+def judge_power(
+    tests: Sequence[HypothesisTest], sizes: Mapping[tuple[str, str], int], settings: StatsSettings
+) -> list[HypothesisTest]:
+    """Mark unmet expectations the run could not have met as not testable, with why and what would do.
+
+    ``sizes`` is the number of tests per (family, reader): Holm's strictest level
+    is ``alpha`` over it. Only families that declare an ``effect`` are judged.
+    """
+    out = []
+    for t in tests:
+        family = family_of(t.family)
+        if t.expectation_met is not False or family.effect is None:
+            out.append(t)
+            continue
+        m = sizes.get((t.family, t.reader), 1)
+        mde = minimum_detectable(t, m, settings, family.effect)
+        if mde is not None and mde <= family.effect:
+            out.append(t)
+            continue
+        if mde is None:
+            why = "no defined resample"
+        else:
+            needed = math.ceil(t.n_questions * (mde / family.effect) ** 2)
+            why = (
+                f"at {t.n_questions} questions its {settings.confidence:.0%} interval is "
+                f"±{t.half_width:.2f}, so the least {family.statistic} it could detect ({POWER:.0%} power, "
+                f"Holm over {m}) is {mde:.2f}, above the {family.effect:.2f} it is about; "
+                f"about {needed} questions would make it testable"
+            )
+        out.append(replace(t, testable=False, power_note=why))
+    return out
+
+
 def _apply_holm(tests: list[HypothesisTest], alpha: float) -> list[HypothesisTest]:
-    """Holm within each (family, reader); R1 is descriptive and empty tests do not count."""
+    """Holm within each (family, reader) of a family that declares it; empty tests do not count."""
     out = list(tests)
     groups: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for i, t in enumerate(out):
-        if t.family != "R1" and t.p_raw is not None and t.statistic is not None:
+        if family_of(t.family).holm and t.p_raw is not None and t.statistic is not None:
             groups.setdefault((t.family, t.reader), []).append((i, t.p_raw))
     for members in groups.values():
         indices = [i for i, _ in members]
@@ -956,9 +1232,16 @@ def _apply_holm(tests: list[HypothesisTest], alpha: float) -> list[HypothesisTes
         for i, p in zip(indices, adjusted):
             out[i] = _decide(replace(out[i], p_holm=p), p, alpha)
     for i, t in enumerate(out):
-        if t.family != "R1" and (t.p_raw is None or t.statistic is None):
+        if family_of(t.family).holm and (t.p_raw is None or t.statistic is None):
             out[i] = _decide(t, None, alpha)
     return out
+
+
+def _family_sizes(tests: Sequence[HypothesisTest]) -> dict[tuple[str, str], int]:
+    sizes: dict[tuple[str, str], int] = {}
+    for t in tests:
+        sizes[(t.family, t.reader)] = sizes.get((t.family, t.reader), 0) + 1
+    return sizes
 
 
 def _cell_figures(engine: _Engine, key: CellKey) -> CellStats:
@@ -1074,51 +1357,27 @@ def analyse(
     matching: list[PairMatch] = []
     for reader in sorted({k[3] for k in engine.keys}):
         budgets = sorted({k[1] for k in engine.keys if k[3] == reader}, reverse=True)
-        cell_tests: dict[str, list[HypothesisTest]] = {"H1": [], "H3": [], "R1": []}
-        for policy in settings.family_policies:
-            for budget in budgets:
-                for family, build in (("H1", _h1), ("H3", _h3)):
-                    test = build(engine, policy, budget, reader)
-                    if test is not None:
-                        cell_tests[family].append(test)
-        for key in engine.keys:
-            if key[3] == reader and key[2] == "b":
-                cell_tests["R1"].append(_r1(engine, key))
-
-        # All pair contrasts of this reader share one product with W.
-        pairs: list[tuple[str, tuple[CellKey, CellKey]]] = []
-        for budget in budgets:
-            for match in _matching(engine, budget, reader):
-                matching.append(match)
-                if match.matched:
-                    pair = ((match.policy, budget, "b", reader), (match.other, budget, "b", reader))
-                    pairs += [("H2", pair), ("TOST", pair)]
-        for budget in budgets:
-            pairs += [("control", pair) for pair in _control_keys(engine, budget, reader)]
-        stats = engine.rate_differences([pair for _, pair in pairs])
-        pair_tests = [
-            _pair_test(family, first, second, stat, n, settings)
-            for (family, (first, second)), (stat, n) in zip(pairs, stats)
-        ]
-        for family in ("H1", "H3", "R1"):
-            tests += cell_tests[family]
-        for family in ("H2", "TOST", "control"):
-            tests += [t for t in pair_tests if t.family == family]
-
+        for family in FAMILIES:
+            tests += family.build(engine, reader, budgets)
+        matching += [m for budget in budgets for m in engine.matching(budget, reader)]
+    tests = _apply_holm(tests, alpha)
     return Analysis(
         settings=settings,
         questions=len(engine.universe),
         cells=cells,
-        tests=tuple(_apply_holm(tests, alpha)),
+        tests=tuple(judge_power(tests, _family_sizes(tests), settings)),
         matching=tuple(matching),
     )
 
 
-def cell_checks(
-    records_for_family: Sequence[Mapping[str, Any]],
+def cell_verdicts(
+    records: Sequence[Mapping[str, Any]],
     policy: str,
     budget: int,
     *,
+    budgets: Sequence[int],
+    family_sizes: Mapping[str, int],
+    fetch: Callable[[Sequence[tuple[str, int]]], Sequence[Mapping[str, Any]]] | None = None,
     reader: str | None = None,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
@@ -1128,30 +1387,29 @@ def cell_checks(
     baselines: Sequence[str] = BASELINES,
     control: str = CONTROL,
 ) -> list[HypothesisTest]:
-    """The checks one pytest cell item can run on its own records, at the raw level.
+    """The expectations one grid item of (policy, budget) checks, decided as the session decides them.
 
-    Returns the cell's H1 test and H3 contrast (when ``policy`` is in
-    ``family_policies``) and, for the control, its positive-control contrasts
-    against each baseline at ``budget``. ``records_for_family`` must hold the
-    records those tests read: the cell's regime (a) and (b) records and, for
-    the control, the baselines' regime (b) records at that budget.
-
-    Decisions and ``expectation_met`` use the *raw* p-value against ``alpha``
-    (``p_holm`` is None): Holm is applied across the family only at session
-    end, by :func:`analyse`. With the same records, seed and ``resamples`` the
-    raw p-values equal those of :func:`analyse`, because the question universe
-    and hence the resample matrix are the same.
+    ``records`` hold the cell's records (and, for the control, the baselines'
+    at ``budget``); ``family_sizes`` is the number of tests each family has in
+    the whole grid (``budgets`` are the grid's). A test is decided from its raw
+    p where Holm cannot change the outcome (``p >= alpha``: not significant;
+    ``m * p < alpha``: significant); otherwise ``fetch`` gives the records of
+    the whole family and the session's own analysis decides it. The power
+    rule (:func:`judge_power`) is the session's too. With the same records,
+    seed and resamples the question universe, hence the resamples and the
+    intervals, are the session's, so items and session fail the same tests.
     """
-    settings = _settings(
-        resamples=resamples,
-        seed=seed,
-        alpha=alpha,
-        confidence=confidence,
-        family_policies=tuple(family_policies),
-        baselines=tuple(baselines),
-        control=control,
-    )
-    engine = _Engine(records_for_family, settings)
+    options = {
+        "resamples": resamples,
+        "seed": seed,
+        "alpha": alpha,
+        "confidence": confidence,
+        "family_policies": tuple(family_policies),
+        "baselines": tuple(baselines),
+        "control": control,
+    }
+    settings = _settings(**options)
+    engine = _Engine(records, settings)
     readers = sorted({k[3] for k in engine.keys})
     if reader is None:
         if len(readers) > 1:
@@ -1159,17 +1417,22 @@ def cell_checks(
         if not readers:
             return []
         reader = readers[0]
-    tests: list[HypothesisTest] = []
-    if policy in settings.family_policies:
-        for build in (_h1, _h3):
-            test = build(engine, policy, budget, reader)
-            if test is not None:
-                tests.append(test)
-    if policy == settings.control:
-        pairs = _control_keys(engine, budget, reader)
-        for (first, second), (stat, n) in zip(pairs, engine.rate_differences(pairs)):
-            tests.append(_pair_test("control", first, second, stat, n, settings))
-    return [_decide(t, t.p_raw, alpha) for t in tests]
+    out: list[HypothesisTest] = []
+    for family in FAMILIES:
+        if not family.expectation:
+            continue
+        m = family_sizes.get(family.name, 1)
+        for test in family.build(engine, reader, [budget]):
+            if not family.involves(test, policy, budget):
+                continue
+            p = test.p_raw
+            if not family.holm or p is None or p >= alpha or m * p < alpha or fetch is None:
+                decided = family.decide(test, p, alpha)
+            else:  # Holm could go either way: decide it with the whole family, as the session does
+                whole = analyse(fetch(family.cells(settings, budgets)), **options)  # type: ignore[arg-type]
+                decided = next(t for t in whole.tests if (t.name, t.reader) == (test.name, test.reader))
+            out += judge_power([decided], {(family.name, reader): m}, settings)
+    return out
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,96 @@
+"""Conventions a user meets first: item ids, the console script, ini keys, the dry run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from grid_helpers import GRID, small_args
+
+from pytest_restore import __version__
+from pytest_restore.__main__ import build_parser
+from pytest_restore.models.providers import (
+    CostLine,
+    ModelSpecError,
+    parse_price,
+    price_of,
+    render_cost,
+)
+
+
+def test_item_ids_say_budgets_as_the_report_does(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    args = ["-p", "no:xdist", "--collect-only", "-q", *small_args(), "--restore-budgets", "80k,8k"]
+    eight = pytester.runpytest(*args, "-k", "8k")
+    ids = [line for line in eight.outlines if "test_cell[" in line]
+    assert ids and all(line.endswith("-8k]") for line in ids)
+    both = pytester.runpytest(*args, "-k", "fifo and 8k")
+    assert [line for line in both.outlines if "test_cell[" in line] == ["test_grid.py::test_cell[fifo-8k]"]
+
+
+def test_version_and_help_name_the_console_script(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/pytest-restore"])
+    parser = build_parser()
+    assert parser.prog == "pytest-restore"
+    assert parser.format_usage().startswith("usage: pytest-restore")
+    monkeypatch.setattr(sys, "argv", ["/x/pytest_restore/__main__.py"])
+    assert build_parser().prog == "python -m pytest_restore"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_restore", "--version"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == f"pytest-restore {__version__}"
+
+
+@pytest.mark.parametrize(
+    ("ini", "expected"),
+    [
+        ("restore_bootstrap = lots", "*ini key restore_bootstrap (tox.ini)*lots*"),
+        ("restore_budgets = 80k,huge", "*ini key restore_budgets (tox.ini): 'huge' is not a whole number*"),
+        ("restore_granularity = word", "*ini key restore_granularity (tox.ini): 'word' is not turn or session*"),
+        ("restore_price = gpt-x=1", "*ini key restore_price*'gpt-x=1' is not MODEL=IN,OUT*"),
+    ],
+)
+def test_ini_errors_name_the_ini_key(pytester: pytest.Pytester, ini: str, expected: str) -> None:
+    pytester.makefile(".ini", tox=f"[pytest]\n{ini}\n")
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest("-p", "no:xdist", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([expected])
+
+
+def test_ini_keys_are_typed_where_pytest_allows(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nrestore_bootstrap = 250\nrestore_equivalence_margin = 0.05\n")
+    config = pytester.parseconfig()
+    if tuple(int(x) for x in pytest.__version__.split(".")[:2]) >= (8, 4):
+        assert config.getini("restore_bootstrap") == 250
+        assert config.getini("restore_equivalence_margin") == 0.05
+
+
+def test_prices() -> None:
+    assert parse_price("openai:my-model=0.5,2") == ("my-model", (0.5, 2.0))
+    with pytest.raises(ModelSpecError, match="MODEL=IN,OUT"):
+        parse_price("my-model=0.5")
+    table = {"gpt-4o-mini": (0.15, 0.60)}
+    assert price_of("openai:gpt-4o-mini-2024-07-18", table) == (0.15, 0.60)
+    assert price_of("openai:gpt-4o", table) is None
+    assert price_of("fake", table) == (0.0, 0.0)
+    lines = render_cost([CostLine("reader", "openai:gpt-4o-mini", 10, 0, 2_000_000, 1_000_000)])
+    assert "0.90" in lines[1] and "at most $0.90" in lines[-1]
+    unknown = render_cost([CostLine("reader", "openai:mystery", 10, 0, 1_000_000, 0)])
+    assert "openai:mystery (no price known: give --restore-price" in unknown[-1]
+
+
+@pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2"]])
+def test_dry_run_ends_with_a_plain_summary_and_exit_0(pytester: pytest.Pytester, workers: list[str]) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest_subprocess(
+        *workers, *small_args(), "--restore-dry-run", "--restore-price", "fake=1,1"
+    )
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        ["*restore dry run*", "*est. USD*", "*estimated cost of what is still to send: at most $0.00*",
+         "dry run: no model was called*"]
+    )
+    assert "!!!" not in result.stdout.str() and "Exit" not in result.stdout.str()
+    assert not (pytester.path / "restore-report").exists()

@@ -1,0 +1,52 @@
+"""A user's CI pins the audit's tables with the ``restore_snapshot`` fixture."""
+
+from __future__ import annotations
+
+import pytest
+from grid_helpers import small_args
+
+USER_TEST = """
+def test_audit_tables(restore_snapshot):
+    restore_snapshot.check()
+"""
+
+USER_POLICY = """
+from pytest_restore.memory.eviction import VictimPolicy
+
+
+class EvictLongest(VictimPolicy):
+    name = "evict-longest"
+
+    def choose_victim(self, stored, units):
+        return {choice}(stored, key=lambda p: (units[p].tokens, -p))
+
+
+def pytest_restore_register_policies(registry, config):
+    registry.register(EvictLongest())
+"""
+
+
+def test_a_users_snapshot_pins_the_cells_and_a_policy_change_fails_with_a_diff(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(USER_POLICY.format(choice="max"))
+    pytester.makepyfile(test_audit=USER_TEST)
+    args = ["-p", "no:xdist", "-p", "no:randomly", *small_args(), "--restore-policies", "fifo,evict-longest"]
+    # in subprocesses: an in-process run re-imports numba, which it does not survive
+    first = pytester.runpytest_subprocess(*args, "--snapshot-update")
+    first.assert_outcomes(passed=1)
+    stored = pytester.path / "__snapshots__" / "test_audit"
+    cells = (stored / "test_audit_tables[cells].csv").read_text()
+    assert cells.startswith("policy,budget,regime,reader,N,") and "evict-longest,600,b," in cells
+    assert "| H1 | H1 fifo 600 | fake |" in (stored / "test_audit_tables[decisions].md").read_text()
+
+    pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)  # unchanged: passes
+
+    pytester.makeconftest(USER_POLICY.format(choice="min"))  # the policy now evicts the shortest unit
+    changed = pytester.runpytest_subprocess(*args)
+    changed.assert_outcomes(failed=1)
+    out = changed.stdout.str()
+    assert "restore cells table differs from its snapshot" in out
+    assert "- evict-longest,100,b,fake,7,7,7," in out and "+ evict-longest,100,b,fake,7,6,6," in out
+    assert "- fifo," not in out  # the policies that did not change are not in the diff
+    assert "pytest --snapshot-update" in out
+    assert "Traceback" not in out
+
