@@ -665,7 +665,7 @@ def _run_line(records: Sequence[Record], info: RunInfo) -> str:
 
 
 #: Settings that are not named after their option.
-_SETTING_LABELS = {"prices": "--restore-price", "model_usage": "model usage (real models)"}
+_SETTING_LABELS = {"prices": "--restore-price", "model_usage": "model usage (real models)", "run_id": "run id (records)"}
 
 
 def _setting_value(key: str, value: Any) -> str:
