@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,3 +24,12 @@ def small_args(*, bootstrap: int = 500, family_checks: str | None = "report") ->
     if family_checks is not None:
         args += ["--restore-family-checks", family_checks]
     return args
+
+
+def report_file(path: Path) -> bytes:
+    """A report file's bytes, summary.json without its provenance (each run's own id and start time)."""
+    if path.name != "summary.json":
+        return path.read_bytes()
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    summary.pop("provenance", None)
+    return json.dumps(summary, indent=2, sort_keys=True).encode()

@@ -59,6 +59,40 @@ FAULT_KINDS: tuple[str, ...] = ("429", "500", "503", "timeout", "malformed", "dr
 #: Appended to the requested model name to play a provider's dated snapshot id.
 SNAPSHOT_SUFFIX = "-2024-07-18"
 
+#: Hostile or broken behaviours the server can show on every chat request (``server.mode``).
+MODES: tuple[str, ...] = (
+    "non-json-200",  # a 200 whose body is an HTML page
+    "missing-choices",  # a 200 completion object without "choices"
+    "null-content",  # a 200 whose message content is null
+    "401-echo-key",  # a 401 whose message repeats the bearer key it was sent
+    "404-model",  # "The model ... does not exist"
+    "429-huge-retry-after",  # a 429 asking to wait a day
+    "slow-drip",  # a 200 whose body trickles in a byte every ``drip_interval`` seconds
+    "hang",  # never answers
+    "huge-reply",  # a 200 whose reply text is ``huge_chars`` characters long
+    "echo-key",  # a 200 whose answer contains the bearer key
+)
+
+
+def is_reasoning_model(model: str) -> bool:
+    """OpenAI's reasoning families, as the real API tells them apart (gpt-5*, o1*, o3*, o4*)."""
+    base = model.lower().removeprefix("ft:")
+    return base.startswith("gpt-5") or any(base == f or base.startswith(f + "-") for f in ("o1", "o3", "o4"))
+
+
+def reasoning_parameter_error(body: dict[str, Any]) -> str | None:
+    """The 400 message the real API gives a reasoning model for a parameter it rejects."""
+    if not is_reasoning_model(str(body.get("model", ""))):
+        return None
+    if "max_tokens" in body:
+        return "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."
+    if "temperature" in body and body["temperature"] != 1:
+        return (
+            f"Unsupported value: 'temperature' does not support {body['temperature']} with this model. "
+            "Only the default (1) value is supported."
+        )
+    return None
+
 
 def echo_responder(messages: list[dict[str, Any]]) -> str:
     """A deterministic default reply: an echo of the last message's content."""
@@ -151,6 +185,7 @@ class _State:
     log: list[LoggedRequest] = field(default_factory=list)
     attempts: Counter[str] = field(default_factory=Counter)
     successes: Counter[str] = field(default_factory=Counter)
+    computed: Counter[str] = field(default_factory=Counter)
     in_flight: int = 0
     max_in_flight: int = 0
     connections: int = 0
@@ -166,6 +201,7 @@ class OpenAIServer:
         latency: float = 0.0,
         faults: Faults | None = None,
         expected_key: str | None = None,
+        slots: int | None = None,
     ) -> None:
         self.responder = responder
         #: Seconds every request waits before it is answered (or faulted).
@@ -174,6 +210,17 @@ class OpenAIServer:
         self.faults = faults or Faults()
         #: When set, a request whose bearer token differs gets a 401.
         self.expected_key = expected_key
+        #: One of ``MODES`` (or ``None``): how every chat request is misanswered.
+        self.mode: str | None = None
+        #: Seconds between the bytes of a ``slow-drip`` body.
+        self.drip_interval = 0.05
+        #: Characters of a ``huge-reply`` answer.
+        self.huge_chars = 2_000_000
+        #: ``slots=1`` plays a local llama.cpp/Ollama server that computes one request at a
+        #: time: requests queue for a slot, then take ``latency`` seconds each. A request is
+        #: computed once it gets its slot, whether or not its client still waits for it.
+        self._slots = slots
+        self._slot_gate: asyncio.Semaphore | None = None
         self._state = _State()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -259,6 +306,12 @@ class OpenAIServer:
             return Counter(self._state.successes)
 
     @property
+    def computed(self) -> Counter[str]:
+        """Requests computed per canonical body (the one-slot server's work, timed-out ones included)."""
+        with self._state.lock:
+            return Counter(self._state.computed)
+
+    @property
     def total_requests(self) -> int:
         """How many requests arrived (hung ones included; the log has them when they end)."""
         with self._state.lock:
@@ -336,7 +389,14 @@ class OpenAIServer:
             body = None
         body_key = canonical_body(body) if body is not None else raw.decode("utf-8", "replace")
         attempt, started = self._enter(body_key)
-        if self.latency > 0:
+        if self._slots is not None:
+            if self._slot_gate is None:
+                self._slot_gate = asyncio.Semaphore(self._slots)
+            async with self._slot_gate:
+                with self._state.lock:
+                    self._state.computed[body_key] += 1
+                await asyncio.sleep(self.latency)
+        elif self.latency > 0:
             await asyncio.sleep(self.latency)
         fault = None
         if method == "POST" and path.rstrip("/") == "/v1/chat/completions" and body is not None:
@@ -347,9 +407,19 @@ class OpenAIServer:
         self._leave(started, body_key, body, attempt, fault, status)
         if fault == "timeout":
             await asyncio.sleep(self.faults.hang_seconds)
+        if self.mode == "hang" and status == 200:
+            await asyncio.sleep(3600)  # until the client gives up (or the server stops)
         if reply is None:
             writer.transport.abort()
             return False
+        if self.mode == "slow-drip" and status == 200:
+            head, _, data = reply.partition(b"\r\n\r\n")
+            writer.write(head + b"\r\n\r\n")
+            for i in range(len(data)):
+                writer.write(data[i : i + 1])
+                await writer.drain()
+                await asyncio.sleep(self.drip_interval)
+            return True
         writer.write(reply)
         await writer.drain()
         return True
@@ -380,11 +450,35 @@ class OpenAIServer:
             return 401, _render(401, {"error": error})
         if fault is not None:
             return self._fault(fault)
+        problem = reasoning_parameter_error(body)
+        if problem is not None:
+            return 400, _render(400, {"error": {"message": problem, "type": "invalid_request_error"}})
+        bearer = headers.get("authorization", "").removeprefix("Bearer ")
+        mode = self.mode
+        if mode == "401-echo-key":
+            return 401, _render(401, {"error": {"message": f"Incorrect API key provided: {bearer}."}})
+        if mode == "404-model":
+            message = f"The model `{body.get('model')}` does not exist or you do not have access to it."
+            return 404, _render(404, {"error": {"message": message, "code": "model_not_found"}})
+        if mode == "429-huge-retry-after":
+            return 429, _render(429, {"error": {"message": "Rate limit reached"}}, {"Retry-After": "86400"})
+        if mode == "non-json-200":
+            page = b"<html><body>Welcome to the captive portal</body></html>"
+            return 200, _encode(200, page, {})
         try:
             text = self.responder(body.get("messages") or [])
         except Exception as exc:  # noqa: BLE001 - a responder bug is the test's 500
             return 500, _render(500, {"error": {"message": f"responder: {exc}"}})
-        return 200, _render(200, _completion(body, text))
+        if mode == "echo-key":
+            text = f"{text} (your key is {bearer})"
+        elif mode == "huge-reply":
+            text = "x" * self.huge_chars
+        completion = _completion(body, text)
+        if mode == "missing-choices":
+            del completion["choices"]
+        elif mode == "null-content":
+            completion["choices"][0]["message"]["content"] = None
+        return 200, _render(200, completion)
 
     def _fault(self, kind: str) -> tuple[int | None, bytes | None]:
         """How to misbehave as ``kind``: the status and bytes, as ``_reply``."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from grid_helpers import GRID, TINY, small_args
+from grid_helpers import GRID, TINY, report_file, small_args
 
 from pytest_restore.audit import ablations
 from pytest_restore.audit.run import Audit, AuditConfig
@@ -278,9 +278,9 @@ def test_plugin_runs_the_ablations_identically_serial_and_parallel(
     parallel = pytester.runpytest_subprocess("-n", "2", *args, "--restore-report-dir", "parallel")
     parallel.assert_outcomes(passed=9)
     for name in ("records.jsonl", "cells.csv", "report.md", "hypotheses.json", "summary.json"):
-        assert (pytester.path / "serial" / name).read_bytes() == (
+        assert report_file(pytester.path / "serial" / name) == report_file(
             pytester.path / "parallel" / name
-        ).read_bytes(), name
+        ), name
     data = json.loads((pytester.path / "serial" / "hypotheses.json").read_text())
     assert {row["ablation"] for row in data["ablations"]["pooled"]} == {
         "gold",

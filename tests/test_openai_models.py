@@ -25,7 +25,12 @@ from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, ca
 
 from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
 from pytest_restore.models.cache import ResponseCache, request_key
-from pytest_restore.models.openai_chat import OpenAIChatModel, estimate_tokens, parse_retry_after
+from pytest_restore.models.openai_chat import (
+    MAX_RETRY_AFTER,
+    OpenAIChatModel,
+    estimate_tokens,
+    parse_retry_after,
+)
 from pytest_restore.models.progress import Progress
 
 MODEL = "gpt-4o-mini"
@@ -135,7 +140,8 @@ def test_concurrency_is_capped(server: OpenAIServer) -> None:
     model = make_model(server, max_concurrency=5)
     results = model.run(questions(range(30)))
     assert all(r.ok for r in results)
-    assert server.max_in_flight == 5
+    # the adaptive limit grows from 1 while the (parallel) server keeps its latency
+    assert server.max_in_flight == 5 == model.concurrency_peak
 
 
 def test_connections_are_kept_across_runs_until_close(server: OpenAIServer) -> None:
@@ -206,7 +212,7 @@ def test_parse_retry_after_forms() -> None:
     assert parse_retry_after({"Retry-After": http_date}, now=now) == pytest.approx(7.0)
     assert parse_retry_after({"retry-after-ms": "250", "Retry-After": "9"}) == 0.25
     assert parse_retry_after({"Retry-After": "-4"}) == 0.0
-    assert parse_retry_after({"Retry-After": "86400"}) == 600.0
+    assert parse_retry_after({"Retry-After": "9999999"}) == MAX_RETRY_AFTER
     assert parse_retry_after({"Retry-After": "soon"}) is None
     assert parse_retry_after({}) is None
     assert parse_retry_after(None) is None
@@ -488,3 +494,153 @@ def test_quiet_progress_prints_nothing_but_counts() -> None:
     progress.record()
     progress.close()
     assert stream.getvalue() == "" and progress.done == 1
+
+
+# -- hostile and broken servers (issue 12) -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "error"),
+    [
+        ("non-json-200", "failed after 2 tries: malformed response"),
+        ("missing-choices", "failed after 2 tries: malformed response: KeyError"),
+        ("null-content", "failed after 2 tries: empty reply"),
+        ("huge-reply", "reply too long: 2,000,000 characters for a budget of 8 tokens"),
+    ],
+)
+def test_broken_replies_fail_the_call_and_are_not_cached(
+    server: OpenAIServer, tmp_path: Path, mode: str, error: str
+) -> None:
+    server.mode = mode
+    model = make_model(server, max_tries=2, cache=ResponseCache(tmp_path))
+    result = model.run(questions([1]))[0]
+    assert result.text is None and result.error is not None and result.error.startswith(error), result.error
+    assert len(ResponseCache(tmp_path)) == 0  # nothing of it stored, the huge reply above all
+    assert sum(model.failure_causes.values()) == 1
+    # a huge reply is not asked for again: it would cost as much the second time
+    assert server.total_requests == (1 if mode == "huge-reply" else 2)
+
+
+@pytest.mark.parametrize("mode", ["401-echo-key", "404-model"])
+def test_wrong_key_or_model_fails_at_once_and_is_kept_as_fatal(
+    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, mode: str
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    server.mode = mode
+    model = make_model(server)
+    results = model.run(questions(range(10)))
+    assert all(r.text is None for r in results)
+    assert server.total_requests == 1  # the adaptive limit starts at one call: the rest go unsent
+    assert model.fatal_error is not None and ("401" if mode.startswith("401") else "404") in model.fatal_error
+    assert DUMMY_KEY not in caplog.text and DUMMY_KEY not in repr(results) and DUMMY_KEY not in model.fatal_error
+
+
+def test_retry_after_beyond_the_cap_fails_the_call_and_says_so(server: OpenAIServer) -> None:
+    server.mode = "429-huge-retry-after"
+    started = time.monotonic()
+    result = make_model(server, max_retry_after=5).run(questions([1]))[0]
+    assert time.monotonic() - started < 5  # not slept through
+    assert result.error is not None and "asked to wait 86400s, over the 5s cap" in result.error
+    assert server.total_requests == 1
+
+
+@pytest.mark.parametrize("mode", ["slow-drip", "hang"])
+def test_timeout_bounds_the_whole_request(server: OpenAIServer, mode: str) -> None:
+    server.mode = mode
+    server.drip_interval = 0.05  # a ~400-byte body would take ~20 s; every byte arrives within the timeout
+    started = time.monotonic()
+    result = make_model(server, timeout=0.5, max_tries=2).run(questions([1]))[0]
+    elapsed = time.monotonic() - started
+    assert result.error == "failed after 2 tries: timed out after 0.5s"
+    assert elapsed < 5, elapsed
+
+
+def test_a_key_echoed_in_the_answer_is_redacted_before_caching(
+    server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    server.mode = "echo-key"
+    result = make_model(server, cache=ResponseCache(tmp_path)).run(questions([1]))[0]
+    assert result.text == "echo: question 1 (your key is [redacted])"
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert DUMMY_KEY.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize("where", ["refused", "unresolvable"])
+def test_unreachable_server_is_reported_within_seconds(where: str) -> None:
+    if where == "refused":
+        with OpenAIServer() as gone:
+            base_url = gone.base_url  # a port nobody listens on once the server stops
+    else:
+        base_url = "http://no-such-host.invalid/v1"
+    model = OpenAIChatModel(model=MODEL, base_url=base_url, timeout=30)  # default tries and backoff
+    _OPEN_MODELS.append(model)
+    started = time.monotonic()
+    result = model.run(questions([1]))[0]
+    assert time.monotonic() - started < 10
+    assert result.error is not None and "unreachable" in result.error, result.error
+    assert model.fatal_error == result.error  # the run stops on it
+
+
+def test_reasoning_families_get_their_own_parameters(server: OpenAIServer) -> None:
+    # the server answers max_tokens or temperature=0 to these models with the real API's 400
+    for name in ("gpt-5.4-mini", "o4-mini", "o3"):
+        model = OpenAIChatModel(model=name, base_url=server.base_url, timeout=2)
+        _OPEN_MODELS.append(model)
+        result = model.run(questions([1]))[0]
+        assert result.text == "echo: question 1", result.error
+    body = server.log[-1].body
+    assert body is not None and "max_tokens" not in body and "temperature" not in body
+    assert body["max_completion_tokens"] > 8 and body["reasoning_effort"] == "low"
+    plain = make_model(server).run(questions([2]))[0]
+    assert plain.ok and server.log[-1].body["temperature"] == 0  # type: ignore[index]
+
+
+def test_the_server_rejects_classic_parameters_for_reasoning_models(server: OpenAIServer) -> None:
+    # guards the guard: without the family rule, this is the reply a user would get
+    import openai
+
+    client = openai.OpenAI(api_key="x", base_url=server.base_url, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="max_completion_tokens"):
+        client.chat.completions.create(
+            model="gpt-5.5", messages=[{"role": "user", "content": "hi"}], max_tokens=8
+        )
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "damage", ["random-bytes", "directory", "other-json", "wrong-types", "not-a-verdict"]
+)
+def test_damaged_cache_entries_are_misses_resent_and_replaced(
+    server: OpenAIServer, tmp_path: Path, damage: str
+) -> None:
+    cache = ResponseCache(tmp_path)
+    request = questions([1])[0]
+    path = cache.entry_path(request_key(MODEL, request))
+    path.parent.mkdir(parents=True)
+    if damage == "random-bytes":
+        path.write_bytes(os.urandom(512))
+    elif damage == "directory":
+        (path / "inside").mkdir(parents=True)
+    elif damage == "other-json":
+        path.write_text('["a", "list"]')
+    elif damage == "wrong-types":
+        path.write_text('{"text": "x", "input_tokens": "many"}')
+    else:  # a whole, well-formed entry whose text the judge's validator rejects
+        path.write_text(json.dumps({"text": "MAYBE", "input_tokens": 1, "output_tokens": 1}))
+    assert cache.peek(request_key(MODEL, request)) is None or damage == "not-a-verdict"
+    validator = (lambda text: text.startswith("echo")) if damage == "not-a-verdict" else None
+    result = make_model(server, cache=cache, validator=validator).run([request])[0]
+    assert result.text == "echo: question 1" and server.total_requests == 1
+    assert path.is_file() and json.loads(path.read_text())["text"] == "echo: question 1"
+
+
+def test_one_slot_server_is_not_flooded(tmp_path: Path) -> None:
+    # a local server computing one request at a time; 16 at once would time out and be computed twice
+    with OpenAIServer(latency=0.15, slots=1) as server:
+        model = make_model(server, timeout=1.0, max_concurrency=16)
+        results = model.run(questions(range(24)))
+        assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+        assert max(server.computed.values()) == 1 and len(server.computed) == 24
+        assert model.concurrency_peak <= 3

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from grid_helpers import GRID, TINY, small_args
+from grid_helpers import GRID, TINY, report_file, small_args
 
 SMALL = small_args(bootstrap=2000)
 
@@ -60,7 +60,9 @@ def test_serial_and_xdist_reports_are_identical(pytester: pytest.Pytester) -> No
     parallel = pytester.runpytest_subprocess("-n", "2", *SMALL, "--restore-report-dir", "parallel")
     parallel.assert_outcomes(passed=18)
     for name in ("cells.csv", "records.jsonl", "report.md", "summary.json"):
-        assert (pytester.path / "serial" / name).read_bytes() == (pytester.path / "parallel" / name).read_bytes(), name
+        assert report_file(pytester.path / "serial" / name) == report_file(pytester.path / "parallel" / name), name
+    provenance = [json.loads((pytester.path / d / "summary.json").read_text())["provenance"] for d in ("serial", "parallel")]
+    assert provenance[0]["run_id"] != provenance[1]["run_id"] and provenance[0]["partial"] is None
     # the workers shared their cells through the project cache; the controller removed them after
     shared = pytester.path / ".pytest_cache" / "d" / "restore" / "cells"
     assert shared.is_dir() and not any(shared.iterdir())

@@ -303,11 +303,12 @@ def test_api_key_is_in_no_file_the_run_writes(
         rejected = grid_dir.runpytest_subprocess(
             "-p", "no:xdist", *grid_args(server, tmp_path / "other-cache", "rejected"), timeout=120
         )
-    rejected_records = _records(grid_dir.path / "rejected")
-
     # the key was sent and accepted
     assert _summary(grid_dir.path / "report")["counts"]["excluded_records"] == 0
-    assert all(r["excluded"] is not None and "401" in r["error"] for r in rejected_records)
+    # a rejected key stops the run at its first cell, with one line, and no report claims anything
+    assert rejected.ret != 0
+    rejected.stdout.fnmatch_lines(["*Interrupted: reader openai:fake-reader: HTTP 401 authentication failed*"])
+    assert not (grid_dir.path / "rejected").exists()
     key = DUMMY_KEY.encode()
     for output in (result, rejected):
         assert DUMMY_KEY not in output.stdout.str() + output.stderr.str()
@@ -456,4 +457,12 @@ def test_persistent_failure_is_excluded_not_scored_wrong(
         if line.startswith("fifo,600,b,")
     )
     assert fifo.split(",")[4] == "6"
-    assert result.ret == 0
+    # cells lost N to failed calls: the run does not pass, and says why once, per model and cause
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*failed model calls, by model and cause*",
+            "reader openai:fake-reader: * calls failed: * x HTTP 500: responder: this question's reader prompts always fail",
+            "*model calls failed: 48 records excluded, so cells lost N*",
+        ]
+    )

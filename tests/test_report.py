@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID, small_args
+from grid_helpers import GRID, report_file, small_args
 
 from pytest_restore.data.dataset import QUESTION_TYPES
 from pytest_restore.report.writer import (
@@ -424,5 +424,5 @@ def test_session_report_is_identical_with_xdist_and_rebuilt_from_records(
     assert {(r["run_id"], r["granularity"]) for r in records} == {(records[0]["run_id"], "turn")}
     assert len(records[0]["run_id"]) == 16
     for name in REPORT_FILES:
-        assert (serial / name).read_bytes() == (parallel / name).read_bytes(), name
-        assert (serial / name).read_bytes() == (rebuilt / name).read_bytes(), name
+        assert report_file(serial / name) == report_file(parallel / name), name
+        assert report_file(serial / name) == report_file(rebuilt / name), name

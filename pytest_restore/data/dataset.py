@@ -189,6 +189,9 @@ def _load_dataset(name: str) -> Dataset:
         raise DataError(
             name, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except RecursionError:
+        # Arrays or objects nested thousands deep: no question record looks like that.
+        raise DataError(name, "not valid LongMemEval-S JSON: nested too deeply to parse") from None
     del text
     if not isinstance(records, list):
         raise DataError(name, f"expected a JSON list of question records, got {_kind(records)}")
@@ -482,3 +485,26 @@ def _turn_problem(rec: _Record, where: str, turn: dict[str, Any]) -> NoReturn:
         raise rec.fail(f"{where}.content", f"expected a string, got {_kind(content)}")
     has_answer = turn.get("has_answer", False)
     raise rec.fail(f"{where}.has_answer", f"expected a boolean, got {_kind(has_answer)}")
+
+
+def auditable(dataset: Dataset, granularity: str) -> tuple[int, int, int]:
+    """``(abstention, without_gold, auditable)`` question counts at ``granularity``.
+
+    The same rule as ``units.build_history``'s gold, without building any
+    history: at turn granularity a question needs a ``has_answer`` turn in one
+    of its answer sessions, at session granularity an answer session in its
+    haystack. A file with no auditable question stops the run before it starts.
+    """
+    abstention = without_gold = 0
+    for q in dataset.questions:
+        if q.is_abstention:
+            abstention += 1
+            continue
+        answers = set(q.answer_session_ids)
+        sessions = [turns for sid, turns in zip(q.haystack_session_ids, q.haystack_sessions) if sid in answers]
+        if granularity == "turn":
+            has_gold = any(turn.has_answer for turns in sessions for turn in turns)
+        else:
+            has_gold = bool(sessions)
+        without_gold += not has_gold
+    return abstention, without_gold, len(dataset.questions) - abstention - without_gold

@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -48,7 +49,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_restore.models.base import ChatRequest, ChatResult
 
@@ -206,31 +207,36 @@ class ResponseCache:
         return result
 
     def peek(self, key: str) -> ChatResult | None:
-        """The cached result under ``key``, or ``None``; not counted in the stats."""
+        """The cached result under ``key``, or ``None``; not counted in the stats.
+
+        Anything that is not a whole entry of this schema for this key (random
+        bytes, a directory in its place, valid JSON of another shape, an
+        unreadable file) is a miss: the request is sent again and the entry
+        replaced. A damaged cache never fails a run, a dry run included.
+        """
         try:
-            raw = self.entry_path(key).read_text(encoding="utf-8")
+            raw = self.entry_path(key).read_bytes()
+            entry = json.loads(raw.decode("utf-8"))
         except FileNotFoundError:
             return None
-        try:
-            entry: dict[str, Any] = json.loads(raw)
-            text = entry["text"]
-            if not isinstance(text, str):
-                return None
-            extra = {
+        except (OSError, ValueError, RecursionError):
+            return None
+        if not isinstance(entry, dict) or entry.get("key", key) != key:
+            return None
+        text = entry.get("text")
+        numbers = (entry.get("input_tokens", 0), entry.get("output_tokens", 0))
+        if not isinstance(text, str) or not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
+            return None
+        return ChatResult(
+            text=text,
+            input_tokens=numbers[0],
+            output_tokens=numbers[1],
+            cached=True,
+            extra={
                 "model": str(entry.get("served_model", "")),
                 "finish_reason": str(entry.get("finish_reason", "")),
-            }
-            return ChatResult(
-                text=text,
-                input_tokens=int(entry.get("input_tokens", 0)),
-                output_tokens=int(entry.get("output_tokens", 0)),
-                cached=True,
-                extra=extra,
-            )
-        except (ValueError, KeyError, TypeError):
-            # Entries are written atomically, so this is outside damage: treat
-            # it as a miss; the next successful call overwrites it.
-            return None
+            },
+        )
 
     def contains(self, model: str, request: ChatRequest) -> bool:
         """Whether a reply to ``request`` is cached (for dry runs; not counted)."""
@@ -259,6 +265,9 @@ class ResponseCache:
         }
         path = self.entry_path(key)
         path.parent.mkdir(exist_ok=True)
+        if path.is_dir() and not path.is_symlink():
+            # outside damage in the entry's place: os.replace cannot move a file onto it
+            shutil.rmtree(path, ignore_errors=True)
         # Temp file in the same directory: os.replace is atomic only within
         # one filesystem, and a killed writer leaves a stray .tmp, not a torn entry.
         fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)

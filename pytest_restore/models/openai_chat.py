@@ -15,12 +15,28 @@ for the model's life, so pooled connections carry over from run to run
   malformed bodies, honouring ``Retry-After`` / ``retry-after-ms``; a reply
   the ``validator`` rejects is retried too. After ``max_tries`` the result is
   ``ChatResult(text=None, error=...)``: one failed call never raises;
-- 400/403/404 and other client errors fail at once; a 401 (wrong key) is
-  logged as an error once per run and fails the rest of the batch without
-  sending it. The key itself is never logged, stored or put in an error.
+- 400, 422 and other client errors fail at once; a 401 (wrong key), a 403
+  (not allowed), a 404 (unknown model) and an unreachable server (refused, or a host that
+  does not resolve) are logged as an error once, fail the rest of the batch
+  without sending it, and are kept in ``fatal_error`` so the caller can stop
+  the run. The key itself is never logged, stored or put in an error.
 
-Decoding is fixed: the request's ``temperature`` (0 in the audit) and
-``max_tokens``. The served snapshot id (``gpt-4o-mini-2024-07-18``) goes into
+Decoding follows the model family (``decoding_parameters``): classic chat
+models get the request's ``temperature`` (0 in the audit) and ``max_tokens``;
+reasoning families (``gpt-5*``, ``o1*``, ``o3*``, ``o4*``) reject both, so
+they get ``max_completion_tokens`` (the output budget plus an allowance for
+the hidden reasoning tokens it also counts), ``reasoning_effort`` and their
+default temperature.
+
+Failures are loud and bounded: each attempt (body included) ends within
+``timeout``; a ``Retry-After`` longer than ``max_retry_after`` is not slept
+through but ends the call with that reason; a refused connection or an
+unresolvable host is not retried for minutes; a reply far longer than the
+request's output budget is refused and never cached. Every failed call's
+cause is counted in ``failure_causes``. Concurrency adapts to the server
+(``AdaptiveLimit``): it starts at one call in flight and grows while the
+server's latency does not, and halves on timeouts and 429/503s, so a local
+server that computes one request at a time is not flooded. The served snapshot id (``gpt-4o-mini-2024-07-18``) goes into
 ``ChatResult.extra["model"]``, the finish reason into
 ``extra["finish_reason"]``.
 """
@@ -34,8 +50,11 @@ import logging
 import math
 import os
 import random
+import re
+import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from types import TracebackType
@@ -66,9 +85,21 @@ PLACEHOLDER_KEY = "not-needed"
 #: Statuses worth retrying: rate limits, lock/timeout conflicts, server errors.
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
 #: Statuses that mean every request of the run will fail the same way.
-FATAL_STATUSES = frozenset({401, 404})
-#: A longer ``Retry-After`` than this is capped: a run should not sleep for an hour.
-MAX_RETRY_AFTER = 600.0
+#: (401: the key is wrong; 403: the key may not use this model or endpoint; 404: no such model.)
+FATAL_STATUSES = frozenset({401, 403, 404})
+#: ``parse_retry_after`` clips absurd waits to this (a day): the caller compares
+#: what is left with its own cap (``OpenAIChatModel.max_retry_after``).
+MAX_RETRY_AFTER = 86400.0
+#: Default longest ``Retry-After`` a call sleeps through; a longer one fails the call, said.
+DEFAULT_MAX_RETRY_AFTER = 60.0
+#: Output tokens a reasoning model may spend thinking, on top of the reply's budget.
+REASONING_ALLOWANCE = 2048
+#: The reasoning effort asked of reasoning families (every one of them accepts "low").
+REASONING_EFFORT = "low"
+#: A reply longer than this many characters per output token of budget (plus a
+#: margin) cannot be an answer within the budget: refused as a failed call.
+MAX_CHARS_PER_TOKEN = 16
+_REPLY_MARGIN_CHARS = 4096
 
 # How tokens of the chat format add up (OpenAI's cookbook accounting for the
 # gpt-4o family): each message costs its content plus a few tokens for the
@@ -77,13 +108,47 @@ _TOKENS_PER_MESSAGE = 4
 _TOKENS_PER_REPLY = 3
 
 
-def estimate_tokens(requests: Sequence[ChatRequest]) -> tuple[int, int]:
+def is_reasoning_model(model: str) -> bool:
+    """Whether ``model`` is of an OpenAI reasoning family (gpt-5*, o1*, o3*, o4*).
+
+    Those reject ``max_tokens`` and any non-default temperature, and count
+    their hidden reasoning inside ``max_completion_tokens``. A fine-tuned
+    name (``ft:o4-mini:...``) belongs to its base model's family.
+    """
+    base = model.split("/")[-1].lower().removeprefix("ft:")
+    return base.startswith("gpt-5") or re.match(r"o[134](-|$)", base) is not None
+
+
+def decoding_parameters(model: str, max_tokens: int, temperature: float) -> dict[str, Any]:
+    """The decoding fields of a chat-completions body for ``model`` (see ``is_reasoning_model``)."""
+    if is_reasoning_model(model):
+        return {
+            "max_completion_tokens": max_tokens + REASONING_ALLOWANCE,
+            "reasoning_effort": REASONING_EFFORT,
+        }
+    return {"max_tokens": max_tokens, "temperature": temperature}
+
+
+def describe_decoding(model: str) -> dict[str, str]:
+    """What is sent to ``model``, in words (summary.json and report.md show it per model)."""
+    if is_reasoning_model(model):
+        return {
+            "family": "reasoning",
+            "temperature": "model default (the family rejects any other; not greedy)",
+            "max_completion_tokens": f"output budget + {REASONING_ALLOWANCE} reasoning tokens",
+            "reasoning_effort": REASONING_EFFORT,
+        }
+    return {"family": "chat", "temperature": "0 (greedy)", "max_tokens": "output budget"}
+
+
+def estimate_tokens(requests: Sequence[ChatRequest], model: str = "") -> tuple[int, int]:
     """Tokens that sending ``requests`` costs: ``(input_tokens, output_tokens_upper_bound)``.
 
     Identical requests count once, because ``OpenAIChatModel.run`` sends them
     once. Input tokens are exact o200k_base counts of the message contents
     plus the chat format's per-message overhead; the output bound is the sum
-    of ``max_tokens``. Filter out requests ``ResponseCache.contains`` already
+    of ``max_tokens`` (plus the reasoning allowance when ``model`` is of a
+    reasoning family). Filter out requests ``ResponseCache.contains`` already
     answers to price only what would be sent.
     """
     distinct = list(dict.fromkeys(requests))
@@ -94,7 +159,9 @@ def estimate_tokens(requests: Sequence[ChatRequest]) -> tuple[int, int]:
         input_tokens += _TOKENS_PER_REPLY
         for _ in request.messages:
             input_tokens += next(counts) + _TOKENS_PER_MESSAGE
-    output_tokens = sum(request.max_tokens for request in distinct)
+    # a reasoning model may spend its whole thinking allowance on top of the reply
+    extra = REASONING_ALLOWANCE if is_reasoning_model(model) else 0
+    output_tokens = sum(request.max_tokens + extra for request in distinct)
     return input_tokens, output_tokens
 
 
@@ -161,10 +228,69 @@ class RateMeter:
             return max(0.0, excess / self.per_second)
 
 
+class AdaptiveLimit:
+    """How many calls may be in flight, adapted to what the server can take.
+
+    A local llama.cpp or Ollama server often computes one request at a time:
+    sixteen concurrent calls queue there, the last ones time out, are sent
+    again and computed twice. So the limit starts at 1 and grows by one per
+    success whose latency stayed within ``1.5x`` the fastest seen (the server
+    took the extra call in parallel); it stops growing when latency rises with
+    the load (a queue), and halves on a timeout, a 429 or a 503. While the
+    limit is small (below 4) it only grows when a queue of the new size would
+    still end well within ``timeout``, so a slow one-slot server is never
+    given a call it could not finish in time. ``peak`` is the highest limit
+    reached (reports show it). Used from one event loop.
+    """
+
+    def __init__(self, maximum: int, timeout: float) -> None:
+        self.maximum = maximum
+        self.timeout = timeout
+        self.limit = 1
+        self.peak = 1
+        self.in_flight = 0
+        self.fastest: float | None = None
+        self._changed = asyncio.Condition()
+
+    async def acquire(self) -> None:
+        """Wait for a free slot under the current limit."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.in_flight < self.limit)
+            self.in_flight += 1
+
+    async def release(self) -> None:
+        """Give a slot back."""
+        async with self._changed:
+            self.in_flight -= 1
+            self._changed.notify_all()
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+    async def succeeded(self, latency: float) -> None:
+        """A call came back well after ``latency`` seconds: maybe allow one more."""
+        self.fastest = latency if self.fastest is None else min(self.fastest, latency)
+        if self.limit >= self.maximum or latency > 1.5 * self.fastest + 0.01:
+            return
+        if self.limit < 4 and (self.limit + 1) * self.fastest > 0.5 * self.timeout:
+            return  # on a one-slot server the extra call would wait out its deadline
+        async with self._changed:
+            self.limit += 1
+            self.peak = max(self.peak, self.limit)
+            self._changed.notify_all()
+
+    def overloaded(self) -> None:
+        """A timeout, 429 or 503: halve the limit (calls in flight finish)."""
+        self.limit = max(1, self.limit // 2)
+
+
 class _RunState:
     """What the concurrent calls of one ``run`` share."""
 
-    def __init__(self, client: openai.AsyncOpenAI, slots: asyncio.Semaphore) -> None:
+    def __init__(self, client: openai.AsyncOpenAI, slots: AdaptiveLimit) -> None:
         self.client = client
         self.slots = slots
         #: Set by a 401/404: every later call of the run fails with it unsent.
@@ -189,6 +315,8 @@ class OpenAIChatModel:
         progress: Progress | None = None,
         backoff_base: float = 1.0,
         backoff_cap: float = 60.0,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
+        adaptive: bool = True,
     ) -> None:
         """Configure the model; nothing is sent until ``run``.
 
@@ -200,7 +328,10 @@ class OpenAIChatModel:
         attempt, ``max_tries`` counts attempts (first one included).
         ``validator`` rejects malformed replies (retried, then failed).
         ``backoff_base``/``backoff_cap`` shape the jittered exponential backoff
-        in seconds.
+        in seconds. ``max_retry_after`` is the longest server-requested wait
+        slept through. ``adaptive`` (default) lets concurrency grow from 1 to
+        ``max_concurrency`` as the server keeps up; ``False`` holds it at
+        ``max_concurrency`` (a fixed limit, for comparison).
         """
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -216,6 +347,12 @@ class OpenAIChatModel:
         self.progress = progress
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
+        self.max_retry_after = max_retry_after
+        self.adaptive = adaptive
+        #: Failed calls (after their retries) by cause, for the run's failure summary.
+        self.failure_causes: Counter[str] = Counter()
+        #: The first authentication or unknown-model error: the run should stop on it.
+        self.fatal_error: str | None = None
         key = os.environ.get(API_KEY_ENV)
         self._key_from_env = bool(key)
         self._api_key = key or PLACEHOLDER_KEY
@@ -232,7 +369,12 @@ class OpenAIChatModel:
         self._loop_pid: int | None = None
         self._thread: threading.Thread | None = None
         self._client: openai.AsyncOpenAI | None = None
-        self._slots: asyncio.Semaphore | None = None
+        self._slots: AdaptiveLimit | None = None
+
+    @property
+    def concurrency_peak(self) -> int:
+        """The most calls the adaptive limit let in flight at once (0 before any call)."""
+        return self._slots.peak if self._slots is not None else 0
 
     @property
     def name(self) -> str:
@@ -315,7 +457,9 @@ class OpenAIChatModel:
                 timeout=self.timeout,
             )
             # Shared by concurrent runs from several threads: the cap is per model.
-            self._slots = asyncio.Semaphore(self.max_concurrency)
+            self._slots = AdaptiveLimit(self.max_concurrency, self.timeout)
+            if not self.adaptive:
+                self._slots.limit = self._slots.peak = self.max_concurrency
         state = _RunState(self._client, self._slots)
         answers = await asyncio.gather(
             *(self._answer(state, key, request) for key, request in distinct.items())
@@ -333,9 +477,20 @@ class OpenAIChatModel:
         except Exception as exc:  # one bug must not sink the whole batch
             logger.exception("unexpected error answering a request for %s", self.name)
             result = ChatResult(text=None, error=self._redact(f"internal error: {exc!r}"))
+        if not result.ok:
+            self.failure_causes[failure_cause(result.error or "")] += 1
         if self.progress is not None:
             self.progress.record(cached=result.cached, failed=not result.ok)
         return result
+
+    def _usable(self, hit: ChatResult | None) -> ChatResult | None:
+        """A cached result, unless the role's validator rejects it (then it is a miss, sent again)."""
+        if hit is None or hit.text is None or self.validator is None:
+            return hit
+        try:
+            return hit if self.validator(hit.text) else None
+        except Exception:  # noqa: BLE001 - a validator that crashes rejects
+            return None
 
     async def _answer_via_cache(
         self, state: _RunState, key: str, request: ChatRequest
@@ -344,7 +499,7 @@ class OpenAIChatModel:
         if cache is None:
             async with state.slots:
                 return await self._call(state, request, None)
-        hit = cache.get(self.model, request)
+        hit = self._usable(cache.get(self.model, request))
         if hit is not None:
             return hit
         waiting_since: float | None = None
@@ -359,7 +514,7 @@ class OpenAIChatModel:
                 if lock is not None or waited_out:
                     with lock if lock is not None else nullcontext():
                         # Another process may have finished it since our lookup.
-                        hit = cache.peek(key)
+                        hit = self._usable(cache.peek(key))
                         if hit is not None:
                             return hit
                         result = await self._call(state, request, lock)
@@ -374,6 +529,14 @@ class OpenAIChatModel:
             await asyncio.sleep(poll)
             poll = min(poll * 1.5, 0.5)
 
+    def body(self, request: ChatRequest) -> dict[str, Any]:
+        """The chat-completions body sent for ``request`` (decoding by model family)."""
+        return {
+            "model": self.model,
+            "messages": request.as_openai_messages(),
+            **decoding_parameters(self.model, request.max_tokens, request.temperature),
+        }
+
     async def _call(
         self, state: _RunState, request: ChatRequest, lock: KeyLock | None
     ) -> ChatResult:
@@ -382,8 +545,9 @@ class OpenAIChatModel:
 
         token_cost = 0
         if self._token_meter is not None:
-            input_tokens, output_tokens = estimate_tokens([request])
+            input_tokens, output_tokens = estimate_tokens([request], self.model)
             token_cost = input_tokens + output_tokens
+        body = self.body(request)
         last_error = "no attempt made"
         for attempt in range(1, self.max_tries + 1):
             if state.fatal_error is not None:
@@ -392,21 +556,18 @@ class OpenAIChatModel:
             if lock is not None:
                 lock.touch()
             retry_after: float | None = None
+            started = time.monotonic()
             try:
                 # ``post`` (the client's route for custom requests) keeps its
                 # auth, base URL, timeout and typed errors, but skips the
                 # per-call TypedDict transform and pydantic parse of
                 # ``chat.completions.create``: a third less client CPU per
                 # call, which is what bounds throughput at high concurrency.
-                raw = await state.client.post(
-                    "/chat/completions",
-                    cast_to=str,
-                    body={
-                        "model": self.model,
-                        "messages": request.as_openai_messages(),
-                        "max_tokens": request.max_tokens,
-                        "temperature": request.temperature,
-                    },
+                # ``wait_for``: the client's timeout bounds each read, so a
+                # body that trickles in a byte at a time would never end.
+                raw = await asyncio.wait_for(
+                    state.client.post("/chat/completions", cast_to=str, body=body),
+                    timeout=self.timeout,
                 )
                 completion = json.loads(raw)
             except openai.APIStatusError as exc:
@@ -417,22 +578,39 @@ class OpenAIChatModel:
                 if status not in RETRYABLE_STATUSES and status < 500:
                     return ChatResult(text=None, error=f"HTTP {status} (not retried): {detail}")
                 last_error = f"HTTP {status}: {detail}"
+                if status in (429, 503):
+                    state.slots.overloaded()
                 retry_after = parse_retry_after(exc.response.headers)
-            except openai.APITimeoutError:
+                if retry_after is not None and retry_after > self.max_retry_after:
+                    error = (
+                        f"{last_error}; the server asked to wait {retry_after:.0f}s, over the "
+                        f"{self.max_retry_after:g}s cap (--restore-max-retry-after)"
+                    )
+                    return ChatResult(text=None, error=error)
+            except (openai.APITimeoutError, asyncio.TimeoutError):
                 last_error = f"timed out after {self.timeout:g}s"
+                state.slots.overloaded()
             except openai.APIConnectionError as exc:
                 cause = exc.__cause__ or exc
                 last_error = self._redact(f"connection error: {type(cause).__name__}: {cause}")
+                if _unreachable(exc):
+                    # Nothing listens there (or the name does not resolve): minutes of
+                    # backoff would not change that, for this call or any other. Say it now.
+                    error = f"{last_error} (not retried: {self._where()} is unreachable)"
+                    return self._stop_run(state, error)
             except (ValueError, openai.APIResponseValidationError) as exc:
                 # json.JSONDecodeError: a garbled body.
                 last_error = self._redact(f"malformed response: {type(exc).__name__}: {exc}")
             except openai.OpenAIError as exc:  # any other client failure: retry, bounded
                 last_error = self._redact(f"{type(exc).__name__}: {exc}")
             else:
-                result, problem = self._read(completion)
+                result, problem = self._read(completion, request)
                 if result is not None:
+                    await state.slots.succeeded(time.monotonic() - started)
                     return result
                 last_error = problem
+                if problem.startswith("reply too long"):
+                    return ChatResult(text=None, error=problem)  # sending it again costs as much
             if attempt < self.max_tries:
                 delay = retry_after if retry_after is not None else self._backoff(attempt)
                 logger.debug(
@@ -450,8 +628,13 @@ class OpenAIChatModel:
         logger.warning("%s: %s", self.name, error)
         return ChatResult(text=None, error=error)
 
-    def _read(self, completion: Any) -> tuple[ChatResult | None, str]:
-        """The result of a decoded completion, or ``None`` and why it is unusable."""
+    def _read(self, completion: Any, request: ChatRequest) -> tuple[ChatResult | None, str]:
+        """The result of a decoded completion, or ``None`` and why it is unusable.
+
+        The key is redacted from the text before anything else sees it (a
+        hostile server may echo it), and a reply far longer than the output
+        budget is refused: it is never cached.
+        """
         try:
             choice = completion["choices"][0]
             text = choice["message"]["content"]
@@ -464,6 +647,14 @@ class OpenAIChatModel:
             return None, f"malformed response: {type(exc).__name__}: {exc}"
         if not isinstance(text, str):
             return None, f"empty reply (finish_reason={finish_reason or 'none'})"
+        limit = request.max_tokens * MAX_CHARS_PER_TOKEN + _REPLY_MARGIN_CHARS
+        if len(text) > limit:
+            return None, (
+                f"reply too long: {len(text):,} characters for a budget of "
+                f"{request.max_tokens} tokens (refused, not stored)"
+            )
+        text = self._redact(text)
+        served_model = self._redact(served_model)
         if self.validator is not None:
             try:
                 accepted = bool(self.validator(text))
@@ -471,7 +662,7 @@ class OpenAIChatModel:
                 accepted = False
             if not accepted:
                 shown = text if len(text) <= 80 else text[:77] + "..."
-                return None, self._redact(f"reply rejected by validator: {shown!r}")
+                return None, f"reply rejected by validator: {shown!r}"
         result = ChatResult(
             text=text,
             input_tokens=input_tokens,
@@ -480,10 +671,13 @@ class OpenAIChatModel:
         )
         return result, ""
 
+    def _where(self) -> str:
+        return self.base_url or "api.openai.com"
+
     def _fatal(self, state: _RunState, status: int, detail: str) -> ChatResult:
         """Fail this call and the rest of the run, and say so loudly once."""
         if status == 401:
-            where = self.base_url or "api.openai.com"
+            where = self._where()
             if self._key_from_env:
                 why = f"${API_KEY_ENV} was rejected by {where}"
             else:
@@ -492,7 +686,15 @@ class OpenAIChatModel:
         else:
             error = (
                 f"HTTP {status} (not retried): {detail}; is the model name {self.model!r} right?"
+                if status == 404
+                else f"HTTP {status} (not retried): {detail}; the key is not allowed to use {self.model!r}"
             )
+        return self._stop_run(state, error)
+
+    def _stop_run(self, state: _RunState, error: str) -> ChatResult:
+        """Fail this call and every later one unsent (``fatal_error`` tells the caller to stop)."""
+        if self.fatal_error is None:
+            self.fatal_error = error
         if state.fatal_error is None:
             state.fatal_error = error
             logger.error("%s: %s; failing the rest of this batch unsent", self.name, error)
@@ -531,3 +733,32 @@ def _status_detail(exc: openai.APIStatusError) -> str:
         message = inner.get("message") if isinstance(inner, dict) else inner
     text = str(message) if message else str(exc)
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether a connection error means nothing can be reached there: refused, or no such host."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, (ConnectionRefusedError, socket.gaierror)):
+            return True
+        text = str(cause).lower()
+        if "name or service not known" in text or "connection refused" in text or "nodename nor servname" in text:
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def failure_cause(error: str) -> str:
+    """A failed call's error without what differs between calls: the key its failures are grouped by.
+
+    ``failed after 6 tries: HTTP 500: boom`` -> ``HTTP 500: boom``; a
+    validator's rejection loses the rejected text.
+    """
+    cause = re.sub(r"^failed after \d+ tries: ", "", error)
+    if cause.startswith("reply rejected by validator"):
+        return "reply rejected by validator (not the expected format)"
+    if cause.startswith("reply too long"):
+        return "reply too long for its output budget (refused, not stored)"
+    return cause if len(cause) <= 160 else cause[:157] + "..."

@@ -15,6 +15,7 @@ else.
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -64,6 +65,42 @@ SCORER_SYSTEM = (
 SCORER_USER = "Snippet: {content}\nImportance (1-10):"
 
 
+#: The placeholders each template may use (system prompts take none).
+PLACEHOLDERS: dict[str, frozenset[str]] = {
+    "reader_system": frozenset(),
+    "reader_user": frozenset({"question", "question_date", "snippets"}),
+    "judge_system": frozenset(),
+    "judge_user": frozenset({"question", "answer", "prediction"}),
+    "scorer_system": frozenset(),
+    "scorer_user": frozenset({"content"}),
+}
+
+
+def check_template(text: str, allowed: frozenset[str], where: str) -> None:
+    """Raise ``ValueError`` naming ``where`` and the placeholder when ``text`` cannot be formatted.
+
+    System prompts are sent as they are (never formatted), so they are not
+    checked; user templates are formatted with ``str.format`` and may use
+    only ``allowed`` names (``{{`` and ``}}`` are literal braces).
+    """
+    if not allowed:
+        return
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as err:  # a lone "{" or "}"
+        raise ValueError(f"{where}: malformed placeholder: {err} (write {{{{ and }}}} for literal braces)") from None
+    for _literal, name, _spec, _conversion in parsed:
+        if name is None:
+            continue
+        if name not in allowed:
+            shown = "{" + name + "}" if name else "{}"
+            raise ValueError(f"{where}: unknown placeholder {shown}; this template may use {', '.join('{' + a + '}' for a in sorted(allowed))}")
+    try:  # a bad conversion or format spec ({question!z}, {question:%})
+        text.format(**dict.fromkeys(allowed, ""))
+    except (ValueError, KeyError, IndexError) as err:
+        raise ValueError(f"{where}: malformed placeholder: {err}") from None
+
+
 @dataclass(frozen=True)
 class PromptSet:
     """The six templates. Replace any of them with :meth:`with_files`."""
@@ -76,12 +113,25 @@ class PromptSet:
     scorer_user: str = SCORER_USER
 
     def with_files(self, files: Mapping[str, str | Path]) -> PromptSet:
-        """A copy with some templates read from files, keyed by field name."""
+        """A copy with some templates read from files, keyed by field name.
+
+        Each template is test-formatted as it is loaded: an unknown or
+        malformed placeholder is a ``ValueError`` naming the file and the
+        placeholder, before any request is built.
+        """
         known = {f.name for f in fields(self)}
         for key in files:
             if key not in known:
                 raise ValueError(f"unknown prompt template {key!r}; known: {', '.join(sorted(known))}")
-        return replace(self, **{k: Path(v).read_text(encoding="utf-8") for k, v in files.items()})
+        texts = {}
+        for key, path in files.items():
+            try:
+                text = Path(path).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as err:
+                raise ValueError(f"{path}: cannot be read: {err}") from None
+            check_template(text, PLACEHOLDERS[key], str(path))
+            texts[key] = text
+        return replace(self, **texts)
 
     def reader(self, *, question: str, question_date: str, snippets: str) -> ChatRequest:
         """The reader's request for one condition."""

@@ -14,6 +14,7 @@ like a policy: the ``pytest_restore_register_providers`` hook or the
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,8 +25,8 @@ from typing import ClassVar
 from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models.openai_chat import API_KEY_ENV, OpenAIChatModel, estimate_tokens
 from pytest_restore.models.openai_chat import PROVIDER as OPENAI
-from pytest_restore.models.openai_chat import OpenAIChatModel, estimate_tokens
 from pytest_restore.models.progress import Progress
 from pytest_restore.models.prompts import parse_score, parse_verdict
 from pytest_restore.registry import Registry
@@ -51,6 +52,7 @@ class ModelOptions:
     tpm: float | None = None
     max_tries: int = 6
     timeout: float = 60.0
+    max_retry_after: float = 60.0
     quiet: bool = False
 
 
@@ -104,6 +106,7 @@ class OpenAIProvider(ModelProvider):
             tpm=options.tpm,
             max_tries=options.max_tries,
             timeout=options.timeout,
+            max_retry_after=options.max_retry_after,
             validator=VALIDATORS[role],
             progress=Progress(label=f"{role} calls", quiet=options.quiet),
         )
@@ -181,6 +184,22 @@ def _cache_name(spec: str, providers: ProviderRegistry | None) -> str | None:
     return resolved[0].cache_name(resolved[1]) if resolved is not None else None
 
 
+def missing_key_problem(specs: Sequence[str], base_url: str | None) -> str | None:
+    """Why real models named in ``specs`` cannot be reached for want of a key, or ``None``.
+
+    OpenAI's API needs ``OPENAI_API_KEY``; a server at another base URL (a
+    local llama.cpp or Ollama) may need none, so only the default endpoint
+    is checked.
+    """
+    real = [spec for spec in specs if is_real(spec)]
+    if not real or base_url or os.environ.get(API_KEY_ENV):
+        return None
+    return (
+        f"{', '.join(sorted(set(real)))} would call api.openai.com but ${API_KEY_ENV} is not set "
+        "(set it, or point --restore-base-url at a server that needs no key)"
+    )
+
+
 def close_model(model: object) -> None:
     """Release a model's connections and progress display, when it has any."""
     close = getattr(model, "close", None)
@@ -214,7 +233,8 @@ def cost_line(
     name = _cache_name(spec, providers)
     cached = [r for r in unique if cache is not None and name is not None and cache.contains(name, r)]
     todo = [r for r in unique if r not in set(cached)]
-    tokens_in, tokens_out = estimate_tokens(todo)
+    # the model's own name decides its decoding (and so its output budget); a fake is named as is
+    tokens_in, tokens_out = estimate_tokens(todo, name if name is not None else spec.partition(":")[2] or spec)
     return CostLine(role, spec, len(unique), len(cached), tokens_in, tokens_out, note)
 
 

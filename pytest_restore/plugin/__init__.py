@@ -11,11 +11,15 @@ only, writes the report once at the end of the session.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import datetime
 import hashlib
 import importlib
 import json
+import math
 import os
 import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -25,17 +29,19 @@ from typing import Any, Literal, cast
 
 import pytest
 
+from pytest_restore import __version__
 from pytest_restore.audit.calibration import calibrate
 from pytest_restore.audit.judge_audit import audit_judge
 from pytest_restore.audit.run import Audit, AuditConfig, CellRun, construct_checks
 from pytest_restore.data.dataset import DataError, Dataset, Question, load_dataset
+from pytest_restore.data.dataset import auditable as data_auditable
 from pytest_restore.data.units import Granularity
 from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
 from pytest_restore.memory.retrieval import RankerRegistry, default_rankers
 from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.fake import FakeReader, FakeScorer
-from pytest_restore.models.openai_chat import estimate_tokens
+from pytest_restore.models.openai_chat import describe_decoding, estimate_tokens
 from pytest_restore.models.prompts import READER_MAX_TOKENS, PromptSet, parse_score
 from pytest_restore.models.providers import (
     CostLine,
@@ -49,11 +55,12 @@ from pytest_restore.models.providers import (
     default_providers,
     is_real,
     make_model,
+    missing_key_problem,
     parse_price,
     render_cost,
 )
 from pytest_restore.record import Record
-from pytest_restore.report.writer import RunInfo, terminal_lines, write_report
+from pytest_restore.report.writer import ReportFiles, RunInfo, terminal_lines, write_report
 from pytest_restore.stats.analysis import (
     DEFAULT_SEED,
     FAMILIES,
@@ -95,11 +102,17 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "string",
     ),
     ("cache", "", "response cache directory (default: .pytest_cache/d/restore/responses)", "string"),
-    ("max-concurrency", "16", "concurrent requests per model and process", "int"),
+    ("max-concurrency", "16", "ceiling of concurrent requests per model and process", "int"),
     ("rpm", "", "requests-per-minute limit per model (whole run)", "float"),
     ("tpm", "", "tokens-per-minute limit per model (whole run)", "float"),
     ("max-tries", "6", "tries per request before it is recorded as failed", "int"),
-    ("timeout", "60", "seconds per request", "float"),
+    ("timeout", "60", "seconds per request, the whole reply included", "float"),
+    (
+        "max-retry-after",
+        "60",
+        "longest Retry-After wait (seconds) slept through; a longer one fails the call, said",
+        "float",
+    ),
     ("prompts", "", "directory of prompt templates replacing the defaults (reader_system.txt, ...)", "string"),
     ("robustness-reader", "", "run the grid again under this second reader", "string"),
     ("audit-judge", "", "second judge that re-grades a stratified sample of recorded answers", "string"),
@@ -175,40 +188,79 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("restore_price", help="model prices for the dry run, one MODEL=IN,OUT a line", type="linelist")
 
 
-def _parse_ints(where: str, text: str) -> tuple[int, ...]:
-    values = []
-    for part in text.split(","):
-        part = part.strip().lower()
-        if not part:
-            continue
-        scale = 1000 if part.endswith("k") else 1
-        try:
-            values.append(int(part.rstrip("k")) * scale)
-        except ValueError:
-            raise pytest.UsageError(f"{where}: {part!r} is not a whole number") from None
-    if not values:
+#: Fewer bootstrap resamples than this give intervals too coarse to read.
+MIN_RESAMPLES = 100
+
+
+def _items(where: str, text: str) -> list[str]:
+    """The comma-separated items of a list option; an empty item is an error, not skipped."""
+    parts = [part.strip() for part in text.split(",")]
+    if not text.strip():
         raise pytest.UsageError(f"{where}: no values given")
+    if any(not part for part in parts):
+        raise pytest.UsageError(f"{where}: empty item in {text!r}")
+    return parts
+
+
+def _parse_int(where: str, text: str, *, minimum: int = 0) -> int:
+    """One whole number (``80k`` allowed), at least ``minimum``."""
+    part = text.strip().lower()
+    scale = 1000 if part.endswith("k") else 1
+    try:
+        value = int(part.removesuffix("k")) * scale
+    except ValueError:
+        raise pytest.UsageError(f"{where}: {text.strip()!r} is not a whole number") from None
+    if value < minimum:
+        raise pytest.UsageError(f"{where}: {text.strip()!r} is below the minimum of {minimum}")
+    return value
+
+
+def _parse_ints(where: str, text: str, *, minimum: int = 0) -> tuple[int, ...]:
+    """Distinct whole numbers, comma-separated: a repeated value (``80k,80000``) is an error."""
+    values: dict[int, str] = {}
+    for part in _items(where, text):
+        value = _parse_int(where, part, minimum=minimum)
+        if value in values:
+            raise pytest.UsageError(f"{where}: {part!r} repeats {values[value]!r}")
+        values[value] = part
     return tuple(values)
 
 
-def _parse_float(where: str, text: str) -> float:
+def _parse_number(where: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise pytest.UsageError(f"{where}: {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise pytest.UsageError(f"{where}: {text!r} is not a finite number")
+    return value
+
+
+def _parse_float(where: str, text: str) -> float:
+    """A finite number strictly between 0 and 1."""
+    value = _parse_number(where, text)
     if not 0 < value < 1:
         raise pytest.UsageError(f"{where}: {value} is not between 0 and 1")
     return value
 
 
 def _parse_positive(where: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise pytest.UsageError(f"{where}: {text!r} is not a number") from None
+    """A finite number above 0."""
+    value = _parse_number(where, text)
     if value <= 0:
         raise pytest.UsageError(f"{where}: must be positive")
     return value
+
+
+def _parse_names(where: str, text: str) -> tuple[str, ...] | None:
+    """Distinct names, comma-separated (``None`` when the option is unset)."""
+    if not text:
+        return None
+    names = _items(where, text)
+    repeated = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if repeated is not None:
+        raise pytest.UsageError(f"{where}: {repeated!r} is given twice")
+    return tuple(names)
 
 
 @dataclass(frozen=True)
@@ -246,6 +298,7 @@ class RestoreSettings:
     dry_run: bool
     ranker: str = "bm25-lite"
     ablations: bool = False
+    max_retry_after: float = 60.0
     #: ``(model, input USD, output USD)`` per million tokens, from ``--restore-price``
     prices: tuple[tuple[str, float, float], ...] = ()
     #: whether any model of the grid is a real one (its provider says so); not a setting of the report
@@ -263,7 +316,7 @@ class RestoreSettings:
 
     @classmethod
     def from_config(cls, config: pytest.Config, providers: ProviderRegistry) -> RestoreSettings:
-        """Read the options, falling back to the ini keys."""
+        """Read the options, falling back to the ini keys; every value is checked here, before any work."""
         raw: dict[str, str] = {}
         where: dict[str, str] = {}  # where each value came from, for error messages
         for name, default, _help, _kind in OPTIONS:
@@ -293,12 +346,8 @@ class RestoreSettings:
             raise pytest.UsageError(f"{where['robustness-reader']}: must differ from --restore-reader")
         if raw["granularity"] not in ("turn", "session"):
             raise pytest.UsageError(f"{where['granularity']}: {raw['granularity']!r} is not turn or session")
-        questions = _parse_ints(where["questions"], raw["questions"])[0] if raw["questions"] else None
-        if questions is not None and questions < 1:
-            raise pytest.UsageError(f"{where['questions']}: must be at least 1")
-        budgets = _parse_ints(where["budgets"], raw["budgets"])
-        if any(b < 1 for b in budgets) or len(set(budgets)) != len(budgets):
-            raise pytest.UsageError(f"{where['budgets']}: budgets must be positive and distinct")
+        questions = _parse_int(where["questions"], raw["questions"], minimum=1) if raw["questions"] else None
+        budgets = _parse_ints(where["budgets"], raw["budgets"], minimum=1)
         price_texts = config.getoption("restore_price")
         price_where = "--restore-price"
         if price_texts is None:
@@ -315,30 +364,31 @@ class RestoreSettings:
             data=raw["data"] or None,
             report_dir=raw["report-dir"],
             budgets=tuple(sorted(budgets, reverse=True)),
-            policies=tuple(p.strip() for p in raw["policies"].split(",") if p.strip()) or None,
+            policies=_parse_names(where["policies"], raw["policies"]),
             seeds=_parse_ints(where["seeds"], raw["seeds"]),
             granularity=raw["granularity"],
             questions=questions,
-            subset_seed=_parse_ints(where["subset-seed"], raw["subset-seed"])[0],
+            subset_seed=_parse_int(where["subset-seed"], raw["subset-seed"]),
             reader=raw["reader"],
             judge=raw["judge"],
             scorer=raw["scorer"],
-            embedded_questions=_parse_ints(where["embedded-questions"], raw["embedded-questions"])[0],
-            bootstrap=_parse_ints(where["bootstrap"], raw["bootstrap"])[0],
-            bootstrap_seed=_parse_ints(where["bootstrap-seed"], raw["bootstrap-seed"])[0],
+            embedded_questions=_parse_int(where["embedded-questions"], raw["embedded-questions"], minimum=1),
+            bootstrap=_parse_int(where["bootstrap"], raw["bootstrap"], minimum=MIN_RESAMPLES),
+            bootstrap_seed=_parse_int(where["bootstrap-seed"], raw["bootstrap-seed"]),
             equivalence_margin=_parse_float(where["equivalence-margin"], raw["equivalence-margin"]),
             family_checks=raw["family-checks"],
             base_url=raw["base-url"] or os.environ.get("OPENAI_BASE_URL") or None,
             cache=raw["cache"] or None,
-            max_concurrency=_parse_ints(where["max-concurrency"], raw["max-concurrency"])[0],
+            max_concurrency=_parse_int(where["max-concurrency"], raw["max-concurrency"], minimum=1),
             rpm=_parse_positive(where["rpm"], raw["rpm"]) if raw["rpm"] else None,
             tpm=_parse_positive(where["tpm"], raw["tpm"]) if raw["tpm"] else None,
-            max_tries=_parse_ints(where["max-tries"], raw["max-tries"])[0],
+            max_tries=_parse_int(where["max-tries"], raw["max-tries"], minimum=1),
             timeout=_parse_positive(where["timeout"], raw["timeout"]),
+            max_retry_after=_parse_positive(where["max-retry-after"], raw["max-retry-after"]),
             prompts=raw["prompts"] or None,
             robustness_reader=raw["robustness-reader"] or None,
             audit_judge=raw["audit-judge"] or None,
-            audit_judge_sample=_parse_ints(where["audit-judge-sample"], raw["audit-judge-sample"])[0],
+            audit_judge_sample=_parse_int(where["audit-judge-sample"], raw["audit-judge-sample"], minimum=1),
             calibration=raw["calibration"],
             dry_run=bool(config.getoption("restore_dry_run")),
             ranker=raw["ranker"] or "bm25-lite",
@@ -383,6 +433,11 @@ class RestoreCell:
         audit = self.session.audit(self.spec.reader)
         policy = self.session.registry[self.spec.policy]
         self.run = audit.run_cell(policy, self.spec.budget)
+        fatal = self.session.fatal_error()
+        if fatal is not None:
+            # A wrong key or an unknown model fails every call alike: stop at the first.
+            self.item.session.shouldstop = fatal
+            pytest.fail(fatal, pytrace=False)
         records: str | list[Record] = self.run.records  # one process: handed over as they are
         if not self.session.is_controller:
             # One JSON string, not a list of dicts: xdist's serializer is pure Python and
@@ -392,7 +447,8 @@ class RestoreCell:
         self.item.user_properties.append((RECORDS_PROPERTY, records))
         self.item.user_properties.append((META_PROPERTY, self.session.meta()))
         worker = str(getattr(self.session.config, "workerinput", {}).get("workerid", "main"))
-        self.item.user_properties.append((USAGE_PROPERTY, {"process": worker, "models": self.session.usage()}))
+        usage = {"process": worker, "models": self.session.usage(), "calls": self.session.call_details()}
+        self.item.user_properties.append((USAGE_PROPERTY, usage))
         return self.run
 
     def check(self) -> None:
@@ -470,6 +526,20 @@ class RestoreSession:
         self.failures: list[str] = []
         self.dry_run_lines: list[str] = []
         self.untestable: list[str] = []
+        #: Real-model call details per process (failure causes, concurrency reached, decoding).
+        self.calls_by_process: dict[str, dict[str, Any]] = {}
+        #: Failure causes of models outside the grid's (the calibration's fresh judge, the audit judge).
+        self.side_calls: dict[str, dict[str, Any]] = {}
+        #: The grid items pytest selected (node ids; ``None`` until collection is known).
+        self.selected: set[str] | None = None
+        #: The items whose cell ran (their records arrived).
+        self.ran: set[str] = set()
+        self.calibration_json: str | None = None
+        #: Lines said once at the end: the failed model calls by cause, per model.
+        self.failure_summary: list[str] = []
+        #: Where a partial report went (the complete one, if any, was left as it was).
+        self.partial_path: Path | None = None
+        self.started_utc = datetime.datetime.now(datetime.timezone.utc)
         self.is_controller = not hasattr(config, "workerinput")
         worker_input: dict[str, Any] = getattr(config, "workerinput", {})
         self.run_id: str = str(worker_input.get("restore_run") or uuid.uuid4().hex)
@@ -499,7 +569,8 @@ class RestoreSession:
         if self.settings.dry_run:
             # Counted now, before xdist starts its workers; printed as the run's summary.
             # No item runs (see pytest_collection_modifyitems) and the run exits 0.
-            self.dry_run_lines = self.dry_run()
+            problem = missing_key_problem(self.all_models(), self.settings.base_url)
+            self.dry_run_lines = ([f"warning: {problem}"] if problem else []) + self.dry_run()
             return
         s = self.settings
         if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
@@ -519,15 +590,28 @@ class RestoreSession:
         finally:
             close_model(fresh_judge)
         self.checks["calibration"] = {"result": result.to_dict(), "markdown": result.render_markdown()}
-        out = Path(s.report_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "calibration.json").write_text(result.to_json(), encoding="utf-8")
+        # written with the report (into the new report directory, never beside an old one)
+        self.calibration_json = result.to_json()
+        self.side_calls[f"judge {s.judge} (calibration repeats)"] = _call_detail(fresh_judge)
         writer = self.config.get_terminal_writer()
-        if not result.passed:
+        fatal = self.fatal_error()
+        if fatal is not None:
+            pytest.exit(fatal, returncode=pytest.ExitCode.TESTS_FAILED)
+        failed = self.summarise_failures({"main": self.call_details()})
+        reasons = list(result.reasons)
+        if failed:
+            writer.sep("=", "model calls failed during the calibration gate", red=True, bold=True)
+            for line in failed:
+                writer.line(line, red=True)
+            reasons.append(f"{sum(_failed_count(d) for d in self._all_details().values())} model calls failed")
+        if reasons:
+            where = self.write_partial()
             writer.sep("=", "calibration gate failed", red=True, bold=True)
-            for reason in result.reasons:
+            for reason in reasons:
                 writer.line(reason, red=True)
-            pytest.exit("calibration gate failed: " + "; ".join(result.reasons), returncode=pytest.ExitCode.TESTS_FAILED)
+            if where is not None:
+                writer.line(f"partial report (calibration only): {where}")
+            pytest.exit("calibration gate failed: " + "; ".join(reasons), returncode=pytest.ExitCode.TESTS_FAILED)
         writer.line(
             f"calibration gate passed: judge self-consistency {result.judge_consistency:.2f}, "
             f"oracle-answerable {result.oracle_answerable_rate:.2f}, "
@@ -546,7 +630,79 @@ class RestoreSession:
             )
         finally:
             close_model(judge)
+        self.side_calls[f"judge {s.audit_judge} (judge audit)"] = _call_detail(judge)
         self.checks["judge_audit"] = {"result": result.to_dict(), "markdown": result.render_markdown()}
+
+    # -- failed model calls ------------------------------------------------------------
+
+    def all_models(self) -> list[str]:
+        """Every model name the run uses, in every role."""
+        s = self.settings
+        return [*s.readers, s.judge, s.scorer, *([s.audit_judge] if s.audit_judge else [])]
+
+    def fatal_error(self) -> str | None:
+        """The first authentication or unknown-model error of this process's models, in one line."""
+        for (spec, role), model in self._models.items():
+            fatal = getattr(model, "fatal_error", None)
+            if fatal:
+                return f"{role} {spec}: {fatal}"
+        return None
+
+    def call_details(self) -> dict[str, Any]:
+        """Per real model of this process: failed calls by cause, the concurrency reached, the decoding sent."""
+        return {
+            f"{role} {spec}": _call_detail(model)
+            for (spec, role), model in sorted(self._models.items())
+            if is_real(spec)
+        }
+
+    def _all_details(self) -> dict[str, dict[str, Any]]:
+        """Call details summed over processes, plus the models outside the grid."""
+        total: dict[str, dict[str, Any]] = {}
+        for details in self.calls_by_process.values():
+            for name, d in details.items():
+                t = total.setdefault(name, {"failures": {}, "concurrency": 0, "decoding": d.get("decoding", {})})
+                for cause, n in d.get("failures", {}).items():
+                    t["failures"][cause] = t["failures"].get(cause, 0) + int(n)
+                t["concurrency"] = max(t["concurrency"], int(d.get("concurrency", 0)))
+        total.update(self.side_calls)
+        return total
+
+    def summarise_failures(self, by_process: dict[str, dict[str, Any]] | None = None) -> list[str]:
+        """One line per model whose calls failed: how many and why, grouped by cause."""
+        if by_process is not None:
+            self.calls_by_process.update(by_process)
+        lines = []
+        for name, detail in sorted(self._all_details().items()):
+            failures = detail.get("failures", {})
+            if not failures:
+                continue
+            causes = "; ".join(f"{n} x {cause}" for cause, n in sorted(failures.items(), key=lambda kv: (-kv[1], kv[0])))
+            lines.append(f"{name}: {sum(failures.values())} calls failed: {causes}")
+        return lines
+
+    def failed_run_reason(self) -> str | None:
+        """Why the run does not pass because of model calls, or ``None``.
+
+        A record excluded by a failed call lowered a cell's N; a model that was
+        asked and answered nothing at all leaves nothing to audit.
+        """
+        lowered = sum(1 for r in self.records if str(r.get("excluded") or "").startswith("api_error"))
+        lowered += sum(
+            1
+            for r in self.records
+            if any(str(v).startswith("api_error") for v in (r.get("ablation_excluded") or {}).values())
+        )
+        silent = [
+            name
+            for name, u in sorted(self.total_usage().items())
+            if int(u["failed"]) > 0 and int(u["sent"]) + int(u["cached"]) == 0
+        ]
+        if silent:
+            return f"model calls failed: {', '.join(silent)} answered nothing"
+        if lowered:
+            return f"model calls failed: {lowered} records excluded, so cells lost N"
+        return None
 
     def dry_run(self) -> list[str]:
         """Unique calls per model, what is already cached, and token estimates; no call is made."""
@@ -595,7 +751,8 @@ class RestoreSession:
                 )
         judge = cost_line("judge", s.judge, judge_requests, cache, providers=self.providers)
         if unknown_answers:
-            tokens_in, tokens_out = estimate_tokens([primary.prompts.judge(question="", answer="", prediction="")])
+            empty = primary.prompts.judge(question="", answer="", prediction="")
+            tokens_in, tokens_out = estimate_tokens([empty], s.judge.removeprefix("openai:"))
             judge = CostLine(
                 "judge",
                 s.judge,
@@ -766,6 +923,7 @@ class RestoreSession:
             tpm=s.tpm,
             max_tries=s.max_tries,
             timeout=s.timeout,
+            max_retry_after=s.max_retry_after,
         )
 
     def cache_root(self) -> Path:
@@ -869,6 +1027,7 @@ class RestoreSession:
             return
         for name, value in properties:
             if name == RECORDS_PROPERTY:
+                self.ran.add(report.nodeid)
                 # records cross xdist as JSON: they become Records again here
                 received = json.loads(value) if isinstance(value, str) else value
                 self.records.extend(Record.of(r) for r in cast("list[Mapping[str, Any]]", received))
@@ -878,21 +1037,53 @@ class RestoreSession:
                 usage = cast("dict[str, Any]", value)
                 # cumulative per process: the latest report of each process wins
                 self.usage_by_process[str(usage["process"])] = dict(usage["models"])
+                self.calls_by_process[str(usage["process"])] = dict(usage.get("calls", {}))
 
-    def run_info(self) -> RunInfo:
-        """Settings, dataset and exclusions for the report."""
+    # -- which grid items were selected -----------------------------------------------
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The grid items selected in this process (after -k, --lf, deselection)."""
+        if self.is_controller:
+            self.selected = {
+                item.nodeid
+                for item in session.items
+                if "restore_cell" in getattr(getattr(item, "callspec", None), "params", {})
+            }
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
+        """Under xdist the workers collect: the grid items are those whose id names a cell."""
+        cells = {c.id for c in self.cells()}
+        self.selected = {i for i in ids if i.endswith("]") and i.rsplit("[", 1)[-1][:-1] in cells}
+
+    def run_info(self, cells: dict[str, list[str]]) -> RunInfo:
+        """Settings, dataset, exclusions and the run's checks for the report.
+
+        The settings show what ran (the policies, budgets and readers of the
+        records), not what was configured; ``cells`` names the grid cells that
+        ran and those that did not.
+        """
         settings = asdict(self.settings)
         settings.pop("report_dir")
         settings.pop("real_models")
         settings["data"] = Path(self.settings.data).name if self.settings.data else "embedded synthetic"
-        settings["policies"] = [p.name for p in self.policies]
+        ran_policies = {str(r["policy"]) for r in self.records}
+        ran_budgets = {int(r["budget"]) for r in self.records}
+        settings["policies"] = [p.name for p in self.policies if p.name in ran_policies]
+        settings["budgets"] = [b for b in self.settings.budgets if b in ran_budgets]
         settings["run_id"] = self.records[0].run_id if self.records else None
         meta = dict(self.run_meta)
         exclusions = meta.pop("exclusions", {})
         meta.pop("path", None)
         if self.usage_by_process:
             settings["model_usage"] = self.total_usage()
-        return RunInfo(settings=settings, dataset=meta, exclusions=exclusions, checks=self.checks)
+        checks = dict(self.checks)
+        checks["grid"] = {"result": cells, "markdown": _grid_markdown(cells)}
+        details = self._all_details()
+        if details:
+            checks["model_calls"] = {"result": details, "markdown": _calls_markdown(details)}
+        return RunInfo(settings=settings, dataset=meta, exclusions=exclusions, checks=checks)
 
     def total_usage(self) -> dict[str, Any]:
         """Real model usage summed over processes (sent calls, cache hits, failures, tokens)."""
@@ -905,20 +1096,102 @@ class RestoreSession:
                 t["served"] = sorted(set(t["served"]) | set(u["served"]))
         return total
 
+    def grid_cells(self) -> dict[str, list[str]]:
+        """The grid's cells that ran (records arrived) and those that did not, by item id."""
+        ran = {(str(r["reader"]), str(r["policy"]), int(r["budget"])) for r in self.records}
+        out: dict[str, list[str]] = {"ran": [], "not_run": []}
+        for cell in self.cells():
+            done = (cell.reader, cell.policy, cell.budget) in ran  # a record's reader is the model's name
+            out["ran" if done else "not_run"].append(cell.id)
+        return out
+
+    def interrupted(self, session: pytest.Session) -> str | None:
+        """Why the session ended before its selected grid ran whole, or ``None``."""
+        status = session.exitstatus
+        if status == pytest.ExitCode.INTERRUPTED:
+            return "interrupted"
+        if status == pytest.ExitCode.INTERNAL_ERROR:
+            return "internal error"
+        if self.selected is not None:
+            missing = self.selected - self.ran
+            if missing:
+                return f"{len(missing)} of {len(self.selected)} selected grid items did not run"
+        return None
+
     # First: every record is in once the run loop ends. The report is written on
     # a thread while xdist shuts its workers down, and ``finish_report`` (last)
     # waits for it.
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Start writing the report, once, on the controller."""
+        """Judge the model calls, then start writing the report (whole, or partial beside it)."""
         if not self.is_controller:
             return
         shutil.rmtree(self.shared_cells(), ignore_errors=True)
+        if self.usage_by_process or self.side_calls:
+            self.failure_summary = self.summarise_failures()
+            reason = self.failed_run_reason()
+            if reason is not None:
+                self.failures.append(reason)
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if not self.records:
             return
-        if self.settings.audit_judge:
+        why_partial = self.interrupted(session)
+        if self.settings.audit_judge and why_partial is None:
             self.judge_audit()
-        self._report = _Background(write_report, self.records, self.run_info(), self.settings.report_dir)
+        target = Path(self.settings.report_dir)
+        if why_partial is not None:
+            target = _partial_dir(target)
+            self.partial_path = target
+        self._report = _Background(self._write, self.records, self.run_info(self.grid_cells()), target, why_partial)
+
+    def _write(self, records: list[Record], info: RunInfo, target: Path, partial: str | None) -> ReportFiles:
+        """Write the report into a fresh directory beside ``target``, then swap it into place."""
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        try:
+            files = write_report(records, info, staging)
+            if self.calibration_json is not None:
+                (staging / "calibration.json").write_text(self.calibration_json, encoding="utf-8")
+            self._stamp(staging, partial)
+            _swap_into_place(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if partial is None:
+            # a whole report supersedes the partial one an earlier, cut-short session left
+            shutil.rmtree(_partial_dir(target), ignore_errors=True)
+        return dataclasses.replace(files, out_dir=target)
+
+    def _stamp(self, out: Path, partial: str | None) -> None:
+        """Provenance in summary.json (version, UTC time, run id) and, on a partial report, the mark."""
+        summary_path = out / "summary.json"
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        summary["provenance"] = {
+            "package": "pytest-restore",
+            "version": __version__,
+            "started_utc": self.started_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "run_id": self.run_id,
+            "partial": partial,
+        }
+        summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        if partial is not None:
+            report = out / "report.md"
+            banner = (
+                f"> **PARTIAL REPORT** ({partial}): the session did not finish its grid; "
+                "the cells that did not run are listed under Grid coverage.\n\n"
+            )
+            report.write_text(banner + report.read_text(encoding="utf-8"), encoding="utf-8")
+
+    def write_partial(self) -> Path | None:
+        """Write what the calibration gate produced, beside the report directory, marked partial."""
+        if self.calibration_json is None:
+            return None
+        target = _partial_dir(Path(self.settings.report_dir))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        (staging / "calibration.json").write_text(self.calibration_json, encoding="utf-8")
+        _swap_into_place(staging, target)
+        return target
 
     def finish_report(self, session: pytest.Session) -> None:
         """Wait for the report (its errors are raised here) and apply its verdict."""
@@ -931,21 +1204,29 @@ class RestoreSession:
         files = self._report.result()
         self._report = None
         self.report_path = files.out_dir
-        self.failures = list(files.failures)
+        self.failures += list(files.failures)
         self.untestable = list(files.untestable)
-        if self.failures and self.settings.family_checks == "fail":
+        if files.failures and self.settings.family_checks == "fail":
             # a family's expectation failed after Holm: the session fails, with no traceback
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """A short table of regime (b) and where the report is (the dry run: its table)."""
-        if self.is_controller and self.dry_run_lines:
+        """A short table of regime (b), where the report is, and what failed (the dry run: its table)."""
+        if not self.is_controller:
+            return
+        if self.dry_run_lines:
             terminalreporter.write_sep("=", "restore dry run: model calls the grid needs")
             for line in self.dry_run_lines:
-                terminalreporter.write_line(line)
+                terminalreporter.write_line(line, yellow=line.startswith("warning: "))
             terminalreporter.write_line("dry run: no model was called; drop --restore-dry-run to run the grid")
             return
-        if not self.is_controller or not self.records:
+        if self.failure_summary:
+            terminalreporter.write_sep("=", "failed model calls, by model and cause", red=True, bold=True)
+            for line in self.failure_summary:
+                terminalreporter.write_line(line, red=True)
+        if not self.records:
+            for failure in self.failures:
+                terminalreporter.write_line(failure, red=True)
             return
         terminalreporter.write_sep("=", "restore-counterfactual audit (regime b)")
         for line in terminal_lines(self.records):
@@ -961,17 +1242,90 @@ class RestoreSession:
                 f"(sha256 {meta.get('sha256')})",
                 yellow=True,
             )
-        terminalreporter.write_line(f"report: {self.report_path}")
+        if self.partial_path is not None:
+            terminalreporter.write_line(
+                f"partial report (the session did not finish its grid): {self.partial_path}; "
+                f"{self.settings.report_dir} was left as it was",
+                yellow=True,
+            )
+        else:
+            terminalreporter.write_line(f"report: {self.report_path}")
+            not_run = self.grid_cells()["not_run"]
+            if not_run:
+                terminalreporter.write_line(
+                    f"grid cells not selected in this run ({len(not_run)}): {', '.join(not_run)}", yellow=True
+                )
         strict = self.settings.family_checks == "fail"
         if self.failures:
-            verdict = "fail the run" if strict else "reported only (--restore-family-checks report)"
+            red = strict or any(f.startswith("model calls failed") for f in self.failures)
+            verdict = "fail the run" if red else "reported only (--restore-family-checks report)"
             terminalreporter.write_sep(
-                "=", f"{len(self.failures)} expectations not met: {verdict}", red=strict, yellow=not strict, bold=True
+                "=", f"{len(self.failures)} expectations not met: {verdict}", red=red, yellow=not red, bold=True
             )
             for failure in self.failures:
-                terminalreporter.write_line(failure, red=strict, yellow=not strict)
+                line_red = strict or failure.startswith("model calls failed")
+                terminalreporter.write_line(failure, red=line_red, yellow=not line_red)
         for line in self.untestable:
             terminalreporter.write_line(f"not testable at this N: {line}", yellow=True)
+
+
+def _partial_dir(report_dir: Path) -> Path:
+    """Where a partial report goes: beside the report directory, never in it."""
+    return report_dir.with_name(report_dir.name + ".partial")
+
+
+def _swap_into_place(staging: Path, target: Path) -> None:
+    """Replace ``target`` with the directory ``staging`` as a whole.
+
+    Two renames in one directory: the old report is moved aside, the new one
+    moved in, then the old one deleted. No file of the old report survives
+    beside the new one, and at every moment a whole report sits under one of
+    the two names.
+    """
+    old: Path | None = None
+    if target.exists() or target.is_symlink():
+        old = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.old")
+        os.replace(target, old)
+    os.replace(staging, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _grid_markdown(cells: dict[str, list[str]]) -> str:
+    """report.md's grid coverage: the cells that ran and those that did not."""
+    out = ["## Grid coverage", ""]
+    out.append(f"Cells run ({len(cells['ran'])}): {', '.join(cells['ran']) or 'none'}.")
+    out.append("")
+    if cells["not_run"]:
+        out.append(f"Cells not run ({len(cells['not_run'])}): {', '.join(cells['not_run'])}.")
+    else:
+        out.append("Every cell of the configured grid ran.")
+    return "\n".join(out)
+
+
+def _calls_markdown(details: dict[str, dict[str, Any]]) -> str:
+    """report.md's real-model section: what was sent, the concurrency reached, failures by cause."""
+    out = ["## Real model calls", "", "| model | decoding sent | concurrency reached | failed calls |", "|---|---|---:|---|"]
+    for name, d in sorted(details.items()):
+        decoding = ", ".join(f"{k}: {v}" for k, v in d.get("decoding", {}).items())
+        failures = "; ".join(f"{n} x {cause}" for cause, n in sorted(d.get("failures", {}).items())) or "none"
+        out.append(f"| {name} | {decoding} | {d.get('concurrency', 0)} | {failures.replace('|', '/')} |")
+    return "\n".join(out)
+
+
+def _call_detail(model: object) -> dict[str, Any]:
+    """A real model's failed calls by cause, the concurrency it reached and what it was sent."""
+    causes = getattr(model, "failure_causes", {})
+    name = str(getattr(model, "model", ""))
+    return {
+        "failures": dict(sorted(causes.items())),
+        "concurrency": int(getattr(model, "concurrency_peak", 0)),
+        "decoding": describe_decoding(name) if name else {},
+    }
+
+
+def _failed_count(detail: dict[str, Any]) -> int:
+    return sum(int(n) for n in detail.get("failures", {}).values())
 
 
 def _preload_figure() -> None:
@@ -1064,8 +1418,19 @@ def pytest_configure(config: pytest.Config) -> None:
         problem = _report_dir_problem(settings.report_dir)
         if problem and (settings.data or settings.uses_real_models):
             raise pytest.UsageError(problem)
+        if settings.prompts:
+            session.prompts()  # each template is test-formatted: a bad placeholder stops the run here
+        problem = missing_key_problem(session.all_models(), settings.base_url)
+        if problem and not settings.dry_run:  # a dry run costs nothing: it says so and goes on
+            raise pytest.UsageError(problem)
     if session.is_controller and settings.data:
-        session.dataset()  # a malformed file stops the run here, before any model call
+        dataset = session.dataset()  # a malformed file stops the run here, before any model call
+        abstention, no_gold, auditable = data_auditable(dataset, settings.granularity)
+        if not auditable:
+            raise pytest.UsageError(
+                f"{dataset.path}: no question to audit: {len(dataset.questions)} questions, "
+                f"{abstention} abstention, {no_gold} without gold evidence at {settings.granularity} granularity"
+            )
 
 
 @pytest.fixture

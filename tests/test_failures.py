@@ -1,0 +1,330 @@
+"""Green must mean something (issue 12): bad options, bad files, hostile servers, cut-short sessions.
+
+Every case ends as specified: its exit code, one line that says why, no
+traceback, no earlier report lost, and the API key in no file. Usage errors
+stop in ``pytest_configure`` and run in process (cheap); the cases that need
+a grid run it small (the tiny fixture, one or two policies, one budget) in a
+pytest subprocess, against the loopback server where a model is involved.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from grid_helpers import GRID, TINY
+from openai_server import OpenAIServer, fake_models_responder
+
+from pytest_restore.data.dataset import load_dataset
+from pytest_restore.data.units import History, build_history
+
+DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
+FAST_RETRIES = """
+from pytest_restore.models.openai_chat import OpenAIChatModel
+
+OpenAIChatModel.__init__.__kwdefaults__.update(backoff_base=0.01, backoff_cap=0.05)
+"""
+#: The smallest grid worth running: the tiny fixture, two policies, one budget.
+GRID_ARGS = [
+    f"--restore-data={TINY}",
+    "--restore-budgets=300",
+    "--restore-policies=fifo,no-evict",
+    "--restore-bootstrap=200",
+    "--restore-family-checks=report",
+]
+REAL = [f"--restore-{role}=openai:fake-{role}" for role in ("reader", "judge", "scorer")]
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A project with the grid module; no OpenAI settings leak in from the environment."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile(test_grid=GRID)
+    pytester.makeconftest(FAST_RETRIES)
+    return pytester
+
+
+@pytest.fixture(scope="module")
+def histories() -> list[History]:
+    return [build_history(q) for q in load_dataset(TINY).questions if not q.is_abstention]
+
+
+@pytest.fixture
+def server(histories: list[History]) -> Iterator[OpenAIServer]:
+    with OpenAIServer(fake_models_responder(histories), latency=0.002) as running:
+        yield running
+
+
+def assert_one_line_usage_error(result: pytest.RunResult, *needles: str) -> None:
+    """Exit 4, the reason in one ``ERROR:`` line naming what is wrong, and no traceback."""
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.outlines + result.errlines
+    errors = [line for line in result.errlines if line.startswith("ERROR:")]
+    assert len(errors) == 1, result.errlines
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    text = "\n".join(result.outlines + result.errlines)
+    assert "Traceback" not in text and "INTERNALERROR" not in text
+
+
+# -- 1. options are checked before any work --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--restore-policies=fifo,fifo"], "'fifo' is given twice"),
+        (["--restore-policies=fifo,,lru"], "empty item"),
+        (["--restore-seeds=1,1"], "'1' repeats '1'"),
+        (["--restore-budgets=80k,80000"], "'80000' repeats '80k'"),
+        (["--restore-budgets=80k,,8k"], "empty item"),
+        (["--restore-budgets=0"], "below the minimum of 1"),
+        (["--restore-seeds=-1"], "below the minimum of 0"),
+        (["--restore-bootstrap=3"], "--restore-bootstrap: '3' is below the minimum of 100"),
+        (["--restore-bootstrap-seed=-5"], "below the minimum of 0"),
+        (["--restore-max-concurrency=0"], "--restore-max-concurrency"),
+        (["--restore-max-tries=0"], "--restore-max-tries"),
+        (["--restore-timeout=nan"], "not a finite number"),
+        (["--restore-timeout=inf"], "not a finite number"),
+        (["--restore-timeout=-1"], "must be positive"),
+        (["--restore-rpm=0"], "--restore-rpm: must be positive"),
+        (["--restore-max-retry-after=abc"], "not a number"),
+        (["--restore-equivalence-margin=nan"], "not a finite number"),
+        (["--restore-questions=0"], "below the minimum of 1"),
+        (["--restore-audit-judge-sample=0"], "below the minimum of 1"),
+        (["--restore-embedded-questions=1.5"], "not a whole number"),
+    ],
+)
+def test_bad_options_stop_at_configure_with_one_line(project: pytest.Pytester, args: list[str], needle: str) -> None:
+    result = project.runpytest_inprocess(*args)
+    assert_one_line_usage_error(result, needle)
+
+
+def test_a_prompt_template_with_an_unknown_placeholder_names_file_and_placeholder(project: pytest.Pytester) -> None:
+    prompts = project.mkdir("prompts")
+    (prompts / "judge_user.txt").write_text("Q: {question}\nGold: {gold}\nSaid: {prediction}\n")
+    result = project.runpytest_inprocess(f"--restore-prompts={prompts}")
+    assert_one_line_usage_error(result, "judge_user.txt", "{gold}")
+
+
+def test_a_malformed_prompt_template_is_a_usage_error(project: pytest.Pytester) -> None:
+    prompts = project.mkdir("prompts")
+    (prompts / "reader_user.txt").write_text("Question: {question\n")
+    result = project.runpytest_inprocess(f"--restore-prompts={prompts}")
+    assert_one_line_usage_error(result, "reader_user.txt", "malformed placeholder")
+
+
+def test_deeply_nested_json_is_a_one_line_data_error(project: pytest.Pytester) -> None:
+    deep = project.path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    result = project.runpytest_inprocess(f"--restore-data={deep}")
+    assert_one_line_usage_error(result, "deep.json", "nested too deeply")
+
+
+def test_a_file_with_nothing_to_audit_stops_with_the_counts(project: pytest.Pytester) -> None:
+    records = json.loads(TINY.read_text())
+    for r in records:  # no gold anywhere
+        for session in r["haystack_sessions"]:
+            for turn in session:
+                turn.pop("has_answer", None)
+    empty = project.path / "no-gold.json"
+    empty.write_text(json.dumps(records))
+    result = project.runpytest_inprocess(f"--restore-data={empty}")
+    assert_one_line_usage_error(result, "no-gold.json", "no question to audit", "8 questions, 1 abstention, 7 without gold")
+
+
+def test_missing_key_for_openai_is_said_at_start(project: pytest.Pytester) -> None:
+    result = project.runpytest_inprocess(*GRID_ARGS, "--restore-reader=openai:gpt-4o-mini")
+    assert_one_line_usage_error(result, "openai:gpt-4o-mini", "OPENAI_API_KEY is not set")
+
+
+def test_missing_key_is_said_in_a_dry_run_too(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess("-p", "no:xdist", *GRID_ARGS, "--restore-reader=openai:gpt-4o-mini", "--restore-dry-run")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*warning: openai:gpt-4o-mini would call api.openai.com but $OPENAI_API_KEY is not set*"])
+
+
+# -- 2. a run whose model calls failed does not pass ---------------------------------------------
+
+
+@pytest.mark.parametrize("calibration", ["on", "off"])
+def test_a_server_failing_every_call_fails_the_run_with_the_cause(
+    project: pytest.Pytester, tmp_path: Path, calibration: str
+) -> None:
+    def broken(messages: list[dict[str, Any]]) -> str:
+        raise RuntimeError("the model is down")  # the server's 500
+
+    with OpenAIServer(broken) as server:
+        result = project.runpytest_subprocess(
+            "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}",
+            f"--restore-cache={tmp_path / 'cache'}", "--restore-max-tries=2", f"--restore-calibration={calibration}",
+            timeout=120,
+        )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.outlines
+    text = "\n".join(result.outlines + result.errlines)
+    assert "calls failed: " in text and "x HTTP 500: responder: the model is down" in text, text[-3000:]
+    assert "Traceback" not in text and "INTERNALERROR" not in text
+    # said once per model, not once per call
+    summary = [line for line in result.outlines if "calls failed:" in line]
+    assert len(summary) == len({line.split(":")[0] + line.split(":")[1] for line in summary})
+
+
+def test_wrong_key_stops_the_run_at_the_first_call_and_the_key_lands_nowhere(
+    project: pytest.Pytester, server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    server.mode = "401-echo-key"
+    result = project.runpytest_subprocess(
+        "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}",
+        f"--restore-cache={tmp_path / 'cache'}", "--restore-calibration=off", timeout=120,
+    )
+    assert result.ret != 0
+    assert server.total_requests <= 2, server.total_requests  # stopped at the first, not after the grid
+    text = "\n".join(result.outlines + result.errlines)
+    assert "HTTP 401 authentication failed" in text and "Traceback" not in text
+    assert DUMMY_KEY not in text
+    for path in [*project.path.rglob("*"), *tmp_path.rglob("*")]:
+        if path.is_file():
+            assert DUMMY_KEY.encode() not in path.read_bytes(), path
+
+
+def test_a_dry_run_reads_a_damaged_cache(project: pytest.Pytester, server: OpenAIServer, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    args = ["-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}", f"--restore-cache={cache}"]
+    done = project.runpytest_subprocess(*args, "--restore-calibration=off", timeout=120)
+    assert done.ret == 0, done.outlines
+    for i, entry in enumerate(sorted(cache.glob("??/*.json"))):
+        if i % 3 == 0:
+            entry.write_bytes(b"\x00\xff garbage")
+        elif i % 3 == 1:
+            entry.unlink()
+            entry.mkdir()
+    dry = project.runpytest_subprocess(*args, "--restore-dry-run", timeout=120)
+    assert dry.ret == 0, dry.outlines + dry.errlines
+    dry.stdout.fnmatch_lines(["*restore dry run*"])
+
+
+# -- 7. reports are whole or say they are not ----------------------------------------------------
+
+INTERRUPT_SECOND_CELL = """
+import pytest
+_seen = []
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    _seen.append(item.nodeid)
+    if len(_seen) == 2:
+        raise {exc}
+"""
+
+
+def _files(report: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(report.iterdir())}
+
+
+@pytest.mark.parametrize(("exc", "extra"), [("KeyboardInterrupt()", []), ("RuntimeError('boom')", ["-x"])])
+def test_an_interrupted_session_leaves_the_complete_report_untouched(
+    project: pytest.Pytester, exc: str, extra: list[str]
+) -> None:
+    args = ["-p", "no:xdist", *GRID_ARGS, "--restore-policies=fifo,no-evict,random", "--restore-seeds=0", "--restore-calibration=off"]
+    first = project.runpytest_subprocess(*args, timeout=120)
+    assert first.ret == 0, first.outlines
+    report = project.path / "restore-report"
+    before = _files(report)
+    (report / "stale-from-an-old-version.txt").write_text("x")  # gone after a whole replacement
+    before_with_stale = _files(report)
+
+    project.makeconftest(FAST_RETRIES + INTERRUPT_SECOND_CELL.format(exc=exc))
+    cut = project.runpytest_subprocess(*args, *extra, timeout=120)
+    assert cut.ret != 0
+    assert _files(report) == before_with_stale  # byte-identical, the stray file included
+    partial = project.path / "restore-report.partial"
+    summary = json.loads((partial / "summary.json").read_text())
+    assert summary["provenance"]["partial"] is not None
+    assert summary["run"]["checks"]["grid"]["result"]["not_run"]
+    assert (partial / "report.md").read_text().startswith("> **PARTIAL REPORT**")
+    said = "partial report (the session did not finish its grid): restore-report.partial; restore-report was left"
+    assert said in "\n".join(cut.outlines)
+
+    # a whole run then replaces the report as a whole: no file of the old one survives
+    project.makeconftest(FAST_RETRIES)
+    again = project.runpytest_subprocess(*args, timeout=120)
+    assert again.ret == 0
+    assert set(_files(report)) == set(before)
+    assert not partial.exists()  # superseded by the whole report
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["provenance"]["partial"] is None and summary["provenance"]["version"]
+    assert summary["provenance"]["started_utc"].endswith("Z") and len(summary["provenance"]["run_id"]) == 32
+
+
+def test_a_selected_part_of_the_grid_says_which_cells_ran(project: pytest.Pytester) -> None:
+    result = project.runpytest_subprocess(
+        "-p", "no:xdist", *GRID_ARGS, "--restore-calibration=off", "-k", "fifo", timeout=120
+    )
+    assert result.ret == 0, result.outlines
+    summary = json.loads((project.path / "restore-report" / "summary.json").read_text())
+    assert summary["run"]["checks"]["grid"]["result"] == {"ran": ["fifo-300"], "not_run": ["no-evict-300"]}
+    assert summary["run"]["settings"]["policies"] == ["fifo"]  # what ran, not what was configured
+    assert "Cells not run (1): no-evict-300." in (project.path / "restore-report" / "report.md").read_text()
+    result.stdout.fnmatch_lines(["*grid cells not selected in this run (1): no-evict-300*"])
+
+
+def test_decoding_and_concurrency_are_recorded_per_model(
+    project: pytest.Pytester, server: OpenAIServer, tmp_path: Path
+) -> None:
+    result = project.runpytest_subprocess(
+        "-p", "no:xdist", *GRID_ARGS, "--restore-policies=fifo", *REAL[:2], "--restore-reader=openai:gpt-5.4-mini",
+        f"--restore-base-url={server.base_url}", f"--restore-cache={tmp_path / 'cache'}", "--restore-calibration=off",
+        timeout=120,
+    )
+    # the fake reader does not know the name gpt-5.4-mini's system prompt? it does: the server tells models apart
+    # by their system prompt, not by their name; the server enforces the reasoning family's parameters
+    assert result.ret == 0, result.outlines
+    report = project.path / "restore-report"
+    calls = json.loads((report / "summary.json").read_text())["run"]["checks"]["model_calls"]["result"]
+    reader = calls["reader openai:gpt-5.4-mini"]
+    assert reader["decoding"]["family"] == "reasoning" and reader["decoding"]["reasoning_effort"] == "low"
+    assert calls["judge openai:fake-judge"]["decoding"]["temperature"] == "0 (greedy)"
+    assert reader["concurrency"] >= 1 and reader["failures"] == {}
+    assert "## Real model calls" in (report / "report.md").read_text()
+
+
+def test_an_unreachable_server_is_reported_within_seconds(project: pytest.Pytester, tmp_path: Path) -> None:
+    with OpenAIServer() as gone:
+        base_url = gone.base_url  # nothing listens there once it stops
+    started = time.monotonic()
+    result = project.runpytest_subprocess(
+        "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={base_url}",
+        f"--restore-cache={tmp_path / 'cache'}", timeout=120,  # default tries, backoff and calibration (on)
+    )
+    elapsed = time.monotonic() - started
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    text = "\n".join(result.outlines + result.errlines)
+    assert "is unreachable" in text and "Traceback" not in text
+    print(f"unreachable server reported after {elapsed:.1f} s (child pytest included)")
+
+
+def test_a_one_slot_server_at_default_concurrency_completes_without_recomputing(
+    project: pytest.Pytester, histories: list[History], tmp_path: Path
+) -> None:
+    # A local server computing one call at a time; time scaled down (0.2 s a call against a
+    # 1 s timeout, as 12 s calls against the default 60 s). Sixteen calls at once would queue
+    # past the timeout there and be computed again.
+    with OpenAIServer(fake_models_responder(histories), latency=0.2, slots=1) as server:
+        result = project.runpytest_subprocess(
+            "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}",
+            f"--restore-cache={tmp_path / 'cache'}", "--restore-calibration=off", "--restore-timeout=1",
+            timeout=300,
+        )
+        computed = server.computed
+    assert result.ret == 0, result.outlines[-30:]
+    assert computed and max(computed.values()) == 1  # no request computed twice
+    summary = json.loads((project.path / "restore-report" / "summary.json").read_text())
+    assert all(u["failed"] == 0 for u in summary["run"]["settings"]["model_usage"].values())
+    reached = {name: d["concurrency"] for name, d in summary["run"]["checks"]["model_calls"]["result"].items()}
+    assert 1 <= reached["reader openai:fake-reader"] <= 16 and reached["scorer openai:fake-scorer"] == 0  # never asked
+    print("concurrency reached:", reached)
