@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 from grid_helpers import GRID, ROOT, ChildRun, read_child, run_child, shared_run, small_args
 
+from pytest_restore.memory import kernels
 from pytest_restore.synthetic.embedded import embedded_dataset
+
+# numba imports its typing registries on the first compiled call. Make that call here, before
+# pytester's in-process runs snapshot sys.modules: a registry imported inside such a run is
+# dropped when the snapshot is restored, and importing it again later fails with
+# "cannot augment Function(...)".
+kernels.fact_counts("warm up")
 
 
 @pytest.fixture(scope="session")
