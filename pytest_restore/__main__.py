@@ -152,6 +152,7 @@ def _add_compare(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _run_compare(args: argparse.Namespace) -> int:
+    from pytest_restore.bootstrap import DEFAULT_SEED
     from pytest_restore.compare import (
         CompareError,
         compare_dirs,
@@ -161,7 +162,6 @@ def _run_compare(args: argparse.Namespace) -> int:
         write,
     )
     from pytest_restore.report.writer import RecordsError
-    from pytest_restore.stats.analysis import DEFAULT_SEED
 
     try:
         thresholds = [parse_threshold(t) for t in args.fail_if_worse]

@@ -26,7 +26,8 @@ from pytest_restore.report.writer import (
     session_failures,
     write_report,
 )
-from pytest_restore.stats.analysis import FAMILIES, INTERVAL_COLUMNS
+from pytest_restore.stats.families import FAMILIES
+from pytest_restore.stats.results import INTERVAL_COLUMNS
 
 Record = dict[str, Any]
 

@@ -37,20 +37,25 @@ from typing import Any, TypeVar
 
 from pytest_restore import record as record_module
 from pytest_restore.audit import ablations
-from pytest_restore.audit.robustness import compare_readers, render_comparison_md
 from pytest_restore.audit.run import model_calls
+from pytest_restore.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from pytest_restore.memory.eviction import BUILTIN_POLICIES
 from pytest_restore.models.fake import simulated_note, simulated_reader_md
 from pytest_restore.record import BINS, DEFAULT_RANKER, Record, RecordError, tally_cells
 from pytest_restore.record import dumps as records_text
-from pytest_restore.stats import analysis as stats
-from pytest_restore.stats.analysis import (
+from pytest_restore.stats.analysis import Analysis, analyse, bins_by_type
+from pytest_restore.stats.families import FAMILIES, POSITIVE_CONTROL, POWER, family_of
+from pytest_restore.stats.results import (
+    DEFAULT_CALIPER,
+    DEFAULT_EQUIVALENCE_MARGIN,
     INTERVAL_COLUMNS,
     PROTOCOL_COLUMNS,
-    Analysis,
     CellStats,
     HypothesisTest,
+    budget_label,
+    policy_sort_key,
 )
+from pytest_restore.stats.robustness import compare_readers, render_comparison_md
 
 CELL_COLUMNS = PROTOCOL_COLUMNS
 EXTRA_COLUMNS = ("irr_share", "rec_share", "res_share", "negative_restore_gain", "excluded")
@@ -138,14 +143,14 @@ def analyse_records(records: Sequence[Record], info: RunInfo | None = None) -> A
     ``equivalence_margin`` and ``caliper``; missing keys take the paper's values.
     """
     settings = info.settings if info is not None else {}
-    return stats.analyse(
+    return analyse(
         records,
-        resamples=int(settings.get("bootstrap", stats.DEFAULT_RESAMPLES)),
-        seed=int(settings.get("bootstrap_seed", stats.DEFAULT_SEED)),
+        resamples=int(settings.get("bootstrap", DEFAULT_RESAMPLES)),
+        seed=int(settings.get("bootstrap_seed", DEFAULT_SEED)),
         equivalence_margin=float(
-            settings.get("equivalence_margin", stats.DEFAULT_EQUIVALENCE_MARGIN)
+            settings.get("equivalence_margin", DEFAULT_EQUIVALENCE_MARGIN)
         ),
-        caliper=float(settings.get("caliper", stats.DEFAULT_CALIPER)),
+        caliper=float(settings.get("caliper", DEFAULT_CALIPER)),
     )
 
 
@@ -325,7 +330,7 @@ def render_cases_md(records: Sequence[Record]) -> str:
 # -- report.md ----------------------------------------------------------------------
 
 
-_budget_label = stats.budget_label
+_budget_label = budget_label
 
 
 def _short(value: float) -> str:
@@ -416,7 +421,7 @@ def render_hypotheses_md(analysis: Analysis) -> str:
             f"intervals (TOST: {1 - 2 * s.alpha:.0%}); smoothed p-values; Holm-Bonferroni within each "
             f"family and reader; alpha {s.alpha:g}; caliper {s.caliper:g}; equivalence margin "
             f"{s.equivalence_margin:g}. An unmet expectation fails the run only where the run could have "
-            f"met it ({stats.POWER:.0%} power at Holm's strictest level for the effect the family is about)."
+            f"met it ({POWER:.0%} power at Holm's strictest level for the effect the family is about)."
         ),
         "",
         "| family | reader | tests | empty | rejected | expectation not met | not testable at this N |",
@@ -434,7 +439,7 @@ def render_hypotheses_md(analysis: Analysis) -> str:
     untestable = untestable_lines(analysis)
     if untestable:
         out += ["Not testable at this N (reported, not failed):", ""] + [f"- {line}" for line in untestable] + [""]
-    for family in stats.FAMILIES:
+    for family in FAMILIES:
         out += [f"### {family.title}", "", family.tests, "", render_family_table(analysis.family(family.name))]
     return "\n".join(out)
 
@@ -495,7 +500,7 @@ def render_bins_by_type_md(records: Sequence[Record]) -> str:
         ),
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for row in stats.bins_by_type(records):
+    for row in bins_by_type(records):
         out.append(
             f"| {row['reader']} | {row['regime']} | {row['question_type']} | {row['N']} | {row['err']} | "
             f"{row['irr']} | {row['rec']} | {row['res']} | {_num(row['irr_share'], 2)} | "
@@ -517,7 +522,7 @@ def _evicting(analysis: Analysis) -> list[str]:
     """The policies a finding is about: every policy but the reference and the control."""
     st = analysis.settings
     names = {c.policy for c in analysis.cells if c.policy not in (st.reference, st.control)}
-    return sorted(names, key=stats.policy_sort_key)
+    return sorted(names, key=policy_sort_key)
 
 
 def _ci(lo: float | None, hi: float | None) -> str:
@@ -581,7 +586,7 @@ def render_findings_md(analysis: Analysis) -> str:
         split = [t for t in h2 if t.decision == "reject"]
         halves = [t.half_width for t in h2 if t.half_width is not None]
         resolution = f" at a resolution of ±{min(halves):.3f} to ±{max(halves):.3f}" if halves else ""
-        control = [t for t in analysis.family(stats.POSITIVE_CONTROL, reader) if t.decision != "empty"]
+        control = [t for t in analysis.family(POSITIVE_CONTROL, reader) if t.decision != "empty"]
         detected = [t for t in control if t.expectation_met]
         untested = [t for t in control if not t.testable]
         diffs = [t.statistic for t in control if t.statistic is not None]
@@ -803,14 +808,14 @@ def session_failures(analysis: Analysis) -> list[str]:
     grid items fail on the same lines (:func:`pytest_restore.stats.analysis.cell_verdicts`).
     """
     return [
-        stats.family_of(t.family).describe(t) + _reader_suffix(analysis, t) for t in analysis.failures()
+        family_of(t.family).describe(t) + _reader_suffix(analysis, t) for t in analysis.failures()
     ]
 
 
 def untestable_lines(analysis: Analysis) -> list[str]:
     """One line per family: the expectations this run could not test, why, and what would make them testable."""
     lines = []
-    for family in stats.FAMILIES:
+    for family in FAMILIES:
         tests = [t for t in analysis.untestable() if t.family == family.name]
         if not tests:
             continue

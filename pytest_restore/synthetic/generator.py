@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_restore.data.tokens import count_tokens
-from pytest_restore.memory.lexical import STOPWORDS, words
+from pytest_restore.data.words import STOPWORDS, words
 
 __all__ = [
     "ABSTENTION_MIX_500",
