@@ -101,7 +101,8 @@ from pytest_restore.audit.run import Audit, AuditConfig, construct_checks
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.memory.eviction import default_registry
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.report.writer import RunInfo, write_report
+from pytest_restore.report.inputs import RunInfo
+from pytest_restore.report.writer import write_report
 phases = {"imports": time.perf_counter() - start}
 mark = time.perf_counter()
 dataset = load_dataset(sys.argv[1])
@@ -401,7 +402,7 @@ def compare_bootstrap(records_path: Path, resamples: int, repeats: int) -> dict[
 
     from pytest_restore.bootstrap import _DRAWS, Resampler
     from pytest_restore.record import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW, tally_cells
-    from pytest_restore.report.writer import read_records
+    from pytest_restore.report.inputs import read_records
 
     records = read_records(records_path)
     ids = sorted({r["question_id"] for r in records})

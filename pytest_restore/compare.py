@@ -34,7 +34,7 @@ from pytest_restore.bootstrap import (
     Resampler,
 )
 from pytest_restore.record import enters_n
-from pytest_restore.report.writer import policy_order, read_records, record_order
+from pytest_restore.report.inputs import policy_order, read_records, record_order
 from pytest_restore.stats.results import budget_label
 
 #: The figures compared: name -> (numerator bins, denominator, whether up is worse).
