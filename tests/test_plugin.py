@@ -62,7 +62,7 @@ def test_serial_and_xdist_reports_are_identical(pytester: pytest.Pytester) -> No
     for name in ("cells.csv", "records.jsonl", "report.md", "summary.json"):
         assert report_file(pytester.path / "serial" / name) == report_file(pytester.path / "parallel" / name), name
     provenance = [json.loads((pytester.path / d / "summary.json").read_text())["provenance"] for d in ("serial", "parallel")]
-    assert provenance[0]["run_id"] != provenance[1]["run_id"] and provenance[0]["partial"] is None
+    assert provenance[0]["session_id"] != provenance[1]["session_id"] and provenance[0]["partial"] is None
     # the workers shared their cells through the project cache; the controller removed them after
     shared = pytester.path / ".pytest_cache" / "d" / "restore" / "cells"
     assert shared.is_dir() and not any(shared.iterdir())

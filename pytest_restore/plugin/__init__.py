@@ -1163,14 +1163,18 @@ class RestoreSession:
         return dataclasses.replace(files, out_dir=target)
 
     def _stamp(self, out: Path, partial: str | None) -> None:
-        """Provenance in summary.json (version, UTC time, run id) and, on a partial report, the mark."""
+        """Provenance in summary.json and, on a partial report, the mark.
+
+        ``session_id`` names this session; the records' ``run_id`` is a digest
+        of the settings that shape them, the same for every rerun.
+        """
         summary_path = out / "summary.json"
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
         summary["provenance"] = {
             "package": "pytest-restore",
             "version": __version__,
             "started_utc": self.started_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "run_id": self.run_id,
+            "session_id": self.run_id,
             "partial": partial,
         }
         summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
