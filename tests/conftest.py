@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 
+# The plugin imports its session (and numpy) only once a run is an audit. pytester's in-process
+# runs drop the modules first imported inside them, and numpy cannot be imported twice in one
+# process: load it here, in the outer session, as the plugin did at load time before.
+import pytest_restore.plugin.session  # noqa: F401
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -1,33 +1,188 @@
 """The pytest plugin's entry point (the ``pytest11`` entry ``restore``).
 
-The plugin's code lives in :mod:`pytest_restore.plugin.session`; this module
-names the hooks and fixtures pytest looks for.
+pytest loads this module in every session of an environment where the plugin
+is installed, so it stays light: options, hooks and fixtures only. The audit
+(:mod:`pytest_restore.plugin.session`, which loads numpy, the models and the
+report) starts only when the run is one:
+
+- at configure time when a ``--restore-*`` option or ``restore_*`` ini key is
+  given (every value is then checked before any work, as a usage error);
+- otherwise at collection, when a test asks for ``restore_cell`` (or, at run
+  time, for ``restore_snapshot``);
+- on an xdist controller, which does not collect, when a worker reports grid
+  items among its collection, or at the latest when a report carrying
+  records arrives.
+
+A session that does none of these imports, computes and writes nothing.
 """
 
-from pytest_restore.plugin.session import (
-    CellSpec,
-    RestoreCell,
-    RestoreSession,
-    RestoreSettings,
-    pytest_addhooks,
-    pytest_addoption,
-    pytest_configure,
-    pytest_sessionstart,
-    pytest_unconfigure,
-    restore_cell,
-    restore_snapshot,
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_restore.plugin.options import (
+    AUTO_KEY,
+    ONE_PROCESS_KEY,
+    RECORDS_PROPERTY,
+    RUN_KEY,
+    SESSION_KEY,
+    add_options,
+    new_run_id,
+    requested,
+    small_audit,
 )
 
-__all__ = (
-    "CellSpec",
-    "RestoreCell",
-    "RestoreSession",
-    "RestoreSettings",
-    "pytest_addhooks",
-    "pytest_addoption",
-    "pytest_configure",
-    "pytest_sessionstart",
-    "pytest_unconfigure",
-    "restore_cell",
-    "restore_snapshot",
-)
+if TYPE_CHECKING:
+    from pytest_restore.plugin.session import RestoreCell, RestoreSession
+
+
+def __getattr__(name: str) -> Any:
+    """The session module's public classes, imported when first named (``RestoreCell`` ...)."""
+    if name in ("CellSpec", "RestoreCell", "RestoreSession", "RestoreSettings"):
+        from pytest_restore.plugin import session
+
+        return getattr(session, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Register the hooks users implement to add policies."""
+    from pytest_restore.plugin import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The ``--restore-*`` options, each also an ini key ``restore_*``."""
+    add_options(parser)
+
+
+def _activate(config: pytest.Config) -> RestoreSession:
+    """The session object of this run, created (and its options checked) on first need."""
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        from pytest_restore.plugin.session import activate
+
+        session = activate(config)
+    return session
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the audit now if the command line or ini file asks for it; otherwise wait for a grid item."""
+    if not hasattr(config, "workerinput"):
+        config.stash[RUN_KEY] = new_run_id()
+    if requested(config):
+        _activate(config)
+    else:
+        config.pluginmanager.register(_Waiting(config), "restore-waiting")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: no worker for an audit of small data (one process is faster), else xdist's choice.
+
+    Known here (before any collection) only when a ``--restore-*`` option or
+    ``restore_*`` key asks for the audit. Otherwise xdist picks the number and a
+    small grid found at collection runs on one of the workers (``make_scheduler``).
+    """
+    config.stash[AUTO_KEY] = True
+    if small_audit(config):
+        config.stash[ONE_PROCESS_KEY] = True
+        return 0
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n auto``, a small audit grid runs on one worker (see ``plugin/scheduling.py``)."""
+    if config.stash.get(AUTO_KEY, False) and config.getvalue("dist") == "load":
+        from pytest_restore.plugin.scheduling import SmallGridOnOneWorker
+
+        return SmallGridOnOneWorker(config, log)
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Give each xdist worker this run's id (the name of the directory cells are shared in)."""
+    node.workerinput["restore_run"] = node.config.stash[RUN_KEY]
+
+
+def _is_grid_id(nodeid: str) -> bool:
+    """Whether an item id looks like a grid cell's (``...[fifo-80k]``): a test parametrized over
+    ``restore_cell`` ends with a policy and a budget label. A false match only starts the session."""
+    if not nodeid.endswith("]"):
+        return False
+    labels = nodeid.rsplit("[", 1)[-1][:-1].split("-")[1:]
+    return any(label.isdigit() or (label.endswith("k") and label[:-1].isdigit()) for label in labels)
+
+
+class _Waiting:
+    """The plugin before the run turns out to be an audit: watches for the first sign that it is."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """A test asking for ``restore_cell`` makes the run an audit: parametrize it with the grid."""
+        if "restore_cell" in metafunc.fixturenames and SESSION_KEY not in self.config.stash:
+            # The session registered now misses this call of the hook: hand it this test.
+            _activate(self.config).pytest_generate_tests(metafunc)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
+        """On an xdist controller (which does not collect): a worker's grid items make the run an audit."""
+        if SESSION_KEY not in self.config.stash and any(_is_grid_id(i) for i in ids):
+            _activate(self.config).pytest_xdist_node_collection_finished(node, ids)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """At the latest, the first report carrying records starts the session that gathers them."""
+        if SESSION_KEY not in self.config.stash and any(n == RECORDS_PROPERTY for n, _ in report.user_properties):
+            _activate(self.config).pytest_runtest_logreport(report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_sessionstart(session: pytest.Session) -> Generator[None, None, None]:
+    """After every plugin's session start (xdist's starts the workers): the controller lets its data go."""
+    yield
+    restore = session.config.stash.get(SESSION_KEY, None)
+    if restore is not None:
+        restore.release_dataset()
+        if session.config.stash.get(ONE_PROCESS_KEY, False):
+            restore.say("-n auto: this small audit runs in one process (xdist's workers would take longer to start)")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Close real models' connections and progress displays."""
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        session.close()
+
+
+@pytest.fixture
+def restore_cell(request: pytest.FixtureRequest) -> Generator[RestoreCell, None, None]:
+    """The grid cell of this item (the plugin parametrizes it over policy x budget)."""
+    from pytest_restore.plugin.session import RestoreCell, _report_dir_problem
+
+    session = _activate(request.config)
+    problem = _report_dir_problem(session.settings.report_dir)
+    if problem:
+        pytest.fail(problem, pytrace=False)  # no cell runs (or spends) for a report that cannot be written
+    yield RestoreCell(session, request.param, request.node)
+
+
+@pytest.fixture
+def restore_snapshot(request: pytest.FixtureRequest, snapshot: Any) -> Any:
+    """Pin the grid's cells table and the families' decisions with syrupy: ``restore_snapshot.check()``."""
+    from pytest_restore.plugin.snapshot import RestoreSnapshot
+
+    session = _activate(request.config)
+    s = session.settings
+    settings = {"bootstrap": s.bootstrap, "bootstrap_seed": s.bootstrap_seed, "equivalence_margin": s.equivalence_margin}
+    # Colour only on a terminal (syrupy colours its diff characters one by one).
+    color = request.config.get_terminal_writer().hasmarkup and not request.config.option.no_colors
+    return RestoreSnapshot(snapshot, session.grid_records, settings, color=color)

@@ -26,10 +26,10 @@ import tempfile
 import threading
 import types
 import uuid
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import pytest
 
@@ -37,7 +37,7 @@ from pytest_restore import __version__
 from pytest_restore.audit.calibration import calibrate
 from pytest_restore.audit.judge_audit import audit_judge
 from pytest_restore.audit.run import Audit, AuditConfig, CellRun, Record, construct_checks
-from pytest_restore.data.dataset import DataError, Dataset, Question, load_dataset
+from pytest_restore.data.dataset import DataError, Dataset, Question, is_prepared, load_dataset
 from pytest_restore.data.dataset import auditable as data_auditable
 from pytest_restore.data.units import Granularity
 from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
@@ -61,9 +61,16 @@ from pytest_restore.models.providers import (
     parse_price,
     render_cost,
 )
+from pytest_restore.plugin.options import (
+    OPTIONS,
+    RECORDS_PROPERTY,
+    RUN_KEY,
+    SESSION_KEY,
+    _dest,
+    small_data,
+)
 from pytest_restore.report.writer import ReportFiles, RunInfo, terminal_lines, write_report
 from pytest_restore.stats.analysis import (
-    DEFAULT_SEED,
     FAMILIES,
     HypothesisTest,
     StatsSettings,
@@ -72,122 +79,8 @@ from pytest_restore.stats.analysis import (
     family_of,
 )
 
-RECORDS_PROPERTY = "restore_records"
 META_PROPERTY = "restore_meta"
 USAGE_PROPERTY = "restore_usage"
-
-# name, default, help, ini type. Every option is --restore-NAME and ini key restore_NAME.
-# The ini type is what pytest checks in the ini file ("int" and "float" need pytest 8.4;
-# older versions read them as strings and the settings parse them the same way).
-OPTIONS: tuple[tuple[str, str, str, str], ...] = (
-    ("data", "", "LongMemEval-S file to audit (default: the embedded synthetic dataset)", "string"),
-    ("report-dir", "restore-report", "directory the session report is written to", "string"),
-    ("budgets", "80000,30000,8000", "store budgets in tokens, comma-separated (80k style allowed)", "string"),
-    ("policies", "", "policies to audit, comma-separated (default: every registered policy)", "string"),
-    ("seeds", "0,1,2", "seeds of the random policy, comma-separated", "string"),
-    ("granularity", "turn", "memory unit: turn or session", "string"),
-    ("questions", "", "audit a stratified, seeded subset of N questions", "int"),
-    ("subset-seed", "0", "seed of the --restore-questions subset", "int"),
-    ("reader", "fake", "reader model: fake or openai:MODEL", "string"),
-    ("judge", "fake", "judge model: fake or openai:MODEL", "string"),
-    ("scorer", "fake", "importance scorer model: fake or openai:MODEL", "string"),
-    ("ranker", "bm25-lite", "read-time ranker, one per run: bm25-lite, recency or a registered name", "string"),
-    ("embedded-questions", "100", "size of the embedded synthetic dataset", "int"),
-    ("bootstrap", "10000", "question-cluster bootstrap resamples", "int"),
-    ("bootstrap-seed", str(DEFAULT_SEED), "seed of the bootstrap", "int"),
-    ("equivalence-margin", "0.03", "margin of the TOST equivalence test on matched pairs", "float"),
-    (
-        "base-url",
-        "",
-        "OpenAI-compatible server for openai: models (default: OPENAI_BASE_URL or OpenAI)",
-        "string",
-    ),
-    ("cache", "", "response cache directory (default: .pytest_cache/d/restore/responses)", "string"),
-    ("max-concurrency", "16", "ceiling of concurrent requests per model and process", "int"),
-    ("rpm", "", "requests-per-minute limit per model (whole run)", "float"),
-    ("tpm", "", "tokens-per-minute limit per model (whole run)", "float"),
-    ("max-tries", "6", "tries per request before it is recorded as failed", "int"),
-    ("timeout", "60", "seconds per request, the whole reply included", "float"),
-    (
-        "max-retry-after",
-        "60",
-        "longest Retry-After wait (seconds) slept through; a longer one fails the call, said",
-        "float",
-    ),
-    ("prompts", "", "directory of prompt templates replacing the defaults (reader_system.txt, ...)", "string"),
-    ("robustness-reader", "", "run the grid again under this second reader", "string"),
-    ("audit-judge", "", "second judge that re-grades a stratified sample of recorded answers", "string"),
-    ("audit-judge-sample", "400", "size of the judge audit's sample", "int"),
-    ("calibration", "auto", "calibration gate before the grid: on, off, or auto (on for real models)", "string"),
-    (
-        "family-checks",
-        "fail",
-        (
-            "fail: a hypothesis family's failed expectation fails the run where the run could test it; "
-            "report: only report it"
-        ),
-        "string",
-    ),
-)
-
-
-def _ini_type(kind: str) -> Literal["string", "int", "float"]:
-    """The ini type pytest checks, where this pytest knows it."""
-    if kind == "int" and _PYTEST_TYPED_INI:
-        return "int"
-    if kind == "float" and _PYTEST_TYPED_INI:
-        return "float"
-    return "string"
-
-
-_PYTEST_TYPED_INI = tuple(int(x) for x in pytest.__version__.split(".")[:2]) >= (8, 4)
-
-
-def _dest(name: str) -> str:
-    return "restore_" + name.replace("-", "_")
-
-
-def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    """Register the hooks users implement to add policies."""
-    from pytest_restore.plugin import hookspecs
-
-    pluginmanager.add_hookspecs(hookspecs)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    """The ``--restore-*`` options, each also an ini key ``restore_*``."""
-    group = parser.getgroup("restore", "restore-counterfactual audit")
-    for name, default, help_, kind in OPTIONS:
-        group.addoption(f"--restore-{name}", dest=_dest(name), default=None, help=f"{help_} [{default or 'unset'}]")
-        ini_kind = _ini_type(kind)
-        # A typed key's default is None when unset, so "unset" is told apart from a value.
-        parser.addini(_dest(name), help=help_, type=ini_kind, default=default if ini_kind == "string" else None)
-    group.addoption(
-        "--restore-dry-run",
-        dest="restore_dry_run",
-        action="store_true",
-        default=False,
-        help="print the model calls the grid needs (and what is cached) with token estimates, then stop",
-    )
-    group.addoption(
-        "--restore-ablations",
-        dest="restore_ablations",
-        action="store_true",
-        default=None,
-        help="run the restore-tightness ablations on the regime-(b) irreversible cases",
-    )
-    parser.addini("restore_ablations", help="run the restore-tightness ablations", type="bool", default=False)
-    group.addoption(
-        "--restore-price",
-        dest="restore_price",
-        action="append",
-        default=None,
-        metavar="MODEL=IN,OUT",
-        help="price of a model in USD per million input and output tokens, for the dry run's estimate "
-        "(repeatable; gpt-4o-mini, gpt-5.4-mini and gpt-5.5 are built in)",
-    )
-    parser.addini("restore_price", help="model prices for the dry run, one MODEL=IN,OUT a line", type="linelist")
-
 
 #: Fewer bootstrap resamples than this give intervals too coarse to read.
 MIN_RESAMPLES = 100
@@ -522,7 +415,7 @@ class RestoreSession:
         self.started_utc = datetime.datetime.now(datetime.timezone.utc)
         self.is_controller = not hasattr(config, "workerinput")
         worker_input: dict[str, Any] = getattr(config, "workerinput", {})
-        self.run_id: str = str(worker_input.get("restore_run") or uuid.uuid4().hex)
+        self.run_id: str = str(worker_input.get("restore_run") or config.stash.get(RUN_KEY, "") or uuid.uuid4().hex)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -736,11 +629,6 @@ class RestoreSession:
 
     # -- cells shared by xdist workers -------------------------------------------
 
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_configure_node(self, node: Any) -> None:
-        """Give each xdist worker this run's id (the name of the directory cells are shared in)."""
-        node.workerinput["restore_run"] = self.run_id
-
     def shared_cells(self) -> Path:
         """Where this run's workers leave their cells' records for each other."""
         return self.cache_root() / "cells" / self.run_id
@@ -854,9 +742,12 @@ class RestoreSession:
         """The dataset to audit: ``--restore-data`` or the embedded default."""
         if self.settings.data:
             return Path(self.settings.data)
-        from pytest_restore.synthetic.embedded import embedded_dataset
+        from pytest_restore.synthetic.embedded import embedded_dataset, embedded_path
 
-        return embedded_dataset(self.cache_root(), questions=self.settings.embedded_questions)
+        questions = self.settings.embedded_questions
+        if not embedded_path(self.cache_root(), questions=questions).exists():
+            self.say(f"generating the embedded synthetic dataset ({questions} questions; first run only) ...")
+        return embedded_dataset(self.cache_root(), questions=questions)
 
     def release_dataset(self) -> None:
         """On an xdist controller once the workers are starting: drop the parsed dataset.
@@ -878,8 +769,11 @@ class RestoreSession:
     def dataset(self) -> Dataset:
         """The validated dataset (a malformed file ends the run with one line)."""
         if self._dataset is None:
+            path = self.data_path()
+            if not is_prepared(path, self.cache_root() / "prepared"):
+                self.say(f"reading and validating {path.name} (first run of this file) ...")
             try:
-                self._dataset = load_dataset(self.data_path(), cache_dir=self.cache_root() / "prepared")
+                self._dataset = load_dataset(path, cache_dir=self.cache_root() / "prepared")
             except DataError as err:
                 raise pytest.UsageError(str(err)) from None
         return self._dataset
@@ -945,8 +839,11 @@ class RestoreSession:
                 cache_dir=str(self.cache_root() / "prepared"),
             )
             reader_model = self.model(spec, "reader")
+            dataset = self.dataset()
+            where = "" if self.is_controller else f" (xdist worker {self.config.workerinput['workerid']})"  # type: ignore[attr-defined]
+            self.say(f"preparing {len(dataset.questions)} histories (memory units, token counts, lexical index){where} ...")
             audit = Audit(
-                self.dataset(),
+                dataset,
                 config,
                 reader=reader_model,
                 judge=self.model(s.judge, "judge"),
@@ -969,6 +866,39 @@ class RestoreSession:
         """
         gc.freeze()
         self._froze = True
+
+    def say(self, message: str) -> None:
+        """One plain ``restore: ...`` progress line on the terminal (and in CI logs), at once.
+
+        An xdist worker's output is not shown: the controller says what the
+        workers do (see ``prepare``).
+        """
+        if not self.is_controller:
+            return
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        # inside an item's call the output is captured: said past the capture, as live logging is
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            if reporter is not None:
+                reporter.ensure_newline()
+                reporter.write_line(f"restore: {message}", flush=True)
+            else:  # at configure time: no terminal reporter yet
+                sys.stdout.write(f"restore: {message}\n")
+                sys.stdout.flush()
+
+    def prepare(self) -> None:
+        """On an xdist controller before the workers run items: generate and validate the data once.
+
+        The workers then load the prepared cache instead of each generating
+        (or waiting for) the file; the controller says what they will do next,
+        since their own output is not shown.
+        """
+        if self.settings.data is None:
+            ready = f"{len(self.dataset().questions)} questions ready"
+        else:
+            ready = f"{Path(self.settings.data).name} validated"  # at configure time
+        self.say(f"{ready}; the xdist workers prepare their histories ...")
+        self.release_dataset()
 
     def usage(self) -> dict[str, Any]:
         """This process's cumulative use of each real model, by role and name."""
@@ -1037,9 +967,22 @@ class RestoreSession:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
-        """Under xdist the workers collect: the grid items are those whose id names a cell."""
+        """Under xdist the workers collect: the grid items are those whose id names a cell.
+
+        At the first worker's collection, before any item is sent: the
+        embedded data is generated and prepared here, once, and said on the
+        terminal (the workers' own output is not shown).
+        """
+        first = self.selected is None
         cells = {c.id for c in self.cells()}
         self.selected = {i for i in ids if i.endswith("]") and i.rsplit("[", 1)[-1][:-1] in cells}
+        if first and self.selected and not self.settings.dry_run:
+            self.prepare()
+            self.release_dataset()
+
+    def small_grid(self) -> bool:
+        """Whether the grid is small enough that one xdist worker finishes it before two would."""
+        return small_data(self.settings.data, self.settings.embedded_questions)
 
     def run_info(self, cells: dict[str, list[str]]) -> RunInfo:
         """Settings, dataset, exclusions and the run's checks for the report.
@@ -1393,9 +1336,6 @@ class _ReportWaiter:
         self.owner.finish_report(session)
 
 
-SESSION_KEY = pytest.StashKey[RestoreSession]()
-
-
 def _report_dir_problem(report_dir: str) -> str | None:
     """Why the report directory could not be made, in one line, or ``None`` (nothing is created)."""
     path = Path(report_dir).absolute()
@@ -1409,24 +1349,8 @@ def _report_dir_problem(report_dir: str) -> str | None:
     return None
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_sessionstart(session: pytest.Session) -> Generator[None, None, None]:
-    """After every plugin's session start (xdist's starts the workers): the controller lets its data go."""
-    yield
-    restore = session.config.stash.get(SESSION_KEY, None)
-    if restore is not None:
-        restore.release_dataset()
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """Close real models' connections and progress displays."""
-    session = config.stash.get(SESSION_KEY, None)
-    if session is not None:
-        session.close()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Parse the options and register the session object."""
+def activate(config: pytest.Config) -> RestoreSession:
+    """Parse the options and register the session object (once the run is an audit)."""
     settings = RestoreSettings.from_config(config)
     session = RestoreSession(config, settings)
     config.stash[SESSION_KEY] = session
@@ -1455,29 +1379,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"{dataset.path}: no question to audit: {len(dataset.questions)} questions, "
                 f"{abstention} abstention, {no_gold} without gold evidence at {settings.granularity} granularity"
             )
-
-
-@pytest.fixture
-def restore_cell(request: pytest.FixtureRequest) -> Generator[RestoreCell, None, None]:
-    """The grid cell of this item (the plugin parametrizes it over policy x budget)."""
-    session = request.config.stash[SESSION_KEY]
-    problem = _report_dir_problem(session.settings.report_dir)
-    if problem:
-        pytest.fail(problem, pytrace=False)  # no cell runs (or spends) for a report that cannot be written
-    yield RestoreCell(session, request.param, request.node)
-
-
-@pytest.fixture
-def restore_snapshot(request: pytest.FixtureRequest, snapshot: Any) -> Any:
-    """Pin the grid's cells table and the families' decisions with syrupy: ``restore_snapshot.check()``."""
-    from pytest_restore.plugin.snapshot import RestoreSnapshot
-
-    session = request.config.stash[SESSION_KEY]
-    s = session.settings
-    settings = {"bootstrap": s.bootstrap, "bootstrap_seed": s.bootstrap_seed, "equivalence_margin": s.equivalence_margin}
-    # Colour only on a terminal (syrupy colours its diff characters one by one).
-    color = request.config.get_terminal_writer().hasmarkup and not request.config.option.no_colors
-    return RestoreSnapshot(snapshot, session.grid_records, settings, color=color)
+    return session
 
 
 __all__: Sequence[str] = ("CellSpec", "RestoreCell", "RestoreSession", "RestoreSettings")
