@@ -88,3 +88,16 @@ def test_the_light_options_module_keeps_the_bootstrap_seed_of_the_stats() -> Non
     from pytest_restore.stats.analysis import DEFAULT_SEED
 
     assert options.DEFAULT_SEED == DEFAULT_SEED
+
+
+def test_naming_an_openai_model_without_the_extra_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from pytest_restore.models import providers
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openai" else real(name, *a))
+    with pytest.raises(providers.ModelSpecError, match=r"^--restore-reader: openai:gpt-5.4-mini needs the openai "
+                       r"package: pip install 'pytest-restore\[openai\]'$"):
+        providers.check_spec("openai:gpt-5.4-mini", "--restore-reader")
+    providers.check_spec("fake", "--restore-reader")  # the fake models need nothing more

@@ -10,6 +10,7 @@ model and the request, so an unchanged grid sends nothing the second time.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,7 +51,11 @@ class ModelOptions:
 
 def check_spec(spec: str, option: str) -> None:
     """Reject a malformed model name early, with the option it came from."""
-    if spec in FAKES or (spec.startswith(OPENAI_PREFIX) and len(spec) > len(OPENAI_PREFIX)):
+    if spec in FAKES:
+        return
+    if spec.startswith(OPENAI_PREFIX) and len(spec) > len(OPENAI_PREFIX):
+        if importlib.util.find_spec("openai") is None:  # an extra: the fake models never need it
+            raise ModelSpecError(f"{option}: {spec} needs the openai package: pip install 'pytest-restore[openai]'")
         return
     raise ModelSpecError(f"{option}: unknown model {spec!r}; use 'fake', 'fake-strong' (a reader) or 'openai:MODEL'")
 
