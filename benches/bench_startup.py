@@ -7,7 +7,8 @@ Prints one table:
   no:restore``, and with plugin autoloading off (pytest alone: a plain
   environment). Median of ``--repeats`` runs each;
 - **the embedded default grid** (``pytest benches/``, the README's main
-  command) serially and with ``-n auto``, each on an empty cache and then on
+  command) serially, with ``-n auto`` (given a ``--restore-*`` option, and as
+  typed without one) and with ``-n 2``, each on an empty cache and then on
   the warm one, with the time from the start to the first ``restore:``
   progress line.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,7 +46,7 @@ class GridRun:
 
 def _time(cmd: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> float:
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    done = subprocess.run(cmd, check=False, cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"bench: {' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
@@ -60,6 +62,11 @@ def unrelated_run(repeats: int) -> dict[str, float]:
     variants: dict[str, tuple[list[str], dict[str, str] | None]] = {
         "plugin installed": (base, None),
         "-p no:restore": (base + ["-p", "no:restore"], None),
+        # what is left once neither this plugin nor those of its dependencies load
+        "-p no:restore, syrupy, anyio, xdist": (
+            base + ["-p", "no:restore", "-p", "no:syrupy", "-p", "no:anyio", "-p", "no:xdist", "-p", "no:xdist.looponfail"],
+            None,
+        ),
         "plain (no plugins autoloaded)": (base, plain_env),
     }
     out: dict[str, list[float]] = {name: [] for name in variants}
@@ -69,12 +76,22 @@ def unrelated_run(repeats: int) -> dict[str, float]:
     return {name: statistics.median(times) for name, times in out.items()}
 
 
-def grid_run(extra: Sequence[str], cache: Path, report: Path) -> GridRun:
-    """The README's main command with ``extra`` arguments, timed, with its first progress line."""
-    cmd = [sys.executable, "-m", "pytest", "benches/", "-q", "-o", f"cache_dir={cache}",
-           f"--restore-report-dir={report}", *extra]
+def grid_run(extra: Sequence[str], cache: Path, report: Path | None) -> GridRun:
+    """The README's main command with ``extra`` arguments, timed, with its first progress line.
+
+    With ``report`` ``None``, no ``--restore-*`` option at all (the README's command as typed):
+    run in a scratch directory holding a copy of the grid module, where the report may land.
+    """
+    if report is None:
+        cwd = Path(tempfile.mkdtemp(prefix="restore-readme-"))
+        shutil.copy(ROOT / "benches" / "test_grid.py", cwd / "test_grid.py")
+        cmd = [sys.executable, "-m", "pytest", "test_grid.py", "-q", "-o", f"cache_dir={cache}", *extra]
+    else:
+        cwd = ROOT
+        cmd = [sys.executable, "-m", "pytest", "benches/", "-q", "-o", f"cache_dir={cache}",
+               f"--restore-report-dir={report}", *extra]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     first: list[float] = []
     lines: list[str] = []
 
@@ -107,21 +124,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     unrelated = unrelated_run(args.repeats)
     plain = unrelated["plain (no plugins autoloaded)"]
     for name, seconds in unrelated.items():
-        rows.append((f"unrelated one-test run: {name}", f"{seconds:.2f} s", f"+{seconds - plain:.2f} s over plain; "
-                     f"median of {args.repeats}"))
+        note = f"+{seconds - plain:.2f} s over plain; median of {args.repeats}"
+        rows.append((f"unrelated one-test run: {name}", f"{seconds:.2f} s", note))
 
     runs: dict[str, GridRun] = {}
-    for mode, extra in (("serial", ["-p", "no:xdist"]), ("-n auto", ["-n", "auto"])):
-        cache = work / f"cache-{mode.replace(' ', '')}"
+    modes = (
+        ("serial", ["-p", "no:xdist"], True),
+        ("-n auto", ["-n", "auto"], True),  # a restore option is given: one process
+        ("-n auto, no restore option", ["-n", "auto"], False),  # found at collection: one worker
+        ("-n 2", ["-n", "2"], True),  # as asked: two workers
+    )
+    for mode, extra, with_option in modes:
+        key = "".join(c for c in mode if c.isalnum())
+        cache = work / f"cache-{key}"
         for state in ("cold", "warm"):
-            run = grid_run(extra, cache, work / f"report-{mode.replace(' ', '')}-{state}")
+            run = grid_run(extra, cache, work / f"report-{key}-{state}" if with_option else None)
             runs[f"{mode} {state}"] = run
             first = f"{run.first_progress:.1f} s" if run.first_progress is not None else "none"
             rows.append((f"embedded default grid, {mode}, {state} cache", f"{run.seconds:.1f} s",
                          f"first progress line after {first}"))
-    for state in ("cold", "warm"):
-        ratio = runs[f"-n auto {state}"].seconds / runs[f"serial {state}"].seconds
-        rows.append((f"-n auto / serial, {state}", f"{ratio:.2f}", "below 1: -n auto is faster"))
+    for mode, _extra, _with_option in modes[1:]:
+        for state in ("cold", "warm"):
+            ratio = runs[f"{mode} {state}"].seconds / runs[f"serial {state}"].seconds
+            rows.append((f"{mode} / serial, {state}", f"{ratio:.2f}", "below 1: faster than serial"))
 
     width = max(len(r[0]) for r in rows)
     value = max(len(r[1]) for r in rows)

@@ -388,6 +388,7 @@ class RestoreSession:
         self._audits: dict[str, Audit] = {}
         self._froze = False  # gc.freeze() after building an audit
         self._preload: threading.Thread | None = None  # the controller's early import of the figure module
+        self._prepared = False  # the xdist controller prepared the data (``prepare``)
         self._report: _Background | None = None  # the report being written
         self._models: dict[tuple[str, str], ChatModel] = {}
         self.usage_by_process: dict[str, dict[str, Any]] = {}
@@ -889,15 +890,25 @@ class RestoreSession:
     def prepare(self) -> None:
         """On an xdist controller before the workers run items: generate and validate the data once.
 
+        Called as the workers start (a run given options) or at the first
+        worker's collection (a run found to be an audit there), whichever
+        comes first.
+
         The workers then load the prepared cache instead of each generating
         (or waiting for) the file; the controller says what they will do next,
         since their own output is not shown.
         """
+        if self._prepared:
+            return
+        self._prepared = True
         if self.settings.data is None:
             ready = f"{len(self.dataset().questions)} questions ready"
         else:
             ready = f"{Path(self.settings.data).name} validated"  # at configure time
         self.say(f"{ready}; the xdist workers prepare their histories ...")
+        if self._preload is None:  # started here when the session began at the workers' collection
+            self._preload = threading.Thread(target=_preload_figure, name="pytest-restore-preload", daemon=True)
+            self._preload.start()
         self.release_dataset()
 
     def usage(self) -> dict[str, Any]:
@@ -978,7 +989,6 @@ class RestoreSession:
         self.selected = {i for i in ids if i.endswith("]") and i.rsplit("[", 1)[-1][:-1] in cells}
         if first and self.selected and not self.settings.dry_run:
             self.prepare()
-            self.release_dataset()
 
     def small_grid(self) -> bool:
         """Whether the grid is small enough that one xdist worker finishes it before two would."""
