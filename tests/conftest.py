@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from pytest_restore.memory import kernels
+
 ROOT = Path(__file__).resolve().parent.parent
+
+# numba imports its typing registries on the first compiled call. Make that call here, before
+# pytester's in-process runs snapshot sys.modules: a registry imported inside such a run is
+# dropped when the snapshot is restored, and importing it again later fails with
+# "cannot augment Function(...)".
+kernels.fact_counts("warm up")
 
 
 @pytest.fixture(scope="session")
