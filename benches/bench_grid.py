@@ -110,11 +110,13 @@ mark = time.perf_counter()
 reader = FakeReader()
 audit = Audit(dataset, AuditConfig(), reader=reader, judge=FakeJudge(), scorer=FakeScorer())
 reader.learn(p.history for p in audit.questions)
-phases["prepare: other"] = time.perf_counter() - mark - sum(v for k, v in audit.timings.items() if k.startswith("prepare"))
+phases["prepare: units, token counts, lexical indexes"] = time.perf_counter() - mark
 records, checks = [], 0.0
 for policy in default_registry().values():
-    for budget in audit.config.budgets:
-        run = audit.run_cell(policy, budget)
+    mark = time.perf_counter()
+    runs = [audit.run_cell(policy, budget) for budget in audit.config.budgets]
+    phases[f"cells: {policy.name} (evict, rank, inject, read, judge)"] = time.perf_counter() - mark
+    for run in runs:
         mark = time.perf_counter()
         construct_checks(run, audit)
         checks += time.perf_counter() - mark
@@ -123,7 +125,6 @@ phases["construct checks"] = checks
 mark = time.perf_counter()
 write_report(records, RunInfo(exclusions=audit.exclusion_counts()), tempfile.mkdtemp())
 phases["report (statistics, tables, figure)"] = time.perf_counter() - mark
-phases.update(audit.timings)
 print(json.dumps({"total": time.perf_counter() - start, "phases": phases}))
 """
 
@@ -398,24 +399,16 @@ def compare_bootstrap(records_path: Path, resamples: int, repeats: int) -> dict[
     """The project's bootstrap against ``scipy.stats.bootstrap`` on the grid's cell statistics."""
     from scipy import stats as scipy_stats
 
+    from pytest_restore.record import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW, tally_cells
     from pytest_restore.report.writer import read_records
     from pytest_restore.stats.analysis import _DRAWS, Resampler
 
     records = read_records(records_path)
     ids = sorted({r["question_id"] for r in records})
-    col = {q: i for i, q in enumerate(ids)}
-    cells = sorted({(r["policy"], r["budget"], r["regime"]) for r in records})
     vectors: list[dict[str, npt.NDArray[np.float64]]] = []
-    for cell in cells:
-        v = {k: np.zeros(len(ids)) for k in ("n", "irr", "rec", "correct")}
-        for r in records:
-            if (r["policy"], r["budget"], r["regime"]) == cell and r["excluded"] is None and r["oracle_correct"]:
-                i = col[r["question_id"]]
-                v["n"][i] += 1
-                v["correct"][i] += r["policy_correct"] is True
-                v["irr"][i] += r["bin"] == "irreversible"
-                v["rec"][i] += r["bin"] == "recoverable"
-        vectors.append(v)
+    for cell in tally_cells(records, ids).values():
+        rows = {"n": N_ROW, "irr": IRR_ROW, "rec": REC_ROW, "correct": CORRECT_ROW}
+        vectors.append({k: cell.counts[row].astype(np.float64) for k, row in rows.items()})
     stats_of = [
         (x[num], x[den_a] + (x[den_b] if den_b else 0))
         for x in vectors

@@ -91,11 +91,21 @@ def _add_report(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from pytest_restore.report.writer import RecordsError, read_records, read_run_info, write_report
+    from pytest_restore.report.writer import (
+        RecordsError,
+        check_run_info,
+        read_records,
+        read_run_info,
+        write_report,
+    )
 
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        print(f"error: --out {args.out}: is a file, not a directory", file=sys.stderr)
+        return 2
     try:
         records = read_records(args.records)
         info = read_run_info(args.records)
+        check_run_info(records, info, args.records)
         files = write_report(records, info, args.out)
     except RecordsError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from pytest_restore.record import enters_n
 from pytest_restore.report.writer import policy_order, read_records, record_order
 from pytest_restore.stats.analysis import (
     DEFAULT_CONFIDENCE,
@@ -139,7 +140,7 @@ def _per_question(records: Iterable[Mapping[str, Any]], match_readers: bool) -> 
     """Per cell, per question: N, irr, rec, correct over the records that enter N (seeds pooled)."""
     cells: dict[CellKey, dict[str, NDArray[np.int64]]] = {}
     for r in sorted(records, key=record_order):
-        if r["excluded"] is not None or r["oracle_correct"] is not True:
+        if not enters_n(r):
             continue
         key = (str(r["policy"]), int(r["budget"]), str(r["regime"]), str(r["reader"]) if match_readers else "")
         row = cells.setdefault(key, {}).setdefault(str(r["question_id"]), np.zeros(4, dtype=np.int64))

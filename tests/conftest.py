@@ -14,8 +14,15 @@ import pytest
 # runs drop the modules first imported inside them, and numpy cannot be imported twice in one
 # process: load it here, in the outer session, as the plugin did at load time before.
 import pytest_restore.plugin.session  # noqa: F401
+from pytest_restore.memory import kernels
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# numba imports its typing registries on the first compiled call. Make that call here, before
+# pytester's in-process runs snapshot sys.modules: a registry imported inside such a run is
+# dropped when the snapshot is restored, and importing it again later fails with
+# "cannot augment Function(...)".
+kernels.fact_counts("warm up")
 
 
 @pytest.fixture(scope="session")

@@ -14,12 +14,13 @@ import pytest
 from grid_helpers import GRID, TINY, report_file, small_args
 
 from pytest_restore.audit import ablations
-from pytest_restore.audit.run import Audit, AuditConfig, Record
+from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import Dataset, load_dataset
 from pytest_restore.memory.eviction import default_registry
 from pytest_restore.memory.retrieval import inject
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.record import ABLATION_FIELDS, ABLATION_RECORD_FIELDS, Record
 from pytest_restore.report.writer import (
     RunInfo,
     bin_cases,
@@ -130,11 +131,11 @@ def test_only_regime_b_irreversible_records_carry_ablations(tiny_records: list[R
     for r in tiny_records:
         if ablations.is_case(r):
             assert r["ablation_excluded"] == {}
-            assert all(isinstance(r[f], bool) for f in ablations.ABLATION_FIELDS)
+            assert all(isinstance(r[f], bool) for f in ABLATION_FIELDS)
             assert r["ablation_store_tokens"] == r["store_tokens"]
             assert r["ablation_placebo_units"] and r["ablation_placebo_tokens"]
         else:
-            assert all(r[f] is None for f in ablations.RECORD_FIELDS), r
+            assert all(r[f] is None for f in ABLATION_RECORD_FIELDS), r
 
 
 def test_surviving_gold_flips_nothing_where_no_gold_survived(tiny_records: list[Record]) -> None:

@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from pytest_restore.audit.run import (
@@ -19,9 +18,7 @@ from pytest_restore.audit.run import (
     AuditConfig,
     CellRun,
     construct_checks,
-    in_decomposition,
     select_questions,
-    tally,
 )
 from pytest_restore.data.dataset import Dataset, Question, load_dataset
 from pytest_restore.data.units import Granularity
@@ -30,6 +27,7 @@ from pytest_restore.memory.retrieval import inject, rank, render_context
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.prompts import PromptSet
+from pytest_restore.record import enters_n, tally
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 BUDGETS = (600, 300, 100)
@@ -191,9 +189,9 @@ def test_grid_is_not_trivial(grid: Any) -> None:
 def test_bins_only_on_oracle_answerable_errors(grid: Any) -> None:
     for r in records_of(grid[3]):
         if r["bin"] is None:
-            assert not (in_decomposition(r) and r["policy_correct"] is False)
+            assert not (enters_n(r) and r["policy_correct"] is False)
             continue
-        assert in_decomposition(r) and r["policy_correct"] is False
+        assert enters_n(r) and r["policy_correct"] is False
         if r["bin"] == "residual":
             assert r["restored_correct"] is False
         else:
@@ -379,7 +377,7 @@ def test_failed_reader_calls_exclude_records(tiny: Dataset, grid: Any) -> None:
             continue
         assert "boom" in r["error"]
         assert r["bin"] is None
-        assert not in_decomposition(r)
+        assert not enters_n(r)
         assert r["negative_restore_gain"] is False
     assert partial > 0
     for run, clean_run in zip(runs, grid[3]):
@@ -390,8 +388,8 @@ def test_failed_reader_calls_exclude_records(tiny: Dataset, grid: Any) -> None:
             clean_recs = [r for r in clean_run.records if r["regime"] == regime]
             dropped = [r for r in clean_recs if (r["question_id"], r["seed"], regime) in failed]
             assert fig.excluded == len(dropped)
-            assert fig.N == tally(clean_recs).N - sum(in_decomposition(r) for r in dropped)
-            assert fig.N == sum(in_decomposition(r) for r in run.records if r["regime"] == regime)
+            assert fig.N == tally(clean_recs).N - sum(enters_n(r) for r in dropped)
+            assert fig.N == sum(enters_n(r) for r in run.records if r["regime"] == regime)
         assert construct_checks(run, audit) == []
 
 
@@ -494,39 +492,3 @@ def test_subset_config_excludes_the_rest(tiny: Dataset) -> None:
         p.question.question_id for p in audit.questions
     }
     assert construct_checks(run, audit) == []
-
-
-def test_tally_figures() -> None:
-    def rec(**kw: Any) -> dict[str, Any]:
-        base = {
-            "excluded": None,
-            "oracle_correct": True,
-            "policy_correct": True,
-            "bin": None,
-            "gold_evicted": 0,
-            "negative_restore_gain": False,
-        }
-        base.update(kw)
-        return base
-
-    records = [
-        rec(),
-        rec(policy_correct=False, bin="irreversible", gold_evicted=2),
-        rec(policy_correct=False, bin="recoverable"),
-        rec(policy_correct=False, bin="residual", gold_evicted=1),
-        rec(negative_restore_gain=True),
-        rec(oracle_correct=False, policy_correct=False),
-        rec(excluded="api_error: policy reader", oracle_correct=True, policy_correct=None),
-    ]
-    fig = tally(records)
-    assert (fig.N, fig.err, fig.irr, fig.rec, fig.res) == (5, 3, 1, 1, 1)
-    assert (fig.excluded, fig.gold_evicted, fig.negative_restore_gain) == (1, 2, 1)
-    assert fig.two_bin_share == 0.5
-    assert fig.irr_rate == pytest.approx(0.2) and fig.accuracy == pytest.approx(0.4)
-    assert fig.gold_evicted_rate == pytest.approx(0.4)
-    assert fig.share("residual") == pytest.approx(1 / 3)
-    empty = tally([])
-    assert (
-        empty.two_bin_share is None and empty.accuracy is None and empty.share("residual") is None
-    )
-    assert np.isclose(tally(records[:2]).two_bin_share or 0, 1.0)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from grid_helpers import GRID, TINY, small_args
 
+from pytest_restore import registry
 from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import Dataset, load_dataset
 from pytest_restore.data.units import History, Unit
@@ -26,7 +27,16 @@ from pytest_restore.memory.retrieval import (
     checked_rank,
     default_rankers,
 )
+from pytest_restore.models.base import ChatModel
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models.providers import (
+    ModelOptions,
+    ModelProvider,
+    ModelSpecError,
+    OpenAIProvider,
+    default_providers,
+    make_model,
+)
 
 SMALL = small_args()
 
@@ -85,6 +95,35 @@ def pytest_restore_register_rankers(registry, config):
 """
 
 
+# A model provider, as a user adds one: every model named ``local:NAME`` is served by it.
+PROVIDER = """
+from pytest_restore.models.base import ChatResult
+from pytest_restore.models.providers import ModelProvider
+
+
+class Shrug:
+    \"\"\"A reader that never knows: every answer is a refusal.\"\"\"
+
+    def __init__(self, name):
+        self.name = name
+
+    def run(self, requests):
+        return [ChatResult("I don't know.") for _ in requests]
+
+
+class Local(ModelProvider):
+    name = "local"
+    real = False
+
+    def make(self, model, role, options, *, use_cache=True):
+        return Shrug(f"local:{model}")
+
+
+def pytest_restore_register_providers(registry, config):
+    registry.register(Local())
+"""
+
+
 def _cells(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as fh:
         return list(csv.DictReader(fh))
@@ -138,6 +177,23 @@ def test_users_ranker_serves_the_run(pytester: pytest.Pytester) -> None:
     assert {r["ranker"] for r in records} == {"overlap"}
     assert "; ranker overlap; " in (out / "report.md").read_text()  # the run line
     assert json.loads((out / "summary.json").read_text())["run"]["settings"]["ranker"] == "overlap"
+
+
+def test_users_provider_policy_and_ranker_from_one_conftest(pytester: pytest.Pytester) -> None:
+    """A model provider, a policy and a ranker, all from a conftest.py: no edit to the package."""
+    pytester.makeconftest(CONFTEST + PROVIDER)
+    pytester.makepyfile(test_grid=GRID)
+    args = ["-p", "no:xdist", *SMALL, "--restore-policies", "evict-newest", "--restore-ranker", "overlap"]
+    result = pytester.runpytest(*args, "--restore-reader", "local:shrug")
+    result.assert_outcomes(passed=3)
+    records = _records(pytester.path / "restore-report" / "records.jsonl")
+    assert {(r["reader"], r["policy"], r["ranker"]) for r in records} == {("local:shrug", "evict-newest", "overlap")}
+    # the provider's reader answered every condition: it never knows, so the oracle is never right
+    assert records and not any(r["oracle_correct"] for r in records)
+    assert {r["oracle_answer"] for r in records} == {"I don't know."}
+    unknown = pytester.runpytest(*args, "--restore-reader", "remote:shrug")
+    assert unknown.ret == pytest.ExitCode.USAGE_ERROR
+    unknown.stderr.fnmatch_lines(["*--restore-reader: unknown model 'remote:shrug'*'openai:MODEL', 'local:MODEL'*"])
 
 
 def test_recency_ranker_is_built_in_and_moves_the_recoverable_share(
@@ -307,22 +363,52 @@ def test_ranker_contract_is_checked(tiny: Dataset) -> None:
         checked_rank(Twice(), h, store, 60, None)
 
 
-def test_ranker_from_an_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ranker_policy_and_provider_from_entry_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each registry loads its own entry-point group: a class is instantiated, an instance taken."""
+
     class Shortest(ScoringRanker):
         name = "shortest"
 
         def scores(self, history: History, store: Store, state: Any) -> Sequence[float]:
             return [1.0 / u.tokens for u in history.units]
 
+    class Local(ModelProvider):
+        name = "local"
+
+        def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
+            return FakeReader(name=f"local:{model}")
+
     class EntryPoint:
-        def load(self) -> type[Ranker]:
-            return Shortest
+        def __init__(self, obj: object) -> None:
+            self.obj = obj
 
-    def entry_points(group: str) -> list[EntryPoint]:
-        return [EntryPoint()] if group == injection.RANKER_ENTRY_POINT_GROUP else []
+        def load(self) -> object:
+            return self.obj
 
-    monkeypatch.setattr(injection, "entry_points", entry_points)
+    declared = {
+        "pytest_restore.rankers": [EntryPoint(Shortest)],
+        "pytest_restore.policies": [EntryPoint(KeepAll())],
+        "pytest_restore.providers": [EntryPoint(Local)],
+    }
+    monkeypatch.setattr(registry, "entry_points", lambda group: declared.get(group, []))
     assert list(default_rankers()) == ["bm25-lite", "recency", "shortest"]
+    assert list(default_registry())[-1] == "keep-all"
+    providers = default_providers()
+    assert list(providers) == ["openai", "local"]
+    model = make_model("local:x", "reader", ModelOptions(cache_dir=Path(".")), providers=providers)
+    assert model.name == "local:x"
+
+
+def test_registries_share_one_shape_and_its_errors() -> None:
+    for reg, wrong in ((default_registry(), Recency()), (default_rankers(), KeepAll())):
+        with pytest.raises(TypeError, match="is not a pytest_restore"):
+            reg.register(wrong)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="a ranker named 'recency' is already registered"):
+        default_rankers().register(Recency())
+    with pytest.raises(ValueError, match="a model provider named 'openai' is already registered"):
+        default_providers().register(OpenAIProvider())
+    with pytest.raises(ModelSpecError, match="unknown model 'local:x'"):
+        make_model("local:x", "reader", ModelOptions(cache_dir=Path(".")))
 
 
 def test_audit_with_a_users_ranker_names_it_in_every_record(tiny: Dataset) -> None:

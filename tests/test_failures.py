@@ -258,7 +258,7 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
     assert not partial.exists()  # superseded by the whole report
     summary = json.loads((report / "summary.json").read_text())
     assert summary["provenance"]["partial"] is None and summary["provenance"]["version"]
-    assert summary["provenance"]["started_utc"].endswith("Z") and len(summary["provenance"]["run_id"]) == 32
+    assert summary["provenance"]["started_utc"].endswith("Z") and len(summary["provenance"]["session_id"]) == 32
 
 
 def test_a_selected_part_of_the_grid_says_which_cells_ran(project: pytest.Pytester) -> None:

@@ -62,7 +62,7 @@ def test_serial_and_xdist_reports_are_identical(pytester: pytest.Pytester) -> No
     for name in ("cells.csv", "records.jsonl", "report.md", "summary.json"):
         assert report_file(pytester.path / "serial" / name) == report_file(pytester.path / "parallel" / name), name
     provenance = [json.loads((pytester.path / d / "summary.json").read_text())["provenance"] for d in ("serial", "parallel")]
-    assert provenance[0]["run_id"] != provenance[1]["run_id"] and provenance[0]["partial"] is None
+    assert provenance[0]["session_id"] != provenance[1]["session_id"] and provenance[0]["partial"] is None
     # the workers shared their cells through the project cache; the controller removed them after
     shared = pytester.path / ".pytest_cache" / "d" / "restore" / "cells"
     assert shared.is_dir() and not any(shared.iterdir())
@@ -223,86 +223,3 @@ def test_an_xdist_controller_lets_its_parsed_data_go_and_reloads_it_when_needed(
     assert (pytester.path / "held.txt").read_text() == "False"
     report = (pytester.path / "restore-report" / "report.md").read_text()
     assert "Second judge `fake` re-graded a stratified sample" in report
-
-
-def test_xdist_workers_leave_the_audit_frozen_for_their_exit(pytester: pytest.Pytester) -> None:
-    # a worker's process ends with the session: its interpreter's last collections should
-    # not walk the whole audit (the controller is writing the report meanwhile)
-    pytester.makepyfile(test_grid=GRID)
-    pytester.makeconftest(
-        """
-        import atexit, gc
-        from pathlib import Path
-
-        def pytest_configure(config):
-            name = getattr(config, "workerinput", {}).get("workerid", "controller")
-            atexit.register(lambda: Path(f"frozen-{name}.txt").write_text(str(gc.get_freeze_count())))
-        """
-    )
-    result = pytester.runpytest_subprocess("-n", "2", *SMALL, "--restore-policies", "fifo,random")
-    result.assert_outcomes(passed=6)
-    frozen = {p.name: int(p.read_text()) for p in pytester.path.glob("frozen-*.txt")}
-    assert frozen.keys() == {"frozen-controller.txt", "frozen-gw0.txt", "frozen-gw1.txt"}
-    assert frozen["frozen-gw0.txt"] > 0 and frozen["frozen-gw1.txt"] > 0
-    assert frozen["frozen-controller.txt"] == 0
-
-
-def test_the_pytest_command_leaves_the_audit_frozen_and_an_in_process_run_thaws_it(pytester: pytest.Pytester) -> None:
-    import gc
-
-    pytester.makepyfile(test_grid=GRID)
-    pytester.makeconftest(
-        """
-        import atexit, gc
-        from pathlib import Path
-
-        def pytest_configure(config):
-            out = Path(__file__).with_name("frozen.txt")
-            atexit.register(lambda: out.write_text(str(gc.get_freeze_count())))
-        """
-    )
-    # the command: the process exits with the session, nothing to thaw for
-    pytester.runpytest_subprocess("-p", "no:xdist", *SMALL, "--restore-policies", "fifo").assert_outcomes(passed=3)
-    assert int((pytester.path / "frozen.txt").read_text()) > 0
-    (pytester.path / "conftest.py").unlink()  # no exit hook in this process for the in-process run
-    # a session inside a longer-lived process gives the collector its objects back
-    frozen_before = gc.get_freeze_count()
-    pytester.runpytest_inprocess("-p", "no:xdist", *SMALL, "--restore-policies", "fifo").assert_outcomes(passed=3)
-    assert gc.get_freeze_count() == frozen_before == 0
-
-
-TAME_CONTROL = """
-from pytest_restore.memory.eviction import Fifo
-
-
-class TameControl(Fifo):
-    name = "control"  # evicts exactly as fifo does: the positive control cannot be detected
-
-
-def pytest_restore_register_policies(registry, config):
-    registry.register(TameControl(), replace=True)
-"""
-
-
-@pytest.mark.slow
-def test_items_and_session_fail_the_same_cases_in_the_same_words(pytester: pytest.Pytester) -> None:
-    """A control as tame as fifo, on enough questions to test it: each control item fails with the
-    session's own line for its budget, one short line per case."""
-    pytester.makeconftest(TAME_CONTROL)
-    pytester.makepyfile(test_grid=GRID)
-    result = pytester.runpytest_subprocess(  # numba is not re-importable in one process
-        "-p", "no:xdist", "--restore-policies", "fifo,control", "--restore-budgets", "80k,8k",
-        "--restore-bootstrap", "2000",
-    )
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.assert_outcomes(passed=2, failed=2)
-    summary = json.loads((pytester.path / "restore-report" / "summary.json").read_text())
-    session = summary["failures"]
-    assert session == [
-        line for line in session if line.startswith("positive-control: control not shown more destructive than fifo")
-    ] and len(session) == 2
-    out = result.stdout.str()
-    for line in session:
-        assert out.count(line) >= 2  # once in the failed item, once in the session's summary
-        assert len(line) < 120
-    assert "2 expectations not met: fail the run" in out

@@ -353,6 +353,50 @@ def test_report_cli_without_summary_uses_an_empty_run_info(tmp_path: Path) -> No
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["run"]["settings"] == {}
 
 
+def test_report_cli_refuses_out_that_is_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    path.write_text(render_records_jsonl(fixed_records(questions=2)))
+    out = tmp_path / "out.txt"
+    out.write_text("keep me\n")
+    result = _cli("report", str(path), "--out", str(out))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: --out {out}: is a file, not a directory"
+    assert out.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"run_id": "another"}, "field 'run_id': 'abc' but"),
+        ({"granularity": "session"}, "field 'granularity': 'turn' but"),
+    ],
+)
+def test_report_cli_refuses_records_of_another_run_than_the_summary(
+    tmp_path: Path, change: dict[str, str], expected: str
+) -> None:
+    records = [r | {"run_id": "abc", "granularity": "turn"} for r in fixed_records(questions=2)]
+    path = tmp_path / "records.jsonl"
+    path.write_text(render_records_jsonl(records))
+    settings = {"run_id": "abc", "granularity": "turn", "ranker": "bm25-lite"} | change
+    (tmp_path / "summary.json").write_text(json.dumps({"run": {"settings": settings}}))
+    result = _cli("report", str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {path}: line 1: question 'q000': ") and expected in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_cli_refuses_concatenated_runs(tmp_path: Path) -> None:
+    records = render_records_jsonl(fixed_records(questions=2))
+    path = tmp_path / "records.jsonl"
+    path.write_text(records + records)
+    result = _cli("report", str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    first = len(records.splitlines()) + 1
+    assert f"line {first}: question 'q000': repeats the record of line 1" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 SMALL = small_args(family_checks=None)
 REPORT_FILES = (
     "records.jsonl",
@@ -376,6 +420,9 @@ def test_session_report_is_identical_with_xdist_and_rebuilt_from_records(
     result = _cli("report", str(serial / "records.jsonl"), "--out", str(rebuilt))
     assert result.returncode == 0, result.stderr
     assert json.loads((serial / "hypotheses.json").read_text())["settings"]["resamples"] == 500
+    records = [json.loads(line) for line in (serial / "records.jsonl").read_text().splitlines()]
+    assert {(r["run_id"], r["granularity"]) for r in records} == {(records[0]["run_id"], "turn")}
+    assert len(records[0]["run_id"]) == 16
     for name in REPORT_FILES:
         assert report_file(serial / name) == report_file(parallel / name), name
         assert report_file(serial / name) == report_file(rebuilt / name), name

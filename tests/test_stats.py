@@ -509,11 +509,11 @@ def test_json_is_deterministic() -> None:
 def test_malformed_records_raise() -> None:
     bad = record("q000")
     del bad["bin"]
-    with pytest.raises(ValueError, match="q000.*lacks bin"):
+    with pytest.raises(ValueError, match="q000.*field 'bin': missing"):
         analyse([bad], resamples=10)
     with pytest.raises(ValueError, match="regime"):
         analyse([record("q000", regime="c")], resamples=10)
-    with pytest.raises(ValueError, match="policy_correct is null"):
+    with pytest.raises(ValueError, match="policy_correct.*null on an oracle-answerable"):
         analyse([record("q000", correct=None) | {"policy_correct": None}], resamples=10)
 
 

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from pytest_restore.data.units import History
+from pytest_restore.record import ABLATIONS
 from pytest_restore.stats.analysis import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
@@ -58,24 +59,7 @@ from pytest_restore.stats.analysis import (
 #: Largest size ratio (either way) between a gold unit and its placebo.
 PLACEBO_MAX_RATIO = 1.5
 
-#: (key, title, the record field with its verdict).
-ABLATIONS: tuple[tuple[str, str, str], ...] = (
-    ("surviving", "(i) surviving gold only, G ∩ S_P", "ablation_surviving_correct"),
-    ("store", "(ii) complete retained store, no cap", "ablation_store_correct"),
-    ("placebo", "(iii) length/position-matched placebo", "ablation_placebo_correct"),
-)
-ABLATION_FIELDS = tuple(f for _, _, f in ABLATIONS)
 NOT_CONSTRUCTIBLE = "not constructible"
-
-#: Record fields the audit adds for the ablations (null when they did not run).
-RECORD_FIELDS = (
-    *ABLATION_FIELDS,
-    "ablation_excluded",
-    "ablation_store_tokens",
-    "ablation_placebo_units",
-    "ablation_placebo_tokens",
-)
-
 
 def placebo_units(history: History, max_ratio: float = PLACEBO_MAX_RATIO) -> list[int] | None:
     """The placebo for ``G_q``: nearby non-gold units of about the gold's total size.
@@ -106,11 +90,6 @@ def placebo_units(history: History, max_ratio: float = PLACEBO_MAX_RATIO) -> lis
             if total >= low:
                 return sorted(chosen)
     return None
-
-
-def empty_fields() -> dict[str, Any]:
-    """The ablation fields of a record the ablations did not run on."""
-    return dict.fromkeys(RECORD_FIELDS)
 
 
 def ran(record: Mapping[str, Any]) -> bool:

@@ -29,10 +29,9 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -53,11 +52,7 @@ from pytest_restore.memory.retrieval import (
 )
 from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
 from pytest_restore.models.prompts import PromptSet, parse_score, parse_verdict
-
-Record = dict[str, Any]
-
-BINS = ("irreversible", "recoverable", "residual")
-REGIMES = ("a", "b")
+from pytest_restore.record import ABLATIONS, REGIMES, Record, bin_of, tally
 
 # Exclusion reasons, as the report prints them.
 ABSTENTION = "abstention question (no evidence to restore)"
@@ -80,6 +75,8 @@ class AuditConfig:
     ablations: bool = False
     #: where prepared data (token counts) is cached for other processes; ``None``: nowhere
     cache_dir: str | None = None
+    #: the run every record names (see ``RestoreSession.run_id``); ``None`` outside a session
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -216,8 +213,8 @@ class MemoModel:
 
     def __init__(self, model: ChatModel) -> None:
         self.model = model
-        # Keyed by the request's sha256, not the request: a grid's reader prompts are
-        # ~10 KB each, and keeping every one alive would cost ~150 MB per process.
+        # Keyed by the request's sha256, not the request: reader prompts are long, and
+        # keeping every one alive would hold every rendered context in memory.
         self._memo: dict[bytes, ChatResult] = {}
         self.usage = Usage()
 
@@ -297,11 +294,7 @@ class Audit:
             if config.cache_dir
             else None
         )
-        #: seconds this audit spent in each phase (for the bench's breakdown; never in a report)
-        self.timings: defaultdict[str, float] = defaultdict(float)
-        start = perf_counter()
         histories = build_histories(evidence, config.granularity, counts_file=counts_file)
-        self.timings["prepare: units and token counts"] += perf_counter() - start
         with_gold = []
         for h in histories:
             if h.gold:
@@ -314,9 +307,7 @@ class Audit:
                 if h.question.question_id not in keep:
                     self.exclusions.append((h.question.question_id, OUTSIDE_SUBSET))
             with_gold = [h for h in with_gold if h.question.question_id in keep]
-        start = perf_counter()
         self.questions: list[Prepared] = [self._prepare(h) for h in with_gold]
-        self.timings["prepare: lexical index"] += perf_counter() - start
         self._oracle: dict[str, Outcome] = {}
         self._placebo: dict[str, list[int] | None] = {}
         self._importance: dict[str, int] = {}
@@ -350,13 +341,6 @@ class Audit:
 
     def evaluate(self, items: Sequence[tuple[History, Sequence[int]]]) -> list[Outcome]:
         """Read and judge each (history, injected positions) context."""
-        start = perf_counter()
-        try:
-            return self._evaluate(items)
-        finally:
-            self.timings["read and judge"] += perf_counter() - start
-
-    def _evaluate(self, items: Sequence[tuple[History, Sequence[int]]]) -> list[Outcome]:
         # A cell's conditions often share a context (nothing evicted, nothing restored):
         # each distinct one is rendered, named and looked up once.
         keys = [(id(history), tuple(injected)) for history, injected in items]
@@ -432,9 +416,7 @@ class Audit:
         """``S_P`` of one question, checked for shape and budget."""
         history = prepared.history
         ctx = EvictionContext(question_id=history.question.question_id, seed=seed, importance=importance)
-        start = perf_counter()
         mask = np.asarray(policy.retain(history.units, history.sizes, budget, ctx))
-        self.timings[f"evict: {policy.name}"] += perf_counter() - start
         if mask.shape != (len(history.units),) or mask.dtype != np.bool_:
             raise TypeError(
                 f"policy {policy.name!r} returned a store of shape {mask.shape} and dtype {mask.dtype}; "
@@ -463,7 +445,7 @@ class Audit:
             return self._cells[key][1]
         whole = questions is None
         run = self._run_cell(policy, budget, self.questions if questions is None else questions, ablate=whole)
-        if questions is None and all(r["excluded"] is None for r in run.records):
+        if questions is None and all(r.excluded is None for r in run.records):
             # a cell with failed calls runs again next time (the failures may be retried)
             self._cells[key] = (policy, run)
         return run
@@ -477,13 +459,10 @@ class Audit:
         importance: Mapping[str, int] = {}
         scorer_failed: dict[str, str] = {}
         if policy.needs_importance:
-            start = perf_counter()
             importance, scorer_failed = self.importance(questions)
-            self.timings["importance scores"] += perf_counter() - start
         oracle = self.oracle(questions)
         plan, contexts, stores = self.conditions(policy, budget, questions, importance, scorer_failed)
         outcomes = iter(self.evaluate(contexts))
-        start = perf_counter()
         records: list[Record] = []
         for p, seed, kept in plan:
             qid = p.question.question_id
@@ -494,9 +473,8 @@ class Audit:
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
                 records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None))
-        self.timings["records"] += perf_counter() - start
         if ablate and self.config.ablations:
-            self.ablate(records, {p.question.question_id: p for p, _, _ in plan}, stores)
+            records = self.ablate(records, {p.question.question_id: p for p, _, _ in plan}, stores)
         return CellRun(policy.name, budget, records, stores)
 
     # -- restore-tightness ablations (see pytest_restore.audit.ablations) ------------
@@ -533,17 +511,18 @@ class Audit:
         records: Sequence[Record],
         prepared: Mapping[str, Prepared],
         stores: Mapping[tuple[str, int], Mask],
-    ) -> None:
-        """Run the three ablations on the regime-(b) irreversible records and fill in their fields."""
+    ) -> list[Record]:
+        """The records with the three ablations run on the regime-(b) irreversible ones."""
         items: list[tuple[History, Sequence[int]]] = []
-        slots: list[tuple[Record, str]] = []
-        for r in records:
+        slots: list[tuple[int, str]] = []
+        changes: dict[int, dict[str, Any]] = {}
+        for i, r in enumerate(records):
             if not ablations.is_case(r):
                 continue
-            p = prepared[r["question_id"]]
-            contexts = self.ablation_contexts(p, stores[(r["question_id"], r["seed"])])
+            p = prepared[r.question_id]
+            contexts = self.ablation_contexts(p, stores[(r.question_id, r.seed)])
             excluded: dict[str, str] = {}
-            for key, _title, _field in ablations.ABLATIONS:
+            for key, _title, _field in ABLATIONS:
                 injected = contexts[key]
                 if injected is None:
                     excluded[key] = (
@@ -552,18 +531,21 @@ class Audit:
                     )
                 else:
                     items.append((p.history, injected))
-                    slots.append((r, key))
+                    slots.append((i, key))
             placebo = self.placebo(p)
-            r["ablation_excluded"] = excluded
-            r["ablation_placebo_units"] = placebo
-            r["ablation_placebo_tokens"] = int(p.history.sizes[placebo].sum()) if placebo is not None else None
-        fields = {key: field for key, _title, field in ablations.ABLATIONS}
-        for (r, key), outcome in zip(slots, self.evaluate(items)):
+            changes[i] = {
+                "ablation_excluded": excluded,
+                "ablation_placebo_units": tuple(placebo) if placebo is not None else None,
+                "ablation_placebo_tokens": int(p.history.sizes[placebo].sum()) if placebo is not None else None,
+            }
+        fields = {key: field for key, _title, field in ABLATIONS}
+        for (i, key), outcome in zip(slots, self.evaluate(items)):
             if outcome.error is not None:
-                r["ablation_excluded"][key] = f"api_error: {outcome.error.split(':', 1)[0]}"
-            r[fields[key]] = outcome.correct if outcome.error is None else None
+                changes[i]["ablation_excluded"][key] = f"api_error: {outcome.error.split(':', 1)[0]}"
+            changes[i][fields[key]] = outcome.correct if outcome.error is None else None
             if key == "store":
-                r["ablation_store_tokens"] = outcome.injected_tokens
+                changes[i]["ablation_store_tokens"] = outcome.injected_tokens
+        return [r.with_fields(**changes[i]) if i in changes else r for i, r in enumerate(records)]
 
     def conditions(
         self,
@@ -581,9 +563,6 @@ class Audit:
         """
         seeds = self.config.seeds if policy.seeded else (0,)
         cap = self.config.cap
-        evict_phase = f"evict: {policy.name}"  # timed by ``retain``: left out of ranking's time below
-        evicted_before = self.timings[evict_phase]
-        start = perf_counter()
         stores: dict[tuple[str, int], Mask] = {}
         plan: list[tuple[Prepared, int, Mask | None]] = []
         contexts: list[tuple[History, list[int]]] = []
@@ -610,7 +589,6 @@ class Audit:
                 contexts.append((p.history, inject([], ranked, sizes, cap)))  # regime b
                 contexts.append((p.history, restored))
                 plan.append((p, seed, mask))
-        self.timings["rank and inject"] += perf_counter() - start - (self.timings[evict_phase] - evicted_before)
         return plan, contexts, stores
 
     def reader_request(self, history: History, injected: Sequence[int]) -> ChatRequest:
@@ -672,51 +650,56 @@ class Audit:
                     break
         policy_correct = outcome.correct if outcome is not None else None
         restored_correct = restored.correct if restored is not None else None
-        bin_: str | None = None
-        if excluded is None and oracle.correct and policy_correct is False:
-            if restored_correct:
-                bin_ = "irreversible" if evicted else "recoverable"
-            else:
-                bin_ = "residual"
-        return {
-            "question_id": history.question.question_id,
-            "question_type": history.question.question_type,
-            "policy": policy.name,
-            "budget": budget,
-            "seed": seed,
-            "regime": regime,
-            "reader": self.reader.name,
-            "judge": self.judge.name,
-            "scorer": self.scorer.name if policy.needs_importance else None,
-            "oracle_correct": oracle.correct,
-            "policy_correct": policy_correct,
-            "restored_correct": restored_correct,
-            "negative_restore_gain": bool(excluded is None and policy_correct and restored_correct is False),
-            "ranker": self.ranker.name,
-            "question": history.question.question,
-            "reference": history.question.answer,
-            "gold_units": len(gold),
-            "gold_tokens": history.gold_tokens,
-            "gold_evicted": evicted,
-            "gold_evicted_units": evicted_units,
-            "gold_evicted_where": [unit_label(history.units[g]) for g in evicted_units] if evicted_units is not None else None,
-            "bin": bin_,
-            "excluded": excluded,
-            "error": error,
-            "oracle_prompt": oracle.prompt,
-            "policy_prompt": outcome.prompt if outcome else None,
-            "restored_prompt": restored.prompt if restored else None,
-            "oracle_answer": oracle.answer,
-            "policy_answer": outcome.answer if outcome else None,
-            "restored_answer": restored.answer if restored else None,
-            "policy_injected_tokens": outcome.injected_tokens if outcome else None,
-            "restored_injected_tokens": restored.injected_tokens if restored else None,
-            "policy_injected_units": outcome.injected_units if outcome else None,
-            "restored_injected_units": restored.injected_units if restored else None,
-            "store_tokens": int(history.sizes[mask].sum()) if mask is not None else None,
-            "store_units": int(mask.sum()) if mask is not None else None,
-            **ablations.empty_fields(),
-        }
+        bin_ = None
+        if excluded is None:
+            bin_ = bin_of(
+                oracle_correct=oracle.correct,
+                policy_correct=policy_correct,
+                restored_correct=restored_correct,
+                gold_evicted=evicted,
+            )
+        return Record(
+            question_id=history.question.question_id,
+            question_type=history.question.question_type,
+            policy=policy.name,
+            budget=budget,
+            seed=seed,
+            regime=regime,
+            reader=self.reader.name,
+            judge=self.judge.name,
+            scorer=self.scorer.name if policy.needs_importance else None,
+            oracle_correct=oracle.correct,
+            policy_correct=policy_correct,
+            restored_correct=restored_correct,
+            negative_restore_gain=bool(excluded is None and policy_correct and restored_correct is False),
+            ranker=self.ranker.name,
+            run_id=self.config.run_id,
+            granularity=self.config.granularity.value,
+            question=history.question.question,
+            reference=history.question.answer,
+            gold_units=len(gold),
+            gold_tokens=history.gold_tokens,
+            gold_evicted=evicted,
+            gold_evicted_units=tuple(evicted_units) if evicted_units is not None else None,
+            gold_evicted_where=(
+                tuple(unit_label(history.units[g]) for g in evicted_units) if evicted_units is not None else None
+            ),
+            bin=bin_,
+            excluded=excluded,
+            error=error,
+            oracle_prompt=oracle.prompt,
+            policy_prompt=outcome.prompt if outcome else None,
+            restored_prompt=restored.prompt if restored else None,
+            oracle_answer=oracle.answer,
+            policy_answer=outcome.answer if outcome else None,
+            restored_answer=restored.answer if restored else None,
+            policy_injected_tokens=outcome.injected_tokens if outcome else None,
+            restored_injected_tokens=restored.injected_tokens if restored else None,
+            policy_injected_units=outcome.injected_units if outcome else None,
+            restored_injected_units=restored.injected_units if restored else None,
+            store_tokens=int(history.sizes[mask].sum()) if mask is not None else None,
+            store_units=int(mask.sum()) if mask is not None else None,
+        )
 
 
 def unit_label(unit: Unit) -> str:
@@ -728,79 +711,16 @@ def unit_label(unit: Unit) -> str:
 # -- per-cell figures and checks ----------------------------------------------
 
 
-def in_decomposition(record: Mapping[str, Any]) -> bool:
-    """Whether a record enters its cell's ``N``: not excluded and oracle-answerable."""
-    return record["excluded"] is None and record["oracle_correct"] is True
-
-
-@dataclass(frozen=True)
-class CellFigures:
-    """The per-cell figures of docs/PROTOCOL.md section 7."""
-
-    N: int
-    err: int
-    irr: int
-    rec: int
-    res: int
-    gold_evicted: int
-    excluded: int
-    negative_restore_gain: int
-
-    @property
-    def two_bin_share(self) -> float | None:
-        """``irr / (irr + rec)``, ``None`` when both are zero."""
-        return self.irr / (self.irr + self.rec) if self.irr + self.rec else None
-
-    @property
-    def irr_rate(self) -> float | None:
-        """``irr / N``."""
-        return self.irr / self.N if self.N else None
-
-    @property
-    def accuracy(self) -> float | None:
-        """Policy accuracy over the oracle-answerable questions."""
-        return (self.N - self.err) / self.N if self.N else None
-
-    @property
-    def gold_evicted_rate(self) -> float | None:
-        """Share of the ``N`` questions with at least one gold unit evicted."""
-        return self.gold_evicted / self.N if self.N else None
-
-    def share(self, bin_: str) -> float | None:
-        """Three-bin share of one bin among the errors."""
-        count = {"irreversible": self.irr, "recoverable": self.rec, "residual": self.res}[bin_]
-        return count / self.err if self.err else None
-
-
-def tally(records: Iterable[Mapping[str, Any]]) -> CellFigures:
-    """Count one cell's records."""
-    n = err = irr = rec = res = evicted = excluded = neg = 0
-    for r in records:
-        if r["excluded"] is not None:
-            excluded += 1
-            continue
-        if r["oracle_correct"] is not True:
-            continue
-        n += 1
-        err += r["policy_correct"] is False
-        irr += r["bin"] == "irreversible"
-        rec += r["bin"] == "recoverable"
-        res += r["bin"] == "residual"
-        evicted += bool(r["gold_evicted"])
-        neg += bool(r["negative_restore_gain"])
-    return CellFigures(n, err, irr, rec, res, evicted, excluded, neg)
-
-
 def construct_checks(run: CellRun, audit: Audit | None = None) -> list[str]:
     """The construct checks of one cell; each failure is one readable line."""
     failures: list[str] = []
     for regime in REGIMES:
-        recs = [r for r in run.records if r["regime"] == regime]
+        recs = [r for r in run.records if r.regime == regime]
         fig = tally(recs)
         label = f"{run.policy} @ {run.budget} regime ({regime})"
         if fig.irr + fig.rec + fig.res != fig.err:
             failures.append(f"{label}: irr {fig.irr} + rec {fig.rec} + res {fig.res} != err {fig.err}")
-        stray = [r["question_id"] for r in recs if r["bin"] is not None and not in_decomposition(r)]
+        stray = [r.question_id for r in recs if r.bin is not None and not r.enters_n]
         if stray:
             failures.append(f"{label}: {len(stray)} binned records are not oracle-answerable, e.g. {stray[0]}")
         if regime == "a" and fig.rec:

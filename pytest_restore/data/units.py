@@ -16,11 +16,8 @@ are shared by many questions, so each distinct content is counted once.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import marshal
 import os
-import time
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -78,7 +75,7 @@ class History:
 def _unit(position: int, session: int, turn: int, date: str, role: str, content: str, snippet: str, tokens: int) -> Unit:
     """``Unit(...)``, without the frozen dataclass's eight ``object.__setattr__`` calls.
 
-    A full dataset has ~250k units per process: this halves their cost.
+    A full dataset makes a unit per turn, so their construction is on the preparation's path.
     """
     unit = object.__new__(Unit)
     unit.__dict__.update(
@@ -178,15 +175,13 @@ def build_histories(
     text is encoded: the tokenizer is not even loaded) and written there when
     it does not, atomically, as a ``marshal`` mapping of text to count. The
     caller keys the file by the dataset's sha256, the granularity and the
-    code (see :func:`counts_file_name`). Processes that prepare the same
-    file at the same time (xdist workers on a cold cache) split the counting
-    between them: see :func:`_count_shared`.
+    code (see :func:`counts_file_name`).
     """
     texts = distinct_texts(questions, granularity)
     if counts_file is None:
         count_tokens(texts)
     else:
-        _count_shared(texts, Path(counts_file))
+        _count_cached(texts, Path(counts_file))
     return [build_history(q, granularity) for q in questions]
 
 
@@ -199,84 +194,20 @@ def counts_file_name(dataset_sha256: str, granularity: Granularity) -> str:
     return f"token-counts-{key[:24]}.marshal"
 
 
-#: How many pieces the distinct texts are cut into for sharing the counting.
-COUNT_SHARDS = 32
-#: The longest a process waits for another's shard before counting it itself.
-SHARD_WAIT_SECONDS = 600.0
+def _count_cached(texts: list[str], counts_file: Path) -> None:
+    """Make every count of ``texts`` known to this process, through the counts file.
 
-
-def _count_shared(texts: list[str], counts_file: Path) -> None:
-    """Make every count of ``texts`` known to this process, sharing the work with its peers.
-
-    The counts file, when it exists and holds every text, is all it reads.
-    Otherwise the texts are cut into :data:`COUNT_SHARDS` runs (shards).
-    The process walks them in order and claims each free one with an
-    exclusive ``flock`` (the response cache's locking): it counts a claimed
-    shard and writes its counts beside the counts file, atomically, before
-    it lets go. Shards another process held are read once it has written
-    them. So two workers that start together each count about half, and a
-    worker that starts late reads what is done and counts what is left.
-
-    A shard file holds the shard's counts in order under a fingerprint of
-    its texts (their number, total UTF-8 length and CRC-32) and is used only
-    when the reader's own shard has the same fingerprint, so a file is
-    compact (no copy of the texts) and a process whose texts differ (another
-    subset of questions under the same file name) does not take its counts.
-    A shard whose holder died (the kernel drops its ``flock``), a file that
-    cannot be read or written, or a wait past :data:`SHARD_WAIT_SECONDS`
-    just means this process counts those texts itself. The last step writes
-    the whole counts file (if no peer has yet) and removes the shard files.
+    When the file exists and holds every text, it is all this reads.
+    Otherwise the texts are counted here and the file is (re)written,
+    atomically: processes that start together on a cold cache each count,
+    and whichever writes last leaves the same counts.
     """
-    from pytest_restore.models.cache import is_flocked, try_flock
-
     known = _read_counts(counts_file)
     if known is not None and all(t in known for t in texts):
         remember_counts(known)
         return
-    stale = known is not None or counts_file.exists()  # incomplete or damaged: to be rewritten
-    try:
-        counts_file.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        count_tokens(texts)
-        return
-    # contiguous runs: neighbouring texts share words, and the encoder is ~6% faster on them than strided
-    bounds = [len(texts) * i // COUNT_SHARDS for i in range(COUNT_SHARDS + 1)]
-    shards = [texts[a:b] for a, b in itertools.pairwise(bounds)]
-    paths = [counts_file.with_name(f"{counts_file.name}.shard{i:02d}") for i in range(COUNT_SHARDS)]
-    pending: list[int] = []
-    for i, (shard, path) in enumerate(zip(shards, paths)):
-        lock_path = path.with_name(f"{path.name}.lock")
-        try:
-            lock = try_flock(lock_path)
-        except OSError:
-            lock = None
-        if lock is None:
-            pending.append(i)
-            continue
-        with lock:
-            done = _read_shard(path, shard)
-            if done is not None:
-                remember_counts(done)
-            else:
-                _write_counts(path, (_fingerprint(shard), count_tokens(shard)))
-    for i in pending:
-        path, shard = paths[i], shards[i]
-        lock_path = path.with_name(f"{path.name}.lock")
-        deadline = time.monotonic() + SHARD_WAIT_SECONDS
-        while (done := _read_shard(path, shard)) is None and is_flocked(lock_path) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        if done is None:  # its holder died, or a peer already merged the shards
-            done = _read_counts(counts_file)
-        if done is not None:
-            remember_counts(done)
-    counts = count_tokens(texts)  # encodes only what no shard or peer gave
-    if stale or not counts_file.exists():  # a file a peer wrote meanwhile holds these very texts
-        _write_counts(counts_file, dict(zip(texts, counts)))
-    for path in paths:
-        try:
-            path.unlink()
-        except OSError:
-            pass
+    counts = count_tokens(texts)
+    _write_counts(counts_file, dict(zip(texts, counts)))
 
 
 def _read_counts(file: str | os.PathLike[str]) -> dict[str, int] | None:
@@ -287,27 +218,7 @@ def _read_counts(file: str | os.PathLike[str]) -> dict[str, int] | None:
     return data if isinstance(data, dict) else None
 
 
-def _fingerprint(texts: Sequence[str]) -> tuple[int, int, int]:
-    """(number, total UTF-8 bytes, CRC-32) of ``texts`` in order: what a shard file is checked against."""
-    data = "\x1f".join(texts).encode("utf-8", "surrogatepass")
-    return len(texts), len(data), zlib.crc32(data)
-
-
-def _read_shard(file: Path, shard: Sequence[str]) -> dict[str, int] | None:
-    """The counts of ``shard`` from a shard file written for the very same texts, else ``None``."""
-    try:
-        data = marshal.loads(file.read_bytes())
-    except (OSError, EOFError, ValueError, TypeError):
-        return None
-    if not (isinstance(data, tuple) and len(data) == 2 and data[0] == _fingerprint(shard)):
-        return None
-    counts = data[1]
-    if not (isinstance(counts, list) and len(counts) == len(shard)):
-        return None
-    return dict(zip(shard, counts))
-
-
-def _write_counts(file: str | os.PathLike[str], counts: dict[str, int] | tuple[tuple[int, int, int], list[int]]) -> None:
+def _write_counts(file: str | os.PathLike[str], counts: dict[str, int]) -> None:
     """``marshal`` ``counts`` to ``file`` atomically; a failure is ignored (the cache only saves time)."""
     path = Path(file)
     try:

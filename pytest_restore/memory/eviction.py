@@ -21,10 +21,9 @@ import hashlib
 import re
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib.metadata import entry_points
 from typing import ClassVar
 
 import numpy as np
@@ -32,6 +31,7 @@ import numpy.typing as npt
 
 from pytest_restore.data.units import Unit
 from pytest_restore.memory.lexical import word_id_rows
+from pytest_restore.registry import Registry
 
 Mask = npt.NDArray[np.bool_]
 Sizes = npt.NDArray[np.int64]
@@ -326,9 +326,6 @@ class LlmImportance(Policy):
 
 
 _NUMBER = re.compile(r"\d")
-_FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'd", "my", "me", "mine", "we", "our"})
-#: What ``fact_density`` strips from both ends of a token before looking it up in ``_FIRST_PERSON``.
-_STRIPPED = "\"'()[],;:!?."
 
 
 @lru_cache(maxsize=1 << 18)
@@ -346,6 +343,9 @@ def fact_density(content: str) -> float:
 
 def _fact_density_python(content: str) -> float:
     """``fact_density`` by the rule as written, for any text: the reference the compiled scan is tested against."""
+    # the word lists live with the compiled scan that packs them (the lower module)
+    from pytest_restore.memory.kernels import FACT_STRIPPED, FIRST_PERSON
+
     tokens = content.split()
     digits = _NUMBER.search(content) is not None  # most turns have none: skip the per-token search
     facts = 0
@@ -354,7 +354,7 @@ def _fact_density_python(content: str) -> float:
         if (
             (digits and _NUMBER.search(tok))
             or (not sentence_start and tok[:1].isupper())
-            or tok.strip(_STRIPPED).lower() in _FIRST_PERSON
+            or tok.strip(FACT_STRIPPED).lower() in FIRST_PERSON
         ):
             facts += 1
         sentence_start = tok.endswith((".", "!", "?"))
@@ -374,31 +374,12 @@ class Control(Policy):
         return _evict_lowest_key(sizes, budget, [-fact_density(u.content) for u in units])
 
 
-class PolicyRegistry(Mapping[str, Policy]):
+class PolicyRegistry(Registry[Policy]):
     """Policies by name, in the order they were registered."""
 
-    def __init__(self) -> None:
-        self._policies: dict[str, Policy] = {}
-
-    def register(self, policy: Policy, *, replace: bool = False) -> None:
-        """Add ``policy`` under ``policy.name``; a clash is an error unless ``replace``."""
-        if not isinstance(policy, Policy):
-            raise TypeError(f"{policy!r} is not a pytest_restore.memory.eviction.Policy instance")
-        name = getattr(policy, "name", "")
-        if not isinstance(name, str) or not name or "," in name:
-            raise ValueError(f"policy {policy!r} needs a non-empty name without commas")
-        if name in self._policies and not replace:
-            raise ValueError(f"a policy named {name!r} is already registered")
-        self._policies[name] = policy
-
-    def __getitem__(self, name: str) -> Policy:
-        return self._policies[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._policies)
-
-    def __len__(self) -> int:
-        return len(self._policies)
+    kind = "policy"
+    item_type = Policy
+    entry_point_group = "pytest_restore.policies"
 
 
 BUILTIN_POLICIES: tuple[type[Policy], ...] = (NoEvict, Fifo, RandomPolicy, Redundancy, LlmImportance, Control)
@@ -408,18 +389,12 @@ BASELINES = ("fifo", "random", "redundancy")
 CONTROL = "control"
 REFERENCE = "no-evict"
 
-ENTRY_POINT_GROUP = "pytest_restore.policies"
+ENTRY_POINT_GROUP = PolicyRegistry.entry_point_group
 
 
 def default_registry() -> PolicyRegistry:
     """The built-in policies plus those installed packages declare as entry points."""
-    registry = PolicyRegistry()
-    for cls in BUILTIN_POLICIES:
-        registry.register(cls())
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        obj = ep.load()
-        registry.register(obj() if isinstance(obj, type) else obj)
-    return registry
+    return PolicyRegistry.default(BUILTIN_POLICIES)
 
 
 def budget_fits(mask: Mask, sizes: Sizes, budget: int) -> bool:

@@ -1,11 +1,12 @@
 """Compiled inner loops of the built-in eviction policies, and two text scans (numba).
 
 Online eviction is sequential: every arrival may evict, and each victim
-depends on the previous ones, so it does not vectorise. In Python these loops
-took ~8 s of a 500-question grid (one event is a few microseconds of
-interpreter work, and the grid has millions of events); compiled, the random
-and lowest-key loops take ~0.15 s each and the redundancy loop ~0.8 s (it
-compares pairs of units, O(n^2) per history). numba compiles them on first
+depends on the previous ones, so it does not vectorise, and a grid has
+millions of eviction events: these loops are compiled because in Python they
+are a large share of the full grid's time (``python -m pytest_restore bench``
+prints where the time goes). The control's fact density and the word
+profiles scan every distinct turn of the file, which in Python is several
+times their compiled cost; they are compiled for the same reason. numba compiles them on first
 use and caches the machine code next to this file (or in the user's cache
 directory when the package is read-only, or not at all when neither is
 writable); set ``NUMBA_DISABLE_JIT=1`` to run them as plain Python.
@@ -29,8 +30,6 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 from numba import njit
-
-from pytest_restore.memory.eviction import _FIRST_PERSON, _STRIPPED
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -321,12 +320,16 @@ def _word_code(word: bytes) -> int:
     return int.from_bytes(word, "little") | len(word) << 56
 
 
-#: What ``fact_density`` strips from a token before comparing it with the first-person words.
+#: The first-person words the control's fact density counts (``eviction.fact_density``).
+FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'd", "my", "me", "mine", "we", "our"})
+#: What fact density strips from both ends of a token before looking it up in :data:`FIRST_PERSON`.
+FACT_STRIPPED = "\"'()[],;:!?."
+
 _STRIP = np.zeros(256, dtype=np.bool_)
-_STRIP[[ord(c) for c in _STRIPPED]] = True
-assert all(w.isascii() and len(w) <= _PACKED_MAX for w in _FIRST_PERSON)
+_STRIP[[ord(c) for c in FACT_STRIPPED]] = True
+assert all(w.isascii() and len(w) <= _PACKED_MAX for w in FIRST_PERSON)
 #: The first-person words as :func:`_word_code` codes.
-_FIRST_PERSON_CODES = np.array(sorted(_word_code(w.encode("ascii")) for w in _FIRST_PERSON), dtype=np.int64)
+_FIRST_PERSON_CODES = np.array(sorted(_word_code(w.encode("ascii")) for w in FIRST_PERSON), dtype=np.int64)
 
 
 @_compiled

@@ -66,8 +66,8 @@ class WordProfile:
     process-wide vocabulary (:func:`term_id`), ``counts`` how often each
     occurs, ``total`` how many content words the text has. Memoised per
     distinct text, so its size is what the audit's memory grows with on a
-    file of mostly distinct text: about 8 bytes per distinct word of a text,
-    where tuples, sets and dictionaries of words took ~40x that.
+    file of mostly distinct text: two small integers per distinct word of a
+    text, rather than tuples, sets or dictionaries of word strings.
     """
 
     ids: npt.NDArray[np.int32]
@@ -78,9 +78,8 @@ class WordProfile:
 class _WordTable:
     """The process-wide vocabulary as arrays, for the compiled profiler (``kernels.profile_texts``).
 
-    Profiling text word by word in Python made a string object of every
-    word (~20 million of them on a full file) only to count and drop most of
-    them: three quarters of the lexical preparation. The compiled pass reads
+    Profiling text word by word in Python makes a string object of every
+    word of the file only to count and drop most of them. The compiled pass reads
     the bytes and looks each word up in an exact table (bytes compared, not
     only hashes); :data:`_VOCABULARY` mirrors the table's new words after
     every pass, so :func:`term_id` and the memo stay plain Python.

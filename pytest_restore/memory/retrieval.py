@@ -26,9 +26,8 @@ the cap never change with the ranker.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any, ClassVar
 
 import numpy as np
@@ -36,6 +35,7 @@ import numpy.typing as npt
 
 from pytest_restore.data.units import History
 from pytest_restore.memory.lexical import term_id, word_profiles, words
+from pytest_restore.registry import Registry
 
 TOP_K = 60
 INJECT_CAP = 2000
@@ -206,47 +206,22 @@ class Recency(Ranker):
         return [int(p) for p in np.flatnonzero(store)[::-1][:k]]
 
 
-class RankerRegistry(Mapping[str, Ranker]):
+class RankerRegistry(Registry[Ranker]):
     """Rankers by name, in the order they were registered."""
 
-    def __init__(self) -> None:
-        self._rankers: dict[str, Ranker] = {}
-
-    def register(self, ranker: Ranker, *, replace: bool = False) -> None:
-        """Add ``ranker`` under ``ranker.name``; a clash is an error unless ``replace``."""
-        if not isinstance(ranker, Ranker):
-            raise TypeError(f"{ranker!r} is not a pytest_restore.memory.retrieval.Ranker instance")
-        name = getattr(ranker, "name", "")
-        if not isinstance(name, str) or not name or "," in name:
-            raise ValueError(f"ranker {ranker!r} needs a non-empty name without commas")
-        if name in self._rankers and not replace:
-            raise ValueError(f"a ranker named {name!r} is already registered")
-        self._rankers[name] = ranker
-
-    def __getitem__(self, name: str) -> Ranker:
-        return self._rankers[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._rankers)
-
-    def __len__(self) -> int:
-        return len(self._rankers)
+    kind = "ranker"
+    item_type = Ranker
+    entry_point_group = "pytest_restore.rankers"
 
 
 BUILTIN_RANKERS: tuple[type[Ranker], ...] = (Bm25Lite, Recency)
 DEFAULT_RANKER = Bm25Lite.name
-RANKER_ENTRY_POINT_GROUP = "pytest_restore.rankers"
+RANKER_ENTRY_POINT_GROUP = RankerRegistry.entry_point_group
 
 
 def default_rankers() -> RankerRegistry:
     """The built-in rankers plus those installed packages declare as entry points."""
-    registry = RankerRegistry()
-    for cls in BUILTIN_RANKERS:
-        registry.register(cls())
-    for ep in entry_points(group=RANKER_ENTRY_POINT_GROUP):
-        obj = ep.load()
-        registry.register(obj() if isinstance(obj, type) else obj)
-    return registry
+    return RankerRegistry.default(BUILTIN_RANKERS)
 
 
 def checked_rank(ranker: Ranker, history: History, store: Store, k: int, state: Any) -> list[int]:

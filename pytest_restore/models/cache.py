@@ -174,23 +174,6 @@ def try_flock(path: Path) -> KeyLock | None:
         os.close(fd)
 
 
-def is_flocked(path: Path) -> bool:
-    """Whether a live process holds the ``flock`` on ``path`` now (never when the file is gone)."""
-    if fcntl is None:  # pragma: no cover - Windows
-        return False
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # also drops our shared lock, if we got it
-    return False
-
-
 class ResponseCache:
     """A persistent directory of successful chat replies, safe across processes."""
 

@@ -65,6 +65,9 @@ from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.cache import KeyLock, ResponseCache, request_key
 from pytest_restore.models.progress import Progress
 
+#: The model provider these models belong to: names read ``openai:MODEL``.
+PROVIDER = "openai"
+
 if TYPE_CHECKING:
     import openai
     from typing_extensions import Self
@@ -376,7 +379,7 @@ class OpenAIChatModel:
     @property
     def name(self) -> str:
         """``openai:<model>``, as records and reports show it."""
-        return f"openai:{self.model}"
+        return f"{PROVIDER}:{self.model}"
 
     def __repr__(self) -> str:
         # Spelled out so that no future attribute (the key) leaks into a repr.

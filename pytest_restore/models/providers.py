@@ -1,37 +1,45 @@
 """Models by name, and what a grid will cost before it runs.
 
 ``--restore-reader/judge/scorer`` (and the robustness reader and audit
-judge) take ``fake`` or ``openai:MODEL``. ``openai:`` models go through the
-official ``openai`` client to OpenAI's API or to any OpenAI-compatible
-server (``--restore-base-url`` or ``OPENAI_BASE_URL``); the key comes only
-from ``OPENAI_API_KEY``. Their responses are cached on disk, keyed by the
-model and the request, so an unchanged grid sends nothing the second time.
+judge) take ``fake`` (the offline stand-ins) or ``PROVIDER:MODEL``, where
+``PROVIDER`` is a registered :class:`ModelProvider`. The built-in provider
+is ``openai``: its models go through the official ``openai`` client to
+OpenAI's API or to any OpenAI-compatible server (``--restore-base-url`` or
+``OPENAI_BASE_URL``); the key comes only from ``OPENAI_API_KEY``. Their
+responses are cached on disk, keyed by the model and the request, so an
+unchanged grid sends nothing the second time. A user's provider registers
+like a policy: the ``pytest_restore_register_providers`` hook or the
+``pytest_restore.providers`` entry-point group.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import ClassVar
 
 from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.openai_chat import API_KEY_ENV, OpenAIChatModel, estimate_tokens
+from pytest_restore.models.openai_chat import PROVIDER as OPENAI
 from pytest_restore.models.progress import Progress
 from pytest_restore.models.prompts import parse_score, parse_verdict
+from pytest_restore.registry import Registry
 
 ROLES = ("reader", "judge", "scorer")
 #: The deterministic stand-ins: ``fake`` in every role; ``fake-strong``, a reader
 #: that makes fewer utilisation errors (for trying the robustness reader offline).
 FAKES = ("fake", "fake-strong")
-OPENAI_PREFIX = "openai:"
 
 
 class ModelSpecError(ValueError):
-    """A model name that is neither ``fake`` nor ``openai:MODEL``."""
+    """A model name that is neither a fake nor ``PROVIDER:MODEL`` of a registered provider."""
 
 
 @dataclass(frozen=True)
@@ -49,22 +57,6 @@ class ModelOptions:
     quiet: bool = False
 
 
-def check_spec(spec: str, option: str) -> None:
-    """Reject a malformed model name early, with the option it came from."""
-    if spec in FAKES:
-        return
-    if spec.startswith(OPENAI_PREFIX) and len(spec) > len(OPENAI_PREFIX):
-        if importlib.util.find_spec("openai") is None:  # an extra: the fake models never need it
-            raise ModelSpecError(f"{option}: {spec} needs the openai package: pip install 'pytest-restore[openai]'")
-        return
-    raise ModelSpecError(f"{option}: unknown model {spec!r}; use 'fake', 'fake-strong' (a reader) or 'openai:MODEL'")
-
-
-def is_real(spec: str) -> bool:
-    """Whether a model name calls a real model."""
-    return spec.startswith(OPENAI_PREFIX)
-
-
 #: What a reply must look like before it is accepted (else it is retried, then failed).
 VALIDATORS: dict[str, Callable[[str], bool] | None] = {
     "reader": None,
@@ -73,9 +65,117 @@ VALIDATORS: dict[str, Callable[[str], bool] | None] = {
 }
 
 
-def make_model(spec: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
+class ModelProvider(ABC):
+    """A family of models named ``NAME:MODEL`` on the command line.
+
+    Subclass it, set :attr:`name`, implement :meth:`make`, and register an
+    instance with the ``pytest_restore_register_providers`` hook (or the
+    ``pytest_restore.providers`` entry-point group).
+    """
+
+    #: The prefix before the colon, e.g. ``openai`` for ``openai:gpt-4o-mini``.
+    name: ClassVar[str] = ""
+    #: Whether its models are real (priced by the dry run, reported as model usage).
+    real: ClassVar[bool] = True
+    #: ``(module, what to pip install)`` when its models need a package that may be absent.
+    requires: ClassVar[tuple[str, str] | None] = None
+
+    @abstractmethod
+    def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
+        """The model ``model`` in ``role`` (reader, judge or scorer).
+
+        ``options.cache_dir`` is where replies may be cached; a judge or scorer
+        should only accept replies that :data:`VALIDATORS` accepts for its role.
+        """
+
+    def cache_name(self, model: str) -> str | None:
+        """The name its replies are cached under in :class:`ResponseCache` (``None``: not cached)."""
+        return None
+
+
+class OpenAIProvider(ModelProvider):
+    """OpenAI's API or any OpenAI-compatible server, through the official client."""
+
+    name = OPENAI
+    # an extra: the fake models (and sessions that are not audits) never load it
+    requires = ("openai", "pytest-restore[openai]")
+
+    def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
+        """An :class:`OpenAIChatModel` with the run's pacing, retries and response cache."""
+        return OpenAIChatModel(
+            model=model,
+            base_url=options.base_url,
+            cache=ResponseCache(options.cache_dir) if use_cache else None,
+            max_concurrency=options.max_concurrency,
+            rpm=options.rpm,
+            tpm=options.tpm,
+            max_tries=options.max_tries,
+            timeout=options.timeout,
+            max_retry_after=options.max_retry_after,
+            validator=VALIDATORS[role],
+            progress=Progress(label=f"{role} calls", quiet=options.quiet),
+        )
+
+    def cache_name(self, model: str) -> str | None:
+        """Replies are cached under the bare model name."""
+        return model
+
+
+class ProviderRegistry(Registry[ModelProvider]):
+    """Model providers by name, in the order they were registered."""
+
+    kind = "model provider"
+    item_type = ModelProvider
+    entry_point_group = "pytest_restore.providers"
+
+
+BUILTIN_PROVIDERS: tuple[type[ModelProvider], ...] = (OpenAIProvider,)
+
+
+def default_providers() -> ProviderRegistry:
+    """The built-in providers plus those installed packages declare as entry points."""
+    return ProviderRegistry.default(BUILTIN_PROVIDERS)
+
+
+@lru_cache(maxsize=1)
+def _builtin_providers() -> ProviderRegistry:
+    return default_providers()
+
+
+def _resolve(spec: str, providers: ProviderRegistry | None) -> tuple[ModelProvider, str] | None:
+    """The provider and model a ``NAME:MODEL`` spec names, or ``None``."""
+    name, colon, model = spec.partition(":")
+    registry = providers if providers is not None else _builtin_providers()
+    if not colon or not model or name not in registry:
+        return None
+    return registry[name], model
+
+
+def check_spec(spec: str, option: str, providers: ProviderRegistry | None = None) -> None:
+    """Reject a malformed model name early, with the option it came from."""
+    if spec in FAKES:
+        return
+    resolved = _resolve(spec, providers)
+    if resolved is not None:
+        needed = resolved[0].requires
+        if needed is not None and importlib.util.find_spec(needed[0]) is None:
+            raise ModelSpecError(f"{option}: {spec} needs the {needed[0]} package: pip install '{needed[1]}'")
+        return
+    names = ", ".join(f"'{name}:MODEL'" for name in (providers if providers is not None else _builtin_providers()))
+    raise ModelSpecError(f"{option}: unknown model {spec!r}; use 'fake', 'fake-strong' (a reader) or {names}")
+
+
+def is_real(spec: str, providers: ProviderRegistry | None = None) -> bool:
+    """Whether a model name calls a real model."""
+    resolved = _resolve(spec, providers)
+    return resolved is not None and resolved[0].real
+
+
+def make_model(
+    spec: str, role: str, options: ModelOptions, *, use_cache: bool = True, providers: ProviderRegistry | None = None
+) -> ChatModel:
     """The model a name stands for, in a role (reader, judge or scorer)."""
-    check_spec(spec, f"--restore-{role}")
+    check_spec(spec, f"--restore-{role}", providers)
     if spec == "fake-strong":
         if role != "reader":
             raise ModelSpecError(f"--restore-{role}: 'fake-strong' is a reader only")
@@ -84,19 +184,15 @@ def make_model(spec: str, role: str, options: ModelOptions, *, use_cache: bool =
         if role == "reader":
             return FakeReader()
         return FakeJudge() if role == "judge" else FakeScorer()
-    return OpenAIChatModel(
-        model=spec[len(OPENAI_PREFIX) :],
-        base_url=options.base_url,
-        cache=ResponseCache(options.cache_dir) if use_cache else None,
-        max_concurrency=options.max_concurrency,
-        rpm=options.rpm,
-        tpm=options.tpm,
-        max_tries=options.max_tries,
-        timeout=options.timeout,
-        max_retry_after=options.max_retry_after,
-        validator=VALIDATORS[role],
-        progress=Progress(label=f"{role} calls", quiet=options.quiet),
-    )
+    resolved = _resolve(spec, providers)
+    assert resolved is not None  # check_spec passed
+    provider, model = resolved
+    return provider.make(model, role, options, use_cache=use_cache)
+
+
+def _cache_name(spec: str, providers: ProviderRegistry | None) -> str | None:
+    resolved = _resolve(spec, providers)
+    return resolved[0].cache_name(resolved[1]) if resolved is not None else None
 
 
 def missing_key_problem(specs: Sequence[str], base_url: str | None) -> str | None:
@@ -136,14 +232,20 @@ class CostLine:
 
 
 def cost_line(
-    role: str, spec: str, requests: Sequence[ChatRequest], cache: ResponseCache | None, note: str = ""
+    role: str,
+    spec: str,
+    requests: Sequence[ChatRequest],
+    cache: ResponseCache | None,
+    note: str = "",
+    providers: ProviderRegistry | None = None,
 ) -> CostLine:
     """Unique calls, those already cached, and token estimates for the rest."""
     unique = list(dict.fromkeys(requests))
-    name = spec[len(OPENAI_PREFIX) :] if is_real(spec) else spec
-    cached = [r for r in unique if cache is not None and is_real(spec) and cache.contains(name, r)]
+    name = _cache_name(spec, providers)
+    cached = [r for r in unique if cache is not None and name is not None and cache.contains(name, r)]
     todo = [r for r in unique if r not in set(cached)]
-    tokens_in, tokens_out = estimate_tokens(todo, name)
+    # the model's own name decides its decoding (and so its output budget); a fake is named as is
+    tokens_in, tokens_out = estimate_tokens(todo, name if name is not None else spec.partition(":")[2] or spec)
     return CostLine(role, spec, len(unique), len(cached), tokens_in, tokens_out, note)
 
 
@@ -169,14 +271,14 @@ def parse_price(text: str, where: str = "--restore-price") -> tuple[str, tuple[f
         raise ModelSpecError(f"{where}: {text!r} is not MODEL=IN,OUT (USD per million tokens)") from None
     if in_price < 0 or out_price < 0:
         raise ModelSpecError(f"{where}: {text!r}: prices cannot be negative")
-    return model.strip().removeprefix(OPENAI_PREFIX), (in_price, out_price)
+    return model.strip().removeprefix(f"{OPENAI}:"), (in_price, out_price)
 
 
 def price_of(spec: str, prices: dict[str, tuple[float, float]]) -> tuple[float, float] | None:
     """The price of a model name: exact, else its longest known prefix; fakes are free."""
     if not is_real(spec):
         return (0.0, 0.0)
-    name = spec[len(OPENAI_PREFIX) :]
+    name = spec.partition(":")[2]
     known = [k for k in prices if name == k or name.startswith(k + "-")]
     return prices[max(known, key=len)] if known else None
 
@@ -212,9 +314,12 @@ def render_cost(lines: Sequence[CostLine], prices: dict[str, tuple[float, float]
     return out
 
 
-def cached_text(cache: ResponseCache | None, spec: str, request: ChatRequest) -> str | None:
+def cached_text(
+    cache: ResponseCache | None, spec: str, request: ChatRequest, providers: ProviderRegistry | None = None
+) -> str | None:
     """A real model's cached reply to ``request``, without counting it as a hit."""
-    if cache is None or not is_real(spec):
+    name = _cache_name(spec, providers)
+    if cache is None or name is None:
         return None
-    result = cache.peek(request_key(spec[len(OPENAI_PREFIX) :], request))
+    result = cache.peek(request_key(name, request))
     return result.text if result is not None else None

@@ -36,7 +36,10 @@ from pytest_restore.plugin.options import (
 )
 
 if TYPE_CHECKING:
-    from pytest_restore.plugin.session import RestoreCell, RestoreSession
+    from pytest_restore.plugin.session import CellSpec as CellSpec
+    from pytest_restore.plugin.session import RestoreCell as RestoreCell
+    from pytest_restore.plugin.session import RestoreSession as RestoreSession
+    from pytest_restore.plugin.session import RestoreSettings as RestoreSettings
 
 
 def __getattr__(name: str) -> Any:
@@ -49,7 +52,7 @@ def __getattr__(name: str) -> Any:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    """Register the hooks users implement to add policies."""
+    """Register the hooks users implement to add policies, rankers and model providers."""
     from pytest_restore.plugin import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)

@@ -9,6 +9,7 @@ import pytest
 if TYPE_CHECKING:
     from pytest_restore.memory.eviction import PolicyRegistry
     from pytest_restore.memory.retrieval import RankerRegistry
+    from pytest_restore.models.providers import ProviderRegistry
 
 
 @pytest.hookspec
@@ -30,4 +31,15 @@ def pytest_restore_register_rankers(registry: RankerRegistry, config: pytest.Con
     Call ``registry.register(MyRanker())`` with a
     :class:`pytest_restore.memory.retrieval.Ranker` instance; select it with
     ``--restore-ranker NAME``. One ranker serves a whole run.
+    """
+
+
+@pytest.hookspec
+def pytest_restore_register_providers(registry: ProviderRegistry, config: pytest.Config) -> None:
+    """Add model providers: ``registry.register(MyProvider())``.
+
+    A :class:`pytest_restore.models.providers.ModelProvider` named ``NAME`` serves
+    every model spelled ``NAME:MODEL`` in ``--restore-reader``, ``--restore-judge``,
+    ``--restore-scorer`` and the other model options. Called before the
+    options are checked, so the names are validated against it.
     """

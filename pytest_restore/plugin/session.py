@@ -11,10 +11,8 @@ only, writes the report once at the end of the session.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import datetime
-import gc
 import hashlib
 import importlib
 import json
@@ -24,9 +22,8 @@ import shutil
 import sys
 import tempfile
 import threading
-import types
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -36,7 +33,7 @@ import pytest
 from pytest_restore import __version__
 from pytest_restore.audit.calibration import calibrate
 from pytest_restore.audit.judge_audit import audit_judge
-from pytest_restore.audit.run import Audit, AuditConfig, CellRun, Record, construct_checks
+from pytest_restore.audit.run import Audit, AuditConfig, CellRun, construct_checks
 from pytest_restore.data.dataset import DataError, Dataset, Question, is_prepared, load_dataset
 from pytest_restore.data.dataset import auditable as data_auditable
 from pytest_restore.data.units import Granularity
@@ -51,10 +48,12 @@ from pytest_restore.models.providers import (
     CostLine,
     ModelOptions,
     ModelSpecError,
+    ProviderRegistry,
     cached_text,
     check_spec,
     close_model,
     cost_line,
+    default_providers,
     is_real,
     make_model,
     missing_key_problem,
@@ -69,6 +68,7 @@ from pytest_restore.plugin.options import (
     _dest,
     small_data,
 )
+from pytest_restore.record import Record
 from pytest_restore.report.writer import ReportFiles, RunInfo, terminal_lines, write_report
 from pytest_restore.stats.analysis import (
     FAMILIES,
@@ -195,6 +195,8 @@ class RestoreSettings:
     max_retry_after: float = 60.0
     #: ``(model, input USD, output USD)`` per million tokens, from ``--restore-price``
     prices: tuple[tuple[str, float, float], ...] = ()
+    #: whether any model of the grid is a real one (its provider says so); not a setting of the report
+    real_models: bool = False
 
     @property
     def readers(self) -> tuple[str, ...]:
@@ -204,10 +206,10 @@ class RestoreSettings:
     @property
     def uses_real_models(self) -> bool:
         """Whether any model of the grid is a real one."""
-        return any(is_real(m) for m in (*self.readers, self.judge, self.scorer))
+        return self.real_models
 
     @classmethod
-    def from_config(cls, config: pytest.Config) -> RestoreSettings:
+    def from_config(cls, config: pytest.Config, providers: ProviderRegistry) -> RestoreSettings:
         """Read the options, falling back to the ini keys; every value is checked here, before any work."""
         raw: dict[str, str] = {}
         where: dict[str, str] = {}  # where each value came from, for error messages
@@ -231,7 +233,7 @@ class RestoreSettings:
         for role in ("reader", "judge", "scorer", "robustness-reader", "audit-judge"):
             if raw[role]:
                 try:
-                    check_spec(raw[role], where[role])
+                    check_spec(raw[role], where[role], providers)
                 except ModelSpecError as err:
                     raise pytest.UsageError(str(err)) from None
         if raw["robustness-reader"] and raw["robustness-reader"] == raw["reader"]:
@@ -289,6 +291,9 @@ class RestoreSettings:
                 if config.getoption("restore_ablations") is not None
                 else config.getini("restore_ablations")
             ),
+            real_models=any(
+                is_real(raw[role], providers) for role in ("reader", "judge", "scorer", "robustness-reader")
+            ),
         )
 
 
@@ -322,7 +327,6 @@ class RestoreCell:
         audit = self.session.audit(self.spec.reader)
         policy = self.session.registry[self.spec.policy]
         self.run = audit.run_cell(policy, self.spec.budget)
-        self.session.keep()
         fatal = self.session.fatal_error()
         if fatal is not None:
             # A wrong key or an unknown model fails every call alike: stop at the first.
@@ -332,7 +336,7 @@ class RestoreCell:
         if not self.session.is_controller:
             # One JSON string, not a list of dicts: xdist's serializer is pure Python and
             # would take seconds over a full grid's records (each phase's report carries them).
-            records = json.dumps(self.run.records)
+            records = json.dumps([r.to_json() for r in self.run.records])
             self.session.share_cell(audit, self.run, records)
         self.item.user_properties.append((RECORDS_PROPERTY, records))
         self.item.user_properties.append((META_PROPERTY, self.session.meta()))
@@ -364,12 +368,30 @@ class RestoreCell:
             pytest.fail("\n".join(failures), pytrace=False)
 
 
+#: The settings that decide what the records say (the run id is a digest of them).
+RECORD_SETTINGS: tuple[str, ...] = (
+    "embedded_questions",
+    "budgets",
+    "seeds",
+    "granularity",
+    "questions",
+    "subset_seed",
+    "reader",
+    "judge",
+    "scorer",
+    "robustness_reader",
+    "ranker",
+    "ablations",
+)
+
+
 class RestoreSession:
     """The plugin's state for one pytest process (controller or worker)."""
 
-    def __init__(self, config: pytest.Config, settings: RestoreSettings) -> None:
+    def __init__(self, config: pytest.Config, settings: RestoreSettings, providers: ProviderRegistry) -> None:
         self.config = config
         self.settings = settings
+        self.providers = providers
         self.registry: PolicyRegistry = default_registry()
         config.hook.pytest_restore_register_policies(registry=self.registry, config=config)
         names = settings.policies or tuple(self.registry)
@@ -386,7 +408,6 @@ class RestoreSession:
                 f"--restore-ranker: unknown ranker {settings.ranker!r}; registered: {', '.join(self.rankers)}"
             )
         self._audits: dict[str, Audit] = {}
-        self._froze = False  # gc.freeze() after building an audit
         self._preload: threading.Thread | None = None  # the controller's early import of the figure module
         self._prepared = False  # the xdist controller prepared the data (``prepare``)
         self._report: _Background | None = None  # the report being written
@@ -394,7 +415,7 @@ class RestoreSession:
         self.usage_by_process: dict[str, dict[str, Any]] = {}
         self.checks: dict[str, Any] = {}
         self._dataset: Dataset | None = None
-        self.records: list[dict[str, Any]] = []
+        self.records: list[Record] = []
         self.run_meta: dict[str, Any] = {}
         self.report_path: Path | None = None
         self.failures: list[str] = []
@@ -418,6 +439,23 @@ class RestoreSession:
         worker_input: dict[str, Any] = getattr(config, "workerinput", {})
         self.run_id: str = str(worker_input.get("restore_run") or config.stash.get(RUN_KEY, "") or uuid.uuid4().hex)
 
+    def fingerprint(self) -> str:
+        """The run id every record carries: a digest of what determines the records.
+
+        The dataset's sha256, the prompt file's bytes and the settings in
+        :data:`RECORD_SETTINGS`; not how models are reached, paced or cached,
+        nor where the report goes. So the same run asked again (serial or
+        under xdist, resumed from the cache, through a flaky server) has the
+        same id and writes identical records, and records of runs asked
+        differently cannot be mixed into one report unnoticed.
+        """
+        s = self.settings
+        asked = {name: getattr(s, name) for name in RECORD_SETTINGS}
+        asked["policies"] = [p.name for p in self.policies]
+        prompts = hashlib.sha256(Path(s.prompts).read_bytes()).hexdigest() if s.prompts else None
+        text = json.dumps({"settings": asked, "dataset": self.dataset().sha256, "prompts": prompts}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """On the controller, before any worker starts: the dry run."""
@@ -434,14 +472,14 @@ class RestoreSession:
             self.calibrate()
         if self.config.pluginmanager.has_plugin("dsession"):
             # The controller idles while xdist workers run the grid: load the figure's
-            # plotting library now rather than when the report is due (~0.5 s).
+            # plotting library now rather than when the report is due.
             self._preload = threading.Thread(target=_preload_figure, name="pytest-restore-preload", daemon=True)
             self._preload.start()
 
     def calibrate(self) -> None:
         """The calibration gate (docs/PROTOCOL.md section 9): stop the run before the grid when it fails."""
         s = self.settings
-        fresh_judge = make_model(s.judge, "judge", self.model_options(), use_cache=False)
+        fresh_judge = make_model(s.judge, "judge", self.model_options(), use_cache=False, providers=self.providers)
         try:
             result = calibrate(self.audit(), fresh_judge=fresh_judge, seed=s.subset_seed)
         finally:
@@ -479,7 +517,7 @@ class RestoreSession:
         """Re-grade a stratified sample of recorded answers with the second judge."""
         s = self.settings
         assert s.audit_judge is not None
-        judge = make_model(s.audit_judge, "judge", self.model_options())
+        judge = make_model(s.audit_judge, "judge", self.model_options(), providers=self.providers)
         try:
             questions = {q.question_id: q for q in self.dataset().questions}
             result = audit_judge(
@@ -572,12 +610,12 @@ class RestoreSession:
         scores_known = True
         if any(p.needs_importance for p in self.policies):
             scorer_requests = primary.scorer_requests()
-            lines.append(cost_line("scorer", s.scorer, list(scorer_requests.values()), cache))
+            lines.append(cost_line("scorer", s.scorer, list(scorer_requests.values()), cache, providers=self.providers))
             for content, request in scorer_requests.items():
                 if s.scorer == "fake":
                     text: str | None = str(FakeScorer.score(content))
                 else:
-                    text = cached_text(cache, s.scorer, request)
+                    text = cached_text(cache, s.scorer, request, self.providers)
                 score = parse_score(text) if text is not None else None
                 if score is None:
                     scores_known = False
@@ -596,17 +634,17 @@ class RestoreSession:
                         planned += audit.planned_reader_requests(self.registry["fifo"], budget, {})
                         continue
                     planned += audit.planned_reader_requests(policy, budget, importance)
-            lines.append(cost_line("reader", reader, [request for _, request in planned], cache, note))
+            lines.append(cost_line("reader", reader, [request for _, request in planned], cache, note, self.providers))
             # identical requests are sent once (and hold the same question)
             for request, question in {r: q for q, r in planned}.items():
-                answer = cached_text(cache, reader, request)
+                answer = cached_text(cache, reader, request, self.providers)
                 if answer is None:
                     unknown_answers += 1
                     continue
                 judge_requests.append(
                     audit.prompts.judge(question=question.question, answer=question.answer, prediction=answer)
                 )
-        judge = cost_line("judge", s.judge, judge_requests, cache)
+        judge = cost_line("judge", s.judge, judge_requests, cache, providers=self.providers)
         if unknown_answers:
             empty = primary.prompts.judge(question="", answer="", prediction="")
             tokens_in, tokens_out = estimate_tokens([empty], s.judge.removeprefix("openai:"))
@@ -646,7 +684,7 @@ class RestoreSession:
         tmp.write_text(payload, encoding="utf-8")
         os.replace(tmp, path)  # atomic: a reader sees the whole file or none
 
-    def cell_records(self, audit: Audit, policy: Policy, budget: int) -> list[dict[str, Any]]:
+    def cell_records(self, audit: Audit, policy: Policy, budget: int) -> list[Record]:
         """A whole-grid cell's records: from this process, from another worker, or run here.
 
         The control's check needs the baselines' records at its budget; under
@@ -656,7 +694,8 @@ class RestoreSession:
         if not audit.has_cell(policy, budget):
             path = self._cell_file(audit.reader.name, policy.name, budget)
             if path.exists():
-                return cast("list[dict[str, Any]]", json.loads(path.read_text(encoding="utf-8")))
+                shared = json.loads(path.read_text(encoding="utf-8"))
+                return [Record.from_json(r) for r in cast("list[dict[str, Any]]", shared)]
         return audit.run_cell(policy, budget).records
 
     def verdicts(self, audit: Audit, run: CellRun, spec: CellSpec) -> list[HypothesisTest]:
@@ -665,7 +704,7 @@ class RestoreSession:
         selected = [p.name for p in self.policies]
         family_settings = StatsSettings()  # the families' policy roles (baselines, control)
 
-        def records_of(cells: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
+        def records_of(cells: Sequence[tuple[str, int]]) -> list[Record]:
             return [
                 r
                 for policy, budget in cells
@@ -689,9 +728,9 @@ class RestoreSession:
             seed=s.bootstrap_seed,
         )
 
-    def grid_records(self) -> list[dict[str, Any]]:
+    def grid_records(self) -> list[Record]:
         """Every record of the session's grid, each cell reused when this run already has it."""
-        records: list[dict[str, Any]] = []
+        records: list[Record] = []
         for spec in self.cells():
             audit = self.audit(spec.reader)
             records += self.cell_records(audit, self.registry[spec.policy], spec.budget)
@@ -703,21 +742,10 @@ class RestoreSession:
             close_model(model)
         self._models.clear()
 
-    def thaw(self) -> None:
-        """Let the collector see what ``keep`` hid (a cleanup: after pytest's own final collections).
-
-        Not where the process ends with the session (an xdist worker; the
-        ``pytest`` command): a thawed audit would make the interpreter's last
-        collections walk it, ~0.6-1.5 s on the full file (in a worker, while
-        the controller writes the report). A process that goes on after the
-        session (``pytest.main()`` in a program, a pytester run) gets the
-        collector back.
-        """
-        if self._froze and self.is_controller and not _process_ends_with_session():
-            gc.unfreeze()
-            self._froze = False
+    def join_preload(self) -> None:
+        """Wait for the figure module's early import: never leave an import running into shutdown."""
         if self._preload is not None:
-            self._preload.join()  # never leave an import running into interpreter shutdown
+            self._preload.join()
             self._preload = None
 
     # -- the grid ---------------------------------------------------------------
@@ -755,17 +783,14 @@ class RestoreSession:
 
         The controller parses the file only to stop a malformed one before any
         worker starts (and to leave the prepared cache the workers load); the
-        workers do the audit. Holding the parsed file through the run would
-        cost ~0.5 GB on the full LongMemEval-S, and freeing it at exit would
-        add its time to the end of the run; freed here, it overlaps the
-        workers' start. What needs it later (the judge audit) loads it again
+        workers do the audit, so the controller need not hold the parsed file
+        through the run. What needs it later (the judge audit) loads it again
         from the prepared cache. A controller that built an audit (the
         calibration gate) keeps it.
         """
         dsession = self.config.pluginmanager.has_plugin("dsession")
         if self.is_controller and dsession and not self._audits and self._dataset is not None:
             self._dataset = None
-            _return_freed_memory()
 
     def dataset(self) -> Dataset:
         """The validated dataset (a malformed file ends the run with one line)."""
@@ -822,7 +847,7 @@ class RestoreSession:
         """One model object per name and role in this process (shared by the readers' audits)."""
         key = (spec, role)
         if key not in self._models:
-            self._models[key] = make_model(spec, role, self.model_options())
+            self._models[key] = make_model(spec, role, self.model_options(), providers=self.providers)
         return self._models[key]
 
     def audit(self, reader: str | None = None) -> Audit:
@@ -838,6 +863,7 @@ class RestoreSession:
                 subset_seed=s.subset_seed,
                 ablations=s.ablations,
                 cache_dir=str(self.cache_root() / "prepared"),
+                run_id=self.fingerprint(),
             )
             reader_model = self.model(spec, "reader")
             dataset = self.dataset()
@@ -855,18 +881,7 @@ class RestoreSession:
             if isinstance(reader_model, FakeReader):
                 reader_model.learn(p.history for p in audit.questions)
             self._audits[spec] = audit
-            self.keep()
         return self._audits[spec]
-
-    def keep(self) -> None:
-        """Move what exists now out of the garbage collector's sight until ``thaw``.
-
-        The prepared histories and the cells' records live as long as the
-        session: without this, every full collection walks their ~10^6
-        objects again (~0.5 s per process on the full grid).
-        """
-        gc.freeze()
-        self._froze = True
 
     def say(self, message: str) -> None:
         """One plain ``restore: ...`` progress line on the terminal (and in CI logs), at once.
@@ -916,7 +931,7 @@ class RestoreSession:
         seen: dict[str, Any] = {}
         for audit in self._audits.values():
             for role, memo in (("reader", audit.reader), ("judge", audit.judge), ("scorer", audit.scorer)):
-                if is_real(memo.name):
+                if is_real(memo.name, self.providers):
                     seen[f"{role} {memo.name}"] = memo.usage.to_json()
         return seen
 
@@ -955,7 +970,9 @@ class RestoreSession:
         for name, value in properties:
             if name == RECORDS_PROPERTY:
                 self.ran.add(report.nodeid)
-                self.records.extend(cast("list[dict[str, Any]]", json.loads(value) if isinstance(value, str) else value))
+                # records cross xdist as JSON: they become Records again here
+                received = json.loads(value) if isinstance(value, str) else value
+                self.records.extend(Record.of(r) for r in cast("list[Mapping[str, Any]]", received))
             elif name == META_PROPERTY:
                 self.run_meta = dict(cast("dict[str, Any]", value))
             elif name == USAGE_PROPERTY:
@@ -1003,11 +1020,13 @@ class RestoreSession:
         """
         settings = asdict(self.settings)
         settings.pop("report_dir")
+        settings.pop("real_models")
         settings["data"] = Path(self.settings.data).name if self.settings.data else "embedded synthetic"
         ran_policies = {str(r["policy"]) for r in self.records}
         ran_budgets = {int(r["budget"]) for r in self.records}
         settings["policies"] = [p.name for p in self.policies if p.name in ran_policies]
         settings["budgets"] = [b for b in self.settings.budgets if b in ran_budgets]
+        settings["run_id"] = self.records[0].run_id if self.records else None
         meta = dict(self.run_meta)
         exclusions = meta.pop("exclusions", {})
         meta.pop("path", None)
@@ -1054,8 +1073,8 @@ class RestoreSession:
         return None
 
     # First: every record is in once the run loop ends. The report is written on
-    # a thread while xdist shuts its workers down (their processes take ~1 s
-    # to free a full grid's memory), and ``finish_report`` (last) waits for it.
+    # a thread while xdist shuts its workers down, and ``finish_report`` (last)
+    # waits for it.
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Judge the model calls, then start writing the report (whole, or partial beside it)."""
@@ -1098,14 +1117,18 @@ class RestoreSession:
         return dataclasses.replace(files, out_dir=target)
 
     def _stamp(self, out: Path, partial: str | None) -> None:
-        """Provenance in summary.json (version, UTC time, run id) and, on a partial report, the mark."""
+        """Provenance in summary.json and, on a partial report, the mark.
+
+        ``session_id`` names this session; the records' ``run_id`` is a digest
+        of the settings that shape them, the same for every rerun.
+        """
         summary_path = out / "summary.json"
         summary = json.loads(summary_path.read_text(encoding="utf-8"))
         summary["provenance"] = {
             "package": "pytest-restore",
             "version": __version__,
             "started_utc": self.started_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "run_id": self.run_id,
+            "session_id": self.run_id,
             "partial": partial,
         }
         summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -1263,48 +1286,6 @@ def _failed_count(detail: dict[str, Any]) -> int:
     return sum(int(n) for n in detail.get("failures", {}).values())
 
 
-def _process_ends_with_session() -> bool:
-    """Whether this session is the ``pytest`` command itself: the process exits when it returns.
-
-    True when the call stack holds pytest's console entry point and one
-    session (a session nested in another, as pytester runs one, makes two);
-    False for ``pytest.main()`` called by a program.
-    """
-    from _pytest import config as pytest_config
-
-    entries = {
-        f.__code__ for f in (getattr(pytest_config, "_console_main", None), getattr(pytest_config, "console_main", None)) if f
-    }
-    # one frame of this per session: ``_main`` (pytest 9, which ``main`` calls) or ``main`` (pytest 8)
-    session = getattr(pytest_config, "_main", pytest_config.main).__code__
-    console = False
-    sessions = 0
-    frame: types.FrameType | None = sys._getframe()
-    while frame is not None:
-        if frame.f_code in entries:
-            console = True
-        elif frame.f_code is session:
-            sessions += 1
-        frame = frame.f_back
-    return console and sessions == 1
-
-
-def _return_freed_memory() -> None:
-    """Ask the C allocator to give freed heap pages back to the system (glibc; a no-op elsewhere).
-
-    Without it a process that has freed a parsed file keeps most of the pages
-    (~0.2 GB of the ~0.3 GB the full file takes), and the run's peak memory
-    counts them. It takes a few milliseconds.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):  # not glibc (musl has no malloc_trim)
-        return
-    trim(0)
-
-
 def _preload_figure() -> None:
     """Import the figure module ahead of the report; a failure here is the report's to raise."""
     with contextlib.suppress(Exception):  # the report imports it again and reports what is wrong
@@ -1361,14 +1342,14 @@ def _report_dir_problem(report_dir: str) -> str | None:
 
 def activate(config: pytest.Config) -> RestoreSession:
     """Parse the options and register the session object (once the run is an audit)."""
-    settings = RestoreSettings.from_config(config)
-    session = RestoreSession(config, settings)
+    providers = default_providers()
+    config.hook.pytest_restore_register_providers(registry=providers, config=config)
+    settings = RestoreSettings.from_config(config, providers)
+    session = RestoreSession(config, settings, providers)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "restore-session")
     config.pluginmanager.register(_ReportWaiter(session), "restore-report-waiter")
-    # Registered before the builtin plugins' cleanups, so it runs after them: their
-    # final gc.collect() calls still skip the session's frozen objects.
-    config.add_cleanup(session.thaw)
+    config.add_cleanup(session.join_preload)
     if session.is_controller:
         # Known before any model call rather than after the grid. A run that names data
         # or real models is an audit: stop it now. Otherwise (this plugin loads in every

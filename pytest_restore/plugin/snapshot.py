@@ -23,6 +23,7 @@ from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from syrupy.terminal import disable_color
 
+from pytest_restore.record import Record
 from pytest_restore.report.writer import (
     RunInfo,
     analyse_records,
@@ -51,7 +52,7 @@ class RestoreSnapshot:
     def __init__(
         self,
         snapshot: SnapshotAssertion,
-        records: Callable[[], Sequence[dict[str, Any]]],
+        records: Callable[[], Sequence[Record]],
         settings: dict[str, Any],
         *,
         color: bool = False,

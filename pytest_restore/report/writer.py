@@ -30,17 +30,19 @@ import io
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pytest_restore import record as record_module
 from pytest_restore.audit import ablations
 from pytest_restore.audit.robustness import compare_readers, render_comparison_md
-from pytest_restore.audit.run import BINS, CellFigures, Record, model_calls, tally
+from pytest_restore.audit.run import model_calls
 from pytest_restore.memory.eviction import BUILTIN_POLICIES
-from pytest_restore.memory.retrieval import DEFAULT_RANKER
 from pytest_restore.models.fake import simulated_note, simulated_reader_md
+from pytest_restore.record import BINS, DEFAULT_RANKER, Record, RecordError, tally_cells
+from pytest_restore.record import dumps as records_text
 from pytest_restore.stats import analysis as stats
 from pytest_restore.stats.analysis import (
     INTERVAL_COLUMNS,
@@ -56,59 +58,12 @@ EXTRA_COLUMNS = ("irr_share", "rec_share", "res_share", "negative_restore_gain",
 CSV_COLUMNS = CELL_COLUMNS + INTERVAL_COLUMNS + EXTRA_COLUMNS
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_str(value: Any) -> bool:
-    return isinstance(value, str)
-
-
-def _is_verdict(value: Any) -> bool:
-    return value is None or isinstance(value, bool)
-
-
-#: Every field a saved record must carry: (name, check, what the check wants).
-RECORD_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("question_id", _is_str, "a string"),
-    ("question_type", _is_str, "a string"),
-    ("policy", _is_str, "a string"),
-    ("budget", _is_int, "an integer"),
-    ("seed", _is_int, "an integer"),
-    ("regime", lambda v: v in ("a", "b"), "'a' or 'b'"),
-    ("reader", _is_str, "a string"),
-    ("oracle_correct", _is_verdict, "true, false or null"),
-    ("policy_correct", _is_verdict, "true, false or null"),
-    ("restored_correct", _is_verdict, "true, false or null"),
-    ("negative_restore_gain", lambda v: isinstance(v, bool), "true or false"),
-    ("gold_units", _is_int, "an integer"),
-    ("gold_evicted", _is_int, "an integer"),
-    ("bin", lambda v: v is None or v in BINS, "'irreversible', 'recoverable', 'residual' or null"),
-    ("excluded", lambda v: v is None or isinstance(v, str), "a string or null"),
-)
-REQUIRED_RECORD_KEYS = tuple(name for name, _check, _want in RECORD_FIELDS)
-
-#: Fields later versions added: checked when present, absent in older records.
-OPTIONAL_RECORD_FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("ranker", _is_str, "a string"),
-    *((name, _is_verdict, "true, false or null") for name in ablations.ABLATION_FIELDS),
-    ("ablation_excluded", lambda v: v is None or isinstance(v, dict), "an object or null"),
-    (
-        "gold_evicted_units",
-        lambda v: v is None or isinstance(v, list) and all(_is_int(x) for x in v),
-        "a list of integers or null",
-    ),
-    *(
-        (f"{c}_prompt", lambda v: v is None or isinstance(v, str), "a string or null")
-        for c in ("oracle", "policy", "restored")
-    ),
-)
-
+_R = TypeVar("_R", bound=Mapping[str, Any])
 _BUILTIN_ORDER = {cls.name: i for i, cls in enumerate(BUILTIN_POLICIES)}
 
 
-class RecordsError(ValueError):
-    """Saved records that cannot be turned into a report."""
+#: Saved records that cannot be turned into a report (the name this module always used).
+RecordsError = RecordError
 
 
 @dataclass(frozen=True)
@@ -158,7 +113,7 @@ def record_order(r: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def sort_records(records: Iterable[Record]) -> list[Record]:
+def sort_records(records: Iterable[_R]) -> list[_R]:
     """Records in canonical order (arrival order across workers is not fixed)."""
     return sorted(records, key=record_order)
 
@@ -201,41 +156,45 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
-def _cell_index(analysis: Analysis) -> dict[tuple[str, int, str, str], CellStats]:
-    return {c.key: c for c in analysis.cells}
+def _cells_in_order(analysis: Analysis) -> list[CellStats]:
+    """The analysis's cells in the report's order: policy, loosest budget first, reader, regime."""
+    return sorted(analysis.cells, key=lambda c: (policy_order(c.policy), -c.budget, c.reader, c.regime))
+
+
+def _bin_share(cell: CellStats, bin_: str) -> float | None:
+    count = {"irreversible": cell.irr, "recoverable": cell.rec, "residual": cell.res}[bin_]
+    return count / cell.err if cell.err else None
 
 
 def cell_rows(records: Sequence[Record], analysis: Analysis | None = None) -> list[dict[str, str]]:
-    """The rows of ``cells.csv`` as formatted strings."""
-    index = _cell_index(analysis if analysis is not None else analyse_records(records))
+    """The rows of ``cells.csv`` as formatted strings, from the statistics pass's tally."""
+    analysis = analysis if analysis is not None else analyse_records(records)
     rows = []
-    for (policy, budget, regime, reader), recs in cells_of(records).items():
-        fig = tally(recs)
-        cell = index.get((policy, budget, regime, reader))
+    for cell in _cells_in_order(analysis):
         row = {
-            "policy": policy,
-            "budget": str(budget),
-            "regime": regime,
-            "reader": reader,
-            "N": str(fig.N),
-            "err": str(fig.err),
-            "irr": str(fig.irr),
-            "rec": str(fig.rec),
-            "res": str(fig.res),
-            "two_bin_share": _fmt(fig.two_bin_share),
-            "irr_rate": _fmt(fig.irr_rate),
-            "accuracy": _fmt(fig.accuracy),
-            "gold_evicted_rate": _fmt(fig.gold_evicted_rate),
+            "policy": cell.policy,
+            "budget": str(cell.budget),
+            "regime": cell.regime,
+            "reader": cell.reader,
+            "N": str(cell.N),
+            "err": str(cell.err),
+            "irr": str(cell.irr),
+            "rec": str(cell.rec),
+            "res": str(cell.res),
+            "two_bin_share": _fmt(cell.two_bin_share),
+            "irr_rate": _fmt(cell.irr_rate),
+            "accuracy": _fmt(cell.accuracy),
+            "gold_evicted_rate": _fmt(cell.gold_evicted_rate),
         }
         for column in INTERVAL_COLUMNS:
-            row[column] = _fmt(getattr(cell, column)) if cell is not None else ""
+            row[column] = _fmt(getattr(cell, column))
         row.update(
             {
-                "irr_share": _fmt(fig.share("irreversible")),
-                "rec_share": _fmt(fig.share("recoverable")),
-                "res_share": _fmt(fig.share("residual")),
-                "negative_restore_gain": str(fig.negative_restore_gain),
-                "excluded": str(fig.excluded),
+                "irr_share": _fmt(_bin_share(cell, "irreversible")),
+                "rec_share": _fmt(_bin_share(cell, "recoverable")),
+                "res_share": _fmt(_bin_share(cell, "residual")),
+                "negative_restore_gain": str(cell.negative_restore_gain),
+                "excluded": str(cell.excluded),
             }
         )
         rows.append(row)
@@ -251,12 +210,9 @@ def render_cells_csv(records: Sequence[Record], analysis: Analysis | None = None
     return buf.getvalue()
 
 
-def render_records_jsonl(records: Iterable[Record], *, ordered: bool = False) -> str:
+def render_records_jsonl(records: Iterable[Mapping[str, Any]], *, ordered: bool = False) -> str:
     """``records.jsonl`` as text, in canonical order (``ordered``: the records already are)."""
-    return "".join(
-        json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n"
-        for r in (records if ordered else sort_records(records))
-    )
+    return records_text(records if ordered else sort_records(records))
 
 
 def render_hypotheses_json(analysis: Analysis, records: Sequence[Record] | None = None) -> str:
@@ -393,7 +349,7 @@ def render_cell_table(
 
     Regime (a) leaves out ``rec`` and the two-bin share, constant by construction.
     """
-    index = _cell_index(analysis if analysis is not None else analyse_records(records))
+    analysis = analysis if analysis is not None else analyse_records(records)
     full = regime != "a"
     if full:
         header = "| policy | budget | reader | N | err | irr | rec | res | two-bin (95% CI) | irr-rate | accuracy | gold evicted |"
@@ -403,22 +359,16 @@ def render_cell_table(
         rule = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
     lines = [header, rule]
     previous = None
-    for (policy, budget, reg, reader), recs in cells_of(records).items():
-        if reg != regime:
+    for cell in _cells_in_order(analysis):
+        if cell.regime != regime:
             continue
-        fig = tally(recs)
-        cell = index.get((policy, budget, reg, reader))
-        two_bin = _share_with_interval(
-            fig.two_bin_share,
-            cell.two_bin_lo if cell is not None else None,
-            cell.two_bin_hi if cell is not None else None,
-        )
-        name = policy if policy != previous else ""
-        previous = policy
-        middle = f"{fig.rec} | {fig.res} | {two_bin}" if full else f"{fig.res}"
+        two_bin = _share_with_interval(cell.two_bin_share, cell.two_bin_lo, cell.two_bin_hi)
+        name = cell.policy if cell.policy != previous else ""
+        previous = cell.policy
+        middle = f"{cell.rec} | {cell.res} | {two_bin}" if full else f"{cell.res}"
         lines.append(
-            f"| {name} | {_budget_label(budget)} | {reader} | {fig.N} | {fig.err} | {fig.irr} | {middle} | "
-            f"{_fmt(fig.irr_rate, 2) or '-'} | {_fmt(fig.accuracy, 2) or '-'} | {_fmt(fig.gold_evicted_rate, 2) or '-'} |"
+            f"| {name} | {_budget_label(cell.budget)} | {cell.reader} | {cell.N} | {cell.err} | {cell.irr} | {middle} | "
+            f"{_fmt(cell.irr_rate, 2) or '-'} | {_fmt(cell.accuracy, 2) or '-'} | {_fmt(cell.gold_evicted_rate, 2) or '-'} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -715,7 +665,7 @@ def _run_line(records: Sequence[Record], info: RunInfo) -> str:
 
 
 #: Settings that are not named after their option.
-_SETTING_LABELS = {"prices": "--restore-price", "model_usage": "model usage (real models)"}
+_SETTING_LABELS = {"prices": "--restore-price", "model_usage": "model usage (real models)", "run_id": "run id (records)"}
 
 
 def _setting_value(key: str, value: Any) -> str:
@@ -940,8 +890,8 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
     :func:`session_failures`); the plugin fails the session on them.
     """
     out = Path(out_dir)
+    ordered = sort_records(Record.of(r) for r in records)
     out.mkdir(parents=True, exist_ok=True)
-    ordered = sort_records(records)
     analysis = analyse_records(ordered, info)
     files = ReportFiles(
         out_dir=out,
@@ -985,34 +935,15 @@ def dataset_label(info: RunInfo) -> str:
 
 
 def read_records(path: str | Path) -> list[Record]:
-    """Read ``records.jsonl``; a bad record is a one-line error naming line, question and field."""
-    records = []
-    p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise RecordsError(f"{p}: cannot read: {exc.strerror}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise RecordsError(f"{p}: line {n}: not JSON: {exc.msg}") from None
-        if not isinstance(rec, dict):
-            raise RecordsError(f"{p}: line {n}: not a JSON object")
-        problem = _record_problem(rec)
-        if problem is not None:
-            name, what = problem
-            who = rec.get("question_id", "?")
-            raise RecordsError(f"{p}: line {n}: question {who!r}: field {name!r}: {what}")
-        records.append(rec)
-    if not records:
-        raise RecordsError(f"{p}: no records")
+    """Read and validate ``records.jsonl`` (see :func:`pytest_restore.record.read_records`).
+
+    Records of more than one ranker are refused: a report holds one ranker.
+    """
+    records = record_module.read_records(path)
     used = rankers_of(records)
     if len(used) > 1:
         raise RecordsError(
-            f"{p}: records of {len(used)} rankers ({', '.join(used)}); a report holds one ranker: "
+            f"{path}: records of {len(used)} rankers ({', '.join(used)}); a report holds one ranker: "
             "report each ranker's records separately"
         )
     return records
@@ -1021,24 +952,6 @@ def read_records(path: str | Path) -> list[Record]:
 def rankers_of(records: Iterable[Mapping[str, Any]]) -> list[str]:
     """The rankers the records were read with (records older than the field used BM25-lite)."""
     return sorted({str(r.get("ranker") or DEFAULT_RANKER) for r in records})
-
-
-def _record_problem(rec: Mapping[str, Any]) -> tuple[str, str] | None:
-    """The first field of a record that is missing or wrong, and what is wrong with it."""
-    for name, check, want in RECORD_FIELDS:
-        if name not in rec:
-            return name, "missing"
-        if not check(rec[name]):
-            return name, f"must be {want}, got {json.dumps(rec[name])}"
-    for name, check, want in OPTIONAL_RECORD_FIELDS:
-        if name in rec and not check(rec[name]):
-            return name, f"must be {want}, got {json.dumps(rec[name])}"
-    enters_n = rec["excluded"] is None and rec["oracle_correct"] is True
-    if enters_n and rec["policy_correct"] is None:
-        return "policy_correct", "null on an oracle-answerable record that is not excluded"
-    if rec["bin"] is not None and not (enters_n and rec["policy_correct"] is False):
-        return "bin", f"{rec['bin']!r} on a record that is not an oracle-answerable policy error"
-    return None
 
 
 def read_run_info(records_path: str | Path) -> RunInfo:
@@ -1056,15 +969,33 @@ def read_run_info(records_path: str | Path) -> RunInfo:
     return RunInfo.from_json(run)
 
 
+def check_run_info(records: Sequence[Record], info: RunInfo, records_path: str | Path) -> None:
+    """The records must be of the run ``summary.json`` describes: same run id, granularity and ranker.
+
+    Fields absent on either side (older files) are not compared. The first
+    conflict is a one-line :class:`RecordsError`.
+    """
+    first = records[0]
+    summary = Path(records_path).with_name("summary.json")
+    for name in ("run_id", "granularity", "ranker"):
+        ours, theirs = first.get(name), info.settings.get(name)
+        if ours is not None and theirs is not None and ours != theirs:
+            raise RecordsError(
+                f"{records_path}: line 1: question {first.question_id!r}: field {name!r}: "
+                f"{ours!r} but {summary} says {theirs!r} (records of another run)"
+            )
+
+
 def terminal_lines(records: Sequence[Record]) -> list[str]:
     """A short summary for the end of the pytest run: regime (b) per cell."""
     lines = [
         f"{'policy':<16}{'budget':>8}{'N':>7}{'err':>6}{'irr':>6}{'rec':>6}{'res':>6}{'two-bin':>9}{'acc':>7}"
     ]
-    for (policy, budget, regime, _reader), recs in cells_of(records).items():
+    cells = tally_cells(records)
+    for (policy, budget, regime, reader) in sorted(cells, key=lambda k: (policy_order(k[0]), -k[1], k[3], k[2])):
         if regime != "b":
             continue
-        fig: CellFigures = tally(recs)
+        fig = cells[(policy, budget, regime, reader)]
         lines.append(
             f"{policy:<16}{_budget_label(budget):>8}{fig.N:>7}{fig.err:>6}{fig.irr:>6}{fig.rec:>6}{fig.res:>6}"
             f"{_fmt(fig.two_bin_share, 2) or '-':>9}{_fmt(fig.accuracy, 2) or '-':>7}"

@@ -56,12 +56,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
+
+from pytest_restore.record import (
+    BINS,
+    CORRECT_ROW,
+    ERR_ROW,
+    GOLD_ROW,
+    IRR_ROW,
+    N_ROW,
+    REC_ROW,
+    RES_ROW,
+    ROWS,
+    CellKey,
+    enters_n,
+    tally_cells,
+)
 
 # --------------------------------------------------------------------------
 # Defaults (the paper's settings). Everything here is a parameter of analyse().
@@ -130,11 +145,9 @@ CELL_COLUMNS: tuple[str, ...] = (
     "not_answerable",
 )
 
-BINS = ("irreversible", "recoverable", "residual")
 _ROUND = 6  # decimals in JSON/CSV output: hides BLAS/thread noise, keeps 4 significant p digits
 
 FloatArray = NDArray[np.float64]
-CellKey = tuple[str, int, str, str]  # (policy, budget, regime, reader)
 
 
 def budget_label(budget: int) -> str:
@@ -158,85 +171,11 @@ def _cell_sort_key(key: CellKey) -> tuple[str, str, tuple[int, str], int]:
 # 1. Aggregation: records -> per-question count vectors per cell
 # --------------------------------------------------------------------------
 
-# Rows of a cell's count matrix.
-_N, _ERR, _IRR, _REC, _RES, _CORRECT, _GOLD = range(7)
-_ROWS = 7
-_BIN_ROW = {"irreversible": _IRR, "recoverable": _REC, "residual": _RES}
-_REQUIRED = (
-    "question_id",
-    "policy",
-    "budget",
-    "seed",
-    "regime",
-    "reader",
-    "oracle_correct",
-    "policy_correct",
-    "bin",
-    "excluded",
+# Rows of a cell's count matrix (the tally's, see pytest_restore.record).
+_N, _ERR, _IRR, _REC, _RES, _CORRECT, _GOLD = (
+    N_ROW, ERR_ROW, IRR_ROW, REC_ROW, RES_ROW, CORRECT_ROW, GOLD_ROW
 )
-
-
-@dataclass
-class _CellCounts:
-    """Per-question counts of one cell over the universe (columns = question ids)."""
-
-    counts: NDArray[np.int64]  # (_ROWS, Q)
-    seeds: set[int] = field(default_factory=set)
-    records: int = 0
-    excluded: int = 0
-    not_answerable: int = 0
-
-
-def _describe(record: Mapping[str, Any]) -> str:
-    keys = ("question_id", "policy", "budget", "seed", "regime", "reader")
-    return ", ".join(f"{k}={record.get(k)!r}" for k in keys)
-
-
-def _aggregate(
-    records: Sequence[Mapping[str, Any]], universe: Sequence[str]
-) -> dict[CellKey, _CellCounts]:
-    """Count every record into its cell; malformed records raise ``ValueError``."""
-    column = {qid: i for i, qid in enumerate(universe)}
-    cells: dict[CellKey, _CellCounts] = {}
-    for record in records:
-        missing = [k for k in _REQUIRED if k not in record]
-        if missing:
-            raise ValueError(f"record ({_describe(record)}) lacks {', '.join(missing)}")
-        regime = record["regime"]
-        if regime not in ("a", "b"):
-            raise ValueError(f"record ({_describe(record)}): regime must be 'a' or 'b'")
-        key: CellKey = (str(record["policy"]), int(record["budget"]), regime, str(record["reader"]))
-        cell = cells.get(key)
-        if cell is None:
-            cell = cells[key] = _CellCounts(np.zeros((_ROWS, len(universe)), dtype=np.int64))
-        cell.records += 1
-        cell.seeds.add(int(record["seed"]))
-        if record["excluded"] is not None:
-            cell.excluded += 1
-            continue
-        if record["oracle_correct"] is not True:
-            cell.not_answerable += 1
-            continue
-        q = column[str(record["question_id"])]
-        cell.counts[_N, q] += 1
-        correct = record["policy_correct"]
-        bin_ = record["bin"]
-        if correct is True:
-            cell.counts[_CORRECT, q] += 1
-            if bin_ is not None:
-                raise ValueError(f"record ({_describe(record)}) is correct but binned {bin_!r}")
-        elif correct is False:
-            cell.counts[_ERR, q] += 1
-            if bin_ is not None:
-                if bin_ not in _BIN_ROW:
-                    raise ValueError(f"record ({_describe(record)}): unknown bin {bin_!r}")
-                cell.counts[_BIN_ROW[bin_], q] += 1
-        else:
-            # An oracle-answerable, non-excluded record must have a verdict.
-            raise ValueError(f"record ({_describe(record)}) enters N but policy_correct is null")
-        if int(record.get("gold_evicted") or 0) > 0:
-            cell.counts[_GOLD, q] += 1
-    return cells
+_ROWS = len(ROWS)
 
 
 # --------------------------------------------------------------------------
@@ -458,6 +397,7 @@ class CellStats:
     records: int
     excluded: int
     not_answerable: int
+    negative_restore_gain: int
     N: int
     err: int
     irr: int
@@ -695,7 +635,7 @@ class _Engine:
     def __init__(self, records: Sequence[Mapping[str, Any]], settings: StatsSettings) -> None:
         self.settings = settings
         self.universe = sorted({str(r["question_id"]) for r in records if "question_id" in r})
-        self.cells = _aggregate(records, self.universe)
+        self.cells = tally_cells(records, self.universe)
         self.resampler = Resampler.draw(self.universe, settings.resamples, settings.seed)
         keys = sorted(self.cells, key=_cell_sort_key)
         self.keys = keys
@@ -1325,6 +1265,7 @@ def _cell_figures(engine: _Engine, key: CellKey) -> CellStats:
         records=cell.records,
         excluded=cell.excluded,
         not_answerable=cell.not_answerable,
+        negative_restore_gain=cell.negative_restore_gain,
         N=c[_N],
         err=c[_ERR],
         irr=c[_IRR],
@@ -1517,7 +1458,7 @@ def bins_by_type(
     for record in records:
         if policies is not None and record.get("policy") not in policies:
             continue
-        if record.get("excluded") is not None or record.get("oracle_correct") is not True:
+        if not enters_n(record):
             continue
         counts = groups.setdefault(tuple(record.get(k) for k in by), [0, 0, 0, 0, 0])
         counts[0] += 1

@@ -1,0 +1,645 @@
+"""The per-question record: its schema, reading and writing, and how records are counted.
+
+One :class:`Record` per (question, policy, budget, seed, regime, reader). The
+audit produces records, the statistics and the report consume them, and
+``python -m pytest_restore report`` reads them back through
+:func:`read_records`. Everything a consumer needs to know about a record lives
+here:
+
+- the fields and their types (:data:`FIELDS`, the dataclass itself);
+- which records enter a cell's ``N`` (:attr:`Record.enters_n`);
+- the bins (:data:`BINS`) and the rule that assigns them (:func:`bin_of`);
+- one tally per cell (:class:`CellTally`): per-question counts that the
+  bootstrap resamples and whose sums are the figures of ``cells.csv``.
+
+Records cross xdist workers as plain JSON dicts (:meth:`Record.to_json`,
+:meth:`Record.from_json`); a ``Record`` is also a read-only mapping, so
+``record["policy"]`` reads the same field as ``record.policy``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+BINS: tuple[str, ...] = ("irreversible", "recoverable", "residual")
+REGIMES: tuple[str, ...] = ("a", "b")
+#: The ranker of records written before records named theirs.
+DEFAULT_RANKER = "bm25-lite"
+
+#: The restore-tightness ablations: (key, title, the record field holding its verdict).
+ABLATIONS: tuple[tuple[str, str, str], ...] = (
+    ("surviving", "(i) surviving gold only, G ∩ S_P", "ablation_surviving_correct"),
+    ("store", "(ii) complete retained store, no cap", "ablation_store_correct"),
+    ("placebo", "(iii) length/position-matched placebo", "ablation_placebo_correct"),
+)
+ABLATION_FIELDS: tuple[str, ...] = tuple(f for _, _, f in ABLATIONS)
+#: Every field the ablations fill in (null on a record they did not run on).
+ABLATION_RECORD_FIELDS: tuple[str, ...] = (
+    *ABLATION_FIELDS,
+    "ablation_excluded",
+    "ablation_store_tokens",
+    "ablation_placebo_units",
+    "ablation_placebo_tokens",
+)
+
+CellKey = tuple[str, int, str, str]  # (policy, budget, regime, reader)
+#: The fields that identify a record: no two records of one run share them.
+KEY_FIELDS: tuple[str, ...] = ("question_id", "policy", "budget", "seed", "regime", "reader")
+
+
+class RecordError(ValueError):
+    """A record that breaks the schema; ``str(err)`` is one line naming the field."""
+
+
+@dataclass(frozen=True)
+class Record(Mapping[str, Any]):
+    """One question under one policy, budget, seed, regime and reader.
+
+    The first block of fields is required in a saved record; the rest were
+    added later and read as null when absent. ``docs/DESIGN.md`` shows this
+    schema with each field's meaning.
+    """
+
+    question_id: str
+    question_type: str
+    policy: str
+    budget: int
+    seed: int
+    regime: str
+    reader: str
+    oracle_correct: bool | None
+    policy_correct: bool | None
+    restored_correct: bool | None
+    negative_restore_gain: bool
+    gold_units: int
+    gold_evicted: int | None
+    bin: str | None
+    excluded: str | None
+    # -- added later: null when absent ------------------------------------------
+    judge: str | None = None
+    scorer: str | None = None
+    ranker: str | None = None
+    run_id: str | None = None
+    granularity: str | None = None
+    question: str | None = None
+    reference: str | None = None
+    gold_tokens: int | None = None
+    gold_evicted_units: tuple[int, ...] | None = None
+    gold_evicted_where: tuple[str, ...] | None = None
+    error: str | None = None
+    oracle_prompt: str | None = None
+    policy_prompt: str | None = None
+    restored_prompt: str | None = None
+    oracle_answer: str | None = None
+    policy_answer: str | None = None
+    restored_answer: str | None = None
+    policy_injected_tokens: int | None = None
+    restored_injected_tokens: int | None = None
+    policy_injected_units: int | None = None
+    restored_injected_units: int | None = None
+    store_tokens: int | None = None
+    store_units: int | None = None
+    ablation_surviving_correct: bool | None = None
+    ablation_store_correct: bool | None = None
+    ablation_placebo_correct: bool | None = None
+    ablation_excluded: Mapping[str, str] | None = None
+    ablation_store_tokens: int | None = None
+    ablation_placebo_units: tuple[int, ...] | None = None
+    ablation_placebo_tokens: int | None = None
+
+    # -- the counting rule --------------------------------------------------------
+
+    @property
+    def enters_n(self) -> bool:
+        """Whether the record enters its cell's ``N``: not excluded and oracle-answerable."""
+        return enters_n(self)
+
+    @property
+    def cell(self) -> CellKey:
+        """``(policy, budget, regime, reader)``."""
+        return (self.policy, self.budget, self.regime, self.reader)
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """The :data:`KEY_FIELDS`: unique within one run."""
+        return tuple(getattr(self, name) for name in KEY_FIELDS)
+
+    # -- JSON ------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict of every field (tuples as lists)."""
+        out: dict[str, Any] = {}
+        for name in _NAMES:
+            value = getattr(self, name)
+            if isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Record:
+        """Validate a JSON object and build the record; a problem raises :class:`RecordError`.
+
+        The message names the question and the field (the caller prefixes the
+        file and line).
+        """
+        problem = check(data)
+        if problem is not None:
+            name, what = problem
+            raise RecordError(f"question {data.get('question_id', '?')!r}: field {name!r}: {what}")
+        values: dict[str, Any] = {name: data.get(name) for name in _NAMES}
+        for name in _TUPLES:
+            if values[name] is not None:
+                values[name] = tuple(values[name])
+        return cls(**values)
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> Record:
+        """``record`` itself when it is a :class:`Record`, else validated from its fields."""
+        return record if isinstance(record, Record) else cls.from_json(record)
+
+    def with_fields(self, **changes: Any) -> Record:
+        """A copy with some fields changed (the audit fills in the ablations this way)."""
+        return type(self)(**{**{n: getattr(self, n) for n in _NAMES}, **changes})
+
+    # -- read-only mapping view: consumers written against dict records keep working --
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in _NAME_SET:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_NAMES)
+
+    def __len__(self) -> int:
+        return len(_NAMES)
+
+
+_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Record))
+_NAME_SET = frozenset(_NAMES)
+_TUPLES = ("gold_evicted_units", "gold_evicted_where", "ablation_placebo_units")
+#: Fields a saved record must carry (the rest read as null when absent).
+REQUIRED_FIELDS: tuple[str, ...] = _NAMES[: _NAMES.index("judge")]
+
+
+def enters_n(record: Mapping[str, Any]) -> bool:
+    """The one rule for a cell's ``N``: not excluded and the oracle answered correctly.
+
+    Excluded records (failed model calls) are counted apart, never as errors.
+    """
+    return record["excluded"] is None and record["oracle_correct"] is True
+
+
+def bin_of(*, oracle_correct: bool | None, policy_correct: bool | None,
+           restored_correct: bool | None, gold_evicted: int | None) -> str | None:
+    """The bin of a not-excluded record: only oracle-answerable policy errors are binned.
+
+    Restore fixes it and gold was evicted: irreversible; restore fixes it and
+    no gold was evicted: recoverable; restore does not fix it: residual.
+    """
+    if not oracle_correct or policy_correct is not False:
+        return None
+    if restored_correct:
+        return "irreversible" if gold_evicted else "recoverable"
+    return "residual"
+
+
+# -- validation --------------------------------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_verdict(value: Any) -> bool:
+    return value is None or isinstance(value, bool)
+
+
+def _list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or isinstance(v, (list, tuple)) and all(check(x) for x in v)
+
+
+_STR, _OPT_STR, _INT, _OPT_INT = (
+    (_is_str, "a string"),
+    (_optional(_is_str), "a string or null"),
+    (_is_int, "an integer"),
+    (_optional(_is_int), "an integer or null"),
+)
+_VERDICT = (_is_verdict, "true, false or null")
+
+#: Every field: (name, check, what the check wants).
+FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("question_id", *_STR),
+    ("question_type", *_STR),
+    ("policy", *_STR),
+    ("budget", *_INT),
+    ("seed", *_INT),
+    ("regime", lambda v: v in REGIMES, "'a' or 'b'"),
+    ("reader", *_STR),
+    ("oracle_correct", *_VERDICT),
+    ("policy_correct", *_VERDICT),
+    ("restored_correct", *_VERDICT),
+    ("negative_restore_gain", lambda v: isinstance(v, bool), "true or false"),
+    ("gold_units", *_INT),
+    ("gold_evicted", *_OPT_INT),
+    ("bin", lambda v: v is None or v in BINS, "'irreversible', 'recoverable', 'residual' or null"),
+    ("excluded", *_OPT_STR),
+    *((name, *_OPT_STR) for name in ("judge", "scorer", "ranker", "run_id")),
+    ("granularity", lambda v: v is None or v in ("turn", "session"), "'turn', 'session' or null"),
+    *((name, *_OPT_STR) for name in ("question", "reference")),
+    ("gold_tokens", *_OPT_INT),
+    ("gold_evicted_units", _list_of(_is_int), "a list of integers or null"),
+    ("gold_evicted_where", _list_of(_is_str), "a list of strings or null"),
+    *(
+        (name, *_OPT_STR)
+        for name in (
+            "error",
+            *(f"{c}_{what}" for what in ("prompt", "answer") for c in ("oracle", "policy", "restored")),
+        )
+    ),
+    *(
+        (f"{c}_injected_{what}", *_OPT_INT)
+        for what in ("tokens", "units")
+        for c in ("policy", "restored")
+    ),
+    ("store_tokens", *_OPT_INT),
+    ("store_units", *_OPT_INT),
+    *((name, *_VERDICT) for name in ABLATION_FIELDS),
+    (
+        "ablation_excluded",
+        lambda v: v is None or isinstance(v, dict) and all(_is_str(x) for x in v.values()),
+        "an object of strings or null",
+    ),
+    ("ablation_store_tokens", *_OPT_INT),
+    ("ablation_placebo_units", _list_of(_is_int), "a list of integers or null"),
+    ("ablation_placebo_tokens", *_OPT_INT),
+)
+assert tuple(name for name, _c, _w in FIELDS) == _NAMES, "FIELDS and Record disagree"
+_CHECKS = {name: (check, want) for name, check, want in FIELDS}
+#: What each field means (``docs/DESIGN.md`` shows this table: :func:`schema_markdown`).
+MEANINGS: dict[str, str] = {
+    "question_id": "the question",
+    "question_type": "its LongMemEval type",
+    "policy": "eviction policy (registry name)",
+    "budget": "memory budget in tokens (no-evict carries the cell's budget)",
+    "seed": "the policy's seed (0 for deterministic policies)",
+    "regime": "a = forced surviving gold, b = top-k retrieval",
+    "reader": "reader model name",
+    "oracle_correct": "the reader with all of the history (null: the call failed)",
+    "policy_correct": "the reader with the policy's store (null when excluded)",
+    "restored_correct": "the reader with the store plus the evicted gold restored",
+    "negative_restore_gain": "policy right, restored wrong",
+    "gold_units": "size of G_q, the gold units",
+    "gold_evicted": "gold units not in the store (null when there is no store)",
+    "bin": "only oracle-answerable policy errors are binned (see bin_of)",
+    "excluded": "why the record is out of N (a failed model call), else null",
+    "judge": "judge model name",
+    "scorer": "importance scorer name, null unless the policy uses it",
+    "ranker": "the run's ranker (missing: bm25-lite, the only one before the field)",
+    "run_id": "digest of what the run was asked (data, prompts, the settings that decide records)",
+    "granularity": "what one memory unit is",
+    "question": "question text (for the report's cases)",
+    "reference": "reference answer (for the report's cases)",
+    "gold_tokens": "tokens of G_q",
+    "gold_evicted_units": "positions of the evicted gold units",
+    "gold_evicted_where": "the same units as 'session S, turn T (date, role)'",
+    "error": "the failed call's message (the reason is in excluded)",
+    "oracle_prompt": "first 16 hex of the sha256 of the oracle's reader request",
+    "policy_prompt": "the same for the policy condition",
+    "restored_prompt": "the same for the restored condition",
+    "oracle_answer": "the reader's answer, oracle condition",
+    "policy_answer": "the reader's answer, policy condition",
+    "restored_answer": "the reader's answer, restored condition",
+    "policy_injected_tokens": "tokens injected into the reader's context, policy condition",
+    "restored_injected_tokens": "the same, restored condition",
+    "policy_injected_units": "units injected, policy condition",
+    "restored_injected_units": "units injected, restored condition",
+    "store_tokens": "size of the store S_P in tokens",
+    "store_units": "size of the store S_P in units",
+    "ablation_surviving_correct": "(i) G_q ∩ S_P forced, S_P ranked (regime a's context)",
+    "ablation_store_correct": "(ii) all of S_P forced, no cap",
+    "ablation_placebo_correct": "(iii) a nearby non-gold placebo forced in the gold's place",
+    "ablation_excluded": "null: not run; {}: run; else ablation -> reason",
+    "ablation_store_tokens": "tokens injected by (ii)",
+    "ablation_placebo_units": "the placebo's positions",
+    "ablation_placebo_tokens": "the placebo's tokens",
+}
+assert tuple(MEANINGS) == _NAMES, "MEANINGS and Record disagree"
+
+
+def schema_markdown() -> str:
+    """The record schema as a markdown table: field, what a valid value is, meaning, required."""
+    lines = ["| field | value | required | meaning |", "|---|---|---|---|"]
+    for name, _check, want in FIELDS:
+        required = "yes" if name in REQUIRED_FIELDS else ""
+        lines.append(f"| `{name}` | {want} | {required} | {MEANINGS[name]} |")
+    return "\n".join(lines) + "\n"
+
+
+#: What the tally reads: a mapping with these fields can be counted.
+COUNTED_FIELDS: tuple[str, ...] = (
+    *KEY_FIELDS,
+    "oracle_correct",
+    "policy_correct",
+    "bin",
+    "excluded",
+)
+
+
+def check(record: Mapping[str, Any], required: Sequence[str] = REQUIRED_FIELDS) -> tuple[str, str] | None:
+    """The first field of ``record`` that is missing, unknown or wrong, and what is wrong with it.
+
+    ``required`` fields must be present; every other known field is checked
+    when present. Then the fields must agree with the counting rule: a record
+    in ``N`` has a verdict, and only an oracle-answerable policy error has a bin.
+    """
+    for name in required:
+        if name not in record:
+            return name, "missing"
+    for name, value in record.items():
+        if name not in _CHECKS:
+            return name, "not a record field"
+        test, want = _CHECKS[name]
+        if not test(value):
+            return name, f"must be {want}, got {json.dumps(value, default=str)}"
+    counted = enters_n(record)
+    if counted and record["policy_correct"] is None:
+        return "policy_correct", "null on an oracle-answerable record that is not excluded"
+    if record["bin"] is not None and not (counted and record["policy_correct"] is False):
+        return "bin", f"{record['bin']!r} on a record that is not an oracle-answerable policy error"
+    return None
+
+
+# -- records.jsonl ------------------------------------------------------------------------
+
+
+def dumps(records: Iterable[Mapping[str, Any]]) -> str:
+    """``records.jsonl`` text: one JSON object per record, keys sorted, in the given order."""
+    return "".join(
+        json.dumps(r.to_json() if isinstance(r, Record) else dict(r), sort_keys=True, ensure_ascii=False)
+        + "\n"
+        for r in records
+    )
+
+
+def read_records(path: str | Path) -> list[Record]:
+    """Read and validate ``records.jsonl``.
+
+    A bad line is a one-line :class:`RecordError` naming the file, the line,
+    the question and the field. The records must be of one run: one
+    ``run_id``, one granularity, and no record key (:data:`KEY_FIELDS`) twice;
+    the first conflict is named with the line it contradicts.
+    """
+    p = Path(path)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise RecordError(f"{p}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise RecordError(f"{p}: not UTF-8 text") from None
+    records = []
+    run = _OneRun()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise RecordError(f"{p}: line {n}: not JSON: {msg}") from None
+        if not isinstance(data, dict):
+            raise RecordError(f"{p}: line {n}: not a JSON object")
+        try:
+            record = Record.from_json(data)
+        except RecordError as err:
+            raise RecordError(f"{p}: line {n}: {err}") from None
+        conflict = run.conflict(record, n)
+        if conflict is not None:
+            raise RecordError(f"{p}: line {n}: question {record.question_id!r}: {conflict}")
+        records.append(record)
+    if not records:
+        raise RecordError(f"{p}: no records")
+    return records
+
+
+#: Fields every record of one run shares, and what mixing them means.
+RUN_FIELDS: tuple[tuple[str, str], ...] = (
+    ("run_id", "records of two runs"),
+    ("granularity", "mixed granularity"),
+)
+
+
+class _OneRun:
+    """What the records read so far say about their run: its shared fields and the keys seen."""
+
+    def __init__(self) -> None:
+        self.first: tuple[int, Record] | None = None
+        self.seen: dict[tuple[Any, ...], int] = {}
+
+    def conflict(self, record: Record, line: int) -> str | None:
+        """Why ``record`` (on ``line``) cannot join the records before it, or ``None``."""
+        if self.first is None:
+            self.first = (line, record)
+        first_line, first = self.first
+        for name, meaning in RUN_FIELDS:
+            if record[name] != first[name]:
+                return (
+                    f"field {name!r}: {record[name]!r} differs from line {first_line}'s "
+                    f"{first[name]!r} ({meaning})"
+                )
+        earlier = self.seen.setdefault(record.key, line)
+        if earlier != line:
+            return f"repeats the record of line {earlier} ({describe(record)})"
+        return None
+
+
+# -- the tally ------------------------------------------------------------------------------
+
+#: Rows of a tally's per-question count matrix.
+ROWS: tuple[str, ...] = ("N", "err", "irr", "rec", "res", "correct", "gold_evicted")
+N_ROW, ERR_ROW, IRR_ROW, REC_ROW, RES_ROW, CORRECT_ROW, GOLD_ROW = range(len(ROWS))
+_BIN_ROW = {"irreversible": IRR_ROW, "recoverable": REC_ROW, "residual": RES_ROW}
+
+
+def describe(record: Mapping[str, Any]) -> str:
+    """The record's key fields, for an error message."""
+    return ", ".join(f"{k}={record.get(k)!r}" for k in KEY_FIELDS)
+
+
+@dataclass
+class CellTally:
+    """The counts of one cell: per question (for the bootstrap) and in total (for ``cells.csv``).
+
+    ``counts[row, q]`` counts the records of question ``question_ids[q]`` for
+    each of :data:`ROWS`; only records that enter ``N`` are counted there.
+    ``random`` pools its seeds: a question's entry counts every seed's record.
+    """
+
+    question_ids: tuple[str, ...]
+    counts: NDArray[np.int64]
+    seeds: set[int] = field(default_factory=set)
+    records: int = 0
+    excluded: int = 0
+    not_answerable: int = 0
+    negative_restore_gain: int = 0
+
+    @classmethod
+    def empty(cls, question_ids: Sequence[str]) -> CellTally:
+        """A tally with no record counted."""
+        return cls(tuple(question_ids), np.zeros((len(ROWS), len(question_ids)), dtype=np.int64))
+
+    def add(self, record: Mapping[str, Any], column: int) -> None:
+        """Count one record of this cell into question column ``column``."""
+        self.records += 1
+        self.seeds.add(int(record["seed"]))
+        if record["excluded"] is not None:
+            self.excluded += 1
+            return
+        if record["oracle_correct"] is not True:
+            self.not_answerable += 1
+            return
+        counts = self.counts[:, column]
+        counts[N_ROW] += 1
+        if record["policy_correct"]:
+            counts[CORRECT_ROW] += 1
+        else:
+            counts[ERR_ROW] += 1
+            if record["bin"] is not None:
+                counts[_BIN_ROW[record["bin"]]] += 1
+        if int(record.get("gold_evicted") or 0) > 0:
+            counts[GOLD_ROW] += 1
+        self.negative_restore_gain += bool(record.get("negative_restore_gain"))
+
+    def total(self, row: int) -> int:
+        """The sum of one row over every question."""
+        return int(self.counts[row].sum())
+
+    @property
+    def N(self) -> int:
+        """Oracle-answerable, not excluded records."""
+        return self.total(N_ROW)
+
+    @property
+    def err(self) -> int:
+        """Policy errors among the ``N``."""
+        return self.total(ERR_ROW)
+
+    @property
+    def irr(self) -> int:
+        """Irreversible errors."""
+        return self.total(IRR_ROW)
+
+    @property
+    def rec(self) -> int:
+        """Recoverable errors."""
+        return self.total(REC_ROW)
+
+    @property
+    def res(self) -> int:
+        """Residual errors."""
+        return self.total(RES_ROW)
+
+    @property
+    def correct(self) -> int:
+        """Policy answers judged correct among the ``N``."""
+        return self.total(CORRECT_ROW)
+
+    @property
+    def gold_evicted(self) -> int:
+        """Records among the ``N`` with at least one gold unit evicted."""
+        return self.total(GOLD_ROW)
+
+    @property
+    def two_bin_share(self) -> float | None:
+        """``irr / (irr + rec)``, ``None`` when both are zero."""
+        return _share(self.irr, self.irr + self.rec)
+
+    @property
+    def irr_rate(self) -> float | None:
+        """``irr / N``."""
+        return _share(self.irr, self.N)
+
+    @property
+    def accuracy(self) -> float | None:
+        """Policy accuracy over the oracle-answerable questions."""
+        return _share(self.correct, self.N)
+
+    @property
+    def gold_evicted_rate(self) -> float | None:
+        """Share of the ``N`` with at least one gold unit evicted."""
+        return _share(self.gold_evicted, self.N)
+
+    def share(self, bin_: str) -> float | None:
+        """Three-bin share of one bin among the errors."""
+        return _share(self.total(_BIN_ROW[bin_]), self.err)
+
+
+def _share(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def _checked(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``record`` when it can be counted; else a :class:`RecordError` naming the record and field."""
+    if not isinstance(record, Record):
+        problem = check({k: record[k] for k in record}, required=COUNTED_FIELDS)
+        if problem is not None:
+            name, what = problem
+            raise RecordError(f"record ({describe(record)}): field {name!r}: {what}")
+    return record
+
+
+def _count(
+    records: Iterable[Mapping[str, Any]],
+    question_ids: Sequence[str] | None,
+    cell_of: Callable[[Mapping[str, Any]], CellKey | None],
+) -> dict[CellKey | None, CellTally]:
+    checked = [_checked(r) for r in records]
+    universe = sorted({str(r["question_id"]) for r in checked}) if question_ids is None else question_ids
+    column = {qid: i for i, qid in enumerate(universe)}
+    cells: dict[CellKey | None, CellTally] = {}
+    for r in checked:
+        key = cell_of(r)
+        cell = cells.get(key)
+        if cell is None:
+            cell = cells[key] = CellTally.empty(universe)
+        cell.add(r, column[str(r["question_id"])])
+    return cells
+
+
+def tally_cells(
+    records: Iterable[Mapping[str, Any]], question_ids: Sequence[str] | None = None
+) -> dict[CellKey, CellTally]:
+    """Count every record into its cell ``(policy, budget, regime, reader)``.
+
+    ``question_ids`` is the column universe (default: every question id in the
+    records, sorted); every cell shares it, so the bootstrap resamples all
+    cells jointly. Records that cannot be counted raise :class:`RecordError`.
+    """
+    cells = _count(
+        records, question_ids, lambda r: (str(r["policy"]), int(r["budget"]), str(r["regime"]), str(r["reader"]))
+    )
+    return {key: cell for key, cell in cells.items() if key is not None}
+
+
+def tally(records: Iterable[Mapping[str, Any]]) -> CellTally:
+    """The records of one cell (or any group) pooled into one tally."""
+    pooled = _count(records, None, lambda r: None)
+    return pooled.get(None) or CellTally.empty(())
