@@ -38,6 +38,7 @@ from pytest_restore.data.dataset import DataError, Dataset, Question, is_prepare
 from pytest_restore.data.dataset import auditable as data_auditable
 from pytest_restore.data.units import Granularity
 from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
+from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
 from pytest_restore.memory.retrieval import RankerRegistry, default_rankers
 from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.cache import ResponseCache
@@ -79,6 +80,8 @@ from pytest_restore.stats.analysis import (
     family_of,
 )
 
+#: Said when numba has not compiled the kernels yet (measured: ~9 s of a cold build on 2 busy cores).
+COMPILING = "compiling the numba kernels (once after an install or upgrade: about 10 s on 2 cores) ..."
 META_PROPERTY = "restore_meta"
 USAGE_PROPERTY = "restore_usage"
 
@@ -868,6 +871,8 @@ class RestoreSession:
             reader_model = self.model(spec, "reader")
             dataset = self.dataset()
             where = "" if self.is_controller else f" (xdist worker {self.config.workerinput['workerid']})"  # type: ignore[attr-defined]
+            if not kernels_cached_on_disk():
+                self.say(COMPILING)
             self.say(f"preparing {len(dataset.questions)} histories (memory units, token counts, lexical index){where} ...")
             audit = Audit(
                 dataset,
@@ -920,6 +925,8 @@ class RestoreSession:
             ready = f"{len(self.dataset().questions)} questions ready"
         else:
             ready = f"{Path(self.settings.data).name} validated"  # at configure time
+        if not kernels_cached_on_disk():
+            self.say(f"the xdist workers start by {COMPILING}")
         self.say(f"{ready}; the xdist workers prepare their histories ...")
         if self._preload is None:  # started here when the session began at the workers' collection
             self._preload = threading.Thread(target=_preload_figure, name="pytest-restore-preload", daemon=True)
