@@ -101,7 +101,8 @@ from pytest_restore.audit.run import Audit, AuditConfig, construct_checks
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.memory.eviction import default_registry
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.report.writer import RunInfo, write_report
+from pytest_restore.report.inputs import RunInfo
+from pytest_restore.report.writer import write_report
 phases = {"imports": time.perf_counter() - start}
 mark = time.perf_counter()
 dataset = load_dataset(sys.argv[1])
@@ -316,8 +317,8 @@ def compare_rankers(data: Path, questions: int, repeats: int) -> dict[str, Any]:
 
     from pytest_restore.audit.run import Audit, AuditConfig
     from pytest_restore.data.dataset import load_dataset
+    from pytest_restore.data.words import words
     from pytest_restore.memory.eviction import Control, Fifo, NoEvict, RandomPolicy
-    from pytest_restore.memory.lexical import words
     from pytest_restore.memory.retrieval import TOP_K, LexicalIndex, bm25_scores
     from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 
@@ -399,9 +400,9 @@ def compare_bootstrap(records_path: Path, resamples: int, repeats: int) -> dict[
     """The project's bootstrap against ``scipy.stats.bootstrap`` on the grid's cell statistics."""
     from scipy import stats as scipy_stats
 
+    from pytest_restore.bootstrap import _DRAWS, Resampler
     from pytest_restore.record import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW, tally_cells
-    from pytest_restore.report.writer import read_records
-    from pytest_restore.stats.analysis import _DRAWS, Resampler
+    from pytest_restore.report.inputs import read_records
 
     records = read_records(records_path)
     ids = sorted({r["question_id"] for r in records})

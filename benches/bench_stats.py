@@ -28,8 +28,9 @@ from bench_grid import best_of  # benches/ is on sys.path when run as a script
 from numpy.typing import NDArray
 from scipy import stats as scipy_stats  # type: ignore[import-untyped]
 
+from pytest_restore.bootstrap import Resampler
 from pytest_restore.data.dataset import QUESTION_TYPES
-from pytest_restore.stats.analysis import Resampler, analyse
+from pytest_restore.stats.analysis import analyse
 
 BUDGETS = (80_000, 30_000, 8_000)
 # Probability that eviction removes at least one gold unit, per budget. The

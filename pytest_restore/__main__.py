@@ -91,13 +91,13 @@ def _add_report(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from pytest_restore.report.writer import (
+    from pytest_restore.report.inputs import (
         RecordsError,
         check_run_info,
         read_records,
         read_run_info,
-        write_report,
     )
+    from pytest_restore.report.writer import write_report
 
     if Path(args.out).exists() and not Path(args.out).is_dir():
         print(f"error: --out {args.out}: is a file, not a directory", file=sys.stderr)
@@ -152,6 +152,7 @@ def _add_compare(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _run_compare(args: argparse.Namespace) -> int:
+    from pytest_restore.bootstrap import DEFAULT_SEED
     from pytest_restore.compare import (
         CompareError,
         compare_dirs,
@@ -160,8 +161,7 @@ def _run_compare(args: argparse.Namespace) -> int:
         worse_cells,
         write,
     )
-    from pytest_restore.report.writer import RecordsError
-    from pytest_restore.stats.analysis import DEFAULT_SEED
+    from pytest_restore.report.inputs import RecordsError
 
     try:
         thresholds = [parse_threshold(t) for t in args.fail_if_worse]

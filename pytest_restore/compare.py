@@ -27,15 +27,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from pytest_restore.record import enters_n
-from pytest_restore.report.writer import policy_order, read_records, record_order
-from pytest_restore.stats.analysis import (
+from pytest_restore.bootstrap import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     Resampler,
-    budget_label,
 )
+from pytest_restore.record import enters_n
+from pytest_restore.report.inputs import policy_order, read_records, record_order
+from pytest_restore.stats.results import budget_label
 
 #: The figures compared: name -> (numerator bins, denominator, whether up is worse).
 #: Per-question rows: N, irr, rec, correct.

@@ -21,13 +21,10 @@ from pytest_restore.memory.retrieval import inject
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.record import ABLATION_FIELDS, ABLATION_RECORD_FIELDS, Record
-from pytest_restore.report.writer import (
-    RunInfo,
-    bin_cases,
-    read_records,
-    render_report_md,
-    write_report,
-)
+from pytest_restore.report.cases import bin_cases
+from pytest_restore.report.inputs import RunInfo, read_records
+from pytest_restore.report.markdown import render_report_md
+from pytest_restore.report.writer import write_report
 from pytest_restore.synthetic.embedded import embedded_dataset
 
 BUDGETS = (600, 300, 100)

@@ -44,7 +44,7 @@ SMALL = small_args()
 CONFTEST = """
 from pytest_restore.memory.eviction import MemoryStore, VictimPolicy
 from pytest_restore.memory.retrieval import ScoringRanker
-from pytest_restore.memory.lexical import words
+from pytest_restore.data.words import words
 
 
 class UserFirstStore(MemoryStore):

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_restore.data.dataset import Dataset, load_dataset
 from pytest_restore.data.units import Granularity, History, Unit, build_history
+from pytest_restore.data.words import words
 from pytest_restore.memory.eviction import (
     BUILTIN_POLICIES,
     Control,
@@ -29,7 +30,6 @@ from pytest_restore.memory.eviction import (
     similarity_matrix,
     stable_seed,
 )
-from pytest_restore.memory.lexical import words
 from pytest_restore.models.fake import FakeScorer
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"

@@ -27,7 +27,7 @@ from pytest_restore.data.units import (
 from pytest_restore.memory.eviction import EvictionContext, RandomPolicy, Redundancy
 from pytest_restore.models.base import ChatRequest
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.report.writer import render_model_calls_md
+from pytest_restore.report.markdown import render_model_calls_md
 from pytest_restore.synthetic.generator import generate, write_dataset
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"

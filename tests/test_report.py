@@ -15,18 +15,16 @@ import pytest
 from grid_helpers import GRID, report_file, small_args
 
 from pytest_restore.data.dataset import QUESTION_TYPES
+from pytest_restore.report.inputs import RecordsError, RunInfo, analyse_records, read_records
+from pytest_restore.report.markdown import session_failures
 from pytest_restore.report.writer import (
     CELL_COLUMNS,
     CSV_COLUMNS,
-    RecordsError,
-    RunInfo,
-    analyse_records,
-    read_records,
     render_records_jsonl,
-    session_failures,
     write_report,
 )
-from pytest_restore.stats.analysis import FAMILIES, INTERVAL_COLUMNS
+from pytest_restore.stats.families import FAMILIES
+from pytest_restore.stats.results import INTERVAL_COLUMNS
 
 Record = dict[str, Any]
 

@@ -8,8 +8,8 @@ import json
 import pytest
 from grid_helpers import GRID, small_args
 
-from pytest_restore.audit.robustness import compare_readers, render_comparison_md
 from pytest_restore.stats.analysis import analyse
+from pytest_restore.stats.robustness import compare_readers, render_comparison_md
 
 
 def test_second_reader_runs_the_grid_again_and_is_compared(pytester: pytest.Pytester) -> None:

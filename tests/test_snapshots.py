@@ -27,12 +27,9 @@ from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.memory.eviction import BUILTIN_POLICIES
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.report.writer import (
-    RunInfo,
-    analyse_records,
-    render_cells_csv,
-    render_tables_md,
-)
+from pytest_restore.report.inputs import RunInfo, analyse_records
+from pytest_restore.report.markdown import render_tables_md
+from pytest_restore.report.writer import render_cells_csv
 from pytest_restore.synthetic.embedded import embedded_dataset
 
 

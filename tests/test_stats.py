@@ -11,23 +11,11 @@ import pytest
 from scipy import stats as scipy_stats  # type: ignore[import-untyped]
 from statsmodels.stats.multitest import multipletests  # type: ignore[import-untyped]
 
+from pytest_restore.bootstrap import Resampler, holm, smoothed_p, two_sided_p
 from pytest_restore.report.figure import write_figure
-from pytest_restore.stats.analysis import (
-    CELL_COLUMNS,
-    INTERVAL_COLUMNS,
-    POSITIVE_CONTROL,
-    Analysis,
-    CellStats,
-    Resampler,
-    analyse,
-    bins_by_type,
-    cell_verdicts,
-    family_of,
-    holm,
-    minimum_detectable,
-    smoothed_p,
-    two_sided_p,
-)
+from pytest_restore.stats.analysis import Analysis, analyse, bins_by_type, cell_verdicts
+from pytest_restore.stats.families import POSITIVE_CONTROL, family_of, minimum_detectable
+from pytest_restore.stats.results import CELL_COLUMNS, INTERVAL_COLUMNS, CellStats
 
 Record = dict[str, Any]
 

@@ -47,14 +47,14 @@ from typing import Any
 
 import numpy as np
 
-from pytest_restore.data.units import History
-from pytest_restore.record import ABLATIONS
-from pytest_restore.stats.analysis import (
+from pytest_restore.bootstrap import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     Resampler,
 )
+from pytest_restore.data.units import History
+from pytest_restore.record import ABLATIONS
 
 #: Largest size ratio (either way) between a gold unit and its placebo.
 PLACEBO_MAX_RATIO = 1.5

@@ -5,54 +5,22 @@ fixed list of English stopwords and one-character tokens. No stemming: the
 ranker is a frozen lexical baseline, and a stemmer would be one more thing a
 reader of the report has to trust.
 
-Question texts are split in Python (:func:`words`). Unit texts, hundreds of
+Question texts are split in Python (:func:`pytest_restore.data.words.words`). Unit texts, hundreds of
 thousands of them, are profiled in compiled passes over their bytes into
 word-id and count arrays (:func:`word_profiles`), with the same words.
 """
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
 
-_WORD = re.compile(r"[a-z0-9]+")
-
-STOPWORDS = frozenset(
-    ["a", "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "let", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves", "s", "t", "d", "ll", "m", "re", "ve", "don", "didn", "doesn", "isn", "wasn", "aren", "weren", "won", "wouldn", "shouldn", "couldn", "also"]
-)
-
-
-#: Stopwords and one-character tokens: what ``words`` leaves out.
-_DROPPED = STOPWORDS | frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
-#: Bytes outside ``[a-z0-9]`` as spaces (``bytes.translate``).
-_ASCII_RUNS = bytes(c if chr(c) in "abcdefghijklmnopqrstuvwxyz0123456789" else 32 for c in range(256))
-
-
-def _content_words(text: str) -> list[str]:
-    """``words`` of ``text`` as a new list (not memoised)."""
-    lowered = text.lower()
-    if lowered.isascii():  # the same runs, split in C: every other byte becomes a space
-        found = lowered.encode("ascii").translate(_ASCII_RUNS).decode("ascii").split()
-    else:
-        found = _WORD.findall(lowered)
-    return [w for w in found if w not in _DROPPED]
-
-
-@lru_cache(maxsize=1 << 12)
-def words(text: str) -> tuple[str, ...]:
-    """The content words of ``text``, in order, repeats kept (memoised for question texts).
-
-    Per-unit work goes through :func:`word_profile` instead, which keeps no
-    word strings per text.
-    """
-    return tuple(_content_words(text))
-
+# words is re-exported: the profiles below must agree with it, and tests compare the two here.
+from pytest_restore.data.words import STOPWORDS, words  # noqa: F401
 
 #: Word -> id, process-wide; ids mean nothing across processes.
 _VOCABULARY: dict[str, int] = {}
@@ -99,10 +67,10 @@ class _WordTable:
 
     def _room(self, n_bytes: int) -> None:
         """Grow the per-id and pool arrays for up to ``n_bytes`` more text (a word takes two bytes)."""
-        words, used = int(self.info[0]), int(self.info[1])
+        n_ids, used = int(self.info[0]), int(self.info[1])
         if used + n_bytes > self.pool.size:
             self.pool = np.concatenate([self.pool, np.zeros(max(self.pool.size, n_bytes), dtype=np.uint8)])
-        need = words + n_bytes // 2 + 2
+        need = n_ids + n_bytes // 2 + 2
         if need > self.offsets.size:
             more = max(self.offsets.size, need - self.offsets.size)
             self.offsets = np.concatenate([self.offsets, np.zeros(more, dtype=np.int64)])

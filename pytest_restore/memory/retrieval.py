@@ -34,7 +34,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pytest_restore.data.units import History
-from pytest_restore.memory.lexical import term_id, word_profiles, words
+from pytest_restore.data.words import words
+from pytest_restore.memory.lexical import term_id, word_profiles
 from pytest_restore.registry import Registry
 
 TOP_K = 60

@@ -25,7 +25,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from pytest_restore.stats.analysis import budget_label, policy_sort_key
+from pytest_restore.stats.results import budget_label, policy_sort_key
 
 #: Bin colours, the paper's palette.
 IRREVERSIBLE = "#B2182B"
@@ -38,7 +38,7 @@ _LABEL_MIN = 0.07  # segments thinner than this get no percentage label
 
 
 class BarCell(Protocol):
-    """What a bar needs from a cell; :class:`pytest_restore.stats.analysis.CellStats` has it."""
+    """What a bar needs from a cell; :class:`pytest_restore.stats.results.CellStats` has it."""
 
     @property
     def policy(self) -> str: ...

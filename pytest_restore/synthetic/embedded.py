@@ -23,10 +23,17 @@ EMBEDDED_TOKENS = 102_000
 
 
 def generator_version() -> str:
-    """A fingerprint of the generator's code: a changed generator never reuses an old cached file."""
-    from pytest_restore.synthetic import generator as synthetic
+    """A fingerprint of the generator's code: a changed generator never reuses an old cached file.
 
-    return hashlib.sha256(Path(synthetic.__file__).read_bytes()).hexdigest()[:12]
+    The generator spans several modules (its logic, prose, questions, knobs and
+    word lists); a change to any of them changes the fingerprint.
+    """
+    from pytest_restore.synthetic import generator, prose, questions, settings, vocabulary
+
+    digest = hashlib.sha256()
+    for module in (generator, prose, questions, settings, vocabulary):
+        digest.update(Path(module.__file__ or "").read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def embedded_path(cache_dir: Path, *, questions: int = EMBEDDED_QUESTIONS, seed: int = EMBEDDED_SEED) -> Path:

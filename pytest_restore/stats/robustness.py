@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_restore.stats.analysis import Analysis, policy_sort_key
+from pytest_restore.stats.analysis import Analysis
+from pytest_restore.stats.results import policy_sort_key
 
 _REJECTED = frozenset({"reject"})
 

@@ -1,0 +1,200 @@
+"""What a report is made from: the records in canonical order, the run's settings, the statistics pass.
+
+Also reading saved records back (``python -m pytest_restore report``) and
+checking that they belong to the run ``summary.json`` describes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pytest_restore import record as record_module
+from pytest_restore.audit import ablations
+from pytest_restore.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
+from pytest_restore.memory.eviction import BUILTIN_POLICIES
+from pytest_restore.record import DEFAULT_RANKER, Record, RecordError
+from pytest_restore.stats.analysis import Analysis, analyse
+from pytest_restore.stats.results import (
+    DEFAULT_CALIPER,
+    DEFAULT_EQUIVALENCE_MARGIN,
+    CellStats,
+)
+
+_R = TypeVar("_R", bound=Mapping[str, Any])
+
+
+_BUILTIN_ORDER = {cls.name: i for i, cls in enumerate(BUILTIN_POLICIES)}
+
+
+#: Saved records that cannot be turned into a report (the name this module always used).
+RecordsError = RecordError
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a report says about the run besides its records."""
+
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    dataset: Mapping[str, Any] = field(default_factory=dict)
+    exclusions: Mapping[str, int] = field(default_factory=dict)
+    #: results of checks that need models (calibration gate, judge audit): each a
+    #: dict with its figures under "result" and its report section under "markdown"
+    checks: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The run section of ``summary.json``."""
+        out = {
+            "settings": dict(self.settings),
+            "dataset": dict(self.dataset),
+            "exclusions": dict(sorted(self.exclusions.items())),
+        }
+        if self.checks:
+            out["checks"] = dict(sorted(self.checks.items()))
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunInfo:
+        """Read the run section back."""
+        return cls(
+            data.get("settings", {}), data.get("dataset", {}), data.get("exclusions", {}), data.get("checks", {})
+        )
+
+
+def policy_order(name: str) -> tuple[int, str]:
+    """Built-in policies in the paper's order, then the others by name."""
+    return (_BUILTIN_ORDER.get(name, len(_BUILTIN_ORDER)), name)
+
+
+def record_order(r: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The canonical order of records: by cell, then seed, regime and question."""
+    return (
+        policy_order(r["policy"]),
+        -r["budget"],
+        str(r["reader"]),
+        r["seed"],
+        r["regime"],
+        r["question_id"],
+    )
+
+
+def sort_records(records: Iterable[_R]) -> list[_R]:
+    """Records in canonical order (arrival order across workers is not fixed)."""
+    return sorted(records, key=record_order)
+
+
+def cells_of(records: Iterable[Record]) -> dict[tuple[str, int, str, str], list[Record]]:
+    """Records grouped by (policy, budget, regime, reader), keys in canonical order."""
+    groups: dict[tuple[str, int, str, str], list[Record]] = defaultdict(list)
+    for r in records:
+        groups[(r["policy"], r["budget"], r["regime"], r["reader"])].append(r)
+    return {
+        k: groups[k] for k in sorted(groups, key=lambda k: (policy_order(k[0]), -k[1], k[3], k[2]))
+    }
+
+
+def analyse_records(records: Sequence[Record], info: RunInfo | None = None) -> Analysis:
+    """The statistics pass with the run's bootstrap settings (defaults where unset).
+
+    ``info.settings`` may carry ``bootstrap`` (resamples), ``bootstrap_seed``,
+    ``equivalence_margin`` and ``caliper``; missing keys take the paper's values.
+    """
+    settings = info.settings if info is not None else {}
+    return analyse(
+        records,
+        resamples=int(settings.get("bootstrap", DEFAULT_RESAMPLES)),
+        seed=int(settings.get("bootstrap_seed", DEFAULT_SEED)),
+        equivalence_margin=float(
+            settings.get("equivalence_margin", DEFAULT_EQUIVALENCE_MARGIN)
+        ),
+        caliper=float(settings.get("caliper", DEFAULT_CALIPER)),
+    )
+
+
+def fmt(value: float | None, digits: int = 4) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def cells_in_order(analysis: Analysis) -> list[CellStats]:
+    """The analysis's cells in the report's order: policy, loosest budget first, reader, regime."""
+    return sorted(analysis.cells, key=lambda c: (policy_order(c.policy), -c.budget, c.reader, c.regime))
+
+
+def ablation_rows(records: Sequence[Record], analysis: Analysis) -> list[ablations.AblationRow]:
+    """The ablations' pooled rows, with the statistics pass's bootstrap settings."""
+    s = analysis.settings
+    return ablations.summarise(records, resamples=s.resamples, seed=s.seed, confidence=s.confidence)
+
+
+def record_exclusions(records: Sequence[Record]) -> dict[str, int]:
+    """Excluded records by reason (model failures), over all cells."""
+    counts: dict[str, int] = defaultdict(int)
+    for r in records:
+        if r["excluded"] is not None:
+            counts[str(r["excluded"])] += 1
+    return dict(sorted(counts.items()))
+
+
+def dataset_label(info: RunInfo) -> str:
+    """The dataset in a few words: its name and how many questions were audited."""
+    name = str(info.settings.get("data") or "")
+    if not name or name == "embedded synthetic":
+        name = "embedded synthetic LongMemEval-S" if name else ""
+    audited = info.dataset.get("audited")
+    return ", ".join(x for x in (name, f"{audited} questions" if audited else "") if x)
+
+
+def rankers_of(records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The rankers the records were read with (records older than the field used BM25-lite)."""
+    return sorted({str(r.get("ranker") or DEFAULT_RANKER) for r in records})
+
+
+def read_records(path: str | Path) -> list[Record]:
+    """Read and validate ``records.jsonl`` (see :func:`pytest_restore.record.read_records`).
+
+    Records of more than one ranker are refused: a report holds one ranker.
+    """
+    records = record_module.read_records(path)
+    used = rankers_of(records)
+    if len(used) > 1:
+        raise RecordsError(
+            f"{path}: records of {len(used)} rankers ({', '.join(used)}); a report holds one ranker: "
+            "report each ranker's records separately"
+        )
+    return records
+
+
+def read_run_info(records_path: str | Path) -> RunInfo:
+    """The run section of the ``summary.json`` beside ``records_path``; empty when absent."""
+    summary = Path(records_path).with_name("summary.json")
+    if not summary.exists():
+        return RunInfo()
+    try:
+        data = json.loads(summary.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RecordsError(f"{summary}: cannot read the run section: {exc}") from None
+    run = data.get("run") if isinstance(data, dict) else None
+    if not isinstance(run, dict):
+        raise RecordsError(f"{summary}: no 'run' object")
+    return RunInfo.from_json(run)
+
+
+def check_run_info(records: Sequence[Record], info: RunInfo, records_path: str | Path) -> None:
+    """The records must be of the run ``summary.json`` describes: same run id, granularity and ranker.
+
+    Fields absent on either side (older files) are not compared. The first
+    conflict is a one-line :class:`RecordsError`.
+    """
+    first = records[0]
+    summary = Path(records_path).with_name("summary.json")
+    for name in ("run_id", "granularity", "ranker"):
+        ours, theirs = first.get(name), info.settings.get(name)
+        if ours is not None and theirs is not None and ours != theirs:
+            raise RecordsError(
+                f"{records_path}: line 1: question {first.question_id!r}: field {name!r}: "
+                f"{ours!r} but {summary} says {theirs!r} (records of another run)"
+            )

@@ -1,0 +1,526 @@
+"""``report.md``: the findings first, then the per-cell tables of both regimes, the
+hypothesis families, the H2 pairs, the bins by question type, the model calls,
+the run's settings and exclusions; and the session verdict's lines in words.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_restore.audit.run import model_calls
+from pytest_restore.models.fake import simulated_note, simulated_reader_md
+from pytest_restore.record import Record
+from pytest_restore.report.cases import render_ablations_md, render_cases_md
+from pytest_restore.report.inputs import (
+    RunInfo,
+    analyse_records,
+    cells_in_order,
+    dataset_label,
+    fmt,
+    rankers_of,
+    record_exclusions,
+)
+from pytest_restore.stats.analysis import Analysis, bins_by_type
+from pytest_restore.stats.families import FAMILIES, POSITIVE_CONTROL, POWER, family_of
+from pytest_restore.stats.results import (
+    HypothesisTest,
+    budget_label,
+    policy_sort_key,
+)
+from pytest_restore.stats.robustness import compare_readers, render_comparison_md
+
+
+def _short(value: float) -> str:
+    """``0.61 -> ".61"`` (the paper's interval style); 1.00 stays ``1.00``."""
+    text = f"{value:.2f}"
+    return text[1:] if text.startswith("0.") else text
+
+
+def _share_with_interval(point: float | None, lo: float | None, hi: float | None) -> str:
+    if point is None:
+        return "-"
+    if lo is None or hi is None:
+        return f"{point:.2f}"
+    return f"{point:.2f} ({_short(lo)}-{_short(hi)})"
+
+
+def render_cell_table(
+    records: Sequence[Record], regime: str, analysis: Analysis | None = None
+) -> str:
+    """The per-cell table of one regime, in the paper's Table 1 layout (markdown).
+
+    Regime (a) leaves out ``rec`` and the two-bin share, constant by construction.
+    """
+    analysis = analysis if analysis is not None else analyse_records(records)
+    full = regime != "a"
+    if full:
+        header = "| policy | budget | reader | N | err | irr | rec | res | two-bin (95% CI) | irr-rate | accuracy | gold evicted |"
+        rule = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    else:
+        header = "| policy | budget | reader | N | err | irr | res | irr-rate | accuracy | gold evicted |"
+        rule = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
+    lines = [header, rule]
+    previous = None
+    for cell in cells_in_order(analysis):
+        if cell.regime != regime:
+            continue
+        two_bin = _share_with_interval(cell.two_bin_share, cell.two_bin_lo, cell.two_bin_hi)
+        name = cell.policy if cell.policy != previous else ""
+        previous = cell.policy
+        middle = f"{cell.rec} | {cell.res} | {two_bin}" if full else f"{cell.res}"
+        lines.append(
+            f"| {name} | {budget_label(cell.budget)} | {cell.reader} | {cell.N} | {cell.err} | {cell.irr} | {middle} | "
+            f"{fmt(cell.irr_rate, 2) or '-'} | {fmt(cell.accuracy, 2) or '-'} | {fmt(cell.gold_evicted_rate, 2) or '-'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _interval(lo: float | None, hi: float | None, digits: int = 3) -> str:
+    return "-" if lo is None or hi is None else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _expectation(test: HypothesisTest) -> str:
+    if not test.testable:
+        return f"not testable at this N ({test.power_note})"
+    text = {True: "met", False: "**not met**", None: "-"}[test.expectation_met]
+    return f"{text} ({test.note})" if test.note else text
+
+
+def render_family_table(tests: Sequence[HypothesisTest]) -> str:
+    """One family's tests as a markdown table."""
+    lines = [
+        "| test | reader | n | statistic | interval | p raw | p Holm | decision | expectation |",
+        "|---|---|---:|---:|---|---:|---:|---|---|",
+    ]
+    for t in tests:
+        lines.append(
+            f"| {t.name} | {t.reader} | {t.n_questions} | {_num(t.statistic)} | {_interval(t.ci_lo, t.ci_hi)} | "
+            f"{_num(t.p_raw, 4)} | {_num(t.p_holm, 4)} | {t.decision} | {_expectation(t)} |"
+        )
+    if not tests:
+        lines.append("| (no test: the grid holds none of this family's cells) | | | | | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def render_hypotheses_md(analysis: Analysis) -> str:
+    """The hypothesis-family sections of ``report.md``, one per declared family."""
+    s = analysis.settings
+    out = [
+        "## Hypothesis tests",
+        "",
+        (
+            f"Question-cluster bootstrap: {s.resamples} resamples of the {analysis.questions} question ids "
+            f"(seed {s.seed}), all seeds of a question moving together; {s.confidence:.0%} percentile "
+            f"intervals (TOST: {1 - 2 * s.alpha:.0%}); smoothed p-values; Holm-Bonferroni within each "
+            f"family and reader; alpha {s.alpha:g}; caliper {s.caliper:g}; equivalence margin "
+            f"{s.equivalence_margin:g}. An unmet expectation fails the run only where the run could have "
+            f"met it ({POWER:.0%} power at Holm's strictest level for the effect the family is about)."
+        ),
+        "",
+        "| family | reader | tests | empty | rejected | expectation not met | not testable at this N |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in analysis.summary():
+        out.append(
+            f"| {row['family']} | {row['reader']} | {row['tests']} | {row['empty']} | {row['rejected']} | "
+            f"{row['expectation_unmet']} | {row['not_testable']} |"
+        )
+    failures = session_failures(analysis)
+    out += ["", "Expectations not met (each fails the session):" if failures else "Every testable expectation is met.", ""]
+    if failures:
+        out += [f"- {line}" for line in failures] + [""]
+    untestable = untestable_lines(analysis)
+    if untestable:
+        out += ["Not testable at this N (reported, not failed):", ""] + [f"- {line}" for line in untestable] + [""]
+    for family in FAMILIES:
+        out += [f"### {family.title}", "", family.tests, "", render_family_table(analysis.family(family.name))]
+    return "\n".join(out)
+
+
+def render_decisions_md(analysis: Analysis) -> str:
+    """Every hypothesis test's decision and expectation, one row each (what a user's snapshot pins)."""
+    lines = ["| family | test | reader | decision | expectation |", "|---|---|---|---|---|"]
+    for t in analysis.tests:
+        lines.append(f"| {t.family} | {t.name} | {t.reader} | {t.decision} | {_expectation(t)} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_pairs_md(analysis: Analysis) -> str:
+    """The H2 pairs table: every candidate pair, matched or not and why, with the resolution."""
+    resolution = {
+        (t.reader, t.budget, t.policy, t.other): t.half_width for t in analysis.family("H2")
+    }
+    out = [
+        "## H2 pairs: accuracy matching (regime b)",
+        "",
+        (
+            f"Every pair of policies at a budget (the control and the reference excluded) is matched when "
+            f"their accuracies differ by at most the caliper {analysis.settings.caliper:g}. The resolution "
+            "of a matched pair is the half-width of its H2 interval."
+        ),
+        "",
+        (
+            "| reader | budget | pair | accuracy | accuracy (other) | gap | matched | why "
+            "| irr-rate difference | resolution |"
+        ),
+        "|---|---|---|---:|---:|---:|---|---|---:|---:|",
+    ]
+    for m in analysis.matching:
+        half = resolution.get((m.reader, m.budget, m.policy, m.other))
+        out.append(
+            f"| {m.reader} | {budget_label(m.budget)} | {m.policy} vs {m.other} | {_num(m.accuracy)} | "
+            f"{_num(m.other_accuracy)} | {_num(m.gap)} | {'yes' if m.matched else 'no'} | {m.reason} | "
+            f"{_num(m.irr_rate_difference)} | {'±' + _num(half) if half is not None else '-'} |"
+        )
+    if not analysis.matching:
+        out.append("| (no candidate pair) | | | | | | | | | |")
+    return "\n".join(out) + "\n"
+
+
+def render_bins_by_type_md(records: Sequence[Record]) -> str:
+    """The breakdown of the bins by question type (every policy, budget and seed pooled)."""
+    out = [
+        "## Bins by question type",
+        "",
+        (
+            "Oracle-answerable records of every policy, budget and seed, pooled per reader, regime and "
+            "question type; shares are of the errors."
+        ),
+        "",
+        (
+            "| reader | regime | question type | N | err | irr | rec | res | irr share | rec share "
+            "| res share | two-bin |"
+        ),
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in bins_by_type(records):
+        out.append(
+            f"| {row['reader']} | {row['regime']} | {row['question_type']} | {row['N']} | {row['err']} | "
+            f"{row['irr']} | {row['rec']} | {row['res']} | {_num(row['irr_share'], 2)} | "
+            f"{_num(row['rec_share'], 2)} | {_num(row['res_share'], 2)} | {_num(row['two_bin_share'], 2)} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _evicting(analysis: Analysis) -> list[str]:
+    """The policies a finding is about: every policy but the reference and the control."""
+    st = analysis.settings
+    names = {c.policy for c in analysis.cells if c.policy not in (st.reference, st.control)}
+    return sorted(names, key=policy_sort_key)
+
+
+def _ci(lo: float | None, hi: float | None) -> str:
+    return "" if lo is None or hi is None else f" (95% CI {_short(lo)}-{_short(hi)})"
+
+
+def render_findings_md(analysis: Analysis) -> str:
+    """The answer first: the paper's findings for this run, in words, with their intervals.
+
+    In the paper's order: destruction's share at the loosest budget per policy
+    and whether its lower bound clears 0.5 (R1); where the two regimes differ
+    (H3); whether an accuracy-matched pair dissociates, with the positive
+    control's resolution (H2, TOST, positive control); then the expectations.
+    """
+    out = ["## Findings", ""]
+    readers = sorted({c.reader for c in analysis.cells})
+    for reader in readers:
+        tag = f" (reader {reader})" if len(readers) > 1 else ""
+        budgets = sorted({c.budget for c in analysis.cells if c.reader == reader}, reverse=True)
+        if not budgets:
+            continue
+        loose = budgets[0]
+        parts = []
+        for policy in _evicting(analysis):
+            cell = analysis.cell(policy, loose, "b", reader)
+            if cell is None:
+                continue
+            if cell.two_bin_share is None:
+                parts.append(f"{policy} no restorable error")
+                continue
+            verdict = (
+                "a majority" if cell.two_bin_lo is not None and cell.two_bin_lo > 0.5 else "not shown a majority"
+            )
+            parts.append(f"{policy} {cell.two_bin_share:.2f}{_ci(cell.two_bin_lo, cell.two_bin_hi)}, {verdict}")
+        out.append(
+            f"- **Destruction{tag}.** At {budget_label(loose)} under top-k retrieval, irreversible errors as a "
+            "share of those a restore fixes, irr / (irr + rec) (a majority where the lower bound clears "
+            "0.5): " + ("; ".join(parts) if parts else "no evicting policy in the run") + "."
+        )
+        h3 = [t for t in analysis.family("H3", reader) if t.decision != "empty"]
+        moved = [t for t in h3 if t.decision == "reject"]
+        shown = ", ".join(
+            f"{t.policy} {budget_label(t.budget)} {t.statistic:+.2f}{_ci(t.ci_lo, t.ci_hi)}"
+            for t in moved[:4]
+            if t.statistic is not None
+        )
+        violations = [t for t in h3 if t.expectation_met is False]
+        out.append(
+            f"- **Regimes{tag}.** The recoverable share differs between top-k retrieval (b) and forced gold (a) "
+            f"in {len(moved)} of {len(h3)} cells (H3, Holm)"
+            + (f": {shown}" + (" ..." if len(moved) > 4 else "") if moved else "")
+            + (
+                f"; regime (a) holds recoverable errors in {len(violations)} cells (construct violation)."
+                if violations
+                else "; regime (a) holds no recoverable error, as it must."
+            )
+        )
+        pairs = [m for m in analysis.matching if m.reader == reader]
+        matched = [m for m in pairs if m.matched]
+        h2 = [t for t in analysis.family("H2", reader) if t.decision != "empty"]
+        split = [t for t in h2 if t.decision == "reject"]
+        halves = [t.half_width for t in h2 if t.half_width is not None]
+        resolution = f" at a resolution of ±{min(halves):.3f} to ±{max(halves):.3f}" if halves else ""
+        control = [t for t in analysis.family(POSITIVE_CONTROL, reader) if t.decision != "empty"]
+        detected = [t for t in control if t.expectation_met]
+        untested = [t for t in control if not t.testable]
+        diffs = [t.statistic for t in control if t.statistic is not None]
+        control_text = (
+            f" The positive control is detected in {len(detected)} of {len(control)} contrasts"
+            + (f" (irr-rate difference {min(diffs):+.2f} to {max(diffs):+.2f})" if diffs else "")
+            + (f"; {len(untested)} not testable at this N" if untested else "")
+            + "."
+            if control
+            else " The run has no positive control."
+        )
+        out.append(
+            f"- **Matched accuracy{tag}.** {len(matched)} of {len(pairs)} policy pairs are accuracy-matched; "
+            + (
+                f"{len(split)} {'dissociates' if len(split) == 1 else 'dissociate'} on irr / N (H2, Holm)"
+                + (": " + ", ".join(f"{t.policy} vs {t.other} {budget_label(t.budget)}" for t in split) if split else "")
+                + resolution
+                + "."
+                if h2
+                else "no pair to test."
+            )
+            + control_text
+        )
+    failures = session_failures(analysis)
+    untestable = untestable_lines(analysis)
+    if failures:
+        out.append(f"- **Expectations.** {len(failures)} not met (each fails the run): " + "; ".join(failures) + ".")
+    else:
+        out.append("- **Expectations.** Every expectation the run could test is met.")
+    if untestable:
+        out.append("- **Not testable at this N.** " + " ".join(line + "." for line in untestable))
+    return "\n".join(out) + "\n"
+
+
+def render_tables_md(records: Sequence[Record], analysis: Analysis) -> str:
+    """The findings and the tables of ``report.md``: both regimes, every family, the H2 pairs, bins by type.
+
+    A function of the records and the statistics settings alone (no run
+    settings, dataset or paths), so the snapshot tests compare exactly this.
+    """
+    out = [
+        render_findings_md(analysis),
+        "## Regime (b): top-k retrieval",
+        "",
+        (
+            "Oracle-answerable denominator N (random pooled over its seeds); errors binned irreversible, "
+            "recoverable or residual; two-bin = irr / (irr + rec) with its 95% question-cluster bootstrap "
+            "interval; irr-rate = irr / N."
+        ),
+        "",
+        render_cell_table(records, "b", analysis),
+        "## Regime (a): forced surviving gold (construct reference)",
+        "",
+        (
+            "Forcing the surviving gold into the context leaves no recoverable error, so rec = 0 and the "
+            "two-bin share is 1.00 wherever there is an irreversible error: those columns are left out "
+            "(a violation shows as a failed H3 expectation)."
+        ),
+        "",
+        render_cell_table(records, "a", analysis),
+        render_hypotheses_md(analysis),
+        render_pairs_md(analysis),
+        render_bins_by_type_md(records),
+    ]
+    return "\n".join(out)
+
+
+def _run_line(records: Sequence[Record], info: RunInfo) -> str:
+    """What was run, in one line: data, reader, judge, ranker, N."""
+    st, ds = info.settings, info.dataset
+    data = dataset_label(info) or "records without run settings"
+    readers = sorted({str(r["reader"]) for r in records})
+    judges = sorted({str(r.get("judge")) for r in records if r.get("judge")}) or [str(st.get("judge", "?"))]
+    answerable = len({r["question_id"] for r in records if r["oracle_correct"] is True and r["excluded"] is None})
+    audited = ds.get("audited") or len({r["question_id"] for r in records})
+    return (
+        f"**Run:** {data}; reader {', '.join(readers)}; judge {', '.join(judges)}; ranker "
+        f"{', '.join(rankers_of(records))}; N = {audited} questions audited, {answerable} oracle-answerable "
+        "in some cell."
+    )
+
+
+#: Settings that are not named after their option.
+_SETTING_LABELS = {"prices": "--restore-price", "model_usage": "model usage (real models)", "run_id": "run id (records)"}
+
+
+def _setting_value(key: str, value: Any) -> str:
+    if value is None or value == "" or (isinstance(value, list | tuple | dict) and not value):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key == "budgets" and isinstance(value, list | tuple):
+        return ", ".join(budget_label(int(b)) for b in value)
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(value.items()))
+    return str(value)
+
+
+def render_settings_md(records: Sequence[Record], info: RunInfo) -> str:
+    """The run's settings (as the options that set them), the dataset and the exclusions, as readable tables."""
+    ds = info.dataset
+    out = ["## Run settings", ""]
+    sha = ds.get("sha256", "unknown")
+    official = ds.get("official")
+    which = (
+        "the official LongMemEval-S file"
+        if official
+        else "not the official longmemeval_s_cleaned.json"
+        if official is False
+        else "unknown"
+    )
+    out += ["| setting | value |", "|---|---|", f"| dataset sha256 | `{sha}` ({which}) |"]
+    if ds:
+        out.append(f"| questions in the file / audited | {ds.get('questions', '?')} / {ds.get('audited', '?')} |")
+    out.append(f"| ranker | {', '.join(rankers_of(records))} (one per run; named in every record) |")
+    for key in sorted(info.settings):
+        label = _SETTING_LABELS.get(key, f"--restore-{key.replace('_', '-')}")
+        out.append(f"| {label} | {_setting_value(key, info.settings[key])} |")
+    out += ["", "## Exclusions", "", "| reason | questions |", "|---|---:|"]
+    if info.exclusions:
+        for reason, count in sorted(info.exclusions.items()):
+            out.append(f"| {reason} | {count} |")
+    else:
+        out.append("| none | 0 |")
+    failed = record_exclusions(records)
+    out += [
+        "",
+        "Records excluded from a cell's decomposition (failed model calls, never scored as wrong):",
+        "",
+        "| reason | records |",
+        "|---|---:|",
+    ]
+    if failed:
+        for reason, count in failed.items():
+            out.append(f"| {reason} | {count} |")
+    else:
+        out.append("| none | 0 |")
+    return "\n".join(out) + "\n"
+
+
+def render_report_md(
+    records: Sequence[Record],
+    info: RunInfo,
+    analysis: Analysis | None = None,
+    calls: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
+    """``report.md`` as text (``calls``: :func:`model_calls` of the records, when already counted).
+
+    The answer first (what was run, the simulated-models notice where it
+    applies, the findings), then the tables, families, cases and ablations;
+    the run's settings and exclusions last.
+    """
+    if analysis is None:
+        analysis = analyse_records(records, info)
+    out = ["# Restore-counterfactual audit", ""]
+    note = simulated_note(records, info.dataset.get("official"))
+    if note:  # the first thing a reader sees: what these figures are, when a model is simulated
+        out += [note, ""]
+    out += [_run_line(records, info), ""]
+    out += [render_tables_md(records, analysis)]
+    comparison = compare_readers(analysis)
+    if comparison is not None:
+        out += ["", render_comparison_md(comparison)]
+    for name in sorted(info.checks):
+        out += ["", str(info.checks[name].get("markdown", ""))]
+    out += ["", render_cases_md(records), render_ablations_md(records, analysis)]
+    reader_model = simulated_reader_md(records)
+    if reader_model:
+        out += ["", reader_model]
+    section = render_model_calls_md(records, calls)
+    if section:
+        out += ["", section]
+    out += ["", render_settings_md(records, info)]
+    return "\n".join(out)
+
+
+def render_model_calls_md(records: Sequence[Record], calls: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """The model calls section: unique reader and judge calls against naive, from the records' prompt ids."""
+    if calls is None:
+        calls = model_calls(records)
+    if not calls:
+        return ""
+    out = [
+        "## Model calls",
+        "",
+        (
+            "Main conditions (oracle, policy, restored) of every record. Naive: one call per condition "
+            "of every record; unique: distinct requests, each sent once (within a process by the audit, "
+            "across processes by the response cache)."
+        ),
+        "",
+        "| reader | reader naive | reader unique | ratio | judge naive | judge unique | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for reader, c in calls.items():
+        out.append(
+            f"| {reader} | {c['reader_naive']} | {c['reader_unique']} | {_num(c['reader_ratio'], 2)} "
+            f"| {c['judge_naive']} | {c['judge_unique']} | {_num(c['judge_ratio'], 2)} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _reader_suffix(analysis: Analysis, test: HypothesisTest) -> str:
+    readers = {t.reader for t in analysis.tests}
+    return f" (reader {test.reader})" if len(readers) > 1 else ""
+
+
+def session_failures(analysis: Analysis) -> list[str]:
+    """One short line, in words, per expectation the run could test and did not meet.
+
+    An H1 cell not rejected, a positive-control contrast that is not
+    significant with the control the more destructive (where the run had the
+    power to show it), and an H3 construct violation (a recoverable error in
+    regime (a)). Empty tests carry no expectation and are not failures. The
+    grid items fail on the same lines (:func:`pytest_restore.stats.analysis.cell_verdicts`).
+    """
+    return [
+        family_of(t.family).describe(t) + _reader_suffix(analysis, t) for t in analysis.failures()
+    ]
+
+
+def untestable_lines(analysis: Analysis) -> list[str]:
+    """One line per family: the expectations this run could not test, why, and what would make them testable."""
+    lines = []
+    for family in FAMILIES:
+        tests = [t for t in analysis.untestable() if t.family == family.name]
+        if not tests:
+            continue
+        needed = [int(x) for t in tests for x in re.findall(r"about (\d+) questions", t.power_note)]
+        widths = [t.half_width for t in tests if t.half_width is not None]
+        n = max(t.n_questions for t in tests)
+        text = f"{family.name}: {len(tests)} of {len(analysis.family(family.name))} tests not testable at {n} questions"
+        if widths:
+            text += (
+                f": intervals ±{min(widths):.2f} to ±{max(widths):.2f}, too wide to detect the "
+                f"{family.effect:.2f} {family.statistic} the family is about"
+            )
+        if needed:
+            text += (
+                f"; about {max(needed)} questions would test them (raise --restore-questions, or "
+                "--restore-embedded-questions for the embedded data)"
+            )
+        lines.append(text)
+    return lines

@@ -1,0 +1,302 @@
+"""The statistics' result types: settings, per-cell figures, tests, H2 pairs.
+
+Also the policy names and orders, the ``cells.csv`` columns and the budget
+labels the statistics and the report share. Floats are rounded to 6 decimals
+in every JSON/CSV form.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pytest_restore.bootstrap import (
+    DEFAULT_ALPHA,
+    DEFAULT_CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+)
+from pytest_restore.record import CellKey
+
+DEFAULT_CALIPER = 0.05
+DEFAULT_EQUIVALENCE_MARGIN = 0.03
+
+#: The H1/H3 family: the evicting baselines and the control (x every budget).
+FAMILY_POLICIES: tuple[str, ...] = ("fifo", "random", "redundancy", "control")
+#: The baselines the positive control is contrasted against.
+BASELINES: tuple[str, ...] = ("fifo", "random", "redundancy")
+#: The deliberately destructive positive control.
+CONTROL = "control"
+#: The zero-destruction reference; never part of a test family.
+REFERENCE = "no-evict"
+#: Display order of the built-in policies; user policies follow alphabetically.
+POLICY_ORDER: tuple[str, ...] = (
+    "no-evict",
+    "fifo",
+    "random",
+    "redundancy",
+    "llm-importance",
+    "control",
+)
+
+#: The interval columns ``cells.csv`` gains from the bootstrap.
+INTERVAL_COLUMNS: tuple[str, ...] = (
+    "two_bin_lo",
+    "two_bin_hi",
+    "irr_rate_lo",
+    "irr_rate_hi",
+    "accuracy_lo",
+    "accuracy_hi",
+)
+#: The per-cell figures of docs/PROTOCOL.md section 7: the first columns of ``cells.csv``.
+PROTOCOL_COLUMNS: tuple[str, ...] = (
+    "policy",
+    "budget",
+    "regime",
+    "reader",
+    "N",
+    "err",
+    "irr",
+    "rec",
+    "res",
+    "two_bin_share",
+    "irr_rate",
+    "accuracy",
+    "gold_evicted_rate",
+)
+#: Every column of :meth:`CellStats.as_row`, in order (the figures of docs/PROTOCOL.md section 7 first).
+CELL_COLUMNS: tuple[str, ...] = (
+    *PROTOCOL_COLUMNS,
+    *INTERVAL_COLUMNS,
+    "irr_share",
+    "rec_share",
+    "res_share",
+    "seeds",
+    "records",
+    "excluded",
+    "not_answerable",
+)
+
+_ROUND = 6  # decimals in JSON/CSV output: hides BLAS/thread noise, keeps 4 significant p digits
+
+
+def budget_label(budget: int) -> str:
+    """``80000 -> "80k"``; budgets that are not whole thousands stay as digits."""
+    return f"{budget // 1000}k" if budget % 1000 == 0 and budget > 0 else str(budget)
+
+
+def policy_sort_key(policy: str) -> tuple[int, str]:
+    """Built-in policies in the paper's order, user policies after them by name."""
+    if policy in POLICY_ORDER:
+        return (POLICY_ORDER.index(policy), policy)
+    return (len(POLICY_ORDER), policy)
+
+
+def _round(value: float | None) -> float | None:
+    if value is None or math.isnan(value):
+        return None
+    return round(float(value), _ROUND) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+@dataclass(frozen=True)
+class StatsSettings:
+    """The settings of one statistics pass (all recorded in ``to_json``)."""
+
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SEED
+    alpha: float = DEFAULT_ALPHA
+    confidence: float = DEFAULT_CONFIDENCE
+    caliper: float = DEFAULT_CALIPER
+    equivalence_margin: float = DEFAULT_EQUIVALENCE_MARGIN
+    family_policies: tuple[str, ...] = FAMILY_POLICIES
+    baselines: tuple[str, ...] = BASELINES
+    control: str = CONTROL
+    reference: str = REFERENCE
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able copy."""
+        return {
+            "resamples": self.resamples,
+            "seed": self.seed,
+            "alpha": self.alpha,
+            "confidence": self.confidence,
+            "caliper": self.caliper,
+            "equivalence_margin": self.equivalence_margin,
+            "family_policies": list(self.family_policies),
+            "baselines": list(self.baselines),
+            "control": self.control,
+            "reference": self.reference,
+        }
+
+
+@dataclass(frozen=True)
+class CellStats:
+    """Per-cell figures (docs/PROTOCOL.md section 7) with bootstrap intervals.
+
+    Shares and rates are ``None`` when their denominator is 0 (``two_bin_share``
+    of a cell without irreversible or recoverable errors, say).
+    """
+
+    reader: str
+    policy: str
+    budget: int
+    regime: str
+    seeds: tuple[int, ...]
+    records: int
+    excluded: int
+    not_answerable: int
+    negative_restore_gain: int
+    N: int
+    err: int
+    irr: int
+    rec: int
+    res: int
+    correct: int
+    gold_evicted: int
+    two_bin_share: float | None
+    two_bin_lo: float | None
+    two_bin_hi: float | None
+    irr_share: float | None
+    rec_share: float | None
+    res_share: float | None
+    irr_rate: float | None
+    irr_rate_lo: float | None
+    irr_rate_hi: float | None
+    accuracy: float | None
+    accuracy_lo: float | None
+    accuracy_hi: float | None
+    gold_evicted_rate: float | None
+    two_bin_undefined: int  # resamples dropped from the two-bin interval (0/0)
+
+    @property
+    def key(self) -> CellKey:
+        """``(policy, budget, regime, reader)``."""
+        return (self.policy, self.budget, self.regime, self.reader)
+
+    def intervals(self) -> dict[str, float | None]:
+        """The :data:`INTERVAL_COLUMNS`, rounded to 6 decimals."""
+        return {column: _round(getattr(self, column)) for column in INTERVAL_COLUMNS}
+
+    def as_row(self) -> dict[str, Any]:
+        """One ``cells.csv`` row keyed by :data:`CELL_COLUMNS` (floats rounded, seeds ``0;1;2``)."""
+        row: dict[str, Any] = {}
+        for column in CELL_COLUMNS:
+            value = getattr(self, column)
+            if column == "seeds":
+                value = ";".join(str(s) for s in value)
+            elif isinstance(value, float) or value is None:
+                value = _round(value)
+            row[column] = value
+        return row
+
+
+@dataclass(frozen=True)
+class HypothesisTest:
+    """One test of one family.
+
+    ``policy``/``other`` name the cell (``other is None``) or the pair. For a
+    pair the statistic is ``policy - other``. ``p_holm`` is None until Holm has
+    been applied (per-cell checks) and for R1, which is read from its interval.
+    ``expectation_met`` is None for findings that carry no expectation (R1, H2,
+    TOST) and for empty tests.
+    """
+
+    __test__: ClassVar[bool] = False  # keep pytest from collecting this class
+
+    name: str
+    family: str
+    reader: str
+    budget: int
+    policy: str
+    other: str | None
+    regime: str
+    statistic: float | None
+    ci_lo: float | None
+    ci_hi: float | None
+    null: float
+    alternative: str
+    p_raw: float | None
+    p_holm: float | None
+    decision: str
+    expectation_met: bool | None
+    n_questions: int
+    undefined_resamples: int
+    note: str = ""
+    #: False when the expectation was not met and the run had too few questions to
+    #: meet it (see :func:`judge_power`); ``power_note`` says why and what would do.
+    testable: bool = True
+    power_note: str = ""
+
+    @property
+    def half_width(self) -> float | None:
+        """Half the interval width: the resolution of an H2 contrast."""
+        if self.ci_lo is None or self.ci_hi is None:
+            return None
+        return (self.ci_hi - self.ci_lo) / 2.0
+
+    def to_json(self) -> dict[str, Any]:
+        """Deterministic JSON-able dict (floats rounded to 6 decimals)."""
+        return {
+            "name": self.name,
+            "family": self.family,
+            "reader": self.reader,
+            "budget": self.budget,
+            "policy": self.policy,
+            "other": self.other,
+            "regime": self.regime,
+            "statistic": _round(self.statistic),
+            "ci_lo": _round(self.ci_lo),
+            "ci_hi": _round(self.ci_hi),
+            "half_width": _round(self.half_width),
+            "null": self.null,
+            "alternative": self.alternative,
+            "p_raw": _round(self.p_raw),
+            "p_holm": _round(self.p_holm),
+            "decision": self.decision,
+            "expectation_met": self.expectation_met,
+            "n_questions": self.n_questions,
+            "undefined_resamples": self.undefined_resamples,
+            "note": self.note,
+            "testable": self.testable,
+            "power_note": self.power_note,
+        }
+
+
+#: The name the issue uses.
+Test = HypothesisTest
+
+
+
+@dataclass(frozen=True)
+class PairMatch:
+    """An H2 candidate pair at one budget: matched on accuracy or not, and why."""
+
+    reader: str
+    budget: int
+    policy: str
+    other: str
+    accuracy: float | None
+    other_accuracy: float | None
+    gap: float | None
+    matched: bool
+    reason: str
+    irr_rate_difference: float | None  # policy - other on the shared questions
+    shared_questions: int
+
+    def to_json(self) -> dict[str, Any]:
+        """Deterministic JSON-able dict."""
+        return {
+            "reader": self.reader,
+            "budget": self.budget,
+            "policy": self.policy,
+            "other": self.other,
+            "accuracy": _round(self.accuracy),
+            "other_accuracy": _round(self.other_accuracy),
+            "gap": _round(self.gap),
+            "matched": self.matched,
+            "reason": self.reason,
+            "irr_rate_difference": _round(self.irr_rate_difference),
+            "shared_questions": self.shared_questions,
+        }
+

@@ -1,0 +1,102 @@
+"""Import graph of pytest_restore: cycles, and imports from a later stage of the pipeline.
+
+Usage: ``python tools/check_imports.py [REPO_ROOT]``; exit status 1 when it finds a problem.
+The stages are those of docs/DESIGN.md's module table. Imports inside functions
+(lazy ones) count too; relative imports are not used in the package.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import sys
+
+#: The pipeline's stages, in order; a module may import from its own stage or an earlier one.
+STAGE = {
+    "registry": 0,
+    "record": 0,
+    "bootstrap": 0,
+    "data": 1,
+    "synthetic": 2,
+    "memory": 3,
+    "models": 4,
+    "audit": 5,
+    "stats": 6,
+    "report": 7,
+    "compare": 8,
+    "plugin": 9,
+    "__main__": 10,
+}
+
+
+def modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Dotted module name -> file, for every module of the package."""
+    found = {}
+    for path in (root / "pytest_restore").rglob("*.py"):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def import_graph(mods: dict[str, pathlib.Path]) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (``from a import b`` counts ``a.b`` when it is a module)."""
+    graph = {}
+    for name, path in mods.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            deps.update(t for t in targets if t in mods and t != name)
+        graph[name] = deps
+    return graph
+
+
+def stage(module: str) -> int:
+    parts = module.split(".")
+    return STAGE.get(parts[1], -1) if len(parts) > 1 else -1
+
+
+def problems(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from a later stage, and every import circle."""
+    found = []
+    for module, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            if dep != "pytest_restore" and stage(dep) > stage(module):
+                found.append(f"later stage: {module} imports {dep}")
+    color: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(module: str) -> None:
+        color[module] = 1
+        stack.append(module)
+        for dep in sorted(graph[module]):
+            if color.get(dep) == 1:
+                found.append("circle: " + " -> ".join(stack[stack.index(dep) :] + [dep]))
+            elif not color.get(dep):
+                visit(dep)
+        stack.pop()
+        color[module] = 2
+
+    for module in sorted(graph):
+        if not color.get(module):
+            visit(module)
+    return found
+
+
+def main() -> int:
+    root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    graph = import_graph(modules(root))
+    found = problems(graph)
+    for line in found:
+        print(line)
+    print(f"{len(graph)} modules, {sum(map(len, graph.values()))} imports, {len(found)} problems")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
