@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
 import pytest
-
-if TYPE_CHECKING:
-    from pytest_restore.plugin.session import RestoreSession
 
 #: The bootstrap's default seed (``pytest_restore.stats.analysis.DEFAULT_SEED``, which a test
 #: keeps equal; not imported from there: that module loads numpy).
@@ -23,7 +20,9 @@ DEFAULT_SEED = 20_240_607
 RECORDS_PROPERTY = "restore_records"
 
 #: The plugin's session object, once the run is an audit (see :func:`requested`).
-SESSION_KEY: pytest.StashKey[RestoreSession] = pytest.StashKey()
+#: (a ``RestoreSession``; typed ``Any`` so that this module names nothing of plugin/session.py,
+#: which imports it)
+SESSION_KEY: pytest.StashKey[Any] = pytest.StashKey()
 #: This run's id on an xdist controller, handed to the workers (their shared cells' directory).
 RUN_KEY = pytest.StashKey[str]()
 #: Set when xdist was asked for ``-n auto`` (the plugin may then keep a small grid on one worker).
