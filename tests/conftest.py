@@ -14,6 +14,10 @@ from pathlib import Path
 import pytest
 from grid_helpers import GRID, ROOT, ChildRun, read_child, run_child, shared_run, small_args
 
+# The plugin imports its session (and numpy) only once a run is an audit. pytester's in-process
+# runs drop the modules first imported inside them, and numpy cannot be imported twice in one
+# process: load it here, in the outer session, as the plugin did at load time before.
+import pytest_restore.plugin.session  # noqa: F401
 from pytest_restore.memory import kernels
 from pytest_restore.synthetic.embedded import embedded_dataset
 

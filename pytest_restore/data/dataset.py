@@ -170,6 +170,12 @@ def load_dataset(path: PathLike, *, cache_dir: PathLike | None = None) -> Datase
     return dataset
 
 
+def is_prepared(path: PathLike, cache_dir: PathLike) -> bool:
+    """Whether ``load_dataset(path, cache_dir=cache_dir)`` will read its prepared copy (a quick load)."""
+    cached = _cache_file(os.fspath(path), cache_dir)
+    return cached is not None and cached.exists()
+
+
 def _load_dataset(name: str) -> Dataset:
     try:
         with open(name, "rb") as fh:

@@ -23,6 +23,7 @@ adversarial strings with and without non-ASCII characters.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
@@ -606,3 +607,20 @@ def rehash(table: npt.NDArray[np.int64], pool: npt.NDArray[np.uint8], offsets: n
             slot = (slot + 1) & mask
         out[slot] = wid + 1
     return out
+
+
+def cached_on_disk() -> bool:
+    """Whether numba's disk cache holds the kernels' machine code (else the first calls compile them).
+
+    Read from numba's cache index files: any kernel's index counts (a kernel
+    called only from other kernels is compiled into them and has none of its
+    own). Where numba does not say (no disk cache, another numba version),
+    ``True``: this only decides whether to warn that the first run compiles.
+    """
+    indexes = []
+    for kernel in list(globals().values()):
+        cache_file = getattr(getattr(kernel, "_cache", None), "_cache_file", None)
+        index = getattr(cache_file, "_index_path", None)
+        if isinstance(index, str):
+            indexes.append(index)
+    return not indexes or any(os.path.exists(index) for index in indexes)

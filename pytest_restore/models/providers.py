@@ -14,6 +14,7 @@ like a policy: the ``pytest_restore_register_providers`` hook or the
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -76,6 +77,8 @@ class ModelProvider(ABC):
     name: ClassVar[str] = ""
     #: Whether its models are real (priced by the dry run, reported as model usage).
     real: ClassVar[bool] = True
+    #: ``(module, what to pip install)`` when its models need a package that may be absent.
+    requires: ClassVar[tuple[str, str] | None] = None
 
     @abstractmethod
     def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
@@ -94,6 +97,8 @@ class OpenAIProvider(ModelProvider):
     """OpenAI's API or any OpenAI-compatible server, through the official client."""
 
     name = OPENAI
+    # an extra: the fake models (and sessions that are not audits) never load it
+    requires = ("openai", "pytest-restore[openai]")
 
     def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
         """An :class:`OpenAIChatModel` with the run's pacing, retries and response cache."""
@@ -148,7 +153,13 @@ def _resolve(spec: str, providers: ProviderRegistry | None) -> tuple[ModelProvid
 
 def check_spec(spec: str, option: str, providers: ProviderRegistry | None = None) -> None:
     """Reject a malformed model name early, with the option it came from."""
-    if spec in FAKES or _resolve(spec, providers) is not None:
+    if spec in FAKES:
+        return
+    resolved = _resolve(spec, providers)
+    if resolved is not None:
+        needed = resolved[0].requires
+        if needed is not None and importlib.util.find_spec(needed[0]) is None:
+            raise ModelSpecError(f"{option}: {spec} needs the {needed[0]} package: pip install '{needed[1]}'")
         return
     names = ", ".join(f"'{name}:MODEL'" for name in (providers if providers is not None else _builtin_providers()))
     raise ModelSpecError(f"{option}: unknown model {spec!r}; use 'fake', 'fake-strong' (a reader) or {names}")

@@ -36,10 +36,15 @@ def generator_version() -> str:
     return digest.hexdigest()[:12]
 
 
+def embedded_path(cache_dir: Path, *, questions: int = EMBEDDED_QUESTIONS, seed: int = EMBEDDED_SEED) -> Path:
+    """Where the embedded dataset of these parameters is (or will be) generated."""
+    return cache_dir / f"synthetic-longmemeval-s-q{questions}-s{seed}-t{EMBEDDED_TOKENS}-g{generator_version()}.json"
+
+
 def embedded_dataset(cache_dir: Path, *, questions: int = EMBEDDED_QUESTIONS, seed: int = EMBEDDED_SEED) -> Path:
     """The path of the embedded dataset, generating it if this is its first use."""
     cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"synthetic-longmemeval-s-q{questions}-s{seed}-t{EMBEDDED_TOKENS}-g{generator_version()}.json"
+    path = embedded_path(cache_dir, questions=questions, seed=seed)
     if path.exists():
         return path
     with open(cache_dir / (path.name + ".lock"), "w") as lock:

@@ -1,0 +1,103 @@
+"""The plugin costs nothing in a session that is not an audit, and says what it does from the start."""
+
+from __future__ import annotations
+
+import pytest
+from grid_helpers import GRID, small_args
+
+from pytest_restore.plugin import _is_grid_id, options
+
+SMALL = small_args()
+
+#: A conftest that writes down, as the session ends, which of the plugin's heavy modules were loaded.
+MODULES_CONFTEST = """
+import sys
+from pathlib import Path
+
+HEAVY = ("pytest_restore.plugin.session", "pytest_restore.audit", "pytest_restore.report", "numpy", "numba",
+         "openai", "matplotlib")
+
+def pytest_unconfigure(config):
+    loaded = sorted(m for m in sys.modules if m.startswith(HEAVY))
+    Path(config.rootpath, "loaded.txt").write_text("\\n".join(loaded))
+"""
+
+
+def test_an_unrelated_session_imports_and_writes_nothing_of_the_audit(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_one():\n    assert 1 + 1 == 2\n")
+    pytester.makeconftest(MODULES_CONFTEST)
+    result = pytester.runpytest_subprocess("-p", "no:xdist")
+    result.assert_outcomes(passed=1)
+    assert (pytester.path / "loaded.txt").read_text() == ""
+    assert not (pytester.path / ".pytest_cache" / "d" / "restore").exists()
+    assert not (pytester.path / "restore-report").exists()
+    assert "restore:" not in result.stdout.str()
+
+
+def test_a_test_asking_for_restore_cell_starts_the_plugin_at_collection(pytester: pytest.Pytester) -> None:
+    # no --restore-* option: the grid is found at collection and parametrized with the defaults
+    pytester.makepyfile(test_grid=GRID, test_one="def test_one():\n    pass\n")
+    pytester.makeconftest(MODULES_CONFTEST)
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "--collect-only", "-q")
+    ids = [line for line in result.outlines if "test_cell[" in line]
+    assert len(ids) == 6 * 3 and "test_grid.py::test_cell[fifo-80k]" in ids
+    assert "pytest_restore.plugin.session" in (pytester.path / "loaded.txt").read_text().split()
+
+
+def test_a_bad_option_still_stops_the_run_at_configure(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "--restore-budgets", "80k,,8k")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--restore-budgets*"])
+
+
+@pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_progress_line_comes_before_the_first_result(pytester: pytest.Pytester, workers: list[str]) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest_subprocess(*workers, "-v", *SMALL, "--restore-policies", "fifo")
+    result.assert_outcomes(passed=3)
+    lines = result.outlines
+    first_result = next(i for i, line in enumerate(lines) if "PASSED" in line)
+    progress = [i for i, line in enumerate(lines) if line.startswith("restore: ")]
+    assert progress and progress[0] < first_result, "\n".join(lines)
+
+
+def test_an_xdist_controller_starts_the_plugin_from_its_workers_collection(pytester: pytest.Pytester) -> None:
+    # no option: the controller, which collects nothing, learns of the grid from the workers,
+    # prepares the embedded data once (saying so) and writes the report
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest_subprocess("-n", "2", "-v", "-k", "fifo-8k")
+    result.assert_outcomes(passed=1)
+    lines = result.outlines
+    first_result = next(i for i, line in enumerate(lines) if "PASSED" in line)
+    generating = next(i for i, line in enumerate(lines) if line.startswith("restore: generating the embedded"))
+    assert generating < first_result
+    assert (pytester.path / "restore-report" / "cells.csv").read_text().count("fifo,8000,") == 2
+
+
+def test_grid_ids_are_told_from_other_parametrized_ids() -> None:
+    assert _is_grid_id("benches/test_grid.py::test_cell[fifo-80k]")
+    assert _is_grid_id("t.py::test_cell[no-evict-8k-openai:gpt-5.4-mini]")
+    assert _is_grid_id("t.py::test_cell[fifo-600]")
+    assert not _is_grid_id("t.py::test_add[1]")
+    assert not _is_grid_id("t.py::test_name[alice-bob]")
+    assert not _is_grid_id("t.py::test_plain")
+
+
+def test_the_light_options_module_keeps_the_bootstrap_seed_of_the_stats() -> None:
+    from pytest_restore.stats.analysis import DEFAULT_SEED
+
+    assert options.DEFAULT_SEED == DEFAULT_SEED
+
+
+def test_naming_an_openai_model_without_the_extra_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from pytest_restore.models import providers
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openai" else real(name, *a))
+    with pytest.raises(providers.ModelSpecError, match=r"^--restore-reader: openai:gpt-5.4-mini needs the openai "
+                       r"package: pip install 'pytest-restore\[openai\]'$"):
+        providers.check_spec("openai:gpt-5.4-mini", "--restore-reader")
+    providers.check_spec("fake", "--restore-reader")  # the fake models need nothing more
