@@ -75,6 +75,25 @@ def test_an_xdist_controller_starts_the_plugin_from_its_workers_collection(pytes
     assert (pytester.path / "restore-report" / "cells.csv").read_text().count("fifo,8000,") == 2
 
 
+def test_n_auto_runs_a_small_grid_found_in_the_given_paths_in_one_process(pytester: pytest.Pytester) -> None:
+    # the README's command has no --restore-* option: the grid is found in the test files themselves
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest_subprocess("test_grid.py", "-n", "auto", "-v", "-k", "fifo-8k")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "restore: -n auto: this small audit runs in one process" in out
+    assert "[gw0]" not in out and "created:" not in out
+
+
+def test_paths_without_a_grid_leave_n_auto_to_xdist(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    assert not options.paths_hold_a_grid(pytester.parseconfig("test_one.py"))
+    pytester.makepyfile(test_grid=GRID)
+    assert not options.paths_hold_a_grid(pytester.parseconfig("test_one.py"))
+    assert options.paths_hold_a_grid(pytester.parseconfig("."))
+    assert options.paths_hold_a_grid(pytester.parseconfig("test_grid.py::test_cell"))
+
+
 def test_grid_ids_are_told_from_other_parametrized_ids() -> None:
     assert _is_grid_id("benches/test_grid.py::test_cell[fifo-80k]")
     assert _is_grid_id("t.py::test_cell[no-evict-8k-openai:gpt-5.4-mini]")

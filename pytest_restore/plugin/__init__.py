@@ -77,7 +77,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """Start the audit now if the command line or ini file asks for it; otherwise wait for a grid item."""
     if not hasattr(config, "workerinput"):
         config.stash[RUN_KEY] = new_run_id()
-    if requested(config):
+    # ONE_PROCESS_KEY: -n auto found a small audit before configure (pytest_xdist_auto_num_workers)
+    if requested(config) or config.stash.get(ONE_PROCESS_KEY, False):
         _activate(config)
     else:
         config.pluginmanager.register(_Waiting(config), "restore-waiting")
@@ -87,9 +88,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: no worker for an audit of small data (one process is faster), else xdist's choice.
 
-    Known here (before any collection) only when a ``--restore-*`` option or
-    ``restore_*`` key asks for the audit. Otherwise xdist picks the number and a
-    small grid found at collection runs on one of the workers (``make_scheduler``).
+    Known here, before any collection, when a ``--restore-*`` option or
+    ``restore_*`` key asks for the audit or a test file of the given paths asks
+    for ``restore_cell`` (``paths_hold_a_grid``). Otherwise xdist picks the
+    number and a small grid found at collection runs on one of the workers
+    (``make_scheduler``).
     """
     config.stash[AUTO_KEY] = True
     if small_audit(config):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -179,9 +180,43 @@ def small_data(data: str | None, embedded_questions: int) -> bool:
         return False  # the settings report it
 
 
+#: Test files looked at, at most, to tell whether the command's paths hold an audit grid.
+_GRID_SCAN_LIMIT = 200
+
+
+def paths_hold_a_grid(config: pytest.Config) -> bool:
+    """Whether the test paths given on the command line hold a test asking for ``restore_cell``.
+
+    Read from the files' text before collection, so that ``-n auto`` can run a
+    small grid in one process from the start instead of paying for workers
+    that would each prepare the data again. Only explicit paths are looked at,
+    and at most ``_GRID_SCAN_LIMIT`` test files.
+    """
+    seen = 0
+    for arg in config.args:
+        path = Path(arg.split("::", 1)[0])
+        if path.is_file():
+            candidates = [path]
+        elif path.is_dir():
+            candidates = sorted(path.rglob("test_*.py")) + sorted(path.rglob("*_test.py"))
+        else:
+            continue
+        for file in candidates:
+            seen += 1
+            if seen > _GRID_SCAN_LIMIT:
+                return False
+            try:
+                if "restore_cell" in file.read_text(encoding="utf-8", errors="replace"):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def small_audit(config: pytest.Config) -> bool:
-    """Whether the command line or ini file asks for the audit of small data (read before configure)."""
-    if not requested(config):
+    """Whether the command asks for the audit of small data (read before configure): a
+    ``--restore-*`` option or ``restore_*`` key, or test paths that hold the grid."""
+    if not requested(config) and not paths_hold_a_grid(config):
         return False
     values = {}
     for name in ("data", "embedded-questions"):
