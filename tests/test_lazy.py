@@ -88,6 +88,9 @@ def test_n_auto_runs_a_small_grid_found_in_the_given_paths_in_one_process(pytest
 def test_paths_without_a_grid_leave_n_auto_to_xdist(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one="def test_one():\n    pass\n")
     assert not options.paths_hold_a_grid(pytester.parseconfig("test_one.py"))
+    # a test suite that writes grid files for child runs names the fixture only in strings
+    pytester.makepyfile(test_about="GRID = 'def test_cell(restore_cell):\\n    pass'\n\ndef test_x():\n    pass\n")
+    assert not options.paths_hold_a_grid(pytester.parseconfig("."))
     pytester.makepyfile(test_grid=GRID)
     assert not options.paths_hold_a_grid(pytester.parseconfig("test_one.py"))
     assert options.paths_hold_a_grid(pytester.parseconfig("."))

@@ -84,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_Waiting(config), "restore-waiting")
 
 
-@pytest.hookimpl(optionalhook=True)
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own answer (the CPU count)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: no worker for an audit of small data (one process is faster), else xdist's choice.
 

@@ -6,6 +6,7 @@ an unrelated test session pays for this module only.
 
 from __future__ import annotations
 
+import ast
 import os
 import uuid
 from pathlib import Path
@@ -205,12 +206,29 @@ def paths_hold_a_grid(config: pytest.Config) -> bool:
             seen += 1
             if seen > _GRID_SCAN_LIMIT:
                 return False
-            try:
-                if "restore_cell" in file.read_text(encoding="utf-8", errors="replace"):
-                    return True
-            except OSError:
-                continue
+            if _asks_for_restore_cell(file):
+                return True
     return False
+
+
+def _asks_for_restore_cell(file: Path) -> bool:
+    """Whether a test module defines a test taking the ``restore_cell`` fixture (a mention in a
+    string, as in this project's own tests of the plugin, does not count)."""
+    try:
+        text = file.read_text(encoding="utf-8", errors="replace")
+        if "restore_cell" not in text:
+            return False
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError):
+        return False
+    scopes = [tree.body] + [node.body for node in tree.body if isinstance(node, ast.ClassDef)]
+    return any(
+        isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.startswith("test")
+        and any(arg.arg == "restore_cell" for arg in node.args.args)
+        for body in scopes
+        for node in body
+    )
 
 
 def small_audit(config: pytest.Config) -> bool:
