@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from typing_extensions import Self
+if TYPE_CHECKING:  # annotations only: typing_extensions is not a runtime dependency
+    from typing_extensions import Self
 
 T = TypeVar("T")
 R = TypeVar("R", bound="Registry[Any]")
