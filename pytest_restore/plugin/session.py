@@ -70,15 +70,11 @@ from pytest_restore.plugin.options import (
     small_data,
 )
 from pytest_restore.record import Record
-from pytest_restore.report.writer import ReportFiles, RunInfo, terminal_lines, write_report
-from pytest_restore.stats.analysis import (
-    FAMILIES,
-    HypothesisTest,
-    StatsSettings,
-    budget_label,
-    cell_verdicts,
-    family_of,
-)
+from pytest_restore.report.inputs import RunInfo
+from pytest_restore.report.writer import ReportFiles, terminal_lines, write_report
+from pytest_restore.stats.analysis import cell_verdicts
+from pytest_restore.stats.families import FAMILIES, family_of
+from pytest_restore.stats.results import HypothesisTest, StatsSettings, budget_label
 
 #: Said when numba has not compiled the kernels yet (measured: ~9 s of a cold build on 2 busy cores).
 COMPILING = "compiling the numba kernels (once after an install or upgrade: about 10 s on 2 cores) ..."

@@ -24,12 +24,9 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from syrupy.terminal import disable_color
 
 from pytest_restore.record import Record
-from pytest_restore.report.writer import (
-    RunInfo,
-    analyse_records,
-    render_cells_csv,
-    render_decisions_md,
-)
+from pytest_restore.report.inputs import RunInfo, analyse_records
+from pytest_restore.report.markdown import render_decisions_md
+from pytest_restore.report.writer import render_cells_csv
 
 
 class CellsSnapshot(SingleFileSnapshotExtension):

@@ -51,7 +51,6 @@ from pytest_restore.report.inputs import (
     sort_records,
 )
 from pytest_restore.report.markdown import (
-    render_decisions_md,
     render_report_md,
     session_failures,
     untestable_lines,
@@ -63,19 +62,6 @@ from pytest_restore.stats.results import (
     CellStats,
     budget_label,
 )
-
-# The plugin imports these names from here; new code imports each from its own module.
-__all__ = [
-    "CSV_COLUMNS",
-    "ReportFiles",
-    "RunInfo",
-    "analyse_records",
-    "render_cells_csv",
-    "render_decisions_md",
-    "summary_json",
-    "terminal_lines",
-    "write_report",
-]
 
 CELL_COLUMNS = PROTOCOL_COLUMNS
 

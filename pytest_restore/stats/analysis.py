@@ -49,22 +49,7 @@ from pytest_restore.stats.results import (
     PairMatch,
     StatsSettings,
     _round,
-    budget_label,
 )
-
-# The plugin imports these names from here; new code imports each from its own module.
-__all__ = [
-    "DEFAULT_SEED",
-    "FAMILIES",
-    "Analysis",
-    "HypothesisTest",
-    "StatsSettings",
-    "analyse",
-    "bins_by_type",
-    "budget_label",
-    "cell_verdicts",
-    "family_of",
-]
 
 #: Decisions that count as a rejection of the family's null.
 _REJECTIONS = frozenset({"reject", "equivalent", "majority"})
