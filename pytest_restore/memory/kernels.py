@@ -14,8 +14,7 @@ writable); set ``NUMBA_DISABLE_JIT=1`` to run them as plain Python.
 Each kernel takes and returns plain arrays and makes the same choices, in
 the same floating-point arithmetic, as the policy's documented rule; the
 brute-force tests in ``tests/test_eviction.py`` hold them to it. The text
-scans (word profiles, the control's fact density, the fake scorer's
-first-person and digit tests) read bytes; non-ASCII text reaches them as
+scans (word profiles, the control's fact density) read bytes; non-ASCII text reaches them as
 UTF-8 or through ASCII stand-ins (:class:`StandIns`), and
 ``tests/test_text_paths.py`` holds them to the rules as written, on
 adversarial strings with and without non-ASCII characters.
@@ -410,80 +409,6 @@ def fact_counts(text: str) -> tuple[int, int]:
     if not text.isascii():
         text = _FACT_STAND_INS.apply(text)
     return ascii_facts(np.frombuffer(text.encode("ascii"), dtype=np.uint8), _SPACE, _STRIP, _FIRST_PERSON_CODES)
-
-
-# -- the fake scorer's tests -----------------------------------------------------------
-
-#: ASCII word characters of ``re``'s ``\w``: letters, digits and ``_``.
-_WORD = np.zeros(256, dtype=np.bool_)
-_WORD[[c for c in range(128) if chr(c).isalnum() or c == 95]] = True
-
-
-def word_codes(words: Sequence[str]) -> npt.NDArray[np.int64]:
-    """Lower-case ASCII words of at most 7 letters as :func:`_word_code` codes, sorted."""
-    assert all(w.isascii() and w == w.lower() and 0 < len(w) <= _PACKED_MAX for w in words)
-    return np.array(sorted(_word_code(w.encode("ascii")) for w in words), dtype=np.int64)
-
-
-@_compiled
-def ascii_word_and_digit(text: npt.NDArray[np.uint8], ends: npt.NDArray[np.int64], word: npt.NDArray[np.bool_],
-                         codes: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-    """For each ASCII text (``text[ends[k-1]:ends[k]]``): whether a word of ``codes`` occurs, and a digit.
-
-    Words are the runs of ``word`` bytes, compared lower-cased: for ``\\w``
-    bytes this is ``re.search(r"\\b(w1|w2|...)\\b", text, re.IGNORECASE)``.
-    """
-    found = np.zeros(ends.shape[0], dtype=np.bool_)
-    digits = np.zeros(ends.shape[0], dtype=np.bool_)
-    longest = 0
-    for candidate in codes:
-        longest = max(longest, int(candidate >> 56))
-    begin = 0
-    for k in range(ends.shape[0]):
-        n = ends[k]
-        i = begin
-        begin = n
-        hit = False
-        digit = False
-        while i < n:
-            c = text[i]
-            if not word[c]:
-                i += 1
-                continue
-            start = i
-            code = np.int64(0)
-            while i < n and word[text[i]]:
-                c = text[i]
-                if c <= 57:  # the word bytes below "A" are the digits
-                    digit = True
-                elif c <= 90:
-                    c += 32
-                if i - start < longest:
-                    code |= np.int64(c) << (8 * (i - start))
-                i += 1
-            if not hit and i - start <= longest:
-                code |= np.int64(i - start) << 56
-                for candidate in codes:
-                    if candidate == code:
-                        hit = True
-                        break
-            if hit and digit:
-                break
-        found[k] = hit
-        digits[k] = digit
-    return found, digits
-
-
-def word_and_digit(texts: Sequence[str], words: npt.NDArray[np.int64]) -> tuple[list[bool], list[bool]]:
-    """:func:`ascii_word_and_digit` of ASCII ``texts`` with ``words`` (from :func:`word_codes`), in one call."""
-    found: list[bool] = []
-    digits: list[bool] = []
-    for at in range(0, len(texts), 4096):  # a few MB at a time, not a copy of every text
-        data, ends = pack([t.encode("ascii") for t in texts[at : at + 4096]])
-        f, d = ascii_word_and_digit(data, ends, _WORD, words)
-        found += f.tolist()
-        digits += d.tolist()
-    return found, digits
 
 
 # -- word profiles: the content words of many texts, through one exact word table -------
