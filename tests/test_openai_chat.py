@@ -28,6 +28,7 @@ from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.openai_chat import (
     MAX_RETRY_AFTER,
     OpenAIChatModel,
+    RateMeter,
     estimate_tokens,
     parse_retry_after,
 )
@@ -76,6 +77,27 @@ def body_of(request: ChatRequest) -> str:
 
 
 _OPEN_MODELS: list[OpenAIChatModel] = []
+
+
+class VirtualTime:
+    """A clock and a sleep for a model: every wait it asks for is recorded and advances the clock at once.
+
+    What a test checks is the waits the model chose (a ``Retry-After`` slept
+    through, a rate meter's pacing), never wall-clock time, which a loaded
+    machine stretches.
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        await asyncio.sleep(0)  # still a point where other calls run
 
 
 def make_model(server: OpenAIServer, **kwargs: Any) -> OpenAIChatModel:
@@ -187,21 +209,23 @@ def test_faulted_run_gives_the_fault_free_results() -> None:
 
 def test_retry_after_seconds_is_honoured(server: OpenAIServer) -> None:
     server.faults = Faults(rate=1.0, kinds=("429",), retry_after="1", max_per_request=1)
-    result = make_model(server).run(questions([1]))[0]
+    virtual = VirtualTime()
+    result = make_model(server, clock=virtual.clock, sleep=virtual.sleep).run(questions([1]))[0]
     first, second = server.log
     assert result.text == "echo: question 1"
     assert (first.fault, second.fault) == ("429", None)
-    assert second.time - first.time >= 0.95  # backoff alone would be < 0.05 s
+    assert virtual.slept == [1.0]  # the server's wait, not the backoff (at most 0.05 s here)
 
 
 def test_retry_after_ms_is_honoured(server: OpenAIServer) -> None:
     server.faults = Faults(
         rate=1.0, kinds=("503",), retry_after=None, retry_after_ms="300", max_per_request=1
     )
-    result = make_model(server).run(questions([1]))[0]
+    virtual = VirtualTime()
+    result = make_model(server, clock=virtual.clock, sleep=virtual.sleep).run(questions([1]))[0]
     first, second = server.log
-    assert result.ok
-    assert 0.28 <= second.time - first.time < 1.0
+    assert result.ok and (first.fault, second.fault) == ("503", None)
+    assert virtual.slept == [pytest.approx(0.3)]
 
 
 def test_parse_retry_after_forms() -> None:
@@ -277,11 +301,25 @@ def test_missing_key_on_a_keyed_server_says_so(server: OpenAIServer) -> None:
     assert result.error is not None and "OPENAI_API_KEY is not set" in result.error
 
 
+def test_rate_meter_lets_a_burst_through_then_paces() -> None:
+    now = [0.0]
+    meter = RateMeter(1200, clock=lambda: now[0])  # 20/s, bursts of 20
+    waits = [meter.reserve(1) for _ in range(40)]
+    assert waits[:20] == [0.0] * 20
+    assert waits[20:] == pytest.approx([0.05 * k for k in range(1, 21)])
+    now[0] = 2.0  # the bucket drains at 20/s: empty again after the 2 s reserved
+    assert meter.reserve(1) == 0.0
+
+
 def test_rpm_meter_paces_requests(server: OpenAIServer) -> None:
-    model = make_model(server, rpm=1200)  # 20/s, bursts of 20
-    started = time.monotonic()
+    virtual = VirtualTime()
+    # one call at a time, so the virtual clock is the time the run would take
+    model = make_model(server, rpm=1200, max_concurrency=1, clock=virtual.clock, sleep=virtual.sleep)
     assert all(r.ok for r in model.run(questions(range(40))))
-    assert time.monotonic() - started >= 0.9  # 20 more after the burst, at 20/s
+    assert server.total_requests == 40
+    # a burst of 20, then the other 20 paced at 20/s: one second in all
+    assert virtual.slept == pytest.approx([0.05] * 20)
+    assert virtual.now == pytest.approx(1.0)
 
 
 # -- the cache ---------------------------------------------------------------
@@ -389,16 +427,15 @@ def test_rerun_after_a_killed_run_resends_only_unfinished(tmp_path: Path) -> Non
         done_before = {i for i, request in enumerate(requests) if cache.contains(MODEL, request)}
         assert 0 < len(done_before) < len(requests)
         server.reset_counters()
-        started = time.monotonic()
         results = make_model(server, cache=cache, max_concurrency=16).run(requests)
-        elapsed = time.monotonic() - started
         attempts = server.attempts
 
     assert [r.text for r in results] == [f"echo: question {i}" for i in range(80)]
     resent = {i for i, request in enumerate(requests) if attempts[body_of(request)]}
     assert resent == set(range(80)) - done_before
     assert set(attempts.values()) == {1}
-    assert elapsed < 5, "locks of the killed process must not be waited out"
+    # the killed process's locks died with it: no request waited for one
+    assert cache.stats().waits == 0
 
 
 # -- the key never leaks -------------------------------------------------------
@@ -537,9 +574,10 @@ def test_wrong_key_or_model_fails_at_once_and_is_kept_as_fatal(
 
 def test_retry_after_beyond_the_cap_fails_the_call_and_says_so(server: OpenAIServer) -> None:
     server.mode = "429-huge-retry-after"
-    started = time.monotonic()
-    result = make_model(server, max_retry_after=5).run(questions([1]))[0]
-    assert time.monotonic() - started < 5  # not slept through
+    virtual = VirtualTime()
+    model = make_model(server, max_retry_after=5, clock=virtual.clock, sleep=virtual.sleep)
+    result = model.run(questions([1]))[0]
+    assert virtual.slept == []  # not slept through, nor backed off and sent again
     assert result.error is not None and "asked to wait 86400s, over the 5s cap" in result.error
     assert server.total_requests == 1
 
@@ -547,12 +585,12 @@ def test_retry_after_beyond_the_cap_fails_the_call_and_says_so(server: OpenAISer
 @pytest.mark.parametrize("mode", ["slow-drip", "hang"])
 def test_timeout_bounds_the_whole_request(server: OpenAIServer, mode: str) -> None:
     server.mode = mode
-    server.drip_interval = 0.05  # a ~400-byte body would take ~20 s; every byte arrives within the timeout
-    started = time.monotonic()
+    # a ~400-byte body would take ~20 s; every byte arrives within the timeout, so
+    # only a bound on the whole request ends it (and an unbounded one ends in a reply)
+    server.drip_interval = 0.05
     result = make_model(server, timeout=0.5, max_tries=2).run(questions([1]))[0]
-    elapsed = time.monotonic() - started
     assert result.error == "failed after 2 tries: timed out after 0.5s"
-    assert elapsed < 5, elapsed
+    assert server.total_requests == 2
 
 
 def test_a_key_echoed_in_the_answer_is_redacted_before_caching(
@@ -574,12 +612,14 @@ def test_unreachable_server_is_reported_within_seconds(where: str) -> None:
             base_url = gone.base_url  # a port nobody listens on once the server stops
     else:
         base_url = "http://no-such-host.invalid/v1"
-    model = OpenAIChatModel(model=MODEL, base_url=base_url, timeout=30)  # default tries and backoff
+    virtual = VirtualTime()
+    # default tries and backoff: a retried call would sleep seconds between tries
+    model = OpenAIChatModel(model=MODEL, base_url=base_url, timeout=30, clock=virtual.clock, sleep=virtual.sleep)
     _OPEN_MODELS.append(model)
-    started = time.monotonic()
     result = model.run(questions([1]))[0]
-    assert time.monotonic() - started < 10
-    assert result.error is not None and "unreachable" in result.error, result.error
+    assert virtual.slept == []  # one try, no backoff: said at once
+    assert result.error is not None and "(not retried: " in result.error, result.error
+    assert "is unreachable" in result.error
     assert model.fatal_error == result.error  # the run stops on it
 
 

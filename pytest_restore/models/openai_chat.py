@@ -55,7 +55,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -67,6 +67,11 @@ from pytest_restore.models.progress import Progress
 
 #: The model provider these models belong to: names read ``openai:MODEL``.
 PROVIDER = "openai"
+
+#: A clock in seconds (``time.monotonic`` unless a test passes a virtual one).
+Clock = Callable[[], float]
+#: How the model waits a number of seconds (``asyncio.sleep`` unless a test records the waits).
+Sleep = Callable[[float], Awaitable[None]]
 
 if TYPE_CHECKING:
     import openai
@@ -208,19 +213,21 @@ class RateMeter:
     through when the bucket is empty.
     """
 
-    def __init__(self, per_minute: float) -> None:
+    def __init__(self, per_minute: float, *, clock: Clock = time.monotonic) -> None:
+        """A meter of ``per_minute`` units; ``clock`` tells the time (a test may pass a virtual one)."""
         if per_minute <= 0:
             raise ValueError(f"rate limit must be positive, got {per_minute}")
         self.per_second = per_minute / 60.0
         self.capacity = max(1.0, self.per_second)
+        self._clock = clock
         self._level = 0.0
-        self._updated = time.monotonic()
+        self._updated = clock()
         self._lock = threading.Lock()
 
     def reserve(self, amount: float) -> float:
         """Reserve ``amount`` now; returns how long to wait before using it."""
         with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             self._level = max(0.0, self._level - (now - self._updated) * self.per_second)
             self._updated = now
             excess = self._level + amount - max(self.capacity, amount)
@@ -317,6 +324,8 @@ class OpenAIChatModel:
         backoff_cap: float = 60.0,
         max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
         adaptive: bool = True,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
     ) -> None:
         """Configure the model; nothing is sent until ``run``.
 
@@ -332,6 +341,11 @@ class OpenAIChatModel:
         slept through. ``adaptive`` (default) lets concurrency grow from 1 to
         ``max_concurrency`` as the server keeps up; ``False`` holds it at
         ``max_concurrency`` (a fixed limit, for comparison).
+        ``clock`` and ``sleep`` are the time the model waits in (rate meters,
+        backoff, ``Retry-After``, another process's cache lock): a test passes
+        a virtual clock and a sleep that records its waits and returns at
+        once, instead of asserting on wall-clock time. Latency (which steers
+        the adaptive limit) is always measured on the real clock.
         """
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
@@ -361,8 +375,10 @@ class OpenAIChatModel:
         workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
         self.rpm = rpm
         self.tpm = tpm
-        self._request_meter = RateMeter(rpm / workers) if rpm else None
-        self._token_meter = RateMeter(tpm / workers) if tpm else None
+        self._clock = clock
+        self._sleep = sleep
+        self._request_meter = RateMeter(rpm / workers, clock=clock) if rpm else None
+        self._token_meter = RateMeter(tpm / workers, clock=clock) if tpm else None
         self._jitter = random.Random()
         self._loop_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -508,7 +524,7 @@ class OpenAIChatModel:
             async with state.slots:
                 waited_out = (
                     waiting_since is not None
-                    and time.monotonic() - waiting_since > cache.lock_timeout
+                    and self._clock() - waiting_since > cache.lock_timeout
                 )
                 lock = None if waited_out else cache.try_lock(key)
                 if lock is not None or waited_out:
@@ -524,9 +540,9 @@ class OpenAIChatModel:
             # Another process is sending this very request: wait for its entry
             # outside the semaphore, so our slots go to requests we can send.
             if waiting_since is None:
-                waiting_since = time.monotonic()
+                waiting_since = self._clock()
                 cache.note_wait()
-            await asyncio.sleep(poll)
+            await self._sleep(poll)
             poll = min(poll * 1.5, 0.5)
 
     def body(self, request: ChatRequest) -> dict[str, Any]:
@@ -556,7 +572,7 @@ class OpenAIChatModel:
             if lock is not None:
                 lock.touch()
             retry_after: float | None = None
-            started = time.monotonic()
+            started = time.monotonic()  # the server's real latency, whatever ``clock`` is
             try:
                 # ``post`` (the client's route for custom requests) keeps its
                 # auth, base URL, timeout and typed errors, but skips the
@@ -623,7 +639,7 @@ class OpenAIChatModel:
                 )
                 if self.progress is not None:
                     self.progress.retry()
-                await asyncio.sleep(delay)
+                await self._sleep(delay)
         error = f"failed after {self.max_tries} tries: {last_error}"
         logger.warning("%s: %s", self.name, error)
         return ChatResult(text=None, error=error)
@@ -708,7 +724,7 @@ class OpenAIChatModel:
             waits.append(self._token_meter.reserve(token_cost))
         delay = max(waits)
         if delay > 0:
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
 
     def _backoff(self, attempt: int) -> float:
         # Full jitter (AWS architecture blog): uniform over the whole window,
