@@ -1,4 +1,4 @@
-"""OpenAIChatModel, ResponseCache and Progress against a real HTTP server.
+"""OpenAIChatModel, its pacing, ResponseCache and Progress against a real HTTP server.
 
 Every test talks to ``openai_server.OpenAIServer`` on 127.0.0.1 through the
 official ``openai`` client, so retries, timeouts and dropped connections are
@@ -25,13 +25,8 @@ from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, ca
 
 from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
 from pytest_restore.models.cache import ResponseCache, request_key
-from pytest_restore.models.openai_chat import (
-    MAX_RETRY_AFTER,
-    OpenAIChatModel,
-    RateMeter,
-    estimate_tokens,
-    parse_retry_after,
-)
+from pytest_restore.models.openai_chat import OpenAIChatModel, estimate_tokens
+from pytest_restore.models.pacing import MAX_RETRY_AFTER, RateMeter, parse_retry_after
 from pytest_restore.models.progress import Progress
 
 MODEL = "gpt-4o-mini"

@@ -34,7 +34,7 @@ through but ends the call with that reason; a refused connection or an
 unresolvable host is not retried for minutes; a reply far longer than the
 request's output budget is refused and never cached. Every failed call's
 cause is counted in ``failure_causes``. Concurrency adapts to the server
-(``AdaptiveLimit``): it starts at one call in flight and grows while the
+(``pacing.AdaptiveLimit``): it starts at one call in flight and grows while the
 server's latency does not, and halves on timeouts and 429/503s, so a local
 server that computes one request at a time is not flooded. The served snapshot id (``gpt-4o-mini-2024-07-18``) goes into
 ``ChatResult.extra["model"]``, the finish reason into
@@ -44,10 +44,8 @@ server that computes one request at a time is not flooded. The served snapshot i
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import logging
-import math
 import os
 import random
 import re
@@ -55,7 +53,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -63,15 +61,11 @@ from typing import TYPE_CHECKING, Any
 from pytest_restore.data.tokens import count_tokens
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.cache import KeyLock, ResponseCache, request_key
+from pytest_restore.models.pacing import AdaptiveLimit, Clock, RateMeter, Sleep, parse_retry_after
 from pytest_restore.models.progress import Progress
 
 #: The model provider these models belong to: names read ``openai:MODEL``.
 PROVIDER = "openai"
-
-#: A clock in seconds (``time.monotonic`` unless a test passes a virtual one).
-Clock = Callable[[], float]
-#: How the model waits a number of seconds (``asyncio.sleep`` unless a test records the waits).
-Sleep = Callable[[float], Awaitable[None]]
 
 if TYPE_CHECKING:
     import openai
@@ -92,9 +86,6 @@ RETRYABLE_STATUSES = frozenset({408, 409, 429})
 #: Statuses that mean every request of the run will fail the same way.
 #: (401: the key is wrong; 403: the key may not use this model or endpoint; 404: no such model.)
 FATAL_STATUSES = frozenset({401, 403, 404})
-#: ``parse_retry_after`` clips absurd waits to this (a day): the caller compares
-#: what is left with its own cap (``OpenAIChatModel.max_retry_after``).
-MAX_RETRY_AFTER = 86400.0
 #: Default longest ``Retry-After`` a call sleeps through; a longer one fails the call, said.
 DEFAULT_MAX_RETRY_AFTER = 60.0
 #: Output tokens a reasoning model may spend thinking, on top of the reply's budget.
@@ -168,130 +159,6 @@ def estimate_tokens(requests: Sequence[ChatRequest], model: str = "") -> tuple[i
     extra = REASONING_ALLOWANCE if is_reasoning_model(model) else 0
     output_tokens = sum(request.max_tokens + extra for request in distinct)
     return input_tokens, output_tokens
-
-
-def parse_retry_after(
-    headers: Mapping[str, str] | None, *, now: float | None = None
-) -> float | None:
-    """Seconds the server asked us to wait, from ``retry-after-ms`` or ``Retry-After``.
-
-    ``Retry-After`` may be seconds or an HTTP date. ``None`` when no usable
-    header is present; negative waits become 0; waits are capped at
-    ``MAX_RETRY_AFTER``.
-    """
-    if headers is None:
-        return None
-    lowered = {name.lower(): value for name, value in headers.items()}
-    seconds: float | None = None
-    milliseconds = lowered.get("retry-after-ms")
-    if milliseconds is not None:
-        try:
-            seconds = float(milliseconds) / 1000.0
-        except ValueError:
-            seconds = None
-    value = lowered.get("retry-after")
-    if seconds is None and value is not None:
-        try:
-            seconds = float(value)
-        except ValueError:
-            try:
-                date = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError, IndexError):
-                return None
-            seconds = date.timestamp() - (time.time() if now is None else now)
-    if seconds is None or math.isnan(seconds):
-        return None
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
-
-
-class RateMeter:
-    """A leaky bucket over a per-minute limit (requests or tokens), thread-safe.
-
-    The bucket holds one second's worth (providers enforce per-minute limits
-    over shorter windows), so a burst is brief and the long-run rate stays
-    at ``per_minute``. A single reservation larger than the bucket goes
-    through when the bucket is empty.
-    """
-
-    def __init__(self, per_minute: float, *, clock: Clock = time.monotonic) -> None:
-        """A meter of ``per_minute`` units; ``clock`` tells the time (a test may pass a virtual one)."""
-        if per_minute <= 0:
-            raise ValueError(f"rate limit must be positive, got {per_minute}")
-        self.per_second = per_minute / 60.0
-        self.capacity = max(1.0, self.per_second)
-        self._clock = clock
-        self._level = 0.0
-        self._updated = clock()
-        self._lock = threading.Lock()
-
-    def reserve(self, amount: float) -> float:
-        """Reserve ``amount`` now; returns how long to wait before using it."""
-        with self._lock:
-            now = self._clock()
-            self._level = max(0.0, self._level - (now - self._updated) * self.per_second)
-            self._updated = now
-            excess = self._level + amount - max(self.capacity, amount)
-            self._level += amount
-            return max(0.0, excess / self.per_second)
-
-
-class AdaptiveLimit:
-    """How many calls may be in flight, adapted to what the server can take.
-
-    A local llama.cpp or Ollama server often computes one request at a time:
-    sixteen concurrent calls queue there, the last ones time out, are sent
-    again and computed twice. So the limit starts at 1 and grows by one per
-    success whose latency stayed within ``1.5x`` the fastest seen (the server
-    took the extra call in parallel); it stops growing when latency rises with
-    the load (a queue), and halves on a timeout, a 429 or a 503. While the
-    limit is small (below 4) it only grows when a queue of the new size would
-    still end well within ``timeout``, so a slow one-slot server is never
-    given a call it could not finish in time. ``peak`` is the highest limit
-    reached (reports show it). Used from one event loop.
-    """
-
-    def __init__(self, maximum: int, timeout: float) -> None:
-        self.maximum = maximum
-        self.timeout = timeout
-        self.limit = 1
-        self.peak = 1
-        self.in_flight = 0
-        self.fastest: float | None = None
-        self._changed = asyncio.Condition()
-
-    async def acquire(self) -> None:
-        """Wait for a free slot under the current limit."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.in_flight < self.limit)
-            self.in_flight += 1
-
-    async def release(self) -> None:
-        """Give a slot back."""
-        async with self._changed:
-            self.in_flight -= 1
-            self._changed.notify_all()
-
-    async def __aenter__(self) -> None:
-        await self.acquire()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.release()
-
-    async def succeeded(self, latency: float) -> None:
-        """A call came back well after ``latency`` seconds: maybe allow one more."""
-        self.fastest = latency if self.fastest is None else min(self.fastest, latency)
-        if self.limit >= self.maximum or latency > 1.5 * self.fastest + 0.01:
-            return
-        if self.limit < 4 and (self.limit + 1) * self.fastest > 0.5 * self.timeout:
-            return  # on a one-slot server the extra call would wait out its deadline
-        async with self._changed:
-            self.limit += 1
-            self.peak = max(self.peak, self.limit)
-            self._changed.notify_all()
-
-    def overloaded(self) -> None:
-        """A timeout, 429 or 503: halve the limit (calls in flight finish)."""
-        self.limit = max(1, self.limit // 2)
 
 
 class _RunState:
