@@ -57,18 +57,30 @@ class ChildRun:
         assert self.ret == 0 and re.search(rf"\b{passed} passed\b", self.output), self.output[-3000:]
 
 
+def assert_progress_before_first_result(lines: list[str]) -> None:
+    """A ``restore: `` progress line comes before the first ``PASSED`` of a ``-v`` run's output."""
+    first_result = next(i for i, line in enumerate(lines) if "PASSED" in line)
+    progress = [i for i, line in enumerate(lines) if line.startswith("restore: ")]
+    assert progress and progress[0] < first_result, "\n".join(lines)
+
+
 def child_env() -> dict[str, str]:
     """The environment of a child grid run: no xdist worker identity, no OpenAI settings leak in."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PYTEST_XDIST"))}
 
 
-def run_child(args: list[str], cwd: Path, report: Path, env: dict[str, str] | None = None) -> ChildRun:
+def run_child(
+    args: list[str], cwd: Path, report: Path, env: dict[str, str] | None = None, *, name_report_dir: bool = True
+) -> ChildRun:
     """Run ``python -m pytest *args`` in ``cwd`` writing its report to ``report``; keep its output and exit code beside it.
 
-    ``env`` adds to ``child_env()`` (an API key, say).
+    ``env`` adds to ``child_env()`` (an API key, say). ``name_report_dir=False``
+    passes no ``--restore-report-dir`` (a run with no ``--restore-*`` option at
+    all): the run writes ``cwd/restore-report``, which is then moved to ``report``.
     """
+    named = ["--restore-report-dir", str(report)] if name_report_dir else []
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", *args, "--restore-report-dir", str(report)],
+        [sys.executable, "-m", "pytest", *args, *named],
         cwd=cwd,
         env={**child_env(), **(env or {})},
         capture_output=True,
@@ -77,6 +89,8 @@ def run_child(args: list[str], cwd: Path, report: Path, env: dict[str, str] | No
         timeout=600,
     )
     output = result.stdout + result.stderr
+    if not name_report_dir and (cwd / "restore-report").is_dir():
+        (cwd / "restore-report").rename(report)
     (report.parent / f"{report.name}-output.txt").write_text(output)
     (report.parent / f"{report.name}-exit-code.txt").write_text(str(result.returncode))
     return ChildRun(report, result.returncode, output)

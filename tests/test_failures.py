@@ -23,7 +23,6 @@ from openai_server import OpenAIServer, fake_models_responder
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import History, build_history
 
-DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
 FAST_RETRIES = """
 from pytest_restore.models.openai_chat import OpenAIChatModel
 
@@ -174,39 +173,8 @@ def test_a_server_failing_every_call_fails_the_run_with_the_cause(
     assert len(summary) == len({line.split(":")[0] + line.split(":")[1] for line in summary})
 
 
-def test_wrong_key_stops_the_run_at_the_first_call_and_the_key_lands_nowhere(
-    project: pytest.Pytester, server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
-    server.mode = "401-echo-key"
-    result = project.runpytest_subprocess(
-        "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}",
-        f"--restore-cache={tmp_path / 'cache'}", "--restore-calibration=off", timeout=120,
-    )
-    assert result.ret != 0
-    assert server.total_requests <= 2, server.total_requests  # stopped at the first, not after the grid
-    text = "\n".join(result.outlines + result.errlines)
-    assert "HTTP 401 authentication failed" in text and "Traceback" not in text
-    assert DUMMY_KEY not in text
-    for path in [*project.path.rglob("*"), *tmp_path.rglob("*")]:
-        if path.is_file():
-            assert DUMMY_KEY.encode() not in path.read_bytes(), path
-
-
-def test_a_dry_run_reads_a_damaged_cache(project: pytest.Pytester, server: OpenAIServer, tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    args = ["-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}", f"--restore-cache={cache}"]
-    done = project.runpytest_subprocess(*args, "--restore-calibration=off", timeout=120)
-    assert done.ret == 0, done.outlines
-    for i, entry in enumerate(sorted(cache.glob("??/*.json"))):
-        if i % 3 == 0:
-            entry.write_bytes(b"\x00\xff garbage")
-        elif i % 3 == 1:
-            entry.unlink()
-            entry.mkdir()
-    dry = project.runpytest_subprocess(*args, "--restore-dry-run", timeout=120)
-    assert dry.ret == 0, dry.outlines + dry.errlines
-    dry.stdout.fnmatch_lines(["*restore dry run*"])
+# A wrong key (stopped at the first call, the key in no file) and a dry run on a damaged cache
+# are checked in test_providers.py, on the runs it shares.
 
 
 # -- 7. reports are whole or say they are not ----------------------------------------------------
@@ -241,9 +209,14 @@ def complete_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return first.report
 
 
-@pytest.mark.parametrize(("exc", "extra"), [("KeyboardInterrupt()", []), ("RuntimeError('boom')", ["-x"])])
+@pytest.mark.parametrize(
+    ("exc", "extra", "then_whole"),
+    # a whole run after the cut replaces the partial report the same way however the cut came: checked once
+    [("KeyboardInterrupt()", [], True), ("RuntimeError('boom')", ["-x"], False)],
+    ids=["KeyboardInterrupt", "RuntimeError"],
+)
 def test_an_interrupted_session_leaves_the_complete_report_untouched(
-    project: pytest.Pytester, complete_report: Path, exc: str, extra: list[str]
+    project: pytest.Pytester, complete_report: Path, exc: str, extra: list[str], then_whole: bool
 ) -> None:
     args = ["-p", "no:xdist", *INTERRUPTED_ARGS]
     report = project.path / "restore-report"
@@ -263,6 +236,8 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
     assert (partial / "report.md").read_text().startswith("> **PARTIAL REPORT**")
     said = "partial report (the session did not finish its grid): restore-report.partial; restore-report was left"
     assert said in "\n".join(cut.outlines)
+    if not then_whole:
+        return
 
     # a whole run then replaces the report as a whole: no file of the old one survives
     project.makeconftest(FAST_RETRIES)

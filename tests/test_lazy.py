@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from grid_helpers import GRID, small_args
+from grid_helpers import (
+    GRID,
+    ChildRun,
+    assert_progress_before_first_result,
+    read_child,
+    run_child,
+    shared_run,
+    small_args,
+)
 
 from pytest_restore.plugin import _is_grid_id, options
 
@@ -51,38 +61,55 @@ def test_a_bad_option_still_stops_the_run_at_configure(pytester: pytest.Pytester
     result.stderr.fnmatch_lines(["*--restore-budgets*"])
 
 
-@pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2"]], ids=["serial", "xdist"])
-def test_a_progress_line_comes_before_the_first_result(pytester: pytest.Pytester, workers: list[str]) -> None:
+def test_a_progress_line_comes_before_the_first_result(pytester: pytest.Pytester) -> None:
+    # under xdist: test_plugin.py's controller test checks the same on its -n 2 run
     pytester.makepyfile(test_grid=GRID)
-    result = pytester.runpytest_subprocess(*workers, "-v", *SMALL, "--restore-policies", "fifo")
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "-v", *SMALL, "--restore-policies", "fifo")
     result.assert_outcomes(passed=3)
-    lines = result.outlines
-    first_result = next(i for i, line in enumerate(lines) if "PASSED" in line)
-    progress = [i for i, line in enumerate(lines) if line.startswith("restore: ")]
-    assert progress and progress[0] < first_result, "\n".join(lines)
+    assert_progress_before_first_result(result.outlines)
 
 
-def test_an_xdist_controller_starts_the_plugin_from_its_workers_collection(pytester: pytest.Pytester) -> None:
+#: The README's command on the embedded default, with no ``--restore-*`` option, run in one project in turn:
+#: first under xdist (the data is generated then), then with ``-n auto`` (it is in the project's cache by then,
+#: as on a user's second run). One cell each.
+NO_OPTION_RUNS = {
+    "xdist": ["-n", "2", "-v", "-k", "fifo-8k"],
+    "n-auto": ["test_grid.py", "-n", "auto", "-v", "-k", "fifo-8k"],
+}
+
+
+@pytest.fixture(scope="module")
+def no_option_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ChildRun]:
+    """The ``NO_OPTION_RUNS``, run once per test run (also under xdist); each one's report, output and exit code."""
+
+    def build(project: Path) -> None:
+        (project / "test_grid.py").write_text(GRID)
+        for name, args in NO_OPTION_RUNS.items():
+            run_child(args, project, project / name, name_report_dir=False)
+
+    project = shared_run(tmp_path_factory, "no-option-runs", build)
+    return {name: read_child(project / name) for name in NO_OPTION_RUNS}
+
+
+def test_an_xdist_controller_starts_the_plugin_from_its_workers_collection(no_option_runs: dict[str, ChildRun]) -> None:
     # no option: the controller, which collects nothing, learns of the grid from the workers,
     # prepares the embedded data once (saying so) and writes the report
-    pytester.makepyfile(test_grid=GRID)
-    result = pytester.runpytest_subprocess("-n", "2", "-v", "-k", "fifo-8k")
-    result.assert_outcomes(passed=1)
-    lines = result.outlines
+    run = no_option_runs["xdist"]
+    run.assert_passed(1)
+    lines = run.output.splitlines()
     first_result = next(i for i, line in enumerate(lines) if "PASSED" in line)
     generating = next(i for i, line in enumerate(lines) if line.startswith("restore: generating the embedded"))
     assert generating < first_result
-    assert (pytester.path / "restore-report" / "cells.csv").read_text().count("fifo,8000,") == 2
+    assert (run.report / "cells.csv").read_text().count("fifo,8000,") == 2
 
 
-def test_n_auto_runs_a_small_grid_found_in_the_given_paths_in_one_process(pytester: pytest.Pytester) -> None:
+def test_n_auto_runs_a_small_grid_found_in_the_given_paths_in_one_process(no_option_runs: dict[str, ChildRun]) -> None:
     # the README's command has no --restore-* option: the grid is found in the test files themselves
-    pytester.makepyfile(test_grid=GRID)
-    result = pytester.runpytest_subprocess("test_grid.py", "-n", "auto", "-v", "-k", "fifo-8k")
-    result.assert_outcomes(passed=1)
-    out = result.stdout.str()
-    assert "restore: -n auto: this small audit runs in one process" in out
-    assert "[gw0]" not in out and "created:" not in out
+    run = no_option_runs["n-auto"]
+    run.assert_passed(1)
+    assert "restore: -n auto: this small audit runs in one process" in run.output
+    assert "[gw0]" not in run.output and "created:" not in run.output
+    assert (run.report / "cells.csv").read_text().count("fifo,8000,") == 2
 
 
 def test_paths_without_a_grid_leave_n_auto_to_xdist(pytester: pytest.Pytester) -> None:

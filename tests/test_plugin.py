@@ -7,7 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from grid_helpers import GRID, TINY, ChildRun, report_file, small_args
+from grid_helpers import (
+    GRID,
+    TINY,
+    ChildRun,
+    assert_progress_before_first_result,
+    report_file,
+    small_args,
+)
 
 SMALL = small_args(bootstrap=2000)
 
@@ -212,9 +219,12 @@ def test_an_xdist_controller_lets_its_parsed_data_go_and_reloads_it_when_needed(
         """
     )
     result = pytester.runpytest_subprocess(
-        "-n", "2", *SMALL, "--restore-policies", "fifo", "--restore-audit-judge", "fake", "--restore-audit-judge-sample", "5"
+        "-n", "2", "-v", *SMALL, "--restore-policies", "fifo", "--restore-audit-judge", "fake",
+        "--restore-audit-judge-sample", "5",
     )
     result.assert_outcomes(passed=3)
     assert (pytester.path / "held.txt").read_text() == "False"
+    # the controller says what it does before the workers' first result (test_lazy.py checks it serially)
+    assert_progress_before_first_result(result.outlines)
     report = (pytester.path / "restore-report" / "report.md").read_text()
     assert "Second judge `fake` re-graded a stratified sample" in report

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -325,15 +326,20 @@ def test_api_key_is_in_no_file_the_run_writes(
             grid_dir, server, tmp_path / "cache", "report", "--restore-max-tries", "4"
         )
         assert any(entry.fault for entry in server.log)  # there were errors to log
-        server.expected_key = "sk-test-another-key"  # a rejected key: a loud 401 in every record
+        sent = server.total_requests
+        # a rejected key, which the server's error message repeats: the key is in a reply now
+        server.mode = "401-echo-key"
         rejected = grid_dir.runpytest_subprocess(
             "-p", "no:xdist", *grid_args(server, tmp_path / "other-cache", "rejected"), timeout=120
         )
+        sent_rejected = server.total_requests - sent
     # the key was sent and accepted
     assert _summary(grid_dir.path / "report")["counts"]["excluded_records"] == 0
-    # a rejected key stops the run at its first cell, with one line, and no report claims anything
+    # a rejected key stops the run at its first call, with one line, and no report claims anything
     assert rejected.ret != 0
+    assert sent_rejected <= 2, sent_rejected  # stopped at the first call, not after the grid
     rejected.stdout.fnmatch_lines(["*Interrupted: reader openai:fake-reader: HTTP 401 authentication failed*"])
+    assert "Traceback" not in rejected.stdout.str() + rejected.stderr.str()
     assert not (grid_dir.path / "rejected").exists()
     key = DUMMY_KEY.encode()
     for output in (result, rejected):
@@ -389,6 +395,29 @@ def test_dry_run_before_and_after_a_run(grid_dir: pytest.Pytester, clean_run: Cl
         assert calls == cached == sent[model] and todo == 0, (role, after)
     # the scorer's calls are known exactly before the run
     assert before["scorer"] == (sent["fake-scorer"], 0, sent["fake-scorer"])
+
+
+def test_a_dry_run_reads_a_damaged_cache(grid_dir: pytest.Pytester, clean_run: CleanRun, tmp_path: Path) -> None:
+    # the clean run's cache, with entries as a crash or a full disk leaves them
+    cache = tmp_path / "cache"
+    shutil.copytree(clean_run.cache, cache)
+    intact: Counter[str] = Counter()
+    damaged: Counter[str] = Counter()
+    for i, entry in enumerate(sorted(cache.glob("??/*.json"))):
+        model = json.loads(entry.read_text())["model"]
+        if i % 3 == 0:
+            entry.write_bytes(b"\x00\xff garbage")
+        elif i % 3 == 1:
+            entry.unlink()
+            entry.mkdir()
+        (intact if i % 3 == 2 else damaged)[model] += 1
+    rows = _dry_run(grid_dir, clean_run.server, cache)
+    # a damaged entry is a miss, to be sent again; an intact one is still a hit
+    for role in ("reader", "scorer"):  # their requests are known before any reply
+        model = MODELS[role].removeprefix("openai:")
+        assert rows[role][1:] == (intact[model], damaged[model]), (role, rows)
+    # the judge's requests quote the reader's replies: those of a damaged reply are not known yet
+    assert 0 < rows["judge"][1] <= intact["fake-judge"] and rows["judge"][2] >= damaged["fake-judge"], rows
 
 
 # -- 7. records and the summary name the models -----------------------------------------------
