@@ -48,7 +48,7 @@ def test_a_ranker_change_moves_fifo_80k_and_the_gate_fails(
     common = ["-p", "no:xdist", f"--restore-data={embedded_data}", "--restore-questions", "20", "--restore-budgets", "80k", "--restore-policies",
               "fifo", "--restore-bootstrap", "500", "--restore-family-checks", "report"]
     for ranker in ("bm25-lite", "recency"):
-        pytester.runpytest_subprocess(*common, "--restore-ranker", ranker, "--restore-report-dir", ranker)
+        pytester.runpytest_inprocess(*common, "--restore-ranker", ranker, "--restore-report-dir", ranker)
     old, new, out = (str(pytester.path / x) for x in ("bm25-lite", "recency", "cmp"))
     capsys.readouterr()
     assert main(["compare", old, new, "--out", out, "--bootstrap", "2000"]) == 0

@@ -86,7 +86,7 @@ def test_prices() -> None:
 @pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2"]])
 def test_dry_run_ends_with_a_plain_summary_and_exit_0(pytester: pytest.Pytester, workers: list[str]) -> None:
     pytester.makepyfile(test_grid=GRID)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest_inprocess(
         *workers, *small_args(), "--restore-dry-run", "--restore-price", "fake=1,1"
     )
     assert result.ret == 0

@@ -143,7 +143,7 @@ def test_missing_key_for_openai_is_said_at_start(project: pytest.Pytester) -> No
 
 
 def test_missing_key_is_said_in_a_dry_run_too(project: pytest.Pytester) -> None:
-    result = project.runpytest_subprocess("-p", "no:xdist", *GRID_ARGS, "--restore-reader=openai:gpt-4o-mini", "--restore-dry-run")
+    result = project.runpytest_inprocess("-p", "no:xdist", *GRID_ARGS, "--restore-reader=openai:gpt-4o-mini", "--restore-dry-run")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*warning: openai:gpt-4o-mini would call api.openai.com but $OPENAI_API_KEY is not set*"])
 
@@ -251,8 +251,8 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
 
 
 def test_a_selected_part_of_the_grid_says_which_cells_ran(project: pytest.Pytester) -> None:
-    result = project.runpytest_subprocess(
-        "-p", "no:xdist", *GRID_ARGS, "--restore-calibration=off", "-k", "fifo", timeout=120
+    result = project.runpytest_inprocess(
+        "-p", "no:xdist", *GRID_ARGS, "--restore-calibration=off", "-k", "fifo"
     )
     assert result.ret == 0, result.outlines
     summary = json.loads((project.path / "restore-report" / "summary.json").read_text())

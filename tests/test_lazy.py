@@ -56,7 +56,7 @@ def test_a_test_asking_for_restore_cell_starts_the_plugin_at_collection(pytester
 
 def test_a_bad_option_still_stops_the_run_at_configure(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one="def test_one():\n    pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:xdist", "--restore-budgets", "80k,,8k")
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "--restore-budgets", "80k,,8k")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--restore-budgets*"])
 
@@ -64,7 +64,7 @@ def test_a_bad_option_still_stops_the_run_at_configure(pytester: pytest.Pytester
 def test_a_progress_line_comes_before_the_first_result(pytester: pytest.Pytester) -> None:
     # under xdist: test_plugin.py's controller test checks the same on its -n 2 run
     pytester.makepyfile(test_grid=GRID)
-    result = pytester.runpytest_subprocess("-p", "no:xdist", "-v", *SMALL, "--restore-policies", "fifo")
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-v", *SMALL, "--restore-policies", "fifo")
     result.assert_outcomes(passed=3)
     assert_progress_before_first_result(result.outlines)
 

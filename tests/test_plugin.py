@@ -129,7 +129,7 @@ def test_unknown_policy_is_a_usage_error(pytester: pytest.Pytester) -> None:
 def test_a_report_dir_that_cannot_be_made_stops_the_run_first(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_grid=GRID)
     (pytester.path / "taken").write_text("a file where the report would go")
-    result = pytester.runpytest_subprocess("-p", "no:xdist", *SMALL, "--restore-report-dir=taken/report")
+    result = pytester.runpytest_inprocess("-p", "no:xdist", *SMALL, "--restore-report-dir=taken/report")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
     assert len(errors) == 1 and "--restore-report-dir taken/report" in errors[0] and "is a file" in errors[0]
@@ -141,7 +141,7 @@ def test_without_data_a_bad_report_dir_fails_only_the_grid_items(pytester: pytes
     # the plugin loads in every pytest run: an unrelated test must not be stopped by it
     pytester.makepyfile(test_grid=GRID, test_other="def test_unrelated():\n    assert True\n")
     (pytester.path / "taken").write_text("a file where the report would go")
-    result = pytester.runpytest_subprocess("-p", "no:xdist", "--restore-report-dir=taken/report")
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "--restore-report-dir=taken/report")
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 1 and outcomes.get("errors", 0) > 0, outcomes
     assert "is a file, not a directory" in result.stdout.str()
@@ -173,7 +173,7 @@ def test_malformed_data_stops_before_any_model_call(pytester: pytest.Pytester, m
     bad = pytester.path / "bad.json"
     bad.write_text(json.dumps(data))
     pytester.makepyfile(test_grid=GRID)
-    result = pytester.runpytest_subprocess("-n", "2", "--restore-data", str(bad))
+    result = pytester.runpytest_inprocess("-n", "2", "--restore-data", str(bad))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
     assert len(errors) == 1 and "bad.json" in errors[0] and expected in errors[0], result.stderr.lines
@@ -218,7 +218,7 @@ def test_an_xdist_controller_lets_its_parsed_data_go_and_reloads_it_when_needed(
             Path("held.txt").write_text(str(held))
         """
     )
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest_inprocess(
         "-n", "2", "-v", *SMALL, "--restore-policies", "fifo", "--restore-audit-judge", "fake",
         "--restore-audit-judge-sample", "5",
     )

@@ -17,7 +17,6 @@ milliseconds (test speed; ``Retry-After`` is still honoured).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID, TINY, run_child, small_args
+from grid_helpers import GRID, TINY, run_child, shared_run, small_args
 from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, fake_models_responder
 
 from pytest_restore.data.dataset import load_dataset
@@ -70,20 +69,13 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     Named as the ``openai:`` models are, these are the records every run
     through the server must write.
     """
-    where = tmp_path_factory.mktemp("reference")
-    (where / "test_grid.py").write_text(GRID)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PYTEST_XDIST"))}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q", *SMALL],
-        cwd=where,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    records = _records(where / "restore-report")
+
+    def build(where: Path) -> None:
+        (where / "test_grid.py").write_text(GRID)
+        run = run_child(["-p", "no:xdist", "-p", "no:cacheprovider", "-q", *SMALL], where, where / "restore-report")
+        assert run.ret == 0, run.output[-3000:]
+
+    records = _records(shared_run(tmp_path_factory, "providers-reference", build) / "restore-report")
     for r in records:
         assert r["reader"] == r["judge"] == "fake" and r["scorer"] in ("fake", None)
         r["reader"], r["judge"] = MODELS["reader"], MODELS["judge"]
@@ -142,6 +134,8 @@ def run_grid(
 class CleanRun:
     """An uninterrupted grid through a fault-free server, from an empty cache, and what the server saw."""
 
+    #: a fault-free server of this process, fresh: its counters show only what later runs send
+    #: (the run's own server has stopped; the cache's keys do not depend on the server's address)
     server: OpenAIServer
     cache: Path
     report: Path
@@ -153,24 +147,31 @@ class CleanRun:
 
 @pytest.fixture(scope="module")
 def clean_run(histories: list[History], tmp_path_factory: pytest.TempPathFactory) -> Iterator[CleanRun]:
-    """One clean grid run that several tests read: the run itself, the cache it filled, its server.
+    """One clean grid run that several tests read: the run itself, the cache it filled, what it sent.
 
-    The server stays up for the module, so a test can run the grid again
-    through the filled cache and count what it sends.
+    Run once per test run, also under xdist (``shared_run``). A server stays
+    up for the module, so a test can run the grid again through the filled
+    cache and count what it sends.
     """
-    project = tmp_path_factory.mktemp("clean-run")
-    (project / "test_grid.py").write_text(GRID)
-    (project / "conftest.py").write_text(FAST_RETRIES)
+
+    def build(project: Path) -> None:
+        (project / "test_grid.py").write_text(GRID)
+        (project / "conftest.py").write_text(FAST_RETRIES)
+        with OpenAIServer(fake_models_responder(histories), latency=0.002) as server:
+            run = run_child(
+                ["-p", "no:xdist", *model_args(server, project / "cache")],
+                project,
+                project / "restore-report",
+                env={"OPENAI_API_KEY": DUMMY_KEY},
+            )
+            run.assert_passed(CELLS)
+            (project / "bodies.json").write_text(json.dumps(sorted(server.successes)))
+
+    project = shared_run(tmp_path_factory, "providers-clean-run", build)
+    bodies = frozenset(json.loads((project / "bodies.json").read_text()))
+    sent = Counter(json.loads(body)["model"] for body in bodies)
     with OpenAIServer(fake_models_responder(histories), latency=0.002) as server:
-        cache = project / "cache"
-        run = run_child(
-            ["-p", "no:xdist", *model_args(server, cache)],
-            project,
-            project / "restore-report",
-            env={"OPENAI_API_KEY": DUMMY_KEY},
-        )
-        run.assert_passed(CELLS)
-        yield CleanRun(server, cache, run.report, frozenset(server.successes), _sent_by_model(server))
+        yield CleanRun(server, project / "cache", project / "restore-report", bodies, sent)
 
 
 def _records(report: Path) -> list[dict[str, Any]]:
@@ -184,11 +185,6 @@ def _records(report: Path) -> list[dict[str, Any]]:
 def _summary(report: Path) -> dict[str, Any]:
     summary: dict[str, Any] = json.loads((report / "summary.json").read_text())
     return summary
-
-
-def _sent_by_model(server: OpenAIServer) -> Counter[str]:
-    """Distinct request bodies the server answered well, by requested model."""
-    return Counter(json.loads(body)["model"] for body in server.successes)
 
 
 # -- 1. faults do not change the records ---------------------------------------------

@@ -30,18 +30,17 @@ def test_a_users_snapshot_pins_the_cells_and_a_policy_change_fails_with_a_diff(p
     pytester.makeconftest(USER_POLICY.format(choice="max"))
     pytester.makepyfile(test_audit=USER_TEST)
     args = ["-p", "no:xdist", "-p", "no:randomly", *small_args(), "--restore-policies", "fifo,evict-longest"]
-    # in subprocesses: an in-process run re-imports numba, which it does not survive
-    first = pytester.runpytest_subprocess(*args, "--snapshot-update")
+    first = pytester.runpytest_inprocess(*args, "--snapshot-update")
     first.assert_outcomes(passed=1)
     stored = pytester.path / "__snapshots__" / "test_audit"
     cells = (stored / "test_audit_tables[cells].csv").read_text()
     assert cells.startswith("policy,budget,regime,reader,N,") and "evict-longest,600,b," in cells
     assert "| H1 | H1 fifo 600 | fake |" in (stored / "test_audit_tables[decisions].md").read_text()
 
-    pytester.runpytest_subprocess(*args).assert_outcomes(passed=1)  # unchanged: passes
+    pytester.runpytest_inprocess(*args).assert_outcomes(passed=1)  # unchanged: passes
 
     pytester.makeconftest(USER_POLICY.format(choice="min"))  # the policy now evicts the shortest unit
-    changed = pytester.runpytest_subprocess(*args)
+    changed = pytester.runpytest_inprocess(*args)
     changed.assert_outcomes(failed=1)
     out = changed.stdout.str()
     assert "restore cells table differs from its snapshot" in out
