@@ -4,10 +4,11 @@ Two kinds:
 
 - **Rendering**, from fixed records built in ``test_report.fixed_records``: a
   change to how ``cells.csv`` or the markdown tables are written shows up here.
-- **The regression gate**: the fake-model grid on the embedded default dataset,
-  built in-process exactly as the plugin builds it by default (every built-in
-  policy x 80k/30k/8k, random seeds 0/1/2). Any change to the audit that moves
-  a number fails with a readable diff of ``cells.csv`` or ``report.md``'s tables.
+- **The regression gate**: the fake-model grid on the embedded default dataset
+  as the README's main job runs it (every built-in policy x 80k/30k/8k, random
+  seeds 0/1/2; the ``embedded_report`` run, shared with the other tests that
+  read it). Any change to the audit that moves a number fails with a readable
+  diff of ``cells.csv`` or ``report.md``'s tables.
 
 To accept an intended change: ``pytest tests/test_snapshots.py --snapshot-update``
 and commit ``tests/__snapshots__/``. Snapshots hold no timestamps, paths or
@@ -17,17 +18,13 @@ machine-dependent values (the run section of ``report.md`` is left out).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from test_report import fixed_records
 
-from pytest_restore.audit.run import Audit, AuditConfig
-from pytest_restore.data.dataset import load_dataset
-from pytest_restore.memory.eviction import BUILTIN_POLICIES
-from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.record import Record, read_records
 from pytest_restore.report.inputs import RunInfo, analyse_records
 from pytest_restore.report.markdown import render_tables_md
 from pytest_restore.report.writer import render_cells_csv
@@ -56,27 +53,20 @@ def test_rendering_from_fixed_records(snapshot: SnapshotAssertion) -> None:
 
 
 @pytest.fixture(scope="session")
-def embedded_grid_records(embedded_data: Path) -> list[dict[str, Any]]:
-    """Every record of the default fake-model grid on the embedded dataset, once.
+def embedded_grid_records(embedded_report: Path) -> list[Record]:
+    """Every record of the default fake-model grid on the embedded dataset: the main job's.
 
-    The dataset is generated afresh in this test run (the ``embedded_data``
-    fixture) rather than taken from ``.pytest_cache``: a cached file from an
-    older generator would hide a change to the generator from the gate.
+    The main job reads the embedded dataset from the project's cache, under a
+    name that carries a fingerprint of the generator's code: a changed
+    generator is run afresh, never hidden by an older file. (Its ablations
+    add fields to the records; the tables do not read them.)
     """
-    dataset = load_dataset(embedded_data)
-    reader = FakeReader()
-    audit = Audit(dataset, AuditConfig(), reader=reader, judge=FakeJudge(), scorer=FakeScorer())
-    reader.learn(p.history for p in audit.questions)  # as RestoreSession.audit does
-    records: list[dict[str, Any]] = []
-    for policy_class in BUILTIN_POLICIES:
-        for budget in AuditConfig().budgets:
-            records += audit.run_cell(policy_class(), budget).records
-    return records
+    return read_records(embedded_report / "records.jsonl")
 
 
 @pytest.mark.slow
 def test_regression_gate_embedded_default_grid(
-    embedded_grid_records: list[dict[str, Any]], snapshot: SnapshotAssertion
+    embedded_grid_records: list[Record], snapshot: SnapshotAssertion
 ) -> None:
     """REGRESSION GATE: the default audit's tables; a moved number fails with a diff.
 
