@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID, TINY, run_child
+from grid_helpers import GRID, TINY, run_child, shared_run
 from openai_server import OpenAIServer, fake_models_responder
 
 from pytest_restore.data.dataset import load_dataset
@@ -200,13 +200,15 @@ INTERRUPTED_ARGS = [*GRID_ARGS, "--restore-policies=fifo,no-evict,random", "--re
 
 @pytest.fixture(scope="module")
 def complete_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The complete report of a whole session of the interrupted test's grid, run once for both cases."""
-    where = tmp_path_factory.mktemp("complete")
-    (where / "test_grid.py").write_text(GRID)
-    (where / "conftest.py").write_text(FAST_RETRIES)
-    first = run_child(["-p", "no:xdist", *INTERRUPTED_ARGS], where, where / "restore-report")
-    assert first.ret == 0, first.output[-3000:]
-    return first.report
+    """The complete report of a whole session of the interrupted test's grid, run once for both cases (also under xdist)."""
+
+    def build(where: Path) -> None:
+        (where / "test_grid.py").write_text(GRID)
+        (where / "conftest.py").write_text(FAST_RETRIES)
+        first = run_child(["-p", "no:xdist", *INTERRUPTED_ARGS], where, where / "restore-report")
+        assert first.ret == 0, first.output[-3000:]
+
+    return shared_run(tmp_path_factory, "complete-report", build) / "restore-report"
 
 
 @pytest.mark.parametrize(
