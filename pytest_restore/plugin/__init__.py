@@ -103,11 +103,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``-n auto``, a small audit grid runs on one worker (see ``plugin/scheduling.py``)."""
-    if config.stash.get(AUTO_KEY, False) and config.getvalue("dist") == "load":
-        from pytest_restore.plugin.scheduling import SmallGridOnOneWorker
+    """Under ``--dist load``, the grid's shared work stays in one worker (see ``plugin/scheduling.py``)."""
+    if config.getvalue("dist") == "load":
+        from pytest_restore.plugin.scheduling import GridScheduling
 
-        return SmallGridOnOneWorker(config, log)
+        return GridScheduling(config, log)
     return None
 
 
