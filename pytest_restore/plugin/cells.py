@@ -19,7 +19,8 @@ from typing import Any, Protocol, cast
 
 import pytest
 
-from pytest_restore.audit.run import Audit, CellRun, construct_checks
+from pytest_restore.audit.checks import construct_checks
+from pytest_restore.audit.run import Audit, CellRun
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.plugin.options import RECORDS_PROPERTY
 from pytest_restore.plugin.settings import RestoreSettings
