@@ -97,7 +97,8 @@ print(json.dumps({"parse": parsed - start, "count": done - parsed, "total": done
 BREAKDOWN_CODE = """
 import json, sys, tempfile, time
 start = time.perf_counter()
-from pytest_restore.audit.run import Audit, AuditConfig, construct_checks
+from pytest_restore.audit.checks import construct_checks
+from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.memory.eviction import default_registry
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_restore.audit.run import Audit, AuditConfig, model_calls, prompt_id
+from pytest_restore.audit.memo import model_calls, prompt_id
+from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data import tokens
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import (

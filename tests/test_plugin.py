@@ -199,14 +199,14 @@ def test_records_stay_out_of_junit_xml(tiny_grid_runs: tuple[ChildRun, ChildRun]
 
 
 def test_the_report_thread_hands_back_its_result_and_its_errors() -> None:
-    from pytest_restore.plugin.session import _Background
+    from pytest_restore.plugin.finish import Background
 
     def fails() -> None:
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        _Background(fails).result()
-    assert _Background(lambda x: x + 1, 1).result() == 2
+        Background(fails).result()
+    assert Background(lambda x: x + 1, 1).result() == 2
 
 
 def test_an_xdist_controller_lets_its_parsed_data_go_and_reloads_it_when_needed(pytester: pytest.Pytester) -> None:
@@ -216,7 +216,7 @@ def test_an_xdist_controller_lets_its_parsed_data_go_and_reloads_it_when_needed(
     pytester.makeconftest(
         """
         from pathlib import Path
-        from pytest_restore.plugin.session import SESSION_KEY
+        from pytest_restore.plugin.options import SESSION_KEY
 
         def pytest_xdist_node_collection_finished(node, ids):
             held = node.config.stash[SESSION_KEY]._dataset is not None

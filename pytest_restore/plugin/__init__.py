@@ -36,18 +36,26 @@ from pytest_restore.plugin.options import (
 )
 
 if TYPE_CHECKING:
-    from pytest_restore.plugin.session import CellSpec as CellSpec
-    from pytest_restore.plugin.session import RestoreCell as RestoreCell
+    from pytest_restore.plugin.cells import CellSpec as CellSpec
+    from pytest_restore.plugin.cells import RestoreCell as RestoreCell
     from pytest_restore.plugin.session import RestoreSession as RestoreSession
-    from pytest_restore.plugin.session import RestoreSettings as RestoreSettings
+    from pytest_restore.plugin.settings import RestoreSettings as RestoreSettings
 
 
 def __getattr__(name: str) -> Any:
-    """The session module's public classes, imported when first named (``RestoreCell`` ...)."""
-    if name in ("CellSpec", "RestoreCell", "RestoreSession", "RestoreSettings"):
+    """The audit's public classes, imported when first named (``RestoreCell`` ...)."""
+    if name in ("CellSpec", "RestoreCell"):
+        from pytest_restore.plugin import cells
+
+        return getattr(cells, name)
+    if name == "RestoreSession":
         from pytest_restore.plugin import session
 
-        return getattr(session, name)
+        return session.RestoreSession
+    if name == "RestoreSettings":
+        from pytest_restore.plugin import settings
+
+        return settings.RestoreSettings
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -174,10 +182,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture
 def restore_cell(request: pytest.FixtureRequest) -> Generator[RestoreCell, None, None]:
     """The grid cell of this item (the plugin parametrizes it over policy x budget)."""
-    from pytest_restore.plugin.session import RestoreCell, _report_dir_problem
+    from pytest_restore.plugin.cells import RestoreCell
+    from pytest_restore.plugin.settings import report_dir_problem
 
     session = _activate(request.config)
-    problem = _report_dir_problem(session.settings.report_dir)
+    problem = report_dir_problem(session.settings.report_dir)
     if problem:
         pytest.fail(problem, pytrace=False)  # no cell runs (or spends) for a report that cannot be written
     yield RestoreCell(session, request.param, request.node)
