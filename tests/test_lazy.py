@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 HEAVY = ("pytest_restore.plugin.session", "pytest_restore.audit", "pytest_restore.report", "numpy", "numba",
-         "openai", "matplotlib")
+         "openai", "matplotlib", "syrupy")
 
 def pytest_unconfigure(config):
     loaded = sorted(m for m in sys.modules if m.startswith(HEAVY))
@@ -26,7 +26,9 @@ def pytest_unconfigure(config):
 def test_an_unrelated_session_imports_and_writes_nothing_of_the_audit(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one="def test_one():\n    assert 1 + 1 == 2\n")
     pytester.makeconftest(MODULES_CONFTEST)
-    result = pytester.runpytest_subprocess("-p", "no:xdist")
+    # syrupy's own entry point would load it in every session where it is installed (the extra's cost,
+    # not ours): blocked, any syrupy module loaded would have come from this plugin
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "-p", "no:syrupy")
     result.assert_outcomes(passed=1)
     assert (pytester.path / "loaded.txt").read_text() == ""
     assert not (pytester.path / ".pytest_cache" / "d" / "restore").exists()

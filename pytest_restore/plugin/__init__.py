@@ -192,11 +192,35 @@ def restore_cell(request: pytest.FixtureRequest) -> Generator[RestoreCell, None,
     yield RestoreCell(session, request.param, request.node)
 
 
+#: syrupy's ``pytest11`` entry point name, under which its plugin registers (and ``-p no:syrupy`` blocks it).
+SYRUPY_PLUGIN = "syrupy"
+
+
+def snapshot_problem(config: pytest.Config) -> str | None:
+    """Why ``restore_snapshot`` cannot run in this session (syrupy missing or its plugin off), or ``None``."""
+    import importlib.util
+
+    if importlib.util.find_spec("syrupy") is None:
+        return "restore_snapshot needs syrupy: pip install 'pytest-restore[snapshot]'"
+    if not config.pluginmanager.hasplugin(SYRUPY_PLUGIN):
+        return ("restore_snapshot needs syrupy's pytest plugin, which this session does not load "
+                "(-p no:syrupy, or plugin autoload off): drop -p no:syrupy or add -p syrupy")
+    return None
+
+
 @pytest.fixture
-def restore_snapshot(request: pytest.FixtureRequest, snapshot: Any) -> Any:
-    """Pin the grid's cells table and the families' decisions with syrupy: ``restore_snapshot.check()``."""
+def restore_snapshot(request: pytest.FixtureRequest) -> Any:
+    """Pin the grid's cells table and the families' decisions with syrupy: ``restore_snapshot.check()``.
+
+    syrupy is the extra ``pytest-restore[snapshot]``: its ``snapshot`` fixture is fetched here, not
+    declared, so a session without syrupy gets one line saying what to install, not a missing fixture.
+    """
+    problem = snapshot_problem(request.config)
+    if problem:
+        pytest.fail(problem, pytrace=False)  # before the grid runs: nothing is spent on a check that cannot compare
     from pytest_restore.plugin.snapshot import RestoreSnapshot
 
+    snapshot = request.getfixturevalue("snapshot")
     session = _activate(request.config)
     s = session.settings
     settings = {"bootstrap": s.bootstrap, "bootstrap_seed": s.bootstrap_seed, "equivalence_margin": s.equivalence_margin}
