@@ -135,14 +135,12 @@ class Record(Mapping[str, Any]):
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict of every field (tuples as lists)."""
-        out: dict[str, Any] = {}
-        for name in _NAMES:
-            value = getattr(self, name)
-            if isinstance(value, tuple):
-                value = list(value)
-            elif isinstance(value, Mapping):
-                value = dict(value)
-            out[name] = value
+        out: dict[str, Any] = {name: getattr(self, name) for name in _NAMES}
+        for name in _TUPLES:
+            if out[name] is not None:
+                out[name] = list(out[name])
+        if out["ablation_excluded"] is not None:
+            out["ablation_excluded"] = dict(out["ablation_excluded"])
         return out
 
     @classmethod
