@@ -185,7 +185,8 @@ class Record(Mapping[str, Any]):
 
 _NAMES: tuple[str, ...] = tuple(f.name for f in fields(Record))
 _NAME_SET = frozenset(_NAMES)
-_TUPLES = ("gold_evicted_units", "gold_evicted_where", "ablation_placebo_units")
+#: Fields held as tuples (lists in JSON), read off the annotations so a new one cannot be missed.
+_TUPLES: tuple[str, ...] = tuple(f.name for f in fields(Record) if str(f.type).startswith("tuple["))
 #: Fields a saved record must carry (the rest read as null when absent).
 REQUIRED_FIELDS: tuple[str, ...] = _NAMES[: _NAMES.index("judge")]
 
