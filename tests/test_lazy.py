@@ -73,7 +73,10 @@ def test_an_xdist_controller_starts_the_plugin_from_its_workers_collection(pytes
     lines = result.outlines
     first_result = next(i for i, line in enumerate(lines) if "PASSED" in line)
     generating = next(i for i, line in enumerate(lines) if line.startswith("restore: generating the embedded"))
-    assert generating < first_result
+    # on this empty cache the controller counts the tokens once, for both workers, before they prepare
+    counting = next(i for i, line in enumerate(lines) if line.startswith("restore: counting the o200k tokens of"))
+    assert generating < counting < first_result
+    assert any((pytester.path / ".pytest_cache" / "d" / "restore" / "prepared").glob("token-counts-*.marshal"))
     assert (pytester.path / "restore-report" / "cells.csv").read_text().count("fifo,8000,") == 2
 
 

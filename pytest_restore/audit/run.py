@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,14 @@ import numpy as np
 from pytest_restore.audit import ablations
 from pytest_restore.audit.memo import MemoModel, prompt_id
 from pytest_restore.data.dataset import Dataset, Question
-from pytest_restore.data.units import Granularity, History, Unit, build_histories, counts_file_name
+from pytest_restore.data.units import (
+    Granularity,
+    History,
+    Unit,
+    build_histories,
+    count_ahead,
+    counts_file_name,
+)
 from pytest_restore.memory.eviction import EvictionContext, Mask, Policy, stable_seed
 from pytest_restore.memory.retrieval import (
     INJECT_CAP,
@@ -141,6 +148,28 @@ class CellRun:
     stores: dict[tuple[str, int], Mask] = field(repr=False)
 
 
+def _counts_file(dataset: Dataset, config: AuditConfig) -> str | None:
+    """Where the audit of ``dataset`` keeps its token counts (``None``: no cache)."""
+    if not config.cache_dir:
+        return None
+    return os.path.join(config.cache_dir, counts_file_name(dataset.sha256, config.granularity))
+
+
+def count_tokens_ahead(dataset: Dataset, config: AuditConfig, starting: Callable[[int], None] | None = None) -> bool:
+    """Count, once, the tokens of every text an :class:`Audit` of ``dataset`` reads; whether any was counted.
+
+    An xdist controller calls this before its workers build their audits:
+    each worker then reads the counts file instead of counting every text
+    again. Without a cache directory there is nowhere to share them: nothing
+    is done. ``starting`` hears the number of texts before they are counted.
+    """
+    counts_file = _counts_file(dataset, config)
+    if counts_file is None:
+        return False
+    evidence = [q for q in dataset.questions if not q.is_abstention]
+    return count_ahead(evidence, config.granularity, counts_file, starting)
+
+
 class Audit:
     """The audit of one dataset with one reader, judge and scorer (per process)."""
 
@@ -162,19 +191,9 @@ class Audit:
         self.judge = MemoModel(judge)
         self.scorer = MemoModel(scorer)
         self.prompts = prompts or PromptSet()
-        self.exclusions: list[tuple[str, str]] = []
-        evidence: list[Question] = []
-        for q in dataset.questions:
-            if q.is_abstention:
-                self.exclusions.append((q.question_id, ABSTENTION))
-            else:
-                evidence.append(q)
-        counts_file = (
-            os.path.join(config.cache_dir, counts_file_name(dataset.sha256, config.granularity))
-            if config.cache_dir
-            else None
-        )
-        histories = build_histories(evidence, config.granularity, counts_file=counts_file)
+        self.exclusions: list[tuple[str, str]] = [(q.question_id, ABSTENTION) for q in dataset.questions if q.is_abstention]
+        evidence = [q for q in dataset.questions if not q.is_abstention]
+        histories = build_histories(evidence, config.granularity, counts_file=_counts_file(dataset, config))
         with_gold = []
         for h in histories:
             if h.gold:

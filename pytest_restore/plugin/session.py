@@ -27,7 +27,7 @@ import pytest
 
 from pytest_restore.audit.calibration import calibrate
 from pytest_restore.audit.judge_audit import audit_judge
-from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.audit.run import Audit, AuditConfig, count_tokens_ahead
 from pytest_restore.data.dataset import DataError, Dataset, is_prepared, load_dataset
 from pytest_restore.data.dataset import auditable as data_auditable
 from pytest_restore.data.units import Granularity
@@ -315,21 +315,26 @@ class RestoreSession:
             self._models[key] = make_model(spec, role, self.settings.model_options(self.cache_root()), providers=self.providers)
         return self._models[key]
 
+    def audit_config(self) -> AuditConfig:
+        """The settings of this session's audits."""
+        s = self.settings
+        return AuditConfig(
+            granularity=Granularity(s.granularity),
+            budgets=s.budgets,
+            seeds=s.seeds,
+            questions=s.questions,
+            subset_seed=s.subset_seed,
+            ablations=s.ablations,
+            cache_dir=str(self.cache_root() / "prepared"),
+            run_id=s.fingerprint([p.name for p in self.policies], self.dataset().sha256),
+        )
+
     def audit(self, reader: str | None = None) -> Audit:
         """The audit of this process under a reader (the primary one by default), built on first use."""
         spec = reader or self.settings.reader
         if spec not in self._audits:
             s = self.settings
-            config = AuditConfig(
-                granularity=Granularity(s.granularity),
-                budgets=s.budgets,
-                seeds=s.seeds,
-                questions=s.questions,
-                subset_seed=s.subset_seed,
-                ablations=s.ablations,
-                cache_dir=str(self.cache_root() / "prepared"),
-                run_id=s.fingerprint([p.name for p in self.policies], self.dataset().sha256),
-            )
+            config = self.audit_config()
             reader_model = self.model(spec, "reader")
             dataset = self.dataset()
             where = "" if self.is_controller else f" (xdist worker {self.config.workerinput['workerid']})"  # type: ignore[attr-defined]
@@ -387,9 +392,15 @@ class RestoreSession:
             ready = f"{len(self.dataset().questions)} questions ready"
         else:
             ready = f"{Path(self.settings.data).name} validated"  # at configure time
+        # the token counts are the same for every worker: counted here, once, into the prepared
+        # cache that each worker then reads (the workers wait for their first items meanwhile)
+        self.say(ready)
+        counting = "counting the o200k tokens of {:,} distinct texts once, for every xdist worker ...".format
+        if count_tokens_ahead(self.dataset(), self.audit_config(), lambda n: self.say(counting(n))):
+            self.say("token counts ready in the prepared cache")
         if not kernels_cached_on_disk():
             self.say(f"the xdist workers start by {COMPILING}")
-        self.say(f"{ready}; the xdist workers prepare their histories ...")
+        self.say("the xdist workers prepare their histories ...")
         if self._preload is None:  # started here when the session began at the workers' collection
             self._preload = threading.Thread(target=preload_figure, name="pytest-restore-preload", daemon=True)
             self._preload.start()
