@@ -165,11 +165,11 @@ def pytest_sessionstart(session: pytest.Session) -> Generator[None, None, None]:
     yield
     restore = session.config.stash.get(SESSION_KEY, None)
     if restore is not None:
-        restore.release_dataset()
         if session.config.stash.get(ONE_PROCESS_KEY, False):
             restore.say("-n auto: this small audit runs in one process (xdist's workers would take longer to start)")
         if restore.is_controller and session.config.pluginmanager.has_plugin("dsession") and not restore.settings.dry_run:
-            restore.prepare()  # while the workers start
+            restore.prepare()  # while the workers start; it counts the tokens from the parsed data, then lets it go
+        restore.release_dataset()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
