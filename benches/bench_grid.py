@@ -97,7 +97,8 @@ print(json.dumps({"parse": parsed - start, "count": done - parsed, "total": done
 BREAKDOWN_CODE = """
 import json, sys, tempfile, time
 start = time.perf_counter()
-from pytest_restore.audit.run import Audit, AuditConfig, construct_checks
+from pytest_restore.audit.checks import construct_checks
+from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.memory.eviction import default_registry
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
@@ -508,6 +509,10 @@ def bench_dataset(
         table.add(f"[{label}] grid {name}", f"{timed.seconds:.1f} s = {timed.seconds / floor['total']:.1f}x floor",
                   f"{note}; peak RSS of the process tree {_mb(timed.peak_tree_bytes)}")
     assert report is not None
+    if "serial" in out:
+        ratio = out["serial"].seconds / out["n2-cold"].seconds
+        table.add(f"[{label}] -n 2 against serial, both cold", f"{ratio:.2f}x as fast",
+                  f"serial {out['serial'].seconds:.1f} s / -n 2 {out['n2-cold'].seconds:.1f} s (above 1: -n 2 is faster)")
     if not details:
         return out
     parts = measure_breakdown(data)

@@ -2,10 +2,17 @@
 
 Prints one table:
 
-- **an unrelated pytest run**: a one-test file in a scratch directory, with the
-  plugin installed (every plugin of the environment loads), with ``-p
-  no:restore``, and with plugin autoloading off (pytest alone: a plain
-  environment). Median of ``--repeats`` runs each;
+- **an unrelated pytest run**: a one-test file in a scratch directory. The
+  issue's figure is a user's environment with the plugin installed against a
+  plain one: two fresh virtual environments (built once under ``--venvs``,
+  reused when already there), one with ``pip install <this repo>`` (no
+  extras) and one with the same pytest alone. With ``--plain-env proxy``
+  (offline, or no time to build them) this environment stands in for both:
+  the plugin with xdist, against pytest with neither (syrupy's and anyio's
+  plugins, which only the extras bring, off in both). Then this environment
+  as it is (every plugin installed here loads), with ``-p no:restore``,
+  without the plugins of the dependencies as well, and with no plugin
+  autoloaded. Median of ``--repeats`` runs each, interleaved;
 - **the embedded default grid** (``pytest benches/``, the README's main
   command) serially, with ``-n auto`` (given a ``--restore-*`` option, and as
   typed without one) and with ``-n 2``, each on an empty cache and then on
@@ -53,27 +60,77 @@ def _time(cmd: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> f
     return seconds
 
 
-def unrelated_run(repeats: int) -> dict[str, float]:
-    """Median wall time of a one-test pytest run, by environment."""
+#: the pytest11 plugins of this package's extras (syrupy: [snapshot]; anyio, through openai: [openai])
+EXTRAS_PLUGINS = ("-p", "no:syrupy", "-p", "no:anyio")
+XDIST_PLUGINS = ("-p", "no:xdist", "-p", "no:xdist.looponfail")
+
+
+def _outside_env() -> dict[str, str]:
+    """This environment without PYTHONPATH: a source tree on it would lend its metadata (and its
+    pytest11 entry point) to a fresh venv, to pip's resolver and to pytest alike."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def _venv_python(venv: Path) -> Path:
+    return venv / ("Scripts" if os.name == "nt" else "bin") / "python"
+
+
+def _build_venv(venv: Path, *requirements: str) -> Path:
+    """A fresh virtual environment holding ``requirements`` (reused when a build already finished there)."""
+    python = _venv_python(venv)
+    done = venv / "restore-bench-built"
+    if not done.exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *requirements], check=True, env=_outside_env())
+        done.write_text(" ".join(requirements), encoding="utf-8")
+    return python
+
+
+def user_environments(where: Path) -> tuple[Path, Path]:
+    """Pythons of two fresh environments: this package installed (no extras), and its pytest alone."""
+    print(f"bench: building (or reusing) the user's and the plain environment under {where}", file=sys.stderr)
+    installed = _build_venv(where / "installed", str(ROOT))
+    version = subprocess.run([str(installed), "-c", "import pytest; print(pytest.__version__)"],
+                             check=True, capture_output=True, text=True, env=_outside_env()).stdout.strip()
+    plain = _build_venv(where / "plain", f"pytest=={version}")
+    return installed, plain
+
+
+def unrelated_run(repeats: int, venvs: Path | None) -> tuple[dict[str, float], str, str]:
+    """Median wall time of a one-test pytest run, by environment; then the installed and the plain row's names.
+
+    ``venvs`` ``None``: the proxy in this environment instead of two fresh ones.
+    """
     scratch = Path(tempfile.mkdtemp(prefix="restore-unrelated-"))
     (scratch / "test_one.py").write_text("def test_one():\n    assert 1 + 1 == 2\n", encoding="utf-8")
-    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_one.py"]
-    plain_env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
-    variants: dict[str, tuple[list[str], dict[str, str] | None]] = {
-        "plugin installed": (base, None),
-        "-p no:restore": (base + ["-p", "no:restore"], None),
+    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_one.py"]
+    base = [sys.executable, *args]
+    variants: dict[str, tuple[list[str], dict[str, str] | None]] = {}
+    if venvs is not None:
+        installed_python, plain_python = user_environments(venvs)
+        clean = _outside_env()
+        installed, plain = "fresh venv, pytest-restore installed (no extras)", "fresh venv, pytest alone (plain)"
+        variants[installed] = ([str(installed_python), *args], clean)
+        variants[plain] = ([str(plain_python), *args], clean)
+    else:
+        installed = "proxy: this env, restore and xdist only (no extras' plugins)"
+        plain = "proxy: this env, none of restore, xdist, extras' plugins"
+        variants[installed] = (base + list(EXTRAS_PLUGINS), None)
+        variants[plain] = (base + ["-p", "no:restore", *EXTRAS_PLUGINS, *XDIST_PLUGINS], None)
+    variants |= {
+        "this env, as installed": (base, None),
+        "this env, -p no:restore": (base + ["-p", "no:restore"], None),
         # what is left once neither this plugin nor those of its dependencies load
-        "-p no:restore, syrupy, anyio, xdist": (
-            base + ["-p", "no:restore", "-p", "no:syrupy", "-p", "no:anyio", "-p", "no:xdist", "-p", "no:xdist.looponfail"],
-            None,
-        ),
-        "plain (no plugins autoloaded)": (base, plain_env),
+        "this env, -p no:restore, syrupy, anyio, xdist": (
+            base + ["-p", "no:restore", *EXTRAS_PLUGINS, *XDIST_PLUGINS], None),
+        "this env, no plugin autoloaded": (base, dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")),
     }
     out: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(repeats):  # interleaved, so a burst of load hits every variant alike
         for name, (cmd, env) in variants.items():
             out[name].append(_time(cmd, scratch, env))
-    return {name: statistics.median(times) for name, times in out.items()}
+    return {name: statistics.median(times) for name, times in out.items()}, installed, plain
 
 
 def grid_run(extra: Sequence[str], cache: Path, report: Path | None) -> GridRun:
@@ -117,23 +174,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python benches/bench_startup.py", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7, help="runs per variant of the unrelated test [7]")
     parser.add_argument("--work-dir", default="", help="where caches and reports go [a temporary directory]")
+    parser.add_argument("--plain-env", choices=("venv", "proxy"), default="venv",
+                        help="the plain environment: two fresh venvs (needs the package registry), or "
+                        "-p no:... in this one [venv]")
+    parser.add_argument("--venvs", default="", help="where the fresh venvs are built, or reused if already "
+                        "built (delete them after changing the package) [WORK_DIR/venvs]")
+    parser.add_argument("--unrelated-only", action="store_true", help="only the unrelated one-test run")
     args = parser.parse_args(argv)
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="restore-startup-"))
     rows: list[tuple[str, str, str]] = []
 
-    unrelated = unrelated_run(args.repeats)
-    plain = unrelated["plain (no plugins autoloaded)"]
+    venvs = None if args.plain_env == "proxy" else Path(args.venvs) if args.venvs else work / "venvs"
+    unrelated, installed, plain = unrelated_run(args.repeats, venvs)
     for name, seconds in unrelated.items():
-        note = f"+{seconds - plain:.2f} s over plain; median of {args.repeats}"
-        rows.append((f"unrelated one-test run: {name}", f"{seconds:.2f} s", note))
+        rows.append((f"unrelated one-test run: {name}", f"{seconds:.2f} s", f"median of {args.repeats}"))
+    over_plain = unrelated[installed] - unrelated[plain]
+    rows.append(("unrelated run, plugin installed - plain environment", f"{over_plain:+.2f} s",
+                 f"the bar is +0.10 s ({'met' if over_plain <= 0.1 else 'NOT met'}); {args.plain_env}"))
+    this_env = unrelated["this env, as installed"] - unrelated["this env, -p no:restore"]
+    rows.append(("this env: as installed - -p no:restore (the plugin alone)", f"{this_env:+.2f} s", ""))
 
     runs: dict[str, GridRun] = {}
-    modes = (
-        ("serial", ["-p", "no:xdist"], True),
-        ("-n auto", ["-n", "auto"], True),  # a restore option is given: one process
-        ("-n auto, no restore option", ["-n", "auto"], False),  # found at collection: one worker
-        ("-n 2", ["-n", "2"], True),  # as asked: two workers
-    )
+    if args.unrelated_only:
+        modes: tuple[tuple[str, list[str], bool], ...] = ()
+    else:
+        modes = (
+            ("serial", ["-p", "no:xdist"], True),
+            ("-n auto", ["-n", "auto"], True),  # a restore option is given: one process
+            ("-n auto, no restore option", ["-n", "auto"], False),  # found at collection: one worker
+            ("-n 2", ["-n", "2"], True),  # as asked: two workers
+        )
     for mode, extra, with_option in modes:
         key = "".join(c for c in mode if c.isalnum())
         cache = work / f"cache-{key}"

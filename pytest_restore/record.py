@@ -135,14 +135,12 @@ class Record(Mapping[str, Any]):
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict of every field (tuples as lists)."""
-        out: dict[str, Any] = {}
-        for name in _NAMES:
-            value = getattr(self, name)
-            if isinstance(value, tuple):
-                value = list(value)
-            elif isinstance(value, Mapping):
-                value = dict(value)
-            out[name] = value
+        out: dict[str, Any] = {name: getattr(self, name) for name in _NAMES}
+        for name in _TUPLES:
+            if out[name] is not None:
+                out[name] = list(out[name])
+        if out["ablation_excluded"] is not None:
+            out["ablation_excluded"] = dict(out["ablation_excluded"])
         return out
 
     @classmethod
@@ -187,7 +185,8 @@ class Record(Mapping[str, Any]):
 
 _NAMES: tuple[str, ...] = tuple(f.name for f in fields(Record))
 _NAME_SET = frozenset(_NAMES)
-_TUPLES = ("gold_evicted_units", "gold_evicted_where", "ablation_placebo_units")
+#: Fields held as tuples (lists in JSON), read off the annotations so a new one cannot be missed.
+_TUPLES: tuple[str, ...] = tuple(f.name for f in fields(Record) if str(f.type).startswith("tuple["))
 #: Fields a saved record must carry (the rest read as null when absent).
 REQUIRED_FIELDS: tuple[str, ...] = _NAMES[: _NAMES.index("judge")]
 

@@ -75,7 +75,8 @@ def tiny_grid_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[ChildRun, 
     def build(project: Path) -> None:
         (project / "test_grid.py").write_text(GRID)
         run_child(["-p", "no:xdist", *TINY_GRID_ARGS, "--junitxml=serial.xml"], project, project / "serial")
-        run_child(["-n", "2", *TINY_GRID_ARGS, "--junitxml=parallel.xml"], project, project / "parallel")
+        # -v: which worker ran each item (the scheduling test reads it)
+        run_child(["-n", "2", "-v", *TINY_GRID_ARGS, "--junitxml=parallel.xml"], project, project / "parallel")
 
     project = shared_run(tmp_path_factory, "tiny-grid", build)
     return read_child(project / "serial"), read_child(project / "parallel")

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from pytest_restore.audit.checks import construct_checks
 from pytest_restore.audit.run import (
     ABSTENTION,
     OUTSIDE_SUBSET,
     Audit,
     AuditConfig,
     CellRun,
-    construct_checks,
     select_questions,
 )
 from pytest_restore.data.dataset import Dataset, Question, load_dataset

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 HEAVY = ("pytest_restore.plugin.session", "pytest_restore.audit", "pytest_restore.report", "numpy", "numba",
-         "openai", "matplotlib")
+         "openai", "matplotlib", "syrupy")
 
 def pytest_unconfigure(config):
     loaded = sorted(m for m in sys.modules if m.startswith(HEAVY))
@@ -36,7 +36,9 @@ def pytest_unconfigure(config):
 def test_an_unrelated_session_imports_and_writes_nothing_of_the_audit(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_one="def test_one():\n    assert 1 + 1 == 2\n")
     pytester.makeconftest(MODULES_CONFTEST)
-    result = pytester.runpytest_subprocess("-p", "no:xdist")
+    # syrupy's own entry point would load it in every session where it is installed (the extra's cost,
+    # not ours): blocked, any syrupy module loaded would have come from this plugin
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "-p", "no:syrupy")
     result.assert_outcomes(passed=1)
     assert (pytester.path / "loaded.txt").read_text() == ""
     assert not (pytester.path / ".pytest_cache" / "d" / "restore").exists()
@@ -84,8 +86,11 @@ def no_option_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ChildR
 
     def build(project: Path) -> None:
         (project / "test_grid.py").write_text(GRID)
+        prepared = project / ".pytest_cache" / "d" / "restore" / "prepared"
         for name, args in NO_OPTION_RUNS.items():
             run_child(args, project, project / name, name_report_dir=False)
+            # what the project's prepared cache holds after this run (the next run adds to it)
+            (project / f"{name}-prepared.txt").write_text("\n".join(sorted(p.name for p in prepared.glob("*"))))
 
     project = shared_run(tmp_path_factory, "no-option-runs", build)
     return {name: read_child(project / name) for name in NO_OPTION_RUNS}
@@ -99,7 +104,11 @@ def test_an_xdist_controller_starts_the_plugin_from_its_workers_collection(no_op
     lines = run.output.splitlines()
     first_result = next(i for i, line in enumerate(lines) if "PASSED" in line)
     generating = next(i for i, line in enumerate(lines) if line.startswith("restore: generating the embedded"))
-    assert generating < first_result
+    # on this empty cache the controller counts the tokens once, for both workers, before they prepare
+    counting = next(i for i, line in enumerate(lines) if line.startswith("restore: counting the o200k tokens of"))
+    assert generating < counting < first_result
+    prepared = (run.report.parent / "xdist-prepared.txt").read_text().split()  # as this run left the cache
+    assert any(name.startswith("token-counts-") and name.endswith(".marshal") for name in prepared)
     assert (run.report / "cells.csv").read_text().count("fifo,8000,") == 2
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_restore.audit.run import Audit, AuditConfig, model_calls, prompt_id
+from pytest_restore.audit.memo import model_calls, prompt_id
+from pytest_restore.audit.run import Audit, AuditConfig, count_tokens_ahead
 from pytest_restore.data import tokens
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import (
@@ -144,6 +145,28 @@ def test_token_counts_file_gives_the_same_histories_without_encoding(
     again = build_histories(questions, counts_file=counts)
     assert [h.sizes.tolist() for h in again] == [h.sizes.tolist() for h in first]
     assert [h.units for h in again] == [h.units for h in first]
+
+
+def test_counts_made_ahead_let_an_audit_build_without_encoding(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # what an xdist controller does once before its workers build their audits
+    dataset = load_dataset(small)
+    config = AuditConfig(cache_dir=str(tmp_path))
+    heard: list[int] = []
+    assert count_tokens_ahead(dataset, config, heard.append)
+    assert heard and heard[0] > 0  # the number of distinct texts, said before counting
+    assert not count_tokens_ahead(dataset, config, heard.append) and len(heard) == 1  # already there
+    reference = _audit(small)
+    # a worker: empty memo, and an encoder that must not be asked
+    monkeypatch.setattr(tokens, "_COUNTER", tokens.TokenCounter())
+
+    def no_encoding() -> Any:
+        raise AssertionError("the counts made ahead should have made encoding unnecessary")
+
+    monkeypatch.setattr(tokens, "encoding", no_encoding)
+    worker = _audit(small, cache_dir=str(tmp_path))
+    assert [p.history.sizes.tolist() for p in worker.questions] == [p.history.sizes.tolist() for p in reference.questions]
 
 
 def test_counts_file_name_depends_on_data_and_granularity() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,17 @@ def test_serial_and_xdist_reports_are_identical(tiny_grid_runs: tuple[ChildRun, 
     # the workers shared their cells through the project cache; the controller removed them after
     shared = parallel.report.parent / ".pytest_cache" / "d" / "restore" / "cells"
     assert shared.is_dir() and not any(shared.iterdir())
+
+
+def test_xdist_keeps_the_cells_that_share_the_scorer_on_one_worker(tiny_grid_runs: tuple[ChildRun, ChildRun]) -> None:
+    parallel = tiny_grid_runs[1]  # -n 2 -v: "[gw0] [ 5%] PASSED test_grid.py::test_cell[fifo-600]"
+    passed = re.finditer(r"\[(gw\d+)\] \[ *\d+%\] PASSED \S+\[([^\]]+)\]", parallel.output)
+    worker_of = {m.group(2): m.group(1) for m in passed}
+    assert len(worker_of) == 18, parallel.output[-3000:]
+    scored = {worker_of[f"llm-importance-{b}"] for b in ("600", "300", "100")}
+    assert len(scored) == 1, worker_of  # each unit scored in one process, not in both
+    assert set(worker_of.values()) == {"gw0", "gw1"}  # the rest of the grid was shared out
+    assert "restore: cells that share the importance scorer (each unit scored once): 3 grid items" in parallel.output
 
 
 def test_policy_from_a_users_conftest_joins_the_report(pytester: pytest.Pytester) -> None:
@@ -194,14 +206,14 @@ def test_records_stay_out_of_junit_xml(tiny_grid_runs: tuple[ChildRun, ChildRun]
 
 
 def test_the_report_thread_hands_back_its_result_and_its_errors() -> None:
-    from pytest_restore.plugin.session import _Background
+    from pytest_restore.plugin.finish import Background
 
     def fails() -> None:
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        _Background(fails).result()
-    assert _Background(lambda x: x + 1, 1).result() == 2
+        Background(fails).result()
+    assert Background(lambda x: x + 1, 1).result() == 2
 
 
 def test_an_xdist_controller_lets_its_parsed_data_go_and_reloads_it_when_needed(pytester: pytest.Pytester) -> None:
@@ -211,7 +223,7 @@ def test_an_xdist_controller_lets_its_parsed_data_go_and_reloads_it_when_needed(
     pytester.makeconftest(
         """
         from pathlib import Path
-        from pytest_restore.plugin.session import SESSION_KEY
+        from pytest_restore.plugin.options import SESSION_KEY
 
         def pytest_xdist_node_collection_finished(node, ids):
             held = node.config.stash[SESSION_KEY]._dataset is not None

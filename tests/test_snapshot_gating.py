@@ -49,3 +49,28 @@ def test_a_users_snapshot_pins_the_cells_and_a_policy_change_fails_with_a_diff(p
     assert "pytest --snapshot-update" in out
     assert "Traceback" not in out
 
+
+
+def test_without_syrupys_plugin_restore_snapshot_fails_in_one_line_before_any_work(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_audit=USER_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "-p", "no:syrupy")
+    result.assert_outcomes(errors=1)
+    out = result.stdout.str()
+    line = ("restore_snapshot needs syrupy's pytest plugin, which this session does not load "
+            "(-p no:syrupy, or plugin autoload off): drop -p no:syrupy or add -p syrupy")
+    assert line in result.outlines  # the whole error, on a line of its own
+    assert "fixture 'snapshot' not found" not in out and "Traceback" not in out
+    assert "restore:" not in out and not (pytester.path / "restore-report").exists()  # no grid ran
+
+
+def test_without_syrupy_installed_restore_snapshot_says_what_to_install(
+    pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    from pytest_restore.plugin import snapshot_problem
+
+    assert snapshot_problem(pytestconfig) is None  # installed, plugin loaded: this suite's own setting
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "syrupy" else real(name, *a))
+    assert snapshot_problem(pytestconfig) == "restore_snapshot needs syrupy: pip install 'pytest-restore[snapshot]'"

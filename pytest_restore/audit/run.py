@@ -26,19 +26,26 @@ exclude the record with their reason; they are never scored as wrong.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from pytest_restore.audit import ablations
+from pytest_restore.audit.memo import MemoModel, prompt_id
 from pytest_restore.data.dataset import Dataset, Question
-from pytest_restore.data.units import Granularity, History, Unit, build_histories, counts_file_name
+from pytest_restore.data.units import (
+    Granularity,
+    History,
+    Unit,
+    build_histories,
+    count_ahead,
+    counts_file_name,
+)
 from pytest_restore.memory.eviction import EvictionContext, Mask, Policy, stable_seed
 from pytest_restore.memory.retrieval import (
     INJECT_CAP,
@@ -50,9 +57,9 @@ from pytest_restore.memory.retrieval import (
     inject,
     render_context,
 )
-from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
+from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.prompts import PromptSet, parse_score, parse_verdict
-from pytest_restore.record import ABLATIONS, REGIMES, Record, bin_of, tally
+from pytest_restore.record import ABLATIONS, REGIMES, Record, bin_of
 
 # Exclusion reasons, as the report prints them.
 ABSTENTION = "abstention question (no evidence to restore)"
@@ -131,126 +138,6 @@ class Outcome:
     prompt: str | None = None
 
 
-def request_digest(request: ChatRequest) -> bytes:
-    """The sha256 of everything in a request (what can change the model's output)."""
-    digest = hashlib.sha256(f"{request.max_tokens}\x1f{request.temperature!r}".encode())
-    for role, content in request.messages:
-        digest.update(b"\x1e" + role.encode() + b"\x1f" + content.encode("utf-8", "surrogatepass"))
-    return digest.digest()
-
-
-def prompt_id(request: ChatRequest) -> str:
-    """A short name of a request: the first 16 hex digits of :func:`request_digest`.
-
-    Records carry it for each condition, so a report can count the distinct
-    reader calls a grid needed against one call per condition of every record.
-    """
-    return request_digest(request).hex()[:16]
-
-
-def model_calls(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Reader and judge calls of the main conditions, unique against naive, from the records alone.
-
-    Naive: one call per condition of every record (oracle, policy, restored),
-    as if nothing were shared. Unique: distinct reader requests (the records'
-    ``*_prompt`` ids) and distinct judge requests (question, reference and
-    answer), per reader. Records without prompt ids (older ones) are left out.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    for reader in sorted({str(r["reader"]) for r in records if r.get("oracle_prompt") is not None}):
-        prompts: set[str] = set()
-        graded: set[tuple[str, str, str]] = set()
-        naive = judged = 0
-        for r in records:
-            if r["reader"] != reader or r.get("oracle_prompt") is None:
-                continue
-            for condition in ("oracle", "policy", "restored"):
-                prompt = r.get(f"{condition}_prompt")
-                if prompt is None:
-                    continue
-                naive += 1
-                prompts.add(prompt)
-                answer = r.get(f"{condition}_answer")
-                if answer is not None:
-                    judged += 1
-                    graded.add((str(r.get("question", r["question_id"])), str(r.get("reference", "")), str(answer)))
-        out[reader] = {
-            "reader_naive": naive,
-            "reader_unique": len(prompts),
-            "reader_ratio": len(prompts) / naive if naive else None,
-            "judge_naive": judged,
-            "judge_unique": len(graded),
-            "judge_ratio": len(graded) / judged if judged else None,
-        }
-    return out
-
-
-@dataclass
-class Usage:
-    """What one model cost this process: calls sent, cache hits, failures and tokens."""
-
-    sent: int = 0
-    cached: int = 0
-    failed: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    served: set[str] = field(default_factory=set)
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain values, for a report property."""
-        return {
-            "sent": self.sent,
-            "cached": self.cached,
-            "failed": self.failed,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "served": sorted(self.served),
-        }
-
-
-class MemoModel:
-    """Sends each distinct request once per process; successes are remembered."""
-
-    def __init__(self, model: ChatModel) -> None:
-        self.model = model
-        # Keyed by the request's sha256, not the request: reader prompts are long, and
-        # keeping every one alive would hold every rendered context in memory.
-        self._memo: dict[bytes, ChatResult] = {}
-        self.usage = Usage()
-
-    @property
-    def name(self) -> str:
-        """The wrapped model's name."""
-        return self.model.name
-
-    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        """Results for ``requests``; only requests never answered before are sent."""
-        keys = [request_digest(r) for r in requests]
-        missing = {k: r for k, r in zip(keys, requests) if k not in self._memo}
-        fresh: dict[bytes, ChatResult] = {}
-        if missing:
-            fresh = dict(zip(missing, self.model.run(list(missing.values()))))
-            for key, result in fresh.items():
-                if result.ok:
-                    self._memo[key] = result
-                self._count(result)
-        return [self._memo.get(k) or fresh[k] for k in keys]
-
-    def _count(self, result: ChatResult) -> None:
-        usage = self.usage
-        if not result.ok:
-            usage.failed += 1
-        elif result.cached:
-            usage.cached += 1
-        else:
-            usage.sent += 1
-            usage.input_tokens += result.input_tokens
-            usage.output_tokens += result.output_tokens
-        served = result.extra.get("model") if result.extra else None
-        if served:
-            usage.served.add(served)
-
-
 @dataclass
 class CellRun:
     """What one policy x budget cell produced."""
@@ -259,6 +146,28 @@ class CellRun:
     budget: int
     records: list[Record]
     stores: dict[tuple[str, int], Mask] = field(repr=False)
+
+
+def _counts_file(dataset: Dataset, config: AuditConfig) -> str | None:
+    """Where the audit of ``dataset`` keeps its token counts (``None``: no cache)."""
+    if not config.cache_dir:
+        return None
+    return os.path.join(config.cache_dir, counts_file_name(dataset.sha256, config.granularity))
+
+
+def count_tokens_ahead(dataset: Dataset, config: AuditConfig, starting: Callable[[int], None] | None = None) -> bool:
+    """Count, once, the tokens of every text an :class:`Audit` of ``dataset`` reads; whether any was counted.
+
+    An xdist controller calls this before its workers build their audits:
+    each worker then reads the counts file instead of counting every text
+    again. Without a cache directory there is nowhere to share them: nothing
+    is done. ``starting`` hears the number of texts before they are counted.
+    """
+    counts_file = _counts_file(dataset, config)
+    if counts_file is None:
+        return False
+    evidence = [q for q in dataset.questions if not q.is_abstention]
+    return count_ahead(evidence, config.granularity, counts_file, starting)
 
 
 class Audit:
@@ -282,19 +191,9 @@ class Audit:
         self.judge = MemoModel(judge)
         self.scorer = MemoModel(scorer)
         self.prompts = prompts or PromptSet()
-        self.exclusions: list[tuple[str, str]] = []
-        evidence: list[Question] = []
-        for q in dataset.questions:
-            if q.is_abstention:
-                self.exclusions.append((q.question_id, ABSTENTION))
-            else:
-                evidence.append(q)
-        counts_file = (
-            os.path.join(config.cache_dir, counts_file_name(dataset.sha256, config.granularity))
-            if config.cache_dir
-            else None
-        )
-        histories = build_histories(evidence, config.granularity, counts_file=counts_file)
+        self.exclusions: list[tuple[str, str]] = [(q.question_id, ABSTENTION) for q in dataset.questions if q.is_abstention]
+        evidence = [q for q in dataset.questions if not q.is_abstention]
+        histories = build_histories(evidence, config.granularity, counts_file=_counts_file(dataset, config))
         with_gold = []
         for h in histories:
             if h.gold:
@@ -706,46 +605,3 @@ def unit_label(unit: Unit) -> str:
     """Where a unit sits in the haystack, for the report's cases (no gold is revealed to a model)."""
     where = f"session {unit.session}" + (f", turn {unit.turn}" if unit.turn >= 0 else "")
     return f"{where} ({unit.date}, {unit.role})"
-
-
-# -- per-cell figures and checks ----------------------------------------------
-
-
-def construct_checks(run: CellRun, audit: Audit | None = None) -> list[str]:
-    """The construct checks of one cell; each failure is one readable line."""
-    failures: list[str] = []
-    for regime in REGIMES:
-        recs = [r for r in run.records if r.regime == regime]
-        fig = tally(recs)
-        label = f"{run.policy} @ {run.budget} regime ({regime})"
-        if fig.irr + fig.rec + fig.res != fig.err:
-            failures.append(f"{label}: irr {fig.irr} + rec {fig.rec} + res {fig.res} != err {fig.err}")
-        stray = [r.question_id for r in recs if r.bin is not None and not r.enters_n]
-        if stray:
-            failures.append(f"{label}: {len(stray)} binned records are not oracle-answerable, e.g. {stray[0]}")
-        if regime == "a" and fig.rec:
-            failures.append(f"{label}: forced-gold regime has {fig.rec} recoverable errors (must be 0)")
-        if run.policy == "no-evict" and fig.irr:
-            failures.append(f"{label}: no-evict has {fig.irr} irreversible errors (must be 0)")
-    if run.policy == "fifo" and audit is not None:
-        failures.extend(fifo_containment(run, audit))
-    return failures
-
-
-def fifo_containment(run: CellRun, audit: Audit) -> list[str]:
-    """FIFO's store at a tighter budget must lie inside its store at every looser one."""
-    from pytest_restore.memory.eviction import Fifo
-
-    fifo = Fifo()
-    failures = []
-    looser = [b for b in audit.config.budgets if b > run.budget]
-    for p in audit.questions:
-        key = (p.question.question_id, 0)
-        if key not in run.stores:
-            continue
-        tight = run.stores[key]
-        for b in looser:
-            loose = audit.retain(fifo, p, b, 0, {})
-            if np.any(tight & ~loose):
-                failures.append(f"fifo: store of {key[0]} at {run.budget} is not inside its store at {b}")
-    return failures

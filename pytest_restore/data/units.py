@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -183,6 +183,28 @@ def build_histories(
     else:
         _count_cached(texts, Path(counts_file))
     return [build_history(q, granularity) for q in questions]
+
+
+def count_ahead(
+    questions: Sequence[Question],
+    granularity: Granularity,
+    counts_file: str | os.PathLike[str],
+    starting: Callable[[int], None] | None = None,
+) -> bool:
+    """Leave the token count of every distinct text of ``questions`` in ``counts_file``; whether any was counted.
+
+    What :func:`build_histories` reads from the file, made ahead of it (by
+    an xdist controller, once, before its workers build their histories).
+    ``starting`` hears the number of texts before they are counted.
+    """
+    texts = distinct_texts(questions, granularity)
+    known = _read_counts(counts_file)
+    if known is not None and all(t in known for t in texts):
+        return False
+    if starting is not None:
+        starting(len(texts))
+    _count_cached(texts, Path(counts_file))
+    return True
 
 
 def counts_file_name(dataset_sha256: str, granularity: Granularity) -> str:

@@ -3,7 +3,7 @@
 Online eviction is sequential: every arrival may evict, and each victim
 depends on the previous ones, so it does not vectorise, and a grid has
 millions of eviction events: these loops are compiled because in Python they
-are a large share of the full grid's time (``python -m pytest_restore bench``
+are a large share of the full grid's time (``python benches/bench_grid.py``
 prints where the time goes). The control's fact density and the word
 profiles scan every distinct turn of the file, which in Python is several
 times their compiled cost; they are compiled for the same reason. numba compiles them on first

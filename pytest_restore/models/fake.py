@@ -329,7 +329,8 @@ class FakeJudge(_Named):
 
 
 # The scorer's two tests. A test double needs no compiled path: plain regexes.
-_FIRST_PERSON = re.compile(r"\b(i|i'm|i've|my|me|we|our)\b", re.IGNORECASE)
+# ("i'm" and "i've" need no alternatives of their own: the apostrophe ends the word "i")
+_FIRST_PERSON = re.compile(r"\b(?:i|m[ey]|we|our)\b", re.IGNORECASE)
 _DIGIT = re.compile(r"\d")
 #: Words past which the scorer takes a snippet for mostly something other than a fact.
 LONG_WORDS = 120

@@ -36,18 +36,26 @@ from pytest_restore.plugin.options import (
 )
 
 if TYPE_CHECKING:
-    from pytest_restore.plugin.session import CellSpec as CellSpec
-    from pytest_restore.plugin.session import RestoreCell as RestoreCell
+    from pytest_restore.plugin.cells import CellSpec as CellSpec
+    from pytest_restore.plugin.cells import RestoreCell as RestoreCell
     from pytest_restore.plugin.session import RestoreSession as RestoreSession
-    from pytest_restore.plugin.session import RestoreSettings as RestoreSettings
+    from pytest_restore.plugin.settings import RestoreSettings as RestoreSettings
 
 
 def __getattr__(name: str) -> Any:
-    """The session module's public classes, imported when first named (``RestoreCell`` ...)."""
-    if name in ("CellSpec", "RestoreCell", "RestoreSession", "RestoreSettings"):
+    """The audit's public classes, imported when first named (``RestoreCell`` ...)."""
+    if name in ("CellSpec", "RestoreCell"):
+        from pytest_restore.plugin import cells
+
+        return getattr(cells, name)
+    if name == "RestoreSession":
         from pytest_restore.plugin import session
 
-        return getattr(session, name)
+        return session.RestoreSession
+    if name == "RestoreSettings":
+        from pytest_restore.plugin import settings
+
+        return settings.RestoreSettings
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -103,11 +111,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``-n auto``, a small audit grid runs on one worker (see ``plugin/scheduling.py``)."""
-    if config.stash.get(AUTO_KEY, False) and config.getvalue("dist") == "load":
-        from pytest_restore.plugin.scheduling import SmallGridOnOneWorker
+    """Under ``--dist load``, the grid's shared work stays in one worker (see ``plugin/scheduling.py``)."""
+    if config.getvalue("dist") == "load":
+        from pytest_restore.plugin.scheduling import GridScheduling
 
-        return SmallGridOnOneWorker(config, log)
+        return GridScheduling(config, log)
     return None
 
 
@@ -157,11 +165,11 @@ def pytest_sessionstart(session: pytest.Session) -> Generator[None, None, None]:
     yield
     restore = session.config.stash.get(SESSION_KEY, None)
     if restore is not None:
-        restore.release_dataset()
         if session.config.stash.get(ONE_PROCESS_KEY, False):
             restore.say("-n auto: this small audit runs in one process (xdist's workers would take longer to start)")
         if restore.is_controller and session.config.pluginmanager.has_plugin("dsession") and not restore.settings.dry_run:
-            restore.prepare()  # while the workers start
+            restore.prepare()  # while the workers start; it counts the tokens from the parsed data, then lets it go
+        restore.release_dataset()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -174,20 +182,45 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture
 def restore_cell(request: pytest.FixtureRequest) -> Generator[RestoreCell, None, None]:
     """The grid cell of this item (the plugin parametrizes it over policy x budget)."""
-    from pytest_restore.plugin.session import RestoreCell, _report_dir_problem
+    from pytest_restore.plugin.cells import RestoreCell
+    from pytest_restore.plugin.settings import report_dir_problem
 
     session = _activate(request.config)
-    problem = _report_dir_problem(session.settings.report_dir)
+    problem = report_dir_problem(session.settings.report_dir)
     if problem:
         pytest.fail(problem, pytrace=False)  # no cell runs (or spends) for a report that cannot be written
     yield RestoreCell(session, request.param, request.node)
 
 
+#: syrupy's ``pytest11`` entry point name, under which its plugin registers (and ``-p no:syrupy`` blocks it).
+SYRUPY_PLUGIN = "syrupy"
+
+
+def snapshot_problem(config: pytest.Config) -> str | None:
+    """Why ``restore_snapshot`` cannot run in this session (syrupy missing or its plugin off), or ``None``."""
+    import importlib.util
+
+    if importlib.util.find_spec("syrupy") is None:
+        return "restore_snapshot needs syrupy: pip install 'pytest-restore[snapshot]'"
+    if not config.pluginmanager.hasplugin(SYRUPY_PLUGIN):
+        return ("restore_snapshot needs syrupy's pytest plugin, which this session does not load "
+                "(-p no:syrupy, or plugin autoload off): drop -p no:syrupy or add -p syrupy")
+    return None
+
+
 @pytest.fixture
-def restore_snapshot(request: pytest.FixtureRequest, snapshot: Any) -> Any:
-    """Pin the grid's cells table and the families' decisions with syrupy: ``restore_snapshot.check()``."""
+def restore_snapshot(request: pytest.FixtureRequest) -> Any:
+    """Pin the grid's cells table and the families' decisions with syrupy: ``restore_snapshot.check()``.
+
+    syrupy is the extra ``pytest-restore[snapshot]``: its ``snapshot`` fixture is fetched here, not
+    declared, so a session without syrupy gets one line saying what to install, not a missing fixture.
+    """
+    problem = snapshot_problem(request.config)
+    if problem:
+        pytest.fail(problem, pytrace=False)  # before the grid runs: nothing is spent on a check that cannot compare
     from pytest_restore.plugin.snapshot import RestoreSnapshot
 
+    snapshot = request.getfixturevalue("snapshot")
     session = _activate(request.config)
     s = session.settings
     settings = {"bootstrap": s.bootstrap, "bootstrap_seed": s.bootstrap_seed, "equivalence_margin": s.equivalence_margin}

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_restore.audit.run import model_calls
+from pytest_restore.audit.memo import model_calls
 from pytest_restore.models.fake import simulated_note, simulated_reader_md
 from pytest_restore.record import Record
 from pytest_restore.report.cases import render_ablations_md, render_cases_md

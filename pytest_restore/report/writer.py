@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_restore.audit import ablations
-from pytest_restore.audit.run import model_calls
+from pytest_restore.audit.memo import model_calls
 from pytest_restore.models.fake import simulated_note
 from pytest_restore.record import BINS, Record, tally_cells
 from pytest_restore.record import dumps as records_text

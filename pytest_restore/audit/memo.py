@@ -1,0 +1,138 @@
+"""The audit's model calls: each distinct request sent once per process, and what that saved.
+
+The audit wraps its reader, judge and scorer in a :class:`MemoModel`, which
+sends a request only if this process has not had it answered before and
+counts each model's :class:`Usage`. Records carry each condition's
+:func:`prompt_id`, so :func:`model_calls` can count from the records alone
+how many distinct reader and judge calls a grid needed against one call per
+condition of every record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
+
+
+def request_digest(request: ChatRequest) -> bytes:
+    """The sha256 of everything in a request (what can change the model's output)."""
+    digest = hashlib.sha256(f"{request.max_tokens}\x1f{request.temperature!r}".encode())
+    for role, content in request.messages:
+        digest.update(b"\x1e" + role.encode() + b"\x1f" + content.encode("utf-8", "surrogatepass"))
+    return digest.digest()
+
+
+def prompt_id(request: ChatRequest) -> str:
+    """A short name of a request: the first 16 hex digits of :func:`request_digest`.
+
+    Records carry it for each condition, so a report can count the distinct
+    reader calls a grid needed against one call per condition of every record.
+    """
+    return request_digest(request).hex()[:16]
+
+
+def model_calls(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Reader and judge calls of the main conditions, unique against naive, from the records alone.
+
+    Naive: one call per condition of every record (oracle, policy, restored),
+    as if nothing were shared. Unique: distinct reader requests (the records'
+    ``*_prompt`` ids) and distinct judge requests (question, reference and
+    answer), per reader. Records without prompt ids (older ones) are left out.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for reader in sorted({str(r["reader"]) for r in records if r.get("oracle_prompt") is not None}):
+        prompts: set[str] = set()
+        graded: set[tuple[str, str, str]] = set()
+        naive = judged = 0
+        for r in records:
+            if r["reader"] != reader or r.get("oracle_prompt") is None:
+                continue
+            for condition in ("oracle", "policy", "restored"):
+                prompt = r.get(f"{condition}_prompt")
+                if prompt is None:
+                    continue
+                naive += 1
+                prompts.add(prompt)
+                answer = r.get(f"{condition}_answer")
+                if answer is not None:
+                    judged += 1
+                    graded.add((str(r.get("question", r["question_id"])), str(r.get("reference", "")), str(answer)))
+        out[reader] = {
+            "reader_naive": naive,
+            "reader_unique": len(prompts),
+            "reader_ratio": len(prompts) / naive if naive else None,
+            "judge_naive": judged,
+            "judge_unique": len(graded),
+            "judge_ratio": len(graded) / judged if judged else None,
+        }
+    return out
+
+
+@dataclass
+class Usage:
+    """What one model cost this process: calls sent, cache hits, failures and tokens."""
+
+    sent: int = 0
+    cached: int = 0
+    failed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    served: set[str] = field(default_factory=set)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain values, for a report property."""
+        return {
+            "sent": self.sent,
+            "cached": self.cached,
+            "failed": self.failed,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "served": sorted(self.served),
+        }
+
+
+class MemoModel:
+    """Sends each distinct request once per process; successes are remembered."""
+
+    def __init__(self, model: ChatModel) -> None:
+        self.model = model
+        # Keyed by the request's sha256, not the request: reader prompts are long, and
+        # keeping every one alive would hold every rendered context in memory.
+        self._memo: dict[bytes, ChatResult] = {}
+        self.usage = Usage()
+
+    @property
+    def name(self) -> str:
+        """The wrapped model's name."""
+        return self.model.name
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Results for ``requests``; only requests never answered before are sent."""
+        keys = [request_digest(r) for r in requests]
+        missing = {k: r for k, r in zip(keys, requests) if k not in self._memo}
+        fresh: dict[bytes, ChatResult] = {}
+        if missing:
+            fresh = dict(zip(missing, self.model.run(list(missing.values()))))
+            for key, result in fresh.items():
+                if result.ok:
+                    self._memo[key] = result
+                self._count(result)
+        return [self._memo.get(k) or fresh[k] for k in keys]
+
+    def _count(self, result: ChatResult) -> None:
+        usage = self.usage
+        if not result.ok:
+            usage.failed += 1
+        elif result.cached:
+            usage.cached += 1
+        else:
+            usage.sent += 1
+            usage.input_tokens += result.input_tokens
+            usage.output_tokens += result.output_tokens
+        served = result.extra.get("model") if result.extra else None
+        if served:
+            usage.served.add(served)

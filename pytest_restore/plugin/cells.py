@@ -1,0 +1,201 @@
+"""The grid's items: one cell (a policy at a budget, under a reader) per item.
+
+:class:`CellSpec` names a cell, :class:`RestoreCell` is what an item gets from
+the ``restore_cell`` fixture (it runs the cell, hands its records to the
+session through the item's report and checks it), and :class:`SharedCells`
+is where xdist workers leave their cells' records for each other, so that a
+cell's check can read the cells it compares with instead of running them again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+import pytest
+
+from pytest_restore.audit.checks import construct_checks
+from pytest_restore.audit.run import Audit, CellRun
+from pytest_restore.memory.eviction import Policy, PolicyRegistry
+from pytest_restore.plugin.options import RECORDS_PROPERTY
+from pytest_restore.plugin.settings import RestoreSettings
+from pytest_restore.record import Record
+from pytest_restore.stats.analysis import cell_verdicts
+from pytest_restore.stats.families import FAMILIES, family_of
+from pytest_restore.stats.results import HypothesisTest, StatsSettings, budget_label
+
+#: The item properties beside the records: the data's description and the process's model usage.
+META_PROPERTY = "restore_meta"
+USAGE_PROPERTY = "restore_usage"
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One grid item: a policy at a budget."""
+
+    policy: str
+    budget: int
+    reader: str
+    primary: bool = True
+
+    @property
+    def id(self) -> str:
+        """The item id in the report's words, e.g. ``fifo-80k`` (``fifo-80k-openai:gpt-5.4-mini`` for the
+        robustness reader), so ``-k 8k`` selects the 8k cells and not the 80k ones."""
+        return f"{self.policy}-{budget_label(self.budget)}" + ("" if self.primary else f"-{self.reader}")
+
+
+def grid(settings: RestoreSettings, policies: Sequence[Policy]) -> list[CellSpec]:
+    """The grid: every selected policy at every budget."""
+    return [
+        CellSpec(p.name, b, reader, reader == settings.reader)
+        for reader in settings.readers
+        for p in policies
+        for b in settings.budgets
+    ]
+
+
+
+class CellSession(Protocol):
+    """What a grid item asks of the session (``plugin/session.py``'s ``RestoreSession``)."""
+
+    config: pytest.Config
+    settings: RestoreSettings
+    registry: PolicyRegistry
+    policies: tuple[Policy, ...]
+    is_controller: bool
+
+    def audit(self, reader: str | None = None) -> Audit: ...
+
+    def fatal_error(self) -> str | None: ...
+
+    def shared_cells(self) -> SharedCells: ...
+
+    def meta(self) -> dict[str, Any]: ...
+
+    def usage(self) -> dict[str, Any]: ...
+
+    def call_details(self) -> dict[str, Any]: ...
+
+class RestoreCell:
+    """What a grid item gets from the ``restore_cell`` fixture."""
+
+    def __init__(self, session: CellSession, spec: CellSpec, item: pytest.Item) -> None:
+        self.session = session
+        self.spec = spec
+        self.item = item
+        self.run: CellRun | None = None
+
+    def audit(self) -> CellRun:
+        """Run the cell and attach its records to the item's report."""
+        audit = self.session.audit(self.spec.reader)
+        policy = self.session.registry[self.spec.policy]
+        self.run = audit.run_cell(policy, self.spec.budget)
+        fatal = self.session.fatal_error()
+        if fatal is not None:
+            # A wrong key or an unknown model fails every call alike: stop at the first.
+            self.item.session.shouldstop = fatal
+            pytest.fail(fatal, pytrace=False)
+        records: str | list[Record] = self.run.records  # one process: handed over as they are
+        if not self.session.is_controller:
+            # One JSON string, not a list of dicts: xdist's serializer is pure Python and
+            # would take seconds over a full grid's records (each phase's report carries them).
+            records = json.dumps([r.to_json() for r in self.run.records])
+            self.session.shared_cells().share(audit, self.run, records)
+        self.item.user_properties.append((RECORDS_PROPERTY, records))
+        self.item.user_properties.append((META_PROPERTY, self.session.meta()))
+        worker = str(getattr(self.session.config, "workerinput", {}).get("workerid", "main"))
+        usage = {"process": worker, "models": self.session.usage(), "calls": self.session.call_details()}
+        self.item.user_properties.append((USAGE_PROPERTY, usage))
+        return self.run
+
+    def check(self) -> None:
+        """Fail the item, one short line per case, when one of the cell's checks fails.
+
+        The construct checks (PROTOCOL section 5), then the family expectations
+        that concern this cell (its H1 and H3 tests; for the control, its
+        positive-control contrasts), decided as the session decides them (Holm
+        and the power rule included), so the items and the session's summary
+        name the same cases. An expectation this run had no power to meet does
+        not fail the item; the session's summary lists it.
+        """
+        run = self.run if self.run is not None else self.audit()
+        audit = self.session.audit(self.spec.reader)
+        failures = construct_checks(run, audit)
+        if self.session.settings.family_checks == "fail":
+            failures += [
+                family_of(t.family).describe(t)
+                for t in verdicts(audit, run, self.spec, self.session)
+                if t.expectation_met is False and t.testable
+            ]
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
+
+class SharedCells:
+    """Where a run's xdist workers leave their cells' records for each other: one JSON file per cell."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _cell_file(self, reader: str, policy: str, budget: int) -> Path:
+        digest = hashlib.sha256(f"{reader}\x1f{policy}".encode()).hexdigest()[:16]
+        return self.root / f"{digest}-{budget}.json"
+
+    def share(self, audit: Audit, run: CellRun, payload: str) -> None:
+        """Leave a worker's cell records (``payload``, their JSON) where other workers can read them."""
+        path = self._cell_file(audit.reader.name, run.policy, run.budget)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(payload, encoding="utf-8")
+        os.replace(tmp, path)  # atomic: a reader sees the whole file or none
+
+    def records(self, audit: Audit, policy: Policy, budget: int) -> list[Record]:
+        """A whole-grid cell's records: from this process, from another worker, or run here.
+
+        The control's check needs the baselines' records at its budget; under
+        xdist another worker has usually run them already, and running them
+        again (redundancy above all) would cost more than the check itself.
+        """
+        if not audit.has_cell(policy, budget):
+            path = self._cell_file(audit.reader.name, policy.name, budget)
+            if path.exists():
+                shared = json.loads(path.read_text(encoding="utf-8"))
+                return [Record.from_json(r) for r in cast("list[dict[str, Any]]", shared)]
+        return audit.run_cell(policy, budget).records
+
+
+def verdicts(audit: Audit, run: CellRun, spec: CellSpec, session: CellSession) -> list[HypothesisTest]:
+    """The family expectations of one grid cell, decided as the session's analysis decides them."""
+    s = session.settings
+    selected = [p.name for p in session.policies]
+    family_settings = StatsSettings()  # the families' policy roles (baselines, control)
+    shared = session.shared_cells()
+
+    def records_of(cells: Sequence[tuple[str, int]]) -> list[Record]:
+        return [
+            r
+            for policy, budget in cells
+            if policy in selected
+            for r in shared.records(audit, session.registry[policy], budget)
+        ]
+
+    records = list(run.records)
+    if spec.policy == family_settings.control:
+        others = [(b, spec.budget) for b in family_settings.baselines if b in selected]
+        records += [r for r in records_of(others) if r["regime"] == "b"]
+    return cell_verdicts(
+        records,
+        spec.policy,
+        spec.budget,
+        budgets=s.budgets,
+        family_sizes={f.name: f.size(family_settings, selected, s.budgets) for f in FAMILIES},
+        fetch=records_of,
+        reader=audit.reader.name,
+        resamples=s.bootstrap,
+        seed=s.bootstrap_seed,
+    )

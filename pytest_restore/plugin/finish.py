@@ -1,0 +1,308 @@
+"""The session's end on the controller: the report written whole into place, or partial beside it.
+
+A report is written into a fresh directory and swapped in as a whole
+(:func:`write_in_place`), so a complete report is never replaced by a partial
+one: a session cut short writes beside the report directory
+(:func:`partial_dir`). The writing runs on a thread (:class:`Background`)
+while xdist shuts its workers down; :class:`ReportWaiter`, the last
+``pytest_sessionfinish``, waits for it. :func:`terminal_summary` says the
+outcome in the terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import importlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_restore import __version__
+from pytest_restore.memory.eviction import Policy
+from pytest_restore.plugin.calls import ModelCalls, calls_markdown
+from pytest_restore.plugin.cells import CellSpec
+from pytest_restore.plugin.settings import RestoreSettings
+from pytest_restore.record import Record
+from pytest_restore.report.inputs import RunInfo
+from pytest_restore.report.writer import ReportFiles, terminal_lines, write_report
+
+
+def partial_dir(report_dir: Path) -> Path:
+    """Where a partial report goes: beside the report directory, never in it."""
+    return report_dir.with_name(report_dir.name + ".partial")
+
+
+def swap_into_place(staging: Path, target: Path) -> None:
+    """Replace ``target`` with the directory ``staging`` as a whole.
+
+    Two renames in one directory: the old report is moved aside, the new one
+    moved in, then the old one deleted. No file of the old report survives
+    beside the new one, and at every moment a whole report sits under one of
+    the two names.
+    """
+    old: Path | None = None
+    if target.exists() or target.is_symlink():
+        old = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.old")
+        os.replace(target, old)
+    os.replace(staging, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def grid_markdown(cells: dict[str, list[str]]) -> str:
+    """report.md's grid coverage: the cells that ran and those that did not."""
+    out = ["## Grid coverage", ""]
+    out.append(f"Cells run ({len(cells['ran'])}): {', '.join(cells['ran']) or 'none'}.")
+    out.append("")
+    if cells["not_run"]:
+        out.append(f"Cells not run ({len(cells['not_run'])}): {', '.join(cells['not_run'])}.")
+    else:
+        out.append("Every cell of the configured grid ran.")
+    return "\n".join(out)
+
+
+def run_info(
+    settings: RestoreSettings,
+    policies: Sequence[Policy],
+    records: Sequence[Record],
+    run_meta: dict[str, Any],
+    checks: dict[str, Any],
+    model_calls: ModelCalls,
+    cells: dict[str, list[str]],
+) -> RunInfo:
+    """Settings, dataset, exclusions and the run's checks for the report.
+
+    The settings show what ran (the policies, budgets and readers of the
+    records), not what was configured; ``cells`` names the grid cells that
+    ran and those that did not.
+    """
+    shown = asdict(settings)
+    shown.pop("report_dir")
+    shown.pop("real_models")
+    shown["data"] = Path(settings.data).name if settings.data else "embedded synthetic"
+    ran_policies = {str(r["policy"]) for r in records}
+    ran_budgets = {int(r["budget"]) for r in records}
+    shown["policies"] = [p.name for p in policies if p.name in ran_policies]
+    shown["budgets"] = [b for b in settings.budgets if b in ran_budgets]
+    shown["run_id"] = records[0].run_id if records else None
+    meta = dict(run_meta)
+    exclusions = meta.pop("exclusions", {})
+    meta.pop("path", None)
+    if model_calls.usage_by_process:
+        shown["model_usage"] = model_calls.total_usage()
+    checks = dict(checks)
+    checks["grid"] = {"result": cells, "markdown": grid_markdown(cells)}
+    details = model_calls.all_details()
+    if details:
+        checks["model_calls"] = {"result": details, "markdown": calls_markdown(details)}
+    return RunInfo(settings=shown, dataset=meta, exclusions=exclusions, checks=checks)
+
+
+def grid_cells(records: Sequence[Record], cells: Sequence[CellSpec]) -> dict[str, list[str]]:
+    """The grid's cells that ran (records arrived) and those that did not, by item id."""
+    ran = {(str(r["reader"]), str(r["policy"]), int(r["budget"])) for r in records}
+    out: dict[str, list[str]] = {"ran": [], "not_run": []}
+    for cell in cells:
+        done = (cell.reader, cell.policy, cell.budget) in ran  # a record's reader is the model's name
+        out["ran" if done else "not_run"].append(cell.id)
+    return out
+
+
+def interrupted(session: pytest.Session, selected: set[str] | None, ran: set[str]) -> str | None:
+    """Why the session ended before its selected grid ran whole, or ``None``."""
+    status = session.exitstatus
+    if status == pytest.ExitCode.INTERRUPTED:
+        return "interrupted"
+    if status == pytest.ExitCode.INTERNAL_ERROR:
+        return "internal error"
+    if selected is not None:
+        missing = selected - ran
+        if missing:
+            return f"{len(missing)} of {len(selected)} selected grid items did not run"
+    return None
+
+
+def write_in_place(
+    records: list[Record],
+    info: RunInfo,
+    target: Path,
+    partial: str | None,
+    calibration_json: str | None,
+    started_utc: datetime.datetime,
+    session_id: str,
+) -> ReportFiles:
+    """Write the report (and the calibration gate's, if any) into a fresh directory beside ``target``, then swap it into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        files = write_report(records, info, staging)
+        if calibration_json is not None:
+            (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")
+        stamp(staging, partial, started_utc, session_id)
+        swap_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if partial is None:
+        # a whole report supersedes the partial one an earlier, cut-short session left
+        shutil.rmtree(partial_dir(target), ignore_errors=True)
+    return dataclasses.replace(files, out_dir=target)
+
+def stamp(out: Path, partial: str | None, started_utc: datetime.datetime, session_id: str) -> None:
+    """Provenance in summary.json and, on a partial report, the mark.
+
+    ``session_id`` names this session; the records' ``run_id`` is a digest
+    of the settings that shape them, the same for every rerun.
+    """
+    summary_path = out / "summary.json"
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    summary["provenance"] = {
+        "package": "pytest-restore",
+        "version": __version__,
+        "started_utc": started_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "session_id": session_id,
+        "partial": partial,
+    }
+    summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if partial is not None:
+        report = out / "report.md"
+        banner = (
+            f"> **PARTIAL REPORT** ({partial}): the session did not finish its grid; "
+            "the cells that did not run are listed under Grid coverage.\n\n"
+        )
+        report.write_text(banner + report.read_text(encoding="utf-8"), encoding="utf-8")
+
+def write_partial(calibration_json: str | None, report_dir: str) -> Path | None:
+    """Write what the calibration gate produced, beside the report directory, marked partial."""
+    if calibration_json is None:
+        return None
+    target = partial_dir(Path(report_dir))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")
+    swap_into_place(staging, target)
+    return target
+
+
+def terminal_summary(
+    terminalreporter: Any,
+    settings: RestoreSettings,
+    *,
+    dry_run_lines: Sequence[str],
+    failure_summary: Sequence[str],
+    records: Sequence[Record],
+    failures: Sequence[str],
+    untestable: Sequence[str],
+    run_meta: dict[str, Any],
+    report_path: Path | None,
+    partial_path: Path | None,
+    not_run: Sequence[str],
+) -> None:
+    """A short table of regime (b), where the report is, and what failed (the dry run: its table).
+
+    ``not_run`` names the grid cells this run did not select.
+    """
+    if dry_run_lines:
+        terminalreporter.write_sep("=", "restore dry run: model calls the grid needs")
+        for line in dry_run_lines:
+            terminalreporter.write_line(line, yellow=line.startswith("warning: "))
+        terminalreporter.write_line("dry run: no model was called; drop --restore-dry-run to run the grid")
+        return
+    if failure_summary:
+        terminalreporter.write_sep("=", "failed model calls, by model and cause", red=True, bold=True)
+        for line in failure_summary:
+            terminalreporter.write_line(line, red=True)
+    if not records:
+        for failure in failures:
+            terminalreporter.write_line(failure, red=True)
+        return
+    terminalreporter.write_sep("=", "restore-counterfactual audit (regime b)")
+    for line in terminal_lines(records):
+        terminalreporter.write_line(line)
+    meta = run_meta
+    if settings.data is None:
+        terminalreporter.write_line(f"dataset: embedded synthetic LongMemEval-S, sha256 {meta.get('sha256')}")
+    elif meta.get("official"):
+        terminalreporter.write_line(f"dataset: official LongMemEval-S, sha256 {meta.get('sha256')}")
+    else:
+        terminalreporter.write_line(
+            f"warning: {Path(settings.data).name} is not the official longmemeval_s_cleaned.json "
+            f"(sha256 {meta.get('sha256')})",
+            yellow=True,
+        )
+    if partial_path is not None:
+        terminalreporter.write_line(
+            f"partial report (the session did not finish its grid): {partial_path}; "
+            f"{settings.report_dir} was left as it was",
+            yellow=True,
+        )
+    else:
+        terminalreporter.write_line(f"report: {report_path}")
+        if not_run:
+            terminalreporter.write_line(
+                f"grid cells not selected in this run ({len(not_run)}): {', '.join(not_run)}", yellow=True
+            )
+    strict = settings.family_checks == "fail"
+    if failures:
+        red = strict or any(f.startswith("model calls failed") for f in failures)
+        verdict = "fail the run" if red else "reported only (--restore-family-checks report)"
+        terminalreporter.write_sep(
+            "=", f"{len(failures)} expectations not met: {verdict}", red=red, yellow=not red, bold=True
+        )
+        for failure in failures:
+            line_red = strict or failure.startswith("model calls failed")
+            terminalreporter.write_line(failure, red=line_red, yellow=not line_red)
+    for line in untestable:
+        terminalreporter.write_line(f"not testable at this N: {line}", yellow=True)
+
+
+def preload_figure() -> None:
+    """Import the figure module ahead of the report; a failure here is the report's to raise."""
+    with contextlib.suppress(Exception):  # the report imports it again and reports what is wrong
+        importlib.import_module("pytest_restore.report.figure")
+
+
+class Background(threading.Thread):
+    """Run one call on a thread; ``result`` waits and re-raises what it raised."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        super().__init__(name="pytest-restore-report", daemon=True)
+        self._call = (fn, args)
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        fn, args = self._call
+        try:
+            self._value = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by ``result``
+            self._error = exc
+
+    def result(self) -> Any:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class ReportWaiter:
+    """The last ``pytest_sessionfinish``: waits for the report the session started."""
+
+    def __init__(self, finish: Callable[[pytest.Session], None]) -> None:
+        self.finish = finish
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.finish(session)

@@ -1,0 +1,326 @@
+"""The audit's settings: every ``--restore-*`` option (or its ini key) parsed and checked.
+
+:class:`RestoreSettings` holds plain values, the same on the xdist controller
+and every worker; a value that does not parse is a usage error naming the
+option or ini key, raised before any work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pytest_restore.models.prompts import PromptSet
+from pytest_restore.models.providers import (
+    ModelOptions,
+    ModelSpecError,
+    ProviderRegistry,
+    check_spec,
+    is_real,
+    parse_price,
+)
+from pytest_restore.plugin.options import OPTIONS, _dest
+
+#: Fewer bootstrap resamples than this give intervals too coarse to read.
+MIN_RESAMPLES = 100
+
+
+def _items(where: str, text: str) -> list[str]:
+    """The comma-separated items of a list option; an empty item is an error, not skipped."""
+    parts = [part.strip() for part in text.split(",")]
+    if not text.strip():
+        raise pytest.UsageError(f"{where}: no values given")
+    if any(not part for part in parts):
+        raise pytest.UsageError(f"{where}: empty item in {text!r}")
+    return parts
+
+
+def _parse_int(where: str, text: str, *, minimum: int = 0) -> int:
+    """One whole number (``80k`` allowed), at least ``minimum``."""
+    part = text.strip().lower()
+    scale = 1000 if part.endswith("k") else 1
+    try:
+        value = int(part.removesuffix("k")) * scale
+    except ValueError:
+        raise pytest.UsageError(f"{where}: {text.strip()!r} is not a whole number") from None
+    if value < minimum:
+        raise pytest.UsageError(f"{where}: {text.strip()!r} is below the minimum of {minimum}")
+    return value
+
+
+def _parse_ints(where: str, text: str, *, minimum: int = 0) -> tuple[int, ...]:
+    """Distinct whole numbers, comma-separated: a repeated value (``80k,80000``) is an error."""
+    values: dict[int, str] = {}
+    for part in _items(where, text):
+        value = _parse_int(where, part, minimum=minimum)
+        if value in values:
+            raise pytest.UsageError(f"{where}: {part!r} repeats {values[value]!r}")
+        values[value] = part
+    return tuple(values)
+
+
+def _parse_number(where: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise pytest.UsageError(f"{where}: {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise pytest.UsageError(f"{where}: {text!r} is not a finite number")
+    return value
+
+
+def _parse_float(where: str, text: str) -> float:
+    """A finite number strictly between 0 and 1."""
+    value = _parse_number(where, text)
+    if not 0 < value < 1:
+        raise pytest.UsageError(f"{where}: {value} is not between 0 and 1")
+    return value
+
+
+def _parse_positive(where: str, text: str) -> float:
+    """A finite number above 0."""
+    value = _parse_number(where, text)
+    if value <= 0:
+        raise pytest.UsageError(f"{where}: must be positive")
+    return value
+
+
+def _parse_names(where: str, text: str) -> tuple[str, ...] | None:
+    """Distinct names, comma-separated (``None`` when the option is unset)."""
+    if not text:
+        return None
+    names = _items(where, text)
+    repeated = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if repeated is not None:
+        raise pytest.UsageError(f"{where}: {repeated!r} is given twice")
+    return tuple(names)
+
+
+@dataclass(frozen=True)
+class RestoreSettings:
+    """The parsed options: plain values, the same on the controller and every worker."""
+
+    data: str | None
+    report_dir: str
+    budgets: tuple[int, ...]
+    policies: tuple[str, ...] | None
+    seeds: tuple[int, ...]
+    granularity: str
+    questions: int | None
+    subset_seed: int
+    reader: str
+    judge: str
+    scorer: str
+    embedded_questions: int
+    bootstrap: int
+    bootstrap_seed: int
+    equivalence_margin: float
+    family_checks: str
+    base_url: str | None
+    cache: str | None
+    max_concurrency: int
+    rpm: float | None
+    tpm: float | None
+    max_tries: int
+    timeout: float
+    prompts: str | None
+    robustness_reader: str | None
+    audit_judge: str | None
+    audit_judge_sample: int
+    calibration: str
+    dry_run: bool
+    ranker: str = "bm25-lite"
+    ablations: bool = False
+    max_retry_after: float = 60.0
+    #: ``(model, input USD, output USD)`` per million tokens, from ``--restore-price``
+    prices: tuple[tuple[str, float, float], ...] = ()
+    #: whether any model of the grid is a real one (its provider says so); not a setting of the report
+    real_models: bool = False
+
+    @property
+    def readers(self) -> tuple[str, ...]:
+        """The primary reader, then the robustness reader if any."""
+        return (self.reader,) + ((self.robustness_reader,) if self.robustness_reader else ())
+
+    @property
+    def uses_real_models(self) -> bool:
+        """Whether any model of the grid is a real one."""
+        return self.real_models
+
+    def all_models(self) -> list[str]:
+        """Every model name the run uses, in every role."""
+        return [*self.readers, self.judge, self.scorer, *([self.audit_judge] if self.audit_judge else [])]
+
+    def model_options(self, cache_root: Path) -> ModelOptions:
+        """How real models are reached (the response cache under ``cache_root`` unless ``--restore-cache`` names one)."""
+        s = self
+        if s.cache:
+            cache_dir = Path(s.cache)
+        else:
+            cache_dir = cache_root / "responses"
+        return ModelOptions(
+            cache_dir=cache_dir,
+            base_url=s.base_url,
+            max_concurrency=s.max_concurrency,
+            rpm=s.rpm,
+            tpm=s.tpm,
+            max_tries=s.max_tries,
+            timeout=s.timeout,
+            max_retry_after=s.max_retry_after,
+        )
+
+    def prompt_set(self) -> PromptSet:
+        """The prompt templates: the defaults, or files from ``--restore-prompts``."""
+        prompts = PromptSet()
+        if self.prompts:
+            folder = Path(self.prompts)
+            if not folder.is_dir():
+                raise pytest.UsageError(f"--restore-prompts: {folder} is not a directory")
+            files = {f.stem: f for f in sorted(folder.glob("*.txt"))}
+            try:
+                prompts = prompts.with_files(files)
+            except ValueError as err:
+                raise pytest.UsageError(f"--restore-prompts: {err}") from None
+        return prompts
+
+    def fingerprint(self, policies: Sequence[str], dataset_sha256: str) -> str:
+        """The run id every record carries: a digest of what determines the records.
+
+        The dataset's sha256, the selected ``policies``, the prompt file's
+        bytes and the settings in :data:`RECORD_SETTINGS`; not how models are reached, paced or cached,
+        nor where the report goes. So the same run asked again (serial or
+        under xdist, resumed from the cache, through a flaky server) has the
+        same id and writes identical records, and records of runs asked
+        differently cannot be mixed into one report unnoticed.
+        """
+        s = self
+        asked = {name: getattr(s, name) for name in RECORD_SETTINGS}
+        asked["policies"] = list(policies)
+        prompts = hashlib.sha256(Path(s.prompts).read_bytes()).hexdigest() if s.prompts else None
+        text = json.dumps({"settings": asked, "dataset": dataset_sha256, "prompts": prompts}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_config(cls, config: pytest.Config, providers: ProviderRegistry) -> RestoreSettings:
+        """Read the options, falling back to the ini keys; every value is checked here, before any work."""
+        raw: dict[str, str] = {}
+        where: dict[str, str] = {}  # where each value came from, for error messages
+        for name, default, _help, _kind in OPTIONS:
+            value = config.getoption(_dest(name))
+            where[name] = f"--restore-{name}"
+            if value is None:
+                where[name] = f"ini key {_dest(name)}" + (f" ({config.inipath.name})" if config.inipath else "")
+                try:
+                    value = config.getini(_dest(name))
+                except pytest.UsageError as err:  # pytest's own type check: name the key
+                    message = str(err).removeprefix(f"{config.inipath}: ")
+                    raise pytest.UsageError(f"{where[name]}: {message}") from None
+                if value is None:
+                    value, where[name] = default, f"--restore-{name}"
+            raw[name] = str(value).strip()
+        if raw["family-checks"] not in ("fail", "report"):
+            raise pytest.UsageError(f"{where['family-checks']}: {raw['family-checks']!r} is not fail or report")
+        if raw["calibration"] not in ("auto", "on", "off"):
+            raise pytest.UsageError(f"{where['calibration']}: {raw['calibration']!r} is not auto, on or off")
+        for role in ("reader", "judge", "scorer", "robustness-reader", "audit-judge"):
+            if raw[role]:
+                try:
+                    check_spec(raw[role], where[role], providers)
+                except ModelSpecError as err:
+                    raise pytest.UsageError(str(err)) from None
+        if raw["robustness-reader"] and raw["robustness-reader"] == raw["reader"]:
+            raise pytest.UsageError(f"{where['robustness-reader']}: must differ from --restore-reader")
+        if raw["granularity"] not in ("turn", "session"):
+            raise pytest.UsageError(f"{where['granularity']}: {raw['granularity']!r} is not turn or session")
+        questions = _parse_int(where["questions"], raw["questions"], minimum=1) if raw["questions"] else None
+        budgets = _parse_ints(where["budgets"], raw["budgets"], minimum=1)
+        price_texts = config.getoption("restore_price")
+        price_where = "--restore-price"
+        if price_texts is None:
+            price_texts, price_where = config.getini("restore_price"), "ini key restore_price"
+        prices = []
+        for text in price_texts:
+            try:
+                model, (in_price, out_price) = parse_price(text, price_where)
+            except ModelSpecError as err:
+                raise pytest.UsageError(str(err)) from None
+            prices.append((model, in_price, out_price))
+        return cls(
+            prices=tuple(prices),
+            data=raw["data"] or None,
+            report_dir=raw["report-dir"],
+            budgets=tuple(sorted(budgets, reverse=True)),
+            policies=_parse_names(where["policies"], raw["policies"]),
+            seeds=_parse_ints(where["seeds"], raw["seeds"]),
+            granularity=raw["granularity"],
+            questions=questions,
+            subset_seed=_parse_int(where["subset-seed"], raw["subset-seed"]),
+            reader=raw["reader"],
+            judge=raw["judge"],
+            scorer=raw["scorer"],
+            embedded_questions=_parse_int(where["embedded-questions"], raw["embedded-questions"], minimum=1),
+            bootstrap=_parse_int(where["bootstrap"], raw["bootstrap"], minimum=MIN_RESAMPLES),
+            bootstrap_seed=_parse_int(where["bootstrap-seed"], raw["bootstrap-seed"]),
+            equivalence_margin=_parse_float(where["equivalence-margin"], raw["equivalence-margin"]),
+            family_checks=raw["family-checks"],
+            base_url=raw["base-url"] or os.environ.get("OPENAI_BASE_URL") or None,
+            cache=raw["cache"] or None,
+            max_concurrency=_parse_int(where["max-concurrency"], raw["max-concurrency"], minimum=1),
+            rpm=_parse_positive(where["rpm"], raw["rpm"]) if raw["rpm"] else None,
+            tpm=_parse_positive(where["tpm"], raw["tpm"]) if raw["tpm"] else None,
+            max_tries=_parse_int(where["max-tries"], raw["max-tries"], minimum=1),
+            timeout=_parse_positive(where["timeout"], raw["timeout"]),
+            max_retry_after=_parse_positive(where["max-retry-after"], raw["max-retry-after"]),
+            prompts=raw["prompts"] or None,
+            robustness_reader=raw["robustness-reader"] or None,
+            audit_judge=raw["audit-judge"] or None,
+            audit_judge_sample=_parse_int(where["audit-judge-sample"], raw["audit-judge-sample"], minimum=1),
+            calibration=raw["calibration"],
+            dry_run=bool(config.getoption("restore_dry_run")),
+            ranker=raw["ranker"] or "bm25-lite",
+            ablations=bool(
+                config.getoption("restore_ablations")
+                if config.getoption("restore_ablations") is not None
+                else config.getini("restore_ablations")
+            ),
+            real_models=any(
+                is_real(raw[role], providers) for role in ("reader", "judge", "scorer", "robustness-reader")
+            ),
+        )
+
+
+#: The settings that decide what the records say (the run id is a digest of them).
+RECORD_SETTINGS: tuple[str, ...] = (
+    "embedded_questions",
+    "budgets",
+    "seeds",
+    "granularity",
+    "questions",
+    "subset_seed",
+    "reader",
+    "judge",
+    "scorer",
+    "robustness_reader",
+    "ranker",
+    "ablations",
+)
+
+
+def report_dir_problem(report_dir: str) -> str | None:
+    """Why the report directory could not be made, in one line, or ``None`` (nothing is created)."""
+    path = Path(report_dir).absolute()
+    for existing in (path, *path.parents):
+        if existing.exists():
+            if not existing.is_dir():
+                return f"--restore-report-dir {report_dir}: {existing} is a file, not a directory"
+            if not os.access(existing, os.W_OK | os.X_OK):
+                return f"--restore-report-dir {report_dir}: {existing} is not writable"
+            return None
+    return None
