@@ -28,11 +28,12 @@ def pytest_restore_register_policies(registry, config):
 
 def test_a_users_snapshot_pins_the_cells_and_a_policy_change_fails_with_a_diff(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(USER_POLICY.format(choice="max"))
-    pytester.makepyfile(test_audit=USER_TEST)
+    # in process, so named apart from this suite's own test modules (test_audit.py is one)
+    pytester.makepyfile(test_users_audit=USER_TEST)
     args = ["-p", "no:xdist", "-p", "no:randomly", *small_args(), "--restore-policies", "fifo,evict-longest"]
     first = pytester.runpytest_inprocess(*args, "--snapshot-update")
     first.assert_outcomes(passed=1)
-    stored = pytester.path / "__snapshots__" / "test_audit"
+    stored = pytester.path / "__snapshots__" / "test_users_audit"
     cells = (stored / "test_audit_tables[cells].csv").read_text()
     assert cells.startswith("policy,budget,regime,reader,N,") and "evict-longest,600,b," in cells
     assert "| H1 | H1 fifo 600 | fake |" in (stored / "test_audit_tables[decisions].md").read_text()
