@@ -17,17 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID, TINY, run_child, shared_run
+from grid_helpers import FAST_RETRIES, GRID, TINY, run_child, shared_run
 from openai_server import OpenAIServer, fake_models_responder
 
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import History, build_history
 
-FAST_RETRIES = """
-from pytest_restore.models.openai_chat import OpenAIChatModel
-
-OpenAIChatModel.__init__.__kwdefaults__.update(backoff_base=0.01, backoff_cap=0.05)
-"""
 #: The smallest grid worth running: the tiny fixture, two policies, one budget.
 GRID_ARGS = [
     f"--restore-data={TINY}",

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID, TINY, run_child, shared_run, small_args
+from grid_helpers import FAST_RETRIES, GRID, TINY, run_child, shared_run, small_args
 from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, fake_models_responder
 
 from pytest_restore.data.dataset import load_dataset
@@ -38,12 +38,6 @@ from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.prompts import READER_SYSTEM
 
 DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
-FAST_RETRIES = """
-from pytest_restore.models.openai_chat import OpenAIChatModel
-
-# test speed: retry backoff in milliseconds, not seconds (Retry-After is still honoured)
-OpenAIChatModel.__init__.__kwdefaults__.update(backoff_base=0.01, backoff_cap=0.05)
-"""
 SMALL = [*small_args(), "--restore-calibration", "off"]
 MODELS = {
     "reader": "openai:fake-reader",
