@@ -155,19 +155,22 @@ def _counts_file(dataset: Dataset, config: AuditConfig) -> str | None:
     return os.path.join(config.cache_dir, counts_file_name(dataset.sha256, config.granularity))
 
 
-def count_tokens_ahead(dataset: Dataset, config: AuditConfig, starting: Callable[[int], None] | None = None) -> bool:
+def count_tokens_ahead(
+    dataset: Dataset, config: AuditConfig, starting: Callable[[int], None] | None = None, processes: int = 1
+) -> bool:
     """Count, once, the tokens of every text an :class:`Audit` of ``dataset`` reads; whether any was counted.
 
     An xdist controller calls this before its workers build their audits:
     each worker then reads the counts file instead of counting every text
     again. Without a cache directory there is nowhere to share them: nothing
-    is done. ``starting`` hears the number of texts before they are counted.
+    is done. ``starting`` hears the number of texts before they are counted;
+    ``processes`` share the counting out (the workers' number: they wait).
     """
     counts_file = _counts_file(dataset, config)
     if counts_file is None:
         return False
     evidence = [q for q in dataset.questions if not q.is_abstention]
-    return count_ahead(evidence, config.granularity, counts_file, starting)
+    return count_ahead(evidence, config.granularity, counts_file, starting, processes)
 
 
 class Audit:

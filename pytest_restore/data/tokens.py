@@ -117,6 +117,43 @@ def count_token(text: str) -> int:
     return _COUNTER.count(text)
 
 
+def _count_chunk(texts: list[str]) -> list[int]:
+    """Token counts of ``texts``, in a pool process (no memo: each text arrives once)."""
+    encode = encoding().encode_ordinary
+    return [len(encode(t)) for t in texts]
+
+
+#: Texts per task handed to a pool process: small enough to keep every process busy to the end.
+_POOL_CHUNK = 4096
+
+
+def count_in_processes(texts: Sequence[str], processes: int) -> list[int]:
+    """Token counts of ``texts`` (distinct), shared out over ``processes`` fresh processes.
+
+    For an xdist controller, whose workers wait for the counts: the count is
+    the largest piece of preparing a file, and it is CPU-bound in tiktoken,
+    which holds the GIL, so threads would not share it. The processes are
+    spawned (the controller runs threads; a forked copy of it would not be
+    safe) and each loads the ranks once. With one process, or when a pool
+    cannot be started, the texts are counted here. The counts join this
+    process's memo.
+    """
+    texts = list(texts)
+    if processes > 1 and len(texts) > _POOL_CHUNK:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        chunks = [texts[i : i + _POOL_CHUNK] for i in range(0, len(texts), _POOL_CHUNK)]
+        try:
+            with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+                counts = [n for part in pool.map(_count_chunk, chunks) for n in part]
+        except (OSError, RuntimeError):  # no processes to be had here: count in this one
+            return count_tokens(texts)
+        remember_counts(dict(zip(texts, counts)))
+        return counts
+    return count_tokens(texts)
+
+
 def remember_counts(counts: Mapping[str, int]) -> None:
     """Give the process-wide memo counts made earlier (by another process, say)."""
     _COUNTER.remember(counts)

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pytest_restore.data.dataset import Question
-from pytest_restore.data.tokens import count_tokens, remember_counts
+from pytest_restore.data.tokens import count_in_processes, count_tokens, remember_counts
 
 
 class Granularity(str, Enum):
@@ -190,11 +190,13 @@ def count_ahead(
     granularity: Granularity,
     counts_file: str | os.PathLike[str],
     starting: Callable[[int], None] | None = None,
+    processes: int = 1,
 ) -> bool:
     """Leave the token count of every distinct text of ``questions`` in ``counts_file``; whether any was counted.
 
     What :func:`build_histories` reads from the file, made ahead of it (by
-    an xdist controller, once, before its workers build their histories).
+    an xdist controller, once, before its workers build their histories,
+    over ``processes`` processes: see :func:`count_in_processes`).
     ``starting`` hears the number of texts before they are counted.
     """
     texts = distinct_texts(questions, granularity)
@@ -203,7 +205,7 @@ def count_ahead(
         return False
     if starting is not None:
         starting(len(texts))
-    _count_cached(texts, Path(counts_file))
+    _write_counts(counts_file, dict(zip(texts, count_in_processes(texts, processes))))
     return True
 
 

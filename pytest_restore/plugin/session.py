@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import os
 import shutil
 import sys
 import threading
@@ -393,10 +394,12 @@ class RestoreSession:
         else:
             ready = f"{Path(self.settings.data).name} validated"  # at configure time
         # the token counts are the same for every worker: counted here, once, into the prepared
-        # cache that each worker then reads (the workers wait for their first items meanwhile)
+        # cache that each worker then reads; the workers wait for their first items meanwhile, so
+        # the counting is shared out over as many processes as there are workers
         self.say(ready)
-        counting = "counting the o200k tokens of {:,} distinct texts once, for every xdist worker ...".format
-        if count_tokens_ahead(self.dataset(), self.audit_config(), lambda n: self.say(counting(n))):
+        workers = max(1, min(int(getattr(self.config.option, "numprocesses", 1) or 1), os.cpu_count() or 1))
+        counting = f"counting the o200k tokens of {{:,}} distinct texts once, in {workers} processes, for every xdist worker ...".format
+        if count_tokens_ahead(self.dataset(), self.audit_config(), lambda n: self.say(counting(n)), workers):
             self.say("token counts ready in the prepared cache")
         if not kernels_cached_on_disk():
             self.say(f"the xdist workers start by {COMPILING}")
