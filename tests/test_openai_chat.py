@@ -25,7 +25,8 @@ from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, ca
 
 from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
 from pytest_restore.models.cache import ResponseCache, request_key
-from pytest_restore.models.openai_chat import OpenAIChatModel, estimate_tokens
+from pytest_restore.models.decoding import estimate_tokens
+from pytest_restore.models.openai_chat import OpenAIChatModel
 from pytest_restore.models.pacing import MAX_RETRY_AFTER, RateMeter, parse_retry_after
 from pytest_restore.models.progress import Progress
 

@@ -58,9 +58,12 @@ from contextlib import nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from pytest_restore.data.tokens import count_tokens
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.cache import KeyLock, ResponseCache, request_key
+from pytest_restore.models.decoding import (
+    decoding_parameters,
+    estimate_tokens,
+)
 from pytest_restore.models.pacing import AdaptiveLimit, Clock, RateMeter, Sleep, parse_retry_after
 from pytest_restore.models.progress import Progress
 
@@ -88,78 +91,10 @@ RETRYABLE_STATUSES = frozenset({408, 409, 429})
 FATAL_STATUSES = frozenset({401, 403, 404})
 #: Default longest ``Retry-After`` a call sleeps through; a longer one fails the call, said.
 DEFAULT_MAX_RETRY_AFTER = 60.0
-#: Output tokens a reasoning model may spend thinking, on top of the reply's budget.
-REASONING_ALLOWANCE = 2048
-#: The reasoning effort asked of reasoning families (every one of them accepts "low").
-REASONING_EFFORT = "low"
 #: A reply longer than this many characters per output token of budget (plus a
 #: margin) cannot be an answer within the budget: refused as a failed call.
 MAX_CHARS_PER_TOKEN = 16
 _REPLY_MARGIN_CHARS = 4096
-
-# How tokens of the chat format add up (OpenAI's cookbook accounting for the
-# gpt-4o family): each message costs its content plus a few tokens for the
-# role and separators, and the reply is primed with a few more.
-_TOKENS_PER_MESSAGE = 4
-_TOKENS_PER_REPLY = 3
-
-
-def is_reasoning_model(model: str) -> bool:
-    """Whether ``model`` is of an OpenAI reasoning family (gpt-5*, o1*, o3*, o4*).
-
-    Those reject ``max_tokens`` and any non-default temperature, and count
-    their hidden reasoning inside ``max_completion_tokens``. A fine-tuned
-    name (``ft:o4-mini:...``) belongs to its base model's family.
-    """
-    base = model.split("/")[-1].lower().removeprefix("ft:")
-    return base.startswith("gpt-5") or re.match(r"o[134](-|$)", base) is not None
-
-
-def decoding_parameters(model: str, max_tokens: int, temperature: float) -> dict[str, Any]:
-    """The decoding fields of a chat-completions body for ``model`` (see ``is_reasoning_model``)."""
-    if is_reasoning_model(model):
-        return {
-            "max_completion_tokens": max_tokens + REASONING_ALLOWANCE,
-            "reasoning_effort": REASONING_EFFORT,
-        }
-    return {"max_tokens": max_tokens, "temperature": temperature}
-
-
-def describe_decoding(model: str) -> dict[str, str]:
-    """What is sent to ``model``, in words (summary.json and report.md show it per model)."""
-    if is_reasoning_model(model):
-        return {
-            "family": "reasoning",
-            "temperature": "model default (the family rejects any other; not greedy)",
-            "max_completion_tokens": f"output budget + {REASONING_ALLOWANCE} reasoning tokens",
-            "reasoning_effort": REASONING_EFFORT,
-        }
-    return {"family": "chat", "temperature": "0 (greedy)", "max_tokens": "output budget"}
-
-
-def estimate_tokens(requests: Sequence[ChatRequest], model: str = "") -> tuple[int, int]:
-    """Tokens that sending ``requests`` costs: ``(input_tokens, output_tokens_upper_bound)``.
-
-    Identical requests count once, because ``OpenAIChatModel.run`` sends them
-    once. Input tokens are exact o200k_base counts of the message contents
-    plus the chat format's per-message overhead; the output bound is the sum
-    of ``max_tokens`` (plus the reasoning allowance when ``model`` is of a
-    reasoning family). Filter out requests ``ResponseCache.contains`` already
-    answers to price only what would be sent.
-    """
-    distinct = list(dict.fromkeys(requests))
-    contents = [content for request in distinct for _, content in request.messages]
-    counts = iter(count_tokens(contents))
-    input_tokens = 0
-    for request in distinct:
-        input_tokens += _TOKENS_PER_REPLY
-        for _ in request.messages:
-            input_tokens += next(counts) + _TOKENS_PER_MESSAGE
-    # a reasoning model may spend its whole thinking allowance on top of the reply
-    extra = REASONING_ALLOWANCE if is_reasoning_model(model) else 0
-    output_tokens = sum(request.max_tokens + extra for request in distinct)
-    return input_tokens, output_tokens
-
 
 class _RunState:
     """What the concurrent calls of one ``run`` share."""

@@ -25,8 +25,9 @@ from typing import ClassVar
 
 from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.cache import ResponseCache, request_key
+from pytest_restore.models.decoding import estimate_tokens
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.models.openai_chat import API_KEY_ENV, OpenAIChatModel, estimate_tokens
+from pytest_restore.models.openai_chat import API_KEY_ENV, OpenAIChatModel
 from pytest_restore.models.openai_chat import PROVIDER as OPENAI
 from pytest_restore.models.progress import Progress
 from pytest_restore.models.prompts import parse_score, parse_verdict

@@ -17,8 +17,8 @@ from pytest_restore.data.dataset import Question
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.models.base import ChatRequest
 from pytest_restore.models.cache import ResponseCache
+from pytest_restore.models.decoding import describe_decoding, estimate_tokens
 from pytest_restore.models.fake import FakeScorer
-from pytest_restore.models.openai_chat import describe_decoding, estimate_tokens
 from pytest_restore.models.prompts import READER_MAX_TOKENS, parse_score
 from pytest_restore.models.providers import (
     CostLine,
