@@ -12,6 +12,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 __all__ = ["build_parser", "main"]
@@ -98,13 +99,15 @@ def _run_report(args: argparse.Namespace) -> int:
         read_run_info,
     )
     from pytest_restore.report.writer import write_report
+    from pytest_restore.stats.families import default_families
 
     if Path(args.out).exists() and not Path(args.out).is_dir():
         print(f"error: --out {args.out}: is a file, not a directory", file=sys.stderr)
         return 2
     try:
         records = read_records(args.records)
-        info = read_run_info(args.records)
+        # no conftest.py here: the built-in families and those of installed packages' entry points
+        info = replace(read_run_info(args.records), families=tuple(default_families().values()))
         check_run_info(records, info, args.records)
         files = write_report(records, info, args.out)
     except RecordsError as err:

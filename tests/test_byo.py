@@ -1,10 +1,11 @@
-"""Bring your own: a memory store, a policy and a ranker registered from outside the package."""
+"""Bring your own, from outside the package: a memory store, a policy, a ranker, a model provider, a hypothesis family."""
 
 from __future__ import annotations
 
 import csv
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +38,19 @@ from pytest_restore.models.providers import (
     default_providers,
     make_model,
 )
+from pytest_restore.stats.families import FAMILIES, Family, default_families
 
 SMALL = small_args()
 
-# What a user writes in their conftest.py: a memory system, a victim policy and a retriever.
+# What a user writes in their conftest.py: a memory system, a victim policy, a retriever
+# and a hypothesis family.
 CONFTEST = """
 from pytest_restore.memory.eviction import MemoryStore, VictimPolicy
 from pytest_restore.memory.retrieval import ScoringRanker
 from pytest_restore.data.words import words
+from pytest_restore.record import CORRECT_ROW, N_ROW
+from pytest_restore.stats.families import Family
+from pytest_restore.stats.results import HypothesisTest
 
 
 class UserFirstStore(MemoryStore):
@@ -92,6 +98,39 @@ def pytest_restore_register_policies(registry, config):
 
 def pytest_restore_register_rankers(registry, config):
     registry.register(Overlap())
+
+
+def accuracy_tests(engine, reader, budgets):
+    \"\"\"Per regime-(b) cell of the reader: accuracy correct / N, one-sided against a coin's 0.5.\"\"\"
+    tests = []
+    for key in engine.keys:
+        policy, budget, regime, cell_reader = key
+        if regime != "b" or cell_reader != reader or budget not in budgets:
+            continue
+        stat = engine.ratio(key, [CORRECT_ROW], [N_ROW])
+        lo, hi = stat.interval(engine.settings.confidence)
+        tests.append(
+            HypothesisTest(
+                name=f"accuracy {policy} {budget}", family="accuracy", reader=reader, budget=budget,
+                policy=policy, other=None, regime=regime, statistic=stat.point, ci_lo=lo, ci_hi=hi,
+                null=0.5, alternative="greater", p_raw=stat.p_greater(0.5), p_holm=None, decision="",
+                expectation_met=None, n_questions=engine.n_questions(key),
+                undefined_resamples=stat.undefined,
+            )
+        )
+    return tests
+
+
+def pytest_restore_register_families(registry, config):
+    registry.register(
+        Family(
+            name="accuracy",
+            title="Accuracy above a coin (regime b)",
+            tests="Per regime-(b) cell, correct / N against 0.5, one-sided; a finding.",
+            statistic="accuracy",
+            build=accuracy_tests,
+        )
+    )
 """
 
 
@@ -155,6 +194,20 @@ def test_users_store_and_policy_are_their_own_rows(pytester: pytest.Pytester) ->
     assert all(r["store_tokens"] <= r["budget"] for r in store)
     assert any(r["gold_evicted"] for r in store if r["budget"] == 100)
     assert {r["ranker"] for r in records} == {"bm25-lite"}
+    # the user's family ran on every regime-(b) cell, Holm-adjusted and decided like a built-in
+    accuracy = json.loads((out / "hypotheses.json").read_text())["families"]["accuracy"]
+    assert sorted(t["name"] for t in accuracy) == sorted(
+        f"accuracy {p} {b}" for p in ("no-evict", "user-first", "evict-newest") for b in (600, 300, 100)
+    )
+    regime_b = {(r["policy"], int(r["budget"])): r for r in rows if r["regime"] == "b"}
+    for t in accuracy:
+        assert t["statistic"] == pytest.approx(float(regime_b[(t["policy"], t["budget"])]["accuracy"]), abs=1e-4)
+        assert t["decision"] in {"reject", "retain"} and t["p_holm"] is not None
+    summary = json.loads((out / "summary.json").read_text())["hypotheses"]
+    assert [row["tests"] for row in summary if row["family"] == "accuracy"] == [9]
+    report = (out / "report.md").read_text()
+    assert "### Accuracy above a coin (regime b)" in report
+    assert report.index("### Positive control") < report.index("### Accuracy above a coin")  # after the built-ins
 
 
 def test_users_ranker_serves_the_run(pytester: pytest.Pytester) -> None:
@@ -179,8 +232,8 @@ def test_users_ranker_serves_the_run(pytester: pytest.Pytester) -> None:
     assert json.loads((out / "summary.json").read_text())["run"]["settings"]["ranker"] == "overlap"
 
 
-def test_users_provider_policy_and_ranker_from_one_conftest(pytester: pytest.Pytester) -> None:
-    """A model provider, a policy and a ranker, all from a conftest.py: no edit to the package."""
+def test_users_provider_policy_ranker_and_family_from_one_conftest(pytester: pytest.Pytester) -> None:
+    """A model provider, a policy, a ranker and a hypothesis family, all from a conftest.py: no edit to the package."""
     pytester.makeconftest(CONFTEST + PROVIDER)
     pytester.makepyfile(test_grid=GRID)
     args = ["-p", "no:xdist", *SMALL, "--restore-policies", "evict-newest", "--restore-ranker", "overlap"]
@@ -191,6 +244,12 @@ def test_users_provider_policy_and_ranker_from_one_conftest(pytester: pytest.Pyt
     # the provider's reader answered every condition: it never knows, so the oracle is never right
     assert records and not any(r["oracle_correct"] for r in records)
     assert {r["oracle_answer"] for r in records} == {"I don't know."}
+    # the family's tests are there, under its name; with no answerable question each is empty
+    accuracy = json.loads((pytester.path / "restore-report" / "hypotheses.json").read_text())["families"]["accuracy"]
+    assert {(t["name"], t["reader"], t["decision"]) for t in accuracy} == {
+        (f"accuracy evict-newest {b}", "local:shrug", "empty") for b in (600, 300, 100)
+    }
+    assert "### Accuracy above a coin (regime b)" in (pytester.path / "restore-report" / "report.md").read_text()
     unknown = pytester.runpytest(*args, "--restore-reader", "remote:shrug")
     assert unknown.ret == pytest.ExitCode.USAGE_ERROR
     unknown.stderr.fnmatch_lines(["*--restore-reader: unknown model 'remote:shrug'*'openai:MODEL', 'local:MODEL'*"])
@@ -385,7 +444,9 @@ def test_ranker_policy_and_provider_from_entry_points(monkeypatch: pytest.Monkey
         def load(self) -> object:
             return self.obj
 
+    finding = Family(name="finding", title="A finding", tests="none", statistic="-", build=lambda e, r, b: [])
     declared = {
+        "pytest_restore.families": [EntryPoint(finding)],
         "pytest_restore.rankers": [EntryPoint(Shortest)],
         "pytest_restore.policies": [EntryPoint(KeepAll())],
         "pytest_restore.providers": [EntryPoint(Local)],
@@ -397,6 +458,8 @@ def test_ranker_policy_and_provider_from_entry_points(monkeypatch: pytest.Monkey
     assert list(providers) == ["openai", "local"]
     model = make_model("local:x", "reader", ModelOptions(cache_dir=Path(".")), providers=providers)
     assert model.name == "local:x"
+    families = default_families()
+    assert list(families) == [f.name for f in FAMILIES] + ["finding"] and families["finding"] is finding
 
 
 def test_registries_share_one_shape_and_its_errors() -> None:
@@ -407,6 +470,10 @@ def test_registries_share_one_shape_and_its_errors() -> None:
         default_rankers().register(Recency())
     with pytest.raises(ValueError, match="a model provider named 'openai' is already registered"):
         default_providers().register(OpenAIProvider())
+    with pytest.raises(ValueError, match="a hypothesis family named 'H1' is already registered"):
+        default_families().register(replace(FAMILIES[0], title="my own H1"))
+    with pytest.raises(TypeError, match="is not a pytest_restore.stats.families.Family"):
+        default_families().register(Recency())  # type: ignore[arg-type]
     with pytest.raises(ModelSpecError, match="unknown model 'local:x'"):
         make_model("local:x", "reader", ModelOptions(cache_dir=Path(".")))
 

@@ -226,4 +226,4 @@ def restore_snapshot(request: pytest.FixtureRequest) -> Any:
     settings = {"bootstrap": s.bootstrap, "bootstrap_seed": s.bootstrap_seed, "equivalence_margin": s.equivalence_margin}
     # Colour only on a terminal (syrupy colours its diff characters one by one).
     color = request.config.get_terminal_writer().hasmarkup and not request.config.option.no_colors
-    return RestoreSnapshot(snapshot, session.grid_records, settings, color=color)
+    return RestoreSnapshot(snapshot, session.grid_records, settings, color=color, families=session.families)

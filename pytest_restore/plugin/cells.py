@@ -26,7 +26,7 @@ from pytest_restore.plugin.options import RECORDS_PROPERTY
 from pytest_restore.plugin.settings import RestoreSettings
 from pytest_restore.record import Record
 from pytest_restore.stats.analysis import cell_verdicts
-from pytest_restore.stats.families import FAMILIES, family_of
+from pytest_restore.stats.families import Family, family_of
 from pytest_restore.stats.results import HypothesisTest, StatsSettings, budget_label
 
 #: The item properties beside the records: the data's description and the process's model usage.
@@ -68,6 +68,7 @@ class CellSession(Protocol):
     settings: RestoreSettings
     registry: PolicyRegistry
     policies: tuple[Policy, ...]
+    families: tuple[Family, ...]
     is_controller: bool
 
     def audit(self, reader: str | None = None) -> Audit: ...
@@ -129,7 +130,7 @@ class RestoreCell:
         failures = construct_checks(run, audit)
         if self.session.settings.family_checks == "fail":
             failures += [
-                family_of(t.family).describe(t)
+                family_of(t.family, self.session.families).describe(t)
                 for t in verdicts(audit, run, self.spec, self.session)
                 if t.expectation_met is False and t.testable
             ]
@@ -193,9 +194,10 @@ def verdicts(audit: Audit, run: CellRun, spec: CellSpec, session: CellSession) -
         spec.policy,
         spec.budget,
         budgets=s.budgets,
-        family_sizes={f.name: f.size(family_settings, selected, s.budgets) for f in FAMILIES},
+        family_sizes={f.name: f.size(family_settings, selected, s.budgets) for f in session.families},
         fetch=records_of,
         reader=audit.reader.name,
         resamples=s.bootstrap,
         seed=s.bootstrap_seed,
+        families=session.families,
     )

@@ -36,6 +36,7 @@ from pytest_restore.plugin.settings import RestoreSettings
 from pytest_restore.record import Record
 from pytest_restore.report.inputs import RunInfo
 from pytest_restore.report.writer import ReportFiles, terminal_lines, write_report
+from pytest_restore.stats.families import FAMILIES, Family
 
 
 def partial_dir(report_dir: Path) -> Path:
@@ -80,12 +81,13 @@ def run_info(
     checks: dict[str, Any],
     model_calls: ModelCalls,
     cells: dict[str, list[str]],
+    families: Sequence[Family] = FAMILIES,
 ) -> RunInfo:
     """Settings, dataset, exclusions and the run's checks for the report.
 
     The settings show what ran (the policies, budgets and readers of the
     records), not what was configured; ``cells`` names the grid cells that
-    ran and those that did not.
+    ran and those that did not; ``families`` are the session's hypothesis families.
     """
     shown = asdict(settings)
     shown.pop("report_dir")
@@ -106,7 +108,7 @@ def run_info(
     details = model_calls.all_details()
     if details:
         checks["model_calls"] = {"result": details, "markdown": calls_markdown(details)}
-    return RunInfo(settings=shown, dataset=meta, exclusions=exclusions, checks=checks)
+    return RunInfo(settings=shown, dataset=meta, exclusions=exclusions, checks=checks, families=tuple(families))
 
 
 def grid_cells(records: Sequence[Record], cells: Sequence[CellSpec]) -> dict[str, list[str]]:

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from pytest_restore.memory.eviction import PolicyRegistry
     from pytest_restore.memory.retrieval import RankerRegistry
     from pytest_restore.models.providers import ProviderRegistry
+    from pytest_restore.stats.families import FamilyRegistry
 
 
 @pytest.hookspec
@@ -42,4 +43,18 @@ def pytest_restore_register_providers(registry: ProviderRegistry, config: pytest
     every model spelled ``NAME:MODEL`` in ``--restore-reader``, ``--restore-judge``,
     ``--restore-scorer`` and the other model options. Called before the
     options are checked, so the names are validated against it.
+    """
+
+
+@pytest.hookspec
+def pytest_restore_register_families(registry: FamilyRegistry, config: pytest.Config) -> None:
+    """Add hypothesis families to the statistics pass: ``registry.register(Family(...))``.
+
+    A :class:`pytest_restore.stats.families.Family` builds its tests from the
+    engine; they are Holm-adjusted and decided as the built-ins are, land in
+    ``hypotheses.json`` and ``summary.json`` under its name and get a section
+    of ``report.md`` after the built-ins'. An unmet expectation fails the
+    session and the grid items its ``cells`` name. The report CLI has no
+    ``conftest.py``: it runs the built-ins and the ``pytest_restore.families``
+    entry points only.
     """

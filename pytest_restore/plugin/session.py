@@ -67,6 +67,7 @@ from pytest_restore.plugin.finish import (
 from pytest_restore.plugin.options import RECORDS_PROPERTY, RUN_KEY, SESSION_KEY, small_data
 from pytest_restore.plugin.settings import RestoreSettings, report_dir_problem
 from pytest_restore.record import Record
+from pytest_restore.stats.families import Family, default_families
 
 #: Said when numba has not compiled the kernels yet (measured: ~9 s of a cold build on 2 busy cores).
 COMPILING = "compiling the numba kernels (once after an install or upgrade: about 10 s on 2 cores) ..."
@@ -88,6 +89,10 @@ class RestoreSession:
                 f"--restore-policies: unknown policy {unknown[0]!r}; registered: {', '.join(self.registry)}"
             )
         self.policies: tuple[Policy, ...] = tuple(self.registry[n] for n in names)
+        families = default_families()
+        config.hook.pytest_restore_register_families(registry=families, config=config)
+        #: The hypothesis families the statistics pass runs, built-ins first.
+        self.families: tuple[Family, ...] = tuple(families.values())
         self.rankers: RankerRegistry = default_rankers()
         config.hook.pytest_restore_register_rankers(registry=self.rankers, config=config)
         if settings.ranker not in self.rankers:
@@ -529,6 +534,7 @@ class RestoreSession:
                 self.checks,
                 self.model_calls,
                 grid_cells(self.records, self.cells),
+                self.families,
             ),
             target,
             why_partial,

@@ -27,6 +27,7 @@ from pytest_restore.record import Record
 from pytest_restore.report.inputs import RunInfo, analyse_records
 from pytest_restore.report.markdown import render_decisions_md
 from pytest_restore.report.writer import render_cells_csv
+from pytest_restore.stats.families import FAMILIES, Family
 
 
 class CellsSnapshot(SingleFileSnapshotExtension):
@@ -53,8 +54,10 @@ class RestoreSnapshot:
         settings: dict[str, Any],
         *,
         color: bool = False,
+        families: Sequence[Family] = FAMILIES,
     ) -> None:
         self._snapshot = snapshot
+        self._families = tuple(families)
         self._color = color
         self._records = records
         self._settings = settings
@@ -64,7 +67,7 @@ class RestoreSnapshot:
         """``(cells.csv, decisions)`` of the run, computed once."""
         if self._tables is None:
             records = list(self._records())
-            analysis = analyse_records(records, RunInfo(settings=self._settings))
+            analysis = analyse_records(records, RunInfo(settings=self._settings, families=self._families))
             self._tables = (render_cells_csv(records, analysis), render_decisions_md(analysis))
         return self._tables
 

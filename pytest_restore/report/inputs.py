@@ -19,6 +19,7 @@ from pytest_restore.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from pytest_restore.memory.eviction import BUILTIN_POLICIES
 from pytest_restore.record import DEFAULT_RANKER, Record, RecordError
 from pytest_restore.stats.analysis import Analysis, analyse
+from pytest_restore.stats.families import FAMILIES, Family
 from pytest_restore.stats.results import (
     DEFAULT_CALIPER,
     DEFAULT_EQUIVALENCE_MARGIN,
@@ -45,6 +46,9 @@ class RunInfo:
     #: results of checks that need models (calibration gate, judge audit): each a
     #: dict with its figures under "result" and its report section under "markdown"
     checks: Mapping[str, Any] = field(default_factory=dict)
+    #: the hypothesis families the statistics pass runs (the session's registry; not
+    #: written to ``summary.json``: the report CLI takes the built-ins and entry points)
+    families: tuple[Family, ...] = FAMILIES
 
     def to_json(self) -> dict[str, Any]:
         """The run section of ``summary.json``."""
@@ -102,6 +106,7 @@ def analyse_records(records: Sequence[Record], info: RunInfo | None = None) -> A
 
     ``info.settings`` may carry ``bootstrap`` (resamples), ``bootstrap_seed``,
     ``equivalence_margin`` and ``caliper``; missing keys take the paper's values.
+    The hypothesis families are ``info.families`` (the built-ins without ``info``).
     """
     settings = info.settings if info is not None else {}
     return analyse(
@@ -112,6 +117,7 @@ def analyse_records(records: Sequence[Record], info: RunInfo | None = None) -> A
             settings.get("equivalence_margin", DEFAULT_EQUIVALENCE_MARGIN)
         ),
         caliper=float(settings.get("caliper", DEFAULT_CALIPER)),
+        families=info.families if info is not None else FAMILIES,
     )
 
 

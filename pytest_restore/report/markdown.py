@@ -24,7 +24,7 @@ from pytest_restore.report.inputs import (
     record_exclusions,
 )
 from pytest_restore.stats.analysis import Analysis, bins_by_type
-from pytest_restore.stats.families import FAMILIES, POSITIVE_CONTROL, POWER, family_of
+from pytest_restore.stats.families import POSITIVE_CONTROL, POWER, families_of, family_of
 from pytest_restore.stats.results import (
     HypothesisTest,
     budget_label,
@@ -139,7 +139,7 @@ def render_hypotheses_md(analysis: Analysis) -> str:
     untestable = untestable_lines(analysis)
     if untestable:
         out += ["Not testable at this N (reported, not failed):", ""] + [f"- {line}" for line in untestable] + [""]
-    for family in FAMILIES:
+    for family in families_of(analysis.settings):
         out += [f"### {family.title}", "", family.tests, "", render_family_table(analysis.family(family.name))]
     return "\n".join(out)
 
@@ -497,14 +497,14 @@ def session_failures(analysis: Analysis) -> list[str]:
     grid items fail on the same lines (:func:`pytest_restore.stats.analysis.cell_verdicts`).
     """
     return [
-        family_of(t.family).describe(t) + _reader_suffix(analysis, t) for t in analysis.failures()
+        family_of(t.family, families_of(analysis.settings)).describe(t) + _reader_suffix(analysis, t) for t in analysis.failures()
     ]
 
 
 def untestable_lines(analysis: Analysis) -> list[str]:
     """One line per family: the expectations this run could not test, why, and what would make them testable."""
     lines = []
-    for family in FAMILIES:
+    for family in families_of(analysis.settings):
         tests = [t for t in analysis.untestable() if t.family == family.name]
         if not tests:
             continue

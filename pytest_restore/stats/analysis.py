@@ -36,7 +36,14 @@ from pytest_restore.bootstrap import (
 )
 from pytest_restore.record import BINS, CellKey, enters_n
 from pytest_restore.stats.engine import _CORRECT, _ERR, _GOLD, _IRR, _N, _REC, _RES, Engine
-from pytest_restore.stats.families import FAMILIES, POWER, _decide, family_of, judge_power
+from pytest_restore.stats.families import (
+    POWER,
+    Family,
+    _decide,
+    families_of,
+    family_of,
+    judge_power,
+)
 from pytest_restore.stats.results import (
     BASELINES,
     CONTROL,
@@ -82,7 +89,7 @@ class Analysis:
         """Per family and reader: tests, rejections after Holm, unmet expectations, untestable ones."""
         rows = []
         for reader in sorted({t.reader for t in self.tests}):
-            for family in FAMILIES:
+            for family in families_of(self.settings):
                 tests = self.family(family.name, reader)
                 if not tests:
                     continue
@@ -109,15 +116,16 @@ class Analysis:
 
     def to_json(self) -> dict[str, Any]:
         """Deterministic JSON-able dict for ``hypotheses.json``."""
+        families = families_of(self.settings)
         return {
             "settings": self.settings.to_json(),
             # the power rule: an unmet expectation fails only where the run could have met it
-            "power": {"power": POWER, "effects": {f.name: f.effect for f in FAMILIES if f.effect is not None}},
+            "power": {"power": POWER, "effects": {f.name: f.effect for f in families if f.effect is not None}},
             "questions": self.questions,
             "summary": self.summary(),
             "families": {
                 family.name: [t.to_json() for t in self.family(family.name)]
-                for family in FAMILIES
+                for family in families
                 if self.family(family.name)
             },
             "matching": [m.to_json() for m in self.matching],
@@ -125,21 +133,21 @@ class Analysis:
 
 
 
-def _apply_holm(tests: list[HypothesisTest], alpha: float) -> list[HypothesisTest]:
+def _apply_holm(tests: list[HypothesisTest], alpha: float, families: Sequence[Family]) -> list[HypothesisTest]:
     """Holm within each (family, reader) of a family that declares it; empty tests do not count."""
     out = list(tests)
     groups: dict[tuple[str, str], list[tuple[int, float]]] = {}
     for i, t in enumerate(out):
-        if family_of(t.family).holm and t.p_raw is not None and t.statistic is not None:
+        if family_of(t.family, families).holm and t.p_raw is not None and t.statistic is not None:
             groups.setdefault((t.family, t.reader), []).append((i, t.p_raw))
     for members in groups.values():
         indices = [i for i, _ in members]
         adjusted = holm([p for _, p in members])
         for i, p in zip(indices, adjusted):
-            out[i] = _decide(replace(out[i], p_holm=p), p, alpha)
+            out[i] = _decide(replace(out[i], p_holm=p), p, alpha, families)
     for i, t in enumerate(out):
-        if family_of(t.family).holm and (t.p_raw is None or t.statistic is None):
-            out[i] = _decide(t, None, alpha)
+        if family_of(t.family, families).holm and (t.p_raw is None or t.statistic is None):
+            out[i] = _decide(t, None, alpha, families)
     return out
 
 
@@ -218,6 +226,7 @@ def analyse(
     baselines: Sequence[str] = BASELINES,
     control: str = CONTROL,
     reference: str = REFERENCE,
+    families: Sequence[Family] = (),
 ) -> Analysis:
     """Run the whole statistics pass over the per-question records.
 
@@ -242,7 +251,9 @@ def analyse(
     - **control** vs each of ``baselines`` per budget on ``irr/N``, two-sided;
       expected to reject with the control more destructive.
 
-    Holm is applied within each family and reader.
+    Holm is applied within each family and reader. ``families`` are the
+    hypothesis families to run, in the report's order (empty: the built-ins
+    above); a registered family's tests join its own.
     """
     settings = _settings(
         resamples=resamples,
@@ -255,6 +266,7 @@ def analyse(
         baselines=tuple(baselines),
         control=control,
         reference=reference,
+        families=tuple(families),
     )
     engine = Engine(records, settings)
     cells = tuple(_cell_figures(engine, key) for key in engine.keys)
@@ -263,10 +275,10 @@ def analyse(
     matching: list[PairMatch] = []
     for reader in sorted({k[3] for k in engine.keys}):
         budgets = sorted({k[1] for k in engine.keys if k[3] == reader}, reverse=True)
-        for family in FAMILIES:
+        for family in families_of(settings):
             tests += family.build(engine, reader, budgets)
         matching += [m for budget in budgets for m in engine.matching(budget, reader)]
-    tests = _apply_holm(tests, alpha)
+    tests = _apply_holm(tests, alpha, families_of(settings))
     return Analysis(
         settings=settings,
         questions=len(engine.universe),
@@ -292,6 +304,7 @@ def cell_verdicts(
     family_policies: Sequence[str] = FAMILY_POLICIES,
     baselines: Sequence[str] = BASELINES,
     control: str = CONTROL,
+    families: Sequence[Family] = (),
 ) -> list[HypothesisTest]:
     """The expectations one grid item of (policy, budget) checks, decided as the session decides them.
 
@@ -304,6 +317,7 @@ def cell_verdicts(
     rule (:func:`judge_power`) is the session's too. With the same records,
     seed and resamples the question universe, hence the resamples and the
     intervals, are the session's, so items and session fail the same tests.
+    ``families`` must be the session's too (empty: the built-ins).
     """
     options = {
         "resamples": resamples,
@@ -313,6 +327,7 @@ def cell_verdicts(
         "family_policies": tuple(family_policies),
         "baselines": tuple(baselines),
         "control": control,
+        "families": tuple(families),
     }
     settings = _settings(**options)
     engine = Engine(records, settings)
@@ -324,7 +339,7 @@ def cell_verdicts(
             return []
         reader = readers[0]
     out: list[HypothesisTest] = []
-    for family in FAMILIES:
+    for family in families_of(settings):
         if not family.expectation:
             continue
         m = family_sizes.get(family.name, 1)

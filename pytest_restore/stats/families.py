@@ -1,4 +1,9 @@
-"""The hypothesis families, each declared once as a :class:`Family` in :data:`FAMILIES`.
+"""The hypothesis families, each declared once as a :class:`Family`; the built-ins are :data:`FAMILIES`.
+
+A user adds a family by registering a :class:`Family` in a
+:class:`FamilyRegistry` (the ``pytest_restore_register_families`` hook or the
+``pytest_restore.families`` entry-point group); the active families travel
+with the statistics settings (``StatsSettings.families``, see :func:`families_of`).
 
 H1, H3, R1, H2, TOST and the positive control. A family builds its tests from
 the engine, says what it expects and how the report shows it; an unmet
@@ -27,13 +32,16 @@ import numpy as np
 
 from pytest_restore.bootstrap import Statistic
 from pytest_restore.record import CellKey
+from pytest_restore.registry import Registry
 from pytest_restore.stats.engine import _N, _REC, Engine
 from pytest_restore.stats.results import HypothesisTest, StatsSettings, budget_label
 
 
-def _decide(test: HypothesisTest, p: float | None, alpha: float) -> HypothesisTest:
+def _decide(
+    test: HypothesisTest, p: float | None, alpha: float, families: Sequence[Family] | None = None
+) -> HypothesisTest:
     """Set decision and expectation from ``p`` (raw for per-cell checks, Holm at the end)."""
-    return family_of(test.family).decide(test, p, alpha)
+    return family_of(test.family, families).decide(test, p, alpha)
 
 
 def _cell_test(
@@ -221,8 +229,9 @@ def _same_cell(test: HypothesisTest, policy: str, budget: int) -> bool:
 class Family:
     """One hypothesis family: what it tests, what it expects, how the report shows it.
 
-    To add a family, declare one and append it to :data:`FAMILIES`: the
-    analysis builds its tests with ``build``, Holm-adjusts them when ``holm``,
+    To add a family, declare one and register it (the
+    ``pytest_restore_register_families`` hook or the ``pytest_restore.families``
+    entry-point group; a built-in one joins :data:`FAMILIES`): the analysis builds its tests with ``build``, Holm-adjusts them when ``holm``,
     decides each with ``expect``, judges the run's power against ``effect``,
     and the report gives it a section (``title``, ``tests``, ``statistic``)
     and its failures their words (``describe``); ``cells`` tells a grid item
@@ -403,9 +412,32 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
-def family_of(name: str) -> Family:
-    """The declaration of a family by name."""
-    for family in FAMILIES:
+class FamilyRegistry(Registry[Family]):
+    """The hypothesis families of a run, by name, in the report's order (built-ins first)."""
+
+    kind = "hypothesis family"
+    item_type = Family
+    entry_point_group = "pytest_restore.families"
+
+
+def default_families() -> FamilyRegistry:
+    """The built-in families, then every one the ``pytest_restore.families`` entry points declare."""
+    registry = FamilyRegistry()
+    for family in FAMILIES:  # declarations, not classes: registered as they are
+        registry.register(family)
+    registry.load_entry_points()
+    return registry
+
+
+def families_of(settings: StatsSettings | None) -> tuple[Family, ...]:
+    """The families a statistics pass runs: the settings' own, else the built-ins."""
+    families: tuple[Family, ...] = () if settings is None else settings.families
+    return families or FAMILIES
+
+
+def family_of(name: str, families: Sequence[Family] | None = None) -> Family:
+    """The declaration of a family by name, among ``families`` (the built-ins by default)."""
+    for family in families or FAMILIES:
         if family.name == name:
             return family
     raise KeyError(f"unknown hypothesis family {name!r}")
@@ -445,7 +477,7 @@ def judge_power(
     """
     out = []
     for t in tests:
-        family = family_of(t.family)
+        family = family_of(t.family, families_of(settings))
         if t.expectation_met is not False or family.effect is None:
             out.append(t)
             continue

@@ -113,6 +113,11 @@ class StatsSettings:
     baselines: tuple[str, ...] = BASELINES
     control: str = CONTROL
     reference: str = REFERENCE
+    #: the hypothesis families to run (``stats.families.Family``), in the report's order;
+    #: empty for the built-ins. Typed loosely because the families module builds on this
+    #: one; read it through ``stats.families.families_of``. Not in ``to_json``: the
+    #: tests each family produced are, under its name.
+    families: tuple[Any, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able copy."""
