@@ -1,4 +1,4 @@
-"""One registry shape for everything a user can add: policies, rankers, model providers.
+"""One registry shape for everything a user can add: policies, rankers, model providers, hypothesis families.
 
 A registry maps names to instances of one base class, in registration order.
 Built-ins are registered first, then whatever installed packages declare in

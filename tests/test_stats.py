@@ -12,10 +12,18 @@ from scipy import stats as scipy_stats  # type: ignore[import-untyped]
 from statsmodels.stats.multitest import multipletests  # type: ignore[import-untyped]
 
 from pytest_restore.bootstrap import Resampler, holm, smoothed_p, two_sided_p
+from pytest_restore.record import IRR_ROW, N_ROW
 from pytest_restore.report.figure import write_figure
 from pytest_restore.stats.analysis import Analysis, analyse, bins_by_type, cell_verdicts
-from pytest_restore.stats.families import POSITIVE_CONTROL, family_of, minimum_detectable
-from pytest_restore.stats.results import CELL_COLUMNS, INTERVAL_COLUMNS, CellStats
+from pytest_restore.stats.engine import Engine
+from pytest_restore.stats.families import (
+    FAMILIES,
+    POSITIVE_CONTROL,
+    Family,
+    family_of,
+    minimum_detectable,
+)
+from pytest_restore.stats.results import CELL_COLUMNS, INTERVAL_COLUMNS, CellStats, HypothesisTest
 
 Record = dict[str, Any]
 
@@ -450,6 +458,64 @@ def test_an_unmet_expectation_fails_only_where_the_run_had_power() -> None:
     line = family_of(POSITIVE_CONTROL).describe(test)
     assert line.startswith("positive-control: control not shown more destructive than fifo at 80k (")
     assert len(line) < 120
+
+
+def _no_irreversible(engine: Engine, reader: str, budgets: Any) -> list[HypothesisTest]:
+    """Per regime-(b) cell: irr / N, one-sided against 0 (a user's family, built from the engine)."""
+    out = []
+    for key in engine.keys:
+        policy, budget, regime, cell_reader = key
+        if (regime, cell_reader) != ("b", reader) or budget not in budgets:
+            continue
+        stat = engine.ratio(key, [IRR_ROW], [N_ROW])
+        lo, hi = stat.interval(engine.settings.confidence)
+        out.append(
+            HypothesisTest(
+                f"no-irr {policy} {budget}", "no-irr", reader, budget, policy, None, regime, stat.point, lo, hi,
+                0.0, "greater", stat.p_greater(0.0), None, "", None, engine.n_questions(key), stat.undefined,
+            )
+        )
+    return out
+
+
+NO_IRR = Family(
+    name="no-irr",
+    title="No irreversible error (regime b)",
+    tests="Per regime-(b) cell, irr / N against 0 (one-sided); expected not to reject.",
+    statistic="irr rate",
+    build=_no_irreversible,
+    expectation="an irreversible error",
+    expect=lambda _t, significant: not significant,
+    cells=lambda _s, budgets: [("fifo", b) for b in budgets],
+)
+
+
+def test_a_registered_family_is_analysed_decided_and_checked_like_a_built_in() -> None:
+    """A family passed with the settings runs after the built-ins: Holm, its expectation, the items' checks."""
+    records = cell("fifo", 40, 12, 0, 0) + cell("no-evict", 40, 0, 0, 0)
+    families = (*FAMILIES, NO_IRR)
+    analysis = analyse(records, resamples=1000, families=families)
+    assert analysis.settings.families == families
+    tests = {t.name: t for t in analysis.family("no-irr")}
+    assert set(tests) == {"no-irr fifo 80000", "no-irr no-evict 80000"}
+    assert tests["no-irr fifo 80000"].expectation_met is False and tests["no-irr fifo 80000"].p_holm is not None
+    no_evict = tests["no-irr no-evict 80000"]
+    assert (no_evict.statistic, no_evict.decision, no_evict.expectation_met) == (0.0, "retain", True)
+    assert analysis.failures() == [tests["no-irr fifo 80000"]]
+    assert [row["family"] for row in analysis.summary()][-1] == "no-irr"
+    assert list(analysis.to_json()["families"])[-1] == "no-irr"
+    assert family_of("no-irr", families).describe(tests["no-irr fifo 80000"]).startswith(
+        "no-irr: fifo at 80k: an irreversible error (irr rate 0.30"
+    )
+    # the grid item of fifo fails on it as the session does; without the family, nothing to check
+    (verdict,) = cell_verdicts(
+        records, "fifo", 80_000, budgets=(80_000,), family_sizes={"no-irr": 2}, resamples=1000, families=families
+    )
+    assert (verdict.name, verdict.expectation_met) == ("no-irr fifo 80000", False)
+    assert cell_verdicts(records, "fifo", 80_000, budgets=(80_000,), family_sizes={}, resamples=1000) == []
+    assert "no-irr" not in analyse(records, resamples=1000).to_json()["families"]
+    with pytest.raises(KeyError, match="no-irr"):
+        family_of("no-irr")
 
 
 # -- per-cell figures, determinism, breakdown --------------------------------------
