@@ -87,21 +87,24 @@ def test_memo_grows_by_distinct_texts_only(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_counts_shared_out_over_processes_are_the_counts_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    # more texts than one pool task holds, so both processes count, in chunks that must come back in order
-    texts = [f"text {i}: " + "word " * (i % 37) + ("ünïcode " if i % 5 == 0 else "") for i in range(2 * tokens._POOL_CHUNK + 17)]
+    # enough texts to share out: both processes count every other text, which must come back in order
+    texts = [f"text {i}: " + "word " * (i % 37) + ("ünïcode " if i % 5 == 0 else "") for i in range(tokens._MIN_SHARED + 17)]
     expected = [len(encoding().encode_ordinary(t)) for t in texts]
     monkeypatch.setattr(tokens, "_COUNTER", TokenCounter())
 
     def not_here() -> object:
-        raise AssertionError("counted in this process, not in the pool")
+        raise AssertionError("counted in this process, not in the counting processes")
 
     with monkeypatch.context() as patch:
-        patch.setattr(tokens, "encoding", not_here)  # the spawned processes load their own
+        patch.setattr(tokens, "encoding", not_here)  # the counting processes load their own
         assert count_in_processes(texts, 2) == expected
     assert len(tokens._COUNTER) == len(texts)  # the counts joined this process's memo
-    # one process, or too few texts for a pool: counted here, the same
+    # one process, or too few texts to share out: counted here, the same
     assert count_in_processes(texts[:10], 2) == expected[:10]
     assert count_in_processes(texts, 1) == expected
+    # a counting process that fails: the texts are counted here instead
+    monkeypatch.setattr(tokens, "_CHILD", "raise SystemExit(3)")
+    assert count_in_processes(texts, 2) == expected
 
 
 def test_ranks_hash_check(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -117,41 +117,58 @@ def count_token(text: str) -> int:
     return _COUNTER.count(text)
 
 
-def _count_chunk(texts: list[str]) -> list[int]:
-    """Token counts of ``texts``, in a pool process (no memo: each text arrives once)."""
-    encode = encoding().encode_ordinary
-    return [len(encode(t)) for t in texts]
-
-
-#: Texts per task handed to a pool process: small enough to keep every process busy to the end.
-_POOL_CHUNK = 4096
+#: What a counting process runs: the texts from one marshal file, their counts to another.
+_CHILD = (
+    "import marshal, sys\n"
+    "from pytest_restore.data.tokens import encoding\n"
+    "encode = encoding().encode_ordinary\n"
+    "with open(sys.argv[1], 'rb') as f: texts = marshal.load(f)\n"
+    "with open(sys.argv[2], 'wb') as f: marshal.dump([len(encode(t)) for t in texts], f)\n"
+)
+#: Fewer texts than this are counted here: starting a process would cost more.
+_MIN_SHARED = 4096
 
 
 def count_in_processes(texts: Sequence[str], processes: int) -> list[int]:
-    """Token counts of ``texts`` (distinct), shared out over ``processes`` fresh processes.
+    """Token counts of ``texts`` (distinct), shared out over ``processes`` fresh Python processes.
 
     For an xdist controller, whose workers wait for the counts: the count is
     the largest piece of preparing a file, and it is CPU-bound in tiktoken,
-    which holds the GIL, so threads would not share it. The processes are
-    spawned (the controller runs threads; a forked copy of it would not be
-    safe) and each loads the ranks once. With one process, or when a pool
-    cannot be started, the texts are counted here. The counts join this
-    process's memo.
+    which holds the GIL, so threads would not share it. Each process is a
+    plain ``python -c`` (not ``multiprocessing``, which would import the
+    caller's main script again) given every ``processes``-th text in a file.
+    With one process, few texts, or a process that fails, the texts are
+    counted here. The counts join this process's memo.
     """
     texts = list(texts)
-    if processes > 1 and len(texts) > _POOL_CHUNK:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+    if processes <= 1 or len(texts) < _MIN_SHARED:
+        return count_tokens(texts)
+    import marshal
+    import os
+    import subprocess
+    import sys
+    import tempfile
 
-        chunks = [texts[i : i + _POOL_CHUNK] for i in range(0, len(texts), _POOL_CHUNK)]
-        try:
-            with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
-                counts = [n for part in pool.map(_count_chunk, chunks) for n in part]
-        except (OSError, RuntimeError):  # no processes to be had here: count in this one
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
+    with tempfile.TemporaryDirectory(prefix="pytest-restore-count-") as work:
+        files = [(os.path.join(work, f"in{i}"), os.path.join(work, f"out{i}")) for i in range(processes)]
+        for i, (inp, _) in enumerate(files):
+            with open(inp, "wb") as f:
+                marshal.dump(texts[i::processes], f)
+        # a child that fails only costs time (the texts are then counted here): its output is not shown
+        children = [
+            subprocess.Popen([sys.executable, "-c", _CHILD, inp, out], env=env, stderr=subprocess.DEVNULL)
+            for inp, out in files
+        ]
+        if any(child.wait() != 0 for child in children):  # wait for every one, then judge
             return count_tokens(texts)
-        remember_counts(dict(zip(texts, counts)))
-        return counts
-    return count_tokens(texts)
+        counts = [0] * len(texts)
+        for i, (_, out) in enumerate(files):
+            with open(out, "rb") as f:
+                counts[i::processes] = marshal.load(f)
+    remember_counts(dict(zip(texts, counts)))
+    return counts
 
 
 def remember_counts(counts: Mapping[str, int]) -> None:
