@@ -184,6 +184,17 @@ def pytest_runtest_call(item):
     if len(_seen) == 2:
         raise {exc}
 """
+#: The same cut as an internal error: a hook of another plugin raises outside any test.
+INTERNAL_ERROR_SECOND_CELL = """
+import pytest
+_seen = []
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        _seen.append(report.nodeid)
+        if len(_seen) == 2:
+            raise RuntimeError("a plugin's hook failed")
+"""
 
 
 def _files(report: Path) -> dict[str, bytes]:
@@ -209,8 +220,8 @@ def complete_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     ("exc", "extra", "then_whole"),
     # a whole run after the cut replaces the partial report the same way however the cut came: checked once
-    [("KeyboardInterrupt()", [], True), ("RuntimeError('boom')", ["-x"], False)],
-    ids=["KeyboardInterrupt", "RuntimeError"],
+    [("KeyboardInterrupt()", [], True), ("RuntimeError('boom')", ["-x"], False), ("internal", [], False)],
+    ids=["KeyboardInterrupt", "RuntimeError", "INTERNALERROR"],
 )
 def test_an_interrupted_session_leaves_the_complete_report_untouched(
     project: pytest.Pytester, complete_report: Path, exc: str, extra: list[str], then_whole: bool
@@ -222,9 +233,12 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
     (report / "stale-from-an-old-version.txt").write_text("x")  # gone after a whole replacement
     before_with_stale = _files(report)
 
-    project.makeconftest(FAST_RETRIES + INTERRUPT_SECOND_CELL.format(exc=exc))
+    cutter = INTERNAL_ERROR_SECOND_CELL if exc == "internal" else INTERRUPT_SECOND_CELL.format(exc=exc)
+    project.makeconftest(FAST_RETRIES + cutter)
     cut = project.runpytest_subprocess(*args, *extra, timeout=120)
     assert cut.ret != 0
+    if exc == "internal":  # pytest prints no summary after it: the plugin says where the report went
+        assert cut.ret == pytest.ExitCode.INTERNAL_ERROR
     assert _files(report) == before_with_stale  # byte-identical, the stray file included
     partial = project.path / "restore-report.partial"
     summary = json.loads((partial / "summary.json").read_text())

@@ -555,6 +555,10 @@ class RestoreSession:
         files = self._report.result()
         self._report = None
         self.report_path = files.out_dir
+        if session.exitstatus == pytest.ExitCode.INTERNAL_ERROR and self.partial_path is not None:
+            # pytest prints no terminal summary after an internal error: say here where the report went
+            self.say(f"partial report (the session did not finish its grid): {self.partial_path}; "
+                     f"{self.settings.report_dir} was left as it was")
         self.failures += list(files.failures)
         self.untestable = list(files.untestable)
         if files.failures and self.settings.family_checks == "fail":
