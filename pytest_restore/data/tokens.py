@@ -91,6 +91,11 @@ class TokenCounter:
                     self._counts[text] = len(encode(text))
             return [self._counts[t] for t in texts]
 
+    def unknown(self, texts: Sequence[str]) -> list[str]:
+        """The texts of ``texts`` not counted yet, once each."""
+        with self._lock:
+            return list(dict.fromkeys(t for t in texts if t not in self._counts))
+
     def remember(self, counts: Mapping[str, int]) -> None:
         """Take counts made earlier (the prepared-data cache) as known."""
         with self._lock:
@@ -137,11 +142,13 @@ def count_in_processes(texts: Sequence[str], processes: int) -> list[int]:
     which holds the GIL, so threads would not share it. Each process is a
     plain ``python -c`` (not ``multiprocessing``, which would import the
     caller's main script again) given every ``processes``-th text in a file.
-    With one process, few texts, or a process that fails, the texts are
-    counted here. The counts join this process's memo.
+    Only texts this process has not counted yet are shared out. With one
+    process, few such texts, or a process that fails, they are counted
+    here. The counts join this process's memo.
     """
     texts = list(texts)
-    if processes <= 1 or len(texts) < _MIN_SHARED:
+    todo = _COUNTER.unknown(texts)  # texts this process counted already (generating the data, say) are known
+    if processes <= 1 or len(todo) < _MIN_SHARED:
         return count_tokens(texts)
     import marshal
     import os
@@ -155,7 +162,7 @@ def count_in_processes(texts: Sequence[str], processes: int) -> list[int]:
         files = [(os.path.join(work, f"in{i}"), os.path.join(work, f"out{i}")) for i in range(processes)]
         for i, (inp, _) in enumerate(files):
             with open(inp, "wb") as f:
-                marshal.dump(texts[i::processes], f)
+                marshal.dump(todo[i::processes], f)
         # a child that fails only costs time (the texts are then counted here): its output is not shown
         children = [
             subprocess.Popen([sys.executable, "-c", _CHILD, inp, out], env=env, stderr=subprocess.DEVNULL)
@@ -163,12 +170,12 @@ def count_in_processes(texts: Sequence[str], processes: int) -> list[int]:
         ]
         if any(child.wait() != 0 for child in children):  # wait for every one, then judge
             return count_tokens(texts)
-        counts = [0] * len(texts)
+        counts = [0] * len(todo)
         for i, (_, out) in enumerate(files):
             with open(out, "rb") as f:
                 counts[i::processes] = marshal.load(f)
-    remember_counts(dict(zip(texts, counts)))
-    return counts
+    remember_counts(dict(zip(todo, counts)))
+    return count_tokens(texts)  # every one known now: in order, from the memo
 
 
 def remember_counts(counts: Mapping[str, int]) -> None:

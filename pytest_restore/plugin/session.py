@@ -403,7 +403,7 @@ class RestoreSession:
         # the counting is shared out over as many processes as there are workers
         self.say(ready)
         workers = max(1, min(int(getattr(self.config.option, "numprocesses", 1) or 1), os.cpu_count() or 1))
-        counting = f"counting the o200k tokens of {{:,}} distinct texts once, in {workers} processes, for every xdist worker ...".format
+        counting = f"counting the o200k tokens of {{:,}} distinct texts once, for every xdist worker (in up to {workers} processes) ...".format
         if count_tokens_ahead(self.dataset(), self.audit_config(), lambda n: self.say(counting(n)), workers):
             self.say("token counts ready in the prepared cache")
         if not kernels_cached_on_disk():
