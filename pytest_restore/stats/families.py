@@ -231,7 +231,8 @@ class Family:
 
     To add a family, declare one and register it (the
     ``pytest_restore_register_families`` hook or the ``pytest_restore.families``
-    entry-point group; a built-in one joins :data:`FAMILIES`): the analysis builds its tests with ``build``, Holm-adjusts them when ``holm``,
+    entry-point group; a built-in one joins :data:`FAMILIES`): the analysis
+    builds its tests with ``build``, Holm-adjusts them when ``holm``,
     decides each with ``expect``, judges the run's power against ``effect``,
     and the report gives it a section (``title``, ``tests``, ``statistic``)
     and its failures their words (``describe``); ``cells`` tells a grid item
