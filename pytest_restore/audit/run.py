@@ -148,6 +148,11 @@ class CellRun:
     stores: dict[tuple[str, int], Mask] = field(repr=False)
 
 
+def _evidence(dataset: Dataset) -> list[Question]:
+    """The questions an audit prepares histories for: all but the abstention ones (no evidence to restore)."""
+    return [q for q in dataset.questions if not q.is_abstention]
+
+
 def _counts_file(dataset: Dataset, config: AuditConfig) -> str | None:
     """Where the audit of ``dataset`` keeps its token counts (``None``: no cache)."""
     if not config.cache_dir:
@@ -169,8 +174,7 @@ def count_tokens_ahead(
     counts_file = _counts_file(dataset, config)
     if counts_file is None:
         return False
-    evidence = [q for q in dataset.questions if not q.is_abstention]
-    return count_ahead(evidence, config.granularity, counts_file, starting, processes)
+    return count_ahead(_evidence(dataset), config.granularity, counts_file, starting, processes)
 
 
 class Audit:
@@ -195,8 +199,7 @@ class Audit:
         self.scorer = MemoModel(scorer)
         self.prompts = prompts or PromptSet()
         self.exclusions: list[tuple[str, str]] = [(q.question_id, ABSTENTION) for q in dataset.questions if q.is_abstention]
-        evidence = [q for q in dataset.questions if not q.is_abstention]
-        histories = build_histories(evidence, config.granularity, counts_file=_counts_file(dataset, config))
+        histories = build_histories(_evidence(dataset), config.granularity, counts_file=_counts_file(dataset, config))
         with_gold = []
         for h in histories:
             if h.gold:

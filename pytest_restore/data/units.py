@@ -200,8 +200,7 @@ def count_ahead(
     ``starting`` hears the number of texts before they are counted.
     """
     texts = distinct_texts(questions, granularity)
-    known = _read_counts(counts_file)
-    if known is not None and all(t in known for t in texts):
+    if _complete_counts(texts, counts_file) is not None:
         return False
     if starting is not None:
         starting(len(texts))
@@ -226,12 +225,18 @@ def _count_cached(texts: list[str], counts_file: Path) -> None:
     atomically: processes that start together on a cold cache each count,
     and whichever writes last leaves the same counts.
     """
-    known = _read_counts(counts_file)
-    if known is not None and all(t in known for t in texts):
+    known = _complete_counts(texts, counts_file)
+    if known is not None:
         remember_counts(known)
         return
     counts = count_tokens(texts)
     _write_counts(counts_file, dict(zip(texts, counts)))
+
+
+def _complete_counts(texts: Sequence[str], counts_file: str | os.PathLike[str]) -> dict[str, int] | None:
+    """The counts file's mapping when it holds every one of ``texts``; else ``None`` (they must be counted)."""
+    known = _read_counts(counts_file)
+    return known if known is not None and all(t in known for t in texts) else None
 
 
 def _read_counts(file: str | os.PathLike[str]) -> dict[str, int] | None:

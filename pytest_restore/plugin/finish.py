@@ -61,6 +61,11 @@ def swap_into_place(staging: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def partial_report_line(partial_path: Path, report_dir: str) -> str:
+    """What a session cut short tells the user: where its partial report is, and that the whole one was kept."""
+    return f"partial report (the session did not finish its grid): {partial_path}; {report_dir} was left as it was"
+
+
 def grid_markdown(cells: dict[str, list[str]]) -> str:
     """report.md's grid coverage: the cells that ran and those that did not."""
     out = ["## Grid coverage", ""]
@@ -244,11 +249,7 @@ def terminal_summary(
             yellow=True,
         )
     if partial_path is not None:
-        terminalreporter.write_line(
-            f"partial report (the session did not finish its grid): {partial_path}; "
-            f"{settings.report_dir} was left as it was",
-            yellow=True,
-        )
+        terminalreporter.write_line(partial_report_line(partial_path, settings.report_dir), yellow=True)
     else:
         terminalreporter.write_line(f"report: {report_path}")
         if not_run:

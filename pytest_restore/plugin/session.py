@@ -58,6 +58,7 @@ from pytest_restore.plugin.finish import (
     grid_cells,
     interrupted,
     partial_dir,
+    partial_report_line,
     preload_figure,
     run_info,
     terminal_summary,
@@ -557,8 +558,7 @@ class RestoreSession:
         self.report_path = files.out_dir
         if session.exitstatus == pytest.ExitCode.INTERNAL_ERROR and self.partial_path is not None:
             # pytest prints no terminal summary after an internal error: say here where the report went
-            self.say(f"partial report (the session did not finish its grid): {self.partial_path}; "
-                     f"{self.settings.report_dir} was left as it was")
+            self.say(partial_report_line(self.partial_path, self.settings.report_dir))
         self.failures += list(files.failures)
         self.untestable = list(files.untestable)
         if files.failures and self.settings.family_checks == "fail":

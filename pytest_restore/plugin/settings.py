@@ -160,20 +160,15 @@ class RestoreSettings:
 
     def model_options(self, cache_root: Path) -> ModelOptions:
         """How real models are reached (the response cache under ``cache_root`` unless ``--restore-cache`` names one)."""
-        s = self
-        if s.cache:
-            cache_dir = Path(s.cache)
-        else:
-            cache_dir = cache_root / "responses"
         return ModelOptions(
-            cache_dir=cache_dir,
-            base_url=s.base_url,
-            max_concurrency=s.max_concurrency,
-            rpm=s.rpm,
-            tpm=s.tpm,
-            max_tries=s.max_tries,
-            timeout=s.timeout,
-            max_retry_after=s.max_retry_after,
+            cache_dir=Path(self.cache) if self.cache else cache_root / "responses",
+            base_url=self.base_url,
+            max_concurrency=self.max_concurrency,
+            rpm=self.rpm,
+            tpm=self.tpm,
+            max_tries=self.max_tries,
+            timeout=self.timeout,
+            max_retry_after=self.max_retry_after,
         )
 
     def prompt_set(self) -> PromptSet:
