@@ -261,6 +261,52 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
     assert summary["provenance"]["started_utc"].endswith("Z") and len(summary["provenance"]["session_id"]) == 32
 
 
+#: Ctrl-C while the session waits for its report: the first wait is interrupted, and the writer,
+#: held back until then, goes on only once the session has taken the Ctrl-C.
+CTRL_C_WHILE_WRITING = """
+import threading
+
+from pytest_restore.plugin import finish
+
+_go = threading.Event()
+_write_report, _wait = finish.write_report, finish.Background.result
+_waits = []
+
+
+def _held_back(*args):
+    _go.wait(60)
+    return _write_report(*args)
+
+
+def _interrupted_once(self):
+    _waits.append(self)
+    if len(_waits) == 1:
+        raise KeyboardInterrupt
+    _go.set()
+    return _wait(self)
+
+
+finish.write_report = _held_back
+finish.Background.result = _interrupted_once
+"""
+
+
+def test_ctrl_c_while_the_report_is_written_leaves_the_complete_report_untouched(
+    project: pytest.Pytester, complete_report: Path
+) -> None:
+    report = project.path / "restore-report"
+    shutil.copytree(complete_report, report)  # what an earlier whole session left
+    before = _files(report)
+    project.makeconftest(FAST_RETRIES + CTRL_C_WHILE_WRITING)
+    cut = project.runpytest_subprocess("-p", "no:xdist", *INTERRUPTED_ARGS, timeout=120)
+    assert cut.ret == pytest.ExitCode.INTERRUPTED
+    assert _files(report) == before  # byte-identical: the new report was not swapped in
+    assert not any(p.name.startswith(".restore-report") for p in project.path.iterdir())  # no staging left
+    assert not (project.path / "restore-report.partial").exists()
+    cut.stdout.fnmatch_lines(["report not written (interrupted while writing it): restore-report was left as it was"])
+    assert "Traceback" not in cut.stdout.str() + cut.stderr.str()
+
+
 def test_a_selected_part_of_the_grid_says_which_cells_ran(project: pytest.Pytester) -> None:
     result = project.runpytest_inprocess(
         "-p", "no:xdist", *GRID_ARGS, "--restore-calibration=off", "-k", "fifo"

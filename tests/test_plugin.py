@@ -216,6 +216,58 @@ def test_the_report_thread_hands_back_its_result_and_its_errors() -> None:
     assert Background(lambda x: x + 1, 1).result() == 2
 
 
+def test_ctrl_c_while_the_report_is_written_leaves_the_earlier_report_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import datetime
+    import threading
+
+    from pytest_restore.plugin import finish
+    from pytest_restore.report.inputs import RunInfo
+    from pytest_restore.report.writer import ReportFiles
+
+    target = tmp_path / "restore-report"
+    target.mkdir()
+    (target / "report.md").write_text("the earlier, complete report")
+    writing, release = threading.Event(), threading.Event()
+
+    def slow_report(records: object, info: object, out: Path) -> ReportFiles:
+        writing.set()
+        release.wait(30)
+        (out / "summary.json").write_text("{}")
+        (out / "report.md").write_text("the new report")
+        return ReportFiles(out, *(out / name for name in ("r", "c", "report.md", "summary.json", "h", "p", "s")))
+
+    monkeypatch.setattr(finish, "write_report", slow_report)
+    cancelled = threading.Event()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    writer = finish.Background(finish.write_in_place, [], RunInfo(), target, None, None, now, "session", cancelled)
+    assert writing.wait(30)
+
+    class CtrlC:
+        """The session's wait for the writer, interrupted once as a user's Ctrl-C interrupts it."""
+
+        waits = 0
+
+        def result(self) -> object:
+            self.waits += 1
+            if self.waits == 1:
+                raise KeyboardInterrupt
+            release.set()  # the writer goes on only now, after the Ctrl-C was taken
+            return writer.result()
+
+    files, cut = finish.await_report(CtrlC(), cancelled)  # type: ignore[arg-type]
+    assert cut and files is None and cancelled.is_set()
+    assert (target / "report.md").read_text() == "the earlier, complete report"
+    assert [p.name for p in tmp_path.iterdir()] == ["restore-report"]  # no staging directory left
+    # without a Ctrl-C the same writer swaps its report in
+    release.clear()
+    writer = finish.Background(finish.write_in_place, [], RunInfo(), target, None, None, now, "session", threading.Event())
+    release.set()
+    files, cut = finish.await_report(writer, threading.Event())
+    assert not cut and files is not None and (target / "report.md").read_text() == "the new report"
+
+
 def test_an_xdist_controller_lets_its_parsed_data_go_and_reloads_it_when_needed(pytester: pytest.Pytester) -> None:
     # the workers do the audit: the controller drops the file it parsed to validate it once they
     # start; the judge audit (run on the controller at the end) loads it again

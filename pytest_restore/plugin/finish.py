@@ -148,8 +148,14 @@ def write_in_place(
     calibration_json: str | None,
     started_utc: datetime.datetime,
     session_id: str,
+    cancelled: threading.Event | None = None,
 ) -> ReportFiles:
-    """Write the report (and the calibration gate's, if any) into a fresh directory beside ``target``, then swap it into place."""
+    """Write the report (and the calibration gate's, if any) into a fresh directory beside ``target``, then swap it into place.
+
+    Once ``cancelled`` is set (Ctrl-C while the report is written), nothing
+    is swapped in: the staging directory goes and :class:`ReportCancelled`
+    is raised, so ``target`` stays as it was.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
@@ -157,6 +163,8 @@ def write_in_place(
         if calibration_json is not None:
             (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")
         stamp(staging, partial, started_utc, session_id)
+        if cancelled is not None and cancelled.is_set():
+            raise ReportCancelled(f"{target} was not replaced")
         swap_into_place(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -250,6 +258,10 @@ def terminal_summary(
         )
     if partial_path is not None:
         terminalreporter.write_line(partial_report_line(partial_path, settings.report_dir), yellow=True)
+    elif report_path is None:  # Ctrl-C while it was written (see await_report)
+        terminalreporter.write_line(
+            f"report not written (interrupted while writing it): {settings.report_dir} was left as it was", yellow=True
+        )
     else:
         terminalreporter.write_line(f"report: {report_path}")
         if not_run:
@@ -298,6 +310,28 @@ class Background(threading.Thread):
         if self._error is not None:
             raise self._error
         return self._value
+
+
+class ReportCancelled(Exception):
+    """The report was cut short before it was swapped into place (see :func:`write_in_place`)."""
+
+
+def await_report(report: Background, cancelled: threading.Event) -> tuple[ReportFiles | None, bool]:
+    """The files of the report ``report`` writes (``None`` when it was cut short), and whether Ctrl-C came.
+
+    Ctrl-C while waiting sets ``cancelled`` and waits again, for the writer
+    to stop before its swap (or to finish one already under way), so the
+    process never ends with the writer in the middle of its work and no
+    report directory is left half-replaced. A second Ctrl-C is not caught.
+    """
+    try:
+        return report.result(), False
+    except KeyboardInterrupt:
+        cancelled.set()
+    try:
+        return report.result(), True
+    except ReportCancelled:
+        return None, True
 
 
 class ReportWaiter:

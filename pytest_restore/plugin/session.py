@@ -55,6 +55,7 @@ from pytest_restore.plugin.cells import META_PROPERTY, USAGE_PROPERTY, CellSpec,
 from pytest_restore.plugin.finish import (
     Background,
     ReportWaiter,
+    await_report,
     grid_cells,
     interrupted,
     partial_dir,
@@ -106,6 +107,7 @@ class RestoreSession:
         self._preload: threading.Thread | None = None  # the controller's early import of the figure module
         self._prepared = False  # the xdist controller prepared the data (``prepare``)
         self._report: Background | None = None  # the report being written
+        self._cancel_report = threading.Event()  # set by Ctrl-C while it is written: nothing is swapped in
         self._models: dict[tuple[str, str], ChatModel] = {}
         #: Real model calls of every process: usage, failures by cause, concurrency reached.
         self.model_calls = ModelCalls()
@@ -542,6 +544,7 @@ class RestoreSession:
             self.calibration_json,
             self.started_utc,
             self.run_id,
+            self._cancel_report,
         )
 
 
@@ -553,8 +556,13 @@ class RestoreSession:
             session.exitstatus = pytest.ExitCode.OK
         if self._report is None:
             return
-        files = self._report.result()
+        files, cut = await_report(self._report, self._cancel_report)
         self._report = None
+        if cut:
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+        if files is None:  # the terminal summary says so (report_path stays None)
+            self.partial_path = None  # none was written either
+            return
         self.report_path = files.out_dir
         if session.exitstatus == pytest.ExitCode.INTERNAL_ERROR and self.partial_path is not None:
             # pytest prints no terminal summary after an internal error: say here where the report went
