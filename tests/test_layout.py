@@ -103,3 +103,44 @@ def test_the_check_finds_a_circle_and_a_backward_import() -> None:
     found = problems(graph)
     assert "later stage: pytest_restore.data.units imports pytest_restore.audit.run" in found
     assert any(line.startswith("circle: ") for line in found)
+
+
+#: The longest a module of ``pytest_restore/plugin/`` may grow (issue 21: one role per object).
+PLUGIN_MODULE_LINES = 400
+#: Where the plugin may read xdist's ``workerinput``: the one decision of a process's role
+#: (session.py), the worker's own input (worker.py) and the controller's hook handing it out (__init__.py).
+READS_WORKERINPUT = {"session.py", "worker.py", "__init__.py"}
+
+
+def role_problems(sources: dict[str, str]) -> list[str]:
+    """Plugin modules (file name -> text) that grow past the limit or ask which process they run in."""
+    found = []
+    for name, text in sorted(sources.items()):
+        lines = text.count("\n")
+        if lines > PLUGIN_MODULE_LINES:
+            found.append(f"{name}: {lines} lines (at most {PLUGIN_MODULE_LINES})")
+        if "is_controller" in text:
+            found.append(f"{name}: branches on is_controller (each role is its own object)")
+        if "workerinput" in text and name not in READS_WORKERINPUT:
+            found.append(f"{name}: reads workerinput (the role is decided once, in session.py)")
+        if name != "session.py" and 'hasattr(config, "workerinput")' in text:
+            found.append(f"{name}: decides the process's role (session.py's activate does, once)")
+    return found
+
+
+def test_each_plugin_module_is_small_and_plays_one_role() -> None:
+    sources = {p.name: p.read_text(encoding="utf-8") for p in (ROOT / "pytest_restore" / "plugin").glob("*.py")}
+    assert {"controller.py", "worker.py", "runner.py", "parts.py"} <= set(sources)
+    assert 'hasattr(config, "workerinput")' in sources["session.py"]
+    assert role_problems(sources) == []
+
+
+def test_the_role_check_finds_a_branch_and_a_long_module() -> None:
+    branchy = "if self.is_controller:\n    pass\n"
+    asks = 'where = getattr(config, "workerinput", {})\n'
+    found = role_problems({"runner.py": branchy, "controller.py": asks, "finish.py": "x = 1\n" * 401})
+    assert found == [
+        "controller.py: reads workerinput (the role is decided once, in session.py)",
+        "finish.py: 401 lines (at most 400)",
+        "runner.py: branches on is_controller (each role is its own object)",
+    ]

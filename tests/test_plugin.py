@@ -278,7 +278,7 @@ def test_an_xdist_controller_lets_its_parsed_data_go_and_reloads_it_when_needed(
         from pytest_restore.plugin.options import SESSION_KEY
 
         def pytest_xdist_node_collection_finished(node, ids):
-            held = node.config.stash[SESSION_KEY]._dataset is not None
+            held = node.config.stash[SESSION_KEY].parts._dataset is not None
             Path("held.txt").write_text(str(held))
         """
     )

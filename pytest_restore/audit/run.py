@@ -82,7 +82,7 @@ class AuditConfig:
     ablations: bool = False
     #: where prepared data (token counts) is cached for other processes; ``None``: nowhere
     cache_dir: str | None = None
-    #: the run every record names (see ``RestoreSession.run_id``); ``None`` outside a session
+    #: the run every record names (``RestoreSettings.fingerprint``); ``None`` outside a session
     run_id: str | None = None
 
 

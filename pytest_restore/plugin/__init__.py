@@ -2,8 +2,9 @@
 
 pytest loads this module in every session of an environment where the plugin
 is installed, so it stays light: options, hooks and fixtures only. The audit
-(:mod:`pytest_restore.plugin.session`, which loads numpy, the models and the
-report) starts only when the run is one:
+(:mod:`pytest_restore.plugin.session`, which registers the role this process
+plays: the controller's session or an xdist worker's; they load numpy, the
+models and the report) starts only when the run is one:
 
 - at configure time when a ``--restore-*`` option or ``restore_*`` ini key is
   given (every value is then checked before any work, as a usage error);
@@ -38,7 +39,8 @@ from pytest_restore.plugin.options import (
 if TYPE_CHECKING:
     from pytest_restore.plugin.cells import CellSpec as CellSpec
     from pytest_restore.plugin.cells import RestoreCell as RestoreCell
-    from pytest_restore.plugin.session import RestoreSession as RestoreSession
+    from pytest_restore.plugin.controller import ControllerSession as ControllerSession
+    from pytest_restore.plugin.session import Role
     from pytest_restore.plugin.settings import RestoreSettings as RestoreSettings
 
 
@@ -48,10 +50,10 @@ def __getattr__(name: str) -> Any:
         from pytest_restore.plugin import cells
 
         return getattr(cells, name)
-    if name == "RestoreSession":
-        from pytest_restore.plugin import session
+    if name == "ControllerSession":
+        from pytest_restore.plugin import controller
 
-        return session.RestoreSession
+        return controller.ControllerSession
     if name == "RestoreSettings":
         from pytest_restore.plugin import settings
 
@@ -71,8 +73,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
-def _activate(config: pytest.Config) -> RestoreSession:
-    """The session object of this run, created (and its options checked) on first need."""
+def _activate(config: pytest.Config) -> Role:
+    """The session object of this process's role, created (and its options checked) on first need."""
     session = config.stash.get(SESSION_KEY, None)
     if session is None:
         from pytest_restore.plugin.session import activate
@@ -83,8 +85,8 @@ def _activate(config: pytest.Config) -> RestoreSession:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Start the audit now if the command line or ini file asks for it; otherwise wait for a grid item."""
-    if not hasattr(config, "workerinput"):
-        config.stash[RUN_KEY] = new_run_id()
+    # a new run id in every process; an xdist worker uses the controller's (``pytest_configure_node``)
+    config.stash[RUN_KEY] = new_run_id()
     # ONE_PROCESS_KEY: -n auto found a small audit before configure (pytest_xdist_auto_num_workers)
     if requested(config) or config.stash.get(ONE_PROCESS_KEY, False):
         _activate(config)
@@ -140,36 +142,39 @@ class _Waiting:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
 
+    def _start(self, hook: str, **kwargs: Any) -> None:
+        """Start the session, and hand the hook call it missed (it registers during the call) to its objects."""
+        role = _activate(self.config)
+        for plugin in (role, role.runner):
+            missed = getattr(plugin, hook, None)
+            if missed is not None:
+                missed(**kwargs)
+
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
         """A test asking for ``restore_cell`` makes the run an audit: parametrize it with the grid."""
         if "restore_cell" in metafunc.fixturenames and SESSION_KEY not in self.config.stash:
-            # The session registered now misses this call of the hook: hand it this test.
-            _activate(self.config).pytest_generate_tests(metafunc)
+            self._start("pytest_generate_tests", metafunc=metafunc)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
         """On an xdist controller (which does not collect): a worker's grid items make the run an audit."""
         if SESSION_KEY not in self.config.stash and any(_is_grid_id(i) for i in ids):
-            _activate(self.config).pytest_xdist_node_collection_finished(node, ids)
+            self._start("pytest_xdist_node_collection_finished", node=node, ids=ids)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """At the latest, the first report carrying records starts the session that gathers them."""
         if SESSION_KEY not in self.config.stash and any(n == RECORDS_PROPERTY for n, _ in report.user_properties):
-            _activate(self.config).pytest_runtest_logreport(report)
+            self._start("pytest_runtest_logreport", report=report)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_sessionstart(session: pytest.Session) -> Generator[None, None, None]:
-    """After every plugin's session start (xdist's starts the workers): the controller lets its data go."""
+    """After every plugin's session start (xdist's starts the workers): the controller prepares the data, then lets it go."""
     yield
     restore = session.config.stash.get(SESSION_KEY, None)
     if restore is not None:
-        if session.config.stash.get(ONE_PROCESS_KEY, False):
-            restore.say("-n auto: this small audit runs in one process (xdist's workers would take longer to start)")
-        if restore.is_controller and session.config.pluginmanager.has_plugin("dsession") and not restore.settings.dry_run:
-            restore.prepare()  # while the workers start; it counts the tokens from the parsed data, then lets it go
-        restore.release_dataset()
+        restore.after_sessionstart(session)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -185,11 +190,11 @@ def restore_cell(request: pytest.FixtureRequest) -> Generator[RestoreCell, None,
     from pytest_restore.plugin.cells import RestoreCell
     from pytest_restore.plugin.settings import report_dir_problem
 
-    session = _activate(request.config)
-    problem = report_dir_problem(session.settings.report_dir)
+    runner = _activate(request.config).runner
+    problem = report_dir_problem(runner.settings.report_dir)
     if problem:
         pytest.fail(problem, pytrace=False)  # no cell runs (or spends) for a report that cannot be written
-    yield RestoreCell(session, request.param, request.node)
+    yield RestoreCell(runner, request.param, request.node)
 
 
 #: syrupy's ``pytest11`` entry point name, under which its plugin registers (and ``-p no:syrupy`` blocks it).
@@ -221,9 +226,9 @@ def restore_snapshot(request: pytest.FixtureRequest) -> Any:
     from pytest_restore.plugin.snapshot import RestoreSnapshot
 
     snapshot = request.getfixturevalue("snapshot")
-    session = _activate(request.config)
-    s = session.settings
+    runner = _activate(request.config).runner
+    s = runner.settings
     settings = {"bootstrap": s.bootstrap, "bootstrap_seed": s.bootstrap_seed, "equivalence_margin": s.equivalence_margin}
     # Colour only on a terminal (syrupy colours its diff characters one by one).
     color = request.config.get_terminal_writer().hasmarkup and not request.config.option.no_colors
-    return RestoreSnapshot(snapshot, session.grid_records, settings, color=color, families=session.families)
+    return RestoreSnapshot(snapshot, runner.grid_records, settings, color=color, families=runner.families)

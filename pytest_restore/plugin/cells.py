@@ -22,7 +22,6 @@ import pytest
 from pytest_restore.audit.checks import construct_checks
 from pytest_restore.audit.run import Audit, CellRun
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
-from pytest_restore.plugin.options import RECORDS_PROPERTY
 from pytest_restore.plugin.settings import RestoreSettings
 from pytest_restore.record import Record
 from pytest_restore.stats.analysis import cell_verdicts
@@ -62,14 +61,19 @@ def grid(settings: RestoreSettings, policies: Sequence[Policy]) -> list[CellSpec
 
 
 class CellSession(Protocol):
-    """What a grid item asks of the session (``plugin/session.py``'s ``RestoreSession``)."""
+    """What a grid item asks of the process running it (``plugin/runner.py``'s ``CellRunner``)."""
 
-    config: pytest.Config
-    settings: RestoreSettings
-    registry: PolicyRegistry
-    policies: tuple[Policy, ...]
-    families: tuple[Family, ...]
-    is_controller: bool
+    @property
+    def settings(self) -> RestoreSettings: ...
+
+    @property
+    def registry(self) -> PolicyRegistry: ...
+
+    @property
+    def policies(self) -> tuple[Policy, ...]: ...
+
+    @property
+    def families(self) -> tuple[Family, ...]: ...
 
     def audit(self, reader: str | None = None) -> Audit: ...
 
@@ -77,11 +81,7 @@ class CellSession(Protocol):
 
     def shared_cells(self) -> SharedCells: ...
 
-    def meta(self) -> dict[str, Any]: ...
-
-    def usage(self) -> dict[str, Any]: ...
-
-    def call_details(self) -> dict[str, Any]: ...
+    def ship(self, item: pytest.Item, audit: Audit, run: CellRun) -> None: ...
 
 class RestoreCell:
     """What a grid item gets from the ``restore_cell`` fixture."""
@@ -102,17 +102,7 @@ class RestoreCell:
             # A wrong key or an unknown model fails every call alike: stop at the first.
             self.item.session.shouldstop = fatal
             pytest.fail(fatal, pytrace=False)
-        records: str | list[Record] = self.run.records  # one process: handed over as they are
-        if not self.session.is_controller:
-            # One JSON string, not a list of dicts: xdist's serializer is pure Python and
-            # would take seconds over a full grid's records (each phase's report carries them).
-            records = json.dumps([r.to_json() for r in self.run.records])
-            self.session.shared_cells().share(audit, self.run, records)
-        self.item.user_properties.append((RECORDS_PROPERTY, records))
-        self.item.user_properties.append((META_PROPERTY, self.session.meta()))
-        worker = str(getattr(self.session.config, "workerinput", {}).get("workerid", "main"))
-        usage = {"process": worker, "models": self.session.usage(), "calls": self.session.call_details()}
-        self.item.user_properties.append((USAGE_PROPERTY, usage))
+        self.session.ship(self.item, audit, self.run)
         return self.run
 
     def check(self) -> None:

@@ -22,7 +22,7 @@ DEFAULT_SEED = 20_240_607
 RECORDS_PROPERTY = "restore_records"
 
 #: The plugin's session object, once the run is an audit (see :func:`requested`).
-#: (a ``RestoreSession``; typed ``Any`` so that this module names nothing of plugin/session.py,
+#: (a ``plugin.session.Role``; typed ``Any`` so that this module names nothing of plugin/session.py,
 #: which imports it)
 SESSION_KEY: pytest.StashKey[Any] = pytest.StashKey()
 #: This run's id on an xdist controller, handed to the workers (their shared cells' directory).

@@ -1,0 +1,214 @@
+"""What every process of an audit builds once: the registries, the grid, the data, the models, the audits.
+
+:class:`AuditParts` is shared by both roles of a session: the controller
+(``plugin/controller.py``) uses it for the dry run, the calibration gate, the
+data's preparation and the judge audit; the process that runs the grid's
+cells (``plugin/runner.py``, an xdist worker's ``plugin/worker.py``) builds
+its audits from it. Each piece is made on first use and kept for the
+process's life; nothing here knows which process it is in: what to say on
+the terminal is the role's to decide (``say``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.data.dataset import DataError, Dataset, is_prepared, load_dataset
+from pytest_restore.data.units import Granularity
+from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
+from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
+from pytest_restore.memory.retrieval import RankerRegistry, default_rankers
+from pytest_restore.models.base import ChatModel
+from pytest_restore.models.fake import FakeReader
+from pytest_restore.models.providers import ProviderRegistry, close_model, is_real, make_model
+from pytest_restore.plugin.calls import call_detail
+from pytest_restore.plugin.cells import CellSpec, SharedCells, grid
+from pytest_restore.plugin.settings import RestoreSettings
+from pytest_restore.stats.families import Family, default_families
+
+#: Said when numba has not compiled the kernels yet (measured: ~9 s of a cold build on 2 busy cores).
+COMPILING = "compiling the numba kernels (once after an install or upgrade: about 10 s on 2 cores) ..."
+
+
+class AuditParts:
+    """The pieces of an audit one pytest process builds once, whichever role it plays."""
+
+    def __init__(
+        self,
+        config: pytest.Config,
+        settings: RestoreSettings,
+        providers: ProviderRegistry,
+        run_id: str,
+        say: Callable[[str], None],
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        self.providers = providers
+        #: This session's id: the directory its processes share cells in (``shared_cells``).
+        self.run_id = run_id
+        #: One progress line on the terminal (a worker's role passes one that says nothing: its output is not shown).
+        self.say = say
+        self.registry: PolicyRegistry = default_registry()
+        config.hook.pytest_restore_register_policies(registry=self.registry, config=config)
+        names = settings.policies or tuple(self.registry)
+        unknown = [n for n in names if n not in self.registry]
+        if unknown:
+            raise pytest.UsageError(
+                f"--restore-policies: unknown policy {unknown[0]!r}; registered: {', '.join(self.registry)}"
+            )
+        self.policies: tuple[Policy, ...] = tuple(self.registry[n] for n in names)
+        families = default_families()
+        config.hook.pytest_restore_register_families(registry=families, config=config)
+        #: The hypothesis families the statistics pass runs, built-ins first.
+        self.families: tuple[Family, ...] = tuple(families.values())
+        self.rankers: RankerRegistry = default_rankers()
+        config.hook.pytest_restore_register_rankers(registry=self.rankers, config=config)
+        if settings.ranker not in self.rankers:
+            raise pytest.UsageError(
+                f"--restore-ranker: unknown ranker {settings.ranker!r}; registered: {', '.join(self.rankers)}"
+            )
+        #: The grid: every selected policy at every budget, under each reader.
+        self.cells: list[CellSpec] = grid(settings, self.policies)
+        self._audits: dict[str, Audit] = {}
+        self._models: dict[tuple[str, str], ChatModel] = {}
+        self._dataset: Dataset | None = None
+
+    # -- the data -------------------------------------------------------------------
+
+    def cache_root(self) -> Path:
+        """The project's cache directory for pytest-restore."""
+        cache = getattr(self.config, "cache", None)  # absent under -p no:cacheprovider
+        if cache is not None:
+            return Path(cache.mkdir("restore"))
+        return Path(self.config.rootpath) / ".pytest_cache" / "d" / "restore"
+
+    def data_path(self) -> Path:
+        """The dataset to audit: ``--restore-data`` or the embedded default."""
+        if self.settings.data:
+            return Path(self.settings.data)
+        from pytest_restore.synthetic.embedded import embedded_dataset, embedded_path
+
+        questions = self.settings.embedded_questions
+        if not embedded_path(self.cache_root(), questions=questions).exists():
+            self.say(f"generating the embedded synthetic dataset ({questions} questions; first run only) ...")
+        return embedded_dataset(self.cache_root(), questions=questions)
+
+    def dataset(self) -> Dataset:
+        """The validated dataset (a malformed file ends the run with one line)."""
+        if self._dataset is None:
+            path = self.data_path()
+            if not is_prepared(path, self.cache_root() / "prepared"):
+                self.say(f"reading and validating {path.name} (first run of this file) ...")
+            try:
+                self._dataset = load_dataset(path, cache_dir=self.cache_root() / "prepared")
+            except DataError as err:
+                raise pytest.UsageError(str(err)) from None
+        return self._dataset
+
+    def release_dataset(self) -> None:
+        """Drop the parsed dataset unless an audit was built on it (what needs it later loads it again)."""
+        if not self._audits:
+            self._dataset = None
+
+    def meta(self) -> dict[str, Any]:
+        """What the controller needs to know about the data, from the process that loaded it."""
+        ds = self.dataset()
+        audit = self.audit()
+        return {
+            "sha256": ds.sha256,
+            "official": ds.is_official,
+            "path": str(ds.path),
+            "questions": len(ds.questions),
+            "audited": len(audit.questions),
+            "exclusions": audit.exclusion_counts(),
+        }
+
+    def shared_cells(self) -> SharedCells:
+        """Where this run's processes leave their cells' records for each other."""
+        return SharedCells(self.cache_root() / "cells" / self.run_id)
+
+    # -- the models and the audits -------------------------------------------------------
+
+    def model(self, spec: str, role: str) -> ChatModel:
+        """One model object per name and role in this process (shared by the readers' audits)."""
+        key = (spec, role)
+        if key not in self._models:
+            self._models[key] = make_model(spec, role, self.settings.model_options(self.cache_root()), providers=self.providers)
+        return self._models[key]
+
+    def audit_config(self) -> AuditConfig:
+        """The settings of this session's audits."""
+        s = self.settings
+        return AuditConfig(
+            granularity=Granularity(s.granularity),
+            budgets=s.budgets,
+            seeds=s.seeds,
+            questions=s.questions,
+            subset_seed=s.subset_seed,
+            ablations=s.ablations,
+            cache_dir=str(self.cache_root() / "prepared"),
+            run_id=s.fingerprint([p.name for p in self.policies], self.dataset().sha256),
+        )
+
+    def audit(self, reader: str | None = None) -> Audit:
+        """The audit of this process under a reader (the primary one by default), built on first use."""
+        spec = reader or self.settings.reader
+        if spec not in self._audits:
+            s = self.settings
+            config = self.audit_config()
+            reader_model = self.model(spec, "reader")
+            dataset = self.dataset()
+            if not kernels_cached_on_disk():
+                self.say(COMPILING)
+            self.say(f"preparing {len(dataset.questions)} histories (memory units, token counts, lexical index) ...")
+            audit = Audit(
+                dataset,
+                config,
+                reader=reader_model,
+                judge=self.model(s.judge, "judge"),
+                scorer=self.model(s.scorer, "scorer"),
+                prompts=self.settings.prompt_set(),
+                ranker=self.rankers[s.ranker],
+            )
+            if isinstance(reader_model, FakeReader):
+                reader_model.learn(p.history for p in audit.questions)
+            self._audits[spec] = audit
+        return self._audits[spec]
+
+    # -- this process's model calls --------------------------------------------------------
+
+    def usage(self) -> dict[str, Any]:
+        """This process's cumulative use of each real model, by role and name."""
+        seen: dict[str, Any] = {}
+        for audit in self._audits.values():
+            for role, memo in (("reader", audit.reader), ("judge", audit.judge), ("scorer", audit.scorer)):
+                if is_real(memo.name, self.providers):
+                    seen[f"{role} {memo.name}"] = memo.usage.to_json()
+        return seen
+
+    def fatal_error(self) -> str | None:
+        """The first authentication or unknown-model error of this process's models, in one line."""
+        for (spec, role), model in self._models.items():
+            fatal = getattr(model, "fatal_error", None)
+            if fatal:
+                return f"{role} {spec}: {fatal}"
+        return None
+
+    def call_details(self) -> dict[str, Any]:
+        """Per real model of this process: failed calls by cause, the concurrency reached, the decoding sent."""
+        return {
+            f"{role} {spec}": call_detail(model)
+            for (spec, role), model in sorted(self._models.items())
+            if is_real(spec)
+        }
+
+    def close(self) -> None:
+        """Release every model of this process."""
+        for model in self._models.values():
+            close_model(model)
+        self._models.clear()

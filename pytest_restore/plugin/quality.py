@@ -1,0 +1,78 @@
+"""The controller's checks outside the grid: the calibration gate before it, the second-judge audit after.
+
+Both run in the controller's process, on the audit parts it built
+(``plugin/parts.py``), and add the calls of the models they make for
+themselves (a fresh judge, the second judge) to the run's model calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from pytest_restore.audit.calibration import calibrate
+from pytest_restore.audit.judge_audit import audit_judge
+from pytest_restore.models.providers import close_model, make_model
+from pytest_restore.plugin.calls import ModelCalls, call_detail, failed_count
+from pytest_restore.plugin.finish import write_partial
+from pytest_restore.plugin.parts import AuditParts
+from pytest_restore.record import Record
+
+
+def calibration_gate(parts: AuditParts, model_calls: ModelCalls, checks: dict[str, Any]) -> str:
+    """The calibration gate (docs/PROTOCOL.md section 9): stop the run before the grid when it fails.
+
+    The gate's result joins ``checks``; the returned JSON is written with the
+    report (into the new report directory, never beside an old one), or
+    beside it, marked partial, when the gate fails and the run stops here.
+    """
+    s = parts.settings
+    fresh_judge = make_model(s.judge, "judge", s.model_options(parts.cache_root()), use_cache=False, providers=parts.providers)
+    try:
+        result = calibrate(parts.audit(), fresh_judge=fresh_judge, seed=s.subset_seed)
+    finally:
+        close_model(fresh_judge)
+    checks["calibration"] = {"result": result.to_dict(), "markdown": result.render_markdown()}
+    calibration_json = result.to_json()
+    model_calls.side_calls[f"judge {s.judge} (calibration repeats)"] = call_detail(fresh_judge)
+    writer = parts.config.get_terminal_writer()
+    fatal = parts.fatal_error()
+    if fatal is not None:
+        pytest.exit(fatal, returncode=pytest.ExitCode.TESTS_FAILED)
+    failed = model_calls.summarise_failures({"main": parts.call_details()})
+    reasons = list(result.reasons)
+    if failed:
+        writer.sep("=", "model calls failed during the calibration gate", red=True, bold=True)
+        for line in failed:
+            writer.line(line, red=True)
+        reasons.append(f"{sum(failed_count(d) for d in model_calls.all_details().values())} model calls failed")
+    if reasons:
+        where = write_partial(calibration_json, s.report_dir)
+        writer.sep("=", "calibration gate failed", red=True, bold=True)
+        for reason in reasons:
+            writer.line(reason, red=True)
+        if where is not None:
+            writer.line(f"partial report (calibration only): {where}")
+        pytest.exit("calibration gate failed: " + "; ".join(reasons), returncode=pytest.ExitCode.TESTS_FAILED)
+    writer.line(
+        f"calibration gate passed: judge self-consistency {result.judge_consistency:.2f}, "
+        f"oracle-answerable {result.oracle_answerable_rate:.2f}, "
+        f"negative restore gain {result.negative_gain_rate:.2f}"
+    )
+    return calibration_json
+
+
+def judge_audit(parts: AuditParts, records: Sequence[Record], model_calls: ModelCalls) -> dict[str, Any]:
+    """Re-grade a stratified sample of recorded answers with the second judge; the check's entry for the report."""
+    s = parts.settings
+    assert s.audit_judge is not None
+    judge = make_model(s.audit_judge, "judge", s.model_options(parts.cache_root()), providers=parts.providers)
+    try:
+        questions = {q.question_id: q for q in parts.dataset().questions}
+        result = audit_judge(records, questions, judge, s.prompt_set(), sample=s.audit_judge_sample, seed=s.subset_seed)
+    finally:
+        close_model(judge)
+    model_calls.side_calls[f"judge {s.audit_judge} (judge audit)"] = call_detail(judge)
+    return {"result": result.to_dict(), "markdown": result.render_markdown()}

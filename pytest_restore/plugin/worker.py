@@ -1,0 +1,65 @@
+"""The xdist worker's side of a session: run the cells the controller sends, ship their records back.
+
+A worker parametrizes the grid at its collection, runs the items xdist hands
+it and attaches each cell's records to the item's report, which xdist sends
+to the controller (``plugin/controller.py``, which gathers them). The worker
+says nothing on the terminal (xdist does not show a worker's output; the
+controller says what the workers do) and writes no report.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from pytest_restore.audit.run import Audit, CellRun
+from pytest_restore.models.providers import ProviderRegistry
+from pytest_restore.plugin.parts import AuditParts
+from pytest_restore.plugin.runner import CellRunner
+from pytest_restore.plugin.settings import RestoreSettings
+
+
+def _quiet(message: str) -> None:
+    """A worker's progress lines: not shown by xdist, so not written."""
+
+
+class WorkerRunner(CellRunner):
+    """A worker's cells: their records travel to the controller as JSON and are left for the other workers."""
+
+    def __init__(self, parts: AuditParts, process: str) -> None:
+        super().__init__(parts)
+        self.process = process
+
+    def payload(self, audit: Audit, run: CellRun) -> str:
+        """One JSON string, left in the shared cells too (another worker's check may read it).
+
+        Not a list of dicts: xdist's serializer is pure Python and would take
+        seconds over a full grid's records (each phase's report carries them).
+        """
+        payload = json.dumps([r.to_json() for r in run.records])
+        self.parts.shared_cells().share(audit, run, payload)
+        return payload
+
+
+class WorkerSession:
+    """The plugin's session in an xdist worker: the process's audit parts and the runner of its cells."""
+
+    def __init__(self, config: pytest.Config, settings: RestoreSettings, providers: ProviderRegistry) -> None:
+        worker_input = config.workerinput  # type: ignore[attr-defined]  # set by xdist on its workers
+        # the controller's run id (``pytest_configure_node``): the directory the cells are shared in
+        run_id = str(worker_input.get("restore_run") or uuid.uuid4().hex)
+        self.parts = AuditParts(config, settings, providers, run_id, _quiet)
+        self.runner = WorkerRunner(self.parts, str(worker_input["workerid"]))
+
+    def begin(self) -> None:
+        """Register the runner's hooks (the controller checked the options and the data)."""
+        self.parts.config.pluginmanager.register(self.runner, "restore-runner")
+
+    def after_sessionstart(self, session: pytest.Session) -> None:
+        """Nothing to do: the controller prepared the data the worker loads."""
+
+    def close(self) -> None:
+        """Release every model of this process."""
+        self.parts.close()
