@@ -6,6 +6,7 @@ import csv
 import json
 import re
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from grid_helpers import (
@@ -292,3 +293,40 @@ def test_an_xdist_controller_lets_its_parsed_data_go_and_reloads_it_when_needed(
     assert_progress_before_first_result(result.outlines)
     report = (pytester.path / "restore-report" / "report.md").read_text()
     assert "Second judge `fake` re-graded a stratified sample" in report
+
+
+def _item_report(when: Literal["setup", "call", "teardown"], properties: list[tuple[str, object]], nodeid: str = "test_grid.py::test_cell[fifo-8k]") -> pytest.TestReport:
+    return pytest.TestReport(nodeid, ("test_grid.py", 0, "test_cell"), {}, "passed", None, when, user_properties=properties)
+
+
+def test_the_controller_gathers_records_from_its_own_runner_and_from_a_worker() -> None:
+    # the controller's gathering, in process: a record as the one process hands it (a Record) and as
+    # a worker ships it (one JSON string), the usage of each process (its latest report wins), and
+    # every phase's report stripped of the plugin's properties (junitxml would write them)
+    from pytest_restore.plugin.cells import META_PROPERTY, USAGE_PROPERTY
+    from pytest_restore.plugin.gather import Gathered
+    from pytest_restore.plugin.options import RECORDS_PROPERTY
+    from pytest_restore.record import Record
+
+    fields = {
+        "question_id": "q1", "question_type": "single-session-user", "policy": "fifo", "budget": 8000, "seed": 0,
+        "regime": "b", "reader": "fake", "oracle_correct": True, "policy_correct": False, "restored_correct": True,
+        "negative_restore_gain": False, "gold_units": 2, "gold_evicted": 1, "bin": "irreversible", "excluded": None,
+    }
+    local = Record.from_json(fields)
+    shipped = json.dumps([Record.from_json({**fields, "question_id": "q2"}).to_json()])
+    usage = {"process": "gw0", "models": {"reader openai:m": {"sent": 1}}, "calls": {}}
+    gathered = Gathered()
+    setup = _item_report("setup", [(RECORDS_PROPERTY, [local]), ("mine", 1)])
+    gathered.take(setup)
+    assert setup.user_properties == [("mine", 1)] and gathered.records == []  # only the call's report counts
+    gathered.take(_item_report("call", [(RECORDS_PROPERTY, [local]), (META_PROPERTY, {"sha256": "x"})]))
+    worker_call = _item_report("call", [(RECORDS_PROPERTY, shipped), (USAGE_PROPERTY, usage)], "t.py::test_cell[fifo-80k]")
+    gathered.take(worker_call)
+    later = {**usage, "models": {"reader openai:m": {"sent": 3}}}
+    gathered.take(_item_report("call", [(USAGE_PROPERTY, later)], "t.py::test_other"))
+    assert [r.question_id for r in gathered.records] == ["q1", "q2"] and gathered.records[0] is local
+    assert worker_call.user_properties == []
+    assert gathered.ran == {"test_grid.py::test_cell[fifo-8k]", "t.py::test_cell[fifo-80k]"}
+    assert gathered.run_meta == {"sha256": "x"}
+    assert gathered.model_calls.usage_by_process == {"gw0": {"reader openai:m": {"sent": 3}}}

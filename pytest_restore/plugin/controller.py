@@ -15,17 +15,17 @@ controller's never sees an item.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import functools
-import json
 import os
 import shutil
 import sys
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -33,8 +33,7 @@ from pytest_restore.audit.run import count_tokens_ahead
 from pytest_restore.data.dataset import auditable as data_auditable
 from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
 from pytest_restore.models.providers import ProviderRegistry, missing_key_problem
-from pytest_restore.plugin.calls import ModelCalls, dry_run
-from pytest_restore.plugin.cells import META_PROPERTY, USAGE_PROPERTY
+from pytest_restore.plugin.calls import dry_run
 from pytest_restore.plugin.finish import (
     Background,
     ReportWaiter,
@@ -48,12 +47,30 @@ from pytest_restore.plugin.finish import (
     terminal_summary,
     write_in_place,
 )
-from pytest_restore.plugin.options import ONE_PROCESS_KEY, RECORDS_PROPERTY, RUN_KEY, small_data
+from pytest_restore.plugin.gather import Gathered
+from pytest_restore.plugin.options import ONE_PROCESS_KEY, RUN_KEY, small_data
 from pytest_restore.plugin.parts import COMPILING, AuditParts
 from pytest_restore.plugin.quality import calibration_gate, judge_audit
 from pytest_restore.plugin.runner import CellRunner
 from pytest_restore.plugin.settings import RestoreSettings, report_dir_problem
-from pytest_restore.record import Record
+
+
+@dataclasses.dataclass
+class Outcome:
+    """How the session ends, as the terminal summary says it."""
+
+    #: The dry run's table (the run made no call).
+    dry_run_lines: list[str] = dataclasses.field(default_factory=list)
+    #: Lines said once at the end: the failed model calls by cause, per model.
+    failure_summary: list[str] = dataclasses.field(default_factory=list)
+    #: Why the run does not pass (failed model calls, unmet family expectations).
+    failures: list[str] = dataclasses.field(default_factory=list)
+    #: The family expectations this run had no power to test.
+    untestable: list[str] = dataclasses.field(default_factory=list)
+    #: Where the report went (``None``: none was written).
+    report_path: Path | None = None
+    #: Where a partial report went (the complete one, if any, was left as it was).
+    partial_path: Path | None = None
 
 
 def say_on_terminal(config: pytest.Config, message: str) -> None:
@@ -81,25 +98,13 @@ class ControllerSession:
         #: The cells of this process (all of them without xdist; none under it: the workers run them).
         self.runner = CellRunner(self.parts)
         self.settings = settings
-        #: Real model calls of every process: usage, failures by cause, concurrency reached.
-        self.model_calls = ModelCalls()
+        #: The records, data description and model calls every item sent, and which items ran.
+        self.gathered = Gathered()
         #: The run's checks outside the grid (calibration, judge audit), for the report.
         self.checks: dict[str, Any] = {}
         self.calibration_json: str | None = None
-        self.records: list[Record] = []
-        self.run_meta: dict[str, Any] = {}
-        #: The grid items pytest selected (node ids; ``None`` until collection is known).
-        self.selected: set[str] | None = None
-        #: The items whose cell ran (their records arrived).
-        self.ran: set[str] = set()
-        self.dry_run_lines: list[str] = []
-        self.failures: list[str] = []
-        self.untestable: list[str] = []
-        #: Lines said once at the end: the failed model calls by cause, per model.
-        self.failure_summary: list[str] = []
-        self.report_path: Path | None = None
-        #: Where a partial report went (the complete one, if any, was left as it was).
-        self.partial_path: Path | None = None
+        #: How the session ends, for the terminal summary.
+        self.outcome = Outcome()
         self.started_utc = datetime.datetime.now(datetime.timezone.utc)
         self._preload: threading.Thread | None = None  # the early import of the figure module
         self._prepared = False  # the data was prepared for the xdist workers (``prepare``)
@@ -162,13 +167,13 @@ class ControllerSession:
             # Counted now, before xdist starts its workers; printed as the run's summary.
             # No item runs (the runner deselects them) and the run exits 0.
             problem = missing_key_problem(s.all_models(), s.base_url)
-            self.dry_run_lines = ([f"warning: {problem}"] if problem else []) + dry_run(
+            self.outcome.dry_run_lines = ([f"warning: {problem}"] if problem else []) + dry_run(
                 s, self.parts.audit, self.parts.policies, self.parts.registry, self.parts.providers,
                 s.model_options(self.parts.cache_root()).cache_dir,
             )
             return
         if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
-            self.calibration_json = calibration_gate(self.parts, self.model_calls, self.checks)
+            self.calibration_json = calibration_gate(self.parts, self.gathered.model_calls, self.checks)
         if self.distributed():
             self._start_preload()  # the controller idles while the workers run the grid
 
@@ -231,7 +236,7 @@ class ControllerSession:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The grid items selected in this process (after -k, --lf, deselection)."""
-        self.selected = {
+        self.gathered.selected = {
             item.nodeid
             for item in session.items
             if "restore_cell" in getattr(getattr(item, "callspec", None), "params", {})
@@ -245,10 +250,10 @@ class ControllerSession:
         embedded data is generated and prepared here, once, and said on the
         terminal (the workers' own output is not shown).
         """
-        first = self.selected is None
+        first = self.gathered.selected is None
         cells = {c.id for c in self.parts.cells}
-        self.selected = {i for i in ids if i.endswith("]") and i.rsplit("[", 1)[-1][:-1] in cells}
-        if first and self.selected and not self.settings.dry_run:
+        self.gathered.selected = {i for i in ids if i.endswith("]") and i.rsplit("[", 1)[-1][:-1] in cells}
+        if first and self.gathered.selected and not self.settings.dry_run:
             self.prepare()
 
     def small_grid(self) -> bool:
@@ -259,31 +264,11 @@ class ControllerSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Collect the records of every item (xdist forwards worker reports here).
+        """Collect the records of every item (xdist forwards worker reports here), taking them off the report.
 
-        The records are then taken off the report, before other plugins see
-        it: ``--junitxml`` would otherwise write every record into the XML as
-        a property. (A worker has no such hook: xdist still has to send them.)
+        (A worker has no such hook: xdist still has to send them.)
         """
-        ours = (RECORDS_PROPERTY, META_PROPERTY, USAGE_PROPERTY)
-        properties = list(report.user_properties)
-        # every phase's report carries the item's properties (junitxml reads the teardown's)
-        report.user_properties = [(n, v) for n, v in properties if n not in ours]
-        if report.when != "call":
-            return
-        for name, value in properties:
-            if name == RECORDS_PROPERTY:
-                self.ran.add(report.nodeid)
-                # records cross xdist as JSON: they become Records again here
-                received = json.loads(value) if isinstance(value, str) else value
-                self.records.extend(Record.of(r) for r in cast("list[Mapping[str, Any]]", received))
-            elif name == META_PROPERTY:
-                self.run_meta = dict(cast("dict[str, Any]", value))
-            elif name == USAGE_PROPERTY:
-                usage = cast("dict[str, Any]", value)
-                # cumulative per process: the latest report of each process wins
-                self.model_calls.usage_by_process[str(usage["process"])] = dict(usage["models"])
-                self.model_calls.calls_by_process[str(usage["process"])] = dict(usage.get("calls", {}))
+        self.gathered.take(report)
 
     # -- the session's end -------------------------------------------------------------
     # First: every record is in once the run loop ends. The report is written on
@@ -294,28 +279,29 @@ class ControllerSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Judge the model calls, then start writing the report (whole, or partial beside it)."""
         shutil.rmtree(self.parts.shared_cells().root, ignore_errors=True)
-        if self.model_calls.usage_by_process or self.model_calls.side_calls:
-            self.failure_summary = self.model_calls.summarise_failures()
-            reason = self.model_calls.failed_run_reason(self.records)
+        got, outcome = self.gathered, self.outcome
+        if got.model_calls.usage_by_process or got.model_calls.side_calls:
+            outcome.failure_summary = got.model_calls.summarise_failures()
+            reason = got.model_calls.failed_run_reason(got.records)
             if reason is not None:
-                self.failures.append(reason)
+                outcome.failures.append(reason)
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        if not self.records:
+        if not got.records:
             return
-        why_partial = interrupted(session, self.selected, self.ran)
+        why_partial = interrupted(session, got.selected, got.ran)
         if self.settings.audit_judge and why_partial is None:
-            self.checks["judge_audit"] = judge_audit(self.parts, self.records, self.model_calls)
+            self.checks["judge_audit"] = judge_audit(self.parts, got.records, got.model_calls)
         target = Path(self.settings.report_dir)
         if why_partial is not None:
             target = partial_dir(target)
-            self.partial_path = target
-        cells = grid_cells(self.records, self.parts.cells)
+            outcome.partial_path = target
+        cells = grid_cells(got.records, self.parts.cells)
         info = run_info(
-            self.settings, self.parts.policies, self.records, self.run_meta, self.checks, self.model_calls,
+            self.settings, self.parts.policies, got.records, got.run_meta, self.checks, got.model_calls,
             cells, self.parts.families,
         )
         self._report = Background(
-            write_in_place, self.records, info, target, why_partial, self.calibration_json,
+            write_in_place, got.records, info, target, why_partial, self.calibration_json,
             self.started_utc, self.parts.run_id, self._cancel_report,
         )
 
@@ -331,31 +317,33 @@ class ControllerSession:
         self._report = None
         if cut:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
+        outcome = self.outcome
         if files is None:  # the terminal summary says so (report_path stays None)
-            self.partial_path = None  # none was written either
+            outcome.partial_path = None  # none was written either
             return
-        self.report_path = files.out_dir
-        if session.exitstatus == pytest.ExitCode.INTERNAL_ERROR and self.partial_path is not None:
+        outcome.report_path = files.out_dir
+        if session.exitstatus == pytest.ExitCode.INTERNAL_ERROR and outcome.partial_path is not None:
             # pytest prints no terminal summary after an internal error: say here where the report went
-            self.say(partial_report_line(self.partial_path, self.settings.report_dir))
-        self.failures += list(files.failures)
-        self.untestable = list(files.untestable)
+            self.say(partial_report_line(outcome.partial_path, self.settings.report_dir))
+        outcome.failures += list(files.failures)
+        outcome.untestable = list(files.untestable)
         if files.failures and self.settings.family_checks == "fail":
             # a family's expectation failed after Holm: the session fails, with no traceback
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """A short table of regime (b), where the report is, and what failed (the dry run: its table)."""
+        got, outcome = self.gathered, self.outcome
         terminal_summary(
             terminalreporter,
             self.settings,
-            dry_run_lines=self.dry_run_lines,
-            failure_summary=self.failure_summary,
-            records=self.records,
-            failures=self.failures,
-            untestable=self.untestable,
-            run_meta=self.run_meta,
-            report_path=self.report_path,
-            partial_path=self.partial_path,
-            not_run=grid_cells(self.records, self.parts.cells)["not_run"],
+            dry_run_lines=outcome.dry_run_lines,
+            failure_summary=outcome.failure_summary,
+            records=got.records,
+            failures=outcome.failures,
+            untestable=outcome.untestable,
+            run_meta=got.run_meta,
+            report_path=outcome.report_path,
+            partial_path=outcome.partial_path,
+            not_run=grid_cells(got.records, self.parts.cells)["not_run"],
         )

@@ -21,11 +21,14 @@ xdist's own ``--dist load``:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xdist.scheduler import LoadScheduling  # type: ignore[import-untyped]  # xdist ships no type hints
 
 from pytest_restore.plugin.options import AUTO_KEY, SESSION_KEY
+
+if TYPE_CHECKING:
+    from pytest_restore.plugin.controller import ControllerSession
 
 
 class GridScheduling(LoadScheduling):  # type: ignore[misc]
@@ -46,17 +49,17 @@ class GridScheduling(LoadScheduling):  # type: ignore[misc]
             group, why = self._first_group(collection)
             if len(group) > 1:
                 self._start_with(collection, group)
-                session = self.config.stash[SESSION_KEY]
+                session: ControllerSession = self.config.stash[SESSION_KEY]  # the scheduler runs on the controller
                 session.say(f"{why}: {len(group)} grid items on one xdist worker")
                 return
         super().schedule()
 
     def _first_group(self, collection: list[str]) -> tuple[list[int], str]:
         """Indexes of the items the first worker takes, and why; empty when xdist's own order is as good."""
-        session = self.config.stash.get(SESSION_KEY, None)
-        if session is None or not session.selected:
+        session: ControllerSession | None = self.config.stash.get(SESSION_KEY, None)
+        if session is None or not session.gathered.selected:
             return [], ""
-        grid = [i for i, nodeid in enumerate(collection) if nodeid in session.selected]
+        grid = [i for i, nodeid in enumerate(collection) if nodeid in session.gathered.selected]
         if self.config.stash.get(AUTO_KEY, False) and session.small_grid():
             return grid, "small grid (a second worker would prepare the same data again and finish later)"
         scored = {c.id for c in session.parts.cells if session.parts.registry[c.policy].needs_importance}
