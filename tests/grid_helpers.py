@@ -139,3 +139,76 @@ def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
             build(out)
             (out / "done").write_text("")
     return out
+
+
+#: A full disk under some directories, as the process sees it: files and directories can still be
+#: made there (a real full disk often has inodes left), but every write of bytes into a file under
+#: them fails with ENOSPC. Source text, so a child run's conftest can hold it too (``full_disk_conftest``).
+FULL_DISK = '''
+import builtins, errno, io, os
+
+def _full():
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+def full_disk_patches(*roots):
+    """(object, attribute, replacement) for each write path: writes under ``roots`` fail with ENOSPC."""
+    roots = tuple(os.path.realpath(str(r)) + os.sep for r in roots)
+    under = lambda path: os.path.realpath(str(path)).startswith(roots)
+
+    def fd_under(fd):
+        try:
+            return under(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            return False
+
+    class Full:
+        def __init__(self, handle):
+            self._handle = handle
+        def write(self, data):
+            raise _full()
+        def writelines(self, lines):
+            raise _full()
+        def __getattr__(self, name):
+            return getattr(self._handle, name)
+        def __enter__(self):
+            return self
+        def __exit__(self, *exc):
+            self._handle.close()
+        def __iter__(self):
+            return iter(self._handle)
+
+    writing = lambda mode: any(c in mode for c in "wax+")
+    real_write, real_fdopen, real_open = os.write, os.fdopen, io.open
+
+    def write(fd, data):
+        if data and fd_under(fd):
+            raise _full()
+        return real_write(fd, data)
+
+    def fdopen(fd, mode="r", *args, **kwargs):
+        handle = real_fdopen(fd, mode, *args, **kwargs)
+        return Full(handle) if writing(mode) and fd_under(fd) else handle
+
+    def open_(file, mode="r", *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        if writing(mode) and (fd_under(file) if isinstance(file, int) else under(file)):
+            return Full(handle)
+        return handle
+
+    return [(os, "write", write), (os, "fdopen", fdopen), (io, "open", open_), (builtins, "open", open_)]
+'''
+
+
+def full_disk(monkeypatch: pytest.MonkeyPatch, *roots: Path) -> None:
+    """Make the disk under ``roots`` full for this test (see ``FULL_DISK``)."""
+    namespace: dict[str, object] = {}
+    exec(FULL_DISK, namespace)  # noqa: S102 - our own source text, shared with child runs
+    patches = namespace["full_disk_patches"](*roots)  # type: ignore[operator]
+    for obj, name, replacement in patches:
+        monkeypatch.setattr(obj, name, replacement)
+
+
+def full_disk_conftest(*roots: Path) -> str:
+    """A conftest that makes the disk under ``roots`` full for the whole child run."""
+    listed = ", ".join(repr(str(r)) for r in roots)
+    return FULL_DISK + f"\nfor _obj, _name, _new in full_disk_patches({listed}):\n    setattr(_obj, _name, _new)\n"

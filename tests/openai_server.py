@@ -30,8 +30,11 @@ be quick (a fake model, not a real one).
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
+import socket
+import struct
 import threading
 import time
 from collections import Counter
@@ -40,6 +43,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from pytest_restore.models.base import ChatRequest
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
@@ -71,6 +75,8 @@ MODES: tuple[str, ...] = (
     "hang",  # never answers
     "huge-reply",  # a 200 whose reply text is ``huge_chars`` characters long
     "echo-key",  # a 200 whose answer contains the bearer key
+    "echo-key-forms",  # a 200 whose answer has the key in other forms: cut short, upper case, base64, %-encoded
+    "reset",  # the connection is reset (TCP RST) once the request is read, as a crashed proxy does
 )
 
 
@@ -398,6 +404,14 @@ class OpenAIServer:
                 await asyncio.sleep(self.latency)
         elif self.latency > 0:
             await asyncio.sleep(self.latency)
+        if self.mode == "reset" and method == "POST":
+            # SO_LINGER 0: closing sends an RST instead of a FIN, as a crashed proxy or a dropped NAT entry does
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self._leave(started, body_key, body, attempt, "reset", None)
+            writer.transport.abort()
+            return False
         fault = None
         if method == "POST" and path.rstrip("/") == "/v1/chat/completions" and body is not None:
             fault = self.faults.pick(body_key, attempt) if self._authorized(headers) else None
@@ -471,6 +485,12 @@ class OpenAIServer:
             return 500, _render(500, {"error": {"message": f"responder: {exc}"}})
         if mode == "echo-key":
             text = f"{text} (your key is {bearer})"
+        elif mode == "echo-key-forms":
+            basic = base64.b64encode(f"user:{bearer}".encode()).decode()
+            text = (
+                f"{text} (key starts {bearer[:16]}..., KEY {bearer.upper()}, "
+                f"basic {basic}, url {quote(bearer, safe='')}, b64url {base64.urlsafe_b64encode(bearer.encode()).decode()})"
+            )
         elif mode == "huge-reply":
             text = "x" * self.huge_chars
         completion = _completion(body, text)

@@ -393,6 +393,25 @@ def test_failed_reader_calls_exclude_records(tiny: Dataset, grid: Any) -> None:
         assert construct_checks(run, audit) == []
 
 
+def test_a_failed_request_has_one_outcome_for_every_cell_that_shares_it(tiny: Dataset) -> None:
+    # a rate limit that clears: each request fails the first time it is sent, then is answered
+    sent: Counter[ChatRequest] = Counter()
+
+    def first_try_fails(request: ChatRequest, result: ChatResult) -> ChatResult:
+        sent[request] += 1
+        return ChatResult(None, error="HTTP 429: rate limited") if sent[request] == 1 else result
+
+    audit, _, _ = make_audit(tiny, AuditConfig(budgets=BUDGETS), reader_rewrite=first_try_fails)
+    runs = run_grid(audit, ("no-evict", "fifo", "random"))
+    assert set(sent.values()) == {1}  # no prompt paid for twice
+    # every cell shares the oracle prompts, and so their failure: no cell got a second chance
+    assert {r["excluded"] for r in records_of(runs)} == {"api_error: oracle reader"}
+    # asked again (as the calibration gate's cell asks the grid's requests): the same outcomes, nothing sent
+    before = sum(sent.values())
+    assert audit.run_cell(default_registry()["fifo"], 600).records == runs[3].records
+    assert sum(sent.values()) == before
+
+
 def test_judge_reply_not_a_verdict_is_excluded(tiny: Dataset) -> None:
     target = next(q for q in tiny.questions if not q.is_abstention)
 

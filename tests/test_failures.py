@@ -159,7 +159,10 @@ def test_a_server_failing_every_call_fails_the_run_with_the_cause(
             f"--restore-cache={tmp_path / 'cache'}", "--restore-max-tries=2", f"--restore-calibration={calibration}",
             timeout=120,
         )
+        attempts = server.attempts
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.outlines
+    # each unique prompt sent at most --restore-max-tries times in the whole run, however many cells share it
+    assert attempts and max(attempts.values()) <= 2, attempts.most_common(3)
     text = "\n".join(result.outlines + result.errlines)
     assert "calls failed: " in text and "x HTTP 500: responder: the model is down" in text, text[-3000:]
     assert "Traceback" not in text and "INTERNALERROR" not in text

@@ -8,6 +8,7 @@ the real thing, not mocks.
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 import logging
@@ -15,18 +16,20 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from grid_helpers import full_disk
 from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, canonical_body
 
 from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
-from pytest_restore.models.cache import ResponseCache, request_key
+from pytest_restore.models.cache import ResponseCache, cache_problem, request_key
 from pytest_restore.models.decoding import estimate_tokens
-from pytest_restore.models.openai_chat import OpenAIChatModel
+from pytest_restore.models.openai_chat import MIN_KEY_FRAGMENT, KeyRedactor, OpenAIChatModel
 from pytest_restore.models.pacing import MAX_RETRY_AFTER, RateMeter, parse_retry_after
 from pytest_restore.models.progress import Progress
 
@@ -39,7 +42,7 @@ CHILD = """
 import json, sys
 from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.base import ChatRequest
-from pytest_restore.models.openai_chat import OpenAIChatModel
+from pytest_restore.models.openai_chat import MIN_KEY_FRAGMENT, KeyRedactor, OpenAIChatModel
 base_url, cache_dir, first, last, step = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
 model = OpenAIChatModel(model="gpt-4o-mini", base_url=base_url, cache=ResponseCache(cache_dir),
                         max_concurrency=4, timeout=5)
@@ -363,6 +366,20 @@ def test_failures_are_not_cached(server: OpenAIServer, tmp_path: Path) -> None:
     assert server.total_requests == 3
 
 
+def test_a_failure_is_shared_by_the_processes_of_one_run_only(server: OpenAIServer, tmp_path: Path) -> None:
+    server.faults = Faults(rate=1.0, kinds=("500",), max_per_request=None)
+    first = make_model(server, cache=ResponseCache(tmp_path, run="run-1"), max_tries=2).run(questions([1]))[0]
+    assert first.error is not None and server.total_requests == 2
+    # another process of the same run (a model on the same cache): the same outcome, nothing sent
+    shared = make_model(server, cache=ResponseCache(tmp_path, run="run-1"), max_tries=2).run(questions([1]))[0]
+    assert (shared.text, shared.error) == (None, first.error) and server.total_requests == 2
+    # the next run tries again, and its success ends the failure
+    server.faults = Faults()
+    again = make_model(server, cache=ResponseCache(tmp_path, run="run-2")).run(questions([1]))[0]
+    assert again.text == "echo: question 1" and server.total_requests == 3
+    assert not list(tmp_path.rglob("*.failed"))
+
+
 def test_two_processes_sharing_a_cache_send_each_request_once(tmp_path: Path) -> None:
     # Overlapping ranges walked in opposite directions, so both processes
     # reach the shared questions 30..59 at about the same time.
@@ -599,6 +616,106 @@ def test_a_key_echoed_in_the_answer_is_redacted_before_caching(
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert DUMMY_KEY.encode() not in path.read_bytes(), path
+
+
+def key_forms(key: str) -> list[bytes]:
+    """What must not be found anywhere: every run of MIN_KEY_FRAGMENT characters of the key, in both cases, and its base64."""
+    runs = {key[i : i + MIN_KEY_FRAGMENT] for i in range(len(key) - MIN_KEY_FRAGMENT + 1)}
+    forms = {r.encode() for r in runs} | {r.upper().encode() for r in runs} | {r.lower().encode() for r in runs}
+    forms.add(base64.b64encode(key.encode()).rstrip(b"="))
+    forms.add(base64.b64encode(f"user:{key}".encode())[8:-4])  # the key's part of a Basic-auth value
+    return sorted(forms)
+
+
+def test_a_key_echoed_in_other_forms_is_redacted_before_caching(
+    server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    server.mode = "echo-key-forms"  # cut short, upper case, base64 (Basic auth, URL-safe), %-encoded
+    result = make_model(server, cache=ResponseCache(tmp_path)).run(questions([1]))[0]
+    assert result.text is not None and result.text.startswith("echo: question 1 (key starts [redacted]")
+    assert result.text.count("[redacted]") == 5, result.text
+    stored = b"".join(path.read_bytes() for path in tmp_path.rglob("*") if path.is_file())
+    for form in key_forms(DUMMY_KEY):
+        assert form not in result.text.encode() and form not in stored, form
+
+
+def test_redaction_leaves_ordinary_text_alone() -> None:
+    redact = KeyRedactor(DUMMY_KEY)
+    text = "The user adopted a dog in March; sk-test is a prefix, 0123 a number."
+    assert redact(text) == text
+    assert redact(f"a{DUMMY_KEY.lower()}b") == "a[redacted]b"
+    assert redact("x" + DUMMY_KEY[3:3 + MIN_KEY_FRAGMENT - 1] + "x") == "x" + DUMMY_KEY[3:3 + MIN_KEY_FRAGMENT - 1] + "x"
+
+
+def test_a_reset_connection_is_said_in_words(server: OpenAIServer) -> None:
+    server.mode = "reset"
+    result = make_model(server, max_tries=2).run(questions([1]))[0]
+    assert result.error == (
+        "failed after 2 tries: connection error: the server reset the connection before its reply was complete (ReadError)"
+    )
+
+
+def run_within(seconds: float, model: OpenAIChatModel, requests: list[ChatRequest]) -> list[ChatResult]:
+    """``model.run(requests)``, failing the test if it has not returned within ``seconds``."""
+    out: list[list[ChatResult]] = []
+    thread = threading.Thread(target=lambda: out.append(model.run(requests)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"model.run did not return within {seconds} s"
+    return out[0]
+
+
+def test_a_full_disk_under_the_cache_stops_the_run_in_one_line_and_never_hangs(
+    server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache_dir = tmp_path / "cache"
+    cache = ResponseCache(cache_dir)
+    full_disk(monkeypatch, cache_dir)
+    said = f"response cache {cache_dir}: cannot write: No space left on device"
+    model = make_model(server, cache=cache)
+    first = run_within(20, model, questions([1, 2]))
+    assert [r.error for r in first] == [said, said] and model.fatal_error == said
+    # the same requests again, as the next cell asks them: no lock of the first try is left held
+    again = run_within(20, make_model(server, cache=cache), questions([1, 2]))
+    assert [r.error for r in again] == [said, said]
+    assert server.total_requests == 0  # nothing paid for that could not be kept
+    assert not list(cache_dir.rglob("*.lock"))  # no lock file left behind
+
+
+def test_a_reply_that_cannot_be_stored_is_kept_and_the_run_stops(
+    server: OpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = ResponseCache(tmp_path)
+    real_write = ResponseCache._write
+
+    def full(self: ResponseCache, path: Path, entry: dict[str, object]) -> None:
+        full_disk(monkeypatch, tmp_path)  # the disk fills while the first reply is on its way
+        real_write(self, path, entry)
+
+    monkeypatch.setattr(ResponseCache, "_write", full)
+    model = make_model(server, cache=cache, max_concurrency=1, adaptive=False)
+    first, second = run_within(20, model, questions([1, 2]))
+    assert first.text == "echo: question 1"  # paid for: used, though not kept
+    assert second.error is not None and "No space left on device" in second.error
+    assert model.fatal_error is not None and server.total_requests == 1
+
+
+@pytest.mark.parametrize("kind", ["file", "read-only"])
+def test_a_cache_that_cannot_be_written_is_said_in_one_line(tmp_path: Path, kind: str) -> None:
+    where = tmp_path / "cache"
+    if kind == "file":
+        where.write_text("not a directory")
+        assert cache_problem(where) == f"response cache {where}: not a directory (a file is in its place)"
+        return
+    where.mkdir()
+    where.chmod(0o500)
+    try:
+        if os.access(where, os.W_OK):
+            pytest.skip("running as root: a read-only directory is writable")
+        assert cache_problem(where) == f"response cache {where}: cannot write into it: Permission denied"
+    finally:
+        where.chmod(0o700)
 
 
 @pytest.mark.parametrize("where", ["refused", "unresolvable"])

@@ -96,7 +96,14 @@ class Usage:
 
 
 class MemoModel:
-    """Sends each distinct request once per process; successes are remembered."""
+    """Sends each distinct request once per process; its outcome, success or failure, is remembered.
+
+    A request that failed after its retries is failed for every condition that
+    asks for it later, exactly as a success is shared: retrying it for each
+    would pay for the same failure again and could give one prompt two
+    outcomes in one run (failed for one cell, answered for another). The next
+    run tries it again.
+    """
 
     def __init__(self, model: ChatModel) -> None:
         self.model = model
@@ -111,17 +118,14 @@ class MemoModel:
         return self.model.name
 
     def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        """Results for ``requests``; only requests never answered before are sent."""
+        """Results for ``requests``; only requests never sent before are sent."""
         keys = [request_digest(r) for r in requests]
         missing = {k: r for k, r in zip(keys, requests) if k not in self._memo}
-        fresh: dict[bytes, ChatResult] = {}
         if missing:
-            fresh = dict(zip(missing, self.model.run(list(missing.values()))))
-            for key, result in fresh.items():
-                if result.ok:
-                    self._memo[key] = result
+            for key, result in zip(missing, self.model.run(list(missing.values()))):
+                self._memo[key] = result
                 self._count(result)
-        return [self._memo.get(k) or fresh[k] for k in keys]
+        return [self._memo[k] for k in keys]
 
     def _count(self, result: ChatResult) -> None:
         usage = self.usage

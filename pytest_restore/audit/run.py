@@ -282,16 +282,11 @@ class Audit:
     def oracle(self, questions: Sequence[Prepared]) -> dict[str, Outcome]:
         """Clean-gold outcomes, once per question and reader."""
         todo = [p for p in questions if p.question.question_id not in self._oracle]
-        fresh: dict[str, Outcome] = {}
         if todo:
             for p, o in zip(todo, self.evaluate([(p.history, p.history.gold) for p in todo])):
-                fresh[p.question.question_id] = o
-                if o.error is None:  # a failed oracle call is tried again by the next cell
-                    self._oracle[p.question.question_id] = o
-        return {
-            p.question.question_id: self._oracle.get(p.question.question_id) or fresh[p.question.question_id]
-            for p in questions
-        }
+                # a failed oracle call stays failed for every cell of the run (the models share it)
+                self._oracle[p.question.question_id] = o
+        return {p.question.question_id: self._oracle[p.question.question_id] for p in questions}
 
     def importance(self, questions: Sequence[Prepared]) -> tuple[dict[str, int], dict[str, str]]:
         """Importance scores of every unit content, and the questions whose scoring failed."""
@@ -350,8 +345,8 @@ class Audit:
             return self._cells[key][1]
         whole = questions is None
         run = self._run_cell(policy, budget, self.questions if questions is None else questions, ablate=whole)
-        if questions is None and all(r.excluded is None for r in run.records):
-            # a cell with failed calls runs again next time (the failures may be retried)
+        if questions is None:
+            # failed calls included: running it again would give the same outcomes (the models share them)
             self._cells[key] = (policy, run)
         return run
 

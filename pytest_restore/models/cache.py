@@ -34,10 +34,23 @@ local disk); a waiter gives up waiting after ``lock_timeout`` seconds and
 sends the request itself, which costs a duplicate call, never a wrong answer.
 On platforms without ``fcntl`` the cache still works, without the in-flight
 dedupe.
+
+**Failures, shared for one run.** A model created for a run (``run`` set)
+leaves each call that failed for good as ``<key>.failed``, stamped with the
+run: another process of the same run that asks for the same request (an
+xdist worker running another cell) gets the same failure instead of paying
+for the same retries again, exactly as it would get a success. Another run
+ignores the stamp and tries again; a later success removes it.
+
+**A disk that refuses.** Every write (lock, entry, failure) that fails with
+an ``OSError`` (a full disk, a read-only directory, a file where a directory
+should be) is raised as :class:`CacheError`, one line naming the cache and
+the cause. A failed write never leaves a lock held or a lock file behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -63,6 +76,42 @@ except ImportError:  # pragma: no cover - Windows
 
 #: Bumped whenever the key's canonical form or the entry layout changes.
 CACHE_SCHEMA = 1
+
+
+class CacheError(OSError):
+    """The response cache cannot be written (one line: the cache and the cause)."""
+
+
+def cache_problem(directory: str | os.PathLike[str]) -> str | None:
+    """Why the response cache at ``directory`` cannot be used, in one line, or ``None``.
+
+    Checked before any model call: the directory is created if need be, must
+    be a directory, and must take a file (written and removed again).
+    """
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        return f"response cache {path}: not a directory (a file is in its place)"
+    except OSError as err:
+        return f"response cache {path}: cannot create it: {_cause(err)}"
+    if not path.is_dir():
+        return f"response cache {path}: not a directory (a file is in its place)"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".probe.", dir=path)
+        try:
+            os.write(fd, b"probe\n")
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as err:
+        return f"response cache {path}: cannot write into it: {_cause(err)}"
+    return None
+
+
+def _cause(err: OSError) -> str:
+    """An ``OSError`` without its file name (the caller names the place): ``No space left on device``."""
+    return err.strerror or type(err).__name__
 
 
 def request_key(model: str, request: ChatRequest) -> str:
@@ -167,9 +216,15 @@ def try_flock(path: Path) -> KeyLock | None:
         except FileNotFoundError:
             same_file = False
         if same_file:
-            os.ftruncate(fd, 0)
-            # Who holds it, for a human looking at a stuck run.
-            os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+            try:
+                os.ftruncate(fd, 0)
+                # Who holds it, for a human looking at a stuck run.
+                os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+            except BaseException:
+                # A full disk: the lock must not stay held by a descriptor nobody owns (every
+                # later claim of the key in this process would wait for it), nor its file left.
+                KeyLock(path, fd).release()
+                raise
             return KeyLock(path, fd)
         os.close(fd)
 
@@ -177,15 +232,26 @@ def try_flock(path: Path) -> KeyLock | None:
 class ResponseCache:
     """A persistent directory of successful chat replies, safe across processes."""
 
-    def __init__(self, directory: str | os.PathLike[str], *, lock_timeout: float = 900.0) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], *, lock_timeout: float = 900.0, run: str | None = None
+    ) -> None:
         """Open (and create) the cache at ``directory``.
 
         ``lock_timeout``: the longest a request waits for another process that
-        is sending the same request before sending it itself.
+        is sending the same request before sending it itself. ``run`` names the
+        run whose failed calls are shared between its processes (``None``:
+        failures are not shared). A directory that cannot be made raises
+        :class:`CacheError`.
         """
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise CacheError(f"response cache {self.directory}: not a directory (a file is in its place)") from None
+        except OSError as err:
+            raise CacheError(f"response cache {self.directory}: cannot create it: {_cause(err)}") from None
         self.lock_timeout = lock_timeout
+        self.run = run
         self._counts = {"hits": 0, "misses": 0, "writes": 0, "waits": 0}
         self._counts_lock = threading.Lock()
 
@@ -197,6 +263,9 @@ class ResponseCache:
 
     def _lock_path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.lock"
+
+    def _failure_path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.failed"
 
     # -- reading -----------------------------------------------------------
 
@@ -263,33 +332,60 @@ class ResponseCache:
             "output_tokens": result.output_tokens,
             "created": time.time(),
         }
-        path = self.entry_path(key)
-        path.parent.mkdir(exist_ok=True)
-        if path.is_dir() and not path.is_symlink():
-            # outside damage in the entry's place: os.replace cannot move a file onto it
-            shutil.rmtree(path, ignore_errors=True)
-        # Temp file in the same directory: os.replace is atomic only within
-        # one filesystem, and a killed writer leaves a stray .tmp, not a torn entry.
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(entry, handle, ensure_ascii=False, sort_keys=True)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
+        self._write(self.entry_path(key), entry)
+        with contextlib.suppress(OSError):  # a success ends a failure of this run or an earlier one
+            os.unlink(self._failure_path(key))
         self._count("writes")
+
+    def put_failure(self, key: str, error: str) -> None:
+        """Leave the failure of ``key`` for the other processes of this run (nothing without a run)."""
+        if self.run is not None:
+            self._write(self._failure_path(key), {"schema": CACHE_SCHEMA, "key": key, "run": self.run, "error": error})
+
+    def failure(self, key: str) -> str | None:
+        """The error of ``key``'s call that failed earlier in this run, or ``None``."""
+        if self.run is None:
+            return None
+        try:
+            entry = json.loads(self._failure_path(key).read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError):
+            return None
+        if not isinstance(entry, dict) or entry.get("run") != self.run or entry.get("key") != key:
+            return None  # another run's failure: tried again
+        error = entry.get("error")
+        return error if isinstance(error, str) else None
+
+    def _write(self, path: Path, entry: dict[str, object]) -> None:
+        """``entry`` as JSON at ``path``, atomically; an ``OSError`` is raised as :class:`CacheError`."""
+        try:
+            path.parent.mkdir(exist_ok=True)
+            if path.is_dir() and not path.is_symlink():
+                # outside damage in the entry's place: os.replace cannot move a file onto it
+                shutil.rmtree(path, ignore_errors=True)
+            # Temp file in the same directory: os.replace is atomic only within
+            # one filesystem, and a killed writer leaves a stray .tmp, not a torn entry.
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:16]}.", suffix=".tmp", dir=path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    json.dump(entry, handle, ensure_ascii=False, sort_keys=True)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+        except OSError as err:
+            raise CacheError(f"response cache {self.directory}: cannot write: {_cause(err)}") from None
 
     # -- cross-process claims ---------------------------------------------
 
     def try_lock(self, key: str) -> KeyLock | None:
         """Claim ``key`` for sending, or ``None`` if another process holds it now."""
         path = self._lock_path(key)
-        path.parent.mkdir(exist_ok=True)
-        return try_flock(path)
+        try:
+            path.parent.mkdir(exist_ok=True)
+            return try_flock(path)
+        except OSError as err:
+            raise CacheError(f"response cache {self.directory}: cannot write: {_cause(err)}") from None
 
     def note_wait(self) -> None:
         """Count one request that waited for another process."""

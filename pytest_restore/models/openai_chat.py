@@ -19,7 +19,14 @@ for the model's life, so pooled connections carry over from run to run
   (not allowed), a 404 (unknown model) and an unreachable server (refused, or a host that
   does not resolve) are logged as an error once, fail the rest of the batch
   without sending it, and are kept in ``fatal_error`` so the caller can stop
-  the run. The key itself is never logged, stored or put in an error.
+  the run. The key itself is never logged, stored or put in an error: every
+  text a server returns (replies, error bodies, the served model id) passes
+  :class:`KeyRedactor` first, which removes the key in any letter case, any
+  run of at least :data:`MIN_KEY_FRAGMENT` consecutive characters of it, and
+  its percent-encoded and base64 (standard or URL-safe, any alignment) forms;
+- a response cache that cannot be written (a full disk) stops the run with
+  one line (``fatal_error``), and a failed call is shared with the run's other
+  processes through the cache (``ResponseCache.put_failure``), as a success is.
 
 Decoding follows the model family (``decoding_parameters``): classic chat
 models get the request's ``temperature`` (0 in the audit) and ``max_tokens``;
@@ -44,6 +51,9 @@ server that computes one request at a time is not flooded. The served snapshot i
 from __future__ import annotations
 
 import asyncio
+import base64
+import concurrent.futures
+import errno
 import json
 import logging
 import os
@@ -57,9 +67,10 @@ from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from pytest_restore.models.base import ChatRequest, ChatResult
-from pytest_restore.models.cache import KeyLock, ResponseCache, request_key
+from pytest_restore.models.cache import CacheError, KeyLock, ResponseCache, request_key
 from pytest_restore.models.decoding import (
     decoding_parameters,
     estimate_tokens,
@@ -95,6 +106,70 @@ DEFAULT_MAX_RETRY_AFTER = 60.0
 #: margin) cannot be an answer within the budget: refused as a failed call.
 MAX_CHARS_PER_TOKEN = 16
 _REPLY_MARGIN_CHARS = 4096
+#: The shortest run of the key's characters that is redacted where it appears (a server
+#: echoing part of the key); shorter runs are too likely to be ordinary text.
+MIN_KEY_FRAGMENT = 10
+#: Latin upper case to lower case, one character for one, so positions in a folded text
+#: are positions in the text (``str.lower`` may change a text's length).
+_ASCII_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+#: Said in place of anything redacted.
+REDACTED = "[redacted]"
+
+
+class KeyRedactor:
+    """Removes an API key from text in the forms a server can send it back in.
+
+    Covered: the exact key, the key in any letter case, any run of at least
+    :data:`MIN_KEY_FRAGMENT` consecutive characters of it (a truncated echo
+    such as ``sk-proj-AbC...``), its percent-encoding, and its base64 in the
+    standard and URL-safe alphabets at any of the three byte alignments (as in
+    a Basic-auth header), fragments of those included. Not covered: other
+    transformations (hex, reversed, hashed, split by other text). Matching
+    ignores letter case, so a base64 fragment in another case is redacted too
+    (harmless: it is noise in a reply).
+    """
+
+    def __init__(self, key: str) -> None:
+        forms = {key, quote(key, safe="")}
+        raw = key.encode("utf-8")
+        for pad in range(3):
+            for encode in (base64.b64encode, base64.urlsafe_b64encode):
+                encoded = encode(b"\0" * pad + raw).decode("ascii").rstrip("=")
+                # drop the characters that also encode the padding bytes or a partial last group
+                start = (pad * 4 + 2) // 3
+                forms.add(encoded[start : len(encoded) - 2])
+        size = min(MIN_KEY_FRAGMENT, len(key))
+        self.size = size
+        self._windows = {
+            form.translate(_ASCII_FOLD)[i : i + size]
+            for form in forms
+            if len(form) >= size
+            for i in range(len(form) - size + 1)
+        }
+
+    def __call__(self, text: str) -> str:
+        """``text`` with every covered form of the key replaced by ``[redacted]``."""
+        size = self.size
+        if not self._windows or len(text) < size:
+            return text
+        folded = text.translate(_ASCII_FOLD)
+        windows = self._windows
+        spans: list[list[int]] = []
+        for i in range(len(folded) - size + 1):
+            if folded[i : i + size] in windows:
+                if spans and i <= spans[-1][1]:
+                    spans[-1][1] = i + size
+                else:
+                    spans.append([i, i + size])
+        if not spans:
+            return text
+        out, last = [], 0
+        for start, end in spans:
+            out += [text[last:start], REDACTED]
+            last = end
+        out.append(text[last:])
+        return "".join(out)
+
 
 class _RunState:
     """What the concurrent calls of one ``run`` share."""
@@ -172,6 +247,7 @@ class OpenAIChatModel:
         key = os.environ.get(API_KEY_ENV)
         self._key_from_env = bool(key)
         self._api_key = key or PLACEHOLDER_KEY
+        self._redactor = KeyRedactor(key) if key else None
         # Each xdist worker is a separate process with its own meters; the
         # provider sees their sum.
         workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
@@ -212,11 +288,30 @@ class OpenAIChatModel:
         # The batch runs on the model's own event loop thread, so this works
         # from plain code and from inside someone else's event loop alike.
         future = asyncio.run_coroutine_threadsafe(self._run(requests), self._event_loop())
+        # Every await of a call has its own deadline, so the batch has one too: the calls one
+        # after another, each as long as it can take. Waited for in slices, so a loop thread
+        # that died is noticed rather than waited on for ever.
+        deadline = time.monotonic() + self.call_deadline * len(requests) + 60.0
         try:
-            return future.result()
+            while True:
+                try:
+                    return future.result(timeout=1.0)
+                except concurrent.futures.TimeoutError:
+                    thread = self._thread
+                    if thread is None or not thread.is_alive():
+                        raise RuntimeError(f"{self.name}: the model's event loop stopped mid-batch") from None
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"{self.name}: a batch of {len(requests)} requests did not end within its deadline"
+                        ) from None
         except BaseException:
             future.cancel()  # Ctrl-C: stop sending; completed replies are cached
             raise
+
+    @property
+    def call_deadline(self) -> float:
+        """The longest one distinct request can take: every try, each timed out, each followed by the longest wait."""
+        return self.max_tries * (self.timeout + max(self.backoff_cap, self.max_retry_after)) + self.timeout
 
     def close(self) -> None:
         """Close the connections and stop the model's event loop; ``run`` restarts them."""
@@ -292,6 +387,8 @@ class OpenAIChatModel:
             result = await self._answer_via_cache(state, key, request)
         except asyncio.CancelledError:
             raise
+        except CacheError as exc:  # a full disk: every later call would be paid for and lost
+            result = self._stop_run(state, str(exc))
         except Exception as exc:  # one bug must not sink the whole batch
             logger.exception("unexpected error answering a request for %s", self.name)
             result = ChatResult(text=None, error=self._redact(f"internal error: {exc!r}"))
@@ -321,23 +418,32 @@ class OpenAIChatModel:
         if hit is not None:
             return hit
         waiting_since: float | None = None
+        # no longer than the holder's own call can take: a holder that outlives it is stuck
+        patience = min(cache.lock_timeout, self.call_deadline)
         poll = 0.02
         while True:
             async with state.slots:
-                waited_out = (
-                    waiting_since is not None
-                    and self._clock() - waiting_since > cache.lock_timeout
-                )
+                waited_out = waiting_since is not None and self._clock() - waiting_since > patience
                 lock = None if waited_out else cache.try_lock(key)
                 if lock is not None or waited_out:
                     with lock if lock is not None else nullcontext():
-                        # Another process may have finished it since our lookup.
+                        # Another process may have finished it since our lookup, or failed it
+                        # for good in this run: its outcome is ours, success or failure alike.
                         hit = self._usable(cache.peek(key))
                         if hit is not None:
                             return hit
+                        failed = cache.failure(key)
+                        if failed is not None:
+                            return ChatResult(text=None, error=failed, cached=True)
                         result = await self._call(state, request, lock)
-                        if result.ok:
-                            cache.put(self.model, request, result)
+                        try:
+                            if result.ok:
+                                cache.put(self.model, request, result)
+                            elif state.fatal_error is None:
+                                cache.put_failure(key, result.error or "failed")
+                        except CacheError as exc:
+                            # the reply is good, but the run stops: the next one could not be kept
+                            self._stop_run(state, str(exc))
                     return result
             # Another process is sending this very request: wait for its entry
             # outside the semaphore, so our slots go to requests we can send.
@@ -409,8 +515,7 @@ class OpenAIChatModel:
                 last_error = f"timed out after {self.timeout:g}s"
                 state.slots.overloaded()
             except openai.APIConnectionError as exc:
-                cause = exc.__cause__ or exc
-                last_error = self._redact(f"connection error: {type(cause).__name__}: {cause}")
+                last_error = self._redact(f"connection error: {_connection_detail(exc)}")
                 if _unreachable(exc):
                     # Nothing listens there (or the name does not resolve): minutes of
                     # backoff would not change that, for this call or any other. Say it now.
@@ -536,10 +641,8 @@ class OpenAIChatModel:
         )
 
     def _redact(self, text: str) -> str:
-        """``text`` with the API key removed, should a server echo it."""
-        if self._key_from_env and self._api_key in text:
-            return text.replace(self._api_key, "[redacted]")
-        return text
+        """``text`` with the API key removed in every form :class:`KeyRedactor` covers, should a server echo it."""
+        return self._redactor(text) if self._redactor is not None else text
 
 
 def _status_detail(exc: openai.APIStatusError) -> str:
@@ -551,6 +654,32 @@ def _status_detail(exc: openai.APIStatusError) -> str:
         message = inner.get("message") if isinstance(inner, dict) else inner
     text = str(message) if message else str(exc)
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what caused it, outermost first (each once)."""
+    seen: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and all(cause is not s for s in seen):
+        seen.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return seen
+
+
+def _connection_detail(exc: BaseException) -> str:
+    """What went wrong with a connection, in words: the innermost cause that says something.
+
+    The client's own errors often carry no message (``ReadError: ``); a reset
+    connection is named as such.
+    """
+    chain = _causes(exc)
+    inner = chain[1:] or chain
+    if any(isinstance(c, ConnectionResetError) or getattr(c, "errno", None) == errno.ECONNRESET for c in chain):
+        return f"the server reset the connection before its reply was complete ({type(inner[0]).__name__})"
+    for cause in inner:
+        if str(cause).strip():
+            return f"{type(cause).__name__}: {cause}"
+    return f"the connection ended without a reply ({type(inner[0]).__name__}, no message from the client)"
 
 
 def _unreachable(exc: BaseException) -> bool:

@@ -56,6 +56,8 @@ class ModelOptions:
     timeout: float = 60.0
     max_retry_after: float = 60.0
     quiet: bool = False
+    #: The run whose processes share their failed calls through the cache (``None``: not shared).
+    run: str | None = None
 
 
 #: What a reply must look like before it is accepted (else it is retried, then failed).
@@ -106,7 +108,7 @@ class OpenAIProvider(ModelProvider):
         return OpenAIChatModel(
             model=model,
             base_url=options.base_url,
-            cache=ResponseCache(options.cache_dir) if use_cache else None,
+            cache=ResponseCache(options.cache_dir, run=options.run) if use_cache else None,
             max_concurrency=options.max_concurrency,
             rpm=options.rpm,
             tpm=options.tpm,

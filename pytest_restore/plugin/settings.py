@@ -158,9 +158,13 @@ class RestoreSettings:
         """Every model name the run uses, in every role."""
         return [*self.readers, self.judge, self.scorer, *([self.audit_judge] if self.audit_judge else [])]
 
-    def model_options(self, cache_root: Path) -> ModelOptions:
-        """How real models are reached (the response cache under ``cache_root`` unless ``--restore-cache`` names one)."""
+    def model_options(self, cache_root: Path, run: str | None = None) -> ModelOptions:
+        """How real models are reached (the response cache under ``cache_root`` unless ``--restore-cache`` names one).
+
+        ``run`` names the session: its processes share their failed calls through the cache.
+        """
         return ModelOptions(
+            run=run,
             cache_dir=Path(self.cache) if self.cache else cache_root / "responses",
             base_url=self.base_url,
             max_concurrency=self.max_concurrency,
