@@ -4,6 +4,12 @@ Each subcommand is two functions: ``_add_<name>(subparsers)`` declares its
 arguments and sets ``func``; ``_run_<name>(args)`` does the work and returns the
 exit code. To add one, write both and list the ``_add_`` function in
 ``_SUBCOMMANDS``.
+
+Every argument is checked before any work: a bad value is argparse's
+one-line usage error, exit 2; an output directory that cannot be written
+(:func:`pytest_restore.exits.out_dir_problem`, before the work, or a full disk
+during it) is one line and exit 74 (``exits.IO_ERROR``). ``compare
+--fail-if-worse`` keeps 1 for "worse".
 """
 
 from __future__ import annotations
@@ -15,7 +21,31 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from pytest_restore.exits import IO_ERROR, os_cause, out_dir_problem
+
 __all__ = ["build_parser", "main"]
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number no smaller than ``minimum`` (else a usage error, exit 2)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is below the minimum of {minimum}")
+        return value
+
+    parse.__name__ = "whole number"  # how argparse names the type in its messages
+    return parse
+
+
+def _io_error(label: str, where: object, err: OSError) -> int:
+    """Say a file-system failure in one line (the place and the cause); the I/O exit code."""
+    print(f"error: {label} {where}: {os_cause(err)}", file=sys.stderr)
+    return IO_ERROR
 
 # --------------------------------------------------------------------------- generate
 
@@ -29,11 +59,11 @@ def _add_generate(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
             "always give a byte-identical file."
         ),
     )
-    parser.add_argument("--questions", type=int, required=True, help="number of questions (500 = full mix)")
-    parser.add_argument("--seed", type=int, required=True, help="random seed")
+    parser.add_argument("--questions", type=at_least(0), required=True, help="number of questions (500 = full mix)")
+    parser.add_argument("--seed", type=at_least(0), required=True, help="random seed")
     parser.add_argument("--out", required=True, help="output JSON file")
     parser.add_argument(
-        "--tokens-per-history", type=int, default=102_000,
+        "--tokens-per-history", type=at_least(1000), default=102_000,
         help="target o200k tokens per history (default: 102000)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -43,13 +73,11 @@ def _add_generate(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
 def _run_generate(args: argparse.Namespace) -> int:
     from pytest_restore.synthetic.generator import generate, history_tokens, write_dataset
 
-    if args.questions < 0:
-        print(f"error: --questions must be >= 0, got {args.questions}", file=sys.stderr)
-        return 2
-    if args.tokens_per_history < 1000:
-        print(f"error: --tokens-per-history must be >= 1000, got {args.tokens_per_history}",
-              file=sys.stderr)
-        return 2
+    out = Path(args.out)
+    problem = out_dir_problem(out.parent, "--out") if not out.is_dir() else f"--out {out}: is a directory, not a file"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return IO_ERROR
     started = time.perf_counter()
     step = max(1, args.questions // 10)
 
@@ -61,7 +89,10 @@ def _run_generate(args: argparse.Namespace) -> int:
     records = generate(args.questions, args.seed, args.tokens_per_history, progress=progress)
     if not args.quiet:
         print(f"generate: writing {args.out}", file=sys.stderr)
-    digest = write_dataset(records, args.out)
+    try:
+        digest = write_dataset(records, args.out)
+    except OSError as err:
+        return _io_error("--out", args.out, err)
     sizes = [history_tokens(r) for r in records]
     mean = sum(sizes) / len(sizes) if sizes else 0.0
     print(
@@ -101,21 +132,25 @@ def _run_report(args: argparse.Namespace) -> int:
     from pytest_restore.report.writer import write_report
     from pytest_restore.stats.families import default_families
 
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        print(f"error: --out {args.out}: is a file, not a directory", file=sys.stderr)
-        return 2
+    problem = out_dir_problem(args.out, "--out")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return IO_ERROR
     try:
         records = read_records(args.records)
         # no conftest.py here: the built-in families and those of installed packages' entry points
         info = replace(read_run_info(args.records), families=tuple(default_families().values()))
         check_run_info(records, info, args.records)
-        files = write_report(records, info, args.out)
     except RecordsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except ValueError as err:  # records that read well but contradict each other
         print(f"error: {args.records}: {err}", file=sys.stderr)
         return 2
+    try:
+        files = write_report(records, info, args.out)
+    except OSError as err:  # a full disk, or the directory made read-only since the check
+        return _io_error("--out", args.out, err)
     print(f"report: {len(records)} records -> {files.out_dir}")
     for failure in files.failures:
         print(f"expectation not met: {failure}")
@@ -149,8 +184,8 @@ def _add_compare(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         help="exit 1 when a cell's FIGURE (two_bin_share, irr_rate, rec_rate, accuracy) got worse by more "
         "than THRESHOLD (repeatable); worse is up, except for accuracy",
     )
-    parser.add_argument("--bootstrap", type=int, default=10_000, help="resamples (default: 10000)")
-    parser.add_argument("--bootstrap-seed", type=int, default=None, help="seed (default: the report's)")
+    parser.add_argument("--bootstrap", type=at_least(100), default=10_000, help="resamples, at least 100 (default: 10000)")
+    parser.add_argument("--bootstrap-seed", type=at_least(0), default=None, help="seed (default: the report's)")
     parser.set_defaults(func=_run_compare)
 
 
@@ -168,6 +203,14 @@ def _run_compare(args: argparse.Namespace) -> int:
 
     try:
         thresholds = [parse_threshold(t) for t in args.fail_if_worse]
+    except CompareError as err:  # checked before any work, as argparse checks the rest
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    problem = out_dir_problem(args.out, "--out")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return IO_ERROR
+    try:
         comparison = compare_dirs(
             args.old, args.new, resamples=args.bootstrap,
             seed=DEFAULT_SEED if args.bootstrap_seed is None else args.bootstrap_seed,
@@ -175,7 +218,10 @@ def _run_compare(args: argparse.Namespace) -> int:
     except (CompareError, RecordsError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    write(comparison, args.out)
+    try:
+        write(comparison, args.out)
+    except OSError as err:
+        return _io_error("--out", args.out, err)
     print(render_markdown(comparison), end="")
     print(f"compare: {len(comparison.cells)} cells -> {args.out}/compare.md, compare.json")
     worse = worse_cells(comparison, thresholds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -147,11 +148,14 @@ def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
 FULL_DISK = '''
 import builtins, errno, io, os
 
-def _full():
-    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+_CODE = [errno.ENOSPC]
 
-def full_disk_patches(*roots):
-    """(object, attribute, replacement) for each write path: writes under ``roots`` fail with ENOSPC."""
+def _full():
+    return OSError(_CODE[0], os.strerror(_CODE[0]))
+
+def full_disk_patches(*roots, code=errno.ENOSPC):
+    """(object, attribute, replacement) for each write path: writes under ``roots`` fail with ``code`` (ENOSPC)."""
+    _CODE[0] = code
     roots = tuple(os.path.realpath(str(r)) + os.sep for r in roots)
     under = lambda path: os.path.realpath(str(path)).startswith(roots)
 
@@ -199,11 +203,11 @@ def full_disk_patches(*roots):
 '''
 
 
-def full_disk(monkeypatch: pytest.MonkeyPatch, *roots: Path) -> None:
-    """Make the disk under ``roots`` full for this test (see ``FULL_DISK``)."""
+def full_disk(monkeypatch: pytest.MonkeyPatch, *roots: Path, code: int = errno.ENOSPC) -> None:
+    """Make the disk under ``roots`` full for this test (see ``FULL_DISK``); ``errno.EROFS``: read-only."""
     namespace: dict[str, object] = {}
     exec(FULL_DISK, namespace)  # noqa: S102 - our own source text, shared with child runs
-    patches = namespace["full_disk_patches"](*roots)  # type: ignore[operator]
+    patches = namespace["full_disk_patches"](*roots, code=code)  # type: ignore[operator]
     for obj, name, replacement in patches:
         monkeypatch.setattr(obj, name, replacement)
 

@@ -58,7 +58,9 @@ def flip(result: ChatResult) -> ChatResult:
 
 
 def make_audit(
-    dataset: Dataset, reader_rewrite: Callable[[ChatRequest, ChatResult], ChatResult] | None = None
+    dataset: Dataset,
+    reader_rewrite: Callable[[ChatRequest, ChatResult], ChatResult] | None = None,
+    judge: ChatModel | None = None,
 ) -> Audit:
     """An audit of ``dataset`` with the fake models (the reader's results optionally rewritten)."""
     fake_reader = FakeReader(name="fake-reader")
@@ -69,7 +71,7 @@ def make_audit(
         dataset,
         AuditConfig(budgets=BUDGETS),
         reader=reader,
-        judge=FakeJudge(name="fake-judge"),
+        judge=judge or FakeJudge(name="fake-judge"),
         scorer=FakeScorer(name="fake-scorer"),
     )
     fake_reader.learn(p.history for p in audit.questions)
@@ -228,6 +230,61 @@ def test_threshold_printing_never_looks_equal() -> None:
     assert _versus(0.85, 0.90) == ("0.85", "0.90")
     assert _versus(0.899, 0.90) == ("0.899", "0.900")
     assert _versus(0.0501, 0.05) == ("0.0501", "0.0500")
+
+
+# -- a judge that cannot tell right from wrong -------------------------------------------
+
+
+class OneWordJudge:
+    """A broken judge: the same verdict for every answer (perfectly self-consistent)."""
+
+    def __init__(self, verdict: str) -> None:
+        self.verdict = verdict
+
+    @property
+    def name(self) -> str:
+        return f"always-{self.verdict.lower()}"
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        return [ChatResult(self.verdict) for _ in requests]
+
+
+def test_the_probes_are_known_verdicts(tiny: Dataset) -> None:
+    result = calibrate(make_audit(tiny), fresh_judge=FakeJudge())
+    # 7 questions, three probes each; every reference differs in its words from some other one
+    assert (result.probe_reference_correct, result.probe_reference) == (7, 7)
+    assert (result.probe_wrong_incorrect, result.probe_wrong) == (14, 14)
+    assert (result.probe_dont_know_incorrect, result.probe_dont_know) == (7, 7)
+    assert result.probe_reference_rate == result.probe_wrong_rate == 1.0 and result.passed
+    assert "| judge probes: wrong answers graded INCORRECT | 1.000 | 14 of 14 (7 of 7 \"I don't know.\")" in (
+        result.render_markdown()
+    )
+
+
+@pytest.mark.parametrize(
+    ("verdict", "line"),
+    [
+        (
+            "CORRECT",
+            ("judge cannot tell right from wrong answers: 7 of 7 reference answers graded CORRECT, 0 of 14 wrong "
+            "ones graded INCORRECT (0 of 7 \"I don't know.\", 0 of 7 other questions' answers); 0 unreadable; "
+            "each must be at least 0.90"),
+        ),
+        (
+            "INCORRECT",
+            ("judge cannot tell right from wrong answers: 0 of 7 reference answers graded CORRECT, 14 of 14 wrong "
+            "ones graded INCORRECT (7 of 7 \"I don't know.\", 7 of 7 other questions' answers); 0 unreadable; "
+            "each must be at least 0.90"),
+        ),
+    ],
+)
+def test_a_judge_with_one_word_for_everything_fails_the_gate(tiny: Dataset, verdict: str, line: str) -> None:
+    # the reader says "I don't know." every time (the issue's case) or answers well: the gate fails either way
+    for reader_rewrite in (None, lambda req, res: ChatResult(DONT_KNOW)):
+        judge = OneWordJudge(verdict)
+        result = calibrate(make_audit(tiny, reader_rewrite, judge=judge), fresh_judge=judge)
+        assert result.judge_consistency == 1.0  # perfectly consistent, and useless
+        assert not result.passed and line in result.reasons
 
 
 # -- negative restore gains -------------------------------------------------------------

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID
+from grid_helpers import GRID, ChildRun, full_disk
 
 from pytest_restore.__main__ import main
 from pytest_restore.compare import CompareError, compare_records, parse_threshold, worse_cells
+from pytest_restore.exits import IO_ERROR
 
 
 def _record(qid: str, bin_: str | None, correct: bool, seed: int = 0) -> dict[str, Any]:
@@ -63,3 +66,63 @@ def test_a_ranker_change_moves_fifo_80k_and_the_gate_fails(
     assert main(["compare", old, new, "--out", out, "--fail-if-worse", "rec_rate=0.05"]) == 1
     assert "worse: fifo 80k (b): rec_rate" in capsys.readouterr().out
     assert main(["compare", old, new, "--out", out, "--fail-if-worse", "rec_rate=0.9"]) == 0
+
+
+# -- every argument checked before work; a disk that refuses is one line and exit 74 ---------------
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--bootstrap", "0"], "argument --bootstrap: '0' is below the minimum of 100"),
+        (["--bootstrap", "-5"], "argument --bootstrap: '-5' is below the minimum of 100"),
+        (["--bootstrap", "lots"], "argument --bootstrap: 'lots' is not a whole number"),
+        (["--bootstrap-seed", "-1"], "argument --bootstrap-seed: '-1' is below the minimum of 0"),
+    ],
+)
+def test_a_bad_compare_argument_is_a_usage_error_not_worse(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:  # before any report directory is read
+        main(["compare", "no-such-old", "no-such-new", *args])
+    assert stopped.value.code == 2  # a usage error; 1 means "worse"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(f"compare: error: {said}") and "Traceback" not in "\n".join(err)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS], ids=["full", "read-only"])
+def test_a_report_out_on_a_disk_that_refuses_is_one_line_and_exit_74(
+    tiny_grid_runs: tuple[ChildRun, ChildRun],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    code: int,
+) -> None:
+    records = tiny_grid_runs[0].report / "records.jsonl"
+    out = tmp_path / "out"
+    full_disk(monkeypatch, tmp_path, code=code)
+    assert main(["report", str(records), "--out", str(out)]) == IO_ERROR
+    assert capsys.readouterr().err == f"error: --out {out}: {os.strerror(code)}\n"
+
+
+def test_an_out_that_cannot_be_made_is_said_before_any_work(
+    tiny_grid_runs: tuple[ChildRun, ChildRun], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "taken").write_text("a file")
+    report = tiny_grid_runs[0].report
+    for args in (["report", str(report / "records.jsonl")], ["compare", str(report), str(report)]):
+        assert main([*args, "--out", str(tmp_path / "taken" / "out")]) == IO_ERROR
+        said = f"error: --out {tmp_path / 'taken' / 'out'}: {tmp_path / 'taken'} is a file, not a directory\n"
+        assert capsys.readouterr().err == said
+
+
+def test_compare_out_on_a_full_disk_is_one_line_and_exit_74(
+    tiny_grid_runs: tuple[ChildRun, ChildRun],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    serial, parallel = tiny_grid_runs
+    full_disk(monkeypatch, tmp_path)
+    assert main(["compare", str(serial.report), str(parallel.report), "--out", str(tmp_path / "cmp"), "--bootstrap", "200"]) == IO_ERROR
+    assert capsys.readouterr().err == f"error: --out {tmp_path / 'cmp'}: No space left on device\n"

@@ -99,6 +99,22 @@ def test_bad_options_stop_at_configure_with_one_line(project: pytest.Pytester, a
     assert_one_line_usage_error(result, needle)
 
 
+@pytest.mark.parametrize(
+    ("ini", "needle"),
+    [
+        ("restore_policies = fifo,nonesuch", "ini key restore_policies (tox.ini): unknown policy 'nonesuch'"),
+        ("restore_ranker = nonesuch", "ini key restore_ranker (tox.ini): unknown ranker 'nonesuch'"),
+        ("restore_report_dir = taken/report", "ini key restore_report_dir (tox.ini) taken/report: "),
+        ("restore_prompts = no-such-dir", "ini key restore_prompts (tox.ini): no-such-dir is not a directory"),
+    ],
+)
+def test_an_ini_error_names_the_ini_key(project: pytest.Pytester, ini: str, needle: str) -> None:
+    (project.path / "taken").write_text("a file where the report directory would go")
+    project.makeini(f"[pytest]\nrestore_data = {TINY}\n{ini}\n")
+    result = project.runpytest_inprocess()
+    assert_one_line_usage_error(result, needle)
+
+
 def test_a_prompt_template_with_an_unknown_placeholder_names_file_and_placeholder(project: pytest.Pytester) -> None:
     prompts = project.mkdir("prompts")
     (prompts / "judge_user.txt").write_text("Q: {question}\nGold: {gold}\nSaid: {prediction}\n")
@@ -146,16 +162,20 @@ def test_missing_key_is_said_in_a_dry_run_too(project: pytest.Pytester) -> None:
 # -- 2. a run whose model calls failed does not pass ---------------------------------------------
 
 
-@pytest.mark.parametrize("calibration", ["on", "off"])
+@pytest.mark.parametrize(
+    ("calibration", "processes"),
+    # off: the two cells in two xdist workers, which share each failed prompt as they share a success
+    [("on", ["-p", "no:xdist"]), ("off", ["-n", "2"])],
+)
 def test_a_server_failing_every_call_fails_the_run_with_the_cause(
-    project: pytest.Pytester, tmp_path: Path, calibration: str
+    project: pytest.Pytester, tmp_path: Path, calibration: str, processes: list[str]
 ) -> None:
     def broken(messages: list[dict[str, Any]]) -> str:
         raise RuntimeError("the model is down")  # the server's 500
 
     with OpenAIServer(broken) as server:
         result = project.runpytest_subprocess(
-            "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}",
+            *processes, *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}",
             f"--restore-cache={tmp_path / 'cache'}", "--restore-max-tries=2", f"--restore-calibration={calibration}",
             timeout=120,
         )

@@ -274,7 +274,9 @@ def test_cli_writes_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_cli_rejects_bad_arguments(tmp_path: Path) -> None:
-    assert main(["generate", "--questions", "-1", "--seed", "0", "--out", str(tmp_path / "x")]) == 2
+    with pytest.raises(SystemExit) as stopped:  # argparse's usage error, before any work
+        main(["generate", "--questions", "-1", "--seed", "0", "--out", str(tmp_path / "x")])
+    assert stopped.value.code == 2
     with pytest.raises(SystemExit):
         main([])
 

@@ -14,6 +14,7 @@ STAGE = {
     "registry": 0,
     "record": 0,
     "bootstrap": 0,
+    "exits": 0,
     "data": 1,
     "synthetic": 2,
     "memory": 3,

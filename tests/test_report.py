@@ -357,8 +357,8 @@ def test_report_cli_refuses_out_that_is_a_file(tmp_path: Path) -> None:
     out = tmp_path / "out.txt"
     out.write_text("keep me\n")
     result = _cli("report", str(path), "--out", str(out))
-    assert result.returncode == 2
-    assert result.stderr.strip() == f"error: --out {out}: is a file, not a directory"
+    assert result.returncode == 74  # a file-system problem (exits.IO_ERROR), said before any work
+    assert result.stderr.strip() == f"error: --out {out}: {out} is a file, not a directory"
     assert out.read_text() == "keep me\n"
 
 

@@ -23,6 +23,16 @@ gate measures three things, and the run stops when a threshold is missed:
   means the restored context confuses the reader and the bins would be
   unreliable.
 
+- **Judge probes** (each rate >= 0.90): the grid's judge grades answers
+  whose verdict is known, three per calibration question: the reference
+  answer itself (must be CORRECT), another question's reference that shares
+  no word with it (must be INCORRECT) and "I don't know." (must be
+  INCORRECT). A judge that says CORRECT to everything, or INCORRECT to
+  everything, is perfectly self-consistent; the probes are what catch it.
+  The share of references graded CORRECT and the share of wrong answers
+  graded INCORRECT must each reach the threshold; an unreadable grade or a
+  failed call counts against its probe.
+
 A figure that cannot be measured (no graded items, no policy-correct
 record) fails the gate with its own reason: the gate never passes on no
 evidence. The calibration cell runs through the audit's own (memoised,
@@ -32,16 +42,27 @@ possibly cached) models, so the main grid reuses its calls.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_restore.audit.judge_audit import API_ERROR, JudgeItem, grade, verdict_word
 from pytest_restore.audit.run import Audit, Prepared, select_questions
+from pytest_restore.data.words import STOPWORDS
 from pytest_restore.memory.eviction import Fifo, Policy
 from pytest_restore.models.base import ChatModel
+from pytest_restore.models.prompts import DONT_KNOW
 
 #: The regime the negative-restore-gain rate is measured in (pure top-k, as deployed).
 GATE_REGIME = "b"
+#: The judge probes' kinds: the candidate each is, and the verdict it must get.
+PROBE_KINDS: tuple[tuple[str, str, bool], ...] = (
+    ("reference", "the reference answer", True),
+    ("other", "another question's reference", False),
+    ("dont-know", f"{DONT_KNOW!r}", False),
+)
+_TOKEN = re.compile(r"[a-z0-9]+")
 
 
 @dataclass(frozen=True)
@@ -73,9 +94,24 @@ class CalibrationResult:
     negative_gain_rate: float | None
     cell_records: int
     cell_excluded: int
+    # judge probes: answers of known verdict graded by the grid's judge
+    #: References graded CORRECT, of the reference probes.
+    probe_reference_correct: int
+    probe_reference: int
+    #: Wrong answers (another question's reference, "I don't know.") graded INCORRECT, of those probes.
+    probe_wrong_incorrect: int
+    probe_wrong: int
+    #: Of the wrong ones: "I don't know." graded INCORRECT, of those.
+    probe_dont_know_incorrect: int
+    probe_dont_know: int
+    #: Probes whose grade could not be read or whose call failed (counted against their probe).
+    probe_unreadable: int
+    probe_reference_rate: float | None
+    probe_wrong_rate: float | None
     # thresholds and decision
     min_consistency: float
     max_negative_gain: float
+    min_probe_rate: float
     passed: bool
     reasons: list[str]
     #: Each inconsistent item: ``question_id``, ``sources``, ``candidate``, ``verdicts``
@@ -116,6 +152,17 @@ class CalibrationResult:
                 f">= {self.min_consistency:.2f} | {ok[consistency_ok]} |"
             ),
             (
+                f"| judge probes: references graded CORRECT | {_num(self.probe_reference_rate)} | "
+                f"{self.probe_reference_correct} of {self.probe_reference} | "
+                f">= {self.min_probe_rate:.2f} | {ok[_at_least(self.probe_reference_rate, self.min_probe_rate)]} |"
+            ),
+            (
+                f"| judge probes: wrong answers graded INCORRECT | {_num(self.probe_wrong_rate)} | "
+                f"{self.probe_wrong_incorrect} of {self.probe_wrong} ({self.probe_dont_know_incorrect} of "
+                f"{self.probe_dont_know} {DONT_KNOW!r}); {self.probe_unreadable} unreadable | "
+                f">= {self.min_probe_rate:.2f} | {ok[_at_least(self.probe_wrong_rate, self.min_probe_rate)]} |"
+            ),
+            (
                 f"| oracle-answerable rate | {_num(self.oracle_answerable_rate)} | "
                 f"{self.oracle_correct} of {self.oracle_graded}; {self.oracle_failed} failed calls | "
                 f"reported | {'n/a' if self.oracle_answerable_rate is None else 'ok'} |"
@@ -139,6 +186,51 @@ class CalibrationResult:
 
 def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
+
+
+def _at_least(value: float | None, threshold: float) -> bool:
+    return value is not None and value >= threshold
+
+
+def _tokens(text: str) -> set[str]:
+    """Lower-case letter and digit runs of ``text``, stopwords out (numbers kept: "3" is an answer)."""
+    return set(_TOKEN.findall(text.lower())) - STOPWORDS
+
+
+def probe_items(subset: Sequence[Prepared], pool: Sequence[Prepared]) -> list[tuple[str, JudgeItem, bool]]:
+    """The judge probes of ``subset``: ``(kind, item, expected verdict)``, three per question.
+
+    The wrong answer of a question is the reference of the next question of
+    ``pool`` (in order, wrapping round) that shares no word or number with its
+    reference and is not the same text, so no fair judge could call it right;
+    a question with no such other question has no wrong-answer probe.
+    """
+    probes: list[tuple[str, JudgeItem, bool]] = []
+    for p in subset:
+        q = p.question
+        here = next((i for i, other in enumerate(pool) if other.question.question_id == q.question_id), -1)
+        own = _tokens(q.answer)
+        other_answer = None
+        for step in range(1, len(pool)):
+            candidate = pool[(here + step) % len(pool)].question.answer
+            if candidate.strip().lower() != q.answer.strip().lower() and not (own & _tokens(candidate)):
+                other_answer = candidate
+                break
+        for kind, _said, expected in PROBE_KINDS:
+            shown = {"reference": q.answer, "other": other_answer, "dont-know": DONT_KNOW}[kind]
+            if shown is None:
+                continue
+            item = JudgeItem(
+                question_id=q.question_id,
+                question_type=q.question_type,
+                question=q.question,
+                reference=q.answer,
+                candidate=shown,
+                first_verdict=expected,
+                sources=(f"probe:{kind}",),
+            )
+            probes.append((kind, item, expected))
+    return probes
 
 
 def _versus(value: float, threshold: float) -> tuple[str, str]:
@@ -168,6 +260,7 @@ def calibrate(
     budget: int | None = None,
     min_consistency: float = 0.90,
     max_negative_gain: float = 0.05,
+    min_probe_rate: float = 0.90,
 ) -> CalibrationResult:
     """Run the calibration gate (definitions in the module docstring).
 
@@ -252,6 +345,21 @@ def calibrate(
                 }
             )
 
+    # -- judge probes: the grid's judge (memoised and cached like every grid grade) on known verdicts
+    # Only once the judge has graded something: with no oracle answer graded (the reader or the
+    # judge failed) the gate fails on that already, and probing a dead judge only costs calls.
+    probes = probe_items(subset, audit.questions) if oracle_graded else []
+    probe_grades = grade(audit.judge, audit.prompts, [item for _, item, _ in probes])
+    right = {kind: 0 for kind, _, _ in PROBE_KINDS}
+    asked = {kind: 0 for kind, _, _ in PROBE_KINDS}
+    for (kind, _item, expected), g in zip(probes, probe_grades):
+        asked[kind] += 1
+        right[kind] += g.verdict is expected
+    probe_unreadable = sum(1 for g in probe_grades if g.verdict is None)
+    wrong_right, wrong_asked = right["other"] + right["dont-know"], asked["other"] + asked["dont-know"]
+    reference_rate = right["reference"] / asked["reference"] if asked["reference"] else None
+    wrong_rate = wrong_right / wrong_asked if wrong_asked else None
+
     consistency = consistent / len(items) if items else None
     oracle_rate = oracle_correct / oracle_graded if oracle_graded else None
     negative_rate = negative / len(counted) if counted else None
@@ -268,6 +376,14 @@ def calibrate(
             f"judge self-consistency {shown} < {limit} ({len(items) - consistent} of {len(items)} "
             f"items disagree over 1 + {repeats} gradings; {not_a_verdict} not a verdict, "
             f"{failed_calls} failed calls)"
+        )
+    if probes and (not _at_least(reference_rate, min_probe_rate) or not _at_least(wrong_rate, min_probe_rate)):
+        # one line with every figure: a judge that cannot tell right from wrong is named as such
+        reasons.append(
+            f"judge cannot tell right from wrong answers: {right['reference']} of {asked['reference']} "
+            f"reference answers graded CORRECT, {wrong_right} of {wrong_asked} wrong ones graded INCORRECT "
+            f"({right['dont-know']} of {asked['dont-know']} {DONT_KNOW!r}, {right['other']} of {asked['other']} "
+            f"other questions' answers); {probe_unreadable} unreadable; each must be at least {min_probe_rate:.2f}"
         )
     if oracle_rate is None:
         reasons.append(f"oracle-answerable rate undefined: all {len(subset)} oracle calls failed")
@@ -303,8 +419,18 @@ def calibrate(
         negative_gain_rate=negative_rate,
         cell_records=len(gate_records),
         cell_excluded=sum(1 for r in gate_records if r["excluded"] is not None),
+        probe_reference_correct=right["reference"],
+        probe_reference=asked["reference"],
+        probe_wrong_incorrect=wrong_right,
+        probe_wrong=wrong_asked,
+        probe_dont_know_incorrect=right["dont-know"],
+        probe_dont_know=asked["dont-know"],
+        probe_unreadable=probe_unreadable,
+        probe_reference_rate=reference_rate,
+        probe_wrong_rate=wrong_rate,
         min_consistency=min_consistency,
         max_negative_gain=max_negative_gain,
+        min_probe_rate=min_probe_rate,
         passed=not reasons,
         reasons=reasons,
         inconsistent=inconsistent,

@@ -64,6 +64,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from pytest_restore.exits import os_cause
 from pytest_restore.models.base import ChatRequest, ChatResult
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def cache_problem(directory: str | os.PathLike[str]) -> str | None:
     except FileExistsError:
         return f"response cache {path}: not a directory (a file is in its place)"
     except OSError as err:
-        return f"response cache {path}: cannot create it: {_cause(err)}"
+        return f"response cache {path}: cannot create it: {os_cause(err)}"
     if not path.is_dir():
         return f"response cache {path}: not a directory (a file is in its place)"
     try:
@@ -105,13 +106,8 @@ def cache_problem(directory: str | os.PathLike[str]) -> str | None:
             os.close(fd)
             os.unlink(probe)
     except OSError as err:
-        return f"response cache {path}: cannot write into it: {_cause(err)}"
+        return f"response cache {path}: cannot write into it: {os_cause(err)}"
     return None
-
-
-def _cause(err: OSError) -> str:
-    """An ``OSError`` without its file name (the caller names the place): ``No space left on device``."""
-    return err.strerror or type(err).__name__
 
 
 def request_key(model: str, request: ChatRequest) -> str:
@@ -249,7 +245,7 @@ class ResponseCache:
         except FileExistsError:
             raise CacheError(f"response cache {self.directory}: not a directory (a file is in its place)") from None
         except OSError as err:
-            raise CacheError(f"response cache {self.directory}: cannot create it: {_cause(err)}") from None
+            raise CacheError(f"response cache {self.directory}: cannot create it: {os_cause(err)}") from None
         self.lock_timeout = lock_timeout
         self.run = run
         self._counts = {"hits": 0, "misses": 0, "writes": 0, "waits": 0}
@@ -374,7 +370,7 @@ class ResponseCache:
                     os.unlink(tmp)
                 raise
         except OSError as err:
-            raise CacheError(f"response cache {self.directory}: cannot write: {_cause(err)}") from None
+            raise CacheError(f"response cache {self.directory}: cannot write: {os_cause(err)}") from None
 
     # -- cross-process claims ---------------------------------------------
 
@@ -385,7 +381,7 @@ class ResponseCache:
             path.parent.mkdir(exist_ok=True)
             return try_flock(path)
         except OSError as err:
-            raise CacheError(f"response cache {self.directory}: cannot write: {_cause(err)}") from None
+            raise CacheError(f"response cache {self.directory}: cannot write: {os_cause(err)}") from None
 
     def note_wait(self) -> None:
         """Count one request that waited for another process."""

@@ -374,6 +374,9 @@ class OpenAIChatModel:
             if not self.adaptive:
                 self._slots.limit = self._slots.peak = self.max_concurrency
         state = _RunState(self._client, self._slots)
+        # A wrong key, an unknown model, an unreachable server or a full disk does not heal within
+        # the run: a later batch fails unsent too, so the run stops at its first call.
+        state.fatal_error = self.fatal_error
         answers = await asyncio.gather(
             *(self._answer(state, key, request) for key, request in distinct.items())
         )

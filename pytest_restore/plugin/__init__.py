@@ -191,7 +191,7 @@ def restore_cell(request: pytest.FixtureRequest) -> Generator[RestoreCell, None,
     from pytest_restore.plugin.settings import report_dir_problem
 
     runner = _activate(request.config).runner
-    problem = report_dir_problem(runner.settings.report_dir)
+    problem = report_dir_problem(runner.settings.report_dir, runner.settings.source("report-dir"))
     if problem:
         pytest.fail(problem, pytrace=False)  # no cell runs (or spends) for a report that cannot be written
     yield RestoreCell(runner, request.param, request.node)

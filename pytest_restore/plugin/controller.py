@@ -121,7 +121,7 @@ class ControllerSession:
         settings = self.settings
         # A run that names data or real models is an audit: stop it now. Otherwise (this plugin
         # loads in every pytest run) only the grid's items fail, so unrelated test suites are untouched.
-        problem = report_dir_problem(settings.report_dir)
+        problem = report_dir_problem(settings.report_dir, settings.source("report-dir"))
         if problem and (settings.data or settings.uses_real_models):
             raise pytest.UsageError(problem)
         if settings.prompts:

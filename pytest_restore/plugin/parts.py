@@ -59,7 +59,7 @@ class AuditParts:
         unknown = [n for n in names if n not in self.registry]
         if unknown:
             raise pytest.UsageError(
-                f"--restore-policies: unknown policy {unknown[0]!r}; registered: {', '.join(self.registry)}"
+                f"{settings.source('policies')}: unknown policy {unknown[0]!r}; registered: {', '.join(self.registry)}"
             )
         self.policies: tuple[Policy, ...] = tuple(self.registry[n] for n in names)
         families = default_families()
@@ -70,7 +70,7 @@ class AuditParts:
         config.hook.pytest_restore_register_rankers(registry=self.rankers, config=config)
         if settings.ranker not in self.rankers:
             raise pytest.UsageError(
-                f"--restore-ranker: unknown ranker {settings.ranker!r}; registered: {', '.join(self.rankers)}"
+                f"{settings.source('ranker')}: unknown ranker {settings.ranker!r}; registered: {', '.join(self.rankers)}"
             )
         #: The grid: every selected policy at every budget, under each reader.
         self.cells: list[CellSpec] = grid(settings, self.policies)
@@ -138,7 +138,9 @@ class AuditParts:
         """One model object per name and role in this process (shared by the readers' audits)."""
         key = (spec, role)
         if key not in self._models:
-            self._models[key] = make_model(spec, role, self.settings.model_options(self.cache_root()), providers=self.providers)
+            # run: this run's processes share a call that failed for good, as they share a success
+            options = self.settings.model_options(self.cache_root(), run=self.run_id)
+            self._models[key] = make_model(spec, role, options, providers=self.providers)
         return self._models[key]
 
     def audit_config(self) -> AuditConfig:

@@ -58,6 +58,8 @@ def calibration_gate(parts: AuditParts, model_calls: ModelCalls, checks: dict[st
         pytest.exit("calibration gate failed: " + "; ".join(reasons), returncode=pytest.ExitCode.TESTS_FAILED)
     writer.line(
         f"calibration gate passed: judge self-consistency {result.judge_consistency:.2f}, "
+        f"judge probes {result.probe_reference_correct}/{result.probe_reference} references CORRECT and "
+        f"{result.probe_wrong_incorrect}/{result.probe_wrong} wrong answers INCORRECT, "
         f"oracle-answerable {result.oracle_answerable_rate:.2f}, "
         f"negative restore gain {result.negative_gain_rate:.2f}"
     )

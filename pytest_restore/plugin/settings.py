@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_restore.exits import out_dir_problem
 from pytest_restore.models.prompts import PromptSet
 from pytest_restore.models.providers import (
     ModelOptions,
@@ -144,6 +145,12 @@ class RestoreSettings:
     #: whether any model of the grid is a real one (its provider says so); not a setting of the report
     real_models: bool = False
 
+    def source(self, name: str) -> str:
+        """Where the value of option ``name`` (``policies``) came from, as an error message names it:
+        ``--restore-policies`` or ``ini key restore_policies (pytest.ini)``."""
+        sources: dict[str, str] = getattr(self, "_sources", {})
+        return sources.get(name, f"--restore-{name}")
+
     @property
     def readers(self) -> tuple[str, ...]:
         """The primary reader, then the robustness reader if any."""
@@ -181,12 +188,12 @@ class RestoreSettings:
         if self.prompts:
             folder = Path(self.prompts)
             if not folder.is_dir():
-                raise pytest.UsageError(f"--restore-prompts: {folder} is not a directory")
+                raise pytest.UsageError(f"{self.source('prompts')}: {folder} is not a directory")
             files = {f.stem: f for f in sorted(folder.glob("*.txt"))}
             try:
                 prompts = prompts.with_files(files)
             except ValueError as err:
-                raise pytest.UsageError(f"--restore-prompts: {err}") from None
+                raise pytest.UsageError(f"{self.source('prompts')}: {err}") from None
         return prompts
 
     def fingerprint(self, policies: Sequence[str], dataset_sha256: str) -> str:
@@ -251,7 +258,7 @@ class RestoreSettings:
             except ModelSpecError as err:
                 raise pytest.UsageError(str(err)) from None
             prices.append((model, in_price, out_price))
-        return cls(
+        settings = cls(
             prices=tuple(prices),
             data=raw["data"] or None,
             report_dir=raw["report-dir"],
@@ -293,6 +300,10 @@ class RestoreSettings:
                 is_real(raw[role], providers) for role in ("reader", "judge", "scorer", "robustness-reader")
             ),
         )
+        # Not a field: the report shows every field as a setting, and where a value came from is
+        # no setting of the run (only error messages read it).
+        object.__setattr__(settings, "_sources", where)
+        return settings
 
 
 #: The settings that decide what the records say (the run id is a digest of them).
@@ -312,14 +323,6 @@ RECORD_SETTINGS: tuple[str, ...] = (
 )
 
 
-def report_dir_problem(report_dir: str) -> str | None:
-    """Why the report directory could not be made, in one line, or ``None`` (nothing is created)."""
-    path = Path(report_dir).absolute()
-    for existing in (path, *path.parents):
-        if existing.exists():
-            if not existing.is_dir():
-                return f"--restore-report-dir {report_dir}: {existing} is a file, not a directory"
-            if not os.access(existing, os.W_OK | os.X_OK):
-                return f"--restore-report-dir {report_dir}: {existing} is not writable"
-            return None
-    return None
+def report_dir_problem(report_dir: str, where: str = "--restore-report-dir") -> str | None:
+    """Why the report directory could not be made, in one line naming ``where`` it was given, or ``None``."""
+    return out_dir_problem(report_dir, where)

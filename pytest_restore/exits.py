@@ -1,0 +1,47 @@
+"""Exit codes the plugin and the command line share, and the one-line form of a file that cannot be written.
+
+A run or a command that could not do what it was asked does not pass, and
+says why in one line. The codes:
+
+| code | pytest run (the plugin) | ``python -m pytest_restore`` |
+|---:|---|---|
+| 0 | the audit ran and every expectation it could test was met | done |
+| 1 | a grid item or an expectation failed, model calls failed, the calibration gate failed | ``compare``: a cell got worse than ``--fail-if-worse`` allows |
+| 2 | interrupted (Ctrl-C; the complete report is left as it was) | a bad argument or bad input (records, report directories) |
+| 3 | internal error | - |
+| 4 | usage error: a bad option, ini key, data file or prompt template, before any work | - |
+| 5 | no test collected | - |
+| 74 | a file or directory the run needs could not be written or read (a full disk, a read-only directory, a data file removed mid-run) | the same, for ``--out`` or the files read |
+
+74 is ``EX_IOERR`` of the BSD ``sysexits.h`` convention.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: A file or directory could not be written or read (``EX_IOERR``).
+IO_ERROR = 74
+
+
+def os_cause(err: OSError) -> str:
+    """An ``OSError`` in words, without its file name (the caller names the place): ``No space left on device``."""
+    return err.strerror or str(err) or type(err).__name__
+
+
+def out_dir_problem(out_dir: str | os.PathLike[str], label: str) -> str | None:
+    """Why ``out_dir`` could not be made or written into, in one line naming ``label``, or ``None``.
+
+    Nothing is created: the nearest existing directory on the way must be a
+    writable directory (a file in the way, or a read-only parent, is named).
+    """
+    path = Path(out_dir).absolute()
+    for existing in (path, *path.parents):
+        if existing.exists():
+            if not existing.is_dir():
+                return f"{label} {out_dir}: {existing} is a file, not a directory"
+            if not os.access(existing, os.W_OK | os.X_OK):
+                return f"{label} {out_dir}: {existing} is not writable"
+            return None
+    return None
