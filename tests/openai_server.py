@@ -1,4 +1,4 @@
-"""An OpenAI-compatible chat-completions server on 127.0.0.1, for tests and benches.
+"""An OpenAI-compatible chat-completions and embeddings server on 127.0.0.1, for tests and benches.
 
 No machine that runs the tests reaches the internet, so the real ``openai``
 client is pointed at this server instead. It answers ``POST
@@ -13,6 +13,15 @@ Usage::
         server.faults = Faults(rate=0.2, seed=1)
         ...
         assert max(server.successes.values()) == 1
+
+``POST /v1/embeddings`` keeps the real API's rules (:data:`EMBEDDING_MODELS`:
+dimensions by model, ``dimensions`` only for the text-embedding-3 family; at
+most 2,048 inputs a request, none empty, none over 8,192 tokens, 300,000
+tokens in all, each refused with the real 400 message; an unknown model is
+a 404); its vectors are the fake embedder's at the model's dimensions, so
+they depend on the text only. ``server.embedded`` counts each input text of
+the answered requests (``server.received_inputs``: of every request, faulted
+ones included). Faults and modes apply to it as to chat requests.
 
 Every request is logged (``server.log``); ``server.attempts`` counts requests
 per canonical body and ``server.successes`` counts well-formed 200 replies per
@@ -46,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from pytest_restore.models.base import ChatRequest
+from pytest_restore.models.embeddings import FakeEmbedder
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.prompts import JUDGE_SYSTEM, READER_SYSTEM, SCORER_SYSTEM
 
@@ -78,6 +88,23 @@ MODES: tuple[str, ...] = (
     "echo-key-forms",  # a 200 whose answer has the key in other forms: cut short, upper case, base64, %-encoded
     "reset",  # the connection is reset (TCP RST) once the request is read, as a crashed proxy does
 )
+
+
+#: Embedding models the server serves, with their native dimensions.
+EMBEDDING_MODELS: dict[str, int] = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+    "nomic-embed-text": 768,  # what a local Ollama or llama.cpp server commonly serves
+}
+#: The real API's limits on one embeddings request.
+EMBEDDING_MAX_INPUTS = 2048
+EMBEDDING_MAX_TOKENS = 8192
+EMBEDDING_MAX_REQUEST_TOKENS = 300_000
+#: The real API's 400 for an input list it refuses (too long, or an empty string in it).
+INVALID_INPUT = "'$.input' is invalid. Please check the API reference: https://platform.openai.com/docs/api-reference."
+#: Paths the server answers (faults and modes apply to each).
+ROUTES = ("/v1/chat/completions", "/v1/embeddings")
 
 
 def is_reasoning_model(model: str) -> bool:
@@ -192,6 +219,8 @@ class _State:
     attempts: Counter[str] = field(default_factory=Counter)
     successes: Counter[str] = field(default_factory=Counter)
     computed: Counter[str] = field(default_factory=Counter)
+    embedded: Counter[str] = field(default_factory=Counter)
+    received_inputs: Counter[str] = field(default_factory=Counter)
     in_flight: int = 0
     max_in_flight: int = 0
     connections: int = 0
@@ -228,6 +257,7 @@ class OpenAIServer:
         self._slots = slots
         self._slot_gate: asyncio.Semaphore | None = None
         self._state = _State()
+        self._embedders: dict[int, FakeEmbedder] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
@@ -318,6 +348,18 @@ class OpenAIServer:
             return Counter(self._state.computed)
 
     @property
+    def embedded(self) -> Counter[str]:
+        """Input texts of the embeddings requests answered with vectors, per text."""
+        with self._state.lock:
+            return Counter(self._state.embedded)
+
+    @property
+    def received_inputs(self) -> Counter[str]:
+        """Input texts of every embeddings request received (faulted and refused ones included), per text."""
+        with self._state.lock:
+            return Counter(self._state.received_inputs)
+
+    @property
     def total_requests(self) -> int:
         """How many requests arrived (hung ones included; the log has them when they end)."""
         with self._state.lock:
@@ -341,6 +383,8 @@ class OpenAIServer:
             self._state.log.clear()
             self._state.attempts.clear()
             self._state.successes.clear()
+            self._state.embedded.clear()
+            self._state.received_inputs.clear()
             self._state.max_in_flight = self._state.in_flight
 
     # -- HTTP (runs on the server's event loop) -----------------------------
@@ -413,7 +457,7 @@ class OpenAIServer:
             writer.transport.abort()
             return False
         fault = None
-        if method == "POST" and path.rstrip("/") == "/v1/chat/completions" and body is not None:
+        if method == "POST" and path.rstrip("/") in ROUTES and body is not None:
             fault = self.faults.pick(body_key, attempt) if self._authorized(headers) else None
         status, reply = self._reply(method, path, headers, body, fault)
         # Logged before the reply leaves: a client holding its reply can
@@ -451,6 +495,8 @@ class OpenAIServer:
         fault: str | None,
     ) -> tuple[int | None, bytes | None]:
         """The status and bytes to send (``None`` bytes: drop the connection)."""
+        if method == "POST" and path.rstrip("/") == "/v1/embeddings":
+            return self._embeddings(headers, body, fault)
         if method != "POST" or path.rstrip("/") != "/v1/chat/completions":
             return 404, _render(404, {"error": {"message": "not found"}})
         if body is None:
@@ -499,6 +545,80 @@ class OpenAIServer:
         elif mode == "null-content":
             completion["choices"][0]["message"]["content"] = None
         return 200, _render(200, completion)
+
+    def _embeddings(
+        self, headers: dict[str, str], body: dict[str, Any] | None, fault: str | None
+    ) -> tuple[int | None, bytes | None]:
+        """``POST /v1/embeddings`` with the real API's rules (see the module docstring)."""
+        if body is None:
+            return 400, _render(400, {"error": {"message": "invalid JSON body"}})
+        raw_input = body.get("input")
+        inputs = [raw_input] if isinstance(raw_input, str) else raw_input
+        if isinstance(inputs, list):
+            with self._state.lock:
+                self._state.received_inputs.update(str(t) for t in inputs)
+        if not self._authorized(headers):
+            error = {"message": "Incorrect API key provided.", "type": "invalid_request_error", "code": "invalid_api_key"}
+            return 401, _render(401, {"error": error})
+        if fault is not None:
+            return self._fault(fault)
+        bearer = headers.get("authorization", "").removeprefix("Bearer ")
+        if self.mode == "401-echo-key":
+            return 401, _render(401, {"error": {"message": f"Incorrect API key provided: {bearer}."}})
+        if self.mode == "429-huge-retry-after":
+            return 429, _render(429, {"error": {"message": "Rate limit reached"}}, {"Retry-After": "86400"})
+        model = str(body.get("model", ""))
+        if model not in EMBEDDING_MODELS:
+            message = f"The model `{model}` does not exist or you do not have access to it."
+            return 404, _render(404, {"error": {"message": message, "code": "model_not_found"}})
+        invalid = _render(400, {"error": {"message": INVALID_INPUT, "type": "invalid_request_error"}})
+        if (
+            not isinstance(inputs, list)
+            or not 0 < len(inputs) <= EMBEDDING_MAX_INPUTS
+            or not all(isinstance(t, str) and t for t in inputs)
+        ):
+            return 400, invalid
+        from pytest_restore.data.tokens import count_tokens
+
+        counts = count_tokens(inputs)
+        longest = max(counts)
+        if longest > EMBEDDING_MAX_TOKENS:
+            message = (
+                f"This model's maximum context length is {EMBEDDING_MAX_TOKENS} tokens, however you requested "
+                f"{longest} tokens ({longest} in your prompt; 0 for the completion). Please reduce your prompt; "
+                "or completion length."
+            )
+            return 400, _render(400, {"error": {"message": message, "type": "invalid_request_error"}})
+        if sum(counts) > EMBEDDING_MAX_REQUEST_TOKENS:
+            message = f"Requested {sum(counts)} tokens, max {EMBEDDING_MAX_REQUEST_TOKENS} tokens per request"
+            return 400, _render(400, {"error": {"message": message, "type": "invalid_request_error"}})
+        dims = EMBEDDING_MODELS[model]
+        if "dimensions" in body:
+            if not model.startswith("text-embedding-3"):
+                message = "This model does not support specifying dimensions."
+                return 400, _render(400, {"error": {"message": message, "type": "invalid_request_error"}})
+            dims = int(body["dimensions"])
+        vectors = self._embedder(dims).embed(inputs)
+        as_base64 = body.get("encoding_format") == "base64"
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if as_base64 else [float(x) for x in v],
+            }
+            for i, v in enumerate(vectors)
+        ]
+        served = f"{model} (your key is {bearer})" if self.mode == "echo-key" else model
+        with self._state.lock:
+            self._state.embedded.update(inputs)
+        usage = {"prompt_tokens": sum(counts), "total_tokens": sum(counts)}
+        return 200, _render(200, {"object": "list", "data": data, "model": served, "usage": usage})
+
+    def _embedder(self, dims: int) -> FakeEmbedder:
+        """The fake embedder at ``dims`` dimensions (one per size, made on first use)."""
+        if dims not in self._embedders:
+            self._embedders[dims] = FakeEmbedder(dims)
+        return self._embedders[dims]
 
     def _fault(self, kind: str) -> tuple[int | None, bytes | None]:
         """How to misbehave as ``kind``: the status and bytes, as ``_reply``."""

@@ -45,6 +45,7 @@ from pytest_restore.data.units import (
     build_histories,
     count_ahead,
     counts_file_name,
+    has_gold,
 )
 from pytest_restore.memory.eviction import EvictionContext, Mask, Policy, stable_seed
 from pytest_restore.memory.retrieval import (
@@ -92,8 +93,10 @@ class Prepared:
 
     history: History
     index: LexicalIndex
-    #: what the run's ranker prepared for this question (``Ranker.prepare``)
+    #: what the run's (first) ranker prepared for this question (``Ranker.prepare``)
     state: Any = None
+    #: what each of the audit's rankers prepared, by ranker name
+    states: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def question(self) -> Question:
@@ -160,6 +163,18 @@ def _counts_file(dataset: Dataset, config: AuditConfig) -> str | None:
     return os.path.join(config.cache_dir, counts_file_name(dataset.sha256, config.granularity))
 
 
+def audited_questions(dataset: Dataset, config: AuditConfig) -> list[Question]:
+    """The questions an :class:`Audit` of ``dataset`` audits, found without building their histories.
+
+    The same rule as the audit's: no abstention, some gold, then the
+    ``--restore-questions`` subset.
+    """
+    with_gold = [q for q in _evidence(dataset) if has_gold(q, config.granularity)]
+    if config.questions is None:
+        return with_gold
+    return select_questions(with_gold, config.questions, config.subset_seed)
+
+
 def count_tokens_ahead(
     dataset: Dataset, config: AuditConfig, starting: Callable[[int], None] | None = None, processes: int = 1
 ) -> bool:
@@ -190,10 +205,14 @@ class Audit:
         scorer: ChatModel,
         prompts: PromptSet | None = None,
         ranker: Ranker | None = None,
+        rankers: Sequence[Ranker] = (),
     ) -> None:
         self.dataset = dataset
         self.config = config
-        self.ranker: Ranker = ranker if ranker is not None else Bm25Lite()
+        #: the rankers cells may be read with, by name: ``rankers``, else ``ranker`` (BM25-lite by default)
+        self.rankers: dict[str, Ranker] = {r.name: r for r in (rankers or [ranker if ranker is not None else Bm25Lite()])}
+        #: the first of them: a cell's ranker unless it names another
+        self.ranker: Ranker = next(iter(self.rankers.values()))
         self.reader = MemoModel(reader)
         self.judge = MemoModel(judge)
         self.scorer = MemoModel(scorer)
@@ -212,22 +231,27 @@ class Audit:
                 if h.question.question_id not in keep:
                     self.exclusions.append((h.question.question_id, OUTSIDE_SUBSET))
             with_gold = [h for h in with_gold if h.question.question_id in keep]
+        for each in self.rankers.values():
+            each.prepare_all(with_gold)  # a dense ranker embeds every text here, in batches
         self.questions: list[Prepared] = [self._prepare(h) for h in with_gold]
         self._oracle: dict[str, Outcome] = {}
         self._placebo: dict[str, list[int] | None] = {}
         self._importance: dict[str, int] = {}
         # whole-grid cells already run in this process (the control's check reads the baselines')
-        self._cells: dict[tuple[str, int], tuple[Policy, CellRun]] = {}
+        self._cells: dict[tuple[str, int, str], tuple[Policy, CellRun]] = {}
+        # whole-grid stores by (policy, budget): evicted once, read by every ranker of the cell
+        self._stores: dict[tuple[str, int], tuple[Policy, dict[tuple[str, int], Mask]]] = {}
 
     def _prepare(self, history: History) -> Prepared:
         index = LexicalIndex.build(history)
         # the default ranker's state is the lexical index itself: build it once
-        state = index if type(self.ranker) is Bm25Lite else self.ranker.prepare(history)
-        return Prepared(history, index, state)
+        states = {name: index if type(r) is Bm25Lite else r.prepare(history) for name, r in self.rankers.items()}
+        return Prepared(history, index, states[self.ranker.name], states)
 
-    def rank(self, prepared: Prepared, store: Mask) -> list[int]:
-        """The run's ranker over ``store`` (top-k, contract checked)."""
-        return checked_rank(self.ranker, prepared.history, store, self.config.top_k, prepared.state)
+    def rank(self, prepared: Prepared, store: Mask, ranker: str | None = None) -> list[int]:
+        """A ranker of the audit (the first by default) over ``store`` (top-k, contract checked)."""
+        name = ranker or self.ranker.name
+        return checked_rank(self.rankers[name], prepared.history, store, self.config.top_k, prepared.states[name])
 
     # -- summary -------------------------------------------------------------
 
@@ -331,48 +355,61 @@ class Audit:
 
     # -- one cell ------------------------------------------------------------
 
-    def run_cell(self, policy: Policy, budget: int, questions: Sequence[Prepared] | None = None) -> CellRun:
+    def run_cell(
+        self, policy: Policy, budget: int, questions: Sequence[Prepared] | None = None, ranker: str | None = None
+    ) -> CellRun:
         """Every record of one policy x budget cell (all seeds of a seeded policy).
 
         ``questions`` restricts the cell to some of the audited questions (the
         calibration gate runs on 40); the ablations run on whole-grid cells
         only, so the gate costs no ablation calls. A whole-grid cell runs once per process:
         asking for it again (the control's check reads the baselines' cells)
-        returns the same run.
+        returns the same run. ``ranker`` names the audit's ranker the cell
+        reads with (the first by default); the cell's stores are evicted once
+        and shared by every ranker.
         """
-        key = (policy.name, budget)
+        name = ranker or self.ranker.name
+        key = (policy.name, budget, name)
         if questions is None and key in self._cells and self._cells[key][0] is policy:
             return self._cells[key][1]
         whole = questions is None
-        run = self._run_cell(policy, budget, self.questions if questions is None else questions, ablate=whole)
+        run = self._run_cell(policy, budget, self.questions if questions is None else questions, ablate=whole, ranker=name)
         if questions is None:
             # failed calls included: running it again would give the same outcomes (the models share them)
             self._cells[key] = (policy, run)
         return run
 
-    def has_cell(self, policy: Policy, budget: int) -> bool:
-        """Whether this process has already run the whole-grid cell."""
-        entry = self._cells.get((policy.name, budget))
+    def has_cell(self, policy: Policy, budget: int, ranker: str | None = None) -> bool:
+        """Whether this process has already run the whole-grid cell (under ``ranker``, the first by default)."""
+        entry = self._cells.get((policy.name, budget, ranker or self.ranker.name))
         return entry is not None and entry[0] is policy
 
-    def _run_cell(self, policy: Policy, budget: int, questions: Sequence[Prepared], *, ablate: bool) -> CellRun:
+    def _run_cell(
+        self, policy: Policy, budget: int, questions: Sequence[Prepared], *, ablate: bool, ranker: str
+    ) -> CellRun:
         importance: Mapping[str, int] = {}
         scorer_failed: dict[str, str] = {}
         if policy.needs_importance:
             importance, scorer_failed = self.importance(questions)
         oracle = self.oracle(questions)
-        plan, contexts, stores = self.conditions(policy, budget, questions, importance, scorer_failed)
+        shared = self._stores.get((policy.name, budget)) if ablate and not scorer_failed else None
+        known = shared[1] if shared is not None and shared[0] is policy else None
+        plan, contexts, stores = self.conditions(policy, budget, questions, importance, scorer_failed, ranker, known)
+        if ablate and not scorer_failed and len(self.rankers) > 1:
+            self._stores[(policy.name, budget)] = (policy, stores)
         outcomes = iter(self.evaluate(contexts))
         records: list[Record] = []
         for p, seed, kept in plan:
             qid = p.question.question_id
             if kept is None:
                 for regime in REGIMES:
-                    records.append(self._record(p, policy, budget, seed, regime, oracle[qid], None, None, None, scorer_failed[qid]))
+                    records.append(
+                        self._record(p, policy, budget, seed, regime, oracle[qid], None, None, None, scorer_failed[qid], ranker)
+                    )
                 continue
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
-                records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None))
+                records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None, ranker))
         if ablate and self.config.ablations:
             records = self.ablate(records, {p.question.question_id: p for p, _, _ in plan}, stores)
         return CellRun(policy.name, budget, records, stores)
@@ -386,11 +423,11 @@ class Audit:
             self._placebo[qid] = ablations.placebo_units(prepared.history)
         return self._placebo[qid]
 
-    def ablation_contexts(self, prepared: Prepared, store: Mask) -> dict[str, list[int] | None]:
+    def ablation_contexts(self, prepared: Prepared, store: Mask, ranker: str | None = None) -> dict[str, list[int] | None]:
         """The injected positions of each ablation (``None``: not constructible). Pure."""
         history, cap = prepared.history, self.config.cap
         sizes = history.sizes
-        ranked = self.rank(prepared, store)
+        ranked = self.rank(prepared, store, ranker)
         contexts: dict[str, list[int] | None] = {
             # (i): forced G ∩ S_P over S_P, i.e. regime (a)'s context
             "surviving": inject([g for g in history.gold if store[g]], ranked, sizes, cap),
@@ -403,7 +440,7 @@ class Audit:
             # (iii): the restored condition with the placebo in the gold's place
             with_placebo = store.copy()
             with_placebo[placebo] = True
-            contexts["placebo"] = inject(placebo, self.rank(prepared, with_placebo), sizes, cap)
+            contexts["placebo"] = inject(placebo, self.rank(prepared, with_placebo, ranker), sizes, cap)
         return contexts
 
     def ablate(
@@ -420,7 +457,7 @@ class Audit:
             if not ablations.is_case(r):
                 continue
             p = prepared[r.question_id]
-            contexts = self.ablation_contexts(p, stores[(r.question_id, r.seed)])
+            contexts = self.ablation_contexts(p, stores[(r.question_id, r.seed)], r.ranker)
             excluded: dict[str, str] = {}
             for key, _title, _field in ABLATIONS:
                 injected = contexts[key]
@@ -454,11 +491,15 @@ class Audit:
         questions: Sequence[Prepared],
         importance: Mapping[str, int],
         skip: Mapping[str, str],
+        ranker: str | None = None,
+        known: Mapping[tuple[str, int], Mask] | None = None,
     ) -> tuple[list[tuple[Prepared, int, Mask | None]], list[tuple[History, list[int]]], dict[tuple[str, int], Mask]]:
         """Evict, then build each question's regime (a), regime (b) and restored contexts.
 
         Pure: no model is called. Questions in ``skip`` get no store (their
-        importance scoring failed). Returns the plan (question, seed, store),
+        importance scoring failed). ``ranker`` reads the stores (the first by
+        default); ``known`` are stores this cell already evicted (under another
+        ranker), taken as they are. Returns the plan (question, seed, store),
         the contexts three per planned store, and the stores by (question, seed).
         """
         seeds = self.config.seeds if policy.seeded else (0,)
@@ -472,11 +513,11 @@ class Audit:
                 if qid in skip:
                     plan.append((p, seed, None))
                     continue
-                mask = self.retain(policy, p, budget, seed, importance)
+                mask = known[(qid, seed)] if known is not None else self.retain(policy, p, budget, seed, importance)
                 stores[(qid, seed)] = mask
                 gold = list(p.history.gold)
                 kept_gold = [g for g in gold if mask[g]]
-                ranked = self.rank(p, mask)
+                ranked = self.rank(p, mask, ranker)
                 sizes = p.history.sizes
                 regime_a = inject(kept_gold, ranked, sizes, cap)
                 if len(kept_gold) == len(gold):
@@ -484,7 +525,7 @@ class Audit:
                 else:
                     restored_store = mask.copy()
                     restored_store[gold] = True
-                    restored = inject(gold, self.rank(p, restored_store), sizes, cap)
+                    restored = inject(gold, self.rank(p, restored_store, ranker), sizes, cap)
                 contexts.append((p.history, regime_a))
                 contexts.append((p.history, inject([], ranked, sizes, cap)))  # regime b
                 contexts.append((p.history, restored))
@@ -533,6 +574,7 @@ class Audit:
         restored: Outcome | None,
         mask: Mask | None,
         excluded: str | None,
+        ranker: str,
     ) -> Record:
         history = p.history
         gold = history.gold
@@ -572,7 +614,7 @@ class Audit:
             policy_correct=policy_correct,
             restored_correct=restored_correct,
             negative_restore_gain=bool(excluded is None and policy_correct and restored_correct is False),
-            ranker=self.ranker.name,
+            ranker=ranker,
             run_id=self.config.run_id,
             granularity=self.config.granularity.value,
             question=history.question.question,

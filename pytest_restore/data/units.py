@@ -130,12 +130,32 @@ def build_history(question: Question, granularity: Granularity = Granularity.TUR
             snippets.append(render_session(date, pairs))
             if sid in answer_ids:
                 gold.append(s)
+        contents = unit_contents(question, granularity)
         for s, (snippet, size) in enumerate(zip(snippets, count_tokens(snippets))):
             date = question.haystack_dates[s]
-            content = "\n".join(turn.content for turn in question.haystack_sessions[s])
-            units.append(Unit(s, s, -1, date, "session", content, snippet, size))
+            units.append(Unit(s, s, -1, date, "session", contents[s], snippet, size))
     sizes_arr = np.fromiter((u.tokens for u in units), dtype=np.int64, count=len(units))
     return History(question, granularity, tuple(units), sizes_arr, tuple(gold))
+
+
+def unit_contents(question: Question, granularity: Granularity = Granularity.TURN) -> list[str]:
+    """The ``content`` of each of a question's units, in order, without building its history.
+
+    A turn unit's content is the turn's text; a session unit's joins its
+    turns' texts with newlines.
+    """
+    if granularity is Granularity.TURN:
+        return [turn.content for session in question.haystack_sessions for turn in session]
+    return ["\n".join(turn.content for turn in session) for session in question.haystack_sessions]
+
+
+def has_gold(question: Question, granularity: Granularity = Granularity.TURN) -> bool:
+    """Whether :func:`build_history` would mark any gold unit for ``question`` (without building it)."""
+    answer_ids = set(question.answer_session_ids)
+    for sid, session in zip(question.haystack_session_ids, question.haystack_sessions):
+        if sid in answer_ids and (granularity is Granularity.SESSION or any(t.has_answer for t in session)):
+            return True
+    return False
 
 
 def distinct_texts(questions: Sequence[Question], granularity: Granularity = Granularity.TURN) -> list[str]:

@@ -534,6 +534,27 @@ def rehash(table: npt.NDArray[np.int64], pool: npt.NDArray[np.uint8], offsets: n
     return out
 
 
+@_compiled
+def weighted_row_sums(
+    starts: npt.NDArray[np.int64], ids: npt.NDArray[np.int64], weights: npt.NDArray[np.float32], table: npt.NDArray[np.float32]
+) -> npt.NDArray[np.float32]:
+    """Row ``t`` of the result: the sum of ``weights[j] * table[ids[j]]`` for ``j`` in ``starts[t]:starts[t + 1]``.
+
+    The fake embedder's bag of word vectors, one text a row (its words side
+    by side would take a row of the table each).
+    """
+    n = starts.size - 1
+    dims = table.shape[1]
+    out = np.zeros((n, dims), dtype=np.float32)
+    for t in range(n):
+        for j in range(starts[t], starts[t + 1]):
+            w = weights[j]
+            row = ids[j]
+            for d in range(dims):
+                out[t, d] += w * table[row, d]
+    return out
+
+
 def cached_on_disk() -> bool:
     """Whether numba's disk cache holds the kernels' machine code (else the first calls compile them).
 

@@ -24,6 +24,8 @@ from pytest_restore.data.words import STOPWORDS, words  # noqa: F401
 
 #: Word -> id, process-wide; ids mean nothing across processes.
 _VOCABULARY: dict[str, int] = {}
+#: Id -> word, the same vocabulary read the other way.
+_WORDS: list[str] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +103,9 @@ class _WordTable:
         base = int(self.offsets[before])
         new = self.pool[base : int(self.info[1])].tobytes()  # the bytes of this pass's new words only
         for wid in range(before, int(self.info[0])):
-            _VOCABULARY[new[self.offsets[wid] - base : self.offsets[wid + 1] - base].decode("ascii")] = wid
+            word = new[self.offsets[wid] - base : self.offsets[wid + 1] - base].decode("ascii")
+            _VOCABULARY[word] = wid
+            _WORDS.append(word)  # ids are handed out in order from 0
         used = int(self.info[2])
         ids, counts = ids[:used].copy(), counts[:used].copy()  # the profiles are views of these
         bounds = starts.tolist()
@@ -165,6 +169,11 @@ def word_profile(text: str) -> WordProfile:
 def term_id(word: str) -> int:
     """The vocabulary id of ``word``, or -1 when no profiled text of this process has it."""
     return _VOCABULARY.get(word, -1)
+
+
+def word_of(word_id: int) -> str:
+    """The word a vocabulary id stands for (the inverse of :func:`term_id`)."""
+    return _WORDS[word_id]
 
 
 def word_ids(text: str) -> npt.NDArray[np.int32]:

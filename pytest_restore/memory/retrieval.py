@@ -21,6 +21,17 @@ first) a second built-in to compare against, and users register their own
 through the ``pytest_restore_register_rankers`` hook or the
 ``pytest_restore.rankers`` entry-point group. The injection procedure and
 the cap never change with the ranker.
+
+Two rankers read embeddings (``dense:EMBEDDER`` and ``hybrid:EMBEDDER``, made
+for the name asked; the vectors come from a :class:`UnitVectors` source, the
+models stage's store of each distinct text's embedding): :class:`Dense`
+ranks every stored unit by the cosine of its content to the question;
+:class:`Hybrid` fuses the BM25-lite and dense rankings of the store by
+reciprocal rank fusion, ``score = 1/(60 + r_bm25) + 1/(60 + r_dense)`` with
+1-based ranks (a unit BM25-lite does not retrieve adds nothing from that
+list); 60 is the constant of Cormack, Clarke and Buettcher (SIGIR 2009),
+which damps the head of each list so neither ranker's top few decide alone.
+Both break ties as BM25-lite does: to the newer unit.
 """
 
 from __future__ import annotations
@@ -28,7 +39,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -154,6 +165,9 @@ class Ranker(ABC):
         """Per-question state built once (default: ``None``)."""
         return None
 
+    def prepare_all(self, histories: Sequence[History]) -> None:
+        """Work shared by every question, done once before their :meth:`prepare` (default: none)."""
+
     @abstractmethod
     def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
         """At most ``k`` distinct positions of units in ``store``, best first."""
@@ -207,6 +221,90 @@ class Recency(Ranker):
         return [int(p) for p in np.flatnonzero(store)[::-1][:k]]
 
 
+class UnitVectors(Protocol):
+    """Where the dense rankers' vectors come from: each distinct text's embedding, stored once."""
+
+    #: the embedder's name (``fake``, ``openai:text-embedding-3-small``)
+    name: str
+
+    def ensure(self, texts: Sequence[str]) -> int:
+        """Embed every text not embedded yet (in batches); how many were."""
+        ...
+
+    def vectors(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """One vector per text, in order."""
+        ...
+
+
+def embedded_texts(history: History) -> list[str]:
+    """What a dense ranker embeds for one question: the question, then each unit's content."""
+    return [history.question.question, *(unit.content for unit in history.units)]
+
+
+def cosines(vectors: UnitVectors, history: History) -> npt.NDArray[np.float64]:
+    """The cosine of each unit's content to the question (0 for an empty text)."""
+    matrix = vectors.vectors(embedded_texts(history)).astype(np.float64)
+    norms = np.linalg.norm(matrix, axis=1)
+    norms[norms == 0] = 1.0
+    matrix /= norms[:, None]
+    sims: npt.NDArray[np.float64] = matrix[1:] @ matrix[0]
+    return sims
+
+
+def _newest_best(scores: npt.NDArray[np.float64], candidates: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    """``candidates`` by score, best first, ties to the newer unit (BM25-lite's rule)."""
+    return candidates[np.lexsort((-candidates, -scores[candidates]))]
+
+
+#: The reciprocal rank fusion constant of :class:`Hybrid` (see the module docstring).
+RRF_K = 60
+
+
+class _Embedding(Ranker):
+    """A ranker that reads embeddings: named after them, prepared by embedding every text once."""
+
+    family: ClassVar[str]
+
+    def __init__(self, vectors: UnitVectors) -> None:
+        self.vectors = vectors
+        self.__dict__["name"] = f"{self.family}:{vectors.name}"
+
+    def prepare_all(self, histories: Sequence[History]) -> None:
+        """Embed every question and unit text of the audit, in batches, before any question is ranked."""
+        self.vectors.ensure([text for h in histories for text in embedded_texts(h)])
+
+
+class Dense(_Embedding):
+    """Every stored unit by the cosine of its content's embedding to the question's."""
+
+    family = "dense"
+
+    def prepare(self, history: History) -> npt.NDArray[np.float64]:
+        return cosines(self.vectors, history)
+
+    def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
+        return [int(p) for p in _newest_best(state, np.flatnonzero(store))[:k]]
+
+
+class Hybrid(_Embedding):
+    """BM25-lite and :class:`Dense` fused by reciprocal rank fusion (constant :data:`RRF_K`)."""
+
+    family = "hybrid"
+
+    def prepare(self, history: History) -> tuple[LexicalIndex, npt.NDArray[np.float64]]:
+        return LexicalIndex.build(history), cosines(self.vectors, history)
+
+    def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
+        index, sims = state
+        members = np.flatnonzero(store)
+        fused = np.zeros(len(store), dtype=np.float64)
+        dense = _newest_best(sims, members)
+        fused[dense] += 1.0 / (RRF_K + np.arange(1, dense.size + 1))
+        lexical = np.asarray(rank(index, store, k=members.size), dtype=np.intp)
+        fused[lexical] += 1.0 / (RRF_K + np.arange(1, lexical.size + 1))
+        return [int(p) for p in _newest_best(fused, members)[:k]]
+
+
 class RankerRegistry(Registry[Ranker]):
     """Rankers by name, in the order they were registered."""
 
@@ -223,6 +321,15 @@ RANKER_ENTRY_POINT_GROUP = RankerRegistry.entry_point_group
 def default_rankers() -> RankerRegistry:
     """The built-in rankers plus those installed packages declare as entry points."""
     return RankerRegistry.default(BUILTIN_RANKERS)
+
+
+def embedding_ranker(name: str, vectors: UnitVectors) -> Ranker:
+    """The ``dense:EMBEDDER`` or ``hybrid:EMBEDDER`` ranker over ``vectors`` (the embedder's store)."""
+    family = name.partition(":")[0]
+    kinds: dict[str, type[_Embedding]] = {Dense.family: Dense, Hybrid.family: Hybrid}
+    if family not in kinds:
+        raise ValueError(f"{name!r} is not a dense:EMBEDDER or hybrid:EMBEDDER ranker")
+    return kinds[family](vectors)
 
 
 def checked_rank(ranker: Ranker, history: History, store: Store, k: int, state: Any) -> list[int]:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.cache import ResponseCache, request_key
@@ -58,6 +58,18 @@ class ModelOptions:
     quiet: bool = False
     #: The run whose processes share their failed calls through the cache (``None``: not shared).
     run: str | None = None
+
+    def pacing(self) -> dict[str, Any]:
+        """The keyword arguments every OpenAI-compatible model (chat or embeddings) is paced and reached with."""
+        return {
+            "base_url": self.base_url,
+            "max_concurrency": self.max_concurrency,
+            "rpm": self.rpm,
+            "tpm": self.tpm,
+            "max_tries": self.max_tries,
+            "timeout": self.timeout,
+            "max_retry_after": self.max_retry_after,
+        }
 
 
 #: What a reply must look like before it is accepted (else it is retried, then failed).
@@ -107,14 +119,8 @@ class OpenAIProvider(ModelProvider):
         """An :class:`OpenAIChatModel` with the run's pacing, retries and response cache."""
         return OpenAIChatModel(
             model=model,
-            base_url=options.base_url,
             cache=ResponseCache(options.cache_dir, run=options.run) if use_cache else None,
-            max_concurrency=options.max_concurrency,
-            rpm=options.rpm,
-            tpm=options.tpm,
-            max_tries=options.max_tries,
-            timeout=options.timeout,
-            max_retry_after=options.max_retry_after,
+            **options.pacing(),
             validator=VALIDATORS[role],
             progress=Progress(label=f"{role} calls", quiet=options.quiet),
         )

@@ -51,6 +51,7 @@ from pytest_restore.plugin.gather import Gathered
 from pytest_restore.plugin.options import ONE_PROCESS_KEY, RUN_KEY, small_data
 from pytest_restore.plugin.parts import COMPILING, AuditParts
 from pytest_restore.plugin.quality import calibration_gate, judge_audit
+from pytest_restore.plugin.rankers import embed_ahead, embedding_dry_run
 from pytest_restore.plugin.runner import CellRunner
 from pytest_restore.plugin.settings import RestoreSettings, report_dir_problem
 
@@ -171,7 +172,16 @@ class ControllerSession:
                 s, self.parts.audit, self.parts.policies, self.parts.registry, self.parts.providers,
                 s.model_options(self.parts.cache_root()).cache_dir,
             )
+            vectors = self.parts.ranker_vectors()
+            if vectors is not None:
+                self.outcome.dry_run_lines += embedding_dry_run(vectors, self.parts.dataset(), self.parts.audit_config())
             return
+        vectors = self.parts.ranker_vectors()
+        if vectors is not None:
+            # every text the grid ranks, embedded once here: the workers only read the store
+            failed = embed_ahead(vectors, self.parts.dataset(), self.parts.audit_config())
+            if failed is not None:
+                pytest.exit(failed, returncode=pytest.ExitCode.TESTS_FAILED)
         if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
             self.calibration_json = calibration_gate(self.parts, self.gathered.model_calls, self.checks)
         if self.distributed():

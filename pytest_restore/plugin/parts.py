@@ -22,12 +22,14 @@ from pytest_restore.data.dataset import DataError, Dataset, is_prepared, load_da
 from pytest_restore.data.units import Granularity
 from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
 from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
-from pytest_restore.memory.retrieval import RankerRegistry, default_rankers
+from pytest_restore.memory.retrieval import Bm25Lite, Ranker, RankerRegistry, default_rankers
 from pytest_restore.models.base import ChatModel
+from pytest_restore.models.embeddings import TextVectors, embedder_of
 from pytest_restore.models.fake import FakeReader
 from pytest_restore.models.providers import ProviderRegistry, close_model, is_real, make_model
 from pytest_restore.plugin.calls import call_detail
 from pytest_restore.plugin.cells import CellSpec, SharedCells, grid
+from pytest_restore.plugin.rankers import audited_texts, register_embedding_ranker
 from pytest_restore.plugin.settings import RestoreSettings
 from pytest_restore.stats.families import Family, default_families
 
@@ -68,7 +70,9 @@ class AuditParts:
         self.families: tuple[Family, ...] = tuple(families.values())
         self.rankers: RankerRegistry = default_rankers()
         config.hook.pytest_restore_register_rankers(registry=self.rankers, config=config)
-        if settings.ranker not in self.rankers:
+        #: where a ``dense:``/``hybrid:`` ranker's vectors come from (made on first use, ``plugin/rankers.py``)
+        self.vectors: TextVectors | None = None
+        if settings.ranker not in self.rankers and embedder_of(settings.ranker) is None:
             raise pytest.UsageError(
                 f"{settings.source('ranker')}: unknown ranker {settings.ranker!r}; registered: {', '.join(self.rankers)}"
             )
@@ -175,12 +179,28 @@ class AuditParts:
                 judge=self.model(s.judge, "judge"),
                 scorer=self.model(s.scorer, "scorer"),
                 prompts=self.settings.prompt_set(),
-                ranker=self.rankers[s.ranker],
+                ranker=self.ranker(),
             )
             if isinstance(reader_model, FakeReader):
                 reader_model.learn(p.history for p in audit.questions)
             self._audits[spec] = audit
         return self._audits[spec]
+
+    def ranker_vectors(self) -> TextVectors | None:
+        """The vectors' source of a ``dense:``/``hybrid:`` ranker (the ranker registered on first use), else ``None``."""
+        if self.vectors is None:
+            options = self.settings.model_options(self.cache_root())
+            self.vectors = register_embedding_ranker(
+                self.rankers, self.settings.ranker, options, self.settings.embed_limits, self.say
+            )
+        return self.vectors
+
+    def ranker(self) -> Ranker:
+        """The run's ranker; a dry run plans a dense ranker whose vectors are not stored yet with bm25-lite's."""
+        vectors = self.ranker_vectors()
+        if self.settings.dry_run and vectors is not None and vectors.missing(audited_texts(self.dataset(), self.audit_config())):
+            return Bm25Lite()  # a dry run sends nothing, embeddings included
+        return self.rankers[self.settings.ranker]
 
     # -- this process's model calls --------------------------------------------------------
 
@@ -214,3 +234,5 @@ class AuditParts:
         for model in self._models.values():
             close_model(model)
         self._models.clear()
+        if self.vectors is not None:
+            self.vectors.close()

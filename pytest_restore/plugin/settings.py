@@ -138,6 +138,8 @@ class RestoreSettings:
     calibration: str
     dry_run: bool
     ranker: str = "bm25-lite"
+    #: ``--restore-embed-limits``: (inputs per request, tokens per text) of the rankers' embedder
+    embed_limits: tuple[int, int] | None = None
     ablations: bool = False
     max_retry_after: float = 60.0
     #: ``(model, input USD, output USD)`` per million tokens, from ``--restore-price``
@@ -162,8 +164,12 @@ class RestoreSettings:
         return self.real_models
 
     def all_models(self) -> list[str]:
-        """Every model name the run uses, in every role."""
-        return [*self.readers, self.judge, self.scorer, *([self.audit_judge] if self.audit_judge else [])]
+        """Every model name the run uses, in every role (the rankers' embedder included)."""
+        from pytest_restore.models.embeddings import embedder_of
+
+        embedder = embedder_of(self.ranker)
+        extra = [self.audit_judge] if self.audit_judge else []
+        return [*self.readers, self.judge, self.scorer, *extra, *([embedder] if embedder else [])]
 
     def model_options(self, cache_root: Path, run: str | None = None) -> ModelOptions:
         """How real models are reached (the response cache under ``cache_root`` unless ``--restore-cache`` names one).
@@ -245,6 +251,17 @@ class RestoreSettings:
             raise pytest.UsageError(f"{where['robustness-reader']}: must differ from --restore-reader")
         if raw["granularity"] not in ("turn", "session"):
             raise pytest.UsageError(f"{where['granularity']}: {raw['granularity']!r} is not turn or session")
+        from pytest_restore.models.embeddings import check_embedder, embedder_of
+
+        embedder = embedder_of(raw["ranker"])
+        if embedder is not None:
+            try:
+                check_embedder(embedder, where["ranker"])
+            except ValueError as err:
+                raise pytest.UsageError(str(err)) from None
+        embed_limits = _parse_ints(where["embed-limits"], raw["embed-limits"], minimum=1) if raw["embed-limits"] else None
+        if embed_limits is not None and len(embed_limits) != 2:
+            raise pytest.UsageError(f"{where['embed-limits']}: {raw['embed-limits']!r} is not INPUTS,TOKENS")
         questions = _parse_int(where["questions"], raw["questions"], minimum=1) if raw["questions"] else None
         budgets = _parse_ints(where["budgets"], raw["budgets"], minimum=1)
         price_texts = config.getoption("restore_price")
@@ -291,6 +308,7 @@ class RestoreSettings:
             calibration=raw["calibration"],
             dry_run=bool(config.getoption("restore_dry_run")),
             ranker=raw["ranker"] or "bm25-lite",
+            embed_limits=(embed_limits[0], embed_limits[1]) if embed_limits is not None else None,
             ablations=bool(
                 config.getoption("restore_ablations")
                 if config.getoption("restore_ablations") is not None

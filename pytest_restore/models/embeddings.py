@@ -1,0 +1,666 @@
+"""Embeddings: texts to vectors, for the dense and hybrid rankers, each distinct text once per model.
+
+An embedder is named like a chat model: ``fake`` (the offline stand-in) or
+``openai:MODEL`` (OpenAI's API or any OpenAI-compatible ``/v1/embeddings``
+endpoint: vLLM, llama.cpp, Ollama, text-embeddings-inference), reached with
+the run's base URL, key (``OPENAI_API_KEY`` only, never stored or shown),
+pacing, adaptive concurrency, retries and deadlines (those of
+:class:`~pytest_restore.models.openai_chat.OpenAIChatModel`, which
+:class:`OpenAIEmbedder` extends).
+
+**Batches.** The endpoint takes a list of inputs. A request carries at most
+``max_inputs`` texts and (OpenAI's rule) at most ``max_request_tokens``
+tokens in all; a text longer than ``max_tokens`` is **truncated**: it keeps
+its leading o200k_base tokens up to 90% of ``max_tokens`` (the margin covers
+the model's own tokenizer spending a few more tokens on the same English
+text: OpenAI's embedders count with cl100k_base). Truncated texts are
+counted (``EmbeddingStats.truncated``), never an error. An empty text gets
+the zero vector without a call (the API refuses empty inputs). Limits by
+model: :data:`KNOWN_LIMITS`, else :data:`DEFAULT_LIMITS` (a local server's
+own limit varies: ``--restore-embed-limits INPUTS,TOKENS``).
+
+**Storage** (:class:`EmbeddingStore`). One directory per model under the
+response cache, ``embeddings/<model>/``: ``vectors.bin`` holds one row per
+text, the unit-length vector quantised to int8 with its float32 scale
+(``x ~= q * scale``), and ``keys.bin`` is the index, the first 16 bytes of the
+text's sha256 per row, in the same order. At 1,536 dimensions a row is 1,540
+bytes against 6,144 as float32 (the ~155k distinct units of the 500-question
+file: ~240 MB instead of ~950 MB); the quantisation moves a cosine by less
+than 0.01 (``benches/bench_rankers.py`` measures it and the top-k agreement).
+Readers map the file (``numpy.memmap``): the pages are the operating system's,
+shared by every xdist worker, and a process only touches the rows of the
+question it ranks. Rows are appended under an ``flock`` on the model's
+directory, vectors first and then their keys (the commit point), so a reader
+never sees a key without its vector, and a killed writer leaves rows that
+are cut off at the next append.
+
+**Once.** :class:`TextVectors` embeds only texts the store lacks, under the
+model's lock, so processes that need the same texts (xdist workers, a rerun)
+wait for one another instead of sending them again; an xdist controller
+embeds every text ahead (``plugin``), and the workers then only read. A call
+that still fails after its retries raises :class:`EmbeddingError` with one
+line: a ranker with holes in it would not be the ranker the report names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+import re
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from pytest_restore.models.cache import try_flock
+from pytest_restore.models.openai_chat import (
+    FATAL_STATUSES,
+    PROVIDER,
+    RETRYABLE_STATUSES,
+    OpenAIChatModel,
+    _RunState,
+    _status_detail,
+    _unreachable,
+    failure_cause,
+)
+from pytest_restore.models.pacing import AdaptiveLimit, parse_retry_after
+from pytest_restore.models.progress import Progress
+
+Vectors = npt.NDArray[np.float32]
+
+#: Bumped when the store's layout changes (a new directory: old rows are not misread).
+STORE_SCHEMA = 1
+#: Dimensions of the fake embedder.
+FAKE_DIMENSIONS = 256
+#: Texts handed to the embedder at a time: their vectors are stored before the next lot is sent,
+#: so a killed run keeps what it paid for.
+CHUNK = 8192
+#: Share of ``max_tokens`` a truncated text keeps (in o200k tokens): see the module docstring.
+TRUNCATE_SHARE = 0.9
+
+
+class EmbeddingError(RuntimeError):
+    """An embedding call failed after its retries (or could not be made): the run stops, in one line."""
+
+
+@dataclass(frozen=True)
+class EmbeddingLimits:
+    """What one request to an embeddings endpoint may carry."""
+
+    #: texts per request
+    max_inputs: int
+    #: tokens per text (longer ones are truncated, see the module docstring)
+    max_tokens: int
+    #: tokens per request, all texts together (``None``: no such limit)
+    max_request_tokens: int | None = None
+
+
+#: OpenAI's published limits: 2,048 inputs of at most 8,191 tokens, 300,000 tokens a request.
+KNOWN_LIMITS: dict[str, EmbeddingLimits] = {
+    name: EmbeddingLimits(2048, 8191, 300_000)
+    for name in ("text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002")
+}
+#: Any other model (a local server): small batches of short texts, which every server takes.
+DEFAULT_LIMITS = EmbeddingLimits(256, 512, None)
+#: USD per million input tokens (OpenAI's list prices); other models are unpriced in the dry run.
+EMBEDDING_PRICES: dict[str, float] = {
+    "text-embedding-3-small": 0.02,
+    "text-embedding-3-large": 0.13,
+    "text-embedding-ada-002": 0.10,
+}
+
+
+def limits_of(model: str, override: tuple[int, int] | None = None) -> EmbeddingLimits:
+    """The limits a model's requests keep to: ``override`` (inputs, tokens), else the known ones."""
+    known = KNOWN_LIMITS.get(model, DEFAULT_LIMITS)
+    if override is None:
+        return known
+    return EmbeddingLimits(override[0], override[1], known.max_request_tokens)
+
+
+@dataclass
+class EmbeddingStats:
+    """What one process's embedder did."""
+
+    #: distinct texts embedded (sent, or computed by the fake)
+    embedded: int = 0
+    #: of those, truncated to the model's input limit
+    truncated: int = 0
+    #: requests that came back with vectors
+    requests: int = 0
+    #: input tokens the server reported (0 for the fake)
+    tokens: int = 0
+
+
+class Embedder(Protocol):
+    """Texts to vectors: the fake or a real endpoint."""
+
+    @property
+    def name(self) -> str:
+        """``fake`` or ``openai:MODEL``: the name the store and the ranker use."""
+        ...
+
+    @property
+    def stats(self) -> EmbeddingStats:
+        """What it did in this process."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """One row per text, in order; raises :class:`EmbeddingError` when that cannot be done."""
+        ...
+
+    def close(self) -> None:
+        """Release connections (if any)."""
+        ...
+
+
+# -- the fake: hashed word and character n-grams -----------------------------------
+
+
+class FakeEmbedder:
+    """A deterministic offline embedder: what a small bag-of-n-grams encoder would give.
+
+    A text's vector is the sum over its content words (the shared tokeniser)
+    of a word vector, weighted ``1 + log(count)``, made unit length. A word's
+    vector is the signed feature hashing (crc32) into :data:`FAKE_DIMENSIONS`
+    of the word itself and of its character trigrams with boundary marks
+    (``<re``, ``res``, ..., ``ts>``), so words that share a stem lie close,
+    like a subword encoder's. It sees the text and nothing else (no labels,
+    no gold, no question type); every process computes the same vectors.
+    """
+
+    name = "fake"
+
+    def __init__(self, dimensions: int = FAKE_DIMENSIONS) -> None:
+        self.dimensions = dimensions
+        self.stats = EmbeddingStats()
+        self._word_vectors: dict[int, Vectors] = {}
+        self._table = np.zeros((0, dimensions), dtype=np.float32)
+
+    def word_vector(self, word: str) -> Vectors:
+        """The hashed vector of one word (itself and its boundary-marked trigrams)."""
+        vector = np.zeros(self.dimensions, dtype=np.float32)
+        marked = f"<{word}>"
+        features = [word] + [marked[i : i + 3] for i in range(len(marked) - 2)]
+        for feature in features:
+            h = zlib.crc32(feature.encode("utf-8"))
+            vector[h % self.dimensions] += 1.0 if (h >> 16) & 1 else -1.0
+        vector[zlib.crc32(b"w:" + word.encode("utf-8")) % self.dimensions] += 2.0  # the whole word weighs more
+        return vector
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Unit-length vectors (zero for a text without content words)."""
+        from pytest_restore.memory.kernels import weighted_row_sums
+        from pytest_restore.memory.lexical import word_profiles
+
+        profiles = word_profiles(list(texts))
+        sizes = np.fromiter((p.ids.size for p in profiles), dtype=np.int64, count=len(profiles))
+        starts = np.zeros(len(profiles) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=starts[1:])
+        ids = np.concatenate([p.ids for p in profiles] or [np.zeros(0, np.int32)]).astype(np.int64)
+        weights = (1.0 + np.log(np.concatenate([p.counts for p in profiles] or [np.ones(0, np.int32)]))).astype(np.float32)
+        out = weighted_row_sums(starts, ids, weights, self._vectors_for(ids))
+        self.stats.embedded += len(texts)
+        return _unit_rows(out)
+
+    def _vectors_for(self, ids: npt.NDArray[np.int64]) -> Vectors:
+        """The word-vector table indexed by the process's word ids, grown to cover ``ids``."""
+        from pytest_restore.memory.lexical import word_of
+
+        top = int(ids.max()) + 1 if ids.size else 0
+        if top > self._table.shape[0]:
+            grown = np.zeros((top, self.dimensions), dtype=np.float32)
+            grown[: self._table.shape[0]] = self._table
+            for i in range(self._table.shape[0], top):
+                grown[i] = self.word_vector(word_of(i))
+            self._table = grown
+        return self._table
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+# -- a real endpoint -----------------------------------------------------------------
+
+
+@dataclass
+class _Batch:
+    """One request's texts (already truncated) and where their vectors go."""
+
+    positions: list[int]
+    texts: list[str]
+    tokens: int
+
+
+class OpenAIEmbedder(OpenAIChatModel):
+    """An embedding model behind an OpenAI-compatible ``/v1/embeddings`` endpoint.
+
+    Built on :class:`OpenAIChatModel`: the same base URL and key handling
+    (the key redacted from anything a server echoes), event loop, client,
+    rate meters, adaptive concurrency, backoff, ``Retry-After`` cap, deadline
+    per attempt and failure accounting; only the request and its reading
+    differ. Texts are batched by :class:`EmbeddingLimits`.
+    """
+
+    def __init__(self, *, model: str, limits: EmbeddingLimits | None = None, **options: Any) -> None:
+        """``model`` is the provider's name (``text-embedding-3-small``); ``options`` are the chat model's."""
+        super().__init__(model=model, **options)
+        self.limits = limits or limits_of(model)
+        self.stats = EmbeddingStats()
+        #: dimensions the server returned (``None`` before the first reply)
+        self.dimensions: int | None = None
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbedder(model={self.model!r}, base_url={self.base_url!r})"
+
+    def batches(self, texts: Sequence[str]) -> list[_Batch]:
+        """``texts`` (non-empty ones) cut to the model's limits and grouped into requests."""
+        from pytest_restore.data.tokens import count_tokens, encoding
+
+        limits = self.limits
+        keep = max(1, int(limits.max_tokens * TRUNCATE_SHARE))
+        counts = count_tokens(texts)
+        batches: list[_Batch] = []
+        current = _Batch([], [], 0)
+        for position, (text, tokens) in enumerate(zip(texts, counts)):
+            if not text:
+                continue
+            if tokens > limits.max_tokens:
+                text = encoding().decode(encoding().encode_ordinary(text)[:keep])
+                tokens = keep
+                self.stats.truncated += 1
+            over_tokens = limits.max_request_tokens is not None and current.tokens + tokens > limits.max_request_tokens
+            if current.texts and (len(current.texts) >= limits.max_inputs or over_tokens):
+                batches.append(current)
+                current = _Batch([], [], 0)
+            current.positions.append(position)
+            current.texts.append(text)
+            current.tokens += tokens
+        if current.texts:
+            batches.append(current)
+        return batches
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Unit-length vectors of ``texts``, batched and sent concurrently; one line when a batch fails."""
+        if not texts:
+            return np.zeros((0, self.dimensions or 0), dtype=np.float32)
+        batches = self.batches(texts)
+        future = asyncio.run_coroutine_threadsafe(self._embed(batches), self._event_loop())
+        try:
+            replies = future.result()
+        except BaseException:
+            future.cancel()
+            raise
+        errors = [r for r in replies if isinstance(r, str)]
+        if errors:
+            raise EmbeddingError(f"embedder {self.name}: {errors[0]}")
+        dims = self.dimensions or 0
+        out = np.zeros((len(texts), dims), dtype=np.float32)
+        for batch, vectors in zip(batches, replies):
+            assert not isinstance(vectors, str)
+            out[batch.positions] = vectors
+        self.stats.embedded += len(texts)
+        return _unit_rows(out)
+
+    async def _embed(self, batches: Sequence[_Batch]) -> list[Vectors | str]:
+        if self._client is None or self._slots is None:
+            import openai  # imported on first use, as the chat model does
+
+            self._client = openai.AsyncOpenAI(
+                api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout
+            )
+            self._slots = AdaptiveLimit(self.max_concurrency, self.timeout)
+            if not self.adaptive:
+                self._slots.limit = self._slots.peak = self.max_concurrency
+        if self.progress is not None:
+            self.progress.add_total(len(batches))
+        state = _RunState(self._client, self._slots)
+        return list(await asyncio.gather(*(self._one_batch(state, batch) for batch in batches)))
+
+    async def _one_batch(self, state: _RunState, batch: _Batch) -> Vectors | str:
+        async with state.slots:
+            try:
+                reply = await self._send(state, batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one bug must not hang the batch: it fails the run, said
+                reply = self._redact(f"internal error: {exc!r}")
+        if isinstance(reply, str):
+            self.failure_causes[failure_cause(reply)] += 1
+        if self.progress is not None:
+            self.progress.record(failed=isinstance(reply, str))
+        return reply
+
+    async def _send(self, state: _RunState, batch: _Batch) -> Vectors | str:
+        """One request with bounded, jittered retries: the vectors, or why not (never raises for a failed call)."""
+        import openai
+
+        body = {"model": self.model, "input": batch.texts, "encoding_format": "float"}
+        last_error = "no attempt made"
+        for attempt in range(1, self.max_tries + 1):
+            if state.fatal_error is not None:
+                return state.fatal_error
+            await self._throttle(batch.tokens)
+            retry_after: float | None = None
+            started = time.monotonic()
+            try:
+                raw = await asyncio.wait_for(
+                    state.client.post("/embeddings", cast_to=str, body=body), timeout=self.timeout
+                )
+                vectors, problem = self._read_vectors(json.loads(raw), len(batch.texts))
+            except openai.APIStatusError as exc:
+                status = exc.status_code
+                detail = self._redact(_status_detail(exc))
+                if status in FATAL_STATUSES:
+                    return str(self._fatal(state, status, detail).error)
+                if status not in RETRYABLE_STATUSES and status < 500:
+                    return f"HTTP {status} (not retried): {detail}"
+                last_error = f"HTTP {status}: {detail}"
+                if status in (429, 503):
+                    state.slots.overloaded()
+                retry_after = parse_retry_after(exc.response.headers)
+                if retry_after is not None and retry_after > self.max_retry_after:
+                    return (
+                        f"{last_error}; the server asked to wait {retry_after:.0f}s, over the "
+                        f"{self.max_retry_after:g}s cap (--restore-max-retry-after)"
+                    )
+            except (openai.APITimeoutError, asyncio.TimeoutError):
+                last_error = f"timed out after {self.timeout:g}s"
+                state.slots.overloaded()
+            except openai.APIConnectionError as exc:
+                cause = exc.__cause__ or exc
+                last_error = self._redact(f"connection error: {type(cause).__name__}: {cause}")
+                if _unreachable(exc):
+                    return str(self._stop_run(state, f"{last_error} (not retried: {self._where()} is unreachable)").error)
+            except (ValueError, openai.OpenAIError) as exc:
+                last_error = self._redact(f"malformed response: {type(exc).__name__}: {exc}")
+            else:
+                if vectors is not None:
+                    await state.slots.succeeded(time.monotonic() - started)
+                    self.stats.requests += 1
+                    return vectors
+                last_error = self._redact(problem)
+            if attempt < self.max_tries:
+                if self.progress is not None:
+                    self.progress.retry()
+                await self._sleep(retry_after if retry_after is not None else self._backoff(attempt))
+        return f"failed after {self.max_tries} tries: {last_error}"
+
+    def _read_vectors(self, reply: Any, n: int) -> tuple[Vectors | None, str]:
+        """The ``n`` vectors of a decoded reply, in input order, or ``None`` and why they are unusable."""
+        try:
+            items = sorted(reply["data"], key=lambda item: int(item["index"]))
+            rows = [item["embedding"] for item in items]
+            tokens = int((reply.get("usage") or {}).get("prompt_tokens") or 0)
+            vectors = np.asarray(rows, dtype=np.float32)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            return None, f"malformed response: {type(exc).__name__}: {exc}"
+        if vectors.ndim != 2 or vectors.shape[0] != n or [int(i["index"]) for i in items] != list(range(n)):
+            return None, f"malformed response: {vectors.shape[0] if vectors.ndim else 0} vectors for {n} inputs"
+        if not np.isfinite(vectors).all():
+            return None, "malformed response: a vector that is not finite"
+        if self.dimensions is None:
+            self.dimensions = int(vectors.shape[1])
+        elif vectors.shape[1] != self.dimensions:
+            return None, f"malformed response: {vectors.shape[1]} dimensions after {self.dimensions}"
+        self.stats.tokens += tokens
+        return vectors, ""
+
+
+def _unit_rows(vectors: Vectors) -> Vectors:
+    """Rows scaled to unit length (zero rows stay zero)."""
+    norms = np.linalg.norm(vectors, axis=1)
+    np.divide(vectors, norms[:, None], out=vectors, where=norms[:, None] > 0)
+    return vectors
+
+
+# -- the store: one file of int8 rows per model, and its index -------------------------
+
+
+def text_key(text: str) -> bytes:
+    """A text's row key: the first 16 bytes of its sha256."""
+    return hashlib.sha256(text.encode("utf-8")).digest()[:16]
+
+
+def store_dir_name(embedder_name: str) -> str:
+    """A model's directory name: its name made safe for a path, plus a short digest of the exact name."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", embedder_name)[:60]
+    return f"{safe}-{hashlib.sha256(embedder_name.encode()).hexdigest()[:8]}-v{STORE_SCHEMA}"
+
+
+@dataclass
+class EmbeddingStore:
+    """One model's vectors on disk (``vectors.bin``, int8 rows with a scale) and their index (``keys.bin``)."""
+
+    directory: Path
+    _rows: dict[bytes, int] = field(default_factory=dict, repr=False)
+    _keys_read: int = field(default=0, repr=False)
+    _dims: int | None = field(default=None, repr=False)
+    _map: np.memmap[Any, Any] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def vectors_path(self) -> Path:
+        """The rows."""
+        return self.directory / "vectors.bin"
+
+    @property
+    def keys_path(self) -> Path:
+        """The index: 16 bytes of sha256 per row, in row order."""
+        return self.directory / "keys.bin"
+
+    @property
+    def dimensions(self) -> int | None:
+        """The vectors' dimensions (``None`` while the store is empty)."""
+        if self._dims is None:
+            try:
+                self._dims = int(json.loads((self.directory / "meta.json").read_text())["dimensions"])
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
+        return self._dims
+
+    def _row_dtype(self, dims: int) -> np.dtype[Any]:
+        return np.dtype([("q", np.int8, (dims,)), ("scale", "<f4")])
+
+    def refresh(self) -> None:
+        """Read the index rows other processes appended since the last look."""
+        try:
+            with open(self.keys_path, "rb") as handle:
+                handle.seek(self._keys_read * 16)
+                data = handle.read()
+        except FileNotFoundError:
+            return
+        whole = len(data) // 16
+        for i in range(whole):
+            self._rows.setdefault(data[i * 16 : (i + 1) * 16], self._keys_read + i)
+        if whole:
+            self._keys_read += whole
+            self._map = None
+
+    def __len__(self) -> int:
+        return self._keys_read
+
+    def __contains__(self, text: object) -> bool:
+        return isinstance(text, str) and text_key(text) in self._rows
+
+    def missing(self, texts: Sequence[str]) -> list[str]:
+        """The distinct texts of ``texts`` with no row, in first-use order."""
+        self.refresh()
+        return [t for t in dict.fromkeys(texts) if text_key(t) not in self._rows]
+
+    def vectors(self, texts: Sequence[str]) -> Vectors:
+        """The stored vectors of ``texts`` as float32 (unit length up to the quantisation); every one must be stored."""
+        if not texts:
+            return np.zeros((0, self.dimensions or 0), dtype=np.float32)
+        keys = [text_key(t) for t in texts]
+        if any(k not in self._rows for k in keys):
+            self.refresh()  # rows another process (or another store object) appended
+        rows = np.fromiter((self._rows[k] for k in keys), dtype=np.int64, count=len(keys))
+        table = self._table()
+        picked = table[rows]
+        out: Vectors = picked["q"].astype(np.float32) * picked["scale"][:, None]
+        return out
+
+    def _table(self) -> np.memmap[Any, Any]:
+        if self._map is None or self._map.shape[0] < self._keys_read:
+            dims = self.dimensions
+            assert dims is not None
+            self._map = np.memmap(self.vectors_path, dtype=self._row_dtype(dims), mode="r", shape=(self._keys_read,))
+        return self._map
+
+    @contextlib.contextmanager
+    def locked(self, poll: float = 0.05) -> Iterator[None]:
+        """The model's append lock (across processes), waited for."""
+        path = self.directory / "append.lock"
+        while (lock := try_flock(path)) is None:
+            time.sleep(poll)
+            poll = min(poll * 1.5, 0.5)
+        with lock:
+            yield
+
+    def append(self, texts: Sequence[str], vectors: Vectors) -> None:
+        """Store the rows of ``texts`` (distinct, not stored yet); the caller holds :meth:`locked`."""
+        if not len(texts):
+            return
+        self.refresh()
+        dims = int(vectors.shape[1])
+        known = self.dimensions
+        if known is None:
+            (self.directory / "meta.json").write_text(json.dumps({"dimensions": dims, "schema": STORE_SCHEMA, "format": "int8 row + float32 scale"}))
+            self._dims = known = dims
+        if dims != known:
+            raise EmbeddingError(
+                f"the embedder returned {dims} dimensions but {self.directory} holds {known}: "
+                "the model changed under its name; remove that directory"
+            )
+        dtype = self._row_dtype(dims)
+        peak = np.abs(vectors).max(axis=1)
+        scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+        rows = np.zeros(len(texts), dtype=dtype)
+        rows["q"] = np.rint(vectors / scale[:, None]).astype(np.int8)
+        rows["scale"] = scale
+        committed = self._keys_read * dtype.itemsize
+        # a killed writer may have left vectors without keys: cut them off before appending
+        with open(self.vectors_path, "ab") as handle:
+            handle.truncate(committed)
+            handle.write(rows.tobytes())
+        with open(self.keys_path, "ab") as handle:
+            handle.truncate(self._keys_read * 16)
+            handle.write(b"".join(text_key(t) for t in texts))
+        self.refresh()
+
+    def nbytes(self) -> int:
+        """Bytes on disk (rows and index)."""
+        return sum(p.stat().st_size for p in (self.vectors_path, self.keys_path) if p.exists())
+
+
+class TextVectors:
+    """An embedder and its store: each distinct text embedded once, then read from disk (the dense ranker's source)."""
+
+    def __init__(self, embedder: Embedder, cache_dir: Path, *, say: Any = None) -> None:
+        """``cache_dir`` is the response cache's directory; the store is its ``embeddings/<model>``."""
+        self.embedder = embedder
+        self.name = embedder.name
+        self.store = EmbeddingStore(Path(cache_dir) / "embeddings" / store_dir_name(embedder.name))
+        self.say = say
+
+    def missing(self, texts: Sequence[str]) -> list[str]:
+        """The distinct texts not embedded yet."""
+        return self.store.missing(texts)
+
+    def ensure(self, texts: Sequence[str]) -> int:
+        """Embed every text of ``texts`` not stored yet (under the model's lock); how many were embedded here."""
+        if not self.store.missing(texts):
+            return 0
+        done = 0
+        with self.store.locked():
+            todo = self.store.missing(texts)  # another process may have embedded them while we waited
+            if todo and self.say is not None:
+                self.say(f"embedding {len(todo):,} distinct texts with {self.name} ...")
+            for start in range(0, len(todo), CHUNK):
+                chunk = todo[start : start + CHUNK]
+                self.store.append(chunk, self.embedder.embed(chunk))
+                done += len(chunk)
+        return done
+
+    def vectors(self, texts: Sequence[str]) -> Vectors:
+        """The vectors of ``texts`` (embedded first when need be)."""
+        self.ensure(texts)
+        return self.store.vectors(texts)
+
+    def close(self) -> None:
+        """Release the embedder's connections."""
+        self.embedder.close()
+
+
+# -- names --------------------------------------------------------------------------
+
+
+#: Ranker families that read embeddings: ``dense:EMBEDDER`` and ``hybrid:EMBEDDER``.
+EMBEDDING_RANKERS = ("dense", "hybrid")
+
+
+def embedder_of(ranker: str) -> str | None:
+    """The embedder a ranker name reads (``dense:fake`` -> ``fake``), or ``None`` for another ranker."""
+    family, colon, embedder = ranker.partition(":")
+    return embedder if colon and family in EMBEDDING_RANKERS and embedder else None
+
+
+def check_embedder(spec: str, option: str) -> None:
+    """Reject an embedder name that is neither ``fake`` nor ``openai:MODEL``."""
+    provider, colon, model = spec.partition(":")
+    if spec == "fake" or (provider == PROVIDER and colon and model):
+        return
+    raise ValueError(f"{option}: unknown embedder {spec!r}; use 'fake' or '{PROVIDER}:MODEL' (any /v1/embeddings endpoint)")
+
+
+def make_embedder(spec: str, options: Any, limits: tuple[int, int] | None = None) -> Embedder:
+    """The embedder a name stands for, paced and retried as the run's chat models (``options``: ``ModelOptions``)."""
+    check_embedder(spec, "--restore-ranker")
+    if spec == "fake":
+        return FakeEmbedder()
+    model = spec.partition(":")[2]
+    return OpenAIEmbedder(
+        model=model,
+        limits=limits_of(model, limits),
+        **options.pacing(),
+        progress=Progress(label="embedding requests", quiet=options.quiet),
+    )
+
+
+def embedding_price(spec: str) -> float | None:
+    """USD per million input tokens of an embedder (0 for the fake, ``None`` when unknown)."""
+    if spec == "fake":
+        return 0.0
+    model = spec.partition(":")[2]
+    known = [k for k in EMBEDDING_PRICES if model == k or model.startswith(k + "-")]
+    return EMBEDDING_PRICES[max(known, key=len)] if known else None
+
+
+def embedding_cost_line(spec: str, texts: Sequence[str], vectors: TextVectors) -> str:
+    """The dry run's line for an embedder: distinct texts, those stored, tokens and cost of the rest."""
+    from pytest_restore.data.tokens import count_tokens
+
+    distinct = list(dict.fromkeys(texts))
+    todo = vectors.missing(distinct)
+    tokens = sum(count_tokens(todo)) if spec != "fake" else 0
+    price = embedding_price(spec)
+    cost = "free (offline)" if spec == "fake" else ("?" if price is None else f"${tokens * price / 1e6:,.2f}")
+    limits = limits_of(spec.partition(":")[2])
+    requests = 0
+    if todo and spec != "fake":
+        requests = max(math.ceil(len(todo) / limits.max_inputs), math.ceil(tokens / (limits.max_request_tokens or tokens)))
+    return (
+        f"embedder {spec}: {len(distinct):,} distinct texts, {len(distinct) - len(todo):,} stored, "
+        f"{len(todo):,} to embed ({tokens:,} o200k tokens in about {requests:,} requests): est. {cost}"
+    )
