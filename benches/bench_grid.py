@@ -402,8 +402,8 @@ def compare_bootstrap(records_path: Path, resamples: int, repeats: int) -> dict[
     from scipy import stats as scipy_stats
 
     from pytest_restore.bootstrap import _DRAWS, Resampler
-    from pytest_restore.record import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW, tally_cells
     from pytest_restore.report.inputs import read_records
+    from pytest_restore.stats.tally import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW, tally_cells
 
     records = read_records(records_path)
     ids = sorted({r["question_id"] for r in records})

@@ -19,7 +19,7 @@ the paired difference). Worse is up for the two-bin share and the two rates
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +33,11 @@ from pytest_restore.bootstrap import (
     DEFAULT_SEED,
     Resampler,
 )
-from pytest_restore.record import enters_n
-from pytest_restore.report.inputs import policy_order, read_records, record_order
-from pytest_restore.stats.results import budget_label
+from pytest_restore.record import CellKey
+from pytest_restore.report.inputs import read_records
+from pytest_restore.stats.analysis import count
+from pytest_restore.stats.results import budget_label, cell_order
+from pytest_restore.stats.tally import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW
 
 #: The figures compared: name -> (numerator bins, denominator, whether up is worse).
 #: Per-question rows: N, irr, rec, correct.
@@ -46,8 +48,8 @@ FIGURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool]] = {
     "accuracy": (("correct",), ("N",), False),
 }
 _ROW = {"N": 0, "irr": 1, "rec": 2, "correct": 3}
-
-CellKey = tuple[str, int, str, str]  # policy, budget, regime, reader ("" when matched across readers)
+#: The tally's rows behind ``_ROW``'s columns.
+_TALLY_ROWS = [N_ROW, IRR_ROW, REC_ROW, CORRECT_ROW]
 
 
 class CompareError(ValueError):
@@ -136,24 +138,22 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(float(value), 6) + 0.0
 
 
-def _per_question(records: Iterable[Mapping[str, Any]], match_readers: bool) -> dict[CellKey, dict[str, NDArray[np.int64]]]:
-    """Per cell, per question: N, irr, rec, correct over the records that enter N (seeds pooled)."""
+def _per_question(records: Sequence[Mapping[str, Any]], match_readers: bool) -> dict[CellKey, dict[str, NDArray[np.int64]]]:
+    """Per cell, per question in N: N, irr, rec, correct, read off the analysis's counts (seeds pooled).
+
+    Without ``match_readers`` a cell's reader is "" (cells match across the two runs' readers).
+    """
     cells: dict[CellKey, dict[str, NDArray[np.int64]]] = {}
-    for r in sorted(records, key=record_order):
-        if not enters_n(r):
-            continue
-        key = (str(r["policy"]), int(r["budget"]), str(r["regime"]), str(r["reader"]) if match_readers else "")
-        row = cells.setdefault(key, {}).setdefault(str(r["question_id"]), np.zeros(4, dtype=np.int64))
-        row[_ROW["N"]] += 1
-        row[_ROW["irr"]] += r["bin"] == "irreversible"
-        row[_ROW["rec"]] += r["bin"] == "recoverable"
-        row[_ROW["correct"]] += r["policy_correct"] is True
+    for key, tally in count(records).cells.items():
+        rows = tally.counts[_TALLY_ROWS]
+        questions = {q: rows[:, i] for i, q in enumerate(tally.question_ids) if rows[0, i]}
+        if questions:
+            cells[key if match_readers else key._replace(reader="")] = questions
     return cells
 
 
 def _cell_name(key: CellKey) -> str:
-    policy, budget, regime, reader = key
-    return f"{policy} {budget_label(budget)} ({regime})" + (f" reader {reader}" if reader else "")
+    return f"{key.policy} {budget_label(key.budget)} ({key.regime})" + (f" reader {key.reader}" if key.reader else "")
 
 
 def _ratio_point(counts: NDArray[np.float64], num: Sequence[str], den: Sequence[str]) -> float | None:
@@ -217,7 +217,7 @@ def compare_records(
     readers = {str(r["reader"]) for r in old}, {str(r["reader"]) for r in new}
     match_readers = len(readers[0]) > 1 or len(readers[1]) > 1
     before, after = _per_question(old, match_readers), _per_question(new, match_readers)
-    order = sorted(set(before) | set(after), key=lambda k: (k[3], k[2], policy_order(k[0]), -k[1]))
+    order = sorted(set(before) | set(after), key=cell_order)
     cells = tuple(_change(k, before[k], after[k], resamples, seed) for k in order if k in before and k in after)
     return Comparison(
         old_name,
@@ -264,7 +264,7 @@ def worse_cells(comparison: Comparison, thresholds: Sequence[tuple[str, float]])
             f = cell.figure(name)
             if f.worse_by is not None and f.worse_by > threshold:
                 lines.append(
-                    f"{_cell_name((cell.policy, cell.budget, cell.regime, cell.reader))}: {name} "
+                    f"{_cell_name(CellKey(cell.policy, cell.budget, cell.regime, cell.reader))}: {name} "
                     f"{_num(f.old)} -> {_num(f.new)} ({_signed(f.difference)}, 95% CI {_interval(f.lo, f.hi)}), "
                     f"worse by more than {threshold:g}"
                 )
@@ -300,7 +300,7 @@ def render_markdown(comparison: Comparison) -> str:
         parts = [
             f"{_num(f.old)} -> {_num(f.new)} ({_signed(f.difference)}, {_interval(f.lo, f.hi)})" for f in cell.figures
         ]
-        name = _cell_name((cell.policy, cell.budget, cell.regime, cell.reader))
+        name = _cell_name(CellKey(cell.policy, cell.budget, cell.regime, cell.reader))
         out.append(f"| {name} | {cell.shared_questions} | " + " | ".join(parts) + " |")
     if not comparison.cells:
         out.append("| (no cell in both runs) | |" + " |" * len(FIGURES))

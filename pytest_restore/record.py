@@ -1,4 +1,4 @@
-"""The per-question record: its schema, reading and writing, and how records are counted.
+"""The per-question record: its schema, reading and writing, the N rule and the bins.
 
 One :class:`Record` per (question, policy, budget, seed, regime, reader). The
 audit produces records, the statistics and the report consume them, and
@@ -9,8 +9,9 @@ here:
 - the fields and their types (:data:`FIELDS`, the dataclass itself);
 - which records enter a cell's ``N`` (:attr:`Record.enters_n`);
 - the bins (:data:`BINS`) and the rule that assigns them (:func:`bin_of`);
-- one tally per cell (:class:`CellTally`): per-question counts that the
-  bootstrap resamples and whose sums are the figures of ``cells.csv``.
+- the cell a record belongs to (:class:`CellKey`).
+
+Counting records is the statistics' work (:mod:`pytest_restore.stats.tally`).
 
 Records cross xdist workers as plain JSON dicts (:meth:`Record.to_json`,
 :meth:`Record.from_json`); a ``Record`` is also a read-only mapping, so
@@ -21,12 +22,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import Any, NamedTuple
 
 BINS: tuple[str, ...] = ("irreversible", "recoverable", "residual")
 REGIMES: tuple[str, ...] = ("a", "b")
@@ -49,7 +47,28 @@ ABLATION_RECORD_FIELDS: tuple[str, ...] = (
     "ablation_placebo_tokens",
 )
 
-CellKey = tuple[str, int, str, str]  # (policy, budget, regime, reader)
+
+
+class CellKey(NamedTuple):
+    """What makes a grid cell: the records of one cell are counted and tested together.
+
+    The grid's dimensions, each a record field. A new dimension (a ranker, a
+    dataset) is a field here (with the record field it is read from in
+    :meth:`of`) and a place in :func:`pytest_restore.stats.results.cell_order`;
+    the analysis and every renderer read cells through this key. A ``CellKey``
+    is a tuple, so a plain ``(policy, budget, regime, reader)`` compares equal.
+    """
+
+    policy: str
+    budget: int
+    regime: str
+    reader: str
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> CellKey:
+        """The cell a record belongs to."""
+        return cls(str(record["policy"]), int(record["budget"]), str(record["regime"]), str(record["reader"]))
+
 #: The fields that identify a record: no two records of one run share them.
 KEY_FIELDS: tuple[str, ...] = ("question_id", "policy", "budget", "seed", "regime", "reader")
 
@@ -123,8 +142,8 @@ class Record(Mapping[str, Any]):
 
     @property
     def cell(self) -> CellKey:
-        """``(policy, budget, regime, reader)``."""
-        return (self.policy, self.budget, self.regime, self.reader)
+        """The record's grid cell."""
+        return CellKey.of(self)
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -353,16 +372,6 @@ def schema_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-#: What the tally reads: a mapping with these fields can be counted.
-COUNTED_FIELDS: tuple[str, ...] = (
-    *KEY_FIELDS,
-    "oracle_correct",
-    "policy_correct",
-    "bin",
-    "excluded",
-)
-
-
 def check(record: Mapping[str, Any], required: Sequence[str] = REQUIRED_FIELDS) -> tuple[str, str] | None:
     """The first field of ``record`` that is missing, unknown or wrong, and what is wrong with it.
 
@@ -470,175 +479,6 @@ class _OneRun:
         return None
 
 
-# -- the tally ------------------------------------------------------------------------------
-
-#: Rows of a tally's per-question count matrix.
-ROWS: tuple[str, ...] = ("N", "err", "irr", "rec", "res", "correct", "gold_evicted")
-N_ROW, ERR_ROW, IRR_ROW, REC_ROW, RES_ROW, CORRECT_ROW, GOLD_ROW = range(len(ROWS))
-_BIN_ROW = {"irreversible": IRR_ROW, "recoverable": REC_ROW, "residual": RES_ROW}
-
-
 def describe(record: Mapping[str, Any]) -> str:
     """The record's key fields, for an error message."""
     return ", ".join(f"{k}={record.get(k)!r}" for k in KEY_FIELDS)
-
-
-@dataclass
-class CellTally:
-    """The counts of one cell: per question (for the bootstrap) and in total (for ``cells.csv``).
-
-    ``counts[row, q]`` counts the records of question ``question_ids[q]`` for
-    each of :data:`ROWS`; only records that enter ``N`` are counted there.
-    ``random`` pools its seeds: a question's entry counts every seed's record.
-    """
-
-    question_ids: tuple[str, ...]
-    counts: NDArray[np.int64]
-    seeds: set[int] = field(default_factory=set)
-    records: int = 0
-    excluded: int = 0
-    not_answerable: int = 0
-    negative_restore_gain: int = 0
-
-    @classmethod
-    def empty(cls, question_ids: Sequence[str]) -> CellTally:
-        """A tally with no record counted."""
-        return cls(tuple(question_ids), np.zeros((len(ROWS), len(question_ids)), dtype=np.int64))
-
-    def add(self, record: Mapping[str, Any], column: int) -> None:
-        """Count one record of this cell into question column ``column``."""
-        self.records += 1
-        self.seeds.add(int(record["seed"]))
-        if record["excluded"] is not None:
-            self.excluded += 1
-            return
-        if record["oracle_correct"] is not True:
-            self.not_answerable += 1
-            return
-        counts = self.counts[:, column]
-        counts[N_ROW] += 1
-        if record["policy_correct"]:
-            counts[CORRECT_ROW] += 1
-        else:
-            counts[ERR_ROW] += 1
-            if record["bin"] is not None:
-                counts[_BIN_ROW[record["bin"]]] += 1
-        if int(record.get("gold_evicted") or 0) > 0:
-            counts[GOLD_ROW] += 1
-        self.negative_restore_gain += bool(record.get("negative_restore_gain"))
-
-    def total(self, row: int) -> int:
-        """The sum of one row over every question."""
-        return int(self.counts[row].sum())
-
-    @property
-    def N(self) -> int:
-        """Oracle-answerable, not excluded records."""
-        return self.total(N_ROW)
-
-    @property
-    def err(self) -> int:
-        """Policy errors among the ``N``."""
-        return self.total(ERR_ROW)
-
-    @property
-    def irr(self) -> int:
-        """Irreversible errors."""
-        return self.total(IRR_ROW)
-
-    @property
-    def rec(self) -> int:
-        """Recoverable errors."""
-        return self.total(REC_ROW)
-
-    @property
-    def res(self) -> int:
-        """Residual errors."""
-        return self.total(RES_ROW)
-
-    @property
-    def correct(self) -> int:
-        """Policy answers judged correct among the ``N``."""
-        return self.total(CORRECT_ROW)
-
-    @property
-    def gold_evicted(self) -> int:
-        """Records among the ``N`` with at least one gold unit evicted."""
-        return self.total(GOLD_ROW)
-
-    @property
-    def two_bin_share(self) -> float | None:
-        """``irr / (irr + rec)``, ``None`` when both are zero."""
-        return _share(self.irr, self.irr + self.rec)
-
-    @property
-    def irr_rate(self) -> float | None:
-        """``irr / N``."""
-        return _share(self.irr, self.N)
-
-    @property
-    def accuracy(self) -> float | None:
-        """Policy accuracy over the oracle-answerable questions."""
-        return _share(self.correct, self.N)
-
-    @property
-    def gold_evicted_rate(self) -> float | None:
-        """Share of the ``N`` with at least one gold unit evicted."""
-        return _share(self.gold_evicted, self.N)
-
-    def share(self, bin_: str) -> float | None:
-        """Three-bin share of one bin among the errors."""
-        return _share(self.total(_BIN_ROW[bin_]), self.err)
-
-
-def _share(num: int, den: int) -> float | None:
-    return num / den if den else None
-
-
-def _checked(record: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``record`` when it can be counted; else a :class:`RecordError` naming the record and field."""
-    if not isinstance(record, Record):
-        problem = check({k: record[k] for k in record}, required=COUNTED_FIELDS)
-        if problem is not None:
-            name, what = problem
-            raise RecordError(f"record ({describe(record)}): field {name!r}: {what}")
-    return record
-
-
-def _count(
-    records: Iterable[Mapping[str, Any]],
-    question_ids: Sequence[str] | None,
-    cell_of: Callable[[Mapping[str, Any]], CellKey | None],
-) -> dict[CellKey | None, CellTally]:
-    checked = [_checked(r) for r in records]
-    universe = sorted({str(r["question_id"]) for r in checked}) if question_ids is None else question_ids
-    column = {qid: i for i, qid in enumerate(universe)}
-    cells: dict[CellKey | None, CellTally] = {}
-    for r in checked:
-        key = cell_of(r)
-        cell = cells.get(key)
-        if cell is None:
-            cell = cells[key] = CellTally.empty(universe)
-        cell.add(r, column[str(r["question_id"])])
-    return cells
-
-
-def tally_cells(
-    records: Iterable[Mapping[str, Any]], question_ids: Sequence[str] | None = None
-) -> dict[CellKey, CellTally]:
-    """Count every record into its cell ``(policy, budget, regime, reader)``.
-
-    ``question_ids`` is the column universe (default: every question id in the
-    records, sorted); every cell shares it, so the bootstrap resamples all
-    cells jointly. Records that cannot be counted raise :class:`RecordError`.
-    """
-    cells = _count(
-        records, question_ids, lambda r: (str(r["policy"]), int(r["budget"]), str(r["regime"]), str(r["reader"]))
-    )
-    return {key: cell for key, cell in cells.items() if key is not None}
-
-
-def tally(records: Iterable[Mapping[str, Any]]) -> CellTally:
-    """The records of one cell (or any group) pooled into one tally."""
-    pooled = _count(records, None, lambda r: None)
-    return pooled.get(None) or CellTally.empty(())

@@ -14,6 +14,7 @@ import pytest
 from grid_helpers import TINY, ChildRun, report_file
 
 from pytest_restore.audit import ablations
+from pytest_restore.audit.memo import model_calls
 from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import Dataset, load_dataset
 from pytest_restore.memory.eviction import default_registry
@@ -22,7 +23,7 @@ from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.record import ABLATION_FIELDS, ABLATION_RECORD_FIELDS, Record
 from pytest_restore.report.cases import bin_cases
-from pytest_restore.report.inputs import RunInfo, read_records
+from pytest_restore.report.inputs import RunInfo, analyse_records, read_records
 from pytest_restore.report.markdown import render_report_md
 from pytest_restore.report.writer import write_report
 
@@ -223,7 +224,8 @@ def test_report_sections_rebuild_from_records(tiny_records: list[Record], tmp_pa
     assert pooled["gold"]["share"] == 1.0
     assert pooled["surviving"]["cases"] == pooled["gold"]["cases"] > 0
     # the report is a function of the records alone
-    again = render_report_md(read_records(files.records), info)
+    saved = read_records(files.records)
+    again = render_report_md(saved, info, analyse_records(saved, info), model_calls(saved))
     assert again == report
 
 

@@ -27,7 +27,8 @@ from pytest_restore.memory.retrieval import inject, rank, render_context
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.prompts import PromptSet
-from pytest_restore.record import enters_n, tally
+from pytest_restore.record import enters_n
+from pytest_restore.stats.tally import tally
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 BUDGETS = (600, 300, 100)

@@ -48,7 +48,7 @@ CONFTEST = """
 from pytest_restore.memory.eviction import MemoryStore, VictimPolicy
 from pytest_restore.memory.retrieval import ScoringRanker
 from pytest_restore.data.words import words
-from pytest_restore.record import CORRECT_ROW, N_ROW
+from pytest_restore.stats.tally import CORRECT_ROW, N_ROW
 from pytest_restore.stats.families import Family
 from pytest_restore.stats.results import HypothesisTest
 

@@ -18,7 +18,7 @@ from pytest_restore.exits import IO_ERROR
 
 def _record(qid: str, bin_: str | None, correct: bool, seed: int = 0) -> dict[str, Any]:
     return {
-        "question_id": qid, "policy": "fifo", "budget": 80_000, "seed": seed, "regime": "b", "reader": "fake",
+        "question_id": qid, "question_type": "multi-session", "policy": "fifo", "budget": 80_000, "seed": seed, "regime": "b", "reader": "fake",
         "oracle_correct": True, "policy_correct": correct, "bin": bin_, "excluded": None,
     }
 

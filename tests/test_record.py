@@ -18,9 +18,8 @@ from pytest_restore.record import (
     dumps,
     read_records,
     schema_markdown,
-    tally,
-    tally_cells,
 )
+from pytest_restore.stats.tally import tally, tally_cells
 
 
 def rec(qid: str = "q1", **kw: Any) -> dict[str, Any]:
@@ -136,6 +135,7 @@ def test_tally_figures() -> None:
     fig = tally(Record.from_json(r) for r in records)
     assert (fig.N, fig.err, fig.irr, fig.rec, fig.res, fig.correct) == (5, 3, 1, 1, 1, 2)
     assert (fig.excluded, fig.not_answerable, fig.records) == (1, 1, 7)
+    assert fig.exclusions == {"api_error: policy reader": 1}
     assert (fig.gold_evicted, fig.negative_restore_gain) == (2, 1)
     assert fig.two_bin_share == 0.5
     assert fig.irr_rate == pytest.approx(0.2) and fig.accuracy == pytest.approx(0.4)

@@ -18,13 +18,11 @@ from pytest_restore.data.dataset import QUESTION_TYPES
 from pytest_restore.report.inputs import RecordsError, RunInfo, analyse_records, read_records
 from pytest_restore.report.markdown import session_failures
 from pytest_restore.report.writer import (
-    CELL_COLUMNS,
-    CSV_COLUMNS,
     render_records_jsonl,
     write_report,
 )
 from pytest_restore.stats.families import FAMILIES
-from pytest_restore.stats.results import INTERVAL_COLUMNS
+from pytest_restore.stats.results import CELL_COLUMNS, INTERVAL_COLUMNS, PROTOCOL_COLUMNS
 
 Record = dict[str, Any]
 
@@ -151,9 +149,9 @@ def healthy_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_cells_csv_gains_interval_columns_within_bounds(healthy_report: Path) -> None:
     text = (healthy_report / "cells.csv").read_text()
     header = text.splitlines()[0].split(",")
-    assert header[:13] == list(CELL_COLUMNS)
+    assert header[:13] == list(PROTOCOL_COLUMNS)
     assert header[13:19] == list(INTERVAL_COLUMNS)
-    assert header == list(CSV_COLUMNS)
+    assert header == list(CELL_COLUMNS)
     rows = _csv(text)
     assert len(rows) == 6 * 2 * 2
     checked = 0

@@ -44,10 +44,10 @@ def test_rendering_from_fixed_records(snapshot: SnapshotAssertion) -> None:
     """``cells.csv`` and the markdown tables of a small fixed grid."""
     records = fixed_records()
     analysis = analyse_records(records, RunInfo(settings={"bootstrap": 2000}))
-    assert render_cells_csv(records, analysis) == snapshot(
+    assert render_cells_csv(analysis) == snapshot(
         name="cells", extension_class=CsvSnapshot
     )
-    assert render_tables_md(records, analysis) == snapshot(
+    assert render_tables_md(analysis) == snapshot(
         name="report-tables", extension_class=MarkdownSnapshot
     )
 
@@ -75,9 +75,9 @@ def test_regression_gate_embedded_default_grid(
     ``pytest tests/test_snapshots.py --snapshot-update`` and commit the diff.
     """
     analysis = analyse_records(embedded_grid_records)
-    assert render_cells_csv(embedded_grid_records, analysis) == snapshot(
+    assert render_cells_csv(analysis) == snapshot(
         name="cells", extension_class=CsvSnapshot
     )
-    assert render_tables_md(embedded_grid_records, analysis) == snapshot(
+    assert render_tables_md(analysis) == snapshot(
         name="report-tables", extension_class=MarkdownSnapshot
     )

@@ -12,9 +12,8 @@ from scipy import stats as scipy_stats  # type: ignore[import-untyped]
 from statsmodels.stats.multitest import multipletests  # type: ignore[import-untyped]
 
 from pytest_restore.bootstrap import Resampler, holm, smoothed_p, two_sided_p
-from pytest_restore.record import IRR_ROW, N_ROW
 from pytest_restore.report.figure import write_figure
-from pytest_restore.stats.analysis import Analysis, analyse, bins_by_type, cell_verdicts
+from pytest_restore.stats.analysis import Analysis, analyse, cell_verdicts
 from pytest_restore.stats.engine import Engine
 from pytest_restore.stats.families import (
     FAMILIES,
@@ -24,6 +23,7 @@ from pytest_restore.stats.families import (
     minimum_detectable,
 )
 from pytest_restore.stats.results import CELL_COLUMNS, INTERVAL_COLUMNS, CellStats, HypothesisTest
+from pytest_restore.stats.tally import IRR_ROW, N_ROW
 
 Record = dict[str, Any]
 
@@ -397,7 +397,7 @@ def test_an_items_verdicts_are_the_sessions() -> None:
     for policy in ("control", "fifo"):
         for budget in budgets:
             verdicts = cell_verdicts(
-                records, policy, budget, budgets=budgets, family_sizes=SIZES, resamples=1000
+                analyse(records, resamples=1000), policy, budget, budgets=budgets, family_sizes=SIZES
             )
             families = [t.family for t in verdicts]
             assert families == (["H1", "H3"] + [POSITIVE_CONTROL] * 3 * (policy == "control"))
@@ -407,7 +407,7 @@ def test_an_items_verdicts_are_the_sessions() -> None:
                 assert (t.decision, t.expectation_met, t.testable) == (
                     expected.decision, expected.expectation_met, expected.testable
                 )
-    assert cell_verdicts(records, "llm-importance", 80_000, budgets=budgets, family_sizes=SIZES) == []
+    assert cell_verdicts(analyse(records, resamples=100), "llm-importance", 80_000, budgets=budgets, family_sizes=SIZES) == []
 
 
 def test_an_item_asks_for_the_whole_family_only_where_holm_could_go_either_way() -> None:
@@ -419,11 +419,12 @@ def test_an_item_asks_for_the_whole_family_only_where_holm_could_go_either_way()
         return records
 
     budgets = (80_000, 30_000, 8_000)
-    clear = cell_verdicts(records, "control", 80_000, budgets=budgets, family_sizes=SIZES, fetch=fetch, resamples=1000)
+    analysis = analyse(records, resamples=1000)
+    clear = cell_verdicts(analysis, "control", 80_000, budgets=budgets, family_sizes=SIZES, fetch=fetch)
     assert asked == []  # every p is far from alpha: Holm cannot change a decision
     # a family so large that Holm's bound straddles alpha: the item decides with the whole family
     big = {name: 10_000 for name in SIZES}
-    again = cell_verdicts(records, "control", 80_000, budgets=budgets, family_sizes=big, fetch=fetch, resamples=1000)
+    again = cell_verdicts(analysis, "control", 80_000, budgets=budgets, family_sizes=big, fetch=fetch)
     assert asked and ("control", 8_000) in asked[0]
     assert [t.decision for t in again] == [t.decision for t in clear]
 
@@ -432,8 +433,11 @@ def test_cell_verdicts_need_one_reader() -> None:
     records = cell("fifo", 10, 3, 0, 0, regime="a")
     records += [dict(r, reader="other") for r in records]
     with pytest.raises(ValueError, match="reader"):
-        cell_verdicts(records, "fifo", 80_000, budgets=(80_000,), family_sizes=SIZES, resamples=100)
-    assert len(cell_verdicts(records, "fifo", 80_000, budgets=(80_000,), family_sizes=SIZES, reader="other", resamples=100)) == 1
+        cell_verdicts(analyse(records, resamples=100), "fifo", 80_000, budgets=(80_000,), family_sizes=SIZES)
+    verdicts = cell_verdicts(
+        analyse(records, resamples=100), "fifo", 80_000, budgets=(80_000,), family_sizes=SIZES, reader="other"
+    )
+    assert len(verdicts) == 1
 
 
 def tame_control(questions: int) -> list[Record]:
@@ -508,11 +512,10 @@ def test_a_registered_family_is_analysed_decided_and_checked_like_a_built_in() -
         "no-irr: fifo at 80k: an irreversible error (irr rate 0.30"
     )
     # the grid item of fifo fails on it as the session does; without the family, nothing to check
-    (verdict,) = cell_verdicts(
-        records, "fifo", 80_000, budgets=(80_000,), family_sizes={"no-irr": 2}, resamples=1000, families=families
-    )
+    (verdict,) = cell_verdicts(analysis, "fifo", 80_000, budgets=(80_000,), family_sizes={"no-irr": 2})
     assert (verdict.name, verdict.expectation_met) == ("no-irr fifo 80000", False)
-    assert cell_verdicts(records, "fifo", 80_000, budgets=(80_000,), family_sizes={}, resamples=1000) == []
+    builtin = analyse(records, resamples=1000)
+    assert cell_verdicts(builtin, "fifo", 80_000, budgets=(80_000,), family_sizes={}) == []
     assert "no-irr" not in analyse(records, resamples=1000).to_json()["families"]
     with pytest.raises(KeyError, match="no-irr"):
         family_of("no-irr")
@@ -534,7 +537,7 @@ def test_cell_figures() -> None:
     assert figures.irr_share == pytest.approx(0.5)
     row = figures.as_row()
     assert tuple(row) == CELL_COLUMNS
-    assert row["two_bin_lo"] is not None and row["seeds"] == "0"
+    assert row["two_bin_lo"] is not None and row["irr_share"] == pytest.approx(0.5) and row["excluded"] == 1
     assert tuple(figures.intervals()) == INTERVAL_COLUMNS
     assert figures.two_bin_lo is not None and figures.two_bin_hi is not None
     assert figures.two_bin_lo <= 0.6 <= figures.two_bin_hi
@@ -577,14 +580,14 @@ def test_bins_by_type() -> None:
         record("q2", bin="residual", qtype="multi-session"),
         record("q3", bin="recoverable", qtype="multi-session"),
         record("q4", qtype="multi-session"),
-        record("q5", bin="residual", qtype="multi-session", excluded="api_error: reader"),
+        record("q5", qtype="multi-session", excluded="api_error: reader"),
     ]
-    rows = bins_by_type(records)
-    assert [r["question_type"] for r in rows] == ["multi-session", "single-session-user"]
+    rows = analyse(records, resamples=10).by_type
+    assert [r.question_type for r in rows] == ["multi-session", "single-session-user"]
     multi = rows[0]
-    assert (multi["N"], multi["err"], multi["irr"], multi["rec"], multi["res"]) == (3, 2, 0, 1, 1)
-    assert multi["res_share"] == 0.5 and multi["two_bin_share"] == 0.0
-    assert bins_by_type(records, policies=["random"]) == []
+    assert (multi.N, multi.err, multi.irr, multi.rec, multi.res) == (3, 2, 0, 1, 1)
+    assert multi.res_share == 0.5 and multi.two_bin_share == 0.0
+    assert analyse(records[4:], resamples=10).by_type == ()  # a type without a record in N has no row
 
 
 # -- figure ----------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -24,7 +24,7 @@ from pytest_restore.audit.run import Audit, CellRun
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.plugin.settings import RestoreSettings
 from pytest_restore.record import Record
-from pytest_restore.stats.analysis import cell_verdicts
+from pytest_restore.stats.analysis import Analysis, analyse, cell_verdicts
 from pytest_restore.stats.families import Family, family_of
 from pytest_restore.stats.results import HypothesisTest, StatsSettings, budget_label
 
@@ -117,11 +117,14 @@ class RestoreCell:
         """
         run = self.run if self.run is not None else self.audit()
         audit = self.session.audit(self.spec.reader)
+        records, fetch = item_records(audit, run, self.spec, self.session)
+        analysis = item_analysis(records, self.session)
         failures = construct_checks(run, audit)
+        failures += analysis.construct_failures(run.policy, run.budget, audit.reader.name)
         if self.session.settings.family_checks == "fail":
             failures += [
                 family_of(t.family, self.session.families).describe(t)
-                for t in verdicts(audit, run, self.spec, self.session)
+                for t in verdicts(analysis, audit, self.spec, self.session, fetch)
                 if t.expectation_met is False and t.testable
             ]
         if failures:
@@ -160,11 +163,17 @@ class SharedCells:
         return audit.run_cell(policy, budget).records
 
 
-def verdicts(audit: Audit, run: CellRun, spec: CellSpec, session: CellSession) -> list[HypothesisTest]:
-    """The family expectations of one grid cell, decided as the session's analysis decides them."""
-    s = session.settings
+RecordsOf = Callable[[Sequence[tuple[str, int]]], list[Record]]
+
+
+def item_records(audit: Audit, run: CellRun, spec: CellSpec, session: CellSession) -> tuple[list[Record], RecordsOf]:
+    """The records a grid item's checks read, and how to get other cells' records.
+
+    The cell's own records; for the control, also the baselines' regime-(b)
+    records at its budget (read from the worker that ran them where possible).
+    """
     selected = [p.name for p in session.policies]
-    family_settings = StatsSettings()  # the families' policy roles (baselines, control)
+    roles = StatsSettings()  # the families' policy roles (baselines, control)
     shared = session.shared_cells()
 
     def records_of(cells: Sequence[tuple[str, int]]) -> list[Record]:
@@ -176,18 +185,31 @@ def verdicts(audit: Audit, run: CellRun, spec: CellSpec, session: CellSession) -
         ]
 
     records = list(run.records)
-    if spec.policy == family_settings.control:
-        others = [(b, spec.budget) for b in family_settings.baselines if b in selected]
+    if spec.policy == roles.control:
+        others = [(b, spec.budget) for b in roles.baselines if b in selected]
         records += [r for r in records_of(others) if r["regime"] == "b"]
+    return records, records_of
+
+
+def item_analysis(records: Sequence[Record], session: CellSession) -> Analysis:
+    """The analysis of a grid item's records, with the session's bootstrap settings and families."""
+    s = session.settings
+    return analyse(records, resamples=s.bootstrap, seed=s.bootstrap_seed, families=session.families)
+
+
+def verdicts(
+    analysis: Analysis, audit: Audit, spec: CellSpec, session: CellSession, fetch: RecordsOf
+) -> list[HypothesisTest]:
+    """The family expectations of one grid cell, decided as the session's analysis decides them."""
+    s = session.settings
+    selected = [p.name for p in session.policies]
+    roles = StatsSettings()
     return cell_verdicts(
-        records,
+        analysis,
         spec.policy,
         spec.budget,
         budgets=s.budgets,
-        family_sizes={f.name: f.size(family_settings, selected, s.budgets) for f in session.families},
-        fetch=records_of,
+        family_sizes={f.name: f.size(roles, selected, s.budgets) for f in session.families},
+        fetch=fetch,
         reader=audit.reader.name,
-        resamples=s.bootstrap,
-        seed=s.bootstrap_seed,
-        families=session.families,
     )

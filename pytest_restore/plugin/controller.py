@@ -68,6 +68,8 @@ class Outcome:
     failures: list[str] = dataclasses.field(default_factory=list)
     #: The family expectations this run had no power to test.
     untestable: list[str] = dataclasses.field(default_factory=list)
+    #: The written report's regime-(b) table (empty: no report was written).
+    table: tuple[str, ...] = ()
     #: Where the report went (``None``: none was written).
     report_path: Path | None = None
     #: Where a partial report went (the complete one, if any, was left as it was).
@@ -337,6 +339,7 @@ class ControllerSession:
             self.say(partial_report_line(outcome.partial_path, self.settings.report_dir))
         outcome.failures += list(files.failures)
         outcome.untestable = list(files.untestable)
+        outcome.table = files.table
         if files.failures and self.settings.family_checks == "fail":
             # a family's expectation failed after Holm: the session fails, with no traceback
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -350,6 +353,7 @@ class ControllerSession:
             dry_run_lines=outcome.dry_run_lines,
             failure_summary=outcome.failure_summary,
             records=got.records,
+            table=outcome.table,
             failures=outcome.failures,
             untestable=outcome.untestable,
             run_meta=got.run_meta,

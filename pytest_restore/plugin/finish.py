@@ -35,7 +35,7 @@ from pytest_restore.plugin.cells import CellSpec
 from pytest_restore.plugin.settings import RestoreSettings
 from pytest_restore.record import Record
 from pytest_restore.report.inputs import RunInfo
-from pytest_restore.report.writer import ReportFiles, terminal_lines, write_report
+from pytest_restore.report.writer import ReportFiles, write_report
 from pytest_restore.stats.families import FAMILIES, Family
 
 
@@ -217,6 +217,7 @@ def terminal_summary(
     dry_run_lines: Sequence[str],
     failure_summary: Sequence[str],
     records: Sequence[Record],
+    table: Sequence[str],
     failures: Sequence[str],
     untestable: Sequence[str],
     run_meta: dict[str, Any],
@@ -226,7 +227,8 @@ def terminal_summary(
 ) -> None:
     """A short table of regime (b), where the report is, and what failed (the dry run: its table).
 
-    ``not_run`` names the grid cells this run did not select.
+    ``table`` is the written report's regime-(b) table (:attr:`ReportFiles.table`;
+    empty when no report was written); ``not_run`` names the grid cells this run did not select.
     """
     if dry_run_lines:
         terminalreporter.write_sep("=", "restore dry run: model calls the grid needs")
@@ -243,7 +245,7 @@ def terminal_summary(
             terminalreporter.write_line(failure, red=True)
         return
     terminalreporter.write_sep("=", "restore-counterfactual audit (regime b)")
-    for line in terminal_lines(records):
+    for line in table:
         terminalreporter.write_line(line)
     meta = run_meta
     if settings.data is None:

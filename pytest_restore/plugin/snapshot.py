@@ -68,7 +68,7 @@ class RestoreSnapshot:
         if self._tables is None:
             records = list(self._records())
             analysis = analyse_records(records, RunInfo(settings=self._settings, families=self._families))
-            self._tables = (render_cells_csv(records, analysis), render_decisions_md(analysis))
+            self._tables = (render_cells_csv(analysis), render_decisions_md(analysis))
         return self._tables
 
     def check(self) -> None:

@@ -9,11 +9,9 @@ from typing import Any
 
 from pytest_restore.audit import ablations
 from pytest_restore.record import BINS, Record
-from pytest_restore.report.inputs import ablation_rows, policy_order
+from pytest_restore.report.inputs import ablation_rows
 from pytest_restore.stats.analysis import Analysis
-from pytest_restore.stats.results import (
-    budget_label,
-)
+from pytest_restore.stats.results import budget_label, policy_order
 
 
 def render_ablations_md(records: Sequence[Record], analysis: Analysis) -> str:

@@ -25,7 +25,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from pytest_restore.stats.results import budget_label, policy_sort_key
+from pytest_restore.stats.results import budget_label
 
 #: Bin colours, the paper's palette.
 IRREVERSIBLE = "#B2182B"
@@ -123,13 +123,13 @@ def write_figure(
 
 
 def _draw_panel(ax: Axes, cells: Sequence[BarCell]) -> None:
-    """Stacked bars for one reader's cells, grouped by policy."""
-    policies = sorted({c.policy for c in cells}, key=policy_sort_key)
+    """Stacked bars for one reader's cells (in the analysis's cell order), grouped by policy."""
+    policies = list(dict.fromkeys(c.policy for c in cells))
     positions: list[float] = []
     budget_labels: list[str] = []
     x = 0.0
     for policy in policies:
-        group = sorted((c for c in cells if c.policy == policy), key=lambda c: -c.budget)
+        group = [c for c in cells if c.policy == policy]
         start = x
         for cell in group:
             _draw_bar(ax, x, cell)

@@ -7,7 +7,6 @@ checking that they belong to the run ``summary.json`` describes.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,20 +15,16 @@ from typing import Any, TypeVar
 from pytest_restore import record as record_module
 from pytest_restore.audit import ablations
 from pytest_restore.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
-from pytest_restore.memory.eviction import BUILTIN_POLICIES
 from pytest_restore.record import DEFAULT_RANKER, Record, RecordError
 from pytest_restore.stats.analysis import Analysis, analyse
 from pytest_restore.stats.families import FAMILIES, Family
 from pytest_restore.stats.results import (
     DEFAULT_CALIPER,
     DEFAULT_EQUIVALENCE_MARGIN,
-    CellStats,
+    policy_order,
 )
 
 _R = TypeVar("_R", bound=Mapping[str, Any])
-
-
-_BUILTIN_ORDER = {cls.name: i for i, cls in enumerate(BUILTIN_POLICIES)}
 
 
 #: Saved records that cannot be turned into a report (the name this module always used).
@@ -69,11 +64,6 @@ class RunInfo:
         )
 
 
-def policy_order(name: str) -> tuple[int, str]:
-    """Built-in policies in the paper's order, then the others by name."""
-    return (_BUILTIN_ORDER.get(name, len(_BUILTIN_ORDER)), name)
-
-
 def record_order(r: Mapping[str, Any]) -> tuple[Any, ...]:
     """The canonical order of records: by cell, then seed, regime and question."""
     return (
@@ -89,16 +79,6 @@ def record_order(r: Mapping[str, Any]) -> tuple[Any, ...]:
 def sort_records(records: Iterable[_R]) -> list[_R]:
     """Records in canonical order (arrival order across workers is not fixed)."""
     return sorted(records, key=record_order)
-
-
-def cells_of(records: Iterable[Record]) -> dict[tuple[str, int, str, str], list[Record]]:
-    """Records grouped by (policy, budget, regime, reader), keys in canonical order."""
-    groups: dict[tuple[str, int, str, str], list[Record]] = defaultdict(list)
-    for r in records:
-        groups[(r["policy"], r["budget"], r["regime"], r["reader"])].append(r)
-    return {
-        k: groups[k] for k in sorted(groups, key=lambda k: (policy_order(k[0]), -k[1], k[3], k[2]))
-    }
 
 
 def analyse_records(records: Sequence[Record], info: RunInfo | None = None) -> Analysis:
@@ -125,24 +105,10 @@ def fmt(value: float | None, digits: int = 4) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
-def cells_in_order(analysis: Analysis) -> list[CellStats]:
-    """The analysis's cells in the report's order: policy, loosest budget first, reader, regime."""
-    return sorted(analysis.cells, key=lambda c: (policy_order(c.policy), -c.budget, c.reader, c.regime))
-
-
 def ablation_rows(records: Sequence[Record], analysis: Analysis) -> list[ablations.AblationRow]:
     """The ablations' pooled rows, with the statistics pass's bootstrap settings."""
     s = analysis.settings
     return ablations.summarise(records, resamples=s.resamples, seed=s.seed, confidence=s.confidence)
-
-
-def record_exclusions(records: Sequence[Record]) -> dict[str, int]:
-    """Excluded records by reason (model failures), over all cells."""
-    counts: dict[str, int] = defaultdict(int)
-    for r in records:
-        if r["excluded"] is not None:
-            counts[str(r["excluded"])] += 1
-    return dict(sorted(counts.items()))
 
 
 def dataset_label(info: RunInfo) -> str:

@@ -10,25 +10,21 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_restore.audit.memo import model_calls
 from pytest_restore.models.fake import simulated_note, simulated_reader_md
 from pytest_restore.record import Record
 from pytest_restore.report.cases import render_ablations_md, render_cases_md
 from pytest_restore.report.inputs import (
     RunInfo,
-    analyse_records,
-    cells_in_order,
     dataset_label,
     fmt,
     rankers_of,
-    record_exclusions,
 )
-from pytest_restore.stats.analysis import Analysis, bins_by_type
+from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.families import POSITIVE_CONTROL, POWER, families_of, family_of
 from pytest_restore.stats.results import (
     HypothesisTest,
     budget_label,
-    policy_sort_key,
+    policy_order,
 )
 from pytest_restore.stats.robustness import compare_readers, render_comparison_md
 
@@ -47,14 +43,11 @@ def _share_with_interval(point: float | None, lo: float | None, hi: float | None
     return f"{point:.2f} ({_short(lo)}-{_short(hi)})"
 
 
-def render_cell_table(
-    records: Sequence[Record], regime: str, analysis: Analysis | None = None
-) -> str:
+def render_cell_table(analysis: Analysis, regime: str) -> str:
     """The per-cell table of one regime, in the paper's Table 1 layout (markdown).
 
     Regime (a) leaves out ``rec`` and the two-bin share, constant by construction.
     """
-    analysis = analysis if analysis is not None else analyse_records(records)
     full = regime != "a"
     if full:
         header = "| policy | budget | reader | N | err | irr | rec | res | two-bin (95% CI) | irr-rate | accuracy | gold evicted |"
@@ -64,7 +57,7 @@ def render_cell_table(
         rule = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
     lines = [header, rule]
     previous = None
-    for cell in cells_in_order(analysis):
+    for cell in analysis.cells:
         if cell.regime != regime:
             continue
         two_bin = _share_with_interval(cell.two_bin_share, cell.two_bin_lo, cell.two_bin_hi)
@@ -184,7 +177,7 @@ def render_pairs_md(analysis: Analysis) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_bins_by_type_md(records: Sequence[Record]) -> str:
+def render_bins_by_type_md(analysis: Analysis) -> str:
     """The breakdown of the bins by question type (every policy, budget and seed pooled)."""
     out = [
         "## Bins by question type",
@@ -200,11 +193,11 @@ def render_bins_by_type_md(records: Sequence[Record]) -> str:
         ),
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for row in bins_by_type(records):
+    for row in analysis.by_type:
         out.append(
-            f"| {row['reader']} | {row['regime']} | {row['question_type']} | {row['N']} | {row['err']} | "
-            f"{row['irr']} | {row['rec']} | {row['res']} | {_num(row['irr_share'], 2)} | "
-            f"{_num(row['rec_share'], 2)} | {_num(row['res_share'], 2)} | {_num(row['two_bin_share'], 2)} |"
+            f"| {row.reader} | {row.regime} | {row.question_type} | {row.N} | {row.err} | "
+            f"{row.irr} | {row.rec} | {row.res} | {_num(row.irr_share, 2)} | "
+            f"{_num(row.rec_share, 2)} | {_num(row.res_share, 2)} | {_num(row.two_bin_share, 2)} |"
         )
     return "\n".join(out) + "\n"
 
@@ -213,7 +206,7 @@ def _evicting(analysis: Analysis) -> list[str]:
     """The policies a finding is about: every policy but the reference and the control."""
     st = analysis.settings
     names = {c.policy for c in analysis.cells if c.policy not in (st.reference, st.control)}
-    return sorted(names, key=policy_sort_key)
+    return sorted(names, key=policy_order)
 
 
 def _ci(lo: float | None, hi: float | None) -> str:
@@ -229,7 +222,7 @@ def render_findings_md(analysis: Analysis) -> str:
     control's resolution (H2, TOST, positive control); then the expectations.
     """
     out = ["## Findings", ""]
-    readers = sorted({c.reader for c in analysis.cells})
+    readers = analysis.readers
     for reader in readers:
         tag = f" (reader {reader})" if len(readers) > 1 else ""
         budgets = sorted({c.budget for c in analysis.cells if c.reader == reader}, reverse=True)
@@ -312,11 +305,11 @@ def render_findings_md(analysis: Analysis) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_tables_md(records: Sequence[Record], analysis: Analysis) -> str:
+def render_tables_md(analysis: Analysis) -> str:
     """The findings and the tables of ``report.md``: both regimes, every family, the H2 pairs, bins by type.
 
-    A function of the records and the statistics settings alone (no run
-    settings, dataset or paths), so the snapshot tests compare exactly this.
+    A function of the analysis alone (no run settings, dataset or paths), so
+    the snapshot tests compare exactly this.
     """
     out = [
         render_findings_md(analysis),
@@ -328,7 +321,7 @@ def render_tables_md(records: Sequence[Record], analysis: Analysis) -> str:
             "interval; irr-rate = irr / N."
         ),
         "",
-        render_cell_table(records, "b", analysis),
+        render_cell_table(analysis, "b"),
         "## Regime (a): forced surviving gold (construct reference)",
         "",
         (
@@ -337,22 +330,22 @@ def render_tables_md(records: Sequence[Record], analysis: Analysis) -> str:
             "(a violation shows as a failed H3 expectation)."
         ),
         "",
-        render_cell_table(records, "a", analysis),
+        render_cell_table(analysis, "a"),
         render_hypotheses_md(analysis),
         render_pairs_md(analysis),
-        render_bins_by_type_md(records),
+        render_bins_by_type_md(analysis),
     ]
     return "\n".join(out)
 
 
-def _run_line(records: Sequence[Record], info: RunInfo) -> str:
+def _run_line(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> str:
     """What was run, in one line: data, reader, judge, ranker, N."""
     st, ds = info.settings, info.dataset
     data = dataset_label(info) or "records without run settings"
-    readers = sorted({str(r["reader"]) for r in records})
+    readers = analysis.readers
     judges = sorted({str(r.get("judge")) for r in records if r.get("judge")}) or [str(st.get("judge", "?"))]
-    answerable = len({r["question_id"] for r in records if r["oracle_correct"] is True and r["excluded"] is None})
-    audited = ds.get("audited") or len({r["question_id"] for r in records})
+    answerable = analysis.counts.answerable()
+    audited = ds.get("audited") or analysis.questions
     return (
         f"**Run:** {data}; reader {', '.join(readers)}; judge {', '.join(judges)}; ranker "
         f"{', '.join(rankers_of(records))}; N = {audited} questions audited, {answerable} oracle-answerable "
@@ -378,7 +371,7 @@ def _setting_value(key: str, value: Any) -> str:
     return str(value)
 
 
-def render_settings_md(records: Sequence[Record], info: RunInfo) -> str:
+def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> str:
     """The run's settings (as the options that set them), the dataset and the exclusions, as readable tables."""
     ds = info.dataset
     out = ["## Run settings", ""]
@@ -404,7 +397,7 @@ def render_settings_md(records: Sequence[Record], info: RunInfo) -> str:
             out.append(f"| {reason} | {count} |")
     else:
         out.append("| none | 0 |")
-    failed = record_exclusions(records)
+    failed = analysis.counts.exclusions()
     out += [
         "",
         "Records excluded from a cell's decomposition (failed model calls, never scored as wrong):",
@@ -423,8 +416,8 @@ def render_settings_md(records: Sequence[Record], info: RunInfo) -> str:
 def render_report_md(
     records: Sequence[Record],
     info: RunInfo,
-    analysis: Analysis | None = None,
-    calls: Mapping[str, Mapping[str, Any]] | None = None,
+    analysis: Analysis,
+    calls: Mapping[str, Mapping[str, Any]],
 ) -> str:
     """``report.md`` as text (``calls``: :func:`model_calls` of the records, when already counted).
 
@@ -432,14 +425,12 @@ def render_report_md(
     applies, the findings), then the tables, families, cases and ablations;
     the run's settings and exclusions last.
     """
-    if analysis is None:
-        analysis = analyse_records(records, info)
     out = ["# Restore-counterfactual audit", ""]
     note = simulated_note(records, info.dataset.get("official"))
     if note:  # the first thing a reader sees: what these figures are, when a model is simulated
         out += [note, ""]
-    out += [_run_line(records, info), ""]
-    out += [render_tables_md(records, analysis)]
+    out += [_run_line(records, info, analysis), ""]
+    out += [render_tables_md(analysis)]
     comparison = compare_readers(analysis)
     if comparison is not None:
         out += ["", render_comparison_md(comparison)]
@@ -449,17 +440,15 @@ def render_report_md(
     reader_model = simulated_reader_md(records)
     if reader_model:
         out += ["", reader_model]
-    section = render_model_calls_md(records, calls)
+    section = render_model_calls_md(calls)
     if section:
         out += ["", section]
-    out += ["", render_settings_md(records, info)]
+    out += ["", render_settings_md(records, info, analysis)]
     return "\n".join(out)
 
 
-def render_model_calls_md(records: Sequence[Record], calls: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+def render_model_calls_md(calls: Mapping[str, Mapping[str, Any]]) -> str:
     """The model calls section: unique reader and judge calls against naive, from the records' prompt ids."""
-    if calls is None:
-        calls = model_calls(records)
     if not calls:
         return ""
     out = [

@@ -36,18 +36,14 @@ from typing import Any
 from pytest_restore.audit import ablations
 from pytest_restore.audit.memo import model_calls
 from pytest_restore.models.fake import simulated_note
-from pytest_restore.record import BINS, Record, tally_cells
+from pytest_restore.record import Record
 from pytest_restore.record import dumps as records_text
 from pytest_restore.report.inputs import (
     RunInfo,
     ablation_rows,
     analyse_records,
-    cells_in_order,
-    cells_of,
     dataset_label,
     fmt,
-    policy_order,
-    record_exclusions,
     sort_records,
 )
 from pytest_restore.report.markdown import (
@@ -56,69 +52,25 @@ from pytest_restore.report.markdown import (
     untestable_lines,
 )
 from pytest_restore.stats.analysis import Analysis
-from pytest_restore.stats.results import (
-    INTERVAL_COLUMNS,
-    PROTOCOL_COLUMNS,
-    CellStats,
-    budget_label,
-)
-
-CELL_COLUMNS = PROTOCOL_COLUMNS
+from pytest_restore.stats.results import CELL_COLUMNS, budget_label
 
 
-EXTRA_COLUMNS = ("irr_share", "rec_share", "res_share", "negative_restore_gain", "excluded")
+def _cell_value(value: Any) -> str:
+    """One ``cells.csv`` value: figures to 4 decimals, counts as they are, undefined empty."""
+    return fmt(value) if isinstance(value, float) or value is None else str(value)
 
 
-#: Every column of ``cells.csv``: the figures of docs/PROTOCOL.md section 7, their intervals, the rest.
-CSV_COLUMNS = CELL_COLUMNS + INTERVAL_COLUMNS + EXTRA_COLUMNS
+def cell_rows(analysis: Analysis) -> list[dict[str, str]]:
+    """The rows of ``cells.csv`` as formatted strings, in the analysis's cell order."""
+    return [{k: _cell_value(v) for k, v in cell.as_row().items()} for cell in analysis.cells]
 
 
-def _bin_share(cell: CellStats, bin_: str) -> float | None:
-    count = {"irreversible": cell.irr, "recoverable": cell.rec, "residual": cell.res}[bin_]
-    return count / cell.err if cell.err else None
-
-
-def cell_rows(records: Sequence[Record], analysis: Analysis | None = None) -> list[dict[str, str]]:
-    """The rows of ``cells.csv`` as formatted strings, from the statistics pass's tally."""
-    analysis = analysis if analysis is not None else analyse_records(records)
-    rows = []
-    for cell in cells_in_order(analysis):
-        row = {
-            "policy": cell.policy,
-            "budget": str(cell.budget),
-            "regime": cell.regime,
-            "reader": cell.reader,
-            "N": str(cell.N),
-            "err": str(cell.err),
-            "irr": str(cell.irr),
-            "rec": str(cell.rec),
-            "res": str(cell.res),
-            "two_bin_share": fmt(cell.two_bin_share),
-            "irr_rate": fmt(cell.irr_rate),
-            "accuracy": fmt(cell.accuracy),
-            "gold_evicted_rate": fmt(cell.gold_evicted_rate),
-        }
-        for column in INTERVAL_COLUMNS:
-            row[column] = fmt(getattr(cell, column))
-        row.update(
-            {
-                "irr_share": fmt(_bin_share(cell, "irreversible")),
-                "rec_share": fmt(_bin_share(cell, "recoverable")),
-                "res_share": fmt(_bin_share(cell, "residual")),
-                "negative_restore_gain": str(cell.negative_restore_gain),
-                "excluded": str(cell.excluded),
-            }
-        )
-        rows.append(row)
-    return rows
-
-
-def render_cells_csv(records: Sequence[Record], analysis: Analysis | None = None) -> str:
+def render_cells_csv(analysis: Analysis) -> str:
     """``cells.csv`` as text."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=CELL_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(cell_rows(records, analysis))
+    writer.writerows(cell_rows(analysis))
     return buf.getvalue()
 
 
@@ -153,36 +105,37 @@ class ReportFiles:
     failures: tuple[str, ...] = ()
     #: one line per family whose unmet expectations this run had no power to meet
     untestable: tuple[str, ...] = ()
+    #: the terminal's table of regime (b) (:func:`terminal_lines`)
+    table: tuple[str, ...] = ()
 
 
 def summary_json(
     records: Sequence[Record],
     info: RunInfo,
-    analysis: Analysis | None = None,
-    calls: Mapping[str, Mapping[str, Any]] | None = None,
+    analysis: Analysis,
+    calls: Mapping[str, Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """``summary.json``: the run section plus counts (and the hypothesis summary)."""
-    bins = {b: sum(1 for r in records if r["bin"] == b) for b in BINS}
+    """``summary.json``: the run section, the analysis's counts and the hypothesis summary."""
+    counts = analysis.counts
     out: dict[str, Any] = {
         "run": info.to_json(),
         "counts": {
-            "records": len(records),
-            "cells": len(cells_of(records)),
-            "questions": len({r["question_id"] for r in records}),
-            "excluded_records": sum(1 for r in records if r["excluded"] is not None),
-            "bins": bins,
+            "records": counts.records,
+            "cells": len(counts.cells),
+            "questions": len(counts.question_ids),
+            "excluded_records": counts.excluded,
+            "bins": counts.bins(),
         },
-        "record_exclusions": record_exclusions(records),
-        "model_calls": dict(calls) if calls is not None else model_calls(records),
+        "record_exclusions": counts.exclusions(),
+        "model_calls": dict(calls),
     }
     note = simulated_note(records, info.dataset.get("official"))
     out["simulated"] = note is not None
     if note:
         out["simulated_note"] = note
-    if analysis is not None:
-        out["hypotheses"] = analysis.summary()
-        out["failures"] = session_failures(analysis)
-        out["not_testable"] = untestable_lines(analysis)
+    out["hypotheses"] = analysis.summary()
+    out["failures"] = session_failures(analysis)
+    out["not_testable"] = untestable_lines(analysis)
     return out
 
 
@@ -207,9 +160,10 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
         figure_svg=out / "figure.svg",
         failures=tuple(session_failures(analysis)),
         untestable=tuple(untestable_lines(analysis)),
+        table=tuple(terminal_lines(analysis)),
     )
     files.records.write_text(render_records_jsonl(ordered, ordered=True), encoding="utf-8")
-    files.cells.write_text(render_cells_csv(ordered, analysis), encoding="utf-8")
+    files.cells.write_text(render_cells_csv(analysis), encoding="utf-8")
     files.hypotheses.write_text(render_hypotheses_json(analysis, ordered), encoding="utf-8")
     calls = model_calls(ordered)
     files.report.write_text(render_report_md(ordered, info, analysis, calls), encoding="utf-8")
@@ -225,18 +179,16 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
     return files
 
 
-def terminal_lines(records: Sequence[Record]) -> list[str]:
-    """A short summary for the end of the pytest run: regime (b) per cell."""
+def terminal_lines(analysis: Analysis) -> list[str]:
+    """A short summary for the end of the pytest run: regime (b) per cell, in the analysis's order."""
     lines = [
         f"{'policy':<16}{'budget':>8}{'N':>7}{'err':>6}{'irr':>6}{'rec':>6}{'res':>6}{'two-bin':>9}{'acc':>7}"
     ]
-    cells = tally_cells(records)
-    for (policy, budget, regime, reader) in sorted(cells, key=lambda k: (policy_order(k[0]), -k[1], k[3], k[2])):
-        if regime != "b":
+    for cell in analysis.cells:
+        if cell.regime != "b":
             continue
-        fig = cells[(policy, budget, regime, reader)]
         lines.append(
-            f"{policy:<16}{budget_label(budget):>8}{fig.N:>7}{fig.err:>6}{fig.irr:>6}{fig.rec:>6}{fig.res:>6}"
-            f"{fmt(fig.two_bin_share, 2) or '-':>9}{fmt(fig.accuracy, 2) or '-':>7}"
+            f"{cell.policy:<16}{budget_label(cell.budget):>8}{cell.N:>7}{cell.err:>6}{cell.irr:>6}{cell.rec:>6}"
+            f"{cell.res:>6}{fmt(cell.two_bin_share, 2) or '-':>9}{fmt(cell.accuracy, 2) or '-':>7}"
         )
     return lines

@@ -3,9 +3,10 @@
 The input is the list of per-question records described in ``docs/DESIGN.md``.
 Everything is computed from them without any model call, in this order:
 
-1. **Aggregation** (:mod:`pytest_restore.stats.engine`): records become cells
-   ``(policy, budget, regime, reader)`` of per-question count vectors over one
-   sorted universe of question ids.
+1. **Counting** (:func:`count`, on :mod:`pytest_restore.stats.tally`): every
+   record counted once into its cell (:class:`~pytest_restore.record.CellKey`)
+   and its (reader, regime, question type), per question over one sorted
+   universe of question ids; also the exclusions by reason.
 2. **The question-cluster bootstrap** (:mod:`pytest_restore.bootstrap`): one
    resample matrix shared by every cell, so every contrast is paired by
    question; percentile intervals and smoothed p-values.
@@ -15,9 +16,11 @@ Everything is computed from them without any model call, in this order:
    an unmet expectation counts as a failure only where the run had the power
    to meet it (``judge_power``).
 
-A single pytest item decides its own tests as the session does
-(:func:`cell_verdicts`); :func:`bins_by_type` breaks the bins down by question
-type.
+The :class:`Analysis` is the only source of a report's figures, orders and
+decisions: every renderer, the terminal table, ``summary.json``'s counts, the
+snapshot fixture and ``compare`` read it and count nothing themselves. A
+single pytest item builds the Analysis of its own records and decides its
+tests as the session does (:func:`cell_verdicts`).
 """
 
 
@@ -27,6 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from pytest_restore.bootstrap import (
     DEFAULT_ALPHA,
     DEFAULT_CONFIDENCE,
@@ -34,8 +39,8 @@ from pytest_restore.bootstrap import (
     DEFAULT_SEED,
     holm,
 )
-from pytest_restore.record import BINS, CellKey, enters_n
-from pytest_restore.stats.engine import _CORRECT, _ERR, _GOLD, _IRR, _N, _REC, _RES, Engine
+from pytest_restore.record import BINS, REGIMES, CellKey
+from pytest_restore.stats.engine import _CORRECT, _IRR, _N, Engine
 from pytest_restore.stats.families import (
     POWER,
     Family,
@@ -56,21 +61,158 @@ from pytest_restore.stats.results import (
     PairMatch,
     StatsSettings,
     _round,
+    cell_order,
 )
+from pytest_restore.stats.tally import N_ROW, CellTally, tally_by
 
 #: Decisions that count as a rejection of the family's null.
 _REJECTIONS = frozenset({"reject", "equivalent", "majority"})
 
 
+#: What bins by type are grouped by: reader, regime, question type.
+TypeKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The counting stage: every record counted once, into its cell and its question type.
+
+    ``cells`` are in the one cell order (:func:`~pytest_restore.stats.results.cell_order`);
+    ``by_type`` pools policies, budgets and seeds per (reader, regime, question type).
+    Both share the column universe ``question_ids``.
+    """
+
+    question_ids: tuple[str, ...]
+    cells: Mapping[CellKey, CellTally]
+    by_type: Mapping[TypeKey, CellTally]
+
+    @property
+    def records(self) -> int:
+        """Every record counted."""
+        return sum(t.records for t in self.cells.values())
+
+    @property
+    def excluded(self) -> int:
+        """Records excluded (failed model calls), over every cell."""
+        return sum(t.excluded for t in self.cells.values())
+
+    def exclusions(self) -> dict[str, int]:
+        """Excluded records by reason, over every cell, reasons sorted."""
+        out: dict[str, int] = {}
+        for t in self.cells.values():
+            for reason, n in t.exclusions.items():
+                out[reason] = out.get(reason, 0) + n
+        return dict(sorted(out.items()))
+
+    def answerable(self) -> int:
+        """Questions that enter N in some cell (oracle-answerable, not excluded)."""
+        if not self.cells:
+            return 0
+        return int(np.count_nonzero(sum(t.counts[N_ROW] for t in self.cells.values())))
+
+    def bins(self) -> dict[str, int]:
+        """Records per bin, over every cell."""
+        totals = {"irreversible": 0, "recoverable": 0, "residual": 0}
+        for t in self.cells.values():
+            totals["irreversible"] += t.irr
+            totals["recoverable"] += t.rec
+            totals["residual"] += t.res
+        return {b: totals[b] for b in BINS}
+
+
+def count(records: Sequence[Mapping[str, Any]]) -> Counts:
+    """Count the records: per cell and per (reader, regime, question type), one universe of questions.
+
+    Records that cannot be counted raise :class:`~pytest_restore.record.RecordError`.
+    """
+    universe = sorted({str(r["question_id"]) for r in records if "question_id" in r})
+    cells = tally_by(records, CellKey.of, universe)
+    by_type = tally_by(records, lambda r: (str(r["reader"]), str(r["regime"]), str(r["question_type"])), universe)
+    return Counts(
+        question_ids=tuple(universe),
+        cells={k: cells[k] for k in sorted(cells, key=cell_order)},
+        by_type={k: by_type[k] for k in sorted(by_type)},
+    )
+
+
+@dataclass(frozen=True)
+class TypeBins:
+    """The bins of one (reader, regime, question type), every policy, budget and seed pooled."""
+
+    reader: str
+    regime: str
+    question_type: str
+    N: int
+    err: int
+    irr: int
+    rec: int
+    res: int
+    irr_share: float | None
+    rec_share: float | None
+    res_share: float | None
+    two_bin_share: float | None
+
+
+def _type_bins(key: TypeKey, tally: CellTally) -> TypeBins:
+    reader, regime, question_type = key
+    return TypeBins(
+        reader,
+        regime,
+        question_type,
+        N=tally.N,
+        err=tally.err,
+        irr=tally.irr,
+        rec=tally.rec,
+        res=tally.res,
+        irr_share=_round(tally.share("irreversible")),
+        rec_share=_round(tally.share("recoverable")),
+        res_share=_round(tally.share("residual")),
+        two_bin_share=_round(tally.two_bin_share),
+    )
+
+
 @dataclass(frozen=True)
 class Analysis:
-    """The whole statistics pass: per-cell figures, every test, the H2 matching table."""
+    """The whole statistics pass: the counts, per-cell figures, every test, the H2 matching table.
+
+    ``cells`` are in the one cell order; ``by_type`` holds the bins by question
+    type (types with a record entering N). ``raw_tests`` are the tests as their
+    families built them, before Holm and the power rule (what a grid item decides from).
+    """
 
     settings: StatsSettings
     questions: int
     cells: tuple[CellStats, ...]
     tests: tuple[HypothesisTest, ...]
     matching: tuple[PairMatch, ...]
+    counts: Counts
+    by_type: tuple[TypeBins, ...]
+    raw_tests: tuple[HypothesisTest, ...]
+
+    @property
+    def readers(self) -> list[str]:
+        """The readers of the records, sorted."""
+        return sorted({c.reader for c in self.cells})
+
+    def construct_failures(self, policy: str, budget: int, reader: str) -> list[str]:
+        """The count-level construct checks of one grid item (PROTOCOL section 5), one line each.
+
+        The bins add up to the errors, the forced-gold regime has no
+        recoverable error and ``no-evict`` no irreversible one.
+        """
+        failures = []
+        for regime in REGIMES:
+            cell = self.cell(policy, budget, regime, reader)
+            if cell is None:
+                continue
+            label = f"{policy} @ {budget} regime ({regime})"
+            if cell.irr + cell.rec + cell.res != cell.err:
+                failures.append(f"{label}: irr {cell.irr} + rec {cell.rec} + res {cell.res} != err {cell.err}")
+            if regime == "a" and cell.rec:
+                failures.append(f"{label}: forced-gold regime has {cell.rec} recoverable errors (must be 0)")
+            if policy == self.settings.reference and cell.irr:
+                failures.append(f"{label}: {policy} has {cell.irr} irreversible errors (must be 0)")
+        return failures
 
     def cell(self, policy: str, budget: int, regime: str, reader: str) -> CellStats | None:
         """One cell's figures, or None when the records hold no such cell."""
@@ -158,48 +300,41 @@ def _family_sizes(tests: Sequence[HypothesisTest]) -> dict[tuple[str, str], int]
     return sizes
 
 
-def _cell_figures(engine: Engine, key: CellKey) -> CellStats:
-    policy, budget, regime, reader = key
-    cell = engine.cells[key]
-    c = [int(x) for x in cell.counts.sum(axis=1)]
+def _cell_figures(engine: Engine, key: CellKey, cell: CellTally) -> CellStats:
     confidence = engine.settings.confidence
     two_bin = engine.two_bin(key)
     irr_rate = engine.ratio(key, [_IRR], [_N])
     accuracy = engine.ratio(key, [_CORRECT], [_N])
-
-    def share(num: int, den: int) -> float | None:
-        return num / den if den else None
-
     return CellStats(
-        reader=reader,
-        policy=policy,
-        budget=budget,
-        regime=regime,
+        reader=key.reader,
+        policy=key.policy,
+        budget=key.budget,
+        regime=key.regime,
         seeds=tuple(sorted(cell.seeds)),
         records=cell.records,
         excluded=cell.excluded,
         not_answerable=cell.not_answerable,
         negative_restore_gain=cell.negative_restore_gain,
-        N=c[_N],
-        err=c[_ERR],
-        irr=c[_IRR],
-        rec=c[_REC],
-        res=c[_RES],
-        correct=c[_CORRECT],
-        gold_evicted=c[_GOLD],
+        N=cell.N,
+        err=cell.err,
+        irr=cell.irr,
+        rec=cell.rec,
+        res=cell.res,
+        correct=cell.correct,
+        gold_evicted=cell.gold_evicted,
         two_bin_share=two_bin.point,
         two_bin_lo=two_bin.interval(confidence)[0],
         two_bin_hi=two_bin.interval(confidence)[1],
-        irr_share=share(c[_IRR], c[_ERR]),
-        rec_share=share(c[_REC], c[_ERR]),
-        res_share=share(c[_RES], c[_ERR]),
+        irr_share=cell.share("irreversible"),
+        rec_share=cell.share("recoverable"),
+        res_share=cell.share("residual"),
         irr_rate=irr_rate.point,
         irr_rate_lo=irr_rate.interval(confidence)[0],
         irr_rate_hi=irr_rate.interval(confidence)[1],
         accuracy=accuracy.point,
         accuracy_lo=accuracy.interval(confidence)[0],
         accuracy_hi=accuracy.interval(confidence)[1],
-        gold_evicted_rate=share(c[_GOLD], c[_N]),
+        gold_evicted_rate=cell.gold_evicted_rate,
         two_bin_undefined=two_bin.undefined,
     )
 
@@ -268,28 +403,32 @@ def analyse(
         reference=reference,
         families=tuple(families),
     )
-    engine = Engine(records, settings)
-    cells = tuple(_cell_figures(engine, key) for key in engine.keys)
+    counts = count(records)
+    engine = Engine(counts.cells, counts.question_ids, settings)
+    cells = tuple(_cell_figures(engine, key, tally) for key, tally in counts.cells.items())
 
-    tests: list[HypothesisTest] = []
+    raw: list[HypothesisTest] = []
     matching: list[PairMatch] = []
-    for reader in sorted({k[3] for k in engine.keys}):
-        budgets = sorted({k[1] for k in engine.keys if k[3] == reader}, reverse=True)
+    for reader in sorted({k.reader for k in counts.cells}):
+        budgets = sorted({k.budget for k in counts.cells if k.reader == reader}, reverse=True)
         for family in families_of(settings):
-            tests += family.build(engine, reader, budgets)
+            raw += family.build(engine, reader, budgets)
         matching += [m for budget in budgets for m in engine.matching(budget, reader)]
-    tests = _apply_holm(tests, alpha, families_of(settings))
+    tests = _apply_holm(raw, alpha, families_of(settings))
     return Analysis(
         settings=settings,
-        questions=len(engine.universe),
+        questions=len(counts.question_ids),
         cells=cells,
         tests=tuple(judge_power(tests, _family_sizes(tests), settings)),
         matching=tuple(matching),
+        counts=counts,
+        by_type=tuple(_type_bins(k, t) for k, t in counts.by_type.items() if t.N),
+        raw_tests=tuple(raw),
     )
 
 
 def cell_verdicts(
-    records: Sequence[Mapping[str, Any]],
+    analysis: Analysis,
     policy: str,
     budget: int,
     *,
@@ -297,104 +436,61 @@ def cell_verdicts(
     family_sizes: Mapping[str, int],
     fetch: Callable[[Sequence[tuple[str, int]]], Sequence[Mapping[str, Any]]] | None = None,
     reader: str | None = None,
-    resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-    alpha: float = DEFAULT_ALPHA,
-    confidence: float = DEFAULT_CONFIDENCE,
-    family_policies: Sequence[str] = FAMILY_POLICIES,
-    baselines: Sequence[str] = BASELINES,
-    control: str = CONTROL,
-    families: Sequence[Family] = (),
 ) -> list[HypothesisTest]:
     """The expectations one grid item of (policy, budget) checks, decided as the session decides them.
 
-    ``records`` hold the cell's records (and, for the control, the baselines'
-    at ``budget``); ``family_sizes`` is the number of tests each family has in
-    the whole grid (``budgets`` are the grid's). A test is decided from its raw
+    ``analysis`` is the :func:`analyse` of the item's records (the cell's,
+    and for the control the baselines' at ``budget``), with the session's
+    settings; ``family_sizes`` is the number of tests each family has in the
+    whole grid (``budgets`` are the grid's). A test is decided from its raw
     p where Holm cannot change the outcome (``p >= alpha``: not significant;
     ``m * p < alpha``: significant); otherwise ``fetch`` gives the records of
     the whole family and the session's own analysis decides it. The power
     rule (:func:`judge_power`) is the session's too. With the same records,
     seed and resamples the question universe, hence the resamples and the
     intervals, are the session's, so items and session fail the same tests.
-    ``families`` must be the session's too (empty: the built-ins).
     """
-    options = {
-        "resamples": resamples,
-        "seed": seed,
-        "alpha": alpha,
-        "confidence": confidence,
-        "family_policies": tuple(family_policies),
-        "baselines": tuple(baselines),
-        "control": control,
-        "families": tuple(families),
-    }
-    settings = _settings(**options)
-    engine = Engine(records, settings)
-    readers = sorted({k[3] for k in engine.keys})
+    settings = analysis.settings
+    readers = analysis.readers
     if reader is None:
         if len(readers) > 1:
             raise ValueError(f"records hold several readers {readers}; pass reader=")
         if not readers:
             return []
         reader = readers[0]
+    alpha = settings.alpha
     out: list[HypothesisTest] = []
     for family in families_of(settings):
         if not family.expectation:
             continue
         m = family_sizes.get(family.name, 1)
-        for test in family.build(engine, reader, [budget]):
+        for test in analysis.raw_tests:
+            if test.family != family.name or test.reader != reader or test.budget != budget:
+                continue
             if not family.involves(test, policy, budget):
                 continue
             p = test.p_raw
             if not family.holm or p is None or p >= alpha or m * p < alpha or fetch is None:
                 decided = family.decide(test, p, alpha)
             else:  # Holm could go either way: decide it with the whole family, as the session does
-                whole = analyse(fetch(family.cells(settings, budgets)), **options)  # type: ignore[arg-type]
+                whole = analyse(fetch(family.cells(settings, budgets)), **_options(settings))
                 decided = next(t for t in whole.tests if (t.name, t.reader) == (test.name, test.reader))
             out += judge_power([decided], {(family.name, reader): m}, settings)
     return out
 
 
-# --------------------------------------------------------------------------
-# 7. Breakdown of the bins by question type
-# --------------------------------------------------------------------------
-
-
-def bins_by_type(
-    records: Sequence[Mapping[str, Any]],
-    *,
-    by: Sequence[str] = ("reader", "regime", "question_type"),
-    policies: Sequence[str] | None = None,
-) -> list[dict[str, Any]]:
-    """Bin counts and shares grouped by the record keys in ``by``.
-
-    The default pools policies, budgets and seeds per reader, regime and
-    question type (the paper's breakdown); pass e.g.
-    ``by=("reader", "regime", "policy", "budget", "question_type")`` for the
-    full grid, and ``policies`` to keep only some policies. Only records that
-    enter N count. Rows are sorted by their keys.
-    """
-    groups: dict[tuple[Any, ...], list[int]] = {}
-    for record in records:
-        if policies is not None and record.get("policy") not in policies:
-            continue
-        if not enters_n(record):
-            continue
-        counts = groups.setdefault(tuple(record.get(k) for k in by), [0, 0, 0, 0, 0])
-        counts[0] += 1
-        if record.get("policy_correct") is False:
-            counts[1] += 1
-            if record.get("bin") in BINS:
-                counts[2 + BINS.index(record["bin"])] += 1
-    rows = []
-    for key in sorted(groups, key=lambda k: tuple(str(x) for x in k)):
-        n, err, irr, rec, res = groups[key]
-        row: dict[str, Any] = dict(zip(by, key))
-        row.update(N=n, err=err, irr=irr, rec=rec, res=res)
-        row["irr_share"] = _round(irr / err) if err else None
-        row["rec_share"] = _round(rec / err) if err else None
-        row["res_share"] = _round(res / err) if err else None
-        row["two_bin_share"] = _round(irr / (irr + rec)) if irr + rec else None
-        rows.append(row)
-    return rows
+def _options(settings: StatsSettings) -> dict[str, Any]:
+    """:func:`analyse`'s keyword arguments that reproduce ``settings``."""
+    return {
+        "resamples": settings.resamples,
+        "seed": settings.seed,
+        "alpha": settings.alpha,
+        "confidence": settings.confidence,
+        "caliper": settings.caliper,
+        "equivalence_margin": settings.equivalence_margin,
+        "family_policies": settings.family_policies,
+        "baselines": settings.baselines,
+        "control": settings.control,
+        "reference": settings.reference,
+        "families": settings.families,
+    }

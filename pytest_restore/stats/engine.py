@@ -1,7 +1,7 @@
 """The engine: every cell's per-question counts and one resample matrix applied to all.
 
-Records are grouped into cells ``(policy, budget, regime, reader)`` and reduced
-to per-question count vectors (``N, err, irr, rec, res, correct,
+The counted cells (:func:`pytest_restore.stats.analysis.count`) hold
+per-question count vectors (``N, err, irr, rec, res, correct,
 gold_evicted``) over one fixed, sorted universe of question ids. ``random``
 pools its seeds into its cell, so a question's vector entry counts all of that
 question's seed records. The question universe is every ``question_id`` in the
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
 from pytest_restore.bootstrap import Resampler, Statistic
-from pytest_restore.record import (
+from pytest_restore.record import CellKey
+from pytest_restore.stats.results import PairMatch, StatsSettings, policy_order
+from pytest_restore.stats.tally import (
     CORRECT_ROW,
     ERR_ROW,
     GOLD_ROW,
@@ -28,16 +29,8 @@ from pytest_restore.record import (
     REC_ROW,
     RES_ROW,
     ROWS,
-    CellKey,
-    tally_cells,
+    CellTally,
 )
-from pytest_restore.stats.results import PairMatch, StatsSettings, policy_sort_key
-
-
-def _cell_sort_key(key: CellKey) -> tuple[str, str, tuple[int, str], int]:
-    policy, budget, regime, reader = key
-    return (reader, regime, policy_sort_key(policy), -budget)
-
 
 # Rows of a cell's count matrix (the tally's, see pytest_restore.record).
 _N, _ERR, _IRR, _REC, _RES, _CORRECT, _GOLD = (
@@ -49,12 +42,15 @@ _ROWS = len(ROWS)
 class Engine:
     """Cells, the shared resample matrix and every cell's resampled sums."""
 
-    def __init__(self, records: Sequence[Mapping[str, Any]], settings: StatsSettings) -> None:
+    def __init__(
+        self, cells: Mapping[CellKey, CellTally], universe: Sequence[str], settings: StatsSettings
+    ) -> None:
+        """``cells`` are the counted cells (in the one cell order), all over the columns ``universe``."""
         self.settings = settings
-        self.universe = sorted({str(r["question_id"]) for r in records if "question_id" in r})
-        self.cells = tally_cells(records, self.universe)
+        self.universe = list(universe)
+        self.cells = cells
         self.resampler = Resampler.draw(self.universe, settings.resamples, settings.seed)
-        keys = sorted(self.cells, key=_cell_sort_key)
+        keys = list(cells)
         self.keys = keys
         if keys:
             # One product for all cells: W is streamed from memory once.
@@ -156,12 +152,12 @@ def _matching(engine: Engine, budget: int, reader: str) -> list[PairMatch]:
             for k in engine.cells
             if k[1:] == (budget, "b", reader) and k[0] not in (s.control, s.reference)
         },
-        key=policy_sort_key,
+        key=policy_order,
     )
     out = []
     for i, policy in enumerate(policies):
         for other in policies[i + 1 :]:
-            first, second = (policy, budget, "b", reader), (other, budget, "b", reader)
+            first, second = CellKey(policy, budget, "b", reader), CellKey(other, budget, "b", reader)
             acc, other_acc = _accuracy(engine, first), _accuracy(engine, second)
             a, b = engine.cells[first].counts, engine.cells[second].counts
             shared = (a[_N] > 0) & (b[_N] > 0)

@@ -88,7 +88,7 @@ def _cell_test(
 
 def _h1(engine: Engine, policy: str, budget: int, reader: str) -> HypothesisTest | None:
     """H1: regime-(a) two-bin share ``irr/(irr+rec) > 0`` (one-sided)."""
-    key = (policy, budget, "a", reader)
+    key = CellKey(policy, budget, "a", reader)
     if not engine.has(key):
         return None
     return _cell_test(
@@ -110,7 +110,7 @@ def _h3(engine: Engine, policy: str, budget: int, reader: str) -> HypothesisTest
     so the test is two-sided. Its rejection is a finding; the expectation it
     carries is the construct: regime (a) holds no recoverable error.
     """
-    key_a, key_b = (policy, budget, "a", reader), (policy, budget, "b", reader)
+    key_a, key_b = CellKey(policy, budget, "a", reader), CellKey(policy, budget, "b", reader)
     if not (engine.has(key_a) and engine.has(key_b)):
         return None
     stat = engine.recoverable_share(key_b).minus(engine.recoverable_share(key_a))
@@ -202,13 +202,13 @@ def _pair_test(
 
 def _control_keys(engine: Engine, budget: int, reader: str) -> list[tuple[CellKey, CellKey]]:
     s = engine.settings
-    first = (s.control, budget, "b", reader)
+    first = CellKey(s.control, budget, "b", reader)
     if not engine.has(first):
         return []
     return [
-        (first, (base, budget, "b", reader))
+        (first, CellKey(base, budget, "b", reader))
         for base in s.baselines
-        if engine.has((base, budget, "b", reader))
+        if engine.has(CellKey(base, budget, "b", reader))
     ]
 
 
@@ -310,7 +310,7 @@ def _pair_tests(
 
 def _matched_pairs(engine: Engine, reader: str, budgets: Sequence[int]) -> list[tuple[CellKey, CellKey]]:
     return [
-        ((m.policy, m.budget, "b", reader), (m.other, m.budget, "b", reader))
+        (CellKey(m.policy, m.budget, "b", reader), CellKey(m.other, m.budget, "b", reader))
         for budget in budgets
         for m in engine.matching(budget, reader)
         if m.matched

@@ -1,7 +1,7 @@
 """The statistics' result types: settings, per-cell figures, tests, H2 pairs.
 
-Also the policy names and orders, the ``cells.csv`` columns and the budget
-labels the statistics and the report share. Floats are rounded to 6 decimals
+Also the policy names, the one policy order and the one cell order, the
+``cells.csv`` columns and the budget labels the statistics and the report share. Floats are rounded to 6 decimals
 in every JSON/CSV form.
 """
 
@@ -30,7 +30,8 @@ BASELINES: tuple[str, ...] = ("fifo", "random", "redundancy")
 CONTROL = "control"
 #: The zero-destruction reference; never part of a test family.
 REFERENCE = "no-evict"
-#: Display order of the built-in policies; user policies follow alphabetically.
+#: The order of the built-in policies (the paper's; ``memory.eviction.BUILTIN_POLICIES`` is
+#: declared in it, which a test keeps so); user policies follow alphabetically.
 POLICY_ORDER: tuple[str, ...] = (
     "no-evict",
     "fifo",
@@ -65,17 +66,16 @@ PROTOCOL_COLUMNS: tuple[str, ...] = (
     "accuracy",
     "gold_evicted_rate",
 )
-#: Every column of :meth:`CellStats.as_row`, in order (the figures of docs/PROTOCOL.md section 7 first).
+#: Every column of ``cells.csv`` (:meth:`CellStats.as_row`), in order: the figures of
+#: docs/PROTOCOL.md section 7, their intervals, then the bin shares and the cell's other counts.
 CELL_COLUMNS: tuple[str, ...] = (
     *PROTOCOL_COLUMNS,
     *INTERVAL_COLUMNS,
     "irr_share",
     "rec_share",
     "res_share",
-    "seeds",
-    "records",
+    "negative_restore_gain",
     "excluded",
-    "not_answerable",
 )
 
 _ROUND = 6  # decimals in JSON/CSV output: hides BLAS/thread noise, keeps 4 significant p digits
@@ -86,11 +86,20 @@ def budget_label(budget: int) -> str:
     return f"{budget // 1000}k" if budget % 1000 == 0 and budget > 0 else str(budget)
 
 
-def policy_sort_key(policy: str) -> tuple[int, str]:
-    """Built-in policies in the paper's order, user policies after them by name."""
+def policy_order(policy: str) -> tuple[int, str]:
+    """The one policy order: the built-ins in the paper's order, user policies after them by name."""
     if policy in POLICY_ORDER:
         return (POLICY_ORDER.index(policy), policy)
     return (len(POLICY_ORDER), policy)
+
+
+def cell_order(key: CellKey) -> tuple[Any, ...]:
+    """The one cell order (tables, ``cells.csv``, the terminal, the figure, ``compare``).
+
+    By policy, loosest budget first, then reader and regime. A new dimension
+    of :class:`~pytest_restore.record.CellKey` takes its place here.
+    """
+    return (policy_order(key.policy), -key.budget, key.reader, key.regime)
 
 
 def _round(value: float | None) -> float | None:
@@ -176,24 +185,16 @@ class CellStats:
 
     @property
     def key(self) -> CellKey:
-        """``(policy, budget, regime, reader)``."""
-        return (self.policy, self.budget, self.regime, self.reader)
+        """The cell's key."""
+        return CellKey(self.policy, self.budget, self.regime, self.reader)
 
     def intervals(self) -> dict[str, float | None]:
         """The :data:`INTERVAL_COLUMNS`, rounded to 6 decimals."""
         return {column: _round(getattr(self, column)) for column in INTERVAL_COLUMNS}
 
     def as_row(self) -> dict[str, Any]:
-        """One ``cells.csv`` row keyed by :data:`CELL_COLUMNS` (floats rounded, seeds ``0;1;2``)."""
-        row: dict[str, Any] = {}
-        for column in CELL_COLUMNS:
-            value = getattr(self, column)
-            if column == "seeds":
-                value = ";".join(str(s) for s in value)
-            elif isinstance(value, float) or value is None:
-                value = _round(value)
-            row[column] = value
-        return row
+        """One ``cells.csv`` row's values keyed by :data:`CELL_COLUMNS` (unformatted)."""
+        return {column: getattr(self, column) for column in CELL_COLUMNS}
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_restore.stats.analysis import Analysis
-from pytest_restore.stats.results import policy_sort_key
+from pytest_restore.stats.results import policy_order
 
 _REJECTED = frozenset({"reject"})
 
@@ -44,7 +44,7 @@ def compare_readers(analysis: Analysis) -> dict[str, Any] | None:
                 if c.reader == reader and c.regime == "b" and c.budget == budget and c.two_bin_share is not None
             ]
             # highest share first; ties in the built-in policy order
-            shares.sort(key=lambda item: (-(item[0] or 0.0), policy_sort_key(item[1])))
+            shares.sort(key=lambda item: (-(item[0] or 0.0), policy_order(item[1])))
             ordering[str(budget)] = [policy for _, policy in shares]
         per_reader[reader] = {"families": counts, "two_bin_ordering": ordering, "residual": dict(sorted(residual.items()))}
     first, *others = readers
