@@ -26,6 +26,7 @@ from pytest_restore.report.cases import bin_cases
 from pytest_restore.report.inputs import RunInfo, analyse_records, read_records
 from pytest_restore.report.markdown import render_report_md
 from pytest_restore.report.writer import write_report
+from pytest_restore.stats.ablations import summarise
 
 BUDGETS = (600, 300, 100)
 
@@ -203,7 +204,7 @@ def test_flips_are_counted_when_the_reader_can_be_flipped(tiny: Dataset) -> None
     cases = [r for r in records if ablations.is_case(r)]
     flipped = [r for r in cases if r["ablation_store_correct"]]
     assert cases and flipped and len(flipped) < len(cases)
-    rows = {row.ablation: row for row in ablations.summarise(records, resamples=300, seed=1)}
+    rows = {row.ablation: row for row in summarise(records, resamples=300, seed=1)}
     assert rows["gold"].share == 1.0 and rows["gold"].flipped == len(cases)
     assert rows["store"].flipped == len(flipped) and rows["store"].scored == len(cases)
     assert rows["store"].ci_lo is not None and rows["store"].ci_hi is not None
@@ -300,7 +301,7 @@ def test_embedded_default_ablations_flip_far_fewer_than_the_gold_restore(
     embedded_ablations: list[Record],
 ) -> None:
     rows = {
-        row.ablation: row for row in ablations.summarise(embedded_ablations, resamples=500, seed=0)
+        row.ablation: row for row in summarise(embedded_ablations, resamples=500, seed=0)
     }
     gold = rows["gold"]
     assert gold.cases > 100 and gold.flipped == gold.cases

@@ -145,3 +145,52 @@ def test_the_role_check_finds_a_branch_and_a_long_module() -> None:
         "finish.py: 401 lines (at most 400)",
         "runner.py: branches on is_controller (each role is its own object)",
     ]
+
+
+#: What only the statistics build: a tally of records, the engine, the bootstrap's resampling.
+COUNTING = frozenset({"CellTally", "tally", "tally_by", "tally_cells", "Engine", "Resampler", "Statistic"})
+#: The modules that hold them.
+COUNTING_MODULES = ("pytest_restore.stats.tally", "pytest_restore.stats.engine", "pytest_restore.bootstrap")
+#: The packages that render and run: they read an ``Analysis`` and count nothing themselves.
+READERS = ("report", "plugin")
+
+
+def counting(module: str, source: str) -> list[str]:
+    """Where a module of report/ or plugin/ builds a tally or calls the bootstrap (its defaults are fine)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module in COUNTING_MODULES:
+            found += [
+                f"{module} imports {node.module}.{a.name}" for a in node.names if not a.name.startswith("DEFAULT_")
+            ]
+        elif isinstance(node, ast.ImportFrom) and node.module == "pytest_restore.stats.analysis":
+            found += [f"{module} imports the counting stage {a.name}" for a in node.names if a.name == "count"]
+        elif isinstance(node, ast.Import):
+            found += [f"{module} imports {a.name}" for a in node.names if a.name in COUNTING_MODULES]
+        elif isinstance(node, ast.Name) and node.id in COUNTING:
+            found.append(f"{module} line {node.lineno}: {node.id}")
+        elif isinstance(node, ast.Attribute) and node.attr in COUNTING and not isinstance(node.ctx, ast.Store):
+            found.append(f"{module} line {node.lineno}: .{node.attr}")
+    return found
+
+
+def test_report_and_plugin_never_count_records_or_resample() -> None:
+    """Every figure, order and decision comes from the one analysis: report/ and plugin/ read it."""
+    found = []
+    for module, path in sorted(modules(ROOT).items()):
+        if module.split(".")[1:2] and module.split(".")[1] in READERS:
+            found += counting(module, path.read_text(encoding="utf-8"))
+    assert found == []
+
+
+def test_the_counting_check_finds_a_tally_and_a_resample() -> None:
+    source = (
+        "from pytest_restore.stats.tally import tally_cells\n"
+        "from pytest_restore.bootstrap import DEFAULT_SEED, Resampler\n"
+        "cells = tally_cells(records)\n"
+    )
+    assert counting("m", source) == [
+        "m imports pytest_restore.stats.tally.tally_cells",
+        "m imports pytest_restore.bootstrap.Resampler",
+        "m line 3: tally_cells",
+    ]

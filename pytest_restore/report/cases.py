@@ -7,22 +7,57 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_restore.audit import ablations
-from pytest_restore.record import BINS, Record
-from pytest_restore.report.inputs import ablation_rows
+from pytest_restore.audit.ablations import PLACEBO_MAX_RATIO
+from pytest_restore.record import ABLATIONS, BINS, Record
+from pytest_restore.report.inputs import short
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.results import budget_label, policy_order
 
 
-def render_ablations_md(records: Sequence[Record], analysis: Analysis) -> str:
-    """The restore-tightness section of ``report.md``."""
-    cells = sorted(
-        ablations.by_cell(records),
-        key=lambda c: (c["reader"], policy_order(c["policy"]), -c["budget"]),
-    )
-    return ablations.render_md(
-        ablation_rows(records, analysis), cells, label=budget_label, confidence=analysis.settings.confidence
-    )
+def render_ablations_md(analysis: Analysis) -> str:
+    """The restore-tightness section of ``report.md``: pooled per reader, then the flips per cell (by reader)."""
+    rows, confidence = analysis.ablations, analysis.settings.confidence
+    cells = sorted(analysis.ablation_cells, key=lambda c: c["reader"])  # stable: each reader's in cell order
+    out = ["## Restore-tightness ablations (regime b irreversible cases)", ""]
+    if not rows:
+        out += ["Not run (pass `--restore-ablations`).", ""]
+        return "\n".join(out)
+    out += [
+        (
+            "Each ablation re-answers the irreversible cases of regime (b) (every policy, budget and seed) "
+            "with one change to the restored context: (i) only the gold that survived eviction, ranked over "
+            "S_P (this is regime (a)'s context); (ii) the whole retained store forced in, no cap; (iii) a "
+            f"non-gold placebo, the units nearest the gold whose total is within {PLACEBO_MAX_RATIO:g}x "
+            "the gold's tokens, forced in the gold's place. Share = flipped / scored, with its "
+            f"{confidence:.0%} question-cluster bootstrap interval. The gold restore flips every case by definition."
+        ),
+        "",
+        "| condition | reader | cases | scored | flipped | share (95% CI) | not constructible | failed | note |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        share = "-" if r.share is None else f"{r.share:.3f}"
+        if r.share is not None and r.ci_lo is not None and r.ci_hi is not None:
+            share += f" ({short(r.ci_lo)}-{short(r.ci_hi)})"
+        out.append(
+            f"| {r.title} | {r.reader} | {r.cases} | {r.scored} | {r.flipped} | {share} | "
+            f"{r.not_constructible} | {r.failed} | {r.note} |"
+        )
+    out += [
+        "",
+        "Flips per cell:",
+        "",
+        "| reader | policy | budget | cases | (i) surviving | (ii) store | (iii) placebo |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for c in cells:
+        out.append(
+            f"| {c['reader']} | {c['policy']} | {budget_label(c['budget'])} | {c['cases']} | "
+            + " | ".join(f"{c[k]}/{c[f'{k}_scored']}" for k, _t, _f in ABLATIONS)
+            + " |"
+        )
+    out.append("")
+    return "\n".join(out)
 
 
 _CASE_TEXT = 300

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pytest_restore import record as record_module
-from pytest_restore.audit import ablations
 from pytest_restore.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from pytest_restore.record import DEFAULT_RANKER, Record, RecordError
 from pytest_restore.stats.analysis import Analysis, analyse
@@ -102,13 +101,14 @@ def analyse_records(records: Sequence[Record], info: RunInfo | None = None) -> A
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
+    """A figure to ``digits`` decimals; "" when undefined."""
     return "" if value is None else f"{value:.{digits}f}"
 
 
-def ablation_rows(records: Sequence[Record], analysis: Analysis) -> list[ablations.AblationRow]:
-    """The ablations' pooled rows, with the statistics pass's bootstrap settings."""
-    s = analysis.settings
-    return ablations.summarise(records, resamples=s.resamples, seed=s.seed, confidence=s.confidence)
+def short(value: float) -> str:
+    """``0.61 -> ".61"`` (the paper's interval style); 1.00 stays ``1.00``."""
+    text = f"{value:.2f}"
+    return text[1:] if text.startswith("0.") else text
 
 
 def dataset_label(info: RunInfo) -> str:

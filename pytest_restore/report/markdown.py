@@ -18,6 +18,7 @@ from pytest_restore.report.inputs import (
     dataset_label,
     fmt,
     rankers_of,
+    short,
 )
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.families import POSITIVE_CONTROL, POWER, families_of, family_of
@@ -29,18 +30,12 @@ from pytest_restore.stats.results import (
 from pytest_restore.stats.robustness import compare_readers, render_comparison_md
 
 
-def _short(value: float) -> str:
-    """``0.61 -> ".61"`` (the paper's interval style); 1.00 stays ``1.00``."""
-    text = f"{value:.2f}"
-    return text[1:] if text.startswith("0.") else text
-
-
 def _share_with_interval(point: float | None, lo: float | None, hi: float | None) -> str:
     if point is None:
         return "-"
     if lo is None or hi is None:
         return f"{point:.2f}"
-    return f"{point:.2f} ({_short(lo)}-{_short(hi)})"
+    return f"{point:.2f} ({short(lo)}-{short(hi)})"
 
 
 def render_cell_table(analysis: Analysis, regime: str) -> str:
@@ -210,7 +205,7 @@ def _evicting(analysis: Analysis) -> list[str]:
 
 
 def _ci(lo: float | None, hi: float | None) -> str:
-    return "" if lo is None or hi is None else f" (95% CI {_short(lo)}-{_short(hi)})"
+    return "" if lo is None or hi is None else f" (95% CI {short(lo)}-{short(hi)})"
 
 
 def render_findings_md(analysis: Analysis) -> str:
@@ -436,7 +431,7 @@ def render_report_md(
         out += ["", render_comparison_md(comparison)]
     for name in sorted(info.checks):
         out += ["", str(info.checks[name].get("markdown", ""))]
-    out += ["", render_cases_md(records), render_ablations_md(records, analysis)]
+    out += ["", render_cases_md(records), render_ablations_md(analysis)]
     reader_model = simulated_reader_md(records)
     if reader_model:
         out += ["", reader_model]

@@ -33,14 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_restore.audit import ablations
 from pytest_restore.audit.memo import model_calls
 from pytest_restore.models.fake import simulated_note
 from pytest_restore.record import Record
 from pytest_restore.record import dumps as records_text
 from pytest_restore.report.inputs import (
     RunInfo,
-    ablation_rows,
     analyse_records,
     dataset_label,
     fmt,
@@ -79,14 +77,10 @@ def render_records_jsonl(records: Iterable[Mapping[str, Any]], *, ordered: bool 
     return records_text(records if ordered else sort_records(records))
 
 
-def render_hypotheses_json(analysis: Analysis, records: Sequence[Record] | None = None) -> str:
-    """``hypotheses.json`` as text: settings, per-family summary, every test, the H2 matching.
-
-    With ``records``, also the restore-tightness ablations (key ``ablations``).
-    """
+def render_hypotheses_json(analysis: Analysis) -> str:
+    """``hypotheses.json`` as text: settings, per-family summary, every test, the H2 matching, the ablations."""
     data = analysis.to_json()
-    if records is not None:
-        data["ablations"] = ablations.to_json(ablation_rows(records, analysis), ablations.by_cell(records))
+    data["ablations"] = analysis.ablations_json()
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
@@ -164,7 +158,7 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
     )
     files.records.write_text(render_records_jsonl(ordered, ordered=True), encoding="utf-8")
     files.cells.write_text(render_cells_csv(analysis), encoding="utf-8")
-    files.hypotheses.write_text(render_hypotheses_json(analysis, ordered), encoding="utf-8")
+    files.hypotheses.write_text(render_hypotheses_json(analysis), encoding="utf-8")
     calls = model_calls(ordered)
     files.report.write_text(render_report_md(ordered, info, analysis, calls), encoding="utf-8")
     files.summary.write_text(

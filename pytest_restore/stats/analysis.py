@@ -40,6 +40,7 @@ from pytest_restore.bootstrap import (
     holm,
 )
 from pytest_restore.record import BINS, REGIMES, CellKey
+from pytest_restore.stats import ablations
 from pytest_restore.stats.engine import _CORRECT, _IRR, _N, Engine
 from pytest_restore.stats.families import (
     POWER,
@@ -188,6 +189,9 @@ class Analysis:
     counts: Counts
     by_type: tuple[TypeBins, ...]
     raw_tests: tuple[HypothesisTest, ...]
+    #: the restore-tightness ablations, pooled per reader (empty when none ran) and per cell
+    ablations: tuple[ablations.AblationRow, ...] = ()
+    ablation_cells: tuple[dict[str, Any], ...] = ()
 
     @property
     def readers(self) -> list[str]:
@@ -257,7 +261,7 @@ class Analysis:
         return [t for t in self.tests if not t.testable]
 
     def to_json(self) -> dict[str, Any]:
-        """Deterministic JSON-able dict for ``hypotheses.json``."""
+        """Deterministic JSON-able dict for ``hypotheses.json`` (the ablations apart: :meth:`ablations_json`)."""
         families = families_of(self.settings)
         return {
             "settings": self.settings.to_json(),
@@ -272,6 +276,10 @@ class Analysis:
             },
             "matching": [m.to_json() for m in self.matching],
         }
+
+    def ablations_json(self) -> dict[str, Any]:
+        """The ablations section of ``hypotheses.json`` (empty lists when none ran)."""
+        return ablations.to_json(self.ablations, self.ablation_cells)
 
 
 
@@ -424,6 +432,8 @@ def analyse(
         counts=counts,
         by_type=tuple(_type_bins(k, t) for k, t in counts.by_type.items() if t.N),
         raw_tests=tuple(raw),
+        ablations=tuple(ablations.summarise(records, resamples=resamples, seed=seed, confidence=confidence)),
+        ablation_cells=tuple(ablations.by_cell(records)),
     )
 
 

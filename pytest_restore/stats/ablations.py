@@ -1,0 +1,208 @@
+"""The restore-tightness ablations' figures: per reader, each ablation's flip share with its interval.
+
+What the ablations are and how the audit runs them: :mod:`pytest_restore.audit.ablations`.
+Here they are counted and resampled, on the statistics pass's question
+universe, seed and resample count (:func:`summarise`), and counted per cell
+(:func:`by_cell`); the analysis holds both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pytest_restore.audit.ablations import NOT_CONSTRUCTIBLE, PLACEBO_MAX_RATIO, is_case, ran
+from pytest_restore.bootstrap import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    Resampler,
+)
+from pytest_restore.record import ABLATIONS
+from pytest_restore.stats.results import policy_order
+
+
+@dataclass(frozen=True)
+class AblationRow:
+    """One ablation's result for one reader, pooled over every cell."""
+
+    reader: str
+    ablation: str  #: ``gold`` (the reference), ``surviving``, ``store`` or ``placebo``
+    title: str
+    cases: int  #: irreversible cases the ablations ran on
+    scored: int  #: of those, with a verdict
+    flipped: int  #: of those, answered correctly
+    not_constructible: int
+    failed: int  #: model calls that failed
+    share: float | None
+    ci_lo: float | None
+    ci_hi: float | None
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain values (rounded like the statistics pass)."""
+        return {
+            "reader": self.reader,
+            "ablation": self.ablation,
+            "title": self.title,
+            "cases": self.cases,
+            "scored": self.scored,
+            "flipped": self.flipped,
+            "not_constructible": self.not_constructible,
+            "failed": self.failed,
+            "share": _round(self.share),
+            "ci_lo": _round(self.ci_lo),
+            "ci_hi": _round(self.ci_hi),
+            "note": self.note,
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 6) + 0.0
+
+
+def _interval(
+    resampler: Resampler, num: np.ndarray[Any, Any], den: np.ndarray[Any, Any], confidence: float
+) -> tuple[float | None, float | None]:
+    if not den.sum():
+        return None, None
+    n_r, d_r = resampler.totals(num), resampler.totals(den)
+    defined = d_r > 0
+    samples = n_r[defined] / d_r[defined]
+    if not samples.size:
+        return None, None
+    tail = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(samples, [tail, 1.0 - tail])
+    return float(lo), float(hi)
+
+
+def summarise(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> list[AblationRow]:
+    """Per reader: the gold restore's row, then one row per ablation. Empty when none ran.
+
+    The bootstrap resamples the same question universe as the statistics pass
+    (every question id in ``records``), so its draws are those of the run's seed.
+    """
+    cases = [r for r in records if is_case(r) and ran(r)]
+    if not cases:
+        return []
+    universe = sorted({str(r["question_id"]) for r in records})
+    column = {q: i for i, q in enumerate(universe)}
+    resampler = Resampler.draw(universe, resamples, seed)
+    rows: list[AblationRow] = []
+    for reader in sorted({str(r["reader"]) for r in cases}):
+        mine = [r for r in cases if str(r["reader"]) == reader]
+        den = np.zeros(len(universe))
+        for r in mine:
+            den[column[str(r["question_id"])]] += 1
+        lo, hi = _interval(resampler, den, den, confidence)
+        rows.append(
+            AblationRow(
+                reader,
+                "gold",
+                "gold restore, G_q (reference)",
+                len(mine),
+                len(mine),
+                len(mine),
+                0,
+                0,
+                1.0,
+                lo,
+                hi,
+            )
+        )
+        for key, title, field in ABLATIONS:
+            num = np.zeros(len(universe))
+            den = np.zeros(len(universe))
+            not_constructible = failed = 0
+            for r in mine:
+                verdict = r.get(field)
+                reason = (r.get("ablation_excluded") or {}).get(key)
+                if verdict is None:
+                    if reason is not None and str(reason).startswith(NOT_CONSTRUCTIBLE):
+                        not_constructible += 1
+                    else:
+                        failed += 1
+                    continue
+                den[column[str(r["question_id"])]] += 1
+                num[column[str(r["question_id"])]] += bool(verdict)
+            scored, flipped = int(den.sum()), int(num.sum())
+            lo, hi = _interval(resampler, num, den, confidence)
+            note = ""
+            if key == "surviving":
+                none_left = [r for r in mine if int(r["gold_evicted"]) == int(r["gold_units"])]
+                flips = sum(bool(r.get(field)) for r in none_left)
+                note = f"no gold survived in {len(none_left)} cases ({flips} of them flipped)"
+            elif key == "store":
+                tokens = [
+                    int(r["ablation_store_tokens"])
+                    for r in mine
+                    if r.get("ablation_store_tokens") is not None
+                ]
+                if tokens:
+                    note = f"mean injected {sum(tokens) / len(tokens):,.0f} tokens, up to {max(tokens):,}"
+            elif key == "placebo":
+                ratios = [
+                    int(r["ablation_placebo_tokens"]) / int(r["gold_tokens"])
+                    for r in mine
+                    if r.get("ablation_placebo_tokens") is not None and r.get("gold_tokens")
+                ]
+                if ratios:
+                    note = f"placebo / gold tokens {min(ratios):.2f}-{max(ratios):.2f}"
+            rows.append(
+                AblationRow(
+                    reader,
+                    key,
+                    title,
+                    len(mine),
+                    scored,
+                    flipped,
+                    not_constructible,
+                    failed,
+                    flipped / scored if scored else None,
+                    lo,
+                    hi,
+                    note,
+                )
+            )
+    return rows
+
+
+def by_cell(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per (reader, policy, budget): cases and the flips of each ablation (counts only)."""
+    groups: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
+    for r in records:
+        if is_case(r) and ran(r):
+            groups.setdefault((str(r["reader"]), str(r["policy"]), int(r["budget"])), []).append(r)
+    rows = []
+    # the records' canonical order: policy, loosest budget first, reader
+    for (reader, policy, budget), mine in sorted(groups.items(), key=lambda g: (policy_order(g[0][1]), -g[0][2], g[0][0])):
+        row: dict[str, Any] = {
+            "reader": reader,
+            "policy": policy,
+            "budget": budget,
+            "cases": len(mine),
+        }
+        for key, _title, field in ABLATIONS:
+            row[key] = sum(r.get(field) is True for r in mine)
+            row[f"{key}_scored"] = sum(r.get(field) is not None for r in mine)
+        rows.append(row)
+    return rows
+
+
+def to_json(rows: Sequence[AblationRow], cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ablations section of ``hypotheses.json``."""
+    return {
+        "scope": "regime (b) irreversible records, every policy, budget and seed",
+        "placebo_max_ratio": PLACEBO_MAX_RATIO,
+        "pooled": [r.to_json() for r in rows],
+        "cells": [dict(c) for c in cells],
+    }
