@@ -196,7 +196,7 @@ def test_cells_run_once_per_process_and_records_carry_prompt_ids(small: Path) ->
     assert calls["reader_naive"] == 3 * len(run.records)
     distinct = {r[f"{c}_prompt"] for r in run.records for c in ("oracle", "policy", "restored")}
     assert calls["reader_unique"] == len(distinct) <= 2 * len(run.records)
-    section = render_model_calls_md(run.records)
+    section = render_model_calls_md(model_calls(run.records))
     assert "## Model calls" in section and f"| {calls['reader_naive']} | {calls['reader_unique']} |" in section
 
 
@@ -220,7 +220,7 @@ def test_prompt_id_names_the_whole_request() -> None:
 
 def test_model_calls_without_prompt_ids_is_empty() -> None:
     assert model_calls([{"reader": "fake", "question_id": "q"}]) == {}
-    assert render_model_calls_md([]) == ""
+    assert render_model_calls_md({}) == ""
 
 
 def test_ranker_matches_configured_rank_bm25(small: Path) -> None:
