@@ -9,9 +9,9 @@ says why in one line. The codes:
 | 1 | a grid item or an expectation failed, model calls failed, the calibration gate failed | ``compare``: a cell got worse than ``--fail-if-worse`` allows |
 | 2 | interrupted (Ctrl-C; the complete report is left as it was) | a bad argument or bad input (records, report directories) |
 | 3 | internal error | - |
-| 4 | usage error: a bad option, ini key, data file or prompt template, before any work | - |
+| 4 | usage error, before any work: a bad option, ini key, data file or prompt template, or a report directory or response cache that cannot be written | - |
 | 5 | no test collected | - |
-| 74 | a file or directory the run needs could not be written or read (a full disk, a read-only directory, a data file removed mid-run) | the same, for ``--out`` or the files read |
+| 74 | during the run, a file or directory it needs could not be written or read (a full disk under the response cache or the report, a data file removed after it was checked) | ``--out`` cannot be written (before the work or during it) |
 
 74 is ``EX_IOERR`` of the BSD ``sysexits.h`` convention.
 """

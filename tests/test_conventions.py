@@ -79,8 +79,15 @@ def test_prices() -> None:
     assert price_of("fake", table) == (0.0, 0.0)
     lines = render_cost([CostLine("reader", "openai:gpt-4o-mini", 10, 0, 2_000_000, 1_000_000)])
     assert "0.90" in lines[1] and "at most $0.90" in lines[-1]
-    unknown = render_cost([CostLine("reader", "openai:mystery", 10, 0, 1_000_000, 0)])
-    assert "openai:mystery (no price known: give --restore-price" in unknown[-1]
+    unknown = render_cost([CostLine("reader", "openai:mystery", 10, 0, 1_000_000, 0), CostLine("judge", "fake", 10, 0, 9, 9)])
+    # a sum that leaves a model out is no bound ("at most $0.00 plus ..." read as free)
+    assert unknown[-1] == (
+        "estimated cost of what is still to send: unknown, no price is known for openai:mystery "
+        "(give --restore-price mystery=IN,OUT in USD per million input and output tokens)"
+    )
+    both = render_cost([*lines[1:0], CostLine("reader", "openai:gpt-4o-mini", 10, 0, 2_000_000, 1_000_000),
+                        CostLine("judge", "openai:mystery", 10, 0, 1, 1)])
+    assert both[-1].endswith("; the models with a price: at most $0.90")
 
 
 @pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2"]])
@@ -91,7 +98,9 @@ def test_dry_run_ends_with_a_plain_summary_and_exit_0(pytester: pytest.Pytester,
     )
     assert result.ret == 0
     result.stdout.fnmatch_lines(
-        ["*restore dry run*", "*est. USD*", "*estimated cost of what is still to send: at most $0.00*",
+        ["restore: dry run: planning the reader requests of * cells under fake (no model is called) ...",
+         "restore: dry run: no-evict planned (1/* policies, * requests so far)",
+         "*restore dry run*", "*est. USD*", "*estimated cost of what is still to send: at most $0.00*",
          "dry run: no model was called*"]
     )
     assert "!!!" not in result.stdout.str() and "Exit" not in result.stdout.str()

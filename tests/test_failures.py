@@ -10,6 +10,7 @@ pytest subprocess, against the loopback server where a model is involved.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -17,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import FAST_RETRIES, GRID, TINY, run_child, shared_run
+from grid_helpers import FAST_RETRIES, FULL_DISK, GRID, TINY, run_child, shared_run
 from openai_server import OpenAIServer, fake_models_responder
 
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import History, build_history
+from pytest_restore.exits import IO_ERROR
 
 #: The smallest grid worth running: the tiny fixture, two policies, one budget.
 GRID_ARGS = [
@@ -374,6 +376,12 @@ def test_an_unreachable_server_is_reported_within_seconds(project: pytest.Pytest
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     text = "\n".join(result.outlines + result.errlines)
     assert "is unreachable" in text and "Traceback" not in text
+    # said once (the gate stops the run before the grid), not again as pytest's Exit
+    said = [line for line in result.outlines + result.errlines if "is unreachable" in line]
+    assert len(said) == 1 and said[0].startswith("restore: run stopped before the grid: reader openai:fake-reader: "), said
+    assert "Exit" not in text and "!!!" not in text
+    # the first call stopped it: the calls that were never sent are not shown as failed calls
+    assert not re.search(r"failed [2-9]", text), text
     print(f"unreachable server reported after {elapsed:.1f} s (child pytest included)")
 
 
@@ -397,3 +405,73 @@ def test_a_one_slot_server_at_default_concurrency_completes_without_recomputing(
     reached = {name: d["concurrency"] for name, d in summary["run"]["checks"]["model_calls"]["result"].items()}
     assert 1 <= reached["reader openai:fake-reader"] <= 16 and reached["scorer openai:fake-scorer"] == 0  # never asked
     print("concurrency reached:", reached)
+
+
+# -- 8. resources that fail under the run: one line, its own exit code (exits.py), no hang ---------
+
+#: The disk under the response cache fills once the run has started (its start check passed): at
+#: the first claim of a request, as a real disk fills while a long run writes its cache.
+FILLS_AT_FIRST_CALL = FULL_DISK + """
+from pytest_restore.models.cache import ResponseCache
+
+_try_lock = ResponseCache.try_lock
+
+
+def _filling(self, key):
+    for obj, name, new in full_disk_patches(self.directory):
+        setattr(obj, name, new)
+    return _try_lock(self, key)
+
+
+ResponseCache.try_lock = _filling
+"""
+
+
+@pytest.mark.parametrize("calibration", ["on", "off"])
+def test_a_full_disk_under_the_cache_stops_the_run_with_one_line_and_exit_74(
+    project: pytest.Pytester, server: OpenAIServer, tmp_path: Path, calibration: str
+) -> None:
+    cache = tmp_path / "cache"
+    project.makeconftest(FAST_RETRIES + FILLS_AT_FIRST_CALL)
+    result = project.runpytest_subprocess(
+        "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}", f"--restore-cache={cache}",
+        f"--restore-calibration={calibration}", timeout=60,  # a hang fails here
+    )
+    assert result.ret == IO_ERROR, result.outlines[-20:]
+    text = "\n".join(result.outlines + result.errlines)
+    assert f"response cache {cache}: cannot write: No space left on device" in text
+    assert "Traceback" not in text and "Exit" not in text
+    assert server.total_requests == 0  # nothing paid for that could not be kept
+    assert not list(cache.rglob("*.lock"))
+
+
+def test_a_cache_path_that_is_a_file_is_said_before_any_work(project: pytest.Pytester, tmp_path: Path) -> None:
+    taken = tmp_path / "cache-file"
+    taken.write_text("not a directory")
+    result = project.runpytest_inprocess(
+        *GRID_ARGS, *REAL, "--restore-base-url=http://127.0.0.1:9/v1", f"--restore-cache={taken}"
+    )
+    assert_one_line_usage_error(result, f"--restore-cache: response cache {taken}: not a directory")
+
+
+def test_a_data_file_removed_after_its_check_stops_the_run_with_one_line_and_exit_74(
+    project: pytest.Pytester,
+) -> None:
+    data = project.path / "data.json"
+    shutil.copy(TINY, data)
+    # removed once the controller has checked it, before the xdist workers read it
+    project.makeconftest(
+        "import os\n\ndef pytest_sessionstart(session):\n"
+        "    if not hasattr(session.config, 'workerinput'):\n        os.remove('data.json')\n"
+    )
+    result = project.runpytest_subprocess("-n", "2", f"--restore-data={data}", *GRID_ARGS[1:], timeout=120)
+    assert result.ret == IO_ERROR, result.outlines[-20:]
+    text = "\n".join(result.outlines + result.errlines)
+    assert "data.json: cannot read the file: No such file or directory" in text
+    assert "Traceback" not in text and "UsageError" not in text and "During handling" not in text
+
+
+def test_a_subset_prepares_only_its_histories(project: pytest.Pytester) -> None:
+    result = project.runpytest_inprocess("-p", "no:xdist", *GRID_ARGS, "--restore-questions=3", "--restore-dry-run")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["restore: preparing 3 histories (*"])

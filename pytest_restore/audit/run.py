@@ -175,6 +175,23 @@ def audited_questions(dataset: Dataset, config: AuditConfig) -> list[Question]:
     return select_questions(with_gold, config.questions, config.subset_seed)
 
 
+def excluded_questions(dataset: Dataset, config: AuditConfig, audited: Sequence[Question]) -> list[tuple[str, str]]:
+    """``(question_id, reason)`` for every question of ``dataset`` not in ``audited`` (:func:`audited_questions`)."""
+    kept = {q.question_id for q in audited}
+    out = []
+    for q in dataset.questions:
+        if q.question_id in kept:
+            continue
+        if q.is_abstention:
+            out.append((q.question_id, ABSTENTION))
+        elif not has_gold(q, config.granularity):
+            out.append((q.question_id, NO_GOLD))
+        else:
+            out.append((q.question_id, OUTSIDE_SUBSET))
+    order = (ABSTENTION, NO_GOLD, OUTSIDE_SUBSET)
+    return sorted(out, key=lambda e: order.index(e[1]))  # stable: the file's order within a reason
+
+
 def count_tokens_ahead(
     dataset: Dataset, config: AuditConfig, starting: Callable[[int], None] | None = None, processes: int = 1
 ) -> bool:
@@ -189,7 +206,7 @@ def count_tokens_ahead(
     counts_file = _counts_file(dataset, config)
     if counts_file is None:
         return False
-    return count_ahead(_evidence(dataset), config.granularity, counts_file, starting, processes)
+    return count_ahead(audited_questions(dataset, config), config.granularity, counts_file, starting, processes)
 
 
 class Audit:
@@ -217,20 +234,13 @@ class Audit:
         self.judge = MemoModel(judge)
         self.scorer = MemoModel(scorer)
         self.prompts = prompts or PromptSet()
-        self.exclusions: list[tuple[str, str]] = [(q.question_id, ABSTENTION) for q in dataset.questions if q.is_abstention]
-        histories = build_histories(_evidence(dataset), config.granularity, counts_file=_counts_file(dataset, config))
-        with_gold = []
-        for h in histories:
-            if h.gold:
-                with_gold.append(h)
-            else:
-                self.exclusions.append((h.question.question_id, NO_GOLD))
-        if config.questions is not None:
-            keep = {q.question_id for q in select_questions([h.question for h in with_gold], config.questions, config.subset_seed)}
-            for h in with_gold:
-                if h.question.question_id not in keep:
-                    self.exclusions.append((h.question.question_id, OUTSIDE_SUBSET))
-            with_gold = [h for h in with_gold if h.question.question_id in keep]
+        audited = audited_questions(dataset, config)
+        self.exclusions = excluded_questions(dataset, config, audited)
+        # only the audited questions' histories are built: a 20-question subset prepares 20
+        histories = build_histories(audited, config.granularity, counts_file=_counts_file(dataset, config))
+        # has_gold is build_history's rule; a history that still has no gold is left out all the same
+        self.exclusions += [(h.question.question_id, NO_GOLD) for h in histories if not h.gold]
+        with_gold = [h for h in histories if h.gold]
         for each in self.rankers.values():
             each.prepare_all(with_gold)  # a dense ranker embeds every text here, in batches
         self.questions: list[Prepared] = [self._prepare(h) for h in with_gold]

@@ -112,6 +112,8 @@ MIN_KEY_FRAGMENT = 10
 #: Latin upper case to lower case, one character for one, so positions in a folded text
 #: are positions in the text (``str.lower`` may change a text's length).
 _ASCII_FOLD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+#: Marks a result failed unsent because the run had stopped (``ChatResult.extra``; taken off before it is returned).
+UNSENT = "unsent"
 #: Said in place of anything redacted.
 REDACTED = "[redacted]"
 
@@ -244,6 +246,8 @@ class OpenAIChatModel:
         self.failure_causes: Counter[str] = Counter()
         #: The first authentication or unknown-model error: the run should stop on it.
         self.fatal_error: str | None = None
+        #: Whether ``fatal_error`` is the response cache that could not be written (an I/O failure, not the model's).
+        self.fatal_io = False
         key = os.environ.get(API_KEY_ENV)
         self._key_from_env = bool(key)
         self._api_key = key or PLACEHOLDER_KEY
@@ -391,10 +395,13 @@ class OpenAIChatModel:
         except asyncio.CancelledError:
             raise
         except CacheError as exc:  # a full disk: every later call would be paid for and lost
-            result = self._stop_run(state, str(exc))
+            result = self._stop_run(state, str(exc), io=True)
         except Exception as exc:  # one bug must not sink the whole batch
             logger.exception("unexpected error answering a request for %s", self.name)
             result = ChatResult(text=None, error=self._redact(f"internal error: {exc!r}"))
+        if result.extra.get(UNSENT):
+            # never sent: the run stops on the error that stopped it, said once (not a failed call each)
+            return ChatResult(text=None, error=result.error)
         if not result.ok:
             self.failure_causes[failure_cause(result.error or "")] += 1
         if self.progress is not None:
@@ -446,7 +453,7 @@ class OpenAIChatModel:
                                 cache.put_failure(key, result.error or "failed")
                         except CacheError as exc:
                             # the reply is good, but the run stops: the next one could not be kept
-                            self._stop_run(state, str(exc))
+                            self._stop_run(state, str(exc), io=True)
                     return result
             # Another process is sending this very request: wait for its entry
             # outside the semaphore, so our slots go to requests we can send.
@@ -478,7 +485,7 @@ class OpenAIChatModel:
         last_error = "no attempt made"
         for attempt in range(1, self.max_tries + 1):
             if state.fatal_error is not None:
-                return ChatResult(text=None, error=state.fatal_error)
+                return ChatResult(text=None, error=state.fatal_error, extra={UNSENT: "1"})
             await self._throttle(token_cost)
             if lock is not None:
                 lock.touch()
@@ -617,10 +624,11 @@ class OpenAIChatModel:
             )
         return self._stop_run(state, error)
 
-    def _stop_run(self, state: _RunState, error: str) -> ChatResult:
+    def _stop_run(self, state: _RunState, error: str, *, io: bool = False) -> ChatResult:
         """Fail this call and every later one unsent (``fatal_error`` tells the caller to stop)."""
         if self.fatal_error is None:
             self.fatal_error = error
+            self.fatal_io = io
         if state.fatal_error is None:
             state.fatal_error = error
             logger.error("%s: %s; failing the rest of this batch unsent", self.name, error)

@@ -315,11 +315,17 @@ def render_cost(lines: Sequence[CostLine], prices: dict[str, tuple[float, float]
             f"{c.role:<10}{c.model:<28}{c.calls:>14,}{c.cached:>10,}{c.calls - c.cached:>10,}"
             f"{c.input_tokens:>13,}{c.output_tokens:>13,}{cost:>10}" + (f"  {c.note}" if c.note else "")
         )
-    summary = f"estimated cost of what is still to send: at most ${total:,.2f}"
-    if unpriced:
-        names = ", ".join(sorted(set(unpriced)))
-        summary += f" plus {names} (no price known: give --restore-price MODEL=IN,OUT in USD per million tokens)"
-    out.append(summary + " (output tokens counted at their cap)")
+    if not unpriced:
+        out.append(f"estimated cost of what is still to send: at most ${total:,.2f} (output tokens counted at their cap)")
+        return out
+    # A sum that leaves a model out is no bound: say the cost is unknown, and what would make it known.
+    names = sorted(set(unpriced))
+    example = names[0].partition(":")[2] or names[0]
+    priced = f"; the models with a price: at most ${total:,.2f}" if total > 0 else ""
+    out.append(
+        f"estimated cost of what is still to send: unknown, no price is known for {', '.join(names)} "
+        f"(give --restore-price {example}=IN,OUT in USD per million input and output tokens){priced}"
+    )
     return out
 
 

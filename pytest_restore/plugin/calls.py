@@ -109,13 +109,16 @@ def dry_run(
     registry: PolicyRegistry,
     providers: ProviderRegistry,
     cache_dir: Path,
+    say: Callable[[str], None] | None = None,
 ) -> list[str]:
     """Unique calls per model, what is already cached, and token estimates; no call is made.
 
     ``audit_of`` gives the audit under a reader (built on first use), ``cache_dir``
-    is the response cache the real models would read.
+    is the response cache the real models would read. ``say`` hears a progress
+    line as each policy's requests are planned (seconds each on a large grid).
     """
     s = settings
+    tell = say or (lambda _line: None)
     cache = ResponseCache(cache_dir) if s.uses_real_models else None
     primary = audit_of(s.reader)
     lines = []
@@ -140,13 +143,15 @@ def dry_run(
         audit = audit_of(reader)
         planned: list[tuple[Question, ChatRequest]] = []
         note = ""
-        for policy in policies:
+        tell(f"dry run: planning the reader requests of {len(policies) * len(s.budgets)} cells under {reader} (no model is called) ...")
+        for done, policy in enumerate(policies, 1):
             for budget in s.budgets:
                 if policy.needs_importance and not scores_known:
                     note = "llm-importance cells counted after scoring: upper bound"
                     planned += audit.planned_reader_requests(registry["fifo"], budget, {})
                     continue
                 planned += audit.planned_reader_requests(policy, budget, importance)
+            tell(f"dry run: {policy.name} planned ({done}/{len(policies)} policies, {len(planned):,} requests so far)")
         lines.append(cost_line("reader", reader, [request for _, request in planned], cache, note, providers))
         # identical requests are sent once (and hold the same question)
         for request, question in {r: q for q, r in planned}.items():

@@ -15,12 +15,13 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, NoReturn, Protocol, cast
 
 import pytest
 
 from pytest_restore.audit.checks import construct_checks
 from pytest_restore.audit.run import Audit, CellRun
+from pytest_restore.exits import IO_ERROR
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.plugin.settings import RestoreSettings
 from pytest_restore.record import Record
@@ -31,6 +32,8 @@ from pytest_restore.stats.results import HypothesisTest, StatsSettings, budget_l
 #: The item properties beside the records: the data's description and the process's model usage.
 META_PROPERTY = "restore_meta"
 USAGE_PROPERTY = "restore_usage"
+#: The item property that carries the exit status of a run an item stopped (74: a file could not be read or written).
+EXIT_PROPERTY = "restore_exit"
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class CellSession(Protocol):
 
     def fatal_error(self) -> str | None: ...
 
+    def fatal_exit_code(self) -> int: ...
+
     def shared_cells(self) -> SharedCells: ...
 
     def ship(self, item: pytest.Item, audit: Audit, run: CellRun) -> None: ...
@@ -94,16 +99,27 @@ class RestoreCell:
 
     def audit(self) -> CellRun:
         """Run the cell and attach its records to the item's report."""
-        audit = self.session.audit(self.spec.reader)
+        unreadable: str | None = None
+        try:
+            audit = self.session.audit(self.spec.reader)
+        except pytest.UsageError as err:
+            unreadable = str(err)  # the data, checked at the start, cannot be read any more (removed since)
+        if unreadable is not None:
+            self.stop(unreadable, IO_ERROR)
         policy = self.session.registry[self.spec.policy]
         self.run = audit.run_cell(policy, self.spec.budget)
         fatal = self.session.fatal_error()
         if fatal is not None:
             # A wrong key or an unknown model fails every call alike: stop at the first.
-            self.item.session.shouldstop = fatal
-            pytest.fail(fatal, pytrace=False)
+            self.stop(fatal, self.session.fatal_exit_code())
         self.session.ship(self.item, audit, self.run)
         return self.run
+
+    def stop(self, line: str, code: int) -> NoReturn:
+        """Fail this item with ``line`` (no traceback) and stop the session, whose exit status becomes ``code``."""
+        self.item.user_properties.append((EXIT_PROPERTY, code))
+        self.item.session.shouldstop = line
+        pytest.fail(line, pytrace=False)
 
     def check(self) -> None:
         """Fail the item, one short line per case, when one of the cell's checks fails.

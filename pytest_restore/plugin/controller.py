@@ -32,6 +32,7 @@ import pytest
 from pytest_restore.audit.run import count_tokens_ahead
 from pytest_restore.data.dataset import auditable as data_auditable
 from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
+from pytest_restore.models.cache import cache_problem
 from pytest_restore.models.providers import ProviderRegistry, missing_key_problem
 from pytest_restore.plugin.calls import dry_run
 from pytest_restore.plugin.finish import (
@@ -50,7 +51,7 @@ from pytest_restore.plugin.finish import (
 from pytest_restore.plugin.gather import Gathered
 from pytest_restore.plugin.options import ONE_PROCESS_KEY, RUN_KEY, small_data
 from pytest_restore.plugin.parts import COMPILING, AuditParts
-from pytest_restore.plugin.quality import calibration_gate, judge_audit
+from pytest_restore.plugin.quality import RunStopped, calibration_gate, judge_audit
 from pytest_restore.plugin.rankers import embed_ahead, embedding_dry_run
 from pytest_restore.plugin.runner import CellRunner
 from pytest_restore.plugin.settings import RestoreSettings, report_dir_problem
@@ -132,6 +133,12 @@ class ControllerSession:
         problem = missing_key_problem(settings.all_models(), settings.base_url)
         if problem and not settings.dry_run:  # a dry run costs nothing: it says so and goes on
             raise pytest.UsageError(problem)
+        if settings.uses_real_models and not settings.dry_run:
+            # the cache must take its first entry: a file in its place, or a directory that takes
+            # no file, would otherwise fail the first reply after it was paid for
+            problem = cache_problem(settings.model_options(self.parts.cache_root()).cache_dir)
+            if problem:
+                raise pytest.UsageError(f"{settings.source('cache')}: {problem}" if settings.cache else problem)
         if settings.data:
             dataset = self.parts.dataset()  # a malformed file stops the run here, before any model call
             abstention, no_gold, auditable = data_auditable(dataset, settings.granularity)
@@ -172,7 +179,7 @@ class ControllerSession:
             problem = missing_key_problem(s.all_models(), s.base_url)
             self.outcome.dry_run_lines = ([f"warning: {problem}"] if problem else []) + dry_run(
                 s, self.parts.audit, self.parts.policies, self.parts.registry, self.parts.providers,
-                s.model_options(self.parts.cache_root()).cache_dir,
+                s.model_options(self.parts.cache_root()).cache_dir, self.say,
             )
             vectors = self.parts.ranker_vectors()
             if vectors is not None:
@@ -183,11 +190,27 @@ class ControllerSession:
             # every text the grid ranks, embedded once here: the workers only read the store
             failed = embed_ahead(vectors, self.parts.dataset(), self.parts.audit_config())
             if failed is not None:
-                pytest.exit(failed, returncode=pytest.ExitCode.TESTS_FAILED)
+                self.stop_before_grid(session, RunStopped(failed))
         if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
-            self.calibration_json = calibration_gate(self.parts, self.gathered.model_calls, self.checks)
+            try:
+                self.calibration_json = calibration_gate(self.parts, self.gathered.model_calls, self.checks)
+            except RunStopped as stop:
+                self.stop_before_grid(session, stop)
         if self.distributed():
             self._start_preload()  # the controller idles while the workers run the grid
+
+    def stop_before_grid(self, session: pytest.Session, stop: RunStopped) -> None:
+        """End the run before its grid: its one line (unless said), then its exit status, with no traceback.
+
+        ``pytest.exit`` would print the line twice (``Exit: ...`` and ``! _pytest.outcomes.Exit ... !``);
+        pytest ends a session whose start raised ``Session.Failed`` silently, with exit 1, and
+        a status of our own (74) is put in place as the session's configuration ends.
+        """
+        if not stop.said:
+            self.config.get_terminal_writer().line(f"restore: run stopped before the grid: {stop}", red=True, bold=True)
+        if stop.code != pytest.ExitCode.TESTS_FAILED:
+            self.config.add_cleanup(lambda: setattr(session, "exitstatus", stop.code))
+        raise session.Failed(str(stop))
 
     def after_sessionstart(self, session: pytest.Session) -> None:
         """After every plugin's session start (xdist's starts the workers): prepare the data, then let it go."""
@@ -323,6 +346,10 @@ class ControllerSession:
             # Nothing was meant to run. Last, because syrupy's sessionfinish ORs the
             # status the hook was called with back in.
             session.exitstatus = pytest.ExitCode.OK
+        if self.gathered.exit_code is not None and session.exitstatus in (
+            pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED
+        ):
+            session.exitstatus = self.gathered.exit_code  # an item stopped the run on a file it could not use
         if self._report is None:
             return
         files, cut = await_report(self._report, self._cancel_report)

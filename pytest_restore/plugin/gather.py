@@ -16,12 +16,12 @@ from typing import Any, cast
 import pytest
 
 from pytest_restore.plugin.calls import ModelCalls
-from pytest_restore.plugin.cells import META_PROPERTY, USAGE_PROPERTY
+from pytest_restore.plugin.cells import EXIT_PROPERTY, META_PROPERTY, USAGE_PROPERTY
 from pytest_restore.plugin.options import RECORDS_PROPERTY
 from pytest_restore.record import Record
 
 #: The item properties the plugin adds to a grid item's report.
-OURS = (RECORDS_PROPERTY, META_PROPERTY, USAGE_PROPERTY)
+OURS = (RECORDS_PROPERTY, META_PROPERTY, USAGE_PROPERTY, EXIT_PROPERTY)
 
 
 class Gathered:
@@ -37,6 +37,8 @@ class Gathered:
         self.selected: set[str] | None = None
         #: The items whose cell ran (their records arrived).
         self.ran: set[str] = set()
+        #: The exit status an item that stopped the run asked for (74: a file could not be read or written).
+        self.exit_code: int | None = None
 
     def take(self, report: pytest.TestReport) -> None:
         """Read a report's records, data description and model usage, and take them off the report.
@@ -55,6 +57,8 @@ class Gathered:
                 # records cross xdist as JSON: they become Records again here
                 received = json.loads(value) if isinstance(value, str) else value
                 self.records.extend(Record.of(r) for r in cast("list[Mapping[str, Any]]", received))
+            elif name == EXIT_PROPERTY:
+                self.exit_code = int(cast("int", value))
             elif name == META_PROPERTY:
                 self.run_meta = dict(cast("dict[str, Any]", value))
             elif name == USAGE_PROPERTY:

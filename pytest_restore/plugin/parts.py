@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.audit.run import Audit, AuditConfig, audited_questions
 from pytest_restore.data.dataset import DataError, Dataset, is_prepared, load_dataset
 from pytest_restore.data.units import Granularity
+from pytest_restore.exits import IO_ERROR
 from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
 from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
 from pytest_restore.memory.retrieval import Bm25Lite, Ranker, RankerRegistry, default_rankers
@@ -171,7 +172,8 @@ class AuditParts:
             dataset = self.dataset()
             if not kernels_cached_on_disk():
                 self.say(COMPILING)
-            self.say(f"preparing {len(dataset.questions)} histories (memory units, token counts, lexical index) ...")
+            planned = len(audited_questions(dataset, config))
+            self.say(f"preparing {planned} histories (memory units, token counts, lexical index) ...")
             audit = Audit(
                 dataset,
                 config,
@@ -220,6 +222,11 @@ class AuditParts:
             if fatal:
                 return f"{role} {spec}: {fatal}"
         return None
+
+    def fatal_exit_code(self) -> int:
+        """The exit status of a run stopped by :meth:`fatal_error`: 74 when a file could not be written (the response cache on a full disk), else 1."""
+        io = any(getattr(m, "fatal_error", None) and getattr(m, "fatal_io", False) for m in self._models.values())
+        return IO_ERROR if io else int(pytest.ExitCode.TESTS_FAILED)
 
     def call_details(self) -> dict[str, Any]:
         """Per real model of this process: failed calls by cause, the concurrency reached, the decoding sent."""

@@ -21,12 +21,27 @@ from pytest_restore.plugin.parts import AuditParts
 from pytest_restore.record import Record
 
 
+class RunStopped(Exception):
+    """The run stops before its grid: ``str(err)`` is its one line (already said, or for the caller to say).
+
+    ``code`` is the exit status; ``said`` whether the lines were printed already.
+    """
+
+    def __init__(self, line: str, code: int = pytest.ExitCode.TESTS_FAILED, *, said: bool = False) -> None:
+        super().__init__(line)
+        self.code = code
+        self.said = said
+
+
 def calibration_gate(parts: AuditParts, model_calls: ModelCalls, checks: dict[str, Any]) -> str:
     """The calibration gate (docs/PROTOCOL.md section 9): stop the run before the grid when it fails.
 
     The gate's result joins ``checks``; the returned JSON is written with the
     report (into the new report directory, never beside an old one), or
-    beside it, marked partial, when the gate fails and the run stops here.
+    beside it, marked partial, when the gate fails and the run stops here
+    (:class:`RunStopped`: a wrong key, an unreachable server or a full disk
+    under the cache stop it in their one line, a missed threshold with the
+    gate's reasons).
     """
     s = parts.settings
     fresh_judge = make_model(s.judge, "judge", s.model_options(parts.cache_root()), use_cache=False, providers=parts.providers)
@@ -40,7 +55,7 @@ def calibration_gate(parts: AuditParts, model_calls: ModelCalls, checks: dict[st
     writer = parts.config.get_terminal_writer()
     fatal = parts.fatal_error()
     if fatal is not None:
-        pytest.exit(fatal, returncode=pytest.ExitCode.TESTS_FAILED)
+        raise RunStopped(fatal, parts.fatal_exit_code())
     failed = model_calls.summarise_failures({"main": parts.call_details()})
     reasons = list(result.reasons)
     if failed:
@@ -55,7 +70,7 @@ def calibration_gate(parts: AuditParts, model_calls: ModelCalls, checks: dict[st
             writer.line(reason, red=True)
         if where is not None:
             writer.line(f"partial report (calibration only): {where}")
-        pytest.exit("calibration gate failed: " + "; ".join(reasons), returncode=pytest.ExitCode.TESTS_FAILED)
+        raise RunStopped("calibration gate failed: " + "; ".join(reasons), said=True)
     writer.line(
         f"calibration gate passed: judge self-consistency {result.judge_consistency:.2f}, "
         f"judge probes {result.probe_reference_correct}/{result.probe_reference} references CORRECT and "

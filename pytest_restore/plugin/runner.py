@@ -58,6 +58,10 @@ class CellRunner:
         """The first authentication or unknown-model error of this process's models, in one line."""
         return self.parts.fatal_error()
 
+    def fatal_exit_code(self) -> int:
+        """The exit status of a run its models stopped (74: the response cache could not be written)."""
+        return self.parts.fatal_exit_code()
+
     def shared_cells(self) -> SharedCells:
         """Where this run's processes leave their cells' records for each other."""
         return self.parts.shared_cells()
