@@ -42,6 +42,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import random
 import socket
 import struct
 import threading
@@ -210,6 +211,8 @@ class LoggedRequest:
     attempt: int
     fault: str | None
     status: int | None
+    #: the route asked (``/v1/chat/completions``, ``/v1/files``, ``/v1/batches/ID``, ...)
+    path: str = "/v1/chat/completions"
 
 
 @dataclass
@@ -258,6 +261,8 @@ class OpenAIServer:
         self._slot_gate: asyncio.Semaphore | None = None
         self._state = _State()
         self._embedders: dict[int, FakeEmbedder] = {}
+        #: The Files and Batches API (``/v1/files``, ``/v1/batches``); its lines are answered by ``_reply``.
+        self.batches = BatchAPI(self._answer_line)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
@@ -431,6 +436,13 @@ class OpenAIServer:
         writer: asyncio.StreamWriter,
     ) -> bool:
         """Answer one request; ``False`` when the connection must be closed."""
+        if path.startswith(("/v1/files", "/v1/batches")):
+            status, reply = self.batches.handle(method, path, headers, raw, self._authorized(headers))
+            with self._state.lock:
+                self._state.log.append(LoggedRequest(time.monotonic(), "", None, 0, None, status, path))
+            writer.write(reply)
+            await writer.drain()
+            return True
         try:
             body: dict[str, Any] | None = json.loads(raw)
         except ValueError:
@@ -453,7 +465,7 @@ class OpenAIServer:
             sock = writer.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self._leave(started, body_key, body, attempt, "reset", None)
+            self._leave(started, body_key, body, attempt, "reset", None, path)
             writer.transport.abort()
             return False
         fault = None
@@ -462,7 +474,7 @@ class OpenAIServer:
         status, reply = self._reply(method, path, headers, body, fault)
         # Logged before the reply leaves: a client holding its reply can
         # rely on the log and the counters already showing it.
-        self._leave(started, body_key, body, attempt, fault, status)
+        self._leave(started, body_key, body, attempt, fault, status, path)
         if fault == "timeout":
             await asyncio.sleep(self.faults.hang_seconds)
         if self.mode == "hang" and status == 200:
@@ -619,6 +631,16 @@ class OpenAIServer:
         if dims not in self._embedders:
             self._embedders[dims] = FakeEmbedder(dims)
         return self._embedders[dims]
+    def _answer_line(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """One batch line answered by the chat logic (modes and responder included, no fault injection)."""
+        headers = {"authorization": f"Bearer {self.expected_key}"} if self.expected_key else {}
+        status, reply = self._reply("POST", "/v1/chat/completions", headers, body, None)
+        payload: dict[str, Any]
+        try:
+            payload = json.loads((reply or b"").partition(b"\r\n\r\n")[2])
+        except ValueError:
+            return 500, {"error": {"message": "the server's reply was not JSON"}}
+        return status or 500, payload
 
     def _fault(self, kind: str) -> tuple[int | None, bytes | None]:
         """How to misbehave as ``kind``: the status and bytes, as ``_reply``."""
@@ -657,10 +679,11 @@ class OpenAIServer:
         attempt: int,
         fault: str | None,
         status: int | None,
+        path: str = "/v1/chat/completions",
     ) -> None:
         with self._state.lock:
             self._state.in_flight -= 1
-            self._state.log.append(LoggedRequest(started, body_key, body, attempt, fault, status))
+            self._state.log.append(LoggedRequest(started, body_key, body, attempt, fault, status, path.rstrip("/")))
             if status == 200 and fault is None:
                 self._state.successes[body_key] += 1
 
@@ -710,3 +733,318 @@ def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+# -- the Files and Batches API -------------------------------------------------------------
+
+
+@dataclass
+class BatchBehaviour:
+    """How the server's batches move; each look at a batch (a retrieve) is one step of its life.
+
+    Driven by the client's polls rather than the wall clock, so a test
+    decides exactly when a batch is in progress, expires or completes.
+    """
+
+    #: retrieves a new batch answers ``validating`` before it is checked
+    validating_polls: int = 1
+    #: lines answered per retrieve while ``in_progress`` (``None``: all at once)
+    lines_per_poll: int | None = None
+    #: while set, an ``in_progress`` batch answers nothing and stays in progress
+    hold: bool = False
+    #: the batch expires once this many of its lines are answered (the rest: ``batch_expired``)
+    expire_after: int | None = None
+    #: retrieves a batch spends ``finalizing`` before its files are ready
+    finalizing_polls: int = 1
+
+
+@dataclass
+class _Batch:
+    """One batch as the server keeps it."""
+
+    id: str
+    input_file_id: str
+    endpoint: str
+    window: str
+    metadata: dict[str, Any]
+    created_at: int
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    status: str = "validating"
+    polls: int = 0
+    #: answered lines: (custom id, status code, body)
+    answered: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    times: dict[str, int] = field(default_factory=dict)
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+
+
+#: What a batch line may call, and the only completion window, as the real API has them.
+BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/embeddings", "/v1/completions", "/v1/responses")
+
+
+class BatchAPI:
+    """``/v1/files`` (upload, retrieve, content) and ``/v1/batches`` (create, retrieve, list, cancel).
+
+    A batch goes ``validating`` -> ``in_progress`` -> ``finalizing`` ->
+    ``completed`` (or ``failed`` when its file breaks the rules, ``expired``
+    per ``behaviour.expire_after``, ``cancelling`` -> ``cancelled``), with
+    ``request_counts`` kept as lines are answered. Each line is answered by
+    the server's own chat logic; the output file lists the 200s in another
+    order than they were sent, the error file the rest (non-200 responses,
+    and ``batch_expired`` / ``batch_cancelled`` lines for those never run).
+    """
+
+    def __init__(self, answer: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]) -> None:
+        self._answer = answer
+        self._lock = threading.Lock()
+        self.behaviour = BatchBehaviour()
+        self.files: dict[str, tuple[dict[str, Any], bytes]] = {}
+        self.batches: dict[str, _Batch] = {}
+        #: how many times each canonical request body was put into a created batch
+        self.lines_by_body: Counter[str] = Counter()
+
+    @property
+    def created(self) -> list[str]:
+        """Ids of the batches created, in order."""
+        with self._lock:
+            return list(self.batches)
+
+    def handle(self, method: str, path: str, headers: dict[str, str], raw: bytes, authorized: bool) -> tuple[int, bytes]:
+        """Answer one Files or Batches request: the status and the whole HTTP response."""
+        if not authorized:
+            return 401, _render(401, {"error": {"message": "Incorrect API key provided.", "code": "invalid_api_key"}})
+        parts = [p for p in path.split("?")[0].split("/") if p][1:]  # drop "v1"
+        with self._lock:
+            try:
+                status, payload = self._route(method, parts, headers, raw)
+            except _APIError as err:
+                status, payload = err.status, {"error": {"message": err.message, "type": "invalid_request_error"}}
+        if isinstance(payload, bytes):
+            return status, _encode(status, payload, {})
+        return status, _render(status, payload)
+
+    def _route(self, method: str, parts: list[str], headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
+        if parts == ["files"] and method == "POST":
+            return 200, self._upload(headers, raw)
+        if len(parts) >= 2 and parts[0] == "files" and method == "GET":
+            meta, data = self._file(parts[1])
+            return (200, data) if parts[2:] == ["content"] else (200, meta)
+        if parts == ["batches"] and method == "POST":
+            return 200, self._create(raw)
+        if parts == ["batches"] and method == "GET":
+            return 200, {"object": "list", "data": [self._object(b) for b in self.batches.values()], "has_more": False}
+        if len(parts) == 2 and parts[0] == "batches" and method == "GET":
+            batch = self._batch(parts[1])
+            self._step(batch)
+            return 200, self._object(batch)
+        if len(parts) == 3 and parts[0] == "batches" and parts[2] == "cancel" and method == "POST":
+            batch = self._batch(parts[1])
+            if batch.status in ("completed", "failed", "expired", "cancelled"):
+                raise _APIError(409, f"Cannot cancel a batch with status '{batch.status}'.")
+            batch.status = "cancelling"
+            batch.times["cancelling_at"] = int(time.time())
+            return 200, self._object(batch)
+        raise _APIError(404, "not found")
+
+    # -- files -------------------------------------------------------------
+
+    def _upload(self, headers: dict[str, str], raw: bytes) -> dict[str, Any]:
+        from email.parser import BytesParser
+        from email.policy import HTTP
+
+        kind = headers.get("content-type", "")
+        if not kind.startswith("multipart/form-data"):
+            raise _APIError(400, "a file upload must be multipart/form-data")
+        message = BytesParser(policy=HTTP).parsebytes(f"Content-Type: {kind}\r\n\r\n".encode() + raw)
+        fields: dict[str, tuple[str | None, bytes]] = {}
+        for part in message.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            payload = part.get_payload(decode=True)
+            fields[str(name)] = (part.get_filename(), payload if isinstance(payload, bytes) else b"")
+        purpose = fields.get("purpose", (None, b""))[1].decode()
+        if "file" not in fields:
+            raise _APIError(400, "missing required parameter: 'file'")
+        if purpose not in ("batch", "fine-tune", "assistants", "vision", "user_data", "evals"):
+            raise _APIError(400, f"'{purpose}' is not a valid purpose")
+        return self._store(fields["file"][0] or "upload.jsonl", fields["file"][1], purpose)
+
+    def _store(self, filename: str, data: bytes, purpose: str) -> dict[str, Any]:
+        file_id = f"file-{len(self.files) + 1:06d}{hashlib.sha256(data).hexdigest()[:8]}"
+        meta = {
+            "id": file_id,
+            "object": "file",
+            "bytes": len(data),
+            "created_at": int(time.time()),
+            "filename": filename,
+            "purpose": purpose,
+            "status": "processed",
+        }
+        self.files[file_id] = (meta, data)
+        return meta
+
+    def _file(self, file_id: str) -> tuple[dict[str, Any], bytes]:
+        if file_id not in self.files:
+            raise _APIError(404, f"No such File object: {file_id}")
+        return self.files[file_id]
+
+    # -- batches -----------------------------------------------------------
+
+    def _create(self, raw: bytes) -> dict[str, Any]:
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise _APIError(400, "invalid JSON body") from None
+        meta, data = self._file(str(body.get("input_file_id")))
+        if meta["purpose"] != "batch":
+            raise _APIError(400, "the input file must be uploaded with purpose 'batch'")
+        if body.get("endpoint") not in BATCH_ENDPOINTS:
+            raise _APIError(400, f"invalid endpoint: {body.get('endpoint')!r}")
+        if body.get("completion_window") != "24h":
+            raise _APIError(400, "completion_window must be '24h'")
+        batch_id = f"batch_{len(self.batches) + 1:04d}{hashlib.sha256(data).hexdigest()[:12]}"
+        batch = _Batch(batch_id, meta["id"], body["endpoint"], "24h", dict(body.get("metadata") or {}), int(time.time()))
+        batch.times["expires_at"] = batch.created_at + 86_400
+        for text in data.decode("utf-8", "replace").splitlines():
+            if text.strip():
+                try:
+                    batch.lines.append(json.loads(text))
+                except ValueError:
+                    batch.lines.append({"_invalid": text})
+        for line in batch.lines:
+            if isinstance(line.get("body"), dict):
+                self.lines_by_body[canonical_body(line["body"])] += 1
+        self.batches[batch_id] = batch
+        return self._object(batch)
+
+    def _batch(self, batch_id: str) -> _Batch:
+        if batch_id not in self.batches:
+            raise _APIError(404, f"No batch found with id '{batch_id}'.")
+        return self.batches[batch_id]
+
+    def _problems(self, batch: _Batch) -> list[dict[str, Any]]:
+        """The input file's broken rules, as the real API lists them (one per line, first ten)."""
+        problems: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        models: set[str] = set()
+        for n, line in enumerate(batch.lines, 1):
+            body = line.get("body")
+            if "_invalid" in line:
+                message = "This line is not parseable as valid JSON."
+            elif not isinstance(line.get("custom_id"), str):
+                message = "Missing required parameter: 'custom_id'."
+            elif line["custom_id"] in seen:
+                message = f"Duplicate custom_id '{line['custom_id']}'; custom_id must be unique within a batch."
+            elif line.get("method") != "POST":
+                message = "Only the POST method is supported."
+            elif line.get("url") != batch.endpoint:
+                message = f"The url '{line.get('url')}' does not match the batch endpoint '{batch.endpoint}'."
+            elif not isinstance(body, dict) or not body.get("model"):
+                message = "Missing required parameter: 'body.model'."
+            else:
+                seen.add(line["custom_id"])
+                models.add(str(body["model"]))
+                if len(models) > 1:
+                    message = "All requests in a batch must use the same model."
+                else:
+                    continue
+            problems.append({"code": "invalid_request", "message": message, "param": None, "line": n})
+        return problems[:10]
+
+    def _step(self, batch: _Batch) -> None:
+        """One look at the batch moves it along its life (see ``BatchBehaviour``)."""
+        b = self.behaviour
+        batch.polls += 1
+        now = int(time.time())
+        if batch.status == "validating" and batch.polls > b.validating_polls:
+            problems = self._problems(batch)
+            if problems:
+                batch.status, batch.errors = "failed", problems
+                batch.times["failed_at"] = now
+                return
+            batch.status = "in_progress"
+            batch.times["in_progress_at"] = now
+        elif batch.status == "in_progress" and not b.hold:
+            todo = batch.lines[len(batch.answered) :]
+            if b.lines_per_poll is not None:
+                todo = todo[: b.lines_per_poll]
+            for line in todo:
+                if b.expire_after is not None and len(batch.answered) >= b.expire_after:
+                    break
+                status, payload = self._answer(line["body"])
+                batch.answered.append((line["custom_id"], status, payload))
+            if b.expire_after is not None and len(batch.answered) >= b.expire_after < len(batch.lines):
+                self._close(batch, "expired", "batch_expired", "This request could not be executed before the completion window expired.")
+            elif len(batch.answered) == len(batch.lines):
+                batch.status, batch.polls = "finalizing", 0
+                batch.times["finalizing_at"] = now
+        elif batch.status == "finalizing" and batch.polls > b.finalizing_polls:
+            self._close(batch, "completed", "", "")
+        elif batch.status == "cancelling":
+            self._close(batch, "cancelled", "batch_cancelled", "This request was not executed because the batch was cancelled.")
+
+    def _close(self, batch: _Batch, status: str, code: str, message: str) -> None:
+        """End the batch: write its output file (shuffled) and its error file."""
+        done = {cid for cid, _, _ in batch.answered}
+        out, err = [], []
+        for n, (cid, code_, payload) in enumerate(batch.answered):
+            line = {
+                "id": f"batch_req_{batch.id[-8:]}{n:05d}",
+                "custom_id": cid,
+                "response": {"status_code": code_, "request_id": f"req_{n:05d}", "body": payload},
+                "error": None,
+            }
+            (out if code_ == 200 else err).append(line)
+        if code:
+            for n, line in enumerate(batch.lines):
+                if line.get("custom_id") not in done:
+                    err.append({
+                        "id": f"batch_req_{batch.id[-8:]}x{n:05d}",
+                        "custom_id": line.get("custom_id"),
+                        "response": None,
+                        "error": {"code": code, "message": message},
+                    })
+        # real output files are not in input order: a client must match lines by custom_id
+        random.Random(batch.id).shuffle(out)
+        if out:
+            batch.output_file_id = self._store(f"{batch.id}_output.jsonl", _jsonl(out), "batch_output")["id"]
+        if err:
+            batch.error_file_id = self._store(f"{batch.id}_error.jsonl", _jsonl(err), "batch_output")["id"]
+        batch.status = status
+        batch.times[f"{status}_at"] = int(time.time())
+
+    def _object(self, batch: _Batch) -> dict[str, Any]:
+        completed = sum(1 for _, code, _ in batch.answered if code == 200)
+        failed = len(batch.answered) - completed
+        if batch.status in ("expired", "cancelled"):
+            failed = len(batch.lines) - completed
+        times = {k: batch.times.get(k) for k in (
+            "in_progress_at", "expires_at", "finalizing_at", "completed_at", "failed_at", "expired_at",
+            "cancelling_at", "cancelled_at",
+        )}
+        return {
+            "id": batch.id,
+            "object": "batch",
+            "endpoint": batch.endpoint,
+            "errors": {"object": "list", "data": batch.errors} if batch.errors else None,
+            "input_file_id": batch.input_file_id,
+            "completion_window": batch.window,
+            "status": batch.status,
+            "output_file_id": batch.output_file_id,
+            "error_file_id": batch.error_file_id,
+            "created_at": batch.created_at,
+            **times,
+            "request_counts": {"total": len(batch.lines), "completed": completed, "failed": failed},
+            "metadata": batch.metadata,
+        }
+
+
+class _APIError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _jsonl(lines: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()

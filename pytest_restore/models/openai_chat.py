@@ -172,6 +172,8 @@ class KeyRedactor:
         out.append(text[last:])
         return "".join(out)
 
+#: The error of a request a cache-only model does not hold (see ``cache_only``).
+CACHE_ONLY_MISS = "no batch answered this request (--restore-batch sends no live call)"
 
 class _RunState:
     """What the concurrent calls of one ``run`` share."""
@@ -203,6 +205,7 @@ class OpenAIChatModel:
         backoff_cap: float = 60.0,
         max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
         adaptive: bool = True,
+        cache_only: bool = False,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
@@ -220,6 +223,9 @@ class OpenAIChatModel:
         slept through. ``adaptive`` (default) lets concurrency grow from 1 to
         ``max_concurrency`` as the server keeps up; ``False`` holds it at
         ``max_concurrency`` (a fixed limit, for comparison).
+        ``cache_only`` answers from the cache alone: a request it does not
+        hold fails unsent (under ``--restore-batch`` every reply comes from a
+        batch, never from a live call).
         ``clock`` and ``sleep`` are the time the model waits in (rate meters,
         backoff, ``Retry-After``, another process's cache lock): a test passes
         a virtual clock and a sleep that records its waits and returns at
@@ -242,6 +248,7 @@ class OpenAIChatModel:
         self.backoff_cap = backoff_cap
         self.max_retry_after = max_retry_after
         self.adaptive = adaptive
+        self.cache_only = cache_only
         #: Failed calls (after their retries) by cause, for the run's failure summary.
         self.failure_causes: Counter[str] = Counter()
         #: The first authentication or unknown-model error: the run should stop on it.
@@ -421,6 +428,9 @@ class OpenAIChatModel:
         self, state: _RunState, key: str, request: ChatRequest
     ) -> ChatResult:
         cache = self.cache
+        if self.cache_only:
+            hit = self._usable(cache.get(self.model, request)) if cache is not None else None
+            return hit if hit is not None else ChatResult(text=None, error=CACHE_ONLY_MISS)
         if cache is None:
             async with state.slots:
                 return await self._call(state, request, None)
@@ -560,6 +570,14 @@ class OpenAIChatModel:
         error = f"failed after {self.max_tries} tries: {last_error}"
         logger.warning("%s: %s", self.name, error)
         return ChatResult(text=None, error=error)
+
+    def read_completion(self, completion: Any, request: ChatRequest) -> tuple[ChatResult | None, str]:
+        """A decoded chat completion checked as a live reply is (``None`` and why, when unusable).
+
+        A batch's output lines go through here, so a reply from a batch is
+        accepted, redacted and refused by exactly the rules of a live one.
+        """
+        return self._read(completion, request)
 
     def _read(self, completion: Any, request: ChatRequest) -> tuple[ChatResult | None, str]:
         """The result of a decoded completion, or ``None`` and why it is unusable.
