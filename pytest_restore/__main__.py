@@ -15,8 +15,10 @@ during it) is one line and exit 74 (``exits.IO_ERROR``). ``compare
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -230,12 +232,219 @@ def _run_compare(args: argparse.Namespace) -> int:
     return 1 if worse else 0
 
 
+# --------------------------------------------------------------------------- batch
+
+#: Where a run keeps its response cache unless ``--restore-cache`` names one (pytest's cache, from the project root).
+DEFAULT_CACHE = Path(".pytest_cache") / "d" / "restore" / "responses"
+
+
+def _add_batch(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "batch",
+        help="the batches of a response cache: status, cancel, export a round, import an output file",
+        description=(
+            "Batches of --restore-batch runs, recorded beside the response cache: show them (status), cancel "
+            "them (cancel; a later run harvests what they answered), write a round's batch input file without "
+            "sending it (export, for vLLM's run_batch or another program), or read a batch output file into "
+            "the cache (import), checked exactly as live replies are."
+        ),
+    )
+    actions = parser.add_subparsers(dest="action", metavar="<action>")
+    actions.required = True
+    for name, help_ in (("status", "list the batches and exported files"), ("cancel", "cancel running batches")):
+        sub = actions.add_parser(name, help=help_)
+        sub.add_argument("--cache", default=str(DEFAULT_CACHE), help=f"response cache directory (default: {DEFAULT_CACHE})")
+        if name == "cancel":
+            sub.add_argument("ids", nargs="*", metavar="BATCH_ID", help="batches to cancel (default: every running one)")
+    export = actions.add_parser(
+        "export",
+        help="write a round's batch input file (nothing is sent)",
+        description=(
+            "Runs the grid's dry run (pytest with the options after --) and writes the round's requests that the "
+            "cache does not hold as an OpenAI batch input file. Rounds go in order: scorer (only with "
+            "llm-importance), reader, judge; each needs the previous one imported."
+        ),
+    )
+    export.add_argument("--round", required=True, choices=("scorer", "reader", "judge"), help="the round to write")
+    export.add_argument("--out", required=True, help="the input file to write (JSONL)")
+    export.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the grid's pytest options")
+    imported = actions.add_parser(
+        "import",
+        help="read a batch output file into the response cache",
+        description=(
+            "Reads an OpenAI batch output (or error) file, as vLLM's run_batch writes it, into the response "
+            "cache. A line whose custom_id was never exported, or whose request differs from the exported one, "
+            "is refused and counted; a reply is checked as a live one is (a judge's must be a verdict)."
+        ),
+    )
+    imported.add_argument("file", metavar="FILE", help="the output JSONL")
+    imported.add_argument("--cache", default=str(DEFAULT_CACHE), help=f"response cache directory (default: {DEFAULT_CACHE})")
+    imported.add_argument(
+        "--input", default=None, help="the input file the output was made from (default: the exported files)"
+    )
+    parser.set_defaults(func=_run_batch)
+
+
+def _run_batch(args: argparse.Namespace) -> int:
+    action: Callable[[argparse.Namespace], int] = {
+        "status": _batch_status,
+        "cancel": _batch_cancel,
+        "export": _batch_export,
+        "import": _batch_import,
+    }[args.action]
+    return action(args)
+
+
+def _batch_status(args: argparse.Namespace) -> int:
+    from pytest_restore.models.batch import BatchClient, BatchError, Ledger, with_counts
+
+    entries = Ledger(args.cache).entries()
+    if not entries:
+        print(f"batch: no batch recorded in {args.cache}")
+        return 0
+    clients: dict[str, BatchClient] = {}
+    for entry in entries:
+        if entry.kind == "export":
+            print(f"{entry.name}  {entry.round:<10} {entry.model}  exported {entry.requests:,} requests -> {entry.input_path}")
+            continue
+        if entry.state == "pending":
+            try:
+                client = clients.setdefault(entry.base_url, BatchClient(entry.base_url or None))
+                entry = with_counts(entry, client.retrieve(entry.batch_id))
+            except BatchError as err:
+                print(f"{entry.batch_id}: {err}", file=sys.stderr)
+        counts = entry.counts
+        failures = "; ".join(f"{n} x {cause}" for cause, n in sorted(entry.failures.items())) or "none"
+        print(
+            f"{entry.batch_id}  {entry.round:<10} {entry.model}  {entry.state} ({entry.status or 'not yet seen'}): "
+            f"{counts.get('completed', 0):,}/{counts.get('total', entry.requests):,} completed, "
+            f"{counts.get('failed', 0):,} failed; failures: {failures}"
+        )
+    for client in clients.values():
+        client.close()
+    return 0
+
+
+def _batch_cancel(args: argparse.Namespace) -> int:
+    from pytest_restore.models.batch import BatchClient, BatchError, Ledger
+
+    ledger = Ledger(args.cache)
+    pending = [e for e in ledger.entries() if e.kind == "batch" and e.state == "pending"]
+    if args.ids:
+        unknown = sorted(set(args.ids) - {e.batch_id for e in pending})
+        if unknown:
+            print(f"error: {unknown[0]} is not a running batch of {args.cache}", file=sys.stderr)
+            return 2
+        pending = [e for e in pending if e.batch_id in args.ids]
+    if not pending:
+        print(f"batch: nothing running in {args.cache}")
+        return 0
+    failed = 0
+    for entry in pending:
+        client = BatchClient(entry.base_url or None)
+        try:
+            batch = client.cancel(entry.batch_id)
+        except BatchError as err:
+            print(f"error: {err}", file=sys.stderr)
+            failed += 1
+            continue
+        finally:
+            client.close()
+        # still pending in the ledger: the next run harvests what it answered before the cancel
+        print(f"batch: {entry.batch_id} {batch.get('status')} (what it answered is kept by the next run)")
+    return 1 if failed else 0
+
+
+def _batch_export(args: argparse.Namespace) -> int:
+    import pytest
+
+    extra = [a for a in args.pytest_args if a != "--"] if args.pytest_args[:1] == ["--"] else list(args.pytest_args)
+    return int(
+        pytest.main(
+            [
+                *extra,
+                "--restore-dry-run",
+                f"--restore-batch-export={args.out}",
+                f"--restore-batch-round={args.round}",
+            ]
+        )
+    )
+
+
+def _batch_import(args: argparse.Namespace) -> int:
+    from pytest_restore.models.batch import BatchError, BatchItem, BatchRunner, Ledger, body_digest
+    from pytest_restore.models.openai_chat import failure_cause
+    from pytest_restore.models.providers import VALIDATORS
+
+    path = Path(args.file)
+    if not path.is_file():
+        print(f"error: {path}: no such file", file=sys.stderr)
+        return 2
+    ledger = Ledger(args.cache)
+    exports = [e for e in ledger.entries() if e.kind == "export"]
+    items: dict[str, BatchItem] = {}
+    for entry in exports:
+        items.update(ledger.items(entry))
+    if not items:
+        print(f"error: {args.cache}: no exported batch file recorded (run `batch export` first)", file=sys.stderr)
+        return 2
+    # the requests that produced the output, as the other program read them
+    sources = [Path(args.input)] if args.input else [Path(e.input_path) for e in exports if Path(e.input_path).is_file()]
+    sent: dict[str, str] = {}
+    n = 0
+    for source in sources:
+        try:
+            for n, text in enumerate(source.read_text(encoding="utf-8").splitlines(), 1):
+                if text.strip():
+                    line = json.loads(text)
+                    sent[str(line["custom_id"])] = body_digest(line["body"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            print(f"error: {source} line {n}: not a batch input line ({err})", file=sys.stderr)
+            return 2
+    lines: list[tuple[str, str]] = []
+    refused: Counter[str] = Counter()
+    for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            custom_id = str(json.loads(text).get("custom_id"))
+        except (ValueError, AttributeError):
+            custom_id = ""
+        item = items.get(custom_id)
+        if item is not None and custom_id in sent and sent[custom_id] != body_digest(item.body()):
+            refused["request differs from the exported one"] += 1
+            continue
+        lines.append((f"{path} line {n}", text))
+    runner = BatchRunner(args.cache, VALIDATORS)
+    try:
+        results, more = runner.judge_lines(lines, items)
+    except BatchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    refused.update(more)
+    ok = sum(1 for r in results.values() if r.ok)
+    failures: Counter[str] = Counter(failure_cause(r.error or "") for r in results.values() if not r.ok)
+    print(f"import: {ok:,} answers checked and cached from {path}")
+    for cause, n in failures.most_common():
+        print(f"import: {n:,} failed: {cause}")
+    for reason, n in refused.most_common():
+        print(f"import: {n:,} lines refused: {reason}")
+    if failures or refused:
+        print(
+            f"import: incomplete: {sum(failures.values()):,} failed, {sum(refused.values()):,} refused",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
 # --------------------------------------------------------------------------- entry point
 
 _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_generate,
     _add_report,
     _add_compare,
+    _add_batch,
 )
 
 

@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.cache import ResponseCache, request_key, try_flock
@@ -51,13 +51,8 @@ from pytest_restore.models.openai_chat import (
     failure_cause,
 )
 
-if TYPE_CHECKING:
-    import openai
-
-#: The one endpoint our batches call.
+#: The one endpoint our batches call (the batch is created for it, with the only window the API offers: 24h).
 ENDPOINT = "/v1/chat/completions"
-#: The only completion window the Batch API offers.
-COMPLETION_WINDOW = "24h"
 #: Statuses after which a batch changes no more.
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 #: Why a request of a batch that ended without answering it failed, by the batch's status.
@@ -72,6 +67,14 @@ UNANSWERED = {
 Validator = Callable[[str], bool]
 #: Where progress lines go.
 Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """How batch rounds are followed: the first wait between polls, and resubmissions of what failed."""
+
+    poll: float = 30.0
+    resubmit: int = 0
 
 
 class BatchError(RuntimeError):
@@ -334,8 +337,8 @@ class BatchClient:
             "creating the batch",
             lambda: self._client.batches.create(
                 input_file_id=uploaded.id,
-                endpoint=ENDPOINT,
-                completion_window=COMPLETION_WINDOW,
+                endpoint="/v1/chat/completions",
+                completion_window="24h",
                 metadata=dict(metadata),
             ),
         )
@@ -661,7 +664,7 @@ class BatchChatModel:
             fresh = self.runner.run_round(f"{self.role} calls", misses, cache=caching).results
         rest = [i for i in items if i.custom_id not in fresh]
         answered = dict(zip((i.custom_id for i in rest), self.inner.run([i.request for i in rest]))) if rest else {}
-        for cid, result in {**fresh, **answered}.items():
+        for result in {**fresh, **answered}.values():
             if not result.ok:
                 self.failure_causes[failure_cause(result.error or "")] += 1
         return [fresh.get(i.custom_id) or answered[i.custom_id] for i in items]

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pytest_restore.models.base import ChatModel, ChatRequest
+from pytest_restore.models.batch import BatchChatModel, BatchOptions, BatchRunner
 from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.decoding import estimate_tokens
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
@@ -58,6 +59,8 @@ class ModelOptions:
     quiet: bool = False
     #: The run whose processes share their failed calls through the cache (``None``: not shared).
     run: str | None = None
+    #: ``--restore-batch``: every call goes out in a Batch API round, none live
+    batch: BatchOptions | None = None
 
     def pacing(self) -> dict[str, Any]:
         """The keyword arguments every OpenAI-compatible model (chat or embeddings) is paced and reached with."""
@@ -116,7 +119,27 @@ class OpenAIProvider(ModelProvider):
     requires = ("openai", "pytest-restore[openai]")
 
     def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
-        """An :class:`OpenAIChatModel` with the run's pacing, retries and response cache."""
+        """An :class:`OpenAIChatModel` with the run's pacing, retries and response cache.
+
+        Under ``--restore-batch`` it answers from the cache alone, inside a
+        :class:`BatchChatModel` that sends what the cache lacks as a batch round.
+        """
+        if options.batch is not None:
+            inner = OpenAIChatModel(
+                model=model,
+                base_url=options.base_url,
+                cache=ResponseCache(options.cache_dir) if use_cache else None,
+                validator=VALIDATORS[role],
+                cache_only=True,
+            )
+            runner = BatchRunner(
+                options.cache_dir,
+                VALIDATORS,
+                base_url=options.base_url,
+                poll=options.batch.poll,
+                resubmit=options.batch.resubmit,
+            )
+            return BatchChatModel(inner, role, runner)
         return OpenAIChatModel(
             model=model,
             cache=ResponseCache(options.cache_dir, run=options.run) if use_cache else None,
@@ -199,7 +222,8 @@ def make_model(
     return provider.make(model, role, options, use_cache=use_cache)
 
 
-def _cache_name(spec: str, providers: ProviderRegistry | None) -> str | None:
+def cache_name(spec: str, providers: ProviderRegistry | None = None) -> str | None:
+    """The name a model's replies are cached under (``None``: a fake, or a provider that caches nothing)."""
     resolved = _resolve(spec, providers)
     return resolved[0].cache_name(resolved[1]) if resolved is not None else None
 
@@ -250,7 +274,7 @@ def cost_line(
 ) -> CostLine:
     """Unique calls, those already cached, and token estimates for the rest."""
     unique = list(dict.fromkeys(requests))
-    name = _cache_name(spec, providers)
+    name = cache_name(spec, providers)
     cached = [r for r in unique if cache is not None and name is not None and cache.contains(name, r)]
     todo = [r for r in unique if r not in set(cached)]
     # the model's own name decides its decoding (and so its output budget); a fake is named as is
@@ -292,9 +316,20 @@ def price_of(spec: str, prices: dict[str, tuple[float, float]]) -> tuple[float, 
     return prices[max(known, key=len)] if known else None
 
 
-def render_cost(lines: Sequence[CostLine], prices: dict[str, tuple[float, float]] | None = None) -> list[str]:
-    """The dry run's table, one line a model, with the estimated cost of what is still to send."""
-    table = dict(PRICES, **(prices or {}))
+#: What the Batch API charges against the list price.
+BATCH_DISCOUNT = 0.5
+
+
+def render_cost(
+    lines: Sequence[CostLine], prices: dict[str, tuple[float, float]] | None = None, *, batch: bool = False
+) -> list[str]:
+    """The dry run's table, one line a model, with the estimated cost of what is still to send.
+
+    ``batch``: at batch prices, half the built-in list prices; a price given
+    with ``--restore-price`` is taken as the price to pay, as given.
+    """
+    builtin = {m: (i * BATCH_DISCOUNT, o * BATCH_DISCOUNT) for m, (i, o) in PRICES.items()} if batch else PRICES
+    table = dict(builtin, **(prices or {}))
     header = (
         f"{'role':<10}{'model':<28}{'unique calls':>14}{'cached':>10}{'to send':>10}{'input tok':>13}"
         f"{'output tok':>13}{'est. USD':>10}"
@@ -315,13 +350,14 @@ def render_cost(lines: Sequence[CostLine], prices: dict[str, tuple[float, float]
             f"{c.role:<10}{c.model:<28}{c.calls:>14,}{c.cached:>10,}{c.calls - c.cached:>10,}"
             f"{c.input_tokens:>13,}{c.output_tokens:>13,}{cost:>10}" + (f"  {c.note}" if c.note else "")
         )
+    at = " at batch prices (half the built-in list prices; --restore-price as given)" if batch else ""
     if not unpriced:
-        out.append(f"estimated cost of what is still to send: at most ${total:,.2f} (output tokens counted at their cap)")
+        out.append(f"estimated cost of what is still to send: at most ${total:,.2f}{at} (output tokens counted at their cap)")
         return out
     # A sum that leaves a model out is no bound: say the cost is unknown, and what would make it known.
     names = sorted(set(unpriced))
     example = names[0].partition(":")[2] or names[0]
-    priced = f"; the models with a price: at most ${total:,.2f}" if total > 0 else ""
+    priced = f"; the models with a price: at most ${total:,.2f}{at}" if total > 0 else ""
     out.append(
         f"estimated cost of what is still to send: unknown, no price is known for {', '.join(names)} "
         f"(give --restore-price {example}=IN,OUT in USD per million input and output tokens){priced}"
@@ -333,7 +369,7 @@ def cached_text(
     cache: ResponseCache | None, spec: str, request: ChatRequest, providers: ProviderRegistry | None = None
 ) -> str | None:
     """A real model's cached reply to ``request``, without counting it as a hit."""
-    name = _cache_name(spec, providers)
+    name = cache_name(spec, providers)
     if cache is None or name is None:
         return None
     result = cache.peek(request_key(name, request))

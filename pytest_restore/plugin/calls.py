@@ -8,6 +8,8 @@ counts the calls a grid needs, and what is already cached, without making one.
 
 from __future__ import annotations
 
+import hashlib
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,15 +18,18 @@ from pytest_restore.audit.run import Audit
 from pytest_restore.data.dataset import Question
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.models.base import ChatRequest
-from pytest_restore.models.cache import ResponseCache
+from pytest_restore.models.batch import BatchItem, Ledger, LedgerEntry, input_file
+from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.decoding import describe_decoding, estimate_tokens
 from pytest_restore.models.fake import FakeScorer
 from pytest_restore.models.prompts import READER_MAX_TOKENS, parse_score
 from pytest_restore.models.providers import (
     CostLine,
     ProviderRegistry,
+    cache_name,
     cached_text,
     cost_line,
+    is_real,
     render_cost,
 )
 from pytest_restore.plugin.settings import RestoreSettings
@@ -102,6 +107,141 @@ class ModelCalls:
         return total
 
 
+#: One planned call: the model's name as configured, its role, the request.
+Planned = tuple[str, str, ChatRequest]
+
+
+class RoundNotReady(Exception):
+    """A round whose requests depend on answers the cache does not hold yet (said in one line)."""
+
+
+def scorer_round(settings: RestoreSettings, primary: Audit, policies: Sequence[Policy]) -> list[ChatRequest]:
+    """The importance scorer's requests, when a policy of the grid needs importance (else none)."""
+    if not any(p.needs_importance for p in policies):
+        return []
+    return list(primary.scorer_requests().values())
+
+
+def known_importance(
+    settings: RestoreSettings, primary: Audit, policies: Sequence[Policy], cache: ResponseCache | None,
+    providers: ProviderRegistry,
+) -> dict[str, int] | None:
+    """Every unit's importance score, from the fake scorer or the cache; ``None`` while one is unknown."""
+    importance: dict[str, int] = {}
+    if not any(p.needs_importance for p in policies):
+        return importance
+    for content, request in primary.scorer_requests().items():
+        if settings.scorer == "fake":
+            text: str | None = str(FakeScorer.score(content))
+        else:
+            text = cached_text(cache, settings.scorer, request, providers)
+        score = parse_score(text) if text is not None else None
+        if score is None:
+            return None
+        importance[content] = score
+    return importance
+
+
+def reader_round(
+    settings: RestoreSettings,
+    audit_of: Callable[[str], Audit],
+    policies: Sequence[Policy],
+    registry: PolicyRegistry,
+    importance: dict[str, int] | None,
+    tell: Callable[[str], None] = lambda _line: None,
+) -> dict[str, list[tuple[Question, ChatRequest]]]:
+    """Each reader's requests over the grid, each with its question; ``importance=None`` counts the
+    scored cells as ``fifo`` would (an upper bound before scoring). ``tell`` hears a line per policy."""
+    plans: dict[str, list[tuple[Question, ChatRequest]]] = {}
+    for reader in settings.readers:
+        audit = audit_of(reader)
+        planned: list[tuple[Question, ChatRequest]] = []
+        tell(f"dry run: planning the reader requests of {len(policies) * len(settings.budgets)} cells under {reader} (no model is called) ...")
+        for done, policy in enumerate(policies, 1):
+            for budget in settings.budgets:
+                if policy.needs_importance and importance is None:
+                    planned += audit.planned_reader_requests(registry["fifo"], budget, {})
+                else:
+                    planned += audit.planned_reader_requests(policy, budget, importance or {})
+            tell(f"dry run: {policy.name} planned ({done}/{len(policies)} policies, {len(planned):,} requests so far)")
+        plans[reader] = planned
+    return plans
+
+
+def judge_round(
+    settings: RestoreSettings,
+    audit_of: Callable[[str], Audit],
+    plans: dict[str, list[tuple[Question, ChatRequest]]],
+    cache: ResponseCache | None,
+    providers: ProviderRegistry,
+) -> tuple[list[ChatRequest], int]:
+    """The judge's requests for every reader answer the cache holds, and how many answers it lacks."""
+    judge_requests: list[ChatRequest] = []
+    unknown_answers = 0
+    for reader, planned in plans.items():
+        audit = audit_of(reader)
+        # identical requests are sent once (and hold the same question)
+        for request, question in {r: q for q, r in planned}.items():
+            answer = cached_text(cache, reader, request, providers)
+            if answer is None:
+                unknown_answers += 1
+                continue
+            judge_requests.append(
+                audit.prompts.judge(question=question.question, answer=question.answer, prediction=answer)
+            )
+    return judge_requests, unknown_answers
+
+
+def grid_round(
+    name: str,
+    settings: RestoreSettings,
+    audit_of: Callable[[str], Audit],
+    policies: Sequence[Policy],
+    registry: PolicyRegistry,
+    providers: ProviderRegistry,
+    cache: ResponseCache,
+) -> list[Planned]:
+    """Every call of one round of the grid (``scorer``, ``reader`` or ``judge``), for its real models.
+
+    A round needs the answers of the rounds before it in the cache
+    (:class:`RoundNotReady` otherwise): the readers' contexts depend on the
+    scores, the judge's requests on the answers.
+    """
+    s = settings
+    primary = audit_of(s.reader)
+    if name == "scorer":
+        return [(s.scorer, "scorer", r) for r in scorer_round(s, primary, policies)] if is_real(s.scorer, providers) else []
+    importance = known_importance(s, primary, policies, cache, providers)
+    if importance is None:
+        raise RoundNotReady("the reader round needs every importance score: the scorer round is not in the cache yet")
+    plans = reader_round(s, audit_of, policies, registry, importance)
+    if name == "reader":
+        return [(reader, "reader", r) for reader, planned in plans.items() if is_real(reader, providers) for _, r in planned]
+    requests, unknown = judge_round(s, audit_of, plans, cache, providers)
+    if unknown:
+        raise RoundNotReady(f"the judge round needs every reader answer: {unknown:,} are not in the cache yet")
+    return [(s.judge, "judge", r) for r in requests] if is_real(s.judge, providers) else []
+
+
+def batch_round_count(settings: RestoreSettings, policies: Sequence[Policy], providers: ProviderRegistry) -> list[str]:
+    """The rounds a ``--restore-batch`` run needs, by name, in order."""
+    s = settings
+    rounds = []
+    if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
+        # the gate's oracle (reader, judge), its cell (reader, judge), then each judge repeat alone
+        rounds += ["calibration oracle reader", "calibration oracle judge", "calibration cell reader",
+                   "calibration cell judge", "calibration judge repeat 1", "calibration judge repeat 2"]
+    if any(p.needs_importance for p in policies) and is_real(s.scorer, providers):
+        rounds.append("scorer")
+    if any(is_real(r, providers) for r in s.readers):
+        rounds.append("reader")
+    if is_real(s.judge, providers):
+        rounds.append("judge")
+    if s.audit_judge and is_real(s.audit_judge, providers):
+        rounds.append("judge audit")
+    return rounds
+
+
 def dry_run(
     settings: RestoreSettings,
     audit_of: Callable[[str], Audit],
@@ -116,52 +256,25 @@ def dry_run(
     ``audit_of`` gives the audit under a reader (built on first use), ``cache_dir``
     is the response cache the real models would read. ``say`` hears a progress
     line as each policy's requests are planned (seconds each on a large grid).
+    With ``--restore-batch`` the estimate is at batch prices and says how many
+    rounds the run needs; with ``--restore-batch-export`` the round's input file
+    is written too.
     """
     s = settings
     tell = say or (lambda _line: None)
     cache = ResponseCache(cache_dir) if s.uses_real_models else None
     primary = audit_of(s.reader)
     lines = []
-    importance: dict[str, int] = {}
-    scores_known = True
-    if any(p.needs_importance for p in policies):
-        scorer_requests = primary.scorer_requests()
-        lines.append(cost_line("scorer", s.scorer, list(scorer_requests.values()), cache, providers=providers))
-        for content, request in scorer_requests.items():
-            if s.scorer == "fake":
-                text: str | None = str(FakeScorer.score(content))
-            else:
-                text = cached_text(cache, s.scorer, request, providers)
-            score = parse_score(text) if text is not None else None
-            if score is None:
-                scores_known = False
-                break
-            importance[content] = score
-    judge_requests: list[ChatRequest] = []
-    unknown_answers = 0
-    for reader in s.readers:
-        audit = audit_of(reader)
-        planned: list[tuple[Question, ChatRequest]] = []
-        note = ""
-        tell(f"dry run: planning the reader requests of {len(policies) * len(s.budgets)} cells under {reader} (no model is called) ...")
-        for done, policy in enumerate(policies, 1):
-            for budget in s.budgets:
-                if policy.needs_importance and not scores_known:
-                    note = "llm-importance cells counted after scoring: upper bound"
-                    planned += audit.planned_reader_requests(registry["fifo"], budget, {})
-                    continue
-                planned += audit.planned_reader_requests(policy, budget, importance)
-            tell(f"dry run: {policy.name} planned ({done}/{len(policies)} policies, {len(planned):,} requests so far)")
-        lines.append(cost_line("reader", reader, [request for _, request in planned], cache, note, providers))
-        # identical requests are sent once (and hold the same question)
-        for request, question in {r: q for q, r in planned}.items():
-            answer = cached_text(cache, reader, request, providers)
-            if answer is None:
-                unknown_answers += 1
-                continue
-            judge_requests.append(
-                audit.prompts.judge(question=question.question, answer=question.answer, prediction=answer)
-            )
+    scorer_requests = scorer_round(s, primary, policies)
+    if scorer_requests:
+        lines.append(cost_line("scorer", s.scorer, scorer_requests, cache, providers=providers))
+    importance = known_importance(s, primary, policies, cache, providers)
+    plans = reader_round(s, audit_of, policies, registry, importance, tell)
+    note = "llm-importance cells counted after scoring: upper bound" if importance is None else ""
+    for reader, planned in plans.items():
+        reader_note = note if any(p.needs_importance for p in policies) else ""
+        lines.append(cost_line("reader", reader, [request for _, request in planned], cache, reader_note, providers))
+    judge_requests, unknown_answers = judge_round(s, audit_of, plans, cache, providers)
     judge = cost_line("judge", s.judge, judge_requests, cache, providers=providers)
     if unknown_answers:
         empty = primary.prompts.judge(question="", answer="", prediction="")
@@ -176,7 +289,57 @@ def dry_run(
             f"{unknown_answers:,} answers not yet known: upper bound",
         )
     lines.append(judge)
-    return render_cost(lines, {model: (i, o) for model, i, o in s.prices})
+    prices = {model: (i, o) for model, i, o in s.prices}
+    out = render_cost(lines, prices, batch=s.batch)
+    if s.batch:
+        rounds = batch_round_count(s, policies, providers)
+        out.append(f"batch rounds: {len(rounds)} ({', '.join(rounds)}), each within the API's 24 h window")
+    if s.batch_export and s.batch_round:
+        assert cache is not None or not s.uses_real_models
+        try:
+            planned_calls = grid_round(
+                s.batch_round, s, audit_of, policies, registry, providers, cache or ResponseCache(cache_dir)
+            )
+        except RoundNotReady as err:
+            out.append(f"batch export: nothing written: {err}")
+        else:
+            out += export_round(s.batch_round, planned_calls, Path(s.batch_export), cache_dir, providers)
+    return out
+
+
+def export_round(
+    name: str, planned: Sequence[Planned], path: Path, cache_dir: Path, providers: ProviderRegistry
+) -> list[str]:
+    """Write the round's uncached requests as a batch input file, recorded in the cache's ledger for
+    ``batch import``; one file per model (the Batch API takes one model per file). Lines said."""
+    by_model: dict[str, list[BatchItem]] = {}
+    for spec, role, request in planned:
+        name_of = cache_name(spec, providers)
+        if name_of is None:
+            continue
+        by_model.setdefault(name_of, []).append(BatchItem(role, name_of, request))
+    runner_cache = ResponseCache(cache_dir)
+    ledger = Ledger(cache_dir)
+    lines = []
+    if not by_model:
+        return [f"batch export: the {name} round has no real model's call"]
+    for model, items in sorted(by_model.items()):
+        distinct = list({i.custom_id: i for i in items}.values())
+        todo = [i for i in distinct if runner_cache.peek(request_key(i.model, i.request)) is None]
+        target = path if len(by_model) == 1 else path.with_name(f"{path.stem}.{model}{path.suffix}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(input_file(todo))
+        digest = hashlib.sha256(target.read_bytes()).hexdigest()[:16]
+        entry = LedgerEntry(
+            name=f"export-{digest}", kind="export", round=name, model=model, state="exported",
+            created=time.time(), requests=len(todo), input_path=str(target.resolve()),
+        )
+        ledger.save(entry, todo)
+        lines.append(
+            f"batch export: {len(todo):,} {model} requests of the {name} round -> {target} "
+            f"({len(distinct) - len(todo):,} already cached, left out)"
+        )
+    return lines
 
 
 def calls_markdown(details: dict[str, dict[str, Any]]) -> str:

@@ -82,6 +82,28 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("audit-judge-sample", "400", "size of the judge audit's sample", "int"),
     ("calibration", "auto", "calibration gate before the grid: on, off, or auto (on for real models)", "string"),
     (
+        "batch-poll",
+        "30",
+        "with --restore-batch: first wait in seconds between two looks at a batch (grows 1.5x, to 10 min)",
+        "float",
+    ),
+    (
+        "batch-resubmit",
+        "0",
+        (
+            "with --restore-batch: times a round sends its failed requests again as a new batch "
+            "(0: the run stops, said in one line)"
+        ),
+        "int",
+    ),
+    (
+        "batch-export",
+        "",
+        "with --restore-dry-run: write the batch input file of --restore-batch-round here, send nothing",
+        "string",
+    ),
+    ("batch-round", "", "the round --restore-batch-export writes: scorer, reader or judge", "string"),
+    (
         "family-checks",
         "fail",
         (
@@ -133,6 +155,14 @@ def add_options(parser: pytest.Parser) -> None:
     )
     parser.addini("restore_ablations", help="run the restore-tightness ablations", type="bool", default=False)
     group.addoption(
+        "--restore-batch",
+        dest="restore_batch",
+        action="store_true",
+        default=None,
+        help="run the real models' calls as OpenAI Batch API rounds (half price, within 24 h), never live",
+    )
+    parser.addini("restore_batch", help="run the real models' calls through the Batch API", type="bool", default=False)
+    group.addoption(
         "--restore-price",
         dest="restore_price",
         action="append",
@@ -152,6 +182,8 @@ def requested(config: pytest.Config) -> bool:
             return True
     if config.getoption("restore_dry_run") or config.getoption("restore_ablations") is not None:
         return True
+    if config.getoption("restore_batch") is not None:
+        return True
     if config.getoption("restore_price") is not None:
         return True
     for name, default, _help, kind in OPTIONS:
@@ -162,7 +194,7 @@ def requested(config: pytest.Config) -> bool:
         unset = default if _ini_type(kind) == "string" else None
         if value != unset:
             return True
-    return bool(config.getini("restore_ablations") or config.getini("restore_price"))
+    return bool(config.getini("restore_ablations") or config.getini("restore_price") or config.getini("restore_batch"))
 
 
 def new_run_id() -> str:

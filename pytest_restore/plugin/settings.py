@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_restore.exits import out_dir_problem
+from pytest_restore.models.batch import BatchOptions
 from pytest_restore.models.prompts import PromptSet
 from pytest_restore.models.providers import (
     ModelOptions,
@@ -146,6 +147,13 @@ class RestoreSettings:
     prices: tuple[tuple[str, float, float], ...] = ()
     #: whether any model of the grid is a real one (its provider says so); not a setting of the report
     real_models: bool = False
+    #: ``--restore-batch``: real models' calls go out as Batch API rounds, never live
+    batch: bool = False
+    batch_poll: float = 30.0
+    batch_resubmit: int = 0
+    #: ``--restore-batch-export`` / ``--restore-batch-round``: a dry run writes that round's input file
+    batch_export: str | None = None
+    batch_round: str | None = None
 
     def source(self, name: str) -> str:
         """Where the value of option ``name`` (``policies``) came from, as an error message names it:
@@ -186,6 +194,7 @@ class RestoreSettings:
             max_tries=self.max_tries,
             timeout=self.timeout,
             max_retry_after=self.max_retry_after,
+            batch=BatchOptions(poll=self.batch_poll, resubmit=self.batch_resubmit) if self.batch else None,
         )
 
     def prompt_set(self) -> PromptSet:
@@ -268,6 +277,12 @@ class RestoreSettings:
         price_where = "--restore-price"
         if price_texts is None:
             price_texts, price_where = config.getini("restore_price"), "ini key restore_price"
+        batch = bool(
+            config.getoption("restore_batch")
+            if config.getoption("restore_batch") is not None
+            else config.getini("restore_batch")
+        )
+        _check_batch(batch, raw, where, providers)
         prices = []
         for text in price_texts:
             try:
@@ -317,11 +332,37 @@ class RestoreSettings:
             real_models=any(
                 is_real(raw[role], providers) for role in ("reader", "judge", "scorer", "robustness-reader")
             ),
+            batch=batch,
+            batch_poll=_parse_positive(where["batch-poll"], raw["batch-poll"]),
+            batch_resubmit=_parse_int(where["batch-resubmit"], raw["batch-resubmit"]),
+            batch_export=raw["batch-export"] or None,
+            batch_round=raw["batch-round"] or None,
         )
         # Not a field: the report shows every field as a setting, and where a value came from is
         # no setting of the run (only error messages read it).
         object.__setattr__(settings, "_sources", where)
         return settings
+
+
+#: The rounds a grid's calls fall into, in the order they depend on each other.
+BATCH_ROUNDS = ("scorer", "reader", "judge")
+
+
+def _check_batch(batch: bool, raw: dict[str, str], where: dict[str, str], providers: ProviderRegistry) -> None:
+    """The batch options make sense together (one line naming the option otherwise)."""
+    if raw["batch-round"] and raw["batch-round"] not in BATCH_ROUNDS:
+        raise pytest.UsageError(f"{where['batch-round']}: {raw['batch-round']!r} is not {', '.join(BATCH_ROUNDS)}")
+    if bool(raw["batch-export"]) != bool(raw["batch-round"]):
+        raise pytest.UsageError("--restore-batch-export and --restore-batch-round go together")
+    if not batch:
+        return
+    roles = ("reader", "judge", "scorer", "robustness-reader", "audit-judge")
+    real = [raw[role] for role in roles if raw[role] and is_real(raw[role], providers)]
+    if not real:
+        raise pytest.UsageError("--restore-batch: no model of the run is a real one (the fakes need no batch)")
+    other = [spec for spec in real if not spec.startswith("openai:")]
+    if other:
+        raise pytest.UsageError(f"--restore-batch: {other[0]} is not an openai: model (only the OpenAI Batch API is spoken)")
 
 
 #: The settings that decide what the records say (the run id is a digest of them).

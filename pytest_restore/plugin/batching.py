@@ -1,0 +1,74 @@
+"""``--restore-batch``: the grid's calls as Batch API rounds, before the grid runs from the cache.
+
+The grid's calls depend on each other in three steps: the importance
+scorer's scores decide what ``llm-importance`` keeps, the stores decide the
+readers' contexts, and the answers decide the judge's requests. So the
+controller runs three rounds, each one batch per model of exactly the
+requests the dry run counts (``plugin/calls.py``: ``grid_round``) minus what
+the cache holds, and stores every checked answer in the response cache. The
+grid then runs as usual and finds every call answered: its models are
+cache-only (``models/batch.py``: ``BatchChatModel``), so nothing is sent live.
+The calibration gate and the judge audit need no plan: their models send
+each of their calls' misses as a round of their own.
+
+A round with failed requests (an error line, an expired or cancelled batch)
+keeps what came back and stops the run in one line, unless
+``--restore-batch-resubmit`` sends the rest again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pytest_restore.audit.run import Audit
+from pytest_restore.memory.eviction import Policy, PolicyRegistry
+from pytest_restore.models.batch import BatchItem, BatchRunner
+from pytest_restore.models.providers import VALIDATORS, ProviderRegistry, cache_name
+from pytest_restore.plugin.calls import grid_round
+from pytest_restore.plugin.settings import BATCH_ROUNDS, RestoreSettings
+
+
+def run_grid_rounds(
+    settings: RestoreSettings,
+    audit_of: Callable[[str], Audit],
+    policies: Sequence[Policy],
+    registry: PolicyRegistry,
+    providers: ProviderRegistry,
+    cache_dir: Path,
+    say: Callable[[str], None],
+) -> str | None:
+    """Run the scorer, reader and judge rounds into the cache; ``None``, or why the run must stop (one line)."""
+    s = settings
+    runner = BatchRunner(
+        cache_dir, VALIDATORS, base_url=s.base_url, poll=s.batch_poll, resubmit=s.batch_resubmit, say=say
+    )
+    try:
+        for name in BATCH_ROUNDS:
+            planned = grid_round(name, s, audit_of, policies, registry, providers, runner.cache)
+            items = [
+                BatchItem(role, model, request)
+                for spec, role, request in planned
+                if (model := cache_name(spec, providers)) is not None
+            ]
+            todo = runner.uncached(items)
+            distinct = len({i.custom_id for i in items})
+            if not todo:
+                if distinct:
+                    say(f"batch {name} round: all {distinct:,} requests are in the cache, nothing to submit")
+                continue
+            say(f"batch {name} round: {len(todo):,} of {distinct:,} requests to answer by batch")
+            outcome = runner.run_round(name, todo)
+            failures = outcome.failures()
+            if failures:
+                failed = sum(failures.values())
+                causes = "; ".join(f"{n} x {cause}" for cause, n in failures.most_common(3))
+                return (
+                    f"batch {name} round: {failed:,} of {len(todo):,} requests failed ({causes}); "
+                    f"the {len(todo) - failed:,} answers that came back are kept in the cache: run again to "
+                    "submit the rest (or pass --restore-batch-resubmit N)"
+                )
+            say(f"batch {name} round: {len(todo):,} answers checked and cached")
+    finally:
+        runner.close()
+    return None
