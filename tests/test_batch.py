@@ -13,8 +13,8 @@ plugin in a pytest subprocess on the tiny fixture.
 from __future__ import annotations
 
 import json
-import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import FAST_RETRIES, GRID, TINY, child_env, run_child, shared_run, small_args
-from openai_server import OpenAIServer, canonical_body, echo_responder, fake_models_responder
+from grid_helpers import GRID, TINY, child_env, small_args
+from openai_server import OpenAIServer, echo_responder, fake_models_responder
+from test_providers import CleanRun, clean_run  # noqa: F401 - the live run the batch runs must match
 
 from pytest_restore.__main__ import main
 from pytest_restore.data.dataset import load_dataset
@@ -40,15 +41,9 @@ from pytest_restore.models.providers import VALIDATORS
 
 DUMMY_KEY = "sk-test-BATCH-KEY-0123456789"
 MODELS = {"reader": "openai:fake-reader", "judge": "openai:fake-judge", "scorer": "openai:fake-scorer"}
-#: Four cells: a policy that needs the importance scorer (so three rounds) and one that does not.
-GRID_ARGS = [
-    *small_args(),
-    "--restore-calibration=off",
-    "--restore-policies=fifo,llm-importance",
-    "--restore-budgets=600,100",
-    *(f"--restore-{role}={spec}" for role, spec in MODELS.items()),
-]
-CELLS = 4
+#: The grid of ``test_providers``'s clean live run (whose records and requests the batch runs must match).
+GRID_ARGS = [*small_args(), "--restore-calibration=off", *(f"--restore-{role}={spec}" for role, spec in MODELS.items())]
+CELLS = 18
 CHAT = "/v1/chat/completions"
 
 
@@ -69,6 +64,13 @@ def records_of(report: Path) -> list[dict[str, Any]]:
 def histories() -> list[History]:
     """What the fake reader behind the server knows."""
     return [build_history(q) for q in load_dataset(TINY).questions if not q.is_abstention]
+
+
+@pytest.fixture(scope="module")
+def live(request: pytest.FixtureRequest) -> CleanRun:
+    """``test_providers``'s clean run of the same grid, live: the records and requests a batch run must match."""
+    run: CleanRun = request.getfixturevalue("clean_run")
+    return run
 
 
 @pytest.fixture
@@ -242,76 +244,41 @@ def grid_command(server: OpenAIServer, cache: Path, *extra: str) -> list[str]:
 BATCH = ["--restore-batch", "--restore-batch-poll=0.01"]
 
 
-@pytest.fixture(scope="module")
-def batch_runs(histories: list[History], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The grid live, then by batch from an empty cache, then by batch again; what the server saw.
-
-    Also the dry runs of the same grid under real model names with built-in
-    prices, live and by batch (``dry-live``, ``dry-batch``).
-    """
-
-    def build(project: Path) -> None:
-        (project / "test_grid.py").write_text(GRID)
-        (project / "conftest.py").write_text(FAST_RETRIES)
-        env = {"OPENAI_API_KEY": DUMMY_KEY}
-        seen: dict[str, Any] = {}
-        with OpenAIServer(fake_models_responder(histories), expected_key=DUMMY_KEY) as server:
-            live = run_child(grid_command(server, project / "live-cache"), project, project / "live", env)
-            live.assert_passed(CELLS)
-            seen["live_chat"] = chat_requests(server)
-            batch = run_child(grid_command(server, project / "cache", *BATCH), project, project / "batch", env)
-            batch.assert_passed(CELLS)
-            seen["batch_chat"] = chat_requests(server) - seen["live_chat"]
-            seen["created"] = server.batches.created
-            seen["lines_by_body"] = list(server.batches.lines_by_body.values())
-            seen["live_bodies"] = sorted(server.successes)
-            seen["batch_bodies"] = sorted(server.batches.lines_by_body)
-            again = run_child(grid_command(server, project / "cache", *BATCH), project, project / "again", env)
-            again.assert_passed(CELLS)
-            seen["again_created"] = server.batches.created
-            seen["again_chat"] = chat_requests(server) - seen["live_chat"]
-            priced = [a for a in GRID_ARGS if not a.startswith(("--restore-reader", "--restore-judge", "--restore-scorer"))]
-            priced += [f"--restore-{role}=openai:gpt-4o-mini" for role in MODELS]
-            for name, extra in (("dry-live", []), ("dry-batch", ["--restore-batch"])):
-                run = run_child(
-                    ["-p", "no:xdist", *priced, f"--restore-cache={project / 'empty'}", "--restore-dry-run", *extra],
-                    project, project / name, env,
-                )
-                assert run.ret == 0, run.output[-3000:]
-        (project / "seen.json").write_text(json.dumps(seen))
-
-    return shared_run(tmp_path_factory, "batch-runs", build)
+def batch_grid(pytester: pytest.Pytester, server: OpenAIServer, report: str, *extra: str) -> pytest.RunResult:
+    """The grid by batch through ``server``, in process, into the project's cache; every cell passes."""
+    result = pytester.runpytest_inprocess(
+        *grid_command(server, pytester.path / "cache", *BATCH, *extra), f"--restore-report-dir={report}"
+    )
+    result.assert_outcomes(passed=CELLS)
+    return result
 
 
-def seen_of(project: Path) -> dict[str, Any]:
-    seen: dict[str, Any] = json.loads((project / "seen.json").read_text())
-    return seen
-
-
-def test_a_batch_grid_writes_the_records_of_the_live_grid(batch_runs: Path) -> None:
-    live = records_of(batch_runs / "live")
-    assert live and records_of(batch_runs / "batch") == live
-    assert records_of(batch_runs / "again") == live
-
-
-def test_a_batch_grid_sends_no_live_call_and_each_request_in_one_batch(batch_runs: Path) -> None:
-    seen = seen_of(batch_runs)
-    output = (batch_runs / "batch-output.txt").read_text()
-    assert seen["live_chat"] > 0 and seen["batch_chat"] == 0
-    # three rounds (scorer, reader, judge), one batch each, each request in exactly one of them
-    assert len(seen["created"]) == 3 and set(seen["lines_by_body"]) == {1}
-    # exactly the requests the live grid sent
-    assert seen["batch_bodies"] == seen["live_bodies"]
+def test_a_batch_grid_writes_the_live_records_and_sends_no_live_call(
+    histories: list[History], pytester: pytest.Pytester, live: CleanRun
+) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    with OpenAIServer(fake_models_responder(histories), expected_key=DUMMY_KEY) as server:
+        output = batch_grid(pytester, server, "batch").stdout.str()
+        assert chat_requests(server) == 0
+        # three rounds (scorer, reader, judge), one batch each, each request in exactly one of them
+        assert len(server.batches.created) == 3 and set(server.batches.lines_by_body.values()) == {1}
+        # and they are exactly the requests the live grid sent
+        assert set(server.batches.lines_by_body) == live.bodies
+    assert records_of(pytester.path / "batch") == records_of(live.report)
     for name in ("scorer", "reader", "judge"):
-        assert f"restore: batch {name} round: " in output and f"batch {name} round: " in output
-    assert "completed, " in output and " elapsed" in output
+        assert f"restore: batch {name} round: " in output and f"restore: batch {name}: submitted batch_" in output
+    assert re.search(r"restore: batch judge batch_\w+: completed, \d+/\d+ completed, 0 failed, \dm\d\ds elapsed", output)
 
 
-def test_a_rerun_submits_nothing(batch_runs: Path) -> None:
-    seen = seen_of(batch_runs)
-    assert seen["again_created"] == seen["created"] and seen["again_chat"] == 0
-    output = (batch_runs / "again-output.txt").read_text()
+def test_a_rerun_submits_nothing(histories: list[History], pytester: pytest.Pytester, live: CleanRun) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    with OpenAIServer(fake_models_responder(histories), expected_key=DUMMY_KEY) as server:
+        batch_grid(pytester, server, "first")
+        created = server.batches.created
+        output = batch_grid(pytester, server, "again").stdout.str()
+        assert server.batches.created == created and chat_requests(server) == 0
     assert "nothing to submit" in output and "submitted" not in output
+    assert records_of(pytester.path / "again") == records_of(live.report)
 
 
 def _estimate(output: str) -> float:
@@ -319,27 +286,33 @@ def _estimate(output: str) -> float:
     return float(line.split("$")[1].split()[0].replace(",", ""))
 
 
-def test_the_dry_run_prices_a_batch_at_half_and_counts_its_rounds(batch_runs: Path) -> None:
-    live = (batch_runs / "dry-live-output.txt").read_text()
-    batch = (batch_runs / "dry-batch-output.txt").read_text()
+def test_the_dry_run_prices_a_batch_at_half_and_counts_its_rounds(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    # the grid under a model name with a built-in list price
+    priced = [a for a in GRID_ARGS if not a.startswith(("--restore-reader", "--restore-judge", "--restore-scorer"))]
+    priced += [f"--restore-{role}=openai:gpt-4o-mini" for role in MODELS]
+    outputs = {}
+    for name, extra in (("live", []), ("batch", ["--restore-batch"])):
+        result = pytester.runpytest_inprocess("-p", "no:xdist", *priced, "--restore-dry-run", *extra)
+        assert result.ret == 0, result.outlines
+        outputs[name] = result.stdout.str()
+    live, batch = outputs["live"], outputs["batch"]
     assert _estimate(live) > 0 and _estimate(batch) == pytest.approx(_estimate(live) / 2, abs=0.011)
     assert "at batch prices" in batch and "batch rounds: 3 (scorer, reader, judge)" in batch
     assert "batch rounds" not in live
 
 
 def test_a_session_killed_mid_batch_attaches_to_it_when_started_again(
-    histories: list[History], tmp_path: Path, batch_runs: Path
+    histories: list[History], pytester: pytest.Pytester, live: CleanRun
 ) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "test_grid.py").write_text(GRID)
-    cache = tmp_path / "cache"
+    pytester.makepyfile(test_grid=GRID)
+    cache = pytester.path / "cache"
     env = {**child_env(), "OPENAI_API_KEY": DUMMY_KEY}
     with OpenAIServer(fake_models_responder(histories), expected_key=DUMMY_KEY) as server:
         server.batches.behaviour.hold = True  # the first batch stays in progress
         command = [sys.executable, "-m", "pytest", *grid_command(server, cache, *BATCH), "--restore-report-dir=killed"]
-        with open(tmp_path / "killed.out", "w") as out:
-            child = subprocess.Popen(command, cwd=project, env=env, stdout=out, stderr=subprocess.STDOUT)
+        with open(pytester.path / "killed.out", "w") as out:
+            child = subprocess.Popen(command, cwd=pytester.path, env=env, stdout=out, stderr=subprocess.STDOUT)
             try:
                 deadline = time.monotonic() + 120
                 while time.monotonic() < deadline and child.poll() is None:
@@ -350,42 +323,33 @@ def test_a_session_killed_mid_batch_attaches_to_it_when_started_again(
             finally:
                 child.send_signal(signal.SIGKILL)
                 child.wait(timeout=10)
-        assert len(server.batches.created) == 1, (tmp_path / "killed.out").read_text()[-3000:]
+        assert len(server.batches.created) == 1, (pytester.path / "killed.out").read_text()[-3000:]
         first = server.batches.created[0]
 
         server.batches.behaviour.hold = False
-        restarted = run_child(grid_command(server, cache, *BATCH), project, project / "restarted", {"OPENAI_API_KEY": DUMMY_KEY})
-        restarted.assert_passed(CELLS)
-        assert f"attaching to {first}" in restarted.output
+        restarted = batch_grid(pytester, server, "restarted").stdout.str()
+        assert f"attaching to {first}" in restarted
         # the killed session's batch was not submitted again: one batch per round in all
         assert server.batches.created[0] == first and len(server.batches.created) == 3
         assert set(server.batches.lines_by_body.values()) == {1} and chat_requests(server) == 0
-    assert records_of(project / "restarted") == records_of(batch_runs / "live")
+    assert records_of(pytester.path / "restarted") == records_of(live.report)
 
 
-def test_an_expired_batch_stops_the_run_in_one_line_or_resubmits_the_rest(
-    histories: list[History], tmp_path: Path, batch_runs: Path
-) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "test_grid.py").write_text(GRID)
-    env = {"OPENAI_API_KEY": DUMMY_KEY}
+def test_an_expired_batch_stops_the_run_in_one_line(histories: list[History], pytester: pytest.Pytester) -> None:
+    # (--restore-batch-resubmit sends the rest again instead: test_an_expired_batch_keeps_its_half_...)
+    pytester.makepyfile(test_grid=GRID)
+    cache = pytester.path / "cache"
     with OpenAIServer(fake_models_responder(histories), expected_key=DUMMY_KEY) as server:
         server.batches.behaviour.expire_after = 21  # half of the scorer round's 42 requests
-        run = run_child(grid_command(server, tmp_path / "cache", *BATCH), project, project / "expired", env)
-        assert run.ret == 1, run.output[-3000:]
-        stop = [line for line in run.output.splitlines() if "requests failed" in line]
-        assert len(stop) == 1 and "batch scorer round: 21 of 42 requests failed (21 x batch batch_expired" in stop[0]
-        assert "Traceback" not in run.output and len(ResponseCache(tmp_path / "cache")) == 21
-        assert not (project / "expired").exists()
-
-        # the option: what a batch did not answer goes out again as a new batch, and the run completes
-        resubmitted = run_child(
-            grid_command(server, tmp_path / "other", *BATCH, "--restore-batch-resubmit=1"), project, project / "resubmitted", env
-        )
-        resubmitted.assert_passed(CELLS)
+        result = pytester.runpytest_inprocess(*grid_command(server, cache, *BATCH, "--restore-report-dir=expired"))
         assert chat_requests(server) == 0
-    assert records_of(project / "resubmitted") == records_of(batch_runs / "live")
+    output = "\n".join(result.outlines + result.errlines)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, output
+    stop = [line for line in result.outlines if "requests failed" in line]  # pytest's exit line
+    assert len(stop) == 1 and "batch scorer round: 21 of 42 requests failed (21 x batch batch_expired" in stop[0]
+    assert "21 answers that came back are kept in the cache" in stop[0] and "--restore-batch-resubmit" in stop[0]
+    assert "Traceback" not in output and len(ResponseCache(cache)) == 21
+    assert not (pytester.path / "expired").exists()
 
 
 # -- 4. offline batch files -----------------------------------------------------------------------
@@ -415,62 +379,65 @@ def answer_by_chat(source: Path, target: Path, base_url: str) -> None:
 
 
 def test_export_then_import_fills_the_cache_so_the_grid_sends_nothing(
-    histories: list[History], tmp_path: Path, batch_runs: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    histories: list[History], pytester: pytest.Pytester, live: CleanRun, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "test_grid.py").write_text(GRID)
-    cache = tmp_path / "cache"
-    with OpenAIServer(fake_models_responder(histories), expected_key=DUMMY_KEY) as server:
-        grid = [*GRID_ARGS, f"--restore-cache={cache}"]
+    pytester.makepyfile(test_grid=GRID)
+    here = pytester.path
+    cache = here / "cache"
+    grid = [*GRID_ARGS, f"--restore-cache={cache}"]
 
-        def export(name: str) -> Path:
-            target = tmp_path / f"{name}.in.jsonl"
+    def export(name: str) -> Path:
+        target = here / f"{name}.in.jsonl"
+        if name == "scorer":  # the command a user types (the dry run in a child pytest)
             result = subprocess.run(
                 [sys.executable, "-m", "pytest_restore", "batch", "export", "--round", name, "--out", str(target),
                  "--", "-p", "no:xdist", *grid],
-                cwd=project, env={**child_env(), "OPENAI_API_KEY": DUMMY_KEY}, capture_output=True, text=True,
-                check=False,
+                cwd=here, env={**child_env(), "OPENAI_API_KEY": DUMMY_KEY}, capture_output=True, text=True, check=False,
             )
-            assert result.returncode == 0 and f"batch export: " in result.stdout, result.stdout[-3000:] + result.stderr
-            return target
+            output = result.stdout + result.stderr
+            assert result.returncode == 0, output[-3000:]
+        else:  # what that command runs, in process (quicker)
+            run = pytester.runpytest_inprocess(
+                *grid, "--restore-dry-run", f"--restore-batch-export={target}", f"--restore-batch-round={name}"
+            )
+            output = run.stdout.str()
+            assert run.ret == 0, output[-3000:]
+        assert "batch export: " in output and f"of the {name} round -> {target}" in output, output[-3000:]
+        return target
 
+    with OpenAIServer(fake_models_responder(histories), expected_key=DUMMY_KEY) as server:
         for name in ("scorer", "reader"):
             source = export(name)
-            answer_by_chat(source, tmp_path / f"{name}.out.jsonl", server.base_url)
-            assert main(["batch", "import", str(tmp_path / f"{name}.out.jsonl"), "--cache", str(cache)]) == 0
+            answer_by_chat(source, here / f"{name}.out.jsonl", server.base_url)
+            assert main(["batch", "import", str(here / f"{name}.out.jsonl"), "--cache", str(cache)]) == 0
 
-        # the judge round: one request tampered with before the other program ran it, one line never exported
+        # the judge round: one request edited before the other program ran it, one line never exported
         source = export("judge")
         lines = source.read_text().splitlines()
         tampered = json.loads(lines[0])
         tampered["body"]["messages"][-1]["content"] += " (edited)"
         source.write_text("\n".join([json.dumps(tampered), *lines[1:]]) + "\n")
-        answer_by_chat(source, tmp_path / "judge.out.jsonl", server.base_url)
-        stray = json.loads((tmp_path / "judge.out.jsonl").read_text().splitlines()[0])
+        answer_by_chat(source, here / "judge.out.jsonl", server.base_url)
+        stray = json.loads((here / "judge.out.jsonl").read_text().splitlines()[0])
         stray["custom_id"] = "judge-" + "0" * 64
-        with open(tmp_path / "judge.out.jsonl", "a") as handle:
+        with open(here / "judge.out.jsonl", "a") as handle:
             handle.write(json.dumps(stray) + "\n")
         capsys.readouterr()
-        assert main(["batch", "import", str(tmp_path / "judge.out.jsonl"), "--cache", str(cache)]) == 1
+        assert main(["batch", "import", str(here / "judge.out.jsonl"), "--cache", str(cache)]) == 1
         said = capsys.readouterr().out
-        assert "1 lines refused: request differs from the exported one" in said
-        assert "1 lines refused: custom_id never exported or submitted" in said
-        assert f"{len(lines) - 1:,} answers checked and cached" in said
+        assert "import: 1 lines refused: request differs from the exported one" in said, said
+        assert "import: 1 lines refused: custom_id never exported or submitted" in said, said
+        assert f"import: {len(lines) - 1:,} answers checked and cached" in said, said
 
         # what was refused is exported again, answered and imported
         again = export("judge")
         assert len(again.read_text().splitlines()) == 1
-        answer_by_chat(again, tmp_path / "judge2.out.jsonl", server.base_url)
-        assert main(["batch", "import", str(tmp_path / "judge2.out.jsonl"), "--cache", str(cache)]) == 0
+        answer_by_chat(again, here / "judge2.out.jsonl", server.base_url)
+        assert main(["batch", "import", str(here / "judge2.out.jsonl"), "--cache", str(cache)]) == 0
 
         before = chat_requests(server)
-        run = run_child(
-            ["-p", "no:xdist", *grid, f"--restore-base-url={server.base_url}"], project, project / "report",
-            {"OPENAI_API_KEY": DUMMY_KEY},
-        )
-        run.assert_passed(CELLS)
+        run = pytester.runpytest_inprocess(*grid, f"--restore-base-url={server.base_url}", "--restore-report-dir=report")
+        run.assert_outcomes(passed=CELLS)
         assert chat_requests(server) == before  # the grid sent nothing
-    assert records_of(project / "report") == records_of(batch_runs / "live")
-    assert os.environ["OPENAI_API_KEY"] not in "".join(p.read_text() for p in (cache / "batches").glob("*"))
+    assert records_of(here / "report") == records_of(live.report)
+    assert DUMMY_KEY not in "".join(p.read_text() for p in (cache / "batches").glob("*.json*"))
