@@ -26,6 +26,8 @@ from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.models.batch import BatchItem, BatchRunner
 from pytest_restore.models.providers import VALIDATORS, ProviderRegistry, cache_name
 from pytest_restore.plugin.calls import grid_round
+from pytest_restore.plugin.parts import AuditParts
+from pytest_restore.plugin.quality import RunStopped
 from pytest_restore.plugin.settings import BATCH_ROUNDS, RestoreSettings
 
 
@@ -72,3 +74,14 @@ def run_grid_rounds(
     finally:
         runner.close()
     return None
+
+
+def batch_rounds(parts: AuditParts, say: Callable[[str], None]) -> None:
+    """The controller's step before the grid: every grid call answered by batch, or :class:`RunStopped` (one line)."""
+    s = parts.settings
+    reason = run_grid_rounds(
+        s, parts.audit, parts.policies, parts.registry, parts.providers,
+        s.model_options(parts.cache_root()).cache_dir, say,
+    )
+    if reason is not None:
+        raise RunStopped(reason)

@@ -34,6 +34,7 @@ from pytest_restore.data.dataset import auditable as data_auditable
 from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
 from pytest_restore.models.cache import cache_problem
 from pytest_restore.models.providers import ProviderRegistry, missing_key_problem
+from pytest_restore.plugin.batching import batch_rounds
 from pytest_restore.plugin.calls import dry_run
 from pytest_restore.plugin.finish import (
     Background,
@@ -171,7 +172,7 @@ class ControllerSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Before any worker starts: the dry run's count, or the calibration gate."""
+        """Before any worker starts: the dry run's count, or the calibration gate (and the batch rounds)."""
         s = self.settings
         if s.dry_run:
             # Counted now, before xdist starts its workers; printed as the run's summary.
@@ -194,6 +195,11 @@ class ControllerSession:
         if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
             try:
                 self.calibration_json = calibration_gate(self.parts, self.gathered.model_calls, self.checks)
+            except RunStopped as stop:
+                self.stop_before_grid(session, stop)
+        if s.batch:
+            try:
+                batch_rounds(self.parts, self.say)  # the grid then runs from the cache
             except RunStopped as stop:
                 self.stop_before_grid(session, stop)
         if self.distributed():
