@@ -441,3 +441,17 @@ def test_export_then_import_fills_the_cache_so_the_grid_sends_nothing(
         assert chat_requests(server) == before  # the grid sent nothing
     assert records_of(here / "report") == records_of(live.report)
     assert DUMMY_KEY not in "".join(p.read_text() for p in (cache / "batches").glob("*.json*"))
+
+
+def test_an_unreachable_batch_api_stops_the_run_in_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    with OpenAIServer() as gone:
+        url = gone.base_url  # a port nothing listens on once the server stops
+    result = pytester.runpytest_inprocess(
+        "-p", "no:xdist", *GRID_ARGS, f"--restore-base-url={url}", f"--restore-cache={pytester.path / 'cache'}", *BATCH
+    )
+    output = "\n".join(result.outlines + result.errlines)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, output
+    stop = [line for line in result.outlines if "--restore-batch: uploading the batch input file" in line]
+    assert len(stop) == 1 and "APIConnectionError" in stop[0], output
+    assert "Traceback" not in output and DUMMY_KEY not in output

@@ -313,7 +313,7 @@ class BatchClient:
         self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None
         key = os.environ.get(API_KEY_ENV)
         self._key = key or PLACEHOLDER_KEY
-        self._client = openai.OpenAI(api_key=self._key, base_url=self.base_url, timeout=timeout, max_retries=4)
+        self._client = openai.OpenAI(api_key=self._key, base_url=self.base_url, timeout=timeout, max_retries=2)
 
     def _redact(self, text: str) -> str:
         return text.replace(self._key, "[redacted]") if self._key != PLACEHOLDER_KEY else text
@@ -473,7 +473,11 @@ class BatchRunner:
         self, name: str, todo: Mapping[str, BatchItem], cache: bool, outcome: RoundOutcome
     ) -> dict[str, ChatResult]:
         with self.ledger.lock():
-            pending = [e for e in self.ledger.entries() if e.kind == "batch" and e.state == "pending"]
+            # a batch sent elsewhere (another base URL) cannot be followed from here
+            pending = [
+                e for e in self.ledger.entries()
+                if e.kind == "batch" and e.state == "pending" and e.base_url == (self.base_url or "")
+            ]
             followed: list[LedgerEntry] = []
             covered: set[str] = set()
             for entry in pending:
@@ -661,7 +665,12 @@ class BatchChatModel:
         misses = self.runner.uncached(items) if caching else list({i.custom_id: i for i in items}.values())
         fresh: dict[str, ChatResult] = {}
         if misses:
-            fresh = self.runner.run_round(f"{self.role} calls", misses, cache=caching).results
+            try:
+                fresh = self.runner.run_round(f"{self.role} calls", misses, cache=caching).results
+            except BatchError as err:  # the provider refused the batch: every miss fails with why, said once
+                if self.inner.fatal_error is None:
+                    self.inner.fatal_error = str(err)
+                fresh = {i.custom_id: ChatResult(text=None, error=str(err)) for i in misses}
         rest = [i for i in items if i.custom_id not in fresh]
         answered = dict(zip((i.custom_id for i in rest), self.inner.run([i.request for i in rest]))) if rest else {}
         for result in {**fresh, **answered}.values():

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pytest_restore.audit.run import Audit
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
-from pytest_restore.models.batch import BatchItem, BatchRunner
+from pytest_restore.models.batch import BatchError, BatchItem, BatchRunner
 from pytest_restore.models.providers import VALIDATORS, ProviderRegistry, cache_name
 from pytest_restore.plugin.calls import grid_round
 from pytest_restore.plugin.parts import AuditParts
@@ -79,9 +79,12 @@ def run_grid_rounds(
 def batch_rounds(parts: AuditParts, say: Callable[[str], None]) -> None:
     """The controller's step before the grid: every grid call answered by batch, or :class:`RunStopped` (one line)."""
     s = parts.settings
-    reason = run_grid_rounds(
-        s, parts.audit, parts.policies, parts.registry, parts.providers,
-        s.model_options(parts.cache_root()).cache_dir, say,
-    )
+    try:
+        reason = run_grid_rounds(
+            s, parts.audit, parts.policies, parts.registry, parts.providers,
+            s.model_options(parts.cache_root()).cache_dir, say,
+        )
+    except BatchError as err:  # the provider refused or could not be reached: one line, no traceback
+        reason = f"--restore-batch: {err}"
     if reason is not None:
         raise RunStopped(reason)
