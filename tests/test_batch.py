@@ -455,3 +455,30 @@ def test_an_unreachable_batch_api_stops_the_run_in_one_line(pytester: pytest.Pyt
     stop = [line for line in result.outlines if "--restore-batch: uploading the batch input file" in line]
     assert len(stop) == 1 and "APIConnectionError" in stop[0], output
     assert "Traceback" not in output and DUMMY_KEY not in output
+
+
+def test_the_calibration_gate_and_the_judge_audit_run_as_rounds_of_their_own(
+    histories: list[History], pytester: pytest.Pytester, live: CleanRun
+) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    args = [a for a in GRID_ARGS if a != "--restore-calibration=off"]
+    with OpenAIServer(fake_models_responder(histories), expected_key=DUMMY_KEY) as server:
+        result = pytester.runpytest_inprocess(
+            "-p", "no:xdist", *args, "--restore-calibration=on", "--restore-audit-judge=openai:fake-audit-judge",
+            f"--restore-base-url={server.base_url}", f"--restore-cache={pytester.path / 'cache'}", *BATCH,
+            "--restore-report-dir=report",
+        )
+        result.assert_outcomes(passed=CELLS)
+        # a graded answer of the gate is asked three times: its first grade and the two repeats, which
+        # are real calls by design (a judge without the cache); every other request once
+        assert chat_requests(server) == 0 and set(server.batches.lines_by_body.values()) == {1, 3}
+        models = {json.loads(body)["model"] for body in server.batches.lines_by_body}
+    output = result.stdout.str()
+    assert "calibration gate passed" in output
+    # the gate: its oracle and cell (reader, judge) and two repeats by a judge without the cache;
+    # only the repeats share requests (a repeat is a real second call): then the grid's 3, then the audit's
+    said = result.stderr.str()  # a model's own rounds speak on stderr, as its live progress does
+    assert said.count("restore: batch judge calls: submitted") == 5 and "fake-audit-judge" in models
+    assert records_of(pytester.path / "report") == records_of(live.report)
+    report = (pytester.path / "report" / "report.md").read_text()
+    assert "Second judge `openai:fake-audit-judge` re-graded" in report and "; 0 excluded (0 failed calls" in report

@@ -70,7 +70,13 @@ def run_grid_rounds(
                     f"the {len(todo) - failed:,} answers that came back are kept in the cache: run again to "
                     "submit the rest (or pass --restore-batch-resubmit N)"
                 )
-            say(f"batch {name} round: {len(todo):,} answers checked and cached")
+            answered = [r for r in outcome.results.values() if r.ok]
+            tokens_in = sum(r.input_tokens for r in answered)
+            tokens_out = sum(r.output_tokens for r in answered)
+            say(
+                f"batch {name} round: {len(answered):,} answers checked and cached "
+                f"({tokens_in:,} input and {tokens_out:,} output tokens, billed at batch prices)"
+            )
     finally:
         runner.close()
     return None
