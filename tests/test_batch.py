@@ -475,10 +475,10 @@ def test_the_calibration_gate_and_the_judge_audit_run_as_rounds_of_their_own(
         models = {json.loads(body)["model"] for body in server.batches.lines_by_body}
     output = result.stdout.str()
     assert "calibration gate passed" in output
-    # the gate: its oracle and cell (reader, judge) and two repeats by a judge without the cache;
-    # only the repeats share requests (a repeat is a real second call): then the grid's 3, then the audit's
+    # the gate's judge rounds, each its own batch: its oracle's and its cell's grades, two repeats by a
+    # judge without the cache (a repeat is a real second call), its probes; then the judge audit's
     said = result.stderr.str()  # a model's own rounds speak on stderr, as its live progress does
-    assert said.count("restore: batch judge calls: submitted") == 5 and "fake-audit-judge" in models
+    assert said.count("restore: batch judge calls: submitted") == 6 and "fake-audit-judge" in models
     assert records_of(pytester.path / "report") == records_of(live.report)
     report = (pytester.path / "report" / "report.md").read_text()
     assert "Second judge `openai:fake-audit-judge` re-graded" in report and "; 0 excluded (0 failed calls" in report

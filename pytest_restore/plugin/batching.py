@@ -24,6 +24,7 @@ from pathlib import Path
 from pytest_restore.audit.run import Audit
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.models.batch import BatchError, BatchItem, BatchRunner
+from pytest_restore.models.cache import CacheError
 from pytest_restore.models.providers import VALIDATORS, ProviderRegistry, cache_name
 from pytest_restore.plugin.calls import grid_round
 from pytest_restore.plugin.parts import AuditParts
@@ -90,7 +91,7 @@ def batch_rounds(parts: AuditParts, say: Callable[[str], None]) -> None:
             s, parts.audit, parts.policies, parts.registry, parts.providers,
             s.model_options(parts.cache_root()).cache_dir, say,
         )
-    except BatchError as err:  # the provider refused or could not be reached: one line, no traceback
+    except (BatchError, CacheError) as err:  # the provider refused or is unreachable, a full disk: one line
         reason = f"--restore-batch: {err}"
     if reason is not None:
         raise RunStopped(reason)

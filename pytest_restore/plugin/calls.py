@@ -228,9 +228,10 @@ def batch_round_count(settings: RestoreSettings, policies: Sequence[Policy], pro
     s = settings
     rounds = []
     if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
-        # the gate's oracle (reader, judge), its cell (reader, judge), then each judge repeat alone
+        # the gate's oracle (reader, judge), its cell (reader, judge), each judge repeat alone, the judge probes
         rounds += ["calibration oracle reader", "calibration oracle judge", "calibration cell reader",
-                   "calibration cell judge", "calibration judge repeat 1", "calibration judge repeat 2"]
+                   "calibration cell judge", "calibration judge repeat 1", "calibration judge repeat 2",
+                   "calibration judge probes"]
     if any(p.needs_importance for p in policies) and is_real(s.scorer, providers):
         rounds.append("scorer")
     if any(is_real(r, providers) for r in s.readers):
