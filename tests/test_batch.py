@@ -265,6 +265,13 @@ def test_a_batch_grid_writes_the_live_records_and_sends_no_live_call(
         # and they are exactly the requests the live grid sent
         assert set(server.batches.lines_by_body) == live.bodies
     assert records_of(pytester.path / "batch") == records_of(live.report)
+    # the report says what the rounds did, for a person and for a program
+    summary = json.loads((pytester.path / "batch" / "summary.json").read_text())
+    rounds = summary["run"]["checks"]["batch"]["result"]["rounds"]
+    assert [r["round"] for r in rounds] == ["scorer", "reader", "judge"]
+    assert sum(r["answered"] for r in rounds) == len(live.bodies) and not any(r["failed"] for r in rounds)
+    assert all(r["input_tokens"] > 0 and len(r["created"]) == 1 for r in rounds)
+    assert "## Batch rounds" in (pytester.path / "batch" / "report.md").read_text()
     for name in ("scorer", "reader", "judge"):
         assert f"restore: batch {name} round: " in output and f"restore: batch {name}: submitted batch_" in output
     assert re.search(r"restore: batch judge batch_\w+: completed, \d+/\d+ completed, 0 failed, \dm\d\ds elapsed", output)

@@ -47,6 +47,7 @@ from pytest_restore.models.openai_chat import (
     API_KEY_ENV,
     BASE_URL_ENV,
     PLACEHOLDER_KEY,
+    KeyRedactor,
     OpenAIChatModel,
     failure_cause,
 )
@@ -312,11 +313,14 @@ class BatchClient:
 
         self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None
         key = os.environ.get(API_KEY_ENV)
-        self._key = key or PLACEHOLDER_KEY
-        self._client = openai.OpenAI(api_key=self._key, base_url=self.base_url, timeout=timeout, max_retries=2)
+        # the key in every form a server may echo it in (any case, fragments, encodings)
+        self._redactor = KeyRedactor(key) if key else None
+        self._client = openai.OpenAI(
+            api_key=key or PLACEHOLDER_KEY, base_url=self.base_url, timeout=timeout, max_retries=2
+        )
 
     def _redact(self, text: str) -> str:
-        return text.replace(self._key, "[redacted]") if self._key != PLACEHOLDER_KEY else text
+        return self._redactor(text) if self._redactor is not None else text
 
     def _call(self, what: str, call: Callable[[], Any]) -> Any:
         import openai

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_restore.audit.run import Audit
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
@@ -40,8 +41,12 @@ def run_grid_rounds(
     providers: ProviderRegistry,
     cache_dir: Path,
     say: Callable[[str], None],
+    rounds: list[dict[str, Any]] | None = None,
 ) -> str | None:
-    """Run the scorer, reader and judge rounds into the cache; ``None``, or why the run must stop (one line)."""
+    """Run the scorer, reader and judge rounds into the cache; ``None``, or why the run must stop (one line).
+
+    ``rounds`` receives one summary per round run (requests, batches, answers, failures by cause, tokens).
+    """
     s = settings
     runner = BatchRunner(
         cache_dir, VALIDATORS, base_url=s.base_url, poll=s.batch_poll, resubmit=s.batch_resubmit, say=say
@@ -59,10 +64,27 @@ def run_grid_rounds(
             if not todo:
                 if distinct:
                     say(f"batch {name} round: all {distinct:,} requests are in the cache, nothing to submit")
+                    if rounds is not None:
+                        rounds.append({"round": name, "requests": distinct, "cached": distinct, "created": [],
+                                       "attached": [], "answered": 0, "failed": {}, "input_tokens": 0,
+                                       "output_tokens": 0})
                 continue
             say(f"batch {name} round: {len(todo):,} of {distinct:,} requests to answer by batch")
             outcome = runner.run_round(name, todo)
             failures = outcome.failures()
+            answered = [r for r in outcome.results.values() if r.ok]
+            if rounds is not None:
+                rounds.append({
+                    "round": name,
+                    "requests": distinct,
+                    "cached": distinct - len(todo),
+                    "created": list(outcome.created),
+                    "attached": list(outcome.attached),
+                    "answered": len(answered),
+                    "failed": dict(sorted(failures.items())),
+                    "input_tokens": sum(r.input_tokens for r in answered),
+                    "output_tokens": sum(r.output_tokens for r in answered),
+                })
             if failures:
                 failed = sum(failures.values())
                 causes = "; ".join(f"{n} x {cause}" for cause, n in failures.most_common(3))
@@ -71,7 +93,6 @@ def run_grid_rounds(
                     f"the {len(todo) - failed:,} answers that came back are kept in the cache: run again to "
                     "submit the rest (or pass --restore-batch-resubmit N)"
                 )
-            answered = [r for r in outcome.results.values() if r.ok]
             tokens_in = sum(r.input_tokens for r in answered)
             tokens_out = sum(r.output_tokens for r in answered)
             say(
@@ -83,15 +104,43 @@ def run_grid_rounds(
     return None
 
 
-def batch_rounds(parts: AuditParts, say: Callable[[str], None]) -> None:
-    """The controller's step before the grid: every grid call answered by batch, or :class:`RunStopped` (one line)."""
+def batch_rounds(parts: AuditParts, say: Callable[[str], None], checks: dict[str, Any]) -> None:
+    """The controller's step before the grid: every grid call answered by batch, or :class:`RunStopped` (one line).
+
+    The rounds' summary joins ``checks`` (``summary.json`` and a section of ``report.md``).
+    """
     s = parts.settings
+    rounds: list[dict[str, Any]] = []
     try:
         reason = run_grid_rounds(
             s, parts.audit, parts.policies, parts.registry, parts.providers,
-            s.model_options(parts.cache_root()).cache_dir, say,
+            s.model_options(parts.cache_root()).cache_dir, say, rounds,
         )
     except (BatchError, CacheError) as err:  # the provider refused or is unreachable, a full disk: one line
         reason = f"--restore-batch: {err}"
+    checks["batch"] = {"result": {"rounds": rounds}, "markdown": rounds_markdown(rounds)}
     if reason is not None:
         raise RunStopped(reason)
+
+
+def rounds_markdown(rounds: Sequence[dict[str, Any]]) -> str:
+    """report.md's section on the grid's batch rounds (the gate's and the judge audit's rounds are in the ledger)."""
+    out = [
+        "## Batch rounds",
+        "",
+        (
+            "The grid's calls were answered by the Batch API before the grid ran from the response cache "
+            "(`python -m pytest_restore batch status` lists every batch)."
+        ),
+        "",
+        "| round | requests | already cached | batches new / attached | answered | failed | input tokens | output tokens |",
+        "|---|---:|---:|---|---:|---|---:|---:|",
+    ]
+    for r in rounds:
+        failed = "; ".join(f"{n} x {cause}" for cause, n in r["failed"].items()) or "none"
+        batches = f"{', '.join(r['created']) or '-'} / {', '.join(r['attached']) or '-'}"
+        out.append(
+            f"| {r['round']} | {r['requests']:,} | {r['cached']:,} | {batches} | {r['answered']:,} | "
+            f"{failed.replace('|', '/')} | {r['input_tokens']:,} | {r['output_tokens']:,} |"
+        )
+    return "\n".join(out)

@@ -199,7 +199,7 @@ class ControllerSession:
                 self.stop_before_grid(session, stop)
         if s.batch:
             try:
-                batch_rounds(self.parts, self.say)  # the grid then runs from the cache
+                batch_rounds(self.parts, self.say, self.checks)  # the grid then runs from the cache
             except RunStopped as stop:
                 self.stop_before_grid(session, stop)
         if self.distributed():
