@@ -333,6 +333,10 @@ def test_a_session_killed_mid_batch_attaches_to_it_when_started_again(
         assert len(server.batches.created) == 1, (pytester.path / "killed.out").read_text()[-3000:]
         first = server.batches.created[0]
 
+        # the dry run knows what is already paid for
+        dry = pytester.runpytest_inprocess(*grid_command(server, cache, *BATCH), "--restore-dry-run")
+        assert "batch: 1 batches of this cache are still running (42 requests, not paid again" in dry.stdout.str()
+
         server.batches.behaviour.hold = False
         restarted = batch_grid(pytester, server, "restarted").stdout.str()
         assert f"attaching to {first}" in restarted
@@ -489,3 +493,31 @@ def test_the_calibration_gate_and_the_judge_audit_run_as_rounds_of_their_own(
     assert records_of(pytester.path / "report") == records_of(live.report)
     report = (pytester.path / "report" / "report.md").read_text()
     assert "Second judge `openai:fake-audit-judge` re-graded" in report and "; 0 excluded (0 failed calls" in report
+
+
+def test_a_second_session_with_the_same_calls_attaches_instead_of_paying_again(
+    echo: OpenAIServer, tmp_path: Path
+) -> None:
+    import threading
+
+    echo.batches.behaviour.hold = True
+    asked = items(10)
+    outcomes = []
+    first = threading.Thread(
+        target=lambda: outcomes.append(runner_for(echo, tmp_path / "cache", []).run_round("reader", asked))
+    )
+    first.start()
+    deadline = time.monotonic() + 30
+    while not Ledger(tmp_path / "cache").entries() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    second = threading.Thread(
+        target=lambda: outcomes.append(runner_for(echo, tmp_path / "cache", []).run_round("reader", asked))
+    )
+    second.start()
+    time.sleep(0.2)
+    echo.batches.behaviour.hold = False
+    first.join(30)
+    second.join(30)
+    assert len(outcomes) == 2 and len(echo.batches.created) == 1
+    assert sorted(len(o.created) for o in outcomes) == [0, 1] and sorted(len(o.attached) for o in outcomes) == [0, 1]
+    assert all(not o.failures() and len(o.results) == 10 for o in outcomes)

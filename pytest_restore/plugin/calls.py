@@ -295,6 +295,12 @@ def dry_run(
     if s.batch:
         rounds = batch_round_count(s, policies, providers)
         out.append(f"batch rounds: {len(rounds)} ({', '.join(rounds)}), each within the API's 24 h window")
+        running = [e for e in Ledger(cache_dir).entries() if e.kind == "batch" and e.state == "pending"]
+        if running:
+            out.append(
+                f"batch: {len(running)} batches of this cache are still running ({sum(e.requests for e in running):,} "
+                "requests, not paid again: the run attaches to them; `python -m pytest_restore batch status`)"
+            )
     if s.batch_export and s.batch_round:
         assert cache is not None or not s.uses_real_models
         try:
