@@ -359,7 +359,9 @@ def _batch_export(args: argparse.Namespace) -> int:
     import pytest
 
     extra = [a for a in args.pytest_args if a != "--"] if args.pytest_args[:1] == ["--"] else list(args.pytest_args)
-    return int(
+    out = Path(args.out)
+    started = time.time() - 1  # file times may be coarse
+    code = int(
         pytest.main(
             [
                 *extra,
@@ -369,6 +371,12 @@ def _batch_export(args: argparse.Namespace) -> int:
             ]
         )
     )
+    # one file, or one per model (``OUT.MODEL.jsonl``); one left by an earlier export is not this one's
+    written = [p for p in [out, *out.parent.glob(f"{out.stem}.*{out.suffix}")] if p.is_file() and p.stat().st_mtime >= started]
+    if code == 0 and not written:
+        print(f"error: batch export: nothing written to {args.out} (the dry run's 'batch export' line says why)", file=sys.stderr)
+        return 1
+    return code
 
 
 def _batch_import(args: argparse.Namespace) -> int:

@@ -416,6 +416,15 @@ def test_export_then_import_fills_the_cache_so_the_grid_sends_nothing(
         assert "batch export: " in output and f"of the {name} round -> {target}" in output, output[-3000:]
         return target
 
+    # a round before the one it depends on: nothing is written, and the command says so and fails
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pytest, "main", lambda args: pytester.runpytest_inprocess(*args).ret)  # the CLI's pytest, in process
+        capsys.readouterr()
+        assert main(["batch", "export", "--round", "judge", "--out", str(here / "early.jsonl"), "--", *grid]) == 1
+        said = capsys.readouterr()
+    assert "batch export: nothing written: the reader round needs every importance score" in said.out
+    assert "error: batch export: nothing written to" in said.err and not (here / "early.jsonl").exists()
+
     with OpenAIServer(fake_models_responder(histories), expected_key=DUMMY_KEY) as server:
         for name in ("scorer", "reader"):
             source = export(name)
