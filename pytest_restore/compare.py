@@ -195,7 +195,7 @@ def _change(
                 lo, hi = (float(x) for x in np.quantile(defined, [tail, 1.0 - tail]))
         worse = None if diff is None else (diff if up_is_worse else -diff)
         figures.append(FigureChange(name, before, after, diff, lo, hi, worse))
-    policy, budget, regime, reader = key
+    policy, budget, regime, reader = key.policy, key.budget, key.regime, key.reader
     return CellChange(policy, budget, regime, reader, len(shared), tuple(figures))
 
 

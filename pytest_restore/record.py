@@ -55,19 +55,44 @@ class CellKey(NamedTuple):
     The grid's dimensions, each a record field. A new dimension (a ranker, a
     dataset) is a field here (with the record field it is read from in
     :meth:`of`) and a place in :func:`pytest_restore.stats.results.cell_order`;
-    the analysis and every renderer read cells through this key. A ``CellKey``
-    is a tuple, so a plain ``(policy, budget, regime, reader)`` compares equal.
+    the analysis and every renderer read cells through this key. Read its
+    fields by name: the ranker dimension made it five long (empty ``ranker``
+    for every cell of a one-ranker run).
     """
 
     policy: str
     budget: int
     regime: str
     reader: str
+    #: the ranker, when the run compared several (``--restore-rankers``) and this is not the
+    #: baseline one (:func:`baseline_ranker`); "" for the baseline's cells and every one-ranker run
+    ranker: str = ""
 
     @classmethod
-    def of(cls, record: Mapping[str, Any]) -> CellKey:
-        """The cell a record belongs to."""
-        return cls(str(record["policy"]), int(record["budget"]), str(record["regime"]), str(record["reader"]))
+    def of(cls, record: Mapping[str, Any], baseline: str | None = None) -> CellKey:
+        """The cell a record belongs to; ``baseline`` is the run's baseline ranker when it compared several."""
+        ranker = ranker_of(record)
+        return cls(
+            str(record["policy"]),
+            int(record["budget"]),
+            str(record["regime"]),
+            str(record["reader"]),
+            "" if baseline is None or ranker == baseline else ranker,
+        )
+
+
+def ranker_of(record: Mapping[str, Any]) -> str:
+    """The ranker a record was read with (records older than the field used BM25-lite)."""
+    return str(record.get("ranker") or DEFAULT_RANKER)
+
+
+def baseline_ranker(records: Iterable[Mapping[str, Any]]) -> str | None:
+    """The ranker the others are compared with when the records hold several: ``bm25-lite`` when
+    present (the protocol's), else the first by name; ``None`` for one ranker."""
+    rankers = sorted({ranker_of(r) for r in records})
+    if len(rankers) < 2:
+        return None
+    return DEFAULT_RANKER if DEFAULT_RANKER in rankers else rankers[0]
 
 #: The fields that identify a record: no two records of one run share them.
 KEY_FIELDS: tuple[str, ...] = ("question_id", "policy", "budget", "seed", "regime", "reader")
@@ -147,8 +172,8 @@ class Record(Mapping[str, Any]):
 
     @property
     def key(self) -> tuple[Any, ...]:
-        """The :data:`KEY_FIELDS`: unique within one run."""
-        return tuple(getattr(self, name) for name in KEY_FIELDS)
+        """The :data:`KEY_FIELDS` and the ranker: unique within one run (a run of several rankers has a record per ranker)."""
+        return (*(getattr(self, name) for name in KEY_FIELDS), ranker_of(self))
 
     # -- JSON ------------------------------------------------------------------------
 

@@ -104,8 +104,8 @@ def accuracy_tests(engine, reader, budgets):
     \"\"\"Per regime-(b) cell of the reader: accuracy correct / N, one-sided against a coin's 0.5.\"\"\"
     tests = []
     for key in engine.keys:
-        policy, budget, regime, cell_reader = key
-        if regime != "b" or cell_reader != reader or budget not in budgets:
+        policy, budget, regime = key.policy, key.budget, key.regime
+        if regime != "b" or key.reader != reader or budget not in budgets or key.ranker:
             continue
         stat = engine.ratio(key, [CORRECT_ROW], [N_ROW])
         lo, hi = stat.interval(engine.settings.confidence)

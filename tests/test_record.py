@@ -12,6 +12,7 @@ import pytest
 from pytest_restore.record import (
     FIELDS,
     REQUIRED_FIELDS,
+    CellKey,
     Record,
     RecordError,
     bin_of,
@@ -153,11 +154,11 @@ def test_tally_cells_share_one_universe_and_pool_seeds() -> None:
         rec("q2", policy="fifo"),
     ]
     cells = tally_cells(records, ["q1", "q2", "q3"])
-    random = cells[("random", 8000, "b", "fake")]
+    random = cells[CellKey("random", 8000, "b", "fake")]
     assert random.question_ids == ("q1", "q2", "q3")
     assert random.counts[:, 0].tolist() == [2, 1, 0, 0, 1, 1, 0]  # N, err, irr, rec, res, correct, gold
     assert random.seeds == {0, 1} and random.N == 2
-    assert cells[("fifo", 8000, "b", "fake")].counts[0].tolist() == [0, 1, 0]
+    assert cells[CellKey("fifo", 8000, "b", "fake")].counts[0].tolist() == [0, 1, 0]
 
 
 def test_tally_refuses_an_uncountable_mapping() -> None:

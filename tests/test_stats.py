@@ -468,8 +468,8 @@ def _no_irreversible(engine: Engine, reader: str, budgets: Any) -> list[Hypothes
     """Per regime-(b) cell: irr / N, one-sided against 0 (a user's family, built from the engine)."""
     out = []
     for key in engine.keys:
-        policy, budget, regime, cell_reader = key
-        if (regime, cell_reader) != ("b", reader) or budget not in budgets:
+        policy, budget, regime, cell_reader = key.policy, key.budget, key.regime, key.reader
+        if (regime, cell_reader, key.ranker) != ("b", reader, "") or budget not in budgets:
             continue
         stat = engine.ratio(key, [IRR_ROW], [N_ROW])
         lo, hi = stat.interval(engine.settings.confidence)

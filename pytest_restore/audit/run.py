@@ -556,15 +556,19 @@ class Audit:
         With ablations, every store that lost some gold counts its ablation
         contexts: an upper bound, since only the irreversible cases get them.
         """
-        plan, contexts, _ = self.conditions(policy, budget, self.questions, importance, {})
         oracle = [(p.history, list(p.history.gold)) for p in self.questions]
+        contexts: list[tuple[History, list[int]]] = []
         extra: list[tuple[History, list[int]]] = []
-        if self.config.ablations:
-            for p, _seed, mask in plan:
-                if mask is not None and not all(mask[g] for g in p.history.gold):
-                    for injected in self.ablation_contexts(p, mask).values():
-                        if injected is not None:
-                            extra.append((p.history, injected))
+        stores = None
+        for ranker in self.rankers:  # every ranker of the audit reads the cell's stores
+            plan, read, stores = self.conditions(policy, budget, self.questions, importance, {}, ranker, stores)
+            contexts += read
+            if self.config.ablations:
+                for p, _seed, mask in plan:
+                    if mask is not None and not all(mask[g] for g in p.history.gold):
+                        for injected in self.ablation_contexts(p, mask, ranker).values():
+                            if injected is not None:
+                                extra.append((p.history, injected))
         return [(h.question, self.reader_request(h, i)) for h, i in oracle + contexts + extra]
 
     def scorer_requests(self) -> dict[str, ChatRequest]:

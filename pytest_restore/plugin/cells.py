@@ -44,21 +44,40 @@ class CellSpec:
     budget: int
     reader: str
     primary: bool = True
+    #: the ranker the cell reads with (``None``: the run's one ranker)
+    ranker: str | None = None
+    #: how the item id names the ranker (``dense`` for ``dense:fake``; empty with one ranker)
+    ranker_label: str = ""
 
     @property
     def id(self) -> str:
         """The item id in the report's words, e.g. ``fifo-80k`` (``fifo-80k-openai:gpt-5.4-mini`` for the
-        robustness reader), so ``-k 8k`` selects the 8k cells and not the 80k ones."""
-        return f"{self.policy}-{budget_label(self.budget)}" + ("" if self.primary else f"-{self.reader}")
+        robustness reader, ``fifo-80k-dense`` for a ranker of ``--restore-rankers``), so ``-k 8k``
+        selects the 8k cells and not the 80k ones."""
+        label = f"{self.policy}-{budget_label(self.budget)}"
+        label += f"-{self.ranker_label}" if self.ranker_label else ""
+        return label + ("" if self.primary else f"-{self.reader}")
+
+
+def ranker_labels(rankers: Sequence[str]) -> dict[str, str]:
+    """Each ranker's word in item ids: its family (``dense`` for ``dense:fake``) unless two share it, then its name."""
+    families = [name.partition(":")[0] for name in rankers]
+    return {name: family if families.count(family) == 1 else name for name, family in zip(rankers, families)}
 
 
 def grid(settings: RestoreSettings, policies: Sequence[Policy]) -> list[CellSpec]:
-    """The grid: every selected policy at every budget."""
+    """The grid: every selected policy at every budget, under each ranker of ``--restore-rankers``.
+
+    A cell's rankers are adjacent items, so xdist tends to hand them to one
+    worker, which evicts the cell's stores once for all of them.
+    """
+    labels = ranker_labels(settings.rankers)
     return [
-        CellSpec(p.name, b, reader, reader == settings.reader)
+        CellSpec(p.name, b, reader, reader == settings.reader, ranker, labels.get(ranker or "", ""))
         for reader in settings.readers
         for p in policies
         for b in settings.budgets
+        for ranker in (settings.rankers or (None,))
     ]
 
 
@@ -107,7 +126,7 @@ class RestoreCell:
         if unreadable is not None:
             self.stop(unreadable, IO_ERROR)
         policy = self.session.registry[self.spec.policy]
-        self.run = audit.run_cell(policy, self.spec.budget)
+        self.run = audit.run_cell(policy, self.spec.budget, ranker=self.spec.ranker)
         fatal = self.session.fatal_error()
         if fatal is not None:
             # A wrong key or an unknown model fails every call alike: stop at the first.
@@ -152,31 +171,33 @@ class SharedCells:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def _cell_file(self, reader: str, policy: str, budget: int) -> Path:
-        digest = hashlib.sha256(f"{reader}\x1f{policy}".encode()).hexdigest()[:16]
+    def _cell_file(self, reader: str, policy: str, budget: int, ranker: str) -> Path:
+        digest = hashlib.sha256(f"{reader}\x1f{policy}\x1f{ranker}".encode()).hexdigest()[:16]
         return self.root / f"{digest}-{budget}.json"
 
     def share(self, audit: Audit, run: CellRun, payload: str) -> None:
         """Leave a worker's cell records (``payload``, their JSON) where other workers can read them."""
-        path = self._cell_file(audit.reader.name, run.policy, run.budget)
+        ranker = run.records[0].ranker if run.records else None
+        path = self._cell_file(audit.reader.name, run.policy, run.budget, ranker or audit.ranker.name)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_text(payload, encoding="utf-8")
         os.replace(tmp, path)  # atomic: a reader sees the whole file or none
 
-    def records(self, audit: Audit, policy: Policy, budget: int) -> list[Record]:
-        """A whole-grid cell's records: from this process, from another worker, or run here.
+    def records(self, audit: Audit, policy: Policy, budget: int, ranker: str | None = None) -> list[Record]:
+        """A whole-grid cell's records (under ``ranker``, the audit's first by default): from this process,
+        from another worker, or run here.
 
         The control's check needs the baselines' records at its budget; under
         xdist another worker has usually run them already, and running them
         again (redundancy above all) would cost more than the check itself.
         """
-        if not audit.has_cell(policy, budget):
-            path = self._cell_file(audit.reader.name, policy.name, budget)
+        if not audit.has_cell(policy, budget, ranker):
+            path = self._cell_file(audit.reader.name, policy.name, budget, ranker or audit.ranker.name)
             if path.exists():
                 shared = json.loads(path.read_text(encoding="utf-8"))
                 return [Record.from_json(r) for r in cast("list[dict[str, Any]]", shared)]
-        return audit.run_cell(policy, budget).records
+        return audit.run_cell(policy, budget, ranker=ranker).records
 
 
 RecordsOf = Callable[[Sequence[tuple[str, int]]], list[Record]]
@@ -197,7 +218,7 @@ def item_records(audit: Audit, run: CellRun, spec: CellSpec, session: CellSessio
             r
             for policy, budget in cells
             if policy in selected
-            for r in shared.records(audit, session.registry[policy], budget)
+            for r in shared.records(audit, session.registry[policy], budget, spec.ranker)
         ]
 
     records = list(run.records)

@@ -182,12 +182,10 @@ class ControllerSession:
                 s, self.parts.audit, self.parts.policies, self.parts.registry, self.parts.providers,
                 s.model_options(self.parts.cache_root()).cache_dir, self.say,
             )
-            vectors = self.parts.ranker_vectors()
-            if vectors is not None:
+            for vectors in self.parts.ranker_vectors():
                 self.outcome.dry_run_lines += embedding_dry_run(vectors, self.parts.dataset(), self.parts.audit_config())
             return
-        vectors = self.parts.ranker_vectors()
-        if vectors is not None:
+        for vectors in self.parts.ranker_vectors():
             # every text the grid ranks, embedded once here: the workers only read the store
             failed = embed_ahead(vectors, self.parts.dataset(), self.parts.audit_config())
             if failed is not None:

@@ -71,6 +71,12 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "float",
     ),
     (
+        "rankers",
+        "",
+        "rankers compared in one run, comma-separated (e.g. bm25-lite,dense:fake,hybrid:fake): the ranker becomes a grid dimension",
+        "string",
+    ),
+    (
         "embed-limits",
         "",
         "embedder of dense:/hybrid: rankers: INPUTS per request,TOKENS per text (default: the model's known limits, else 256,512)",

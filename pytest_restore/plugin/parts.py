@@ -71,11 +71,13 @@ class AuditParts:
         self.families: tuple[Family, ...] = tuple(families.values())
         self.rankers: RankerRegistry = default_rankers()
         config.hook.pytest_restore_register_rankers(registry=self.rankers, config=config)
-        #: where a ``dense:``/``hybrid:`` ranker's vectors come from (made on first use, ``plugin/rankers.py``)
-        self.vectors: TextVectors | None = None
-        if settings.ranker not in self.rankers and embedder_of(settings.ranker) is None:
+        #: where the ``dense:``/``hybrid:`` rankers' vectors come from, by embedder (made on first use, ``plugin/rankers.py``)
+        self.vectors: dict[str, TextVectors] | None = None
+        unknown_ranker = next((n for n in settings.grid_rankers if n not in self.rankers and embedder_of(n) is None), None)
+        if unknown_ranker is not None:
             raise pytest.UsageError(
-                f"{settings.source('ranker')}: unknown ranker {settings.ranker!r}; registered: {', '.join(self.rankers)}"
+                f"{settings.source('rankers' if settings.rankers else 'ranker')}: unknown ranker {unknown_ranker!r}; "
+                f"registered: {', '.join(self.rankers)}, or dense:EMBEDDER, hybrid:EMBEDDER"
             )
         #: The grid: every selected policy at every budget, under each reader.
         self.cells: list[CellSpec] = grid(settings, self.policies)
@@ -181,28 +183,30 @@ class AuditParts:
                 judge=self.model(s.judge, "judge"),
                 scorer=self.model(s.scorer, "scorer"),
                 prompts=self.settings.prompt_set(),
-                ranker=self.ranker(),
+                rankers=self.grid_rankers(),
             )
             if isinstance(reader_model, FakeReader):
                 reader_model.learn(p.history for p in audit.questions)
             self._audits[spec] = audit
         return self._audits[spec]
 
-    def ranker_vectors(self) -> TextVectors | None:
-        """The vectors' source of a ``dense:``/``hybrid:`` ranker (the ranker registered on first use), else ``None``."""
+    def ranker_vectors(self) -> list[TextVectors]:
+        """The vectors' sources of the run's ``dense:``/``hybrid:`` rankers, one per embedder (the rankers registered on first use)."""
         if self.vectors is None:
             options = self.settings.model_options(self.cache_root())
-            self.vectors = register_embedding_ranker(
-                self.rankers, self.settings.ranker, options, self.settings.embed_limits, self.say
-            )
-        return self.vectors
+            self.vectors = {}
+            for name in self.settings.grid_rankers:
+                register_embedding_ranker(self.rankers, name, options, self.settings.embed_limits, self.say, self.vectors)
+        return list(self.vectors.values())
 
-    def ranker(self) -> Ranker:
-        """The run's ranker; a dry run plans a dense ranker whose vectors are not stored yet with bm25-lite's."""
-        vectors = self.ranker_vectors()
-        if self.settings.dry_run and vectors is not None and vectors.missing(audited_texts(self.dataset(), self.audit_config())):
-            return Bm25Lite()  # a dry run sends nothing, embeddings included
-        return self.rankers[self.settings.ranker]
+    def grid_rankers(self) -> list[Ranker]:
+        """The rankers the grid reads with; a dry run plans a dense one whose vectors are not stored yet with bm25-lite."""
+        missing = {
+            vectors.name for vectors in self.ranker_vectors()
+            if self.settings.dry_run and vectors.missing(audited_texts(self.dataset(), self.audit_config()))
+        }
+        rankers = [self.rankers[name] for name in self.settings.grid_rankers if embedder_of(name) not in missing]
+        return rankers or [Bm25Lite()]  # a dry run sends nothing, embeddings included
 
     # -- this process's model calls --------------------------------------------------------
 
@@ -241,5 +245,5 @@ class AuditParts:
         for model in self._models.values():
             close_model(model)
         self._models.clear()
-        if self.vectors is not None:
-            self.vectors.close()
+        for vectors in (self.vectors or {}).values():
+            vectors.close()

@@ -34,14 +34,21 @@ def register_embedding_ranker(
     options: ModelOptions,
     limits: tuple[int, int] | None = None,
     say: Callable[[str], None] | None = None,
+    sources: dict[str, TextVectors] | None = None,
 ) -> TextVectors | None:
-    """Register the ``dense:``/``hybrid:`` ranker ``name`` (unless registered already); its vectors' source, or ``None``."""
+    """Register the ``dense:``/``hybrid:`` ranker ``name`` (unless registered already); its vectors' source, or ``None``.
+
+    ``sources`` holds the sources made so far, by embedder: ``dense:fake`` and
+    ``hybrid:fake`` read the same one (each text embedded once for both).
+    """
     embedder = embedder_of(name)
     if embedder is None or name in rankers:
         return None
-    vectors = TextVectors(make_embedder(embedder, options, limits), options.cache_dir, say=say)
-    rankers.register(embedding_ranker(name, vectors))
-    return vectors
+    sources = {} if sources is None else sources
+    if embedder not in sources:
+        sources[embedder] = TextVectors(make_embedder(embedder, options, limits), options.cache_dir, say=say)
+    rankers.register(embedding_ranker(name, sources[embedder]))
+    return sources[embedder]
 
 
 def audited_texts(dataset: Dataset, config: AuditConfig) -> list[str]:

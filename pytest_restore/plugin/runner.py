@@ -97,5 +97,5 @@ class CellRunner:
         shared = self.shared_cells()
         for spec in self.parts.cells:
             audit = self.audit(spec.reader)
-            records += shared.records(audit, self.registry[spec.policy], spec.budget)
+            records += shared.records(audit, self.registry[spec.policy], spec.budget, spec.ranker)
         return records

@@ -139,6 +139,8 @@ class RestoreSettings:
     calibration: str
     dry_run: bool
     ranker: str = "bm25-lite"
+    #: ``--restore-rankers``: the rankers compared in one run (empty: the one ``ranker``)
+    rankers: tuple[str, ...] = ()
     #: ``--restore-embed-limits``: (inputs per request, tokens per text) of the rankers' embedder
     embed_limits: tuple[int, int] | None = None
     ablations: bool = False
@@ -175,9 +177,14 @@ class RestoreSettings:
         """Every model name the run uses, in every role (the rankers' embedder included)."""
         from pytest_restore.models.embeddings import embedder_of
 
-        embedder = embedder_of(self.ranker)
+        embedders = list(dict.fromkeys(e for e in map(embedder_of, self.grid_rankers) if e))
         extra = [self.audit_judge] if self.audit_judge else []
-        return [*self.readers, self.judge, self.scorer, *extra, *([embedder] if embedder else [])]
+        return [*self.readers, self.judge, self.scorer, *extra, *embedders]
+
+    @property
+    def grid_rankers(self) -> tuple[str, ...]:
+        """The rankers the grid reads with: ``--restore-rankers``, else the one ``--restore-ranker``."""
+        return self.rankers or (self.ranker,)
 
     def model_options(self, cache_root: Path, run: str | None = None) -> ModelOptions:
         """How real models are reached (the response cache under ``cache_root`` unless ``--restore-cache`` names one).
@@ -223,6 +230,8 @@ class RestoreSettings:
         """
         s = self
         asked = {name: getattr(s, name) for name in RECORD_SETTINGS}
+        if not s.rankers:
+            del asked["rankers"]  # a one-ranker run keeps the id it had before the option existed
         asked["policies"] = list(policies)
         prompts = hashlib.sha256(Path(s.prompts).read_bytes()).hexdigest() if s.prompts else None
         text = json.dumps({"settings": asked, "dataset": dataset_sha256, "prompts": prompts}, sort_keys=True)
@@ -262,12 +271,14 @@ class RestoreSettings:
             raise pytest.UsageError(f"{where['granularity']}: {raw['granularity']!r} is not turn or session")
         from pytest_restore.models.embeddings import check_embedder, embedder_of
 
-        embedder = embedder_of(raw["ranker"])
-        if embedder is not None:
-            try:
-                check_embedder(embedder, where["ranker"])
-            except ValueError as err:
-                raise pytest.UsageError(str(err)) from None
+        rankers = _parse_names(where["rankers"], raw["rankers"]) or ()
+        for name in rankers or (raw["ranker"],):
+            embedder = embedder_of(name)
+            if embedder is not None:
+                try:
+                    check_embedder(embedder, where["rankers" if rankers else "ranker"])
+                except ValueError as err:
+                    raise pytest.UsageError(str(err)) from None
         embed_limits = _parse_ints(where["embed-limits"], raw["embed-limits"], minimum=1) if raw["embed-limits"] else None
         if embed_limits is not None and len(embed_limits) != 2:
             raise pytest.UsageError(f"{where['embed-limits']}: {raw['embed-limits']!r} is not INPUTS,TOKENS")
@@ -322,7 +333,8 @@ class RestoreSettings:
             audit_judge_sample=_parse_int(where["audit-judge-sample"], raw["audit-judge-sample"], minimum=1),
             calibration=raw["calibration"],
             dry_run=bool(config.getoption("restore_dry_run")),
-            ranker=raw["ranker"] or "bm25-lite",
+            ranker=rankers[0] if rankers else raw["ranker"] or "bm25-lite",
+            rankers=rankers if len(rankers) > 1 else (),
             embed_limits=(embed_limits[0], embed_limits[1]) if embed_limits is not None else None,
             ablations=bool(
                 config.getoption("restore_ablations")
@@ -378,6 +390,7 @@ RECORD_SETTINGS: tuple[str, ...] = (
     "scorer",
     "robustness_reader",
     "ranker",
+    "rankers",
     "ablations",
 )
 

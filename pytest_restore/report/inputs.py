@@ -128,16 +128,9 @@ def rankers_of(records: Iterable[Mapping[str, Any]]) -> list[str]:
 def read_records(path: str | Path) -> list[Record]:
     """Read and validate ``records.jsonl`` (see :func:`pytest_restore.record.read_records`).
 
-    Records of more than one ranker are refused: a report holds one ranker.
+    Records of several rankers (a run of ``--restore-rankers``) are compared in one report.
     """
-    records = record_module.read_records(path)
-    used = rankers_of(records)
-    if len(used) > 1:
-        raise RecordsError(
-            f"{path}: records of {len(used)} rankers ({', '.join(used)}); a report holds one ranker: "
-            "report each ranker's records separately"
-        )
-    return records
+    return record_module.read_records(path)
 
 
 def read_run_info(records_path: str | Path) -> RunInfo:
@@ -165,6 +158,8 @@ def check_run_info(records: Sequence[Record], info: RunInfo, records_path: str |
     summary = Path(records_path).with_name("summary.json")
     for name in ("run_id", "granularity", "ranker"):
         ours, theirs = first.get(name), info.settings.get(name)
+        if name == "ranker" and info.settings.get("rankers"):
+            theirs = ours if ours in info.settings["rankers"] else ", ".join(info.settings["rankers"])
         if ours is not None and theirs is not None and ours != theirs:
             raise RecordsError(
                 f"{records_path}: line 1: question {first.question_id!r}: field {name!r}: "

@@ -20,6 +20,7 @@ from pytest_restore.report.inputs import (
     rankers_of,
     short,
 )
+from pytest_restore.report.rankers import rankers_findings, render_rankers_md
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.families import POSITIVE_CONTROL, POWER, families_of, family_of
 from pytest_restore.stats.results import (
@@ -128,7 +129,8 @@ def render_hypotheses_md(analysis: Analysis) -> str:
     if untestable:
         out += ["Not testable at this N (reported, not failed):", ""] + [f"- {line}" for line in untestable] + [""]
     for family in families_of(analysis.settings):
-        out += [f"### {family.title}", "", family.tests, "", render_family_table(analysis.family(family.name))]
+        if family.shown_empty or analysis.family(family.name):
+            out += [f"### {family.title}", "", family.tests, "", render_family_table(analysis.family(family.name))]
     return "\n".join(out)
 
 
@@ -217,6 +219,7 @@ def render_findings_md(analysis: Analysis) -> str:
     control's resolution (H2, TOST, positive control); then the expectations.
     """
     out = ["## Findings", ""]
+    out += rankers_findings(analysis)
     readers = analysis.readers
     for reader in readers:
         tag = f" (reader {reader})" if len(readers) > 1 else ""
@@ -326,6 +329,7 @@ def render_tables_md(analysis: Analysis) -> str:
         ),
         "",
         render_cell_table(analysis, "a"),
+        *([render_rankers_md(analysis)] if analysis.baseline_ranker else []),
         render_hypotheses_md(analysis),
         render_pairs_md(analysis),
         render_bins_by_type_md(analysis),
@@ -382,7 +386,8 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
     out += ["| setting | value |", "|---|---|", f"| dataset sha256 | `{sha}` ({which}) |"]
     if ds:
         out.append(f"| questions in the file / audited | {ds.get('questions', '?')} / {ds.get('audited', '?')} |")
-    out.append(f"| ranker | {', '.join(rankers_of(records))} (one per run; named in every record) |")
+    used = rankers_of(records)
+    out.append(f"| ranker | {', '.join(used)} ({'compared in one run' if len(used) > 1 else 'one per run'}; named in every record) |")
     for key in sorted(info.settings):
         label = _SETTING_LABELS.get(key, f"--restore-{key.replace('_', '-')}")
         out.append(f"| {label} | {_setting_value(key, info.settings[key])} |")

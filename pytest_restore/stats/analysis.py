@@ -27,7 +27,7 @@ tests as the session does (:func:`cell_verdicts`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -39,9 +39,9 @@ from pytest_restore.bootstrap import (
     DEFAULT_SEED,
     holm,
 )
-from pytest_restore.record import BINS, REGIMES, CellKey
+from pytest_restore.record import BINS, REGIMES, CellKey, baseline_ranker, ranker_of
 from pytest_restore.stats import ablations
-from pytest_restore.stats.engine import _CORRECT, _IRR, _N, Engine
+from pytest_restore.stats.engine import _CORRECT, _ERR, _IRR, _N, _REC, Engine
 from pytest_restore.stats.families import (
     POWER,
     Family,
@@ -86,6 +86,10 @@ class Counts:
     question_ids: tuple[str, ...]
     cells: Mapping[CellKey, CellTally]
     by_type: Mapping[TypeKey, CellTally]
+    #: when the records compare rankers: the baseline ranker (``cells`` are its), and the other
+    #: rankers' cells (keys name their ranker), counted over the same questions
+    baseline_ranker: str | None = None
+    ranked: Mapping[CellKey, CellTally] = field(default_factory=dict)
 
     @property
     def records(self) -> int:
@@ -127,12 +131,19 @@ def count(records: Sequence[Mapping[str, Any]]) -> Counts:
     Records that cannot be counted raise :class:`~pytest_restore.record.RecordError`.
     """
     universe = sorted({str(r["question_id"]) for r in records if "question_id" in r})
+    baseline = baseline_ranker(records)
+    if baseline is not None:  # every figure but the rankers' comparison is the baseline ranker's
+        others = [r for r in records if ranker_of(r) != baseline]
+        records = [r for r in records if ranker_of(r) == baseline]
     cells = tally_by(records, CellKey.of, universe)
     by_type = tally_by(records, lambda r: (str(r["reader"]), str(r["regime"]), str(r["question_type"])), universe)
+    ranked = tally_by(others, lambda r: CellKey.of(r, baseline), universe) if baseline is not None else {}
     return Counts(
         question_ids=tuple(universe),
         cells={k: cells[k] for k in sorted(cells, key=cell_order)},
         by_type={k: by_type[k] for k in sorted(by_type)},
+        baseline_ranker=baseline,
+        ranked={k: ranked[k] for k in sorted(ranked, key=cell_order)},
     )
 
 
@@ -192,6 +203,11 @@ class Analysis:
     #: the restore-tightness ablations, pooled per reader (empty when none ran) and per cell
     ablations: tuple[ablations.AblationRow, ...] = ()
     ablation_cells: tuple[dict[str, Any], ...] = ()
+    #: when the records compare rankers (``--restore-rankers``): the other rankers' cells (``cells``
+    #: are the baseline ranker's), the baseline's name, and each regime-(b) cell's recoverable share
+    ranker_cells: tuple[CellStats, ...] = ()
+    baseline_ranker: str | None = None
+    recoverable: tuple[RecoverableShare, ...] = ()
 
     @property
     def readers(self) -> list[str]:
@@ -221,7 +237,7 @@ class Analysis:
     def cell(self, policy: str, budget: int, regime: str, reader: str) -> CellStats | None:
         """One cell's figures, or None when the records hold no such cell."""
         for cell in self.cells:
-            if cell.key == (policy, budget, regime, reader):
+            if cell.key == CellKey(policy, budget, regime, reader):
                 return cell
         return None
 
@@ -308,6 +324,22 @@ def _family_sizes(tests: Sequence[HypothesisTest]) -> dict[tuple[str, str], int]
     return sizes
 
 
+@dataclass(frozen=True)
+class RecoverableShare:
+    """The recoverable share of a cell's errors (``rec / err``) with its interval."""
+
+    key: CellKey
+    share: float | None
+    lo: float | None
+    hi: float | None
+
+
+def _recoverable(engine: Engine, key: CellKey) -> RecoverableShare:
+    stat = engine.ratio(key, [_REC], [_ERR])
+    lo, hi = stat.interval(engine.settings.confidence)
+    return RecoverableShare(key, _round(stat.point), _round(lo), _round(hi))
+
+
 def _cell_figures(engine: Engine, key: CellKey, cell: CellTally) -> CellStats:
     confidence = engine.settings.confidence
     two_bin = engine.two_bin(key)
@@ -344,6 +376,7 @@ def _cell_figures(engine: Engine, key: CellKey, cell: CellTally) -> CellStats:
         accuracy_hi=accuracy.interval(confidence)[1],
         gold_evicted_rate=cell.gold_evicted_rate,
         two_bin_undefined=two_bin.undefined,
+        ranker=key.ranker,
     )
 
 
@@ -412,8 +445,9 @@ def analyse(
         families=tuple(families),
     )
     counts = count(records)
-    engine = Engine(counts.cells, counts.question_ids, settings)
+    engine = Engine({**counts.cells, **counts.ranked}, counts.question_ids, settings)
     cells = tuple(_cell_figures(engine, key, tally) for key, tally in counts.cells.items())
+    ranked = tuple(_cell_figures(engine, key, tally) for key, tally in counts.ranked.items())
 
     raw: list[HypothesisTest] = []
     matching: list[PairMatch] = []
@@ -434,6 +468,9 @@ def analyse(
         raw_tests=tuple(raw),
         ablations=tuple(ablations.summarise(records, resamples=resamples, seed=seed, confidence=confidence)),
         ablation_cells=tuple(ablations.by_cell(records)),
+        ranker_cells=ranked,
+        baseline_ranker=counts.baseline_ranker,
+        recoverable=tuple(_recoverable(engine, key) for key in [*counts.cells, *counts.ranked] if key.regime == "b"),
     )
 
 

@@ -148,9 +148,10 @@ def _matching(engine: Engine, budget: int, reader: str) -> list[PairMatch]:
     s = engine.settings
     policies = sorted(
         {
-            k[0]
+            k.policy
             for k in engine.cells
-            if k[1:] == (budget, "b", reader) and k[0] not in (s.control, s.reference)
+            if (k.budget, k.regime, k.reader, k.ranker) == (budget, "b", reader, "")
+            and k.policy not in (s.control, s.reference)
         },
         key=policy_order,
     )

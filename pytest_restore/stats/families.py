@@ -33,7 +33,7 @@ import numpy as np
 from pytest_restore.bootstrap import Statistic
 from pytest_restore.record import CellKey
 from pytest_restore.registry import Registry
-from pytest_restore.stats.engine import _N, _REC, Engine
+from pytest_restore.stats.engine import _ERR, _N, _REC, Engine
 from pytest_restore.stats.results import HypothesisTest, StatsSettings, budget_label
 
 
@@ -57,7 +57,7 @@ def _cell_test(
     expectation_met: bool | None = None,
     note: str = "",
 ) -> HypothesisTest:
-    policy, budget, _, reader = key
+    policy, budget, reader = key.policy, key.budget, key.reader
     lo, hi = stat.interval(settings.confidence)
     if alternative == "greater":
         p = stat.p_greater(null)
@@ -165,7 +165,7 @@ def _pair_test(
     settings: StatsSettings,
 ) -> HypothesisTest:
     """A paired irreversible-rate contrast ``first - second`` (H2, TOST, positive control)."""
-    policy, budget, regime, reader = first
+    policy, budget, regime, reader = first.policy, first.budget, first.regime, first.reader
     if family == "TOST":
         # Two one-sided tests against -margin and +margin; equivalence needs both.
         margin = settings.equivalence_margin
@@ -263,6 +263,8 @@ class Family:
     involves: Callable[[HypothesisTest, str, int], bool] = _same_cell
     #: how many tests the family has in a grid of these policies and budgets (for Holm's bound)
     size: Callable[[StatsSettings, Sequence[str], Sequence[int]], int] = lambda _s, _p, _b: 0
+    #: whether the report shows the family's section when the run has none of its tests
+    shown_empty: bool = True
 
     def decide(self, test: HypothesisTest, p: float | None, alpha: float) -> HypothesisTest:
         """The decision and the expectation at ``p`` (raw in an item's check, Holm at the end)."""
@@ -298,7 +300,7 @@ def _build_h3(engine: Engine, reader: str, budgets: Sequence[int]) -> list[Hypot
 
 
 def _build_r1(engine: Engine, reader: str, budgets: Sequence[int]) -> list[HypothesisTest]:
-    return [_r1(engine, k) for k in engine.keys if k[3] == reader and k[2] == "b" and k[1] in budgets]
+    return [_r1(engine, k) for k in engine.keys if k.reader == reader and k.regime == "b" and k.budget in budgets and not k.ranker]
 
 
 def _pair_tests(
@@ -328,6 +330,38 @@ def _build_tost(engine: Engine, reader: str, budgets: Sequence[int]) -> list[Hyp
 def _build_control(engine: Engine, reader: str, budgets: Sequence[int]) -> list[HypothesisTest]:
     pairs = [pair for budget in budgets for pair in _control_keys(engine, budget, reader)]
     return _pair_tests(engine, POSITIVE_CONTROL, pairs)
+
+
+#: The rankers family's two figures: the recoverable share of the errors, and the two-bin share.
+RANKER_FIGURES: tuple[str, ...] = ("recoverable share", "two-bin share")
+
+
+def _build_rankers(engine: Engine, reader: str, budgets: Sequence[int]) -> list[HypothesisTest]:
+    """Per regime-(b) cell of a compared ranker: each figure minus the baseline ranker's, paired by question.
+
+    Only a run of ``--restore-rankers`` has such cells (their keys name the
+    ranker; the baseline ranker's keys do not). Both cells are resampled with
+    the one matrix, so the difference is paired on the questions (two-sided).
+    ``other`` names the compared ranker and ``note`` the figure.
+    """
+    tests: list[HypothesisTest] = []
+    for key in engine.keys:
+        base = CellKey(key.policy, key.budget, key.regime, key.reader)
+        if not key.ranker or key.reader != reader or key.regime != "b" or key.budget not in budgets or not engine.has(base):
+            continue
+        stats = {
+            "recoverable share": (engine.ratio(key, [_REC], [_ERR]), engine.ratio(base, [_REC], [_ERR])),
+            "two-bin share": (engine.two_bin(key), engine.two_bin(base)),
+        }
+        shared = int(np.count_nonzero((engine.cells[key].counts[_N] > 0) & (engine.cells[base].counts[_N] > 0)))
+        for figure in RANKER_FIGURES:
+            mine, baseline = stats[figure]
+            test = _cell_test(
+                "rankers", key, mine.minus(baseline), regime="b", null=0.0, alternative="two-sided",
+                n_questions=shared, settings=engine.settings, note=figure,
+            )
+            tests.append(replace(test, name=f"rankers {key.policy} {budget_label(key.budget)} {key.ranker} {figure}", other=key.ranker))
+    return tests
 
 
 #: Every family, in the order the report gives them (the paper's order of findings).
@@ -409,6 +443,19 @@ FAMILIES: tuple[Family, ...] = (
         size=lambda s, policies, budgets: (
             (s.control in policies) * len(set(s.baselines) & set(policies)) * len(budgets)
         ),
+    ),
+    Family(
+        name="rankers",
+        title="Rankers compared: recoverable and two-bin shares against the baseline ranker (regime b)",
+        tests=(
+            "Only with --restore-rankers. Per policy x budget and compared ranker, the recoverable share "
+            "rec / err and the two-bin share irr / (irr + rec) minus the baseline ranker's (bm25-lite when "
+            "compared), paired by question: the same questions and stores, only the retriever differs "
+            "(two-sided). A finding: what a different retriever wins back."
+        ),
+        statistic="difference from the baseline ranker",
+        build=_build_rankers,
+        shown_empty=False,  # a run of one ranker has nothing to compare
     ),
 )
 

@@ -99,7 +99,7 @@ def cell_order(key: CellKey) -> tuple[Any, ...]:
     By policy, loosest budget first, then reader and regime. A new dimension
     of :class:`~pytest_restore.record.CellKey` takes its place here.
     """
-    return (policy_order(key.policy), -key.budget, key.reader, key.regime)
+    return (policy_order(key.policy), -key.budget, key.reader, key.ranker, key.regime)
 
 
 def _round(value: float | None) -> float | None:
@@ -182,11 +182,13 @@ class CellStats:
     accuracy_hi: float | None
     gold_evicted_rate: float | None
     two_bin_undefined: int  # resamples dropped from the two-bin interval (0/0)
+    #: the ranker of a compared one's cell (``--restore-rankers``); "" for the baseline ranker's
+    ranker: str = ""
 
     @property
     def key(self) -> CellKey:
         """The cell's key."""
-        return CellKey(self.policy, self.budget, self.regime, self.reader)
+        return CellKey(self.policy, self.budget, self.regime, self.reader, self.ranker)
 
     def intervals(self) -> dict[str, float | None]:
         """The :data:`INTERVAL_COLUMNS`, rounded to 6 decimals."""
