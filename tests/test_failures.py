@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import FAST_RETRIES, FULL_DISK, GRID, TINY, run_child, shared_run
+from grid_helpers import (
+    FAST_RETRIES,
+    FULL_DISK,
+    GRID,
+    TINY,
+    full_disk_conftest,
+    run_child,
+    shared_run,
+)
 from openai_server import OpenAIServer, fake_models_responder
 
 from pytest_restore.data.dataset import load_dataset
@@ -475,3 +483,127 @@ def test_a_subset_prepares_only_its_histories(project: pytest.Pytester) -> None:
     result = project.runpytest_inprocess("-p", "no:xdist", *GRID_ARGS, "--restore-questions=3", "--restore-dry-run")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["restore: preparing 3 histories (*"])
+
+
+# -- 9. part of the grid: the exit status is that of the items that ran --------------------------
+
+#: A user's family that no grid item checks (``involves`` is never true) and that fails on fifo at
+#: the smallest budget: the whole grid fails on it with its line; a part of the grid cannot decide it.
+SESSION_ONLY_FAMILY = """
+from pytest_restore.stats.families import Family
+from pytest_restore.stats.results import HypothesisTest
+from pytest_restore.stats.tally import IRR_ROW, N_ROW
+
+
+def _no_irr(engine, reader, budgets):
+    out = []
+    for key in engine.keys:
+        policy, budget = key.policy, key.budget
+        if (key.regime, key.reader, key.ranker) != ("b", reader, "") or budget not in budgets:
+            continue
+        stat = engine.ratio(key, [IRR_ROW], [N_ROW])
+        lo, hi = stat.interval(engine.settings.confidence)
+        out.append(HypothesisTest(
+            f"no-irr {policy} {budget}", "no-irr", reader, budget, policy, None, key.regime, stat.point, lo, hi,
+            0.0, "greater", stat.p_greater(0.0), None, "", None, engine.n_questions(key), stat.undefined,
+        ))
+    return out
+
+
+def pytest_restore_register_families(registry, config):
+    registry.register(Family(
+        name="no-irr", title="No irreversible error", tests="irr / N against 0", statistic="irr rate",
+        build=_no_irr, expectation="an irreversible error", expect=lambda _t, significant: not significant,
+        involves=lambda _t, _p, _b: False, size=lambda _s, policies, budgets: len(policies) * len(budgets),
+    ))
+"""
+
+
+def test_part_of_the_grid_exits_as_its_items_and_the_whole_grid_names_what_failed(project: pytest.Pytester) -> None:
+    project.makeconftest(FAST_RETRIES + SESSION_ONLY_FAMILY)
+    args = ["-p", "no:xdist", f"--restore-data={TINY}", "--restore-budgets=600,100", "--restore-policies=fifo,no-evict",
+            "--restore-bootstrap=200", "--restore-calibration=off"]
+    whole = project.runpytest_inprocess(*args)
+    whole.assert_outcomes(passed=4)
+    assert whole.ret == pytest.ExitCode.TESTS_FAILED  # every item passed: the line says what failed
+    whole.stdout.fnmatch_lines(["*expectations not met: fail the run*", "no-irr: fifo at 100: an irreversible error*"])
+    # -k (as --lf after a failure) runs part of the grid: its items decide the exit status
+    for selection in (["-k", "100"], ["-k", "fifo"]):
+        part = project.runpytest_inprocess(*args, *selection)
+        assert part.ret == pytest.ExitCode.OK, (selection, part.outlines[-15:])
+        part.stdout.fnmatch_lines(["*not met on this part of the grid: not decided*", "no-irr: fifo at 100:*"])
+
+
+# -- 10. the report's own directory fails under the run, or the user quits while it is written -----
+
+
+def test_a_full_disk_under_the_report_is_one_line_exit_74_and_the_earlier_report_stays(
+    project: pytest.Pytester, complete_report: Path
+) -> None:
+    out = project.path / "out"
+    report = out / "restore-report"
+    shutil.copytree(complete_report, report)
+    before = _files(report)
+    project.makeconftest(FAST_RETRIES + full_disk_conftest(out))
+    result = project.runpytest_subprocess(
+        "-p", "no:xdist", *INTERRUPTED_ARGS, f"--restore-report-dir={report}", timeout=120
+    )
+    assert result.ret == IO_ERROR, result.outlines[-20:]
+    said = f"report not written: {report}: No space left on device; {report} was left as it was"
+    assert said in result.outlines
+    text = "\n".join(result.outlines + result.errlines)
+    assert "Traceback" not in text and "INTERNALERROR" not in text
+    assert _files(report) == before
+    assert sorted(p.name for p in out.iterdir()) == ["restore-report"]  # no staging left beside it
+
+
+def test_orphaned_staging_directories_are_removed_and_a_live_sessions_kept(project: pytest.Pytester) -> None:
+    orphans = [".restore-report.99999999.k3j4h5g6.tmp", ".restore-report.k3j4h5g6.tmp", ".restore-report.99999999.ab.old"]
+    live = ".restore-report.1.k3j4h5g6.tmp"  # pid 1 runs: another session's, being written
+    for name in [*orphans, live]:
+        (project.path / name).mkdir()
+    result = project.runpytest_inprocess("-p", "no:xdist", *GRID_ARGS, "--restore-calibration=off")
+    assert result.ret == 0
+    left = sorted(p.name for p in project.path.iterdir() if p.name.startswith(".restore-report"))
+    assert left == [live]
+
+
+#: The report's writer is busy for a long time (a large bootstrap in native code); Ctrl-C twice.
+CTRL_C_TWICE_WHILE_WRITING = """
+import time
+
+from pytest_restore.plugin import finish
+
+_write_report = finish.write_report
+
+
+def _slow(*args):
+    time.sleep(60)  # as a bootstrap deep in BLAS: not interruptible from the main thread
+    return _write_report(*args)
+
+
+def _interrupted(self):
+    time.sleep(0.5)  # the writer is under way (its staging directory made)
+    raise KeyboardInterrupt
+
+
+finish.write_report = _slow
+finish.Background.result = _interrupted
+"""
+
+
+def test_a_second_ctrl_c_while_the_report_is_written_quits_at_once(
+    project: pytest.Pytester, complete_report: Path
+) -> None:
+    report = project.path / "restore-report"
+    shutil.copytree(complete_report, report)
+    before = _files(report)
+    project.makeconftest(FAST_RETRIES + CTRL_C_TWICE_WHILE_WRITING)
+    started = time.monotonic()
+    cut = project.runpytest_subprocess("-p", "no:xdist", *INTERRUPTED_ARGS, timeout=50)
+    assert time.monotonic() - started < 45  # not waiting for the writer
+    assert cut.ret == pytest.ExitCode.INTERRUPTED
+    cut.stdout.fnmatch_lines(["restore: quit at a second Ctrl-C: report not written; restore-report was left as it was"])
+    assert "Traceback" not in cut.stdout.str() + cut.stderr.str()
+    assert _files(report) == before
+    assert not any(p.name.startswith(".restore-report") for p in project.path.iterdir())  # no staging left

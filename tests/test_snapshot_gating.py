@@ -34,8 +34,8 @@ def test_a_users_snapshot_pins_the_cells_and_a_policy_change_fails_with_a_diff(p
     first = pytester.runpytest_inprocess(*args, "--snapshot-update")
     first.assert_outcomes(passed=1)
     stored = pytester.path / "__snapshots__" / "test_users_audit"
-    cells = (stored / "test_audit_tables[cells].csv").read_text()
-    assert cells.startswith("policy,budget,regime,reader,N,") and "evict-longest,600,b," in cells
+    cells = (stored / "test_audit_tables[cells].txt").read_text()
+    assert cells.startswith("fifo-600-a fake  N: 7\n") and "evict-longest-600-b fake  two_bin_share: " in cells
     assert "| H1 | H1 fifo 600 | fake |" in (stored / "test_audit_tables[decisions].md").read_text()
 
     pytester.runpytest_inprocess(*args).assert_outcomes(passed=1)  # unchanged: passes
@@ -45,9 +45,13 @@ def test_a_users_snapshot_pins_the_cells_and_a_policy_change_fails_with_a_diff(p
     changed.assert_outcomes(failed=1)
     out = changed.stdout.str()
     assert "restore cells table differs from its snapshot" in out
-    assert "- evict-longest,100,b,fake,7,7,7," in out and "+ evict-longest,100,b,fake,7,6,6," in out
-    assert "- fifo," not in out  # the policies that did not change are not in the diff
-    assert "pytest --snapshot-update" in out
+    # the diff names the cell and the figure that moved, each old value against its new one
+    assert "- evict-longest-100-b fake  err: 7" in out and "+ evict-longest-100-b fake  err: 6" in out
+    assert "- fifo-" not in out  # the policies that did not change are not in the diff
+    changed_lines = [line for line in changed.outlines if line.startswith(("- ", "+ ")) and " | " not in line]
+    assert changed_lines and all(" evict-longest-" in line and ": " in line for line in changed_lines)
+    # the hint to accept it keeps the user's own options: a bare --snapshot-update would pin another grid
+    assert f"accept the change with: pytest {' '.join(args)} --snapshot-update" in out
     assert "Traceback" not in out
 
 

@@ -231,4 +231,22 @@ def restore_snapshot(request: pytest.FixtureRequest) -> Any:
     settings = {"bootstrap": s.bootstrap, "bootstrap_seed": s.bootstrap_seed, "equivalence_margin": s.equivalence_margin}
     # Colour only on a terminal (syrupy colours its diff characters one by one).
     color = request.config.get_terminal_writer().hasmarkup and not request.config.option.no_colors
-    return RestoreSnapshot(snapshot, runner.grid_records, settings, color=color, families=runner.families)
+    return RestoreSnapshot(
+        snapshot, runner.grid_records, settings, color=color, families=runner.families, update=update_command(request.config)
+    )
+
+
+def update_command(config: pytest.Config) -> str:
+    """The user's own pytest command with ``--snapshot-update``: what accepts a changed snapshot.
+
+    Their options decide the grid (``--restore-questions 100``), so a bare
+    ``pytest --snapshot-update`` would write snapshots of another grid. On an
+    xdist worker the controller's command line is the one the user typed.
+    """
+    import shlex
+
+    mainargv = getattr(config, "workerinput", {}).get("mainargv")
+    args = list(mainargv[1:]) if mainargv else list(config.invocation_params.args)
+    if "--snapshot-update" not in args:
+        args.append("--snapshot-update")
+    return shlex.join(["pytest", *args])

@@ -15,7 +15,6 @@ controller's never sees an item.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import functools
 import os
@@ -31,6 +30,7 @@ import pytest
 
 from pytest_restore.audit.run import count_tokens_ahead
 from pytest_restore.data.dataset import auditable as data_auditable
+from pytest_restore.exits import IO_ERROR, os_cause
 from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
 from pytest_restore.models.cache import cache_problem
 from pytest_restore.models.providers import ProviderRegistry, missing_key_problem
@@ -38,11 +38,11 @@ from pytest_restore.plugin.batching import batch_rounds
 from pytest_restore.plugin.calls import dry_run
 from pytest_restore.plugin.finish import (
     Background,
+    Outcome,
     ReportWaiter,
     await_report,
     grid_cells,
     interrupted,
-    partial_dir,
     partial_report_line,
     preload_figure,
     run_info,
@@ -52,30 +52,16 @@ from pytest_restore.plugin.finish import (
 from pytest_restore.plugin.gather import Gathered
 from pytest_restore.plugin.options import ONE_PROCESS_KEY, RUN_KEY, small_data
 from pytest_restore.plugin.parts import COMPILING, AuditParts
-from pytest_restore.plugin.quality import RunStopped, calibration_gate, judge_audit
+from pytest_restore.plugin.quality import (
+    RunStopped,
+    calibration_gate,
+    judge_audit,
+    stop_before_grid,
+)
 from pytest_restore.plugin.rankers import embed_ahead, embedding_dry_run
 from pytest_restore.plugin.runner import CellRunner
 from pytest_restore.plugin.settings import RestoreSettings, report_dir_problem
-
-
-@dataclasses.dataclass
-class Outcome:
-    """How the session ends, as the terminal summary says it."""
-
-    #: The dry run's table (the run made no call).
-    dry_run_lines: list[str] = dataclasses.field(default_factory=list)
-    #: Lines said once at the end: the failed model calls by cause, per model.
-    failure_summary: list[str] = dataclasses.field(default_factory=list)
-    #: Why the run does not pass (failed model calls, unmet family expectations).
-    failures: list[str] = dataclasses.field(default_factory=list)
-    #: The family expectations this run had no power to test.
-    untestable: list[str] = dataclasses.field(default_factory=list)
-    #: The written report's regime-(b) table (empty: no report was written).
-    table: tuple[str, ...] = ()
-    #: Where the report went (``None``: none was written).
-    report_path: Path | None = None
-    #: Where a partial report went (the complete one, if any, was left as it was).
-    partial_path: Path | None = None
+from pytest_restore.plugin.staging import partial_dir, remove_orphans
 
 
 def say_on_terminal(config: pytest.Config, message: str) -> None:
@@ -114,6 +100,7 @@ class ControllerSession:
         self._preload: threading.Thread | None = None  # the early import of the figure module
         self._prepared = False  # the data was prepared for the xdist workers (``prepare``)
         self._report: Background | None = None  # the report being written
+        self._report_target = Path(settings.report_dir)  # where it goes (beside it, when partial)
         self._cancel_report = threading.Event()  # set by Ctrl-C while it is written: nothing is swapped in
 
     def begin(self) -> None:
@@ -189,32 +176,19 @@ class ControllerSession:
             # every text the grid ranks, embedded once here: the workers only read the store
             failed = embed_ahead(vectors, self.parts.dataset(), self.parts.audit_config())
             if failed is not None:
-                self.stop_before_grid(session, RunStopped(failed))
+                stop_before_grid(self.config, session, RunStopped(failed))
         if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
             try:
                 self.calibration_json = calibration_gate(self.parts, self.gathered.model_calls, self.checks)
             except RunStopped as stop:
-                self.stop_before_grid(session, stop)
+                stop_before_grid(self.config, session, stop)
         if s.batch:
             try:
                 batch_rounds(self.parts, self.say, self.checks)  # the grid then runs from the cache
             except RunStopped as stop:
-                self.stop_before_grid(session, stop)
+                stop_before_grid(self.config, session, stop)
         if self.distributed():
             self._start_preload()  # the controller idles while the workers run the grid
-
-    def stop_before_grid(self, session: pytest.Session, stop: RunStopped) -> None:
-        """End the run before its grid: its one line (unless said), then its exit status, with no traceback.
-
-        ``pytest.exit`` would print the line twice (``Exit: ...`` and ``! _pytest.outcomes.Exit ... !``);
-        pytest ends a session whose start raised ``Session.Failed`` silently, with exit 1, and
-        a status of our own (74) is put in place as the session's configuration ends.
-        """
-        if not stop.said:
-            self.config.get_terminal_writer().line(f"restore: run stopped before the grid: {stop}", red=True, bold=True)
-        if stop.code != pytest.ExitCode.TESTS_FAILED:
-            self.config.add_cleanup(lambda: setattr(session, "exitstatus", stop.code))
-        raise session.Failed(str(stop))
 
     def after_sessionstart(self, session: pytest.Session) -> None:
         """After every plugin's session start (xdist's starts the workers): prepare the data, then let it go."""
@@ -339,6 +313,7 @@ class ControllerSession:
             self.settings, self.parts.policies, got.records, got.run_meta, self.checks, got.model_calls,
             cells, self.parts.families,
         )
+        self._report_target = target
         self._report = Background(
             write_in_place, got.records, info, target, why_partial, self.calibration_json,
             self.started_utc, self.parts.run_id, self._cancel_report,
@@ -356,7 +331,17 @@ class ControllerSession:
             session.exitstatus = self.gathered.exit_code  # an item stopped the run on a file it could not use
         if self._report is None:
             return
-        files, cut = await_report(self._report, self._cancel_report)
+        target = self._report_target
+        try:
+            files, cut = await_report(self._report, self._cancel_report, functools.partial(self._quit_unwritten, target))
+        except OSError as err:  # a full disk, a directory made read-only mid-run: the earlier report stays
+            self._report = None
+            self.outcome.report_error = (
+                f"report not written: {target}: {os_cause(err)}; {self.settings.report_dir} was left as it was"
+            )
+            self.outcome.partial_path = None
+            session.exitstatus = IO_ERROR
+            return
         self._report = None
         if cut:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
@@ -368,12 +353,27 @@ class ControllerSession:
         if session.exitstatus == pytest.ExitCode.INTERNAL_ERROR and outcome.partial_path is not None:
             # pytest prints no terminal summary after an internal error: say here where the report went
             self.say(partial_report_line(outcome.partial_path, self.settings.report_dir))
-        outcome.failures += list(files.failures)
         outcome.untestable = list(files.untestable)
         outcome.table = files.table
-        if files.failures and self.settings.family_checks == "fail":
-            # a family's expectation failed after Holm: the session fails, with no traceback
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if grid_cells(self.gathered.records, self.parts.cells)["not_run"]:
+            # Part of the grid (-k, --lf): a family is decided over the whole grid (its Holm
+            # size, its power), so its verdict on a part is no verdict; the items that ran
+            # checked their own cells against the whole grid's families, and their status is
+            # the run's. The family lines are still said, as not decided.
+            outcome.undecided = list(files.failures)
+        else:
+            outcome.failures += list(files.failures)
+            if files.failures and self.settings.family_checks == "fail":
+                # a family's expectation failed after Holm: the session fails, each case in its line
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _quit_unwritten(self, target: Path) -> None:
+        """A second Ctrl-C while the report is written: say so, and leave no staging directory behind."""
+        remove_orphans(target, own=True)
+        self.config.get_terminal_writer().line(
+            f"\nrestore: quit at a second Ctrl-C: report not written; {self.settings.report_dir} was left as it was",
+            yellow=True,
+        )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """A short table of regime (b), where the report is, and what failed (the dry run: its table)."""
@@ -387,6 +387,8 @@ class ControllerSession:
             table=outcome.table,
             failures=outcome.failures,
             untestable=outcome.untestable,
+            undecided=outcome.undecided,
+            report_error=outcome.report_error,
             run_meta=got.run_meta,
             report_path=outcome.report_path,
             partial_path=outcome.partial_path,

@@ -18,9 +18,8 @@ import importlib
 import json
 import os
 import shutil
-import tempfile
+import sys
 import threading
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -33,32 +32,11 @@ from pytest_restore.memory.eviction import Policy
 from pytest_restore.plugin.calls import ModelCalls, calls_markdown
 from pytest_restore.plugin.cells import CellSpec
 from pytest_restore.plugin.settings import RestoreSettings
+from pytest_restore.plugin.staging import partial_dir, staging_dir, swap_into_place
 from pytest_restore.record import Record
 from pytest_restore.report.inputs import RunInfo
 from pytest_restore.report.writer import ReportFiles, write_report
 from pytest_restore.stats.families import FAMILIES, Family
-
-
-def partial_dir(report_dir: Path) -> Path:
-    """Where a partial report goes: beside the report directory, never in it."""
-    return report_dir.with_name(report_dir.name + ".partial")
-
-
-def swap_into_place(staging: Path, target: Path) -> None:
-    """Replace ``target`` with the directory ``staging`` as a whole.
-
-    Two renames in one directory: the old report is moved aside, the new one
-    moved in, then the old one deleted. No file of the old report survives
-    beside the new one, and at every moment a whole report sits under one of
-    the two names.
-    """
-    old: Path | None = None
-    if target.exists() or target.is_symlink():
-        old = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.old")
-        os.replace(target, old)
-    os.replace(staging, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def partial_report_line(partial_path: Path, report_dir: str) -> str:
@@ -156,8 +134,7 @@ def write_in_place(
     is swapped in: the staging directory goes and :class:`ReportCancelled`
     is raised, so ``target`` stays as it was.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    staging = staging_dir(target)
     try:
         files = write_report(records, info, staging)
         if calibration_json is not None:
@@ -203,11 +180,38 @@ def write_partial(calibration_json: str | None, report_dir: str) -> Path | None:
     if calibration_json is None:
         return None
     target = partial_dir(Path(report_dir))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")
-    swap_into_place(staging, target)
+    staging = staging_dir(target)
+    try:
+        (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")
+        swap_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return target
+
+
+@dataclasses.dataclass
+class Outcome:
+    """How the session ends, as the terminal summary says it."""
+
+    #: The dry run's table (the run made no call).
+    dry_run_lines: list[str] = dataclasses.field(default_factory=list)
+    #: Lines said once at the end: the failed model calls by cause, per model.
+    failure_summary: list[str] = dataclasses.field(default_factory=list)
+    #: Why the run does not pass (failed model calls, unmet family expectations).
+    failures: list[str] = dataclasses.field(default_factory=list)
+    #: The family expectations this run had no power to test.
+    untestable: list[str] = dataclasses.field(default_factory=list)
+    #: Family expectations not met on the part of the grid that ran (-k, --lf): said, not failing.
+    undecided: list[str] = dataclasses.field(default_factory=list)
+    #: Why the report could not be written (a full disk), in one line.
+    report_error: str | None = None
+    #: The written report's regime-(b) table (empty: no report was written).
+    table: tuple[str, ...] = ()
+    #: Where the report went (``None``: none was written).
+    report_path: Path | None = None
+    #: Where a partial report went (the complete one, if any, was left as it was).
+    partial_path: Path | None = None
 
 
 def terminal_summary(
@@ -224,6 +228,8 @@ def terminal_summary(
     report_path: Path | None,
     partial_path: Path | None,
     not_run: Sequence[str],
+    undecided: Sequence[str] = (),
+    report_error: str | None = None,
 ) -> None:
     """A short table of regime (b), where the report is, and what failed (the dry run: its table).
 
@@ -258,7 +264,9 @@ def terminal_summary(
             f"(sha256 {meta.get('sha256')})",
             yellow=True,
         )
-    if partial_path is not None:
+    if report_error is not None:
+        terminalreporter.write_line(report_error, red=True)
+    elif partial_path is not None:
         terminalreporter.write_line(partial_report_line(partial_path, settings.report_dir), yellow=True)
     elif report_path is None:  # Ctrl-C while it was written (see await_report)
         terminalreporter.write_line(
@@ -282,6 +290,13 @@ def terminal_summary(
             terminalreporter.write_line(failure, red=line_red, yellow=not line_red)
     for line in untestable:
         terminalreporter.write_line(f"not testable at this N: {line}", yellow=True)
+    if undecided:
+        terminalreporter.write_sep(
+            "=", f"{len(undecided)} expectations not met on this part of the grid: not decided, the run "
+            "passes or fails on its items (run the whole grid to decide them)", yellow=True,
+        )
+        for line in undecided:
+            terminalreporter.write_line(line, yellow=True)
 
 
 def preload_figure() -> None:
@@ -318,13 +333,17 @@ class ReportCancelled(Exception):
     """The report was cut short before it was swapped into place (see :func:`write_in_place`)."""
 
 
-def await_report(report: Background, cancelled: threading.Event) -> tuple[ReportFiles | None, bool]:
+def await_report(
+    report: Background, cancelled: threading.Event, on_quit: Callable[[], None] | None = None
+) -> tuple[ReportFiles | None, bool]:
     """The files of the report ``report`` writes (``None`` when it was cut short), and whether Ctrl-C came.
 
     Ctrl-C while waiting sets ``cancelled`` and waits again, for the writer
     to stop before its swap (or to finish one already under way), so the
     process never ends with the writer in the middle of its work and no
-    report directory is left half-replaced. A second Ctrl-C is not caught.
+    report directory is left half-replaced. A second Ctrl-C quits the process
+    at once (exit 2) after ``on_quit`` (say so, remove the staging directory):
+    the writer is not waited for.
     """
     try:
         return report.result(), False
@@ -334,6 +353,15 @@ def await_report(report: Background, cancelled: threading.Event) -> tuple[Report
         return report.result(), True
     except ReportCancelled:
         return None, True
+    except KeyboardInterrupt:
+        # A second Ctrl-C: quit now. The writer may be deep in the bootstrap's native (BLAS)
+        # code; an interpreter exit would wait on it (or on BLAS's own threads) for as long as
+        # it takes. The earlier report was never touched; only this process's staging goes.
+        if on_quit is not None:
+            on_quit()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(pytest.ExitCode.INTERRUPTED)
 
 
 class ReportWaiter:

@@ -8,12 +8,13 @@ themselves (a fresh judge, the second judge) to the run's model calls.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
 from pytest_restore.audit.calibration import calibrate
 from pytest_restore.audit.judge_audit import audit_judge
+from pytest_restore.exits import os_cause
 from pytest_restore.models.providers import close_model, make_model
 from pytest_restore.plugin.calls import ModelCalls, call_detail, failed_count
 from pytest_restore.plugin.finish import write_partial
@@ -31,6 +32,20 @@ class RunStopped(Exception):
         super().__init__(line)
         self.code = code
         self.said = said
+
+
+def stop_before_grid(config: pytest.Config, session: pytest.Session, stop: RunStopped) -> NoReturn:
+    """End the run before its grid: its one line (unless said), then its exit status, with no traceback.
+
+    ``pytest.exit`` would print the line twice (``Exit: ...`` and ``! _pytest.outcomes.Exit ... !``);
+    pytest ends a session whose start raised ``Session.Failed`` silently, with exit 1, and
+    a status of our own (74) is put in place as the session's configuration ends.
+    """
+    if not stop.said:
+        config.get_terminal_writer().line(f"restore: run stopped before the grid: {stop}", red=True, bold=True)
+    if stop.code != pytest.ExitCode.TESTS_FAILED:
+        config.add_cleanup(lambda: setattr(session, "exitstatus", stop.code))
+    raise session.Failed(str(stop))
 
 
 def calibration_gate(parts: AuditParts, model_calls: ModelCalls, checks: dict[str, Any]) -> str:
@@ -64,7 +79,11 @@ def calibration_gate(parts: AuditParts, model_calls: ModelCalls, checks: dict[st
             writer.line(line, red=True)
         reasons.append(f"{sum(failed_count(d) for d in model_calls.all_details().values())} model calls failed")
     if reasons:
-        where = write_partial(calibration_json, s.report_dir)
+        try:
+            where = write_partial(calibration_json, s.report_dir)
+        except OSError as err:  # a full disk: the gate's verdict is still said, and still stops the run
+            writer.line(f"partial report (calibration only) not written: {os_cause(err)}", yellow=True)
+            where = None
         writer.sep("=", "calibration gate failed", red=True, bold=True)
         for reason in reasons:
             writer.line(reason, red=True)

@@ -1,10 +1,13 @@
 """Snapshot gating for users: pin the audit's cells table and the families' decisions.
 
 A user's test asks for the ``restore_snapshot`` fixture and calls
-``check()``: the run's ``cells.csv`` and a table of every hypothesis test's
-decision are compared with syrupy snapshots stored beside the test
-(``__snapshots__/``), and a change fails the test with syrupy's diff.
-``pytest --snapshot-update`` accepts the change (commit the files).
+``check()``: the run's cells (``cells.csv`` laid out one figure a line,
+keyed by cell: ``fifo-30k-b fake  two_bin_share: 0.42``, so a change diffs
+per cell and per figure in a pull request) and a table of every hypothesis
+test's decision are compared with syrupy snapshots stored beside the test
+(``__snapshots__/``), and a change fails the test with syrupy's diff and the
+user's own command with ``--snapshot-update`` to accept it (then commit the
+files).
 
 The cells are those of the session's grid (the ``--restore-*`` options): in a
 session that also runs the grid items they are reused, otherwise (or on an
@@ -15,6 +18,8 @@ they are run here. The figures are deterministic, so it makes no difference.
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,13 +33,33 @@ from pytest_restore.report.inputs import RunInfo, analyse_records
 from pytest_restore.report.markdown import render_decisions_md
 from pytest_restore.report.writer import render_cells_csv
 from pytest_restore.stats.families import FAMILIES, Family
+from pytest_restore.stats.results import budget_label
 
 
 class CellsSnapshot(SingleFileSnapshotExtension):
-    """``cells.csv`` as one readable file."""
+    """The cells, one figure a line (:func:`cells_by_figure`), as one readable file."""
 
     _write_mode = WriteMode.TEXT
-    file_extension = "csv"
+    file_extension = "txt"
+
+
+#: The columns of ``cells.csv`` that name a cell (the rest are its figures).
+CELL_KEY = ("policy", "budget", "regime", "reader")
+
+
+def cells_by_figure(cells_csv: str) -> str:
+    """``cells.csv`` one figure a line, keyed by cell: ``fifo-30k-b fake  two_bin_share: 0.42``.
+
+    A line-based differ pairs a 27-column row with whatever row follows it;
+    one figure a line pairs each figure with itself, so a diff names the cell
+    and the figure that moved. Cells keep the table's order; an empty figure
+    (a share of 0/0) reads ``-``.
+    """
+    lines = []
+    for row in csv.DictReader(io.StringIO(cells_csv)):
+        key = f"{row['policy']}-{budget_label(int(row['budget']))}-{row['regime']} {row['reader']}"
+        lines += [f"{key}  {name}: {value or '-'}" for name, value in row.items() if name not in CELL_KEY]
+    return "\n".join(lines) + "\n"
 
 
 class DecisionsSnapshot(SingleFileSnapshotExtension):
@@ -55,8 +80,10 @@ class RestoreSnapshot:
         *,
         color: bool = False,
         families: Sequence[Family] = FAMILIES,
+        update: str = "pytest --snapshot-update",
     ) -> None:
         self._snapshot = snapshot
+        self._update = update
         self._families = tuple(families)
         self._color = color
         self._records = records
@@ -64,11 +91,11 @@ class RestoreSnapshot:
         self._tables: tuple[str, str] | None = None
 
     def tables(self) -> tuple[str, str]:
-        """``(cells.csv, decisions)`` of the run, computed once."""
+        """``(cells one figure a line, decisions)`` of the run, computed once."""
         if self._tables is None:
             records = list(self._records())
             analysis = analyse_records(records, RunInfo(settings=self._settings, families=self._families))
-            self._tables = (render_cells_csv(analysis), render_decisions_md(analysis))
+            self._tables = (cells_by_figure(render_cells_csv(analysis)), render_decisions_md(analysis))
         return self._tables
 
     def check(self) -> None:
@@ -86,5 +113,5 @@ class RestoreSnapshot:
                 with contextlib.nullcontext() if self._color else disable_color():
                     failed += [str(line) for line in expected.get_assert_diff()]
         if failed:
-            failed.append("accept the change with: pytest --snapshot-update (then commit __snapshots__/)")
+            failed.append(f"accept the change with: {self._update} (then commit __snapshots__/)")
             pytest.fail("\n".join(failed), pytrace=False)

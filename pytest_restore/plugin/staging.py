@@ -1,0 +1,83 @@
+"""The report directory's replacement: written beside it, swapped in whole, orphans removed.
+
+A report is written into a fresh staging directory beside its target and
+swapped into place with two renames, so a whole report always sits under
+one of the two names. A writer that dies (a kill, a second Ctrl-C) leaves its
+staging directory behind: the names carry the writer's process id, and the
+next session removes those whose process has ended.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+
+def partial_dir(report_dir: Path) -> Path:
+    """Where a partial report goes: beside the report directory, never in it."""
+    return report_dir.with_name(report_dir.name + ".partial")
+
+
+def swap_into_place(staging: Path, target: Path) -> None:
+    """Replace ``target`` with the directory ``staging`` as a whole.
+
+    Two renames in one directory: the old report is moved aside, the new one
+    moved in, then the old one deleted. No file of the old report survives
+    beside the new one, and at every moment a whole report sits under one of
+    the two names.
+    """
+    old: Path | None = None
+    if target.exists() or target.is_symlink():
+        old = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.old")
+        os.replace(target, old)
+    os.replace(staging, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def staging_dir(target: Path) -> Path:
+    """A fresh, empty directory beside ``target`` to write its replacement in: ``.NAME.PID.RANDOM.tmp``.
+
+    The process id in the name lets a later session tell an orphan (its
+    writer was killed, or quit on a second Ctrl-C) from a directory another
+    live session is writing: :func:`remove_orphans` removes only the former.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_orphans(target)
+    return Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent))
+
+
+def remove_orphans(target: Path, *, own: bool = False) -> None:
+    """Remove the staging and set-aside directories of ``target`` whose writing process has ended.
+
+    ``own``: this process's too (it is quitting without its report). Names
+    without a process id (``.NAME.RANDOM.tmp``, as earlier versions made them)
+    are orphans too.
+    """
+    for path in target.parent.glob(f".{target.name}.*"):
+        parts = path.name[len(target.name) + 2 :].split(".")
+        if path.suffix not in (".tmp", ".old") or not path.is_dir():
+            continue
+        if len(parts) == 3 and parts[0].isdigit():
+            pid = int(parts[0])
+            if pid == os.getpid() and not own:
+                continue
+            if pid != os.getpid() and _alive(pid):
+                continue
+        elif len(parts) != 2:
+            continue  # another name that only starts like ours (``.NAME.partial.*``)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` is running (on this machine)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, owned by someone else
+    return True
