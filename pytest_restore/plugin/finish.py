@@ -349,6 +349,8 @@ def await_report(
         return report.result(), False
     except KeyboardInterrupt:
         cancelled.set()
+        sys.stdout.write("\nrestore: interrupted: the report writer stops before it replaces anything (Ctrl-C again quits at once)\n")
+        sys.stdout.flush()
     try:
         return report.result(), True
     except ReportCancelled:
