@@ -9,10 +9,12 @@ it received against the distinct texts the audit ranks.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -241,6 +243,12 @@ def _distinct_texts() -> Counter[str]:
     return Counter(t for t in audited_texts(load_dataset(TINY), AuditConfig()) if t)
 
 
+def _embeddings_check(project: pytest.Pytester) -> dict[str, Any]:
+    summary = json.loads((project.path / "restore-report" / "summary.json").read_text())
+    result: dict[str, Any] = summary["run"]["checks"]["embeddings"]["result"][f"openai:{MODEL}"]
+    return result
+
+
 def _run(project: pytest.Pytester, server: OpenAIServer, cache: Path, *extra: str) -> pytest.RunResult:
     return project.runpytest_subprocess(
         *GRID_ARGS, f"--restore-ranker=hybrid:openai:{MODEL}", f"--restore-base-url={server.base_url}",
@@ -256,9 +264,14 @@ def test_a_grid_embeds_each_distinct_text_once_and_a_rerun_sends_nothing(
     assert server.embedded == _distinct_texts()  # every text the audit ranks, once
     records = (project.path / "restore-report" / "records.jsonl").read_text()
     assert f'"ranker": "hybrid:openai:{MODEL}"' in records
+    said = _embeddings_check(project)
+    assert said["distinct_texts"] == said["embedded_this_run"] == len(_distinct_texts()) and said["truncated"] == 0
+    assert said["dimensions"] == 1536 and said["store_bytes"] == len(_distinct_texts()) * (1536 + 4 + 16)
+    assert "## Embeddings" in (project.path / "restore-report" / "report.md").read_text()
     server.reset_counters()
     again = _run(project, server, tmp_path / "cache", "-p", "no:xdist")
     assert again.ret == 0 and server.total_requests == 0
+    assert _embeddings_check(project)["embedded_this_run"] == 0
 
 
 def test_an_xdist_grid_sends_no_text_twice(project: pytest.Pytester, server: OpenAIServer, tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ from pytest_restore.plugin.quality import (
     judge_audit,
     stop_before_grid,
 )
-from pytest_restore.plugin.rankers import embed_ahead, embedding_dry_run
+from pytest_restore.plugin.rankers import embed_ahead, embedding_check, embedding_dry_run
 from pytest_restore.plugin.runner import CellRunner
 from pytest_restore.plugin.settings import RestoreSettings, report_dir_problem
 from pytest_restore.plugin.staging import partial_dir, remove_orphans
@@ -177,6 +177,8 @@ class ControllerSession:
             failed = embed_ahead(vectors, self.parts.dataset(), self.parts.audit_config())
             if failed is not None:
                 stop_before_grid(self.config, session, RunStopped(failed))
+        if self.parts.ranker_vectors():
+            self.checks["embeddings"] = embedding_check(self.parts.ranker_vectors(), self.parts.dataset(), self.parts.audit_config())
         if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
             try:
                 self.calibration_json = calibration_gate(self.parts, self.gathered.model_calls, self.checks)

@@ -12,7 +12,8 @@ says what the embedding would cost (:func:`embedding_dry_run`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pytest_restore.audit.run import AuditConfig, audited_questions
 from pytest_restore.data.dataset import Dataset
@@ -67,6 +68,41 @@ def embed_ahead(vectors: TextVectors, dataset: Dataset, config: AuditConfig) -> 
     except EmbeddingError as err:
         return str(err)
     return None
+
+
+def embedding_check(sources: Sequence[TextVectors], dataset: Dataset, config: AuditConfig) -> dict[str, Any]:
+    """The report's account of the run's embeddings: per embedder, texts, what this run sent, truncations, storage."""
+    texts = audited_texts(dataset, config)
+    result = {}
+    for vectors in sources:
+        stats = vectors.embedder.stats
+        result[vectors.name] = {
+            "distinct_texts": sum(1 for t in texts if t),
+            "embedded_this_run": stats.embedded,
+            "truncated": stats.truncated,
+            "requests": stats.requests,
+            "tokens": stats.tokens,
+            "dimensions": vectors.store.dimensions,
+            "store_bytes": vectors.store.nbytes(),
+        }
+    lines = [
+        "## Embeddings",
+        "",
+        (
+            "Each distinct text the dense and hybrid rankers read (the questions and the units' contents), embedded "
+            "once per model and stored as int8 rows with a scale; a text over the model's input limit keeps its "
+            "first 90% of the limit in o200k tokens."
+        ),
+        "",
+        "| embedder | distinct texts | embedded this run | truncated | requests | tokens | dimensions | stored bytes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in result.items():
+        lines.append(
+            f"| {name} | {row['distinct_texts']:,} | {row['embedded_this_run']:,} | {row['truncated']:,} | "
+            f"{row['requests']:,} | {row['tokens']:,} | {row['dimensions']} | {row['store_bytes']:,} |"
+        )
+    return {"result": result, "markdown": "\n".join(lines) + "\n"}
 
 
 def embedding_dry_run(vectors: TextVectors, dataset: Dataset, config: AuditConfig) -> list[str]:
