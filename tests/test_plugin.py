@@ -18,6 +18,8 @@ from grid_helpers import (
     small_args,
 )
 
+from pytest_restore.plugin.staging import swap_into_place
+
 SMALL = small_args(bootstrap=2000)
 
 
@@ -148,6 +150,36 @@ def test_a_report_dir_that_cannot_be_made_stops_the_run_first(pytester: pytest.P
     assert len(errors) == 1 and "--restore-report-dir taken/report" in errors[0] and "is a file" in errors[0]
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
     assert "passed" not in result.stdout.str()  # no cell ran
+
+
+@pytest.mark.parametrize("report_dir", ["notes", ".", ""])
+def test_a_directory_that_is_not_a_report_is_never_replaced(pytester: pytest.Pytester, report_dir: str) -> None:
+    # the report directory is replaced whole: a folder given by mistake (or the project) would be deleted
+    pytester.makepyfile(test_grid=GRID)
+    (pytester.mkdir("notes") / "keep.txt").write_text("a user's file")
+    result = pytester.runpytest_inprocess("-p", "no:xdist", *SMALL, f"--restore-report-dir={report_dir}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.outlines
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "a report directory is replaced whole" in errors[0], errors
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    assert (pytester.path / "notes" / "keep.txt").read_text() == "a user's file"
+    assert (pytester.path / "test_grid.py").exists()
+
+
+def test_the_swap_leaves_a_directory_that_is_not_a_report_alone(tmp_path: Path) -> None:
+    # the last guard, for a folder made after the start's check (the embedded default checks per item)
+    target = tmp_path / "notes"
+    (target / "sub").mkdir(parents=True)
+    staging = tmp_path / "staging"
+    (staging / "report.md").parent.mkdir()
+    (staging / "report.md").write_text("# report")
+    with pytest.raises(NotADirectoryError, match="holds files but no report"):
+        swap_into_place(staging, target)
+    assert (target / "sub").is_dir()
+    (target / "sub").rmdir()
+    (target / "summary.json").write_text("{}")  # an earlier report: replaced
+    swap_into_place(staging, target)
+    assert (target / "report.md").exists() and not (target / "summary.json").exists()
 
 
 def test_without_data_a_bad_report_dir_fails_only_the_grid_items(pytester: pytest.Pytester) -> None:

@@ -15,6 +15,25 @@ import tempfile
 import uuid
 from pathlib import Path
 
+#: Files only a report (or the calibration gate's partial one) holds: a directory with one of them is ours to replace.
+REPORT_MARKERS = ("summary.json", "report.md", "records.jsonl", "calibration.json")
+
+
+def not_a_report(target: Path) -> str | None:
+    """Why the existing ``target`` must not be replaced by a report (it is a directory of something else), or ``None``.
+
+    A report directory is replaced whole, its old files deleted; a directory
+    given by mistake (``.``, the project, a data folder) must never be.
+    """
+    path = target.absolute()
+    if not path.is_dir() or path.is_symlink():
+        return None
+    if path == Path.cwd() or path in Path.cwd().parents:
+        return f"{path} is the directory the run is in (or holds it): a report directory is replaced whole"
+    if any(path.iterdir()) and not any((path / name).is_file() for name in REPORT_MARKERS):
+        return f"{path} holds files but no report (no summary.json or report.md): a report directory is replaced whole"
+    return None
+
 
 def partial_dir(report_dir: Path) -> Path:
     """Where a partial report goes: beside the report directory, never in it."""
@@ -29,6 +48,9 @@ def swap_into_place(staging: Path, target: Path) -> None:
     beside the new one, and at every moment a whole report sits under one of
     the two names.
     """
+    refused = not_a_report(target)
+    if refused is not None:  # checked at the start too; a directory made since is left alone
+        raise NotADirectoryError(f"not replaced: {refused}")
     old: Path | None = None
     if target.exists() or target.is_symlink():
         old = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.old")
