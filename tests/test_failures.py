@@ -102,6 +102,8 @@ def assert_one_line_usage_error(result: pytest.RunResult, *needles: str) -> None
         (["--restore-questions=0"], "below the minimum of 1"),
         (["--restore-audit-judge-sample=0"], "below the minimum of 1"),
         (["--restore-embedded-questions=1.5"], "not a whole number"),
+        (["--restore-reader="], "--restore-reader: unknown model ''"),
+        (["--restore-judge="], "--restore-judge: unknown model ''"),
     ],
 )
 def test_bad_options_stop_at_configure_with_one_line(project: pytest.Pytester, args: list[str], needle: str) -> None:
@@ -453,11 +455,14 @@ def test_a_full_disk_under_the_cache_stops_the_run_with_one_line_and_exit_74(
     assert not list(cache.rglob("*.lock"))
 
 
-def test_a_cache_path_that_is_a_file_is_said_before_any_work(project: pytest.Pytester, tmp_path: Path) -> None:
+@pytest.mark.parametrize("dry_run", [[], ["--restore-dry-run"]], ids=["run", "dry-run"])
+def test_a_cache_path_that_is_a_file_is_said_before_any_work(
+    project: pytest.Pytester, tmp_path: Path, dry_run: list[str]
+) -> None:
     taken = tmp_path / "cache-file"
     taken.write_text("not a directory")
     result = project.runpytest_inprocess(
-        *GRID_ARGS, *REAL, "--restore-base-url=http://127.0.0.1:9/v1", f"--restore-cache={taken}"
+        *GRID_ARGS, *REAL, "--restore-base-url=http://127.0.0.1:9/v1", f"--restore-cache={taken}", *dry_run
     )
     assert_one_line_usage_error(result, f"--restore-cache: response cache {taken}: not a directory")
 

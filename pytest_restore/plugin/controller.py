@@ -121,9 +121,10 @@ class ControllerSession:
         problem = missing_key_problem(settings.all_models(), settings.base_url)
         if problem and not settings.dry_run:  # a dry run costs nothing: it says so and goes on
             raise pytest.UsageError(problem)
-        if settings.uses_real_models and not settings.dry_run:
+        if settings.uses_real_models:
             # the cache must take its first entry: a file in its place, or a directory that takes
-            # no file, would otherwise fail the first reply after it was paid for
+            # no file, would otherwise fail the first reply after it was paid for (and the dry
+            # run's look into the cache with a traceback)
             problem = cache_problem(settings.model_options(self.parts.cache_root()).cache_dir)
             if problem:
                 raise pytest.UsageError(f"{settings.source('cache')}: {problem}" if settings.cache else problem)

@@ -261,7 +261,7 @@ class RestoreSettings:
         if raw["calibration"] not in ("auto", "on", "off"):
             raise pytest.UsageError(f"{where['calibration']}: {raw['calibration']!r} is not auto, on or off")
         for role in ("reader", "judge", "scorer", "robustness-reader", "audit-judge"):
-            if raw[role]:
+            if raw[role] or role in ("reader", "judge", "scorer"):  # these three cannot be left empty
                 try:
                     check_spec(raw[role], where[role], providers)
                 except ModelSpecError as err:
