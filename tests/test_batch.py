@@ -309,6 +309,15 @@ def test_the_dry_run_prices_a_batch_at_half_and_counts_its_rounds(pytester: pyte
     assert "batch rounds" not in live
 
 
+def test_the_dry_run_counts_as_rounds_only_the_real_models_steps(pytester: pytest.Pytester) -> None:
+    # a fake judge answers at once: the gate's judge steps are no batch round (the run makes 3, not 8)
+    pytester.makepyfile(test_grid=GRID)
+    args = [*small_args(), "--restore-reader=openai:gpt-4o-mini", "--restore-calibration=on", "--restore-batch"]
+    result = pytester.runpytest_inprocess("-p", "no:xdist", *args, "--restore-dry-run")
+    assert result.ret == 0, result.outlines
+    assert "batch rounds: 3 (calibration oracle reader, calibration cell reader, reader)" in result.stdout.str()
+
+
 def test_a_session_killed_mid_batch_attaches_to_it_when_started_again(
     histories: list[History], pytester: pytest.Pytester, live: CleanRun
 ) -> None:

@@ -228,10 +228,14 @@ def batch_round_count(settings: RestoreSettings, policies: Sequence[Policy], pro
     s = settings
     rounds = []
     if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
-        # the gate's oracle (reader, judge), its cell (reader, judge), each judge repeat alone, the judge probes
-        rounds += ["calibration oracle reader", "calibration oracle judge", "calibration cell reader",
-                   "calibration cell judge", "calibration judge repeat 1", "calibration judge repeat 2",
-                   "calibration judge probes"]
+        # the gate's oracle (reader, judge), its cell (reader, judge), each judge repeat alone, the judge
+        # probes; a fake model answers at once, so only the real ones' steps are rounds
+        reader, judge = is_real(s.reader, providers), is_real(s.judge, providers)
+        steps = [("calibration oracle reader", reader), ("calibration oracle judge", judge),
+                 ("calibration cell reader", reader), ("calibration cell judge", judge),
+                 ("calibration judge repeat 1", judge), ("calibration judge repeat 2", judge),
+                 ("calibration judge probes", judge)]
+        rounds += [name for name, real in steps if real]
     if any(p.needs_importance for p in policies) and is_real(s.scorer, providers):
         rounds.append("scorer")
     if any(is_real(r, providers) for r in s.readers):
