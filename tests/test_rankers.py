@@ -46,6 +46,8 @@ def test_the_ranker_is_a_grid_dimension_and_every_record_names_its_ranker(grid_r
     for r in records:
         by_ranker.setdefault(r["ranker"], set()).add((r["question_id"], r["policy"], r["budget"], r["seed"], r["regime"]))
     assert sorted(by_ranker) == ["bm25-lite", "dense:fake", "hybrid:fake"]
+    # the terminal's table is one ranker's: its title says which
+    assert "restore-counterfactual audit (regime b, ranker bm25-lite; every ranker in report.md)" in grid_run.output
     assert by_ranker["bm25-lite"] == by_ranker["dense:fake"] == by_ranker["hybrid:fake"]  # the same questions and cells
     # the stores are the cell's, whatever reads them
     stores = {(r["question_id"], r["policy"], r["budget"], r["seed"], r["ranker"]): r["store_units"] for r in records}

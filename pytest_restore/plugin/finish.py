@@ -33,7 +33,7 @@ from pytest_restore.plugin.calls import ModelCalls, calls_markdown
 from pytest_restore.plugin.cells import CellSpec
 from pytest_restore.plugin.settings import RestoreSettings
 from pytest_restore.plugin.staging import partial_dir, staging_dir, swap_into_place
-from pytest_restore.record import Record
+from pytest_restore.record import Record, baseline_ranker
 from pytest_restore.report.inputs import RunInfo
 from pytest_restore.report.writer import ReportFiles, write_report
 from pytest_restore.stats.families import FAMILIES, Family
@@ -250,7 +250,9 @@ def terminal_summary(
         for failure in failures:
             terminalreporter.write_line(failure, red=True)
         return
-    terminalreporter.write_sep("=", "restore-counterfactual audit (regime b)")
+    baseline = baseline_ranker(records)  # several rankers: the table is the baseline's, say so
+    ranker = f", ranker {baseline}; every ranker in report.md" if baseline else ""
+    terminalreporter.write_sep("=", f"restore-counterfactual audit (regime b{ranker})")
     for line in table:
         terminalreporter.write_line(line)
     meta = run_meta
