@@ -188,7 +188,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def restore_cell(request: pytest.FixtureRequest) -> Generator[RestoreCell, None, None]:
     """The grid cell of this item (the plugin parametrizes it over policy x budget)."""
     from pytest_restore.plugin.cells import RestoreCell
-    from pytest_restore.plugin.settings import report_dir_problem
+    from pytest_restore.plugin.staging import report_dir_problem
 
     runner = _activate(request.config).runner
     problem = report_dir_problem(runner.settings.report_dir, runner.settings.source("report-dir"))

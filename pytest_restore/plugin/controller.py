@@ -60,8 +60,8 @@ from pytest_restore.plugin.quality import (
 )
 from pytest_restore.plugin.rankers import embed_ahead, embedding_check, embedding_dry_run
 from pytest_restore.plugin.runner import CellRunner
-from pytest_restore.plugin.settings import RestoreSettings, report_dir_problem
-from pytest_restore.plugin.staging import partial_dir, remove_orphans
+from pytest_restore.plugin.settings import RestoreSettings
+from pytest_restore.plugin.staging import partial_dir, remove_orphans, report_dir_problem
 
 
 def say_on_terminal(config: pytest.Config, message: str) -> None:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from pytest_restore.exits import out_dir_problem
 from pytest_restore.models.batch import BatchOptions
 from pytest_restore.models.prompts import PromptSet
 from pytest_restore.models.providers import (
@@ -29,7 +28,6 @@ from pytest_restore.models.providers import (
     parse_price,
 )
 from pytest_restore.plugin.options import OPTIONS, _dest
-from pytest_restore.plugin.staging import not_a_report
 
 #: Fewer bootstrap resamples than this give intervals too coarse to read.
 MIN_RESAMPLES = 100
@@ -394,9 +392,3 @@ RECORD_SETTINGS: tuple[str, ...] = (
     "rankers",
     "ablations",
 )
-
-
-def report_dir_problem(report_dir: str, where: str = "--restore-report-dir") -> str | None:
-    """Why the report directory could not be made, or must not be replaced, in one line naming ``where`` it was given, or ``None``."""
-    refused = not_a_report(Path(report_dir))
-    return f"{where} {report_dir}: {refused}" if refused else out_dir_problem(report_dir, where)

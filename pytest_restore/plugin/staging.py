@@ -15,6 +15,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from pytest_restore.exits import out_dir_problem
+
 #: Files only a report (or the calibration gate's partial one) holds: a directory with one of them is ours to replace.
 REPORT_MARKERS = ("summary.json", "report.md", "records.jsonl", "calibration.json")
 
@@ -33,6 +35,12 @@ def not_a_report(target: Path) -> str | None:
     if any(path.iterdir()) and not any((path / name).is_file() for name in REPORT_MARKERS):
         return f"{path} holds files but no report (no summary.json or report.md): a report directory is replaced whole"
     return None
+
+
+def report_dir_problem(report_dir: str, where: str = "--restore-report-dir") -> str | None:
+    """Why the report directory could not be made, or must not be replaced, in one line naming ``where`` it was given, or ``None``."""
+    refused = not_a_report(Path(report_dir))
+    return f"{where} {report_dir}: {refused}" if refused else out_dir_problem(report_dir, where)
 
 
 def partial_dir(report_dir: Path) -> Path:
