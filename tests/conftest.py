@@ -12,7 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from grid_helpers import GRID, ROOT, ChildRun, read_child, run_child, shared_run, small_args
+from grid_helpers import (
+    FAST_RETRIES,
+    GRID,
+    ROOT,
+    ChildRun,
+    read_child,
+    run_child,
+    shared_run,
+    small_args,
+)
 
 # The plugin imports its session (and numpy) only once a run is an audit. pytester's in-process
 # runs drop the modules first imported inside them, and numpy cannot be imported twice in one
@@ -80,3 +89,13 @@ def tiny_grid_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[ChildRun, 
 
     project = shared_run(tmp_path_factory, "tiny-grid", build)
     return read_child(project / "serial"), read_child(project / "parallel")
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A project with the grid module and fast retries; no OpenAI settings leak in from the environment."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile(test_grid=GRID)
+    pytester.makeconftest(FAST_RETRIES)
+    return pytester

@@ -37,6 +37,16 @@ def pytest_unconfigure(config):
 """
 
 
+#: The smallest grid worth running: the tiny fixture, two policies, one budget.
+SMALLEST_GRID = [
+    f"--restore-data={TINY}",
+    "--restore-budgets=300",
+    "--restore-policies=fifo,no-evict",
+    "--restore-bootstrap=200",
+    "--restore-family-checks=report",
+]
+
+
 def small_args(*, bootstrap: int = 500, family_checks: str | None = "report") -> list[str]:
     """Options for a quick grid on the tiny fixture.
 

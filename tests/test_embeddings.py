@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from grid_helpers import FAST_RETRIES, GRID, TINY
+from grid_helpers import SMALLEST_GRID, TINY
 from openai_server import EMBEDDING_MAX_TOKENS, INVALID_INPUT, Faults, OpenAIServer
 
 from pytest_restore.audit.run import AuditConfig, audited_questions
@@ -221,22 +221,9 @@ def test_the_texts_embedded_ahead_are_the_audits_texts() -> None:
 
 # -- the grid through the plugin ------------------------------------------------------------
 
-GRID_ARGS = [
-    f"--restore-data={TINY}",
-    "--restore-budgets=300",
-    "--restore-policies=fifo,no-evict",
-    "--restore-bootstrap=200",
-    "--restore-family-checks=report",
-]
+GRID_ARGS = SMALLEST_GRID
 
 
-@pytest.fixture
-def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
-        monkeypatch.delenv(name, raising=False)
-    pytester.makepyfile(test_grid=GRID)
-    pytester.makeconftest(FAST_RETRIES)
-    return pytester
 
 
 def _distinct_texts() -> Counter[str]:

@@ -22,6 +22,7 @@ from grid_helpers import (
     FAST_RETRIES,
     FULL_DISK,
     GRID,
+    SMALLEST_GRID,
     TINY,
     full_disk_conftest,
     run_child,
@@ -33,25 +34,10 @@ from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import History, build_history
 from pytest_restore.exits import IO_ERROR
 
-#: The smallest grid worth running: the tiny fixture, two policies, one budget.
-GRID_ARGS = [
-    f"--restore-data={TINY}",
-    "--restore-budgets=300",
-    "--restore-policies=fifo,no-evict",
-    "--restore-bootstrap=200",
-    "--restore-family-checks=report",
-]
+GRID_ARGS = SMALLEST_GRID
 REAL = [f"--restore-{role}=openai:fake-{role}" for role in ("reader", "judge", "scorer")]
 
 
-@pytest.fixture
-def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """A project with the grid module; no OpenAI settings leak in from the environment."""
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
-        monkeypatch.delenv(name, raising=False)
-    pytester.makepyfile(test_grid=GRID)
-    pytester.makeconftest(FAST_RETRIES)
-    return pytester
 
 
 @pytest.fixture(scope="module")
