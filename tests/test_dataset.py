@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gzip
 import hashlib
 import json
 import pickle
@@ -204,6 +205,11 @@ def _bad_answer_id(records: Records) -> None:
     records[3]["answer_session_ids"][1] = "answer_deadbeef_9"
 
 
+def _repeated_session_id(records: Records) -> None:
+    ids = records[1]["haystack_session_ids"]
+    ids[3] = ids[0]
+
+
 # (id, mutation, where the error is, field, problem text)
 MALFORMED: list[tuple[str, Mutation, str, str, str]] = [
     ("missing-question", _drop(1, "question"), "'118b2229' (index 1)", "question", "missing"),
@@ -393,6 +399,34 @@ MALFORMED: list[tuple[str, Mutation, str, str, str]] = [
         "also used by the question at index 2",
     ),
     (
+        "type-unknown",
+        _set(2, "question_type", "single-session-usr"),
+        "'8a2466db' (index 2)",
+        "question_type",
+        "unknown type 'single-session-usr' (LongMemEval-S has single-session-user, ",
+    ),
+    (
+        "question-date-unparseable",
+        _set(2, "question_date", "last Tuesday"),
+        "'8a2466db' (index 2)",
+        "question_date",
+        "not a date: 'last Tuesday' (expected like '2023/05/30 (Tue) 23:40')",
+    ),
+    (
+        "question-date-impossible",
+        _set(2, "question_date", "2023/02/30 (Thu) 10:00"),
+        "'8a2466db' (index 2)",
+        "question_date",
+        "not a date: '2023/02/30 (Thu) 10:00'",
+    ),
+    (
+        "session-id-repeated",
+        _repeated_session_id,
+        "'118b2229' (index 1)",
+        "haystack_session_ids[3]",
+        "repeats haystack_session_ids[0]",
+    ),
+    (
         "record-not-object",
         _replace_record(6, ["c4a1ceb8"]),
         "(index 6)",
@@ -494,6 +528,73 @@ def test_empty_list(tmp_path: Path) -> None:
     with pytest.raises(DataError) as info:
         load_dataset(path)
     assert str(info.value) == f"{path}: the list of question records is empty"
+
+
+def test_iso_question_dates_are_dates(tmp_path: Path) -> None:
+    records = tiny_records()
+    records[2]["question_date"] = "2023-07-01T19:00"
+    assert load_dataset(write(tmp_path, records)).questions[2].question_date == "2023-07-01T19:00"
+
+
+def test_gzip_file_is_read_as_its_json(tmp_path: Path, tiny: Dataset) -> None:
+    # a .json.gz (LoCoMo's shared copy is one) is decompressed transparently, by its magic bytes
+    path = tmp_path / "data.json.gz"
+    path.write_bytes(gzip.compress(TINY.read_bytes()))
+    loaded = load_dataset(path)
+    assert loaded.questions == tiny.questions
+    assert loaded.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()  # of the file as stored
+
+
+def test_damaged_gzip_says_gzip(tmp_path: Path) -> None:
+    path = tmp_path / "data.json.gz"
+    path.write_bytes(gzip.compress(TINY.read_bytes())[:200])
+    with pytest.raises(DataError) as info:
+        load_dataset(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: a gzip file that does not decompress: ")
+    assert "\n" not in message
+
+
+def test_gzip_of_non_utf8_says_gzip(tmp_path: Path) -> None:
+    path = tmp_path / "data.json.gz"
+    path.write_bytes(gzip.compress(b'["\xff"]'))
+    with pytest.raises(DataError) as info:
+        load_dataset(path)
+    assert str(info.value) == f"{path}: not UTF-8 text (after gzip decompression): bad byte at offset 2"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "where", "field"),
+    [
+        pytest.param(_set(1, "question", "What is \ud800 this?"), "'118b2229' (index 1)", "question", id="question"),
+        pytest.param(_set(2, "answer", "yes \udfff"), "'8a2466db' (index 2)", "answer", id="answer"),
+        pytest.param(
+            _turn(5, 3, 0, "content", "a \udbff b"), "'6a1eabeb' (index 5)", "haystack_sessions[3][0].content", id="turn"
+        ),
+    ],
+)
+def test_lone_surrogate_is_refused_at_load(tmp_path: Path, mutate: Mutation, where: str, field: str) -> None:
+    # JSON allows an unpaired \\udXXX escape; UTF-8 cannot hold it, so the report writer would fail
+    # after the grid: refused here, naming the record and the field
+    records = copy.deepcopy(tiny_records())
+    mutate(records)
+    path = write(tmp_path, records)
+    assert "\\ud" in path.read_text(encoding="utf-8")  # json.dumps wrote it as an escape
+    with pytest.raises(DataError) as info:
+        load_dataset(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: question {where}: field {field!r}: text UTF-8 cannot hold: a lone surrogate")
+    assert "\n" not in message
+    message.encode("utf-8")  # the message itself is printable
+
+
+def test_paired_surrogate_escapes_are_text(tmp_path: Path) -> None:
+    # an emoji written as an escaped pair is one character: nothing to refuse
+    records = tiny_records()
+    records[1]["question"] = "What did I send? \U0001f600"
+    path = write(tmp_path, records)
+    assert "\\ud83d\\ude00" in path.read_text(encoding="utf-8")
+    assert load_dataset(path).questions[1].question.endswith("\U0001f600")
 
 
 def test_error_pickles() -> None:

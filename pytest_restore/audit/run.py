@@ -176,7 +176,8 @@ def audited_questions(dataset: Dataset, config: AuditConfig) -> list[Question]:
 
 
 def excluded_questions(dataset: Dataset, config: AuditConfig, audited: Sequence[Question]) -> list[tuple[str, str]]:
-    """``(question_id, reason)`` for every question of ``dataset`` not in ``audited`` (:func:`audited_questions`)."""
+    """``(question_id, reason)`` for every question of ``dataset`` not in ``audited`` (:func:`audited_questions`),
+    after those the loader left out (LoCoMo's adversarial questions, evidence that names no turn)."""
     kept = {q.question_id for q in audited}
     out = []
     for q in dataset.questions:
@@ -189,7 +190,7 @@ def excluded_questions(dataset: Dataset, config: AuditConfig, audited: Sequence[
         else:
             out.append((q.question_id, OUTSIDE_SUBSET))
     order = (ABSTENTION, NO_GOLD, OUTSIDE_SUBSET)
-    return sorted(out, key=lambda e: order.index(e[1]))  # stable: the file's order within a reason
+    return list(dataset.excluded) + sorted(out, key=lambda e: order.index(e[1]))  # stable: the file's order within a reason
 
 
 def count_tokens_ahead(
@@ -269,6 +270,16 @@ class Audit:
         """How many questions were left out, by reason."""
         return dict(sorted(Counter(reason for _, reason in self.exclusions).items()))
 
+    def budget_binding(self, budgets: Sequence[int]) -> dict[int, float]:
+        """Per budget, the share of the audited histories it binds for (the history holds more tokens).
+
+        A history several questions share counts once. A budget that binds for
+        none evicts nothing: its cells only repeat no-evict.
+        """
+        totals = {p.question.history_key: p.history.total_tokens for p in self.questions}
+        n = len(totals)
+        return {b: (sum(t > b for t in totals.values()) / n if n else 0.0) for b in budgets}
+
     def history(self, question_id: str) -> History:
         """The history of an audited question."""
         for p in self.questions:
@@ -324,8 +335,11 @@ class Audit:
 
     def importance(self, questions: Sequence[Prepared]) -> tuple[dict[str, int], dict[str, str]]:
         """Importance scores of every unit content, and the questions whose scoring failed."""
+        histories = {p.question.history_key: p.history for p in questions}  # a shared history is scored once
         contents = list(
-            dict.fromkeys(u.content for p in questions for u in p.history.units if u.content not in self._importance)
+            dict.fromkeys(
+                u.content for h in histories.values() for u in h.units if u.content not in self._importance
+            )
         )
         failed: dict[str, str] = {}
         if contents:
@@ -337,19 +351,24 @@ class Audit:
                 else:
                     failed[content] = result.error or f"not a score: {result.text!r}"
         bad = {}
-        for p in questions:
-            for u in p.history.units:
-                if u.content in failed:
-                    bad[p.question.question_id] = f"api_error: scorer: {failed[u.content]}"
-                    break
+        if failed:
+            for p in questions:
+                for u in p.history.units:
+                    if u.content in failed:
+                        bad[p.question.question_id] = f"api_error: scorer: {failed[u.content]}"
+                        break
         return self._importance, bad
 
     # -- eviction ------------------------------------------------------------
 
     def retain(self, policy: Policy, prepared: Prepared, budget: int, seed: int, importance: Mapping[str, int]) -> Mask:
-        """``S_P`` of one question, checked for shape and budget."""
+        """``S_P`` of one question's history, checked for shape and budget.
+
+        The policy sees the history's id (the question's own, or the
+        conversation it shares): every question of one history gets the same store.
+        """
         history = prepared.history
-        ctx = EvictionContext(question_id=history.question.question_id, seed=seed, importance=importance)
+        ctx = EvictionContext(question_id=history.question.history_key, seed=seed, importance=importance)
         mask = np.asarray(policy.retain(history.units, history.sizes, budget, ctx))
         if mask.shape != (len(history.units),) or mask.dtype != np.bool_:
             raise TypeError(
@@ -511,10 +530,12 @@ class Audit:
         default); ``known`` are stores this cell already evicted (under another
         ranker), taken as they are. Returns the plan (question, seed, store),
         the contexts three per planned store, and the stores by (question, seed).
+        Questions that share a history share its store: it is evicted once per seed.
         """
         seeds = self.config.seeds if policy.seeded else (0,)
         cap = self.config.cap
         stores: dict[tuple[str, int], Mask] = {}
+        evicted: dict[tuple[str, int], Mask] = {}  # by (history, seed)
         plan: list[tuple[Prepared, int, Mask | None]] = []
         contexts: list[tuple[History, list[int]]] = []
         for seed in seeds:
@@ -523,7 +544,13 @@ class Audit:
                 if qid in skip:
                     plan.append((p, seed, None))
                     continue
-                mask = known[(qid, seed)] if known is not None else self.retain(policy, p, budget, seed, importance)
+                if known is not None:
+                    mask = known[(qid, seed)]
+                else:
+                    shared = (p.question.history_key, seed)
+                    mask = evicted.get(shared)
+                    if mask is None:
+                        mask = evicted[shared] = self.retain(policy, p, budget, seed, importance)
                 stores[(qid, seed)] = mask
                 gold = list(p.history.gold)
                 kept_gold = [g for g in gold if mask[g]]
@@ -573,7 +600,8 @@ class Audit:
 
     def scorer_requests(self) -> dict[str, ChatRequest]:
         """The importance scorer's requests, one per distinct unit content, keyed by the content."""
-        contents = dict.fromkeys(u.content for p in self.questions for u in p.history.units)
+        histories = {p.question.history_key: p.history for p in self.questions}
+        contents = dict.fromkeys(u.content for h in histories.values() for u in h.units)
         return {c: self.prompts.scorer(content=c) for c in contents}
 
     def _record(

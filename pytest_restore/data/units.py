@@ -98,44 +98,59 @@ def render_session(date: str, turns: Iterable[tuple[str, str]]) -> str:
 def build_history(question: Question, granularity: Granularity = Granularity.TURN) -> History:
     """Cut one question's haystack into units and mark its gold.
 
-    Gold at turn granularity: the ``has_answer`` turns of the answer sessions;
-    at session granularity: the answer sessions themselves.
+    Gold at turn granularity: the turns the question's ``evidence`` names or,
+    without it, the ``has_answer`` turns of the answer sessions; at session
+    granularity: the sessions holding those turns (the answer sessions).
     """
-    answer_ids = set(question.answer_session_ids)
+    units, sizes = history_units(question, granularity)
+    return History(question, granularity, units, sizes, gold_of(question, granularity, units))
+
+
+def history_units(question: Question, granularity: Granularity) -> tuple[tuple[Unit, ...], npt.NDArray[np.int64]]:
+    """The units of a question's haystack, in order, and their token sizes (nothing of the gold)."""
     units: list[Unit] = []
-    gold: list[int] = []
     if granularity is Granularity.TURN:
-        rows: list[tuple[int, int, str, str, str, bool]] = []
-        for s, (sid, date, session) in enumerate(
-            zip(question.haystack_session_ids, question.haystack_dates, question.haystack_sessions)
-        ):
-            in_answer = sid in answer_ids
+        rows: list[tuple[int, int, str, str, str]] = []
+        for s, (date, session) in enumerate(zip(question.haystack_dates, question.haystack_sessions)):
             for t, turn in enumerate(session):
-                rows.append((s, t, date, turn.role, turn.content, in_answer and turn.has_answer))
-        headers = [turn_header(date, role) for _, _, date, role, _, _ in rows]
-        contents = [content for *_, content, _ in rows]
+                rows.append((s, t, date, turn.role, turn.content))
+        headers = [turn_header(date, role) for _, _, date, role, _ in rows]
+        contents = [content for *_, content in rows]
         sizes = _snippet_sizes(headers, contents)
-        for pos, ((s, t, date, role, content, is_gold), header, size) in enumerate(
-            zip(rows, headers, sizes)
-        ):
+        for pos, ((s, t, date, role, content), header, size) in enumerate(zip(rows, headers, sizes)):
             units.append(_unit(pos, s, t, date, role, content, header + content, size))
-            if is_gold:
-                gold.append(pos)
     else:
-        snippets: list[str] = []
-        for s, (sid, date, session) in enumerate(
-            zip(question.haystack_session_ids, question.haystack_dates, question.haystack_sessions)
-        ):
-            pairs = [(turn.role, turn.content) for turn in session]
-            snippets.append(render_session(date, pairs))
-            if sid in answer_ids:
-                gold.append(s)
+        snippets = [
+            render_session(date, ((turn.role, turn.content) for turn in session))
+            for date, session in zip(question.haystack_dates, question.haystack_sessions)
+        ]
         contents = unit_contents(question, granularity)
         for s, (snippet, size) in enumerate(zip(snippets, count_tokens(snippets))):
             date = question.haystack_dates[s]
             units.append(Unit(s, s, -1, date, "session", contents[s], snippet, size))
     sizes_arr = np.fromiter((u.tokens for u in units), dtype=np.int64, count=len(units))
-    return History(question, granularity, tuple(units), sizes_arr, tuple(gold))
+    return tuple(units), sizes_arr
+
+
+def gold_of(question: Question, granularity: Granularity, units: Sequence[Unit]) -> tuple[int, ...]:
+    """The positions of a question's gold units among ``units`` (its history's), ascending."""
+    if question.evidence is not None:
+        if granularity is Granularity.SESSION:
+            return tuple(sorted({s for s, _ in question.evidence}))
+        at = {(u.session, u.turn): u.position for u in units}
+        return tuple(sorted(at[st] for st in question.evidence if st in at))
+    answer_ids = set(question.answer_session_ids)
+    if granularity is Granularity.SESSION:
+        return tuple(s for s, sid in enumerate(question.haystack_session_ids) if sid in answer_ids)
+    gold: list[int] = []
+    pos = 0
+    for sid, session in zip(question.haystack_session_ids, question.haystack_sessions):
+        in_answer = sid in answer_ids
+        for turn in session:
+            if in_answer and turn.has_answer:
+                gold.append(pos)
+            pos += 1
+    return tuple(gold)
 
 
 def unit_contents(question: Question, granularity: Granularity = Granularity.TURN) -> list[str]:
@@ -151,6 +166,8 @@ def unit_contents(question: Question, granularity: Granularity = Granularity.TUR
 
 def has_gold(question: Question, granularity: Granularity = Granularity.TURN) -> bool:
     """Whether :func:`build_history` would mark any gold unit for ``question`` (without building it)."""
+    if question.evidence is not None:
+        return bool(question.evidence)  # the loader keeps only references that name a turn
     answer_ids = set(question.answer_session_ids)
     for sid, session in zip(question.haystack_session_ids, question.haystack_sessions):
         if sid in answer_ids and (granularity is Granularity.SESSION or any(t.has_answer for t in session)):
@@ -167,7 +184,11 @@ def distinct_texts(questions: Sequence[Question], granularity: Granularity = Gra
     process that reads the same questions.
     """
     texts: dict[str, None] = {}  # insertion order: the same list in every process
+    seen: set[str] = set()
     for q in questions:
+        if q.history_key in seen:
+            continue  # a shared history's texts are listed once
+        seen.add(q.history_key)
         if granularity is Granularity.TURN:
             for date, session in zip(q.haystack_dates, q.haystack_sessions):
                 for turn in session:
@@ -202,7 +223,16 @@ def build_histories(
         count_tokens(texts)
     else:
         _count_cached(texts, Path(counts_file))
-    return [build_history(q, granularity) for q in questions]
+    # questions asked of one history (a LoCoMo conversation) share its units: cut once
+    shared: dict[str, tuple[tuple[Unit, ...], npt.NDArray[np.int64]]] = {}
+    histories = []
+    for q in questions:
+        key = q.history_key
+        if key not in shared:
+            shared[key] = history_units(q, granularity)
+        units, sizes = shared[key]
+        histories.append(History(q, granularity, units, sizes, gold_of(q, granularity, units)))
+    return histories
 
 
 def count_ahead(
