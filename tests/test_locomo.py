@@ -341,3 +341,109 @@ def test_budget_binding_counts_each_history_once(locomo: Dataset) -> None:
         totals[0] - 1: 1.0,
     }
     assert audit.exclusion_counts() == {ADVERSARIAL: 2, NO_EVIDENCE: 1, UNRESOLVED: 1}
+
+
+# --- through the plugin -------------------------------------------------------------------------
+
+GRID = (Path(__file__).resolve().parent.parent / "benches" / "test_grid.py").read_text(encoding="utf-8")
+QUICK = ["-p", "no:xdist", "--restore-bootstrap", "200", "--restore-family-checks", "report"]
+
+
+def test_locomo_grid_names_its_loader_exclusions_repairs_and_budgets(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    # 100k binds for no conversation of the fixture: a warning that names it
+    result = pytester.runpytest(*QUICK, f"--restore-data={LOCOMO}", "--restore-budgets", "100k,250,120", "--restore-policies", "fifo,no-evict")
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(
+        [
+            "restore: locomo_tiny.json read as locomo (picked from the file's shape): 10 questions, 4 left out*6 flawed evidence references*",
+            "warning: budget 100,000 binds for no history of 2 (each holds fewer tokens): its cells evict nothing",
+            "dataset: locomo_tiny.json read as locomo, sha256 *",
+        ]
+    )
+    assert "budget 250 binds" not in result.stdout.str()
+    out = pytester.path / "restore-report"
+    report = (out / "report.md").read_text(encoding="utf-8")
+    for line in (
+        "| dataset loader | locomo |",
+        "| histories audited (questions sharing one are evicted once) | 2 |",
+        f"| {ADVERSARIAL} | 2 |",
+        f"| {REPAIR_KINDS['colon']} | 1 |",
+        "| 100,000 | 0.00 (binds for none: its cells evict nothing) |",
+        "| 250 | 1.00 |",
+    ):
+        assert line in report, line
+    assert "| fake | b | single-hop (4) |" in report  # bins by LoCoMo category
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["run"]["dataset"]["dataset"] == "locomo"
+    assert summary["run"]["dataset"]["budget_binding"] == {"100000": 0.0, "250": 1.0, "120": 1.0}
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert {r["question_id"] for r in records} == {"fx-1:q0", "fx-1:q1", "fx-1:q2", "fx-1:q3", "fx-1:q4", "fx-1:q5", "fx-1:q7", "fx-2:q0", "fx-2:q1", "fx-2:q2"}
+
+
+def test_default_budgets_are_the_loaders(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest("-p", "no:xdist", "--collect-only", "-q", f"--restore-data={LOCOMO}")
+    ids = [line for line in result.outlines if "test_cell[" in line]
+    assert "test_grid.py::test_cell[fifo-16k]" in ids and "test_grid.py::test_cell[fifo-2k]" in ids
+    assert len(ids) == 6 * len(LOCOMO_BUDGETS)
+
+
+USERS_LOADER = '''
+import json
+from pytest_restore.data.dataset import Dataset, Question, Turn, check_encodable
+from pytest_restore.data.loaders import DatasetLoader
+
+
+class Notes(DatasetLoader):
+    """One user's notes file: {"notes": [...], "qa": [[question, answer, note index], ...]}."""
+
+    name = "notes"
+    expects = "a JSON object with 'notes' and 'qa'"
+    budgets = (60, 30)
+
+    def fits(self, value):
+        return isinstance(value, dict) and "notes" in value
+
+    def load(self, data):
+        check_encodable(data, None)
+        turns = tuple(Turn("user", text, False) for text in data.value["notes"])
+        questions = tuple(
+            Question(f"n{i}", "lookup", q, a, "2024/03/01 (Fri) 09:00", ("notes",), ("2024/02/01 (Thu) 09:00",),
+                     (turns,), ("notes",), i, evidence=((0, note),), history_id="notes")
+            for i, (q, a, note) in enumerate(data.value["qa"])
+        )
+        return Dataset(data.path, data.sha256, questions, False, name=self.name, budgets=self.budgets)
+
+
+def pytest_restore_register_datasets(registry, config):
+    registry.register(Notes())
+'''
+
+
+def test_users_loader_from_a_conftest_runs_the_grid(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(USERS_LOADER)
+    pytester.makepyfile(test_grid=GRID)
+    notes = ["I parked the car on level three.", "The spare key is in the blue jar.", "Dentist moved to Thursday."]
+    notes += [f"Filler note number {i} about nothing in particular at all." for i in range(8)]
+    qa = [["Where is the spare key?", "in the blue jar", 1], ["Which level is the car on?", "level three", 0]]
+    (pytester.path / "notes.json").write_text(json.dumps({"notes": notes, "qa": qa}), encoding="utf-8")
+    result = pytester.runpytest(*QUICK, "--restore-data=notes.json", "--restore-policies", "fifo")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["restore: notes.json read as notes (picked from the file's shape): 2 questions"])
+    # the loader's own budgets made the grid
+    cells = (pytester.path / "restore-report" / "cells.csv").read_text(encoding="utf-8").splitlines()
+    assert sorted({tuple(row.split(",")[:2]) for row in cells[1:]}) == [("fifo", "30"), ("fifo", "60")]
+    unknown = pytester.runpytest(*QUICK, "--restore-data=notes.json", "--restore-dataset", "diary")
+    assert unknown.ret == pytest.ExitCode.USAGE_ERROR
+    unknown.stderr.fnmatch_lines(["ERROR: --restore-dataset: unknown dataset loader 'diary'; registered: longmemeval, locomo, notes"])
+
+
+def test_a_file_no_loader_fits_stops_the_run_in_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    (pytester.path / "odd.json").write_text(json.dumps({"rows": []}), encoding="utf-8")
+    result = pytester.runpytest(*QUICK, "--restore-data=odd.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and "odd.json: fits no dataset loader: found a JSON object; longmemeval expects" in errors[0]
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()

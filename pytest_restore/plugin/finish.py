@@ -20,7 +20,7 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,7 @@ def run_info(
     shown = asdict(settings)
     shown.pop("report_dir")
     shown.pop("real_models")
+    shown.pop("budgets_given")  # the budgets shown are the run's, the dataset's defaults or the option's
     shown["data"] = Path(settings.data).name if settings.data else "embedded synthetic"
     ran_policies = {str(r["policy"]) for r in records}
     ran_budgets = {int(r["budget"]) for r in records}
@@ -256,8 +257,14 @@ def terminal_summary(
     for line in table:
         terminalreporter.write_line(line)
     meta = run_meta
+    for line in budget_warnings(meta):
+        terminalreporter.write_line(line, yellow=True)
     if settings.data is None:
         terminalreporter.write_line(f"dataset: embedded synthetic LongMemEval-S, sha256 {meta.get('sha256')}")
+    elif meta.get("dataset", "longmemeval") != "longmemeval":
+        terminalreporter.write_line(
+            f"dataset: {Path(settings.data).name} read as {meta.get('dataset')}, sha256 {meta.get('sha256')}"
+        )
     elif meta.get("official"):
         terminalreporter.write_line(f"dataset: official LongMemEval-S, sha256 {meta.get('sha256')}")
     else:
@@ -299,6 +306,17 @@ def terminal_summary(
         )
         for line in undecided:
             terminalreporter.write_line(line, yellow=True)
+
+
+def budget_warnings(meta: Mapping[str, Any]) -> list[str]:
+    """One warning per budget that binds for no history (its cells evict nothing: they repeat no-evict)."""
+    binding = meta.get("budget_binding") or {}
+    return [
+        f"warning: budget {int(budget):,} binds for no history of {meta.get('histories', '?')} "
+        f"(each holds fewer tokens): its cells evict nothing"
+        for budget, share in binding.items()
+        if share == 0
+    ]
 
 
 def preload_figure() -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_restore.data.loaders import DatasetRegistry
     from pytest_restore.memory.eviction import PolicyRegistry
     from pytest_restore.memory.retrieval import RankerRegistry
     from pytest_restore.models.providers import ProviderRegistry
@@ -57,4 +58,16 @@ def pytest_restore_register_families(registry: FamilyRegistry, config: pytest.Co
     session and the grid items its ``cells`` name. The report CLI has no
     ``conftest.py``: it runs the built-ins and the ``pytest_restore.families``
     entry points only.
+    """
+
+
+@pytest.hookspec
+def pytest_restore_register_datasets(registry: DatasetRegistry, config: pytest.Config) -> None:
+    """Add dataset loaders: ``registry.register(MyLoader())``.
+
+    A :class:`pytest_restore.data.loaders.DatasetLoader` reads one benchmark's
+    file into questions, dates, answers, types, histories and gold. ``--restore-data``
+    picks the first registered loader whose ``fits`` accepts the file (the
+    built-ins ``longmemeval`` and ``locomo`` first); ``--restore-dataset NAME``
+    forces one. Its ``budgets`` are the run's unless ``--restore-budgets`` names some.
     """

@@ -36,9 +36,22 @@ ONE_PROCESS_KEY = pytest.StashKey[bool]()
 # The ini type is what pytest checks in the ini file ("int" and "float" need pytest 8.4;
 # older versions read them as strings and the settings parse them the same way).
 OPTIONS: tuple[tuple[str, str, str, str], ...] = (
-    ("data", "", "LongMemEval-S file to audit (default: the embedded synthetic dataset)", "string"),
+    (
+        "data",
+        "",
+        ("data file to audit, LongMemEval-S or LoCoMo (.json or .json.gz; the loader is picked from its shape) "
+        "(default: the embedded synthetic dataset)"),
+        "string",
+    ),
+    ("dataset", "", "dataset loader to read --restore-data with: longmemeval, locomo or a registered name", "string"),
     ("report-dir", "restore-report", "directory the session report is written to", "string"),
-    ("budgets", "80000,30000,8000", "store budgets in tokens, comma-separated (80k style allowed)", "string"),
+    (
+        "budgets",
+        "",
+        ("store budgets in tokens, comma-separated, 80k style allowed (default: the dataset's own: "
+        "80k,30k,8k for LongMemEval, 16k,8k,2k for LoCoMo)"),
+        "string",
+    ),
     ("policies", "", "policies to audit, comma-separated (default: every registered policy)", "string"),
     ("seeds", "0,1,2", "seeds of the random policy, comma-separated", "string"),
     ("granularity", "turn", "memory unit: turn or session", "string"),

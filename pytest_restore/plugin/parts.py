@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from pytest_restore.audit.run import Audit, AuditConfig, audited_questions
-from pytest_restore.data.dataset import DataError, Dataset, is_prepared, load_dataset
+from pytest_restore.data.dataset import DataError, Dataset
+from pytest_restore.data.loaders import DatasetRegistry, data_is_prepared, default_datasets, load_data
 from pytest_restore.data.units import Granularity
 from pytest_restore.exits import IO_ERROR
 from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
@@ -79,11 +80,19 @@ class AuditParts:
                 f"{settings.source('rankers' if settings.rankers else 'ranker')}: unknown ranker {unknown_ranker!r}; "
                 f"registered: {', '.join(self.rankers)}, or dense:EMBEDDER, hybrid:EMBEDDER"
             )
+        #: The dataset loaders ``--restore-data`` is read with (picked by shape or ``--restore-dataset``).
+        self.datasets: DatasetRegistry = default_datasets()
+        config.hook.pytest_restore_register_datasets(registry=self.datasets, config=config)
+        if settings.dataset is not None and settings.dataset not in self.datasets:
+            raise pytest.UsageError(
+                f"--restore-dataset: unknown dataset loader {settings.dataset!r}; registered: {', '.join(self.datasets)}"
+            )
         #: The grid: every selected policy at every budget, under each reader.
         self.cells: list[CellSpec] = grid(settings, self.policies)
         self._audits: dict[str, Audit] = {}
         self._models: dict[tuple[str, str], ChatModel] = {}
         self._dataset: Dataset | None = None
+        self._said_loader = False  # which loader read the file is said once
 
     # -- the data -------------------------------------------------------------------
 
@@ -109,13 +118,30 @@ class AuditParts:
         """The validated dataset (a malformed file ends the run with one line)."""
         if self._dataset is None:
             path = self.data_path()
-            if not is_prepared(path, self.cache_root() / "prepared"):
+            prepared, name = self.cache_root() / "prepared", self.settings.dataset
+            if not data_is_prepared(path, prepared, self.datasets, name):
                 self.say(f"reading and validating {path.name} (first run of this file) ...")
             try:
-                self._dataset = load_dataset(path, cache_dir=self.cache_root() / "prepared")
+                self._dataset = load_data(path, self.datasets, name=name, cache_dir=prepared)
             except DataError as err:
                 raise pytest.UsageError(str(err)) from None
+            if self.settings.data and not self._said_loader:
+                self._said_loader = True
+                self.say(loaded_line(self._dataset, forced=name is not None))
         return self._dataset
+
+    def use_dataset_budgets(self) -> None:
+        """The dataset's default budgets, unless ``--restore-budgets`` named some: the grid follows.
+
+        Called as the session begins, in every process (a worker reads the
+        copy its controller prepared), so every process has the same grid.
+        """
+        if self.settings.budgets_given or not self.settings.data:
+            return
+        budgets = self.dataset().budgets
+        if tuple(sorted(budgets, reverse=True)) != self.settings.budgets:
+            self.settings = self.settings.with_budgets(budgets)
+            self.cells = grid(self.settings, self.policies)
 
     def release_dataset(self) -> None:
         """Drop the parsed dataset unless an audit was built on it (what needs it later loads it again)."""
@@ -130,9 +156,13 @@ class AuditParts:
             "sha256": ds.sha256,
             "official": ds.is_official,
             "path": str(ds.path),
-            "questions": len(ds.questions),
+            "dataset": ds.name,
+            "questions": len(ds.questions) + len(ds.excluded),
             "audited": len(audit.questions),
             "exclusions": audit.exclusion_counts(),
+            "repairs": dict(ds.repairs),
+            "histories": len({p.question.history_key for p in audit.questions}),
+            "budget_binding": {str(b): share for b, share in audit.budget_binding(self.settings.budgets).items()},
         }
 
     def shared_cells(self) -> SharedCells:
@@ -247,3 +277,16 @@ class AuditParts:
         self._models.clear()
         for vectors in (self.vectors or {}).values():
             vectors.close()
+
+
+
+def loaded_line(dataset: Dataset, *, forced: bool) -> str:
+    """What the controller says once the data file is read: which loader, and what it left out."""
+    how = "as --restore-dataset asks" if forced else "picked from the file's shape"
+    line = f"{Path(dataset.path).name} read as {dataset.name} ({how}): {len(dataset.questions)} questions"
+    if dataset.excluded:
+        line += f", {len(dataset.excluded)} left out (counted in the report)"
+    repaired = sum(n for _, n in dataset.repairs)
+    if repaired:
+        line += f", {repaired} flawed evidence references handled by the loader's rule (by kind in the report)"
+    return line

@@ -56,6 +56,8 @@ class WorkerSession:
     def begin(self) -> None:
         """Register the runner's hooks (the controller checked the options and the data)."""
         self.parts.config.pluginmanager.register(self.runner, "restore-runner")
+        if self.parts.settings.data:
+            self.parts.use_dataset_budgets()  # from the copy the controller prepared: the same grid as its
 
     def after_sessionstart(self, session: pytest.Session) -> None:
         """Nothing to do: the controller prepared the data the worker loads."""

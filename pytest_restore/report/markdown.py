@@ -380,12 +380,18 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
         "the official LongMemEval-S file"
         if official
         else "not the official longmemeval_s_cleaned.json"
-        if official is False
+        if official is False and ds.get("dataset", "longmemeval") == "longmemeval"
+        else f"a {ds['dataset']} file"
+        if ds.get("dataset")
         else "unknown"
     )
     out += ["| setting | value |", "|---|---|", f"| dataset sha256 | `{sha}` ({which}) |"]
     if ds:
+        if ds.get("dataset"):
+            out.append(f"| dataset loader | {ds['dataset']} |")
         out.append(f"| questions in the file / audited | {ds.get('questions', '?')} / {ds.get('audited', '?')} |")
+        if ds.get("histories") is not None:
+            out.append(f"| histories audited (questions sharing one are evicted once) | {ds['histories']} |")
     used = rankers_of(records)
     out.append(f"| ranker | {', '.join(used)} ({'compared in one run' if len(used) > 1 else 'one per run'}; named in every record) |")
     for key in sorted(info.settings):
@@ -397,6 +403,10 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
             out.append(f"| {reason} | {count} |")
     else:
         out.append("| none | 0 |")
+    repairs = ds.get("repairs") or {}
+    if repairs:
+        out += ["", "Flawed evidence references, each handled by the loader's one rule:", "", "| kind | references |", "|---|---:|"]
+        out += [f"| {kind} | {count} |" for kind, count in repairs.items()]
     failed = analysis.counts.exclusions()
     out += [
         "",
@@ -410,6 +420,12 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
             out.append(f"| {reason} | {count} |")
     else:
         out.append("| none | 0 |")
+    binding = ds.get("budget_binding") or {}
+    if binding:
+        out += ["", "## Budgets that bind", "", "| budget | share of histories it binds for |", "|---:|---:|"]
+        for budget, share in binding.items():
+            warn = " (binds for none: its cells evict nothing)" if share == 0 else ""
+            out.append(f"| {int(budget):,} | {share:.2f}{warn} |")
     return "\n".join(out) + "\n"
 
 
