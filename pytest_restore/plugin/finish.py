@@ -314,7 +314,7 @@ def budget_warnings(meta: Mapping[str, Any]) -> list[str]:
     return [
         f"warning: budget {int(budget):,} binds for no history of {meta.get('histories', '?')} "
         f"(each holds fewer tokens): its cells evict nothing"
-        for budget, share in binding.items()
+        for budget, share in sorted(binding.items(), key=lambda item: -int(item[0]))
         if share == 0
     ]
 

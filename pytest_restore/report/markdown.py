@@ -423,7 +423,7 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
     binding = ds.get("budget_binding") or {}
     if binding:
         out += ["", "## Budgets that bind", "", "| budget | share of histories it binds for |", "|---:|---:|"]
-        for budget, share in binding.items():
+        for budget, share in sorted(binding.items(), key=lambda item: -int(item[0])):  # summary.json sorts its keys
             warn = " (binds for none: its cells evict nothing)" if share == 0 else ""
             out.append(f"| {int(budget):,} | {share:.2f}{warn} |")
     return "\n".join(out) + "\n"
