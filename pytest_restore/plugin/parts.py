@@ -19,7 +19,12 @@ import pytest
 
 from pytest_restore.audit.run import Audit, AuditConfig, audited_questions
 from pytest_restore.data.dataset import DataError, Dataset
-from pytest_restore.data.loaders import DatasetRegistry, data_is_prepared, default_datasets, load_data
+from pytest_restore.data.loaders import (
+    DatasetRegistry,
+    data_is_prepared,
+    default_datasets,
+    load_data,
+)
 from pytest_restore.data.units import Granularity
 from pytest_restore.exits import IO_ERROR
 from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
