@@ -548,9 +548,9 @@ class Audit:
                     mask = known[(qid, seed)]
                 else:
                     shared = (p.question.history_key, seed)
-                    mask = evicted.get(shared)
-                    if mask is None:
-                        mask = evicted[shared] = self.retain(policy, p, budget, seed, importance)
+                    if shared not in evicted:
+                        evicted[shared] = self.retain(policy, p, budget, seed, importance)
+                    mask = evicted[shared]
                 stores[(qid, seed)] = mask
                 gold = list(p.history.gold)
                 kept_gold = [g for g in gold if mask[g]]
