@@ -18,6 +18,18 @@ On the 500-question synthetic file (generated into ``--work-dir`` unless
 
 The paper's reference figures live in :data:`PAPER_CELLS` and
 :data:`PAPER_ORACLE`, nowhere else.
+
+With ``--locomo FILE`` (``locomo10.json``, or the ``.json.gz``), the simulated
+world is also checked on real text:
+
+3. **Data statistics** (:mod:`pytest_restore.memory.profile`) of the synthetic
+   file beside LoCoMo's, with LoCoMo's range over its ten conversations: the
+   digit and first-person rates of non-gold turns, where the gold's fact density
+   and length fall in its history, how often the gold's most similar unit is the
+   turn right after it.
+4. **The fake-reader grid on both**: every policy's regime-(b) cells at each
+   dataset's default budgets (largest, middle, smallest), and which pairwise
+   policy orderings (by irreversible rate) hold on both datasets.
 """
 
 from __future__ import annotations
@@ -35,8 +47,11 @@ from typing import Any
 import numpy as np
 
 from pytest_restore.audit.run import Audit, AuditConfig
-from pytest_restore.data.dataset import load_dataset
+from pytest_restore.data.dataset import Dataset, load_dataset
+from pytest_restore.data.loaders import load_data
+from pytest_restore.data.units import History
 from pytest_restore.memory.eviction import default_registry
+from pytest_restore.memory.profile import DataProfile, profile
 from pytest_restore.memory.retrieval import inject
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer, ReaderKnobs, normalise
 from pytest_restore.stats.analysis import analyse
@@ -186,6 +201,110 @@ def print_out_of_sample(records: Sequence[Mapping[str, Any]], resamples: int) ->
     print("('in': the paper's figure lies inside our 95% interval; 'OUT': it does not)")
 
 
+#: The statistics the world check prints, with how each reads.
+PROFILE_ROWS: tuple[tuple[str, str], ...] = (
+    ("digit_rate", "non-gold turns with a digit"),
+    ("first_person_rate", "non-gold turns with a first-person word"),
+    ("gold_density_percentile", "gold's fact-density percentile in its history"),
+    ("gold_length_percentile", "gold's length percentile in its history"),
+    ("gold_density", "median fact density, gold turns"),
+    ("other_density", "median fact density, other turns"),
+    ("gold_similarity_percentile", "gold's best-similarity percentile in its history"),
+    ("next_turn_most_similar", "gold whose most similar unit is the next turn"),
+)
+
+
+def profiles_by_history(histories: Sequence[History]) -> list[DataProfile]:
+    """One profile per distinct history (LoCoMo: per conversation), for the real range."""
+    groups: dict[str, list[History]] = {}
+    for h in histories:
+        groups.setdefault(h.question.history_key, []).append(h)
+    return [profile(g) for g in groups.values()]
+
+
+def print_profiles(synthetic: DataProfile, real: DataProfile, per_history: Sequence[DataProfile]) -> None:
+    """The synthetic file's statistics beside LoCoMo's, with LoCoMo's range over its conversations."""
+    print("\ndata statistics: synthetic beside LoCoMo (turn units; range: LoCoMo's ten conversations)")
+    print(f"{'statistic':<50}{'synthetic':>11}{'LoCoMo':>9}{'LoCoMo range':>16}")
+    for key, label in PROFILE_ROWS:
+        ours, theirs = getattr(synthetic, key), getattr(real, key)
+        values = [getattr(p, key) for p in per_history]
+        lo, hi = min(values), max(values)
+        inside = "in" if lo <= ours <= hi else "OUT"
+        print(f"{label:<50}{ours:>11.3f}{theirs:>9.3f}{f'{lo:.3f}-{hi:.3f}':>16}  {inside}")
+    print(f"({synthetic.gold_turns} synthetic gold turns in {synthetic.histories} histories; "
+          f"{real.gold_turns} LoCoMo gold turns in {real.histories} conversations)")
+
+
+def grid_cells(audit: Audit, budgets: Sequence[int]) -> dict[tuple[str, int], tuple[float, float | None, float]]:
+    """Every registered policy at ``budgets``, regime (b): (irr/N, two-bin share, accuracy) per cell."""
+    out: dict[tuple[str, int], tuple[float, float | None, float]] = {}
+    for policy in default_registry().values():
+        for budget in budgets:
+            records = [r for r in audit.run_cell(policy, budget).records if r.regime == "b" and r.excluded is None and r.oracle_correct]
+            n = len(records)
+            irr = sum(r.bin == "irreversible" for r in records)
+            rec = sum(r.bin == "recoverable" for r in records)
+            correct = sum(bool(r.policy_correct) for r in records)
+            out[(policy.name, budget)] = (irr / max(1, n), irr / (irr + rec) if irr + rec else None, correct / max(1, n))
+    return out
+
+
+def print_grids(synthetic: Audit, real: Audit) -> None:
+    """The fake-reader grid on both datasets, side by side, and which policy orderings hold on both."""
+    sb, rb = synthetic.config.budgets, real.config.budgets
+    ours, theirs = grid_cells(synthetic, sb), grid_cells(real, rb)
+    print("\nthe fake-reader grid, regime (b): synthetic (its budgets) beside LoCoMo (its budgets)")
+    print(f"{'policy':<16}{'level':>8}{'budget':>9}{'irr/N':>7}{'2-bin':>7}{'acc':>6}{'budget':>10}{'irr/N':>7}{'2-bin':>7}{'acc':>6}")
+
+    def show(cell: tuple[float, float | None, float]) -> str:
+        irr, two, acc = cell
+        return f"{irr:>7.2f}{'-' if two is None else f'{two:.2f}':>7}{acc:>6.2f}"
+
+    levels = ("largest", "middle", "smallest")
+    policies = list(default_registry())
+    for policy in policies:
+        for level, b_syn, b_real in zip(levels, sb, rb):
+            print(f"{policy:<16}{level:>8}{b_syn:>9,}{show(ours[(policy, b_syn)])}{b_real:>10,}{show(theirs[(policy, b_real)])}")
+    print("\npolicy orderings by irreversible rate (a < b: a loses less gold for good), per budget level")
+    for level, b_syn, b_real in zip(levels, sb, rb):
+        held, broke = [], []
+        evicting = [p for p in policies if p != "no-evict"]
+        for i, a in enumerate(evicting):
+            for b in evicting[i + 1:]:
+                ds = ours[(a, b_syn)][0] - ours[(b, b_syn)][0]
+                dr = theirs[(a, b_real)][0] - theirs[(b, b_real)][0]
+                first, second = (a, b) if ds <= 0 else (b, a)
+                if abs(ds) < 0.02 and abs(dr) < 0.02:
+                    held.append(f"{a} ~ {b}")
+                elif (ds < 0) == (dr < 0) and abs(ds) >= 0.02 and abs(dr) >= 0.02:
+                    held.append(f"{first} < {second}")
+                else:
+                    on_real = theirs[(first, b_real)][0] - theirs[(second, b_real)][0]
+                    broke.append(f"{first} < {second} on synthetic ({-abs(ds):+.2f}); on LoCoMo the same difference is {on_real:+.2f}")
+        print(f"{level}: holds on both: {', '.join(held) or 'none'}")
+        for line in broke:
+            print(f"{'':>{len(level) + 2}}differs: {line}")
+    print("(~: within 0.02 on both; orderings within 0.02 on one dataset count as differing)")
+
+
+def world_check(synthetic: Dataset, locomo_path: str, sample: int) -> None:
+    """The data statistics and the two grids (``--locomo``)."""
+    real = load_data(locomo_path)
+    if real.name != "locomo":
+        raise SystemExit(f"--locomo {locomo_path}: read as {real.name}, not LoCoMo")
+    real_reader = FakeReader()
+    real_audit = Audit(real, AuditConfig(budgets=real.budgets), reader=real_reader, judge=FakeJudge(), scorer=FakeScorer())
+    real_reader.learn(p.history for p in real_audit.questions)
+    syn_reader = FakeReader()
+    syn_audit = Audit(synthetic, AuditConfig(budgets=synthetic.budgets), reader=syn_reader, judge=FakeJudge(), scorer=FakeScorer())
+    syn_reader.learn(p.history for p in syn_audit.questions)
+    real_histories = [p.history for p in real_audit.questions]
+    syn_histories = [p.history for p in syn_audit.questions][:sample]
+    print_profiles(profile(syn_histories), profile(real_histories), profiles_by_history(real_histories))
+    print_grids(syn_audit, real_audit)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the calibration figures and the out-of-sample 80k table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -194,6 +313,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--calibrate", action="store_true", help="search the knobs on the baseline figures")
     parser.add_argument("--no-grid", action="store_true", help="skip the out-of-sample 80k table")
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default: 2000)")
+    parser.add_argument("--locomo", help="LoCoMo file (locomo10.json or .json.gz): check the world on real text")
+    parser.add_argument("--profile-sample", type=int, default=60,
+                        help="synthetic questions whose histories the statistics read (default: 60)")
     args = parser.parse_args(argv)
     dataset = load_dataset(dataset_path(args))
     reader = FakeReader()
@@ -205,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_calibration(baseline_figures(ReaderKnobs(), prompts, reader))
     if not args.no_grid:
         print_out_of_sample(grid_80k(audit), args.resamples)
+    if args.locomo:
+        world_check(dataset, args.locomo, args.profile_sample)
     return 0
 
 

@@ -46,9 +46,9 @@ def test_paired_difference_on_shared_questions() -> None:
 def test_a_ranker_change_moves_fifo_80k_and_the_gate_fails(
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], embedded_data: Path
 ) -> None:
-    """bm25-lite then recency on the same 20 questions of the embedded default: fifo 80k's recoverable errors move."""
+    """bm25-lite then recency on the same 40 questions of the embedded default: fifo 80k's recoverable errors move."""
     pytester.makepyfile(test_grid=GRID)
-    common = ["-p", "no:xdist", f"--restore-data={embedded_data}", "--restore-questions", "20", "--restore-budgets", "80k", "--restore-policies",
+    common = ["-p", "no:xdist", f"--restore-data={embedded_data}", "--restore-questions", "40", "--restore-budgets", "80k", "--restore-policies",
               "fifo", "--restore-bootstrap", "500", "--restore-family-checks", "report"]
     for ranker in ("bm25-lite", "recency"):
         pytester.runpytest_inprocess(*common, "--restore-ranker", ranker, "--restore-report-dir", ranker)
@@ -58,7 +58,7 @@ def test_a_ranker_change_moves_fifo_80k_and_the_gate_fails(
     printed = capsys.readouterr().out
     result = json.loads((Path(out) / "compare.json").read_text())
     (cell,) = [c for c in result["cells"] if (c["policy"], c["budget"], c["regime"]) == ("fifo", 80_000, "b")]
-    assert 0 < cell["shared_questions"] <= 20  # the oracle-answerable of the 20, in both runs
+    assert 0 < cell["shared_questions"] <= 40  # the oracle-answerable of the 40, in both runs
     assert f"| fifo 80k (b) | {cell['shared_questions']} |" in printed
     rec = cell["figures"]["rec_rate"]
     assert rec["difference"] > 0 and rec["ci_lo"] > 0  # moved, and the interval says so

@@ -15,6 +15,9 @@ prints them for the synthetic generator beside LoCoMo):
   turns; 0.5 is ordinary);
 - ``gold_density`` and ``other_density``: median fact density of gold turns
   and of the other turns;
+- ``gold_similarity_percentile``: where a gold turn's best similarity to any
+  other unit (what ``redundancy`` ranks by) falls among its history's units
+  (median; near 0: the gold is the most unique unit and never the victim);
 - ``next_turn_most_similar``: the share of gold turns whose most similar unit
   (by ``redundancy``'s own similarity,
   :func:`pytest_restore.memory.eviction.similarity_matrix`) is the turn right
@@ -55,6 +58,7 @@ class DataProfile:
     gold_length_percentile: float
     gold_density: float
     other_density: float
+    gold_similarity_percentile: float
     next_turn_most_similar: float
 
     def as_dict(self) -> dict[str, float]:
@@ -76,6 +80,7 @@ def profile(histories: Iterable[History]) -> DataProfile:
     gold_density: list[float] = []
     other_density: list[float] = []
     next_best: list[bool] = []
+    similarity_pct: list[float] = []
     for history, gold in gold_by_history.values():
         units = history.units
         if not gold or len(units) < 2:
@@ -83,13 +88,16 @@ def profile(histories: Iterable[History]) -> DataProfile:
         contents = [u.content for u in units]
         density = np.array([fact_density(c) for c in contents])
         sizes = np.asarray(history.sizes)
-        best = similarity_matrix(units).argmax(axis=1)
+        similarity = similarity_matrix(units)
+        best = similarity.argmax(axis=1)
+        best_value = similarity.max(axis=1)
         for i, content in enumerate(contents):
             if i in gold:
                 density_pct.append(float((density < density[i]).mean()))
                 length_pct.append(float((sizes < sizes[i]).mean()))
                 gold_density.append(float(density[i]))
                 next_best.append(int(best[i]) == i + 1)
+                similarity_pct.append(float((best_value < best_value[i]).mean()))
             else:
                 others += 1
                 other_digit += _DIGIT.search(content) is not None
@@ -106,5 +114,6 @@ def profile(histories: Iterable[History]) -> DataProfile:
         gold_length_percentile=float(np.median(length_pct)),
         gold_density=float(np.median(gold_density)),
         other_density=float(np.median(other_density)) if other_density else 0.0,
+        gold_similarity_percentile=float(np.median(similarity_pct)),
         next_turn_most_similar=float(np.mean(next_best)),
     )

@@ -28,12 +28,20 @@ any policy's outcome):
   answer session carries the ``has_answer`` key, other sessions omit it (as in
   the real file). An evidence turn states its fact (numbers, names, dates,
   "I bought", "my") in passing, inside an ordinary turn about something else,
-  and its size is drawn like any turn of the history (within ``gold_tokens``):
-  its length and its fact density sit inside its history's range, not at an
-  end of it. As in real chats, the next turn restates part of the evidence
+  and its size is drawn like a turn of the history, mostly a long one
+  (``gold_long_share``, within ``gold_tokens``), padded with plain words: its
+  length and fact density sit where real evidence's do (LoCoMo: longer than
+  most turns, denser in facts than about two thirds of them), not at the top.
+  Now and then (``echo_share``) the next turn restates part of the evidence
   (the assistant's reply to a user's evidence turn; the user's follow-up to an
   assistant's): each evidence sentence with a per-question probability drawn
-  from ``echo_strength``, without numbers or the answer's words.
+  from ``echo_strength``, without numbers or the answer's words. Real replies
+  mostly move on: in LoCoMo the turn after the evidence is its most similar
+  unit for 4-15% of evidence turns. The subject comes up again elsewhere
+  instead (``mention_share``): a session of its own, placed like any other
+  session (before or after the evidence, as often), restates part of it, so
+  the evidence is neither the most unique unit of its history nor a
+  near-duplicate of its neighbour (``memory/profile.py`` measures all three).
 - **Distractor sessions** hold turns that reuse the question's content words
   (same topic, no answer) so a lexical ranker over the question can rank them
   above the evidence. Their number per question is drawn from ``distractors``.
@@ -313,21 +321,33 @@ class _Generator:
         # (never the answer), more or less of it depending on the question.
         strength = r.uniform(*s.echo_strength)
         exclude = set(words(plan.answer)) if isinstance(plan.answer, str) else set()
+        mentions: list[tuple[str, str, bool | None, bool | None]] = []
         for k, gold in enumerate(plan.golds):
             group: list[tuple[str, str, bool | None, bool | None]]
+            # only some evidence turns get a restating reply (real replies mostly move on)
+            echoed = r.random() < s.echo_share
             if gold.role == "user":
-                echo = self.w.echo(gold.text, exclude, strength)
+                echo = self.w.echo(gold.text, exclude, strength) if echoed else ""
                 lead = self.w.pick(ECHO_LEADS)
                 partner = f"{lead} {echo}.\n\n{gold.partner}" if echo else gold.partner
                 group = [(gold.text, partner, True, False)]
             else:
                 group = [(gold.partner, gold.text, False, True)]
-                echo = self.w.echo(gold.text, exclude, strength, swap=False)
+                echo = self.w.echo(gold.text, exclude, strength, swap=False) if echoed else ""
                 if echo:
                     follow = f"{self.w.pick(FOLLOW_UPS)} {echo}?"
                     group.append((follow, self.w.reply(plan.terms[0]), False, False))
             sid = f"{hexid}_{k + 1}"
             answer_sessions.append(_Session(sid, self._with_pairs([group], True, available), gold=k))
+            if r.random() < s.mention_share:
+                # the subject comes up again in a session of its own, before or after the evidence;
+                # without the question's words, so that it is similar to the evidence, not an answer
+                # to the question a lexical ranker would prefer
+                unasked = exclude | set(words(plan.question))
+                mention = self.w.mention(gold.text, unasked, r.uniform(*s.mention_strength))
+                if len(words(mention)) >= 2:
+                    reply = self.w.prose(self.w.topic(), r.randint(90, 220))
+                    mentions.append((f"{self.w.pick(FOLLOW_UPS)} {mention}?", reply, None, None))
         lo, hi = s.distractors
         n_distractors = r.randint(lo, hi)
         distractor_sessions: list[_Session] = []
@@ -349,6 +369,8 @@ class _Generator:
                 made += 1
             distractor_sessions.append(
                 _Session(self.filler_id(), self._with_pairs([[x] for x in inserts], False, available)))
+        for mention_pair in mentions:
+            distractor_sessions.append(_Session(self.filler_id(), self._with_pairs([[mention_pair]], False, available)))
         own = answer_sessions + distractor_sessions
         texts = [t[1] for ses in own for t in ses.turns]
         counts = dict(zip(texts, count_tokens(texts)))
@@ -460,17 +482,31 @@ def generate(
       (and of long user turns).
     - ``gold_tokens`` [(40, 600)]: bounds of an evidence turn's size; within them it
       is the size of a filler turn drawn for it (user or assistant, short or long).
+    - ``gold_long_share`` [0.9]: chance that that filler turn is an assistant-sized
+      (long) one: evidence turns are longer than most and, padded with plain words,
+      not the densest in facts of their history (before: 0.5, and the gold sat at the
+      85th fact-density percentile against LoCoMo's 50th-71st).
     - ``long_user_share`` [0.12]: share of user turns that are long messages.
     - ``filler_digit_rate`` [0.45], ``filler_name_rate`` [0.25], ``filler_date_rate``
       [0.12]: chance that a filler assistant turn (or long user turn) holds a
       sentence with a number, a name or place, a date.
-    - ``user_first_person_rate`` [0.5]: chance that a filler user turn opens with a
-      first-person statement about the user.
+    - ``user_first_person_rate`` [0.65]: chance that a filler user turn opens with a
+      first-person statement about the user (non-gold turns with a first-person word:
+      about 0.55, LoCoMo's 0.51-0.60).
     - ``filler_topics`` [400]: invented filler topics, each with its own words;
       more topics make unrelated filler turns share fewer words.
+    - ``echo_share`` [0.1]: chance that an evidence turn's next turn restates it
+      (before: always, and that turn was the gold's most similar unit for about half
+      of the gold turns, which ``redundancy`` keeps while evicting the gold; LoCoMo: 4-15%).
     - ``echo_strength`` [(0.0, 0.7)]: range of the per-question share of evidence
-      sentences that the next turn of the evidence session restates (without
-      numbers or the answer's words).
+      sentences that a restating turn repeats (without numbers or the answer's words).
+    - ``mention_share`` [0.9] and ``mention_strength`` [(0.02, 0.26)]: chance that an
+      evidence turn's subject comes up again in a session of its own elsewhere in the
+      history, and the range of the chance that each of its words (numbers, the
+      question's and the answer's words aside) is said again there: the evidence's
+      best similarity then spreads over its history's range (LoCoMo: 10th/50th/90th
+      percentiles 0.06/0.33/0.75; with the adjacent echo alone the median sat at the
+      3rd percentile, so ``redundancy`` never chose it).
     - ``recent_evidence`` [0.25] and ``recent_window`` [0.15]: the share of
       questions whose evidence sessions all fall in the last ``recent_window`` of
       the history (recent facts), so budgets bind unevenly, as in real use.

@@ -296,6 +296,18 @@ class Writer:
                 kept.append(" ".join(tokens))
         return "; ".join(kept)
 
+    def mention(self, text: str, exclude: set[str], share: float) -> str:
+        """Words of ``text`` said again in passing: each word kept with probability ``share``, in order,
+        without numbers or the ``exclude`` words (how much a later turn shares with it varies smoothly)."""
+        kept = []
+        for tok in text.replace(DATE_MARK, "").split():
+            bare = tok.strip(".,;:!?()\"'")
+            if not bare or any(c.isdigit() for c in bare) or set(words(bare)) & exclude:
+                continue
+            if self.rng.random() < share:
+                kept.append(bare)
+        return " ".join(kept)
+
     # -- evidence: a fact in an ordinary turn
     def gold_size(self) -> int:
         """An evidence turn's target size: the size of a filler turn drawn here, within ``gold_tokens``.
@@ -305,7 +317,7 @@ class Writer:
         within its history, long ones included.
         """
         topic = self.topic()
-        turn = self.assistant_filler(topic) if self.rng.random() < 0.5 else self.user_filler(topic)
+        turn = self.assistant_filler(topic) if self.rng.random() < self.s.gold_long_share else self.user_filler(topic)
         lo, hi = self.s.gold_tokens
         return min(max(count_tokens([turn])[0], lo), hi)
 
@@ -319,7 +331,7 @@ class Writer:
             ask = self.pick(USER_FILLER).format(**self._slots(topic, None))
             if tokens < 60:
                 return ask
-            return f"{ask} {self.statement(topic)}\n\n{self.prose(topic, tokens - 30, opener=False)}"
+            return f"{ask}\n\n{self.prose(topic, tokens - 15, opener=False)}"
 
         return self._pad(lead + body, self.gold_size(), more)
 
