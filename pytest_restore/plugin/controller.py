@@ -134,7 +134,6 @@ class ControllerSession:
                 raise pytest.UsageError(f"{settings.source('cache')}: {problem}" if settings.cache else problem)
         if settings.data:
             dataset = self.parts.dataset()  # a malformed file stops the run here, before any model call
-            self.parts.use_dataset_budgets()
             abstention, no_gold, auditable = data_auditable(dataset, settings.granularity)
             if not auditable:
                 raise pytest.UsageError(

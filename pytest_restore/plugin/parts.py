@@ -11,6 +11,7 @@ the terminal is the role's to decide (``say``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -133,19 +134,21 @@ class AuditParts:
             if self.settings.data and not self._said_loader:
                 self._said_loader = True
                 self.say(loaded_line(self._dataset, forced=name is not None))
+            self.use_dataset_budgets()
         return self._dataset
 
     def use_dataset_budgets(self) -> None:
         """The dataset's default budgets, unless ``--restore-budgets`` named some: the grid follows.
 
-        Called as the session begins, in every process (a worker reads the
+        Applied when the dataset is loaded, which every process does as its
+        session begins (the controller checks the file; a worker reads the
         copy its controller prepared), so every process has the same grid.
         """
         if self.settings.budgets_given or not self.settings.data:
             return
         budgets = self.dataset().budgets
         if tuple(sorted(budgets, reverse=True)) != self.settings.budgets:
-            self.settings = self.settings.with_budgets(budgets)
+            self.settings = dataclasses.replace(self.settings, budgets=tuple(sorted(budgets, reverse=True)))
             self.cells = grid(self.settings, self.policies)
 
     def release_dataset(self) -> None:

@@ -7,7 +7,6 @@ option or ini key, raised before any work.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -208,12 +207,6 @@ class RestoreSettings:
             max_retry_after=self.max_retry_after,
             batch=BatchOptions(poll=self.batch_poll, resubmit=self.batch_resubmit) if self.batch else None,
         )
-
-    def with_budgets(self, budgets: Sequence[int]) -> RestoreSettings:
-        """These settings with the dataset's default budgets, unless ``--restore-budgets`` named some."""
-        if self.budgets_given:
-            return self
-        return dataclasses.replace(self, budgets=tuple(sorted(budgets, reverse=True)))
 
     def prompt_set(self) -> PromptSet:
         """The prompt templates: the defaults, or files from ``--restore-prompts``."""
