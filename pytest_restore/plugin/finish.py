@@ -75,7 +75,6 @@ def run_info(
     shown = asdict(settings)
     shown.pop("report_dir")
     shown.pop("real_models")
-    shown.pop("budgets_given")  # the budgets shown are the run's, the dataset's defaults or the option's
     shown["data"] = Path(settings.data).name if settings.data else "embedded synthetic"
     ran_policies = {str(r["policy"]) for r in records}
     ran_budgets = {int(r["budget"]) for r in records}

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pytest_restore.audit.run import Audit, AuditConfig, audited_questions
-from pytest_restore.data.dataset import DataError, Dataset
+from pytest_restore.data.dataset import LONGMEMEVAL_BUDGETS, DataError, Dataset
 from pytest_restore.data.loaders import (
     DatasetRegistry,
     data_is_prepared,
@@ -57,6 +57,8 @@ class AuditParts:
         say: Callable[[str], None],
     ) -> None:
         self.config = config
+        if not settings.budgets and not settings.data:  # the embedded default: LongMemEval-S's budgets
+            settings = dataclasses.replace(settings, budgets=LONGMEMEVAL_BUDGETS)
         self.settings = settings
         self.providers = providers
         #: This session's id: the directory its processes share cells in (``shared_cells``).
@@ -89,9 +91,13 @@ class AuditParts:
         #: The dataset loaders ``--restore-data`` is read with (picked by shape or ``--restore-dataset``).
         self.datasets: DatasetRegistry = default_datasets()
         config.hook.pytest_restore_register_datasets(registry=self.datasets, config=config)
-        if settings.dataset is not None and settings.dataset not in self.datasets:
+        #: ``--restore-dataset`` (read here: only the data's loading needs it), ``None``: picked by the file's shape
+        self.dataset_name: str | None = str(config.getoption("restore_dataset") or config.getini("restore_dataset")).strip() or None
+        if self.dataset_name is not None and not settings.data:
+            raise pytest.UsageError(f"{settings.source('dataset')}: names the loader of --restore-data, which is not given")
+        if self.dataset_name is not None and self.dataset_name not in self.datasets:
             raise pytest.UsageError(
-                f"--restore-dataset: unknown dataset loader {settings.dataset!r}; registered: {', '.join(self.datasets)}"
+                f"{settings.source('dataset')}: unknown dataset loader {self.dataset_name!r}; registered: {', '.join(self.datasets)}"
             )
         #: The grid: every selected policy at every budget, under each reader.
         self.cells: list[CellSpec] = grid(settings, self.policies)
@@ -124,7 +130,7 @@ class AuditParts:
         """The validated dataset (a malformed file ends the run with one line)."""
         if self._dataset is None:
             path = self.data_path()
-            prepared, name = self.cache_root() / "prepared", self.settings.dataset
+            prepared, name = self.cache_root() / "prepared", self.dataset_name
             if not data_is_prepared(path, prepared, self.datasets, name):
                 self.say(f"reading and validating {path.name} (first run of this file) ...")
             try:
@@ -144,7 +150,7 @@ class AuditParts:
         session begins (the controller checks the file; a worker reads the
         copy its controller prepared), so every process has the same grid.
         """
-        if self.settings.budgets_given or not self.settings.data:
+        if self.settings.budgets or not self.settings.data:  # given (or already the data's), or the embedded default
             return
         budgets = self.dataset().budgets
         if tuple(sorted(budgets, reverse=True)) != self.settings.budgets:
@@ -199,7 +205,8 @@ class AuditParts:
             subset_seed=s.subset_seed,
             ablations=s.ablations,
             cache_dir=str(self.cache_root() / "prepared"),
-            run_id=s.fingerprint([p.name for p in self.policies], self.dataset().sha256),
+            # a forced loader reads the same file otherwise: its name joins the data's digest (absent: ids as before)
+            run_id=s.fingerprint([p.name for p in self.policies], self.dataset().sha256 + (f":{self.dataset_name}" if self.dataset_name else "")),
         )
 
     def audit(self, reader: str | None = None) -> Audit:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from pytest_restore.data.dataset import LONGMEMEVAL_BUDGETS
 from pytest_restore.models.batch import BatchOptions
 from pytest_restore.models.prompts import PromptSet
 from pytest_restore.models.providers import (
@@ -156,10 +155,6 @@ class RestoreSettings:
     #: ``--restore-batch-export`` / ``--restore-batch-round``: a dry run writes that round's input file
     batch_export: str | None = None
     batch_round: str | None = None
-    #: the dataset loader ``--restore-dataset`` names (``None``: picked from the file's shape)
-    dataset: str | None = None
-    #: whether ``--restore-budgets`` named the budgets (else they are the dataset's defaults)
-    budgets_given: bool = False
 
     def source(self, name: str) -> str:
         """Where the value of option ``name`` (``policies``) came from, as an error message names it:
@@ -233,12 +228,10 @@ class RestoreSettings:
         differently cannot be mixed into one report unnoticed.
         """
         s = self
-        asked: dict[str, object] = {name: getattr(s, name) for name in RECORD_SETTINGS}
+        asked = {name: getattr(s, name) for name in RECORD_SETTINGS}
         if not s.rankers:
             del asked["rankers"]  # a one-ranker run keeps the id it had before the option existed
         asked["policies"] = list(policies)
-        if s.dataset is not None:  # a forced loader reads the same file differently (absent: ids as before)
-            asked["dataset"] = s.dataset
         prompts = hashlib.sha256(Path(s.prompts).read_bytes()).hexdigest() if s.prompts else None
         text = json.dumps({"settings": asked, "dataset": dataset_sha256, "prompts": prompts}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -289,10 +282,7 @@ class RestoreSettings:
         if embed_limits is not None and len(embed_limits) != 2:
             raise pytest.UsageError(f"{where['embed-limits']}: {raw['embed-limits']!r} is not INPUTS,TOKENS")
         questions = _parse_int(where["questions"], raw["questions"], minimum=1) if raw["questions"] else None
-        # unset: the dataset's own budgets (the session sets them once it knows the loader)
-        budgets = _parse_ints(where["budgets"], raw["budgets"], minimum=1) if raw["budgets"] else LONGMEMEVAL_BUDGETS
-        if raw["dataset"] and not raw["data"]:
-            raise pytest.UsageError(f"{where['dataset']}: names the loader of --restore-data, which is not given")
+        budgets = _parse_ints(where["budgets"], raw["budgets"], minimum=1) if raw["budgets"] else ()  # (): the data's
         price_texts = config.getoption("restore_price")
         price_where = "--restore-price"
         if price_texts is None:
@@ -313,8 +303,6 @@ class RestoreSettings:
         settings = cls(
             prices=tuple(prices),
             data=raw["data"] or None,
-            dataset=raw["dataset"] or None,
-            budgets_given=bool(raw["budgets"]),
             report_dir=raw["report-dir"],
             budgets=tuple(sorted(budgets, reverse=True)),
             policies=_parse_names(where["policies"], raw["policies"]),
