@@ -88,6 +88,7 @@ class ControllerSession:
         self.parts = AuditParts(config, settings, providers, run_id, self.say)
         #: The cells of this process (all of them without xdist; none under it: the workers run them).
         self.runner = CellRunner(self.parts)
+        self.settings = self.parts.settings  # a data file's budgets are set once ``begin`` has read it
         #: The records, data description and model calls every item sent, and which items ran.
         self.gathered = Gathered()
         #: The run's checks outside the grid (calibration, judge audit), for the report.
@@ -101,11 +102,6 @@ class ControllerSession:
         self._report: Background | None = None  # the report being written
         self._report_target = Path(settings.report_dir)  # where it goes (beside it, when partial)
         self._cancel_report = threading.Event()  # set by Ctrl-C while it is written: nothing is swapped in
-
-    @property
-    def settings(self) -> RestoreSettings:
-        """The run's settings (the parts', whose budgets follow the dataset's unless given)."""
-        return self.parts.settings
 
     def begin(self) -> None:
         """Register the session's hooks, then check what can be known before any model call."""
@@ -134,6 +130,7 @@ class ControllerSession:
                 raise pytest.UsageError(f"{settings.source('cache')}: {problem}" if settings.cache else problem)
         if settings.data:
             dataset = self.parts.dataset()  # a malformed file stops the run here, before any model call
+            self.settings = self.parts.settings  # with the data's budgets unless --restore-budgets named some
             abstention, no_gold, auditable = data_auditable(dataset, settings.granularity)
             if not auditable:
                 raise pytest.UsageError(
