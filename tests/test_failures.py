@@ -30,6 +30,7 @@ from grid_helpers import (
 )
 from openai_server import OpenAIServer, fake_models_responder
 
+from pytest_restore.__main__ import main
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import History, build_history
 from pytest_restore.exits import IO_ERROR
@@ -266,6 +267,10 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
     assert summary["provenance"]["partial"] is not None
     assert summary["run"]["checks"]["grid"]["result"]["not_run"]
     assert (partial / "report.md").read_text().startswith("> **PARTIAL REPORT**")
+    # the partial report was written once, whole: rebuilt from its records it is the same, mark and provenance included
+    assert main(["report", str(partial / "records.jsonl"), "--out", str(project.path / "rebuilt")]) == 0
+    for name in ("report.md", "summary.json"):
+        assert (project.path / "rebuilt" / name).read_bytes() == (partial / name).read_bytes(), name
     said = "partial report (the session did not finish its grid): restore-report.partial; restore-report was left"
     assert said in "\n".join(cut.outlines)
     if not then_whole:

@@ -408,7 +408,7 @@ REPORT_FILES = (
 def test_session_report_is_identical_with_xdist_and_rebuilt_from_records(
     tiny_grid_runs: tuple[ChildRun, ChildRun], tmp_path: Path
 ) -> None:
-    """Serial and ``-n 2`` sessions write the same bytes; ``report`` rebuilds them exactly."""
+    """Serial and ``-n 2`` sessions write the same bytes; ``report`` rebuilds them exactly, provenance included."""
     serial, parallel = (run.report for run in tiny_grid_runs)
     rebuilt = tmp_path / "rebuilt"
     result = _cli("report", str(serial / "records.jsonl"), "--out", str(rebuilt))
@@ -419,4 +419,7 @@ def test_session_report_is_identical_with_xdist_and_rebuilt_from_records(
     assert len(records[0]["run_id"]) == 16
     for name in REPORT_FILES:
         assert report_file(serial / name) == report_file(parallel / name), name
-        assert report_file(serial / name) == report_file(rebuilt / name), name
+        assert (serial / name).read_bytes() == (rebuilt / name).read_bytes(), name
+    # rebuilt into its own directory, the session's provenance stays (summary.json read before it is replaced)
+    assert _cli("report", str(rebuilt / "records.jsonl"), "--out", str(rebuilt)).returncode == 0
+    assert (rebuilt / "summary.json").read_bytes() == (serial / "summary.json").read_bytes()

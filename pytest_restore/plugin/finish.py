@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import datetime
 import importlib
-import json
 import os
 import shutil
 import sys
@@ -34,7 +33,7 @@ from pytest_restore.plugin.cells import CellSpec
 from pytest_restore.plugin.settings import RestoreSettings
 from pytest_restore.plugin.staging import partial_dir, staging_dir, swap_into_place
 from pytest_restore.record import Record, baseline_ranker
-from pytest_restore.report.inputs import RunInfo
+from pytest_restore.report.inputs import Provenance, RunInfo
 from pytest_restore.report.writer import ReportFiles, write_report
 from pytest_restore.stats.families import FAMILIES, Family
 
@@ -130,16 +129,26 @@ def write_in_place(
 ) -> ReportFiles:
     """Write the report (and the calibration gate's, if any) into a fresh directory beside ``target``, then swap it into place.
 
+    The session's provenance (``started_utc``, ``session_id``, ``partial``: why
+    the grid did not finish) goes to the writer with ``info``, so every file is
+    written once, whole.
+
     Once ``cancelled`` is set (Ctrl-C while the report is written), nothing
     is swapped in: the staging directory goes and :class:`ReportCancelled`
     is raised, so ``target`` stays as it was.
     """
     staging = staging_dir(target)
+    provenance = Provenance(
+        version=__version__,
+        started_utc=started_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        session_id=session_id,
+        partial=partial,
+    )
     try:
-        files = write_report(records, info, staging)
+        # every file written once, whole: the provenance and the partial mark are the writer's input
+        files = write_report(records, dataclasses.replace(info, provenance=provenance), staging)
         if calibration_json is not None:
             (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")
-        stamp(staging, partial, started_utc, session_id)
         if cancelled is not None and cancelled.is_set():
             raise ReportCancelled(f"{target} was not replaced")
         swap_into_place(staging, target)
@@ -150,30 +159,6 @@ def write_in_place(
         # a whole report supersedes the partial one an earlier, cut-short session left
         shutil.rmtree(partial_dir(target), ignore_errors=True)
     return dataclasses.replace(files, out_dir=target)
-
-def stamp(out: Path, partial: str | None, started_utc: datetime.datetime, session_id: str) -> None:
-    """Provenance in summary.json and, on a partial report, the mark.
-
-    ``session_id`` names this session; the records' ``run_id`` is a digest
-    of the settings that shape them, the same for every rerun.
-    """
-    summary_path = out / "summary.json"
-    summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    summary["provenance"] = {
-        "package": "pytest-restore",
-        "version": __version__,
-        "started_utc": started_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "session_id": session_id,
-        "partial": partial,
-    }
-    summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    if partial is not None:
-        report = out / "report.md"
-        banner = (
-            f"> **PARTIAL REPORT** ({partial}): the session did not finish its grid; "
-            "the cells that did not run are listed under Grid coverage.\n\n"
-        )
-        report.write_text(banner + report.read_text(encoding="utf-8"), encoding="utf-8")
 
 def write_partial(calibration_json: str | None, report_dir: str) -> Path | None:
     """Write what the calibration gate produced, beside the report directory, marked partial."""

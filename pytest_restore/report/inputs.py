@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,6 +31,44 @@ RecordsError = RecordError
 
 
 @dataclass(frozen=True)
+class Provenance:
+    """Which session wrote a report: the package, when it started, its id, and whether it finished its grid.
+
+    ``session_id`` names the session; the records' ``run_id`` is a digest of
+    the settings that shape them, the same for every rerun. ``partial`` says
+    why the session did not finish its grid (``None``: it did); a partial
+    report's ``report.md`` opens with the mark.
+    """
+
+    version: str
+    started_utc: str
+    session_id: str
+    partial: str | None = None
+    package: str = "pytest-restore"
+
+    def to_json(self) -> dict[str, Any]:
+        """``summary.json``'s ``provenance`` object."""
+        return {
+            "package": self.package,
+            "version": self.version,
+            "started_utc": self.started_utc,
+            "session_id": self.session_id,
+            "partial": self.partial,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Provenance:
+        """Read ``summary.json``'s ``provenance`` back."""
+        return cls(
+            version=str(data.get("version", "")),
+            started_utc=str(data.get("started_utc", "")),
+            session_id=str(data.get("session_id", "")),
+            partial=None if data.get("partial") is None else str(data["partial"]),
+            package=str(data.get("package", "pytest-restore")),
+        )
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """What a report says about the run besides its records."""
 
@@ -43,6 +81,8 @@ class RunInfo:
     #: the hypothesis families the statistics pass runs (the session's registry; not
     #: written to ``summary.json``: the report CLI takes the built-ins and entry points)
     families: tuple[Family, ...] = FAMILIES
+    #: the session that wrote the report (``summary.json``'s ``provenance``; ``None``: not written)
+    provenance: Provenance | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The run section of ``summary.json``."""
@@ -134,7 +174,10 @@ def read_records(path: str | Path) -> list[Record]:
 
 
 def read_run_info(records_path: str | Path) -> RunInfo:
-    """The run section of the ``summary.json`` beside ``records_path``; empty when absent."""
+    """The run section and provenance of the ``summary.json`` beside ``records_path``; empty when absent.
+
+    A report rebuilt from them is the session's, byte for byte (its provenance and partial mark included).
+    """
     summary = Path(records_path).with_name("summary.json")
     if not summary.exists():
         return RunInfo()
@@ -145,7 +188,10 @@ def read_run_info(records_path: str | Path) -> RunInfo:
     run = data.get("run") if isinstance(data, dict) else None
     if not isinstance(run, dict):
         raise RecordsError(f"{summary}: no 'run' object")
-    return RunInfo.from_json(run)
+    provenance = data.get("provenance")
+    if provenance is not None and not isinstance(provenance, dict):
+        raise RecordsError(f"{summary}: 'provenance' is not an object")
+    return replace(RunInfo.from_json(run), provenance=Provenance.from_json(provenance) if provenance else None)
 
 
 def check_run_info(records: Sequence[Record], info: RunInfo, records_path: str | Path) -> None:

@@ -441,7 +441,8 @@ def render_report_md(
     applies, the findings), then the tables, families, cases and ablations;
     the run's settings and exclusions last.
     """
-    out = ["# Restore-counterfactual audit", ""]
+    mark = partial_mark(info)
+    out = ([mark] if mark else []) + ["# Restore-counterfactual audit", ""]
     note = simulated_note(records, info.dataset.get("official"))
     if note:  # the first thing a reader sees: what these figures are, when a model is simulated
         out += [note, ""]
@@ -461,6 +462,17 @@ def render_report_md(
         out += ["", section]
     out += ["", render_settings_md(records, info, analysis)]
     return "\n".join(out)
+
+
+def partial_mark(info: RunInfo) -> str:
+    """The line a partial report opens with (its blank line included); "" for a whole report."""
+    partial = info.provenance.partial if info.provenance is not None else None
+    if partial is None:
+        return ""
+    return (
+        f"> **PARTIAL REPORT** ({partial}): the session did not finish its grid; "
+        "the cells that did not run are listed under Grid coverage.\n"
+    )
 
 
 def render_model_calls_md(calls: Mapping[str, Mapping[str, Any]]) -> str:

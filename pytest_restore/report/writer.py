@@ -130,6 +130,8 @@ def summary_json(
     out["hypotheses"] = analysis.summary()
     out["failures"] = session_failures(analysis)
     out["not_testable"] = untestable_lines(analysis)
+    if info.provenance is not None:
+        out["provenance"] = info.provenance.to_json()
     return out
 
 
