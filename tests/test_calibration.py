@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_restore.audit.calibration import _versus, calibrate, subset_of
+from pytest_restore.audit.calibration import CalibrationResult, _versus, calibrate, subset_of
 from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import Dataset, load_dataset
 from pytest_restore.memory.eviction import Fifo, default_registry
@@ -16,6 +16,7 @@ from pytest_restore.memory.retrieval import inject, rank, render_context
 from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.prompts import DONT_KNOW
+from pytest_restore.report.checks import render_calibration_md
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 BUDGETS = (600, 300, 100)
@@ -162,7 +163,10 @@ def test_json_is_deterministic_and_complete(tiny: Dataset) -> None:
 
 
 def test_markdown_table(tiny: Dataset) -> None:
-    text = calibrate(make_audit(tiny), fresh_judge=FakeJudge()).render_markdown()
+    result = calibrate(make_audit(tiny), fresh_judge=FakeJudge())
+    text = render_calibration_md(result)
+    # summary.json keeps the figures only: the section renders the same from them
+    assert render_calibration_md(CalibrationResult.from_dict(json.loads(result.to_json()))) == text
     assert "| judge repeat self-consistency | 1.000 |" in text
     assert "| oracle-answerable rate | 1.000 | 7 of 7" in text
     assert "| negative-restore-gain rate | 0.000 |" in text
@@ -190,8 +194,8 @@ def test_flipping_judge_fails_the_gate(tiny: Dataset) -> None:
     assert len(result.inconsistent) == 3
     assert all(len(i["verdicts"]) == 3 for i in result.inconsistent)
     assert all(len(set(i["verdicts"])) == 2 for i in result.inconsistent)
-    assert "Calibration gate: **failed**:" in result.render_markdown()
-    assert "| >= 0.90 | **fail** |" in result.render_markdown()
+    assert "Calibration gate: **failed**:" in render_calibration_md(result)
+    assert "| >= 0.90 | **fail** |" in render_calibration_md(result)
 
 
 def test_junk_and_failed_calls_count_as_disagreement(tiny: Dataset) -> None:
@@ -257,7 +261,7 @@ def test_the_probes_are_known_verdicts(tiny: Dataset) -> None:
     assert (result.probe_dont_know_incorrect, result.probe_dont_know) == (7, 7)
     assert result.probe_reference_rate == result.probe_wrong_rate == 1.0 and result.passed
     assert "| judge probes: wrong answers graded INCORRECT | 1.000 | 14 of 14 (7 of 7 \"I don't know.\")" in (
-        result.render_markdown()
+        render_calibration_md(result)
     )
 
 
@@ -337,7 +341,7 @@ def test_negative_restore_gains_fail_the_gate(tiny: Dataset) -> None:
     assert result.reasons == [
         "negative-restore-gain rate 0.29 > 0.05 (2 of 7 policy-correct records in fifo @ 600 regime (b))"
     ]
-    assert "| <= 0.05 | **fail** |" in result.render_markdown()
+    assert "| <= 0.05 | **fail** |" in render_calibration_md(result)
 
 
 def test_unmeasurable_rate_fails(tiny: Dataset) -> None:

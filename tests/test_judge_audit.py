@@ -22,6 +22,7 @@ from statsmodels.stats.inter_rater import cohens_kappa  # type: ignore[import-un
 
 from pytest_restore.audit.judge_audit import (
     Agreement,
+    JudgeAuditResult,
     allocate,
     audit_judge,
     cohen_kappa,
@@ -35,6 +36,7 @@ from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.openai_chat import OpenAIChatModel
 from pytest_restore.models.prompts import PromptSet
+from pytest_restore.report.checks import render_judge_audit_md
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 BUDGETS = (600, 300, 100)
@@ -316,7 +318,8 @@ def test_stricter_judge_disagrees(
     for d in result.disagreements:
         assert (d["first"], d["second"]) == ("CORRECT", "INCORRECT")
         assert re.search(r"\d", by_id[d["question_id"]].answer)
-    text = result.render_markdown()
+    text = render_judge_audit_md(result)
+    assert render_judge_audit_md(JudgeAuditResult.from_dict(json.loads(result.to_json()))) == text
     assert "| first \\ second | CORRECT | INCORRECT |" in text
     assert f"| CORRECT | {result.overall.table[0][0]} | {result.second_stricter} |" in text
 
@@ -358,7 +361,7 @@ def test_all_calls_failed(records: list[dict[str, Any]], by_id: dict[str, Questi
     assert result.agreement is None and result.kappa is None
     assert result.kappa_note is not None and "no completed grades" in result.kappa_note
     assert all(f["reason"] == "api_error: HTTP 503 after 6 tries" for f in result.failures)
-    assert "n/a" in result.render_markdown()
+    assert "n/a" in render_judge_audit_md(result)
 
 
 def test_one_class_only(by_id: dict[str, Question]) -> None:
@@ -378,7 +381,7 @@ def test_one_class_only(by_id: dict[str, Question]) -> None:
     result = audit_judge(recs, by_id, FakeJudge(), PromptSet())
     assert result.agreement == 1.0 and result.kappa is None
     assert result.kappa_note is not None and "single, identical class" in result.kappa_note
-    assert "single, identical class" in result.render_markdown()
+    assert "single, identical class" in render_judge_audit_md(result)
 
 
 def test_json_is_deterministic(records: list[dict[str, Any]], by_id: dict[str, Question]) -> None:

@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from pytest_restore.audit.judge_audit import API_ERROR, JudgeItem, grade, verdict_word
@@ -126,66 +126,10 @@ class CalibrationResult:
         """Deterministic JSON (sorted keys, fixed indentation, trailing newline)."""
         return json.dumps(self.to_dict(), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
-    def render_markdown(self) -> str:
-        """A small table for report.md, then the decision and its reasons."""
-        ok = {True: "pass", False: "**fail**"}
-        consistency_ok = (
-            self.judge_consistency is not None and self.judge_consistency >= self.min_consistency
-        )
-        negative_ok = (
-            self.negative_gain_rate is not None
-            and self.negative_gain_rate <= self.max_negative_gain
-        )
-        lines = [
-            (
-                f"Calibration on {self.questions} questions (seed {self.seed}); "
-                f"cell `{self.policy}` @ {self.budget}, regime ({GATE_REGIME})."
-            ),
-            "",
-            "| check | value | counts | threshold | result |",
-            "|---|---:|---|---:|---|",
-            (
-                f"| judge repeat self-consistency | {_num(self.judge_consistency)} | "
-                f"{self.judge_consistent} of {self.judge_items} items agree over "
-                f"1 + {self.repeats} gradings; {self.judge_not_a_verdict} not a verdict, "
-                f"{self.judge_failed_calls} failed calls | "
-                f">= {self.min_consistency:.2f} | {ok[consistency_ok]} |"
-            ),
-            (
-                f"| judge probes: references graded CORRECT | {_num(self.probe_reference_rate)} | "
-                f"{self.probe_reference_correct} of {self.probe_reference} | "
-                f">= {self.min_probe_rate:.2f} | {ok[_at_least(self.probe_reference_rate, self.min_probe_rate)]} |"
-            ),
-            (
-                f"| judge probes: wrong answers graded INCORRECT | {_num(self.probe_wrong_rate)} | "
-                f"{self.probe_wrong_incorrect} of {self.probe_wrong} ({self.probe_dont_know_incorrect} of "
-                f"{self.probe_dont_know} {DONT_KNOW!r}); {self.probe_unreadable} unreadable | "
-                f">= {self.min_probe_rate:.2f} | {ok[_at_least(self.probe_wrong_rate, self.min_probe_rate)]} |"
-            ),
-            (
-                f"| oracle-answerable rate | {_num(self.oracle_answerable_rate)} | "
-                f"{self.oracle_correct} of {self.oracle_graded}; {self.oracle_failed} failed calls | "
-                f"reported | {'n/a' if self.oracle_answerable_rate is None else 'ok'} |"
-            ),
-            (
-                f"| negative-restore-gain rate | {_num(self.negative_gain_rate)} | "
-                f"{self.negative_restore_gain} of {self.policy_correct} policy-correct records; "
-                f"{self.cell_excluded} excluded | <= {self.max_negative_gain:.2f} | "
-                f"{ok[negative_ok]} |"
-            ),
-            "",
-        ]
-        if self.passed:
-            lines.append("Calibration gate: **passed**.")
-        else:
-            lines.append("Calibration gate: **failed**:")
-            lines.append("")
-            lines.extend(f"- {reason}" for reason in self.reasons)
-        return "\n".join(lines) + "\n"
-
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CalibrationResult:
+        """The result back from :meth:`to_dict`'s plain values (``summary.json``'s check)."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 def _at_least(value: float | None, threshold: float) -> bool:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from pytest_restore.data.dataset import Question
@@ -264,6 +264,12 @@ class Agreement:
         kappa, note = cohen_kappa(table)
         return cls(graded, table, agree / graded if graded else None, kappa, note)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Agreement:
+        """Back from ``asdict``'s plain values."""
+        (a, b), (c, d) = data["table"]
+        return cls(data["graded"], ((a, b), (c, d)), data["agreement"], data["kappa"], data["kappa_note"])
+
 
 @dataclass(frozen=True)
 class JudgeAuditResult:
@@ -336,39 +342,13 @@ class JudgeAuditResult:
         """Deterministic JSON (sorted keys, fixed indentation, trailing newline)."""
         return json.dumps(self.to_dict(), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
-    def render_markdown(self) -> str:
-        """A short section for report.md: the figures and the 2x2 table."""
-        t = self.overall.table
-        lines = [
-            (
-                f"Second judge `{self.second_judge}` re-graded a stratified sample of "
-                f"{self.sampled} of {self.population} distinct graded answers of "
-                f"`{self.first_judge}` (seed {self.seed}); {self.api_errors + self.not_a_verdict} "
-                f"excluded ({self.api_errors} failed calls, {self.not_a_verdict} replies not a "
-                "verdict)."
-            ),
-            "",
-            "| answers | graded | agreement | Cohen's kappa |",
-            "|---|---:|---:|---:|",
-        ]
-        rows = [("all", self.overall)] + [(s, a) for s, a in sorted(self.by_source.items())]
-        for label, a in rows:
-            lines.append(f"| {label} | {a.graded} | {_num(a.agreement)} | {_num(a.kappa)} |")
-        lines += [
-            "",
-            "| first \\ second | CORRECT | INCORRECT |",
-            "|---|---:|---:|",
-            f"| CORRECT | {t[0][0]} | {t[0][1]} |",
-            f"| INCORRECT | {t[1][0]} | {t[1][1]} |",
-        ]
-        notes = [f"- {label} answers: {a.kappa_note}." for label, a in rows if a.kappa_note]
-        if notes:
-            lines += ["", "Kappa notes:", "", *notes]
-        return "\n".join(lines) + "\n"
-
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JudgeAuditResult:
+        """The result back from :meth:`to_dict`'s plain values (``summary.json``'s check)."""
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        values["overall"] = Agreement.from_dict(data["overall"])
+        values["by_source"] = {k: Agreement.from_dict(v) for k, v in data["by_source"].items()}
+        return cls(**values)
 
 
 def audit_judge(

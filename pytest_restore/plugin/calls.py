@@ -353,16 +353,6 @@ def export_round(
     return lines
 
 
-def calls_markdown(details: dict[str, dict[str, Any]]) -> str:
-    """report.md's real-model section: what was sent, the concurrency reached, failures by cause."""
-    out = ["## Real model calls", "", "| model | decoding sent | concurrency reached | failed calls |", "|---|---|---:|---|"]
-    for name, d in sorted(details.items()):
-        decoding = ", ".join(f"{k}: {v}" for k, v in d.get("decoding", {}).items())
-        failures = "; ".join(f"{n} x {cause}" for cause, n in sorted(d.get("failures", {}).items())) or "none"
-        out.append(f"| {name} | {decoding} | {d.get('concurrency', 0)} | {failures.replace('|', '/')} |")
-    return "\n".join(out)
-
-
 def call_detail(model: object) -> dict[str, Any]:
     """A real model's failed calls by cause, the concurrency it reached and what it was sent."""
     causes = getattr(model, "failure_causes", {})

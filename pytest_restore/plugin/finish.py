@@ -28,7 +28,7 @@ import pytest
 
 from pytest_restore import __version__
 from pytest_restore.memory.eviction import Policy
-from pytest_restore.plugin.calls import ModelCalls, calls_markdown
+from pytest_restore.plugin.calls import ModelCalls
 from pytest_restore.plugin.cells import CellSpec
 from pytest_restore.plugin.settings import RestoreSettings
 from pytest_restore.plugin.staging import partial_dir, staging_dir, swap_into_place
@@ -41,18 +41,6 @@ from pytest_restore.stats.families import FAMILIES, Family
 def partial_report_line(partial_path: Path, report_dir: str) -> str:
     """What a session cut short tells the user: where its partial report is, and that the whole one was kept."""
     return f"partial report (the session did not finish its grid): {partial_path}; {report_dir} was left as it was"
-
-
-def grid_markdown(cells: dict[str, list[str]]) -> str:
-    """report.md's grid coverage: the cells that ran and those that did not."""
-    out = ["## Grid coverage", ""]
-    out.append(f"Cells run ({len(cells['ran'])}): {', '.join(cells['ran']) or 'none'}.")
-    out.append("")
-    if cells["not_run"]:
-        out.append(f"Cells not run ({len(cells['not_run'])}): {', '.join(cells['not_run'])}.")
-    else:
-        out.append("Every cell of the configured grid ran.")
-    return "\n".join(out)
 
 
 def run_info(
@@ -86,10 +74,10 @@ def run_info(
     if model_calls.usage_by_process:
         shown["model_usage"] = model_calls.total_usage()
     checks = dict(checks)
-    checks["grid"] = {"result": cells, "markdown": grid_markdown(cells)}
+    checks["grid"] = {"result": cells}
     details = model_calls.all_details()
     if details:
-        checks["model_calls"] = {"result": details, "markdown": calls_markdown(details)}
+        checks["model_calls"] = {"result": details}
     return RunInfo(settings=shown, dataset=meta, exclusions=exclusions, checks=checks, families=tuple(families))
 
 

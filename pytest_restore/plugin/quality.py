@@ -64,7 +64,7 @@ def calibration_gate(parts: AuditParts, model_calls: ModelCalls, checks: dict[st
         result = calibrate(parts.audit(), fresh_judge=fresh_judge, seed=s.subset_seed)
     finally:
         close_model(fresh_judge)
-    checks["calibration"] = {"result": result.to_dict(), "markdown": result.render_markdown()}
+    checks["calibration"] = {"result": result.to_dict()}
     calibration_json = result.to_json()
     model_calls.side_calls[f"judge {s.judge} (calibration repeats)"] = call_detail(fresh_judge)
     writer = parts.config.get_terminal_writer()
@@ -111,4 +111,4 @@ def judge_audit(parts: AuditParts, records: Sequence[Record], model_calls: Model
     finally:
         close_model(judge)
     model_calls.side_calls[f"judge {s.audit_judge} (judge audit)"] = call_detail(judge)
-    return {"result": result.to_dict(), "markdown": result.render_markdown()}
+    return {"result": result.to_dict()}

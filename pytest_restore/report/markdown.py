@@ -13,6 +13,7 @@ from typing import Any
 from pytest_restore.models.fake import simulated_note, simulated_reader_md
 from pytest_restore.record import Record
 from pytest_restore.report.cases import render_ablations_md, render_cases_md
+from pytest_restore.report.checks import render_check_md
 from pytest_restore.report.inputs import (
     RunInfo,
     dataset_label,
@@ -452,7 +453,7 @@ def render_report_md(
     if comparison is not None:
         out += ["", render_comparison_md(comparison)]
     for name in sorted(info.checks):
-        out += ["", str(info.checks[name].get("markdown", ""))]
+        out += ["", render_check_md(name, info.checks[name])]
     out += ["", render_cases_md(records), render_ablations_md(analysis)]
     reader_model = simulated_reader_md(records)
     if reader_model:

@@ -1,0 +1,156 @@
+"""report.md's sections for the run's checks outside the grid, rendered from their structured results.
+
+The session hands the report each check's result as plain values
+(``RunInfo.checks``: ``{name: {"result": ...}}``, as ``summary.json`` keeps
+them); the words are made here only, so ``python -m pytest_restore report``
+renders the same sections from ``summary.json``. Older files also carry a
+pre-rendered ``"markdown"`` entry per check: it is kept in ``summary.json``
+and not read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pytest_restore.audit.calibration import GATE_REGIME, CalibrationResult
+from pytest_restore.audit.judge_audit import JudgeAuditResult
+from pytest_restore.models.prompts import DONT_KNOW
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _at_least(value: float | None, threshold: float) -> bool:
+    return value is not None and value >= threshold
+
+
+def render_grid_md(cells: Mapping[str, Sequence[str]]) -> str:
+    """report.md's grid coverage: the cells that ran and those that did not."""
+    out = ["## Grid coverage", ""]
+    out.append(f"Cells run ({len(cells['ran'])}): {', '.join(cells['ran']) or 'none'}.")
+    out.append("")
+    if cells["not_run"]:
+        out.append(f"Cells not run ({len(cells['not_run'])}): {', '.join(cells['not_run'])}.")
+    else:
+        out.append("Every cell of the configured grid ran.")
+    return "\n".join(out)
+
+
+def render_real_calls_md(details: Mapping[str, Mapping[str, Any]]) -> str:
+    """report.md's real-model section: what was sent, the concurrency reached, failures by cause."""
+    out = ["## Real model calls", "", "| model | decoding sent | concurrency reached | failed calls |", "|---|---|---:|---|"]
+    for name, d in sorted(details.items()):
+        decoding = ", ".join(f"{k}: {v}" for k, v in d.get("decoding", {}).items())
+        failures = "; ".join(f"{n} x {cause}" for cause, n in sorted(d.get("failures", {}).items())) or "none"
+        out.append(f"| {name} | {decoding} | {d.get('concurrency', 0)} | {failures.replace('|', '/')} |")
+    return "\n".join(out)
+
+
+def render_calibration_md(r: CalibrationResult) -> str:
+    """A small table for report.md, then the decision and its reasons."""
+    ok = {True: "pass", False: "**fail**"}
+    consistency_ok = (
+        r.judge_consistency is not None and r.judge_consistency >= r.min_consistency
+    )
+    negative_ok = (
+        r.negative_gain_rate is not None
+        and r.negative_gain_rate <= r.max_negative_gain
+    )
+    lines = [
+        (
+            f"Calibration on {r.questions} questions (seed {r.seed}); "
+            f"cell `{r.policy}` @ {r.budget}, regime ({GATE_REGIME})."
+        ),
+        "",
+        "| check | value | counts | threshold | result |",
+        "|---|---:|---|---:|---|",
+        (
+            f"| judge repeat self-consistency | {_num(r.judge_consistency)} | "
+            f"{r.judge_consistent} of {r.judge_items} items agree over "
+            f"1 + {r.repeats} gradings; {r.judge_not_a_verdict} not a verdict, "
+            f"{r.judge_failed_calls} failed calls | "
+            f">= {r.min_consistency:.2f} | {ok[consistency_ok]} |"
+        ),
+        (
+            f"| judge probes: references graded CORRECT | {_num(r.probe_reference_rate)} | "
+            f"{r.probe_reference_correct} of {r.probe_reference} | "
+            f">= {r.min_probe_rate:.2f} | {ok[_at_least(r.probe_reference_rate, r.min_probe_rate)]} |"
+        ),
+        (
+            f"| judge probes: wrong answers graded INCORRECT | {_num(r.probe_wrong_rate)} | "
+            f"{r.probe_wrong_incorrect} of {r.probe_wrong} ({r.probe_dont_know_incorrect} of "
+            f"{r.probe_dont_know} {DONT_KNOW!r}); {r.probe_unreadable} unreadable | "
+            f">= {r.min_probe_rate:.2f} | {ok[_at_least(r.probe_wrong_rate, r.min_probe_rate)]} |"
+        ),
+        (
+            f"| oracle-answerable rate | {_num(r.oracle_answerable_rate)} | "
+            f"{r.oracle_correct} of {r.oracle_graded}; {r.oracle_failed} failed calls | "
+            f"reported | {'n/a' if r.oracle_answerable_rate is None else 'ok'} |"
+        ),
+        (
+            f"| negative-restore-gain rate | {_num(r.negative_gain_rate)} | "
+            f"{r.negative_restore_gain} of {r.policy_correct} policy-correct records; "
+            f"{r.cell_excluded} excluded | <= {r.max_negative_gain:.2f} | "
+            f"{ok[negative_ok]} |"
+        ),
+        "",
+    ]
+    if r.passed:
+        lines.append("Calibration gate: **passed**.")
+    else:
+        lines.append("Calibration gate: **failed**:")
+        lines.append("")
+        lines.extend(f"- {reason}" for reason in r.reasons)
+    return "\n".join(lines) + "\n"
+
+
+def render_judge_audit_md(r: JudgeAuditResult) -> str:
+    """A short section for report.md: the figures and the 2x2 table."""
+    t = r.overall.table
+    lines = [
+        (
+            f"Second judge `{r.second_judge}` re-graded a stratified sample of "
+            f"{r.sampled} of {r.population} distinct graded answers of "
+            f"`{r.first_judge}` (seed {r.seed}); {r.api_errors + r.not_a_verdict} "
+            f"excluded ({r.api_errors} failed calls, {r.not_a_verdict} replies not a "
+            "verdict)."
+        ),
+        "",
+        "| answers | graded | agreement | Cohen's kappa |",
+        "|---|---:|---:|---:|",
+    ]
+    rows = [("all", r.overall)] + [(s, a) for s, a in sorted(r.by_source.items())]
+    for label, a in rows:
+        lines.append(f"| {label} | {a.graded} | {_num(a.agreement)} | {_num(a.kappa)} |")
+    lines += [
+        "",
+        "| first \\ second | CORRECT | INCORRECT |",
+        "|---|---:|---:|",
+        f"| CORRECT | {t[0][0]} | {t[0][1]} |",
+        f"| INCORRECT | {t[1][0]} | {t[1][1]} |",
+    ]
+    notes = [f"- {label} answers: {a.kappa_note}." for label, a in rows if a.kappa_note]
+    if notes:
+        lines += ["", "Kappa notes:", "", *notes]
+    return "\n".join(lines) + "\n"
+
+
+#: Each check's renderer, by the name the session files its result under.
+RENDERERS: dict[str, Callable[[Any], str]] = {
+    "grid": render_grid_md,
+    "model_calls": render_real_calls_md,
+    "calibration": lambda result: render_calibration_md(CalibrationResult.from_dict(result)),
+    "judge_audit": lambda result: render_judge_audit_md(JudgeAuditResult.from_dict(result)),
+}
+
+
+def render_check_md(name: str, check: Mapping[str, Any]) -> str:
+    """One check's section of report.md from its result (a check without a renderer: its figures as JSON)."""
+    result = check.get("result")
+    renderer = RENDERERS.get(name)
+    if renderer is not None:
+        return renderer(result)
+    return f"## Check: {name}\n\n```json\n{json.dumps(result, indent=2, sort_keys=True)}\n```\n"
