@@ -129,16 +129,43 @@ def select_questions(questions: Sequence[Question], n: int, seed: int) -> list[Q
 
 
 @dataclass(frozen=True)
+class Failure:
+    """A model call that failed after its retries, or gave no usable reply: which model, and what it said.
+
+    Kept as fields until a record is made: the record's ``excluded`` reason
+    (:meth:`reason`) and its ``error`` message (:attr:`error`) are both read
+    off them, never parsed back out of a message.
+    """
+
+    model: str  #: "reader", "judge" or "scorer"
+    message: str
+
+    @property
+    def error(self) -> str:
+        """The record's ``error``: the model and its message."""
+        return f"{self.model}: {self.message}"
+
+    def reason(self, condition: str | None = None) -> str:
+        """The record's ``excluded`` reason: ``api_error: [CONDITION ]MODEL``."""
+        return "api_error: " + (f"{condition} " if condition else "") + self.model
+
+
+@dataclass(frozen=True)
 class Outcome:
     """One condition's answer and verdict."""
 
     answer: str | None
     correct: bool | None
-    error: str | None
+    failure: Failure | None
     injected_tokens: int
     injected_units: int
     #: :func:`prompt_id` of the reader request (records count unique reader calls from it)
     prompt: str | None = None
+
+    @property
+    def error(self) -> str | None:
+        """The failed call's message (``None``: the condition has a verdict)."""
+        return self.failure.error if self.failure is not None else None
 
 
 @dataclass
@@ -314,14 +341,14 @@ class Audit:
         for (history, injected), answer, prompt in zip(items, answers, prompts):
             tokens = int(history.sizes[list(injected)].sum()) if injected else 0
             if not answer.ok:
-                outcomes.append(Outcome(None, None, f"reader: {answer.error}", tokens, len(injected), prompt))
+                outcomes.append(Outcome(None, None, Failure("reader", str(answer.error)), tokens, len(injected), prompt))
                 continue
             verdict = next(verdicts)
             correct = parse_verdict(verdict.text) if verdict.ok and verdict.text is not None else None
-            error = None
+            failure = None
             if correct is None:
-                error = f"judge: {verdict.error}" if not verdict.ok else f"judge: not a verdict: {verdict.text!r}"
-            outcomes.append(Outcome(answer.text, correct, error, tokens, len(injected), prompt))
+                failure = Failure("judge", str(verdict.error) if not verdict.ok else f"not a verdict: {verdict.text!r}")
+            outcomes.append(Outcome(answer.text, correct, failure, tokens, len(injected), prompt))
         return outcomes
 
     def oracle(self, questions: Sequence[Prepared]) -> dict[str, Outcome]:
@@ -333,7 +360,7 @@ class Audit:
                 self._oracle[p.question.question_id] = o
         return {p.question.question_id: self._oracle[p.question.question_id] for p in questions}
 
-    def importance(self, questions: Sequence[Prepared]) -> tuple[dict[str, int], dict[str, str]]:
+    def importance(self, questions: Sequence[Prepared]) -> tuple[dict[str, int], dict[str, Failure]]:
         """Importance scores of every unit content, and the questions whose scoring failed."""
         histories = {p.question.history_key: p.history for p in questions}  # a shared history is scored once
         contents = list(
@@ -355,7 +382,7 @@ class Audit:
             for p in questions:
                 for u in p.history.units:
                     if u.content in failed:
-                        bad[p.question.question_id] = f"api_error: scorer: {failed[u.content]}"
+                        bad[p.question.question_id] = Failure("scorer", failed[u.content])
                         break
         return self._importance, bad
 
@@ -417,7 +444,7 @@ class Audit:
         self, policy: Policy, budget: int, questions: Sequence[Prepared], *, ablate: bool, ranker: str
     ) -> CellRun:
         importance: Mapping[str, int] = {}
-        scorer_failed: dict[str, str] = {}
+        scorer_failed: dict[str, Failure] = {}
         if policy.needs_importance:
             importance, scorer_failed = self.importance(questions)
         oracle = self.oracle(questions)
@@ -506,9 +533,9 @@ class Audit:
             }
         fields = {key: field for key, _title, field in ABLATIONS}
         for (i, key), outcome in zip(slots, self.evaluate(items)):
-            if outcome.error is not None:
-                changes[i]["ablation_excluded"][key] = f"api_error: {outcome.error.split(':', 1)[0]}"
-            changes[i][fields[key]] = outcome.correct if outcome.error is None else None
+            if outcome.failure is not None:
+                changes[i]["ablation_excluded"][key] = outcome.failure.reason()
+            changes[i][fields[key]] = outcome.correct if outcome.failure is None else None
             if key == "store":
                 changes[i]["ablation_store_tokens"] = outcome.injected_tokens
         return [r.with_fields(**changes[i]) if i in changes else r for i, r in enumerate(records)]
@@ -519,7 +546,7 @@ class Audit:
         budget: int,
         questions: Sequence[Prepared],
         importance: Mapping[str, int],
-        skip: Mapping[str, str],
+        skip: Mapping[str, Failure],
         ranker: str | None = None,
         known: Mapping[tuple[str, int], Mask] | None = None,
     ) -> tuple[list[tuple[Prepared, int, Mask | None]], list[tuple[History, list[int]]], dict[tuple[str, int], Mask]]:
@@ -615,22 +642,21 @@ class Audit:
         outcome: Outcome | None,
         restored: Outcome | None,
         mask: Mask | None,
-        excluded: str | None,
+        scorer_failure: Failure | None,
         ranker: str,
     ) -> Record:
         history = p.history
         gold = history.gold
         evicted_units = [g for g in gold if not mask[g]] if mask is not None else None
         evicted = len(evicted_units) if evicted_units is not None else None
-        error = excluded
-        if excluded is not None:
-            excluded = excluded.split(": ", 2)[0] + ": " + excluded.split(": ", 2)[1]
+        excluded = error = None
+        if scorer_failure is not None:  # no store without the scores: every condition is out
+            excluded, error = scorer_failure.reason(), f"api_error: {scorer_failure.error}"
         else:
             for name, o in (("oracle", oracle), ("policy", outcome), ("restored", restored)):
-                if o is not None and o.error is not None:
+                if o is not None and o.failure is not None:
                     # the reason names the condition and the model; the message goes in "error"
-                    excluded = f"api_error: {name} {o.error.split(':', 1)[0]}"
-                    error = o.error
+                    excluded, error = o.failure.reason(name), o.failure.error
                     break
         policy_correct = outcome.correct if outcome is not None else None
         restored_correct = restored.correct if restored is not None else None
