@@ -455,6 +455,10 @@ def test_an_unmet_expectation_fails_only_where_the_run_had_power() -> None:
     assert "about" in test.power_note and "questions would make it testable" in test.power_note
     mde = minimum_detectable(test, 1, small.settings, 0.15)
     assert mde is not None and mde > 0.15
+    shortfall = test.shortfall  # the figures travel as fields; the note is made from them
+    assert shortfall is not None and shortfall.minimum_detectable == mde and shortfall.holm_size == 1
+    assert shortfall.questions_needed is not None and shortfall.questions_needed > 20
+    assert f"about {shortfall.questions_needed} questions" in test.power_note
     large = analyse(tame_control(2000), resamples=2000, baselines=("fifo",))
     (test,) = large.family(POSITIVE_CONTROL)
     assert test.expectation_met is False and test.testable

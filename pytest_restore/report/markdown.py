@@ -6,7 +6,6 @@ the run's settings and exclusions; and the session verdict's lines in words.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -526,7 +525,11 @@ def untestable_lines(analysis: Analysis) -> list[str]:
         tests = [t for t in analysis.untestable() if t.family == family.name]
         if not tests:
             continue
-        needed = [int(x) for t in tests for x in re.findall(r"about (\d+) questions", t.power_note)]
+        needed = [
+            t.shortfall.questions_needed
+            for t in tests
+            if t.shortfall is not None and t.shortfall.questions_needed is not None
+        ]
         widths = [t.half_width for t in tests if t.half_width is not None]
         n = max(t.n_questions for t in tests)
         text = f"{family.name}: {len(tests)} of {len(analysis.family(family.name))} tests not testable at {n} questions"

@@ -34,7 +34,7 @@ from pytest_restore.bootstrap import Statistic
 from pytest_restore.record import CellKey
 from pytest_restore.registry import Registry
 from pytest_restore.stats.engine import _ERR, _N, _REC, Engine
-from pytest_restore.stats.results import HypothesisTest, StatsSettings, budget_label
+from pytest_restore.stats.results import HypothesisTest, PowerShortfall, StatsSettings, budget_label
 
 
 def _decide(
@@ -534,15 +534,16 @@ def judge_power(
         if mde is not None and mde <= family.effect:
             out.append(t)
             continue
-        if mde is None:
-            why = "no defined resample"
-        else:
-            needed = math.ceil(t.n_questions * (mde / family.effect) ** 2)
-            why = (
-                f"at {t.n_questions} questions its {settings.confidence:.0%} interval is "
-                f"±{t.half_width:.2f}, so the least {family.statistic} it could detect ({POWER:.0%} power, "
-                f"Holm over {m}) is {mde:.2f}, above the {family.effect:.2f} it is about; "
-                f"about {needed} questions would make it testable"
-            )
-        out.append(replace(t, testable=False, power_note=why))
+        shortfall = PowerShortfall(
+            n_questions=t.n_questions,
+            half_width=t.half_width,
+            confidence=settings.confidence,
+            power=POWER,
+            holm_size=m,
+            statistic=family.statistic,
+            effect=family.effect,
+            minimum_detectable=mde,
+            questions_needed=None if mde is None else math.ceil(t.n_questions * (mde / family.effect) ** 2),
+        )
+        out.append(replace(t, testable=False, shortfall=shortfall))
     return out

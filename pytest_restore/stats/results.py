@@ -200,6 +200,37 @@ class CellStats:
 
 
 @dataclass(frozen=True)
+class PowerShortfall:
+    """Why a test's unmet expectation is not testable at this N, as figures.
+
+    ``minimum_detectable`` is the least effect the test could detect (None:
+    no defined resample); ``questions_needed`` about how many questions would
+    bring it down to ``effect``.
+    """
+
+    n_questions: int
+    half_width: float | None
+    confidence: float
+    power: float
+    holm_size: int
+    statistic: str
+    effect: float
+    minimum_detectable: float | None
+    questions_needed: int | None
+
+    def note(self) -> str:
+        """The shortfall in words (``hypotheses.json``'s ``power_note``, the report's cell)."""
+        if self.minimum_detectable is None:
+            return "no defined resample"
+        return (
+            f"at {self.n_questions} questions its {self.confidence:.0%} interval is "
+            f"±{self.half_width:.2f}, so the least {self.statistic} it could detect ({self.power:.0%} power, "
+            f"Holm over {self.holm_size}) is {self.minimum_detectable:.2f}, above the {self.effect:.2f} it is about; "
+            f"about {self.questions_needed} questions would make it testable"
+        )
+
+
+@dataclass(frozen=True)
 class HypothesisTest:
     """One test of one family.
 
@@ -232,9 +263,14 @@ class HypothesisTest:
     undefined_resamples: int
     note: str = ""
     #: False when the expectation was not met and the run had too few questions to
-    #: meet it (see :func:`judge_power`); ``power_note`` says why and what would do.
+    #: meet it (see :func:`judge_power`); ``shortfall`` says why and what would do.
     testable: bool = True
-    power_note: str = ""
+    shortfall: PowerShortfall | None = None
+
+    @property
+    def power_note(self) -> str:
+        """The shortfall in words ("" for a testable test)."""
+        return self.shortfall.note() if self.shortfall is not None else ""
 
     @property
     def half_width(self) -> float | None:
