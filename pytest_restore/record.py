@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -94,6 +94,12 @@ def baseline_ranker(records: Iterable[Mapping[str, Any]]) -> str | None:
         return None
     return DEFAULT_RANKER if DEFAULT_RANKER in rankers else rankers[0]
 
+#: The version of the record schema this package writes (``summary.json``'s ``record_schema``,
+#: beside ``records.jsonl``) and reads. Files without a version (written before there was one)
+#: are read by the current rule: a field they lack reads as null. Any other version is refused
+#: in one line (:func:`check_schema_version`). Adding a field that reads as null when absent
+#: keeps the version; changing what a field means or dropping one raises it.
+SCHEMA_VERSION = 1
 #: The fields that identify a record: no two records of one run share them.
 KEY_FIELDS: tuple[str, ...] = ("question_id", "policy", "budget", "seed", "regime", "reader")
 
@@ -102,61 +108,134 @@ class RecordError(ValueError):
     """A record that breaks the schema; ``str(err)`` is one line naming the field."""
 
 
+# -- validation --------------------------------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_verdict(value: Any) -> bool:
+    return value is None or isinstance(value, bool)
+
+
+def _list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or isinstance(v, (list, tuple)) and all(check(x) for x in v)
+
+
+_STR, _OPT_STR, _INT, _OPT_INT = (
+    (_is_str, "a string"),
+    (_optional(_is_str), "a string or null"),
+    (_is_int, "an integer"),
+    (_optional(_is_int), "an integer or null"),
+)
+_VERDICT = (_is_verdict, "true, false or null")
+_BOOL = (lambda v: isinstance(v, bool), "true or false")
+_REGIME = (lambda v: v in REGIMES, "'a' or 'b'")
+_BIN = (lambda v: v is None or v in BINS, "'irreversible', 'recoverable', 'residual' or null")
+_GRANULARITY = (lambda v: v is None or v in ("turn", "session"), "'turn', 'session' or null")
+_INT_LIST = (_list_of(_is_int), "a list of integers or null")
+_STR_LIST = (_list_of(_is_str), "a list of strings or null")
+_STR_MAP = (
+    lambda v: v is None or isinstance(v, dict) and all(_is_str(x) for x in v.values()),
+    "an object of strings or null",
+)
+
+
+def _field(kind: tuple[Callable[[Any], bool], str], meaning: str, *, required: bool = True) -> Any:
+    """One record field's declaration: its check, what a valid value is, and what it means.
+
+    A field added after the first release is not ``required``: it reads as null when absent.
+    """
+    check, want = kind
+    metadata = {"check": check, "want": want, "meaning": meaning}
+    return field(metadata=metadata) if required else field(default=None, metadata=metadata)
+
+
 @dataclass(frozen=True)
 class Record(Mapping[str, Any]):
     """One question under one policy, budget, seed, regime and reader.
 
-    The first block of fields is required in a saved record; the rest were
-    added later and read as null when absent. ``docs/DESIGN.md`` shows this
-    schema with each field's meaning.
+    Each field is declared once, here: its type, its check, what a valid
+    value is and what it means (the field's metadata, read by :data:`FIELDS`,
+    :data:`MEANINGS`, :func:`check` and :func:`schema_markdown`, which
+    generates ``docs/DESIGN.md``'s table). The first block of fields is
+    required in a saved record; the rest were added later and read as null
+    when absent.
     """
 
-    question_id: str
-    question_type: str
-    policy: str
-    budget: int
-    seed: int
-    regime: str
-    reader: str
-    oracle_correct: bool | None
-    policy_correct: bool | None
-    restored_correct: bool | None
-    negative_restore_gain: bool
-    gold_units: int
-    gold_evicted: int | None
-    bin: str | None
-    excluded: str | None
+    question_id: str = _field(_STR, "the question")
+    question_type: str = _field(_STR, "its LongMemEval type")
+    policy: str = _field(_STR, "eviction policy (registry name)")
+    budget: int = _field(_INT, "memory budget in tokens (no-evict carries the cell's budget)")
+    seed: int = _field(_INT, "the policy's seed (0 for deterministic policies)")
+    regime: str = _field(_REGIME, "a = forced surviving gold, b = top-k retrieval")
+    reader: str = _field(_STR, "reader model name")
+    oracle_correct: bool | None = _field(_VERDICT, "the reader with all of the history (null: the call failed)")
+    policy_correct: bool | None = _field(_VERDICT, "the reader with the policy's store (null when excluded)")
+    restored_correct: bool | None = _field(_VERDICT, "the reader with the store plus the evicted gold restored")
+    negative_restore_gain: bool = _field(_BOOL, "policy right, restored wrong")
+    gold_units: int = _field(_INT, "size of G_q, the gold units")
+    gold_evicted: int | None = _field(_OPT_INT, "gold units not in the store (null when there is no store)")
+    bin: str | None = _field(_BIN, "only oracle-answerable policy errors are binned (see bin_of)")
+    excluded: str | None = _field(_OPT_STR, "why the record is out of N (a failed model call), else null")
     # -- added later: null when absent ------------------------------------------
-    judge: str | None = None
-    scorer: str | None = None
-    ranker: str | None = None
-    run_id: str | None = None
-    granularity: str | None = None
-    question: str | None = None
-    reference: str | None = None
-    gold_tokens: int | None = None
-    gold_evicted_units: tuple[int, ...] | None = None
-    gold_evicted_where: tuple[str, ...] | None = None
-    error: str | None = None
-    oracle_prompt: str | None = None
-    policy_prompt: str | None = None
-    restored_prompt: str | None = None
-    oracle_answer: str | None = None
-    policy_answer: str | None = None
-    restored_answer: str | None = None
-    policy_injected_tokens: int | None = None
-    restored_injected_tokens: int | None = None
-    policy_injected_units: int | None = None
-    restored_injected_units: int | None = None
-    store_tokens: int | None = None
-    store_units: int | None = None
-    ablation_surviving_correct: bool | None = None
-    ablation_store_correct: bool | None = None
-    ablation_placebo_correct: bool | None = None
-    ablation_excluded: Mapping[str, str] | None = None
-    ablation_store_tokens: int | None = None
-    ablation_placebo_units: tuple[int, ...] | None = None
-    ablation_placebo_tokens: int | None = None
+    judge: str | None = _field(_OPT_STR, "judge model name", required=False)
+    scorer: str | None = _field(_OPT_STR, "importance scorer name, null unless the policy uses it", required=False)
+    ranker: str | None = _field(
+        _OPT_STR, "the run's ranker (missing: bm25-lite, the only one before the field)", required=False
+    )
+    run_id: str | None = _field(
+        _OPT_STR, "digest of what the run was asked (data, prompts, the settings that decide records)", required=False
+    )
+    granularity: str | None = _field(_GRANULARITY, "what one memory unit is", required=False)
+    question: str | None = _field(_OPT_STR, "question text (for the report's cases)", required=False)
+    reference: str | None = _field(_OPT_STR, "reference answer (for the report's cases)", required=False)
+    gold_tokens: int | None = _field(_OPT_INT, "tokens of G_q", required=False)
+    gold_evicted_units: tuple[int, ...] | None = _field(
+        _INT_LIST, "positions of the evicted gold units", required=False
+    )
+    gold_evicted_where: tuple[str, ...] | None = _field(
+        _STR_LIST, "the same units as 'session S, turn T (date, role)'", required=False
+    )
+    error: str | None = _field(_OPT_STR, "the failed call's message (the reason is in excluded)", required=False)
+    oracle_prompt: str | None = _field(
+        _OPT_STR, "first 16 hex of the sha256 of the oracle's reader request", required=False
+    )
+    policy_prompt: str | None = _field(_OPT_STR, "the same for the policy condition", required=False)
+    restored_prompt: str | None = _field(_OPT_STR, "the same for the restored condition", required=False)
+    oracle_answer: str | None = _field(_OPT_STR, "the reader's answer, oracle condition", required=False)
+    policy_answer: str | None = _field(_OPT_STR, "the reader's answer, policy condition", required=False)
+    restored_answer: str | None = _field(_OPT_STR, "the reader's answer, restored condition", required=False)
+    policy_injected_tokens: int | None = _field(
+        _OPT_INT, "tokens injected into the reader's context, policy condition", required=False
+    )
+    restored_injected_tokens: int | None = _field(_OPT_INT, "the same, restored condition", required=False)
+    policy_injected_units: int | None = _field(_OPT_INT, "units injected, policy condition", required=False)
+    restored_injected_units: int | None = _field(_OPT_INT, "units injected, restored condition", required=False)
+    store_tokens: int | None = _field(_OPT_INT, "size of the store S_P in tokens", required=False)
+    store_units: int | None = _field(_OPT_INT, "size of the store S_P in units", required=False)
+    ablation_surviving_correct: bool | None = _field(
+        _VERDICT, "(i) G_q ∩ S_P forced, S_P ranked (regime a's context)", required=False
+    )
+    ablation_store_correct: bool | None = _field(_VERDICT, "(ii) all of S_P forced, no cap", required=False)
+    ablation_placebo_correct: bool | None = _field(
+        _VERDICT, "(iii) a nearby non-gold placebo forced in the gold's place", required=False
+    )
+    ablation_excluded: Mapping[str, str] | None = _field(
+        _STR_MAP, "null: not run; {}: run; else ablation -> reason", required=False
+    )
+    ablation_store_tokens: int | None = _field(_OPT_INT, "tokens injected by (ii)", required=False)
+    ablation_placebo_units: tuple[int, ...] | None = _field(_INT_LIST, "the placebo's positions", required=False)
+    ablation_placebo_tokens: int | None = _field(_OPT_INT, "the placebo's tokens", required=False)
 
     # -- the counting rule --------------------------------------------------------
 
@@ -232,7 +311,14 @@ _NAME_SET = frozenset(_NAMES)
 #: Fields held as tuples (lists in JSON), read off the annotations so a new one cannot be missed.
 _TUPLES: tuple[str, ...] = tuple(f.name for f in fields(Record) if str(f.type).startswith("tuple["))
 #: Fields a saved record must carry (the rest read as null when absent).
-REQUIRED_FIELDS: tuple[str, ...] = _NAMES[: _NAMES.index("judge")]
+REQUIRED_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Record) if f.default is MISSING)
+#: Every field: (name, check, what the check wants), read off the declarations.
+FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = tuple(
+    (f.name, f.metadata["check"], f.metadata["want"]) for f in fields(Record)
+)
+_CHECKS = {name: (check, want) for name, check, want in FIELDS}
+#: What each field means (``docs/DESIGN.md`` shows this table: :func:`schema_markdown`).
+MEANINGS: dict[str, str] = {f.name: f.metadata["meaning"] for f in fields(Record)}
 
 
 def enters_n(record: Mapping[str, Any]) -> bool:
@@ -257,135 +343,17 @@ def bin_of(*, oracle_correct: bool | None, policy_correct: bool | None,
     return "residual"
 
 
-# -- validation --------------------------------------------------------------------------
+def check_schema_version(version: Any, where: str) -> None:
+    """Refuse, in one line naming ``where``, records of a schema version this package does not read.
 
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or check(v)
-
-
-def _is_str(value: Any) -> bool:
-    return isinstance(value, str)
-
-
-def _is_verdict(value: Any) -> bool:
-    return value is None or isinstance(value, bool)
-
-
-def _list_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or isinstance(v, (list, tuple)) and all(check(x) for x in v)
-
-
-_STR, _OPT_STR, _INT, _OPT_INT = (
-    (_is_str, "a string"),
-    (_optional(_is_str), "a string or null"),
-    (_is_int, "an integer"),
-    (_optional(_is_int), "an integer or null"),
-)
-_VERDICT = (_is_verdict, "true, false or null")
-
-#: Every field: (name, check, what the check wants).
-FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("question_id", *_STR),
-    ("question_type", *_STR),
-    ("policy", *_STR),
-    ("budget", *_INT),
-    ("seed", *_INT),
-    ("regime", lambda v: v in REGIMES, "'a' or 'b'"),
-    ("reader", *_STR),
-    ("oracle_correct", *_VERDICT),
-    ("policy_correct", *_VERDICT),
-    ("restored_correct", *_VERDICT),
-    ("negative_restore_gain", lambda v: isinstance(v, bool), "true or false"),
-    ("gold_units", *_INT),
-    ("gold_evicted", *_OPT_INT),
-    ("bin", lambda v: v is None or v in BINS, "'irreversible', 'recoverable', 'residual' or null"),
-    ("excluded", *_OPT_STR),
-    *((name, *_OPT_STR) for name in ("judge", "scorer", "ranker", "run_id")),
-    ("granularity", lambda v: v is None or v in ("turn", "session"), "'turn', 'session' or null"),
-    *((name, *_OPT_STR) for name in ("question", "reference")),
-    ("gold_tokens", *_OPT_INT),
-    ("gold_evicted_units", _list_of(_is_int), "a list of integers or null"),
-    ("gold_evicted_where", _list_of(_is_str), "a list of strings or null"),
-    *(
-        (name, *_OPT_STR)
-        for name in (
-            "error",
-            *(f"{c}_{what}" for what in ("prompt", "answer") for c in ("oracle", "policy", "restored")),
-        )
-    ),
-    *(
-        (f"{c}_injected_{what}", *_OPT_INT)
-        for what in ("tokens", "units")
-        for c in ("policy", "restored")
-    ),
-    ("store_tokens", *_OPT_INT),
-    ("store_units", *_OPT_INT),
-    *((name, *_VERDICT) for name in ABLATION_FIELDS),
-    (
-        "ablation_excluded",
-        lambda v: v is None or isinstance(v, dict) and all(_is_str(x) for x in v.values()),
-        "an object of strings or null",
-    ),
-    ("ablation_store_tokens", *_OPT_INT),
-    ("ablation_placebo_units", _list_of(_is_int), "a list of integers or null"),
-    ("ablation_placebo_tokens", *_OPT_INT),
-)
-assert tuple(name for name, _c, _w in FIELDS) == _NAMES, "FIELDS and Record disagree"
-_CHECKS = {name: (check, want) for name, check, want in FIELDS}
-#: What each field means (``docs/DESIGN.md`` shows this table: :func:`schema_markdown`).
-MEANINGS: dict[str, str] = {
-    "question_id": "the question",
-    "question_type": "its LongMemEval type",
-    "policy": "eviction policy (registry name)",
-    "budget": "memory budget in tokens (no-evict carries the cell's budget)",
-    "seed": "the policy's seed (0 for deterministic policies)",
-    "regime": "a = forced surviving gold, b = top-k retrieval",
-    "reader": "reader model name",
-    "oracle_correct": "the reader with all of the history (null: the call failed)",
-    "policy_correct": "the reader with the policy's store (null when excluded)",
-    "restored_correct": "the reader with the store plus the evicted gold restored",
-    "negative_restore_gain": "policy right, restored wrong",
-    "gold_units": "size of G_q, the gold units",
-    "gold_evicted": "gold units not in the store (null when there is no store)",
-    "bin": "only oracle-answerable policy errors are binned (see bin_of)",
-    "excluded": "why the record is out of N (a failed model call), else null",
-    "judge": "judge model name",
-    "scorer": "importance scorer name, null unless the policy uses it",
-    "ranker": "the run's ranker (missing: bm25-lite, the only one before the field)",
-    "run_id": "digest of what the run was asked (data, prompts, the settings that decide records)",
-    "granularity": "what one memory unit is",
-    "question": "question text (for the report's cases)",
-    "reference": "reference answer (for the report's cases)",
-    "gold_tokens": "tokens of G_q",
-    "gold_evicted_units": "positions of the evicted gold units",
-    "gold_evicted_where": "the same units as 'session S, turn T (date, role)'",
-    "error": "the failed call's message (the reason is in excluded)",
-    "oracle_prompt": "first 16 hex of the sha256 of the oracle's reader request",
-    "policy_prompt": "the same for the policy condition",
-    "restored_prompt": "the same for the restored condition",
-    "oracle_answer": "the reader's answer, oracle condition",
-    "policy_answer": "the reader's answer, policy condition",
-    "restored_answer": "the reader's answer, restored condition",
-    "policy_injected_tokens": "tokens injected into the reader's context, policy condition",
-    "restored_injected_tokens": "the same, restored condition",
-    "policy_injected_units": "units injected, policy condition",
-    "restored_injected_units": "units injected, restored condition",
-    "store_tokens": "size of the store S_P in tokens",
-    "store_units": "size of the store S_P in units",
-    "ablation_surviving_correct": "(i) G_q ∩ S_P forced, S_P ranked (regime a's context)",
-    "ablation_store_correct": "(ii) all of S_P forced, no cap",
-    "ablation_placebo_correct": "(iii) a nearby non-gold placebo forced in the gold's place",
-    "ablation_excluded": "null: not run; {}: run; else ablation -> reason",
-    "ablation_store_tokens": "tokens injected by (ii)",
-    "ablation_placebo_units": "the placebo's positions",
-    "ablation_placebo_tokens": "the placebo's tokens",
-}
-assert tuple(MEANINGS) == _NAMES, "MEANINGS and Record disagree"
+    ``None`` (a file from before versions) reads by the current rule.
+    """
+    if version is None or version == SCHEMA_VERSION:
+        return
+    raise RecordError(
+        f"{where}: records of schema version {version!r}; this pytest-restore reads version {SCHEMA_VERSION} "
+        "(and files without a version): use the pytest-restore release that wrote them"
+    )
 
 
 def schema_markdown() -> str:

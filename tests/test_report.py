@@ -423,3 +423,24 @@ def test_session_report_is_identical_with_xdist_and_rebuilt_from_records(
     # rebuilt into its own directory, the session's provenance stays (summary.json read before it is replaced)
     assert _cli("report", str(rebuilt / "records.jsonl"), "--out", str(rebuilt)).returncode == 0
     assert (rebuilt / "summary.json").read_bytes() == (serial / "summary.json").read_bytes()
+
+
+def test_report_refuses_another_record_schema_and_reads_an_unversioned_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_restore.__main__ import main
+    from pytest_restore.record import SCHEMA_VERSION
+
+    path = tmp_path / "records.jsonl"
+    path.write_text(render_records_jsonl(fixed_records(questions=2)))
+    summary, out = tmp_path / "summary.json", tmp_path / "out"
+    summary.write_text(json.dumps({"run": {}, "record_schema": SCHEMA_VERSION + 1}))
+    assert main(["report", str(path), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {summary}: records of schema version {SCHEMA_VERSION + 1}; this pytest-restore reads "
+        f"version {SCHEMA_VERSION} (and files without a version): use the pytest-restore release that wrote them"
+    )
+    assert not out.exists()
+    summary.write_text(json.dumps({"run": {}}))  # written before versions: read by the current rule
+    assert main(["report", str(path), "--out", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["record_schema"] == SCHEMA_VERSION

@@ -169,7 +169,17 @@ def read_records(path: str | Path) -> list[Record]:
     """Read and validate ``records.jsonl`` (see :func:`pytest_restore.record.read_records`).
 
     Records of several rankers (a run of ``--restore-rankers``) are compared in one report.
+    Records whose ``summary.json`` (beside them) names another schema version
+    are refused before they are read (:func:`pytest_restore.record.check_schema_version`).
     """
+    summary = Path(path).with_name("summary.json")
+    if summary.exists():
+        try:
+            data = json.loads(summary.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RecordsError(f"{summary}: cannot read: {exc}") from None
+        if isinstance(data, dict):
+            record_module.check_schema_version(data.get("record_schema"), str(summary))
     return record_module.read_records(path)
 
 

@@ -13,7 +13,8 @@ report directory:
   the restore-tightness ablations, one real case per bin and policy, the
   exclusions, the dataset's sha256 and the run's ranker;
 - ``figure.png``/``figure.svg``: the three-bin shares per policy and budget;
-- ``summary.json``: run settings, dataset, counts and exclusions with reasons.
+- ``summary.json``: run settings, dataset, counts and exclusions with reasons,
+  the records' schema version (``record_schema``) and the session's provenance.
 
 The statistics pass (:func:`pytest_restore.stats.analysis.analyse`) runs once per
 report, with the bootstrap settings of the run (``bootstrap``,
@@ -35,7 +36,7 @@ from typing import Any
 
 from pytest_restore.audit.memo import model_calls
 from pytest_restore.models.fake import simulated_note
-from pytest_restore.record import Record
+from pytest_restore.record import SCHEMA_VERSION, Record
 from pytest_restore.record import dumps as records_text
 from pytest_restore.report.inputs import (
     RunInfo,
@@ -121,6 +122,7 @@ def summary_json(
             "bins": counts.bins(),
         },
         "record_exclusions": counts.exclusions(),
+        "record_schema": SCHEMA_VERSION,
         "model_calls": dict(calls),
     }
     note = simulated_note(records, info.dataset.get("official"))
