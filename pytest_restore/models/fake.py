@@ -7,7 +7,8 @@ expected outcomes: what the fake reader answers depends on what its context
 holds, and the figures a run prints check the pipeline on a simulated reader,
 not any real model.
 
-The fake reader (:data:`READER_MODEL` is the short version the report prints):
+The fake reader (``report/simulated.py`` prints a short version of it, with
+the :class:`ReaderKnobs` values):
 
 1. It finds the question (after ``Question:``) and its date (after
    ``Today's date:``) in the prompt and looks up what it was taught of that
@@ -87,32 +88,6 @@ class ReaderKnobs:
     scale: float = 1.0
     #: chance that the reader guesses between a two-option question's options without the evidence
     guess: float = 0.5
-
-
-#: The reader model in a few lines, as the report prints it.
-READER_MODEL = (
-    "The fake reader is taught each question's answer and gold snippets. It answers from what the "
-    "context holds: a knowledge update needs the newest value (an older one alone gives the stale "
-    "value), a multi-session question with part of its evidence gives a wrong aggregate of what is "
-    "there, temporal and single-session questions without all their evidence get \"I don't know\". "
-    "With the evidence present it still errs now and then (a utilisation error), more often for "
-    "aggregating questions, the more non-gold text surrounds the gold and the later the gold sits in "
-    "the context; the draw is a hash of the question and the context, correlated within a question. "
-    "Without the evidence it may guess between the two options of a which-of-two question. "
-    "Its knobs were set on the no-evict cell and the oracle of the 500-question synthetic file only."
-)
-
-
-def reader_model_lines(knobs: ReaderKnobs | None = None) -> list[str]:
-    """The reader model and its knob values, as markdown lines for the report."""
-    k = knobs or ReaderKnobs()
-    return [
-        READER_MODEL,
-        "",
-        (f"Knobs: base error {k.base_error:g}, aggregating-type factor {k.aggregate:g}, crowding "
-        f"{k.crowding:g} per 1k non-gold tokens, position {k.position:g}, persistence {k.persistence:g}, "
-        f"scale {k.scale:g}, guess {k.guess:g}."),
-    ]
 
 
 @dataclass(frozen=True)
@@ -358,7 +333,7 @@ class FakeScorer(_Named):
         return [FakeScorer.score(c) for c in contents]
 
 
-# -- what a report says when a fake took part -------------------------------------------------
+# -- which models of a run were these fakes (the report says so: report/simulated.py) -----------
 
 
 def is_fake(name: str | None) -> bool:
@@ -366,27 +341,8 @@ def is_fake(name: str | None) -> bool:
     return name is not None and (name == "fake" or name.startswith("fake-"))
 
 
-def simulated_models(records: Iterable[Mapping[str, Any]]) -> list[str]:
-    """``role `name``` of every fake model in the records, readers first, then judges, then scorers."""
+def simulated_models(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """``(role, name)`` of every fake model in the records, readers first, then judges, then scorers."""
     roles = ("reader", "judge", "scorer")
     found = {(roles.index(role), str(r.get(role))) for r in records for role in roles if is_fake(r.get(role))}
-    return [f"{roles[i]} `{name}`" for i, name in sorted(found)]
-
-
-def simulated_note(records: Sequence[Mapping[str, Any]], official_data: bool | None = None) -> str | None:
-    """The one sentence a report opens with when any model is a fake; ``None`` when none is."""
-    fakes = simulated_models(records)
-    if not fakes:
-        return None
-    data = "the official LongMemEval-S file" if official_data else "synthetic or unofficial data"
-    return (
-        f"These figures check the audit pipeline on a simulated reader and {data} (fake models: "
-        f"{', '.join(fakes)}); they are not a finding about any model."
-    )
-
-
-def simulated_reader_md(records: Sequence[Mapping[str, Any]]) -> str:
-    """The report's section on the fake reader's model, when a fake reader took part; else empty."""
-    if not any(is_fake(r.get("reader")) for r in records):
-        return ""
-    return "\n".join(["## The simulated reader", "", *reader_model_lines(), ""])
+    return [(roles[i], name) for i, name in sorted(found)]

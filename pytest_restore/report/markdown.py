@@ -9,7 +9,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_restore.models.fake import simulated_note, simulated_reader_md
 from pytest_restore.record import Record
 from pytest_restore.report.cases import render_ablations_md, render_cases_md
 from pytest_restore.report.checks import render_check_md
@@ -21,6 +20,7 @@ from pytest_restore.report.inputs import (
     short,
 )
 from pytest_restore.report.rankers import rankers_findings, render_rankers_md
+from pytest_restore.report.simulated import simulated_note, simulated_reader_md
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.families import POSITIVE_CONTROL, POWER, families_of, family_of
 from pytest_restore.stats.results import (

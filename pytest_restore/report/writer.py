@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from pytest_restore.audit.memo import model_calls
-from pytest_restore.models.fake import simulated_note
 from pytest_restore.record import SCHEMA_VERSION, Record
 from pytest_restore.record import dumps as records_text
 from pytest_restore.report.inputs import (
@@ -50,6 +49,7 @@ from pytest_restore.report.markdown import (
     session_failures,
     untestable_lines,
 )
+from pytest_restore.report.simulated import simulated_note
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.results import CELL_COLUMNS, budget_label
 
