@@ -6,9 +6,11 @@ change) and, per cell present in both, gives each run's two-bin share,
 irreversible rate, recoverable rate and accuracy and the paired difference
 NEW - OLD. The difference is computed on the questions that are
 oracle-answerable in the cell in both runs, and its interval comes from the
-question-cluster bootstrap of :mod:`pytest_restore.stats` (one resample
-matrix over those questions, so the two runs move together question by
-question; ``random`` pools its seeds per question as in the report).
+question-cluster bootstrap (one resample matrix over those questions, so the
+two runs move together question by question; ``random`` pools its seeds per
+question as in the report). The figures are the statistics'
+(:mod:`pytest_restore.stats.comparison`); this module reads the two report
+directories, gates on them and writes them out.
 
 ``--fail-if-worse FIGURE=THRESHOLD`` turns it into a gate: the command exits
 1 when some cell's figure got worse by more than THRESHOLD (point estimate of
@@ -19,215 +21,17 @@ the paired difference). Worse is up for the two-bin share and the two rates
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
-from pytest_restore.bootstrap import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_RESAMPLES,
-    DEFAULT_SEED,
-    Resampler,
-)
+from pytest_restore.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
 from pytest_restore.record import CellKey
 from pytest_restore.report.inputs import read_records
-from pytest_restore.stats.analysis import count
-from pytest_restore.stats.results import budget_label, cell_order
-from pytest_restore.stats.tally import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW
-
-#: The figures compared: name -> (numerator bins, denominator, whether up is worse).
-#: Per-question rows: N, irr, rec, correct.
-FIGURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool]] = {
-    "two_bin_share": (("irr",), ("irr", "rec"), True),
-    "irr_rate": (("irr",), ("N",), True),
-    "rec_rate": (("rec",), ("N",), True),
-    "accuracy": (("correct",), ("N",), False),
-}
-_ROW = {"N": 0, "irr": 1, "rec": 2, "correct": 3}
-#: The tally's rows behind ``_ROW``'s columns.
-_TALLY_ROWS = [N_ROW, IRR_ROW, REC_ROW, CORRECT_ROW]
+from pytest_restore.stats.comparison import FIGURES, Comparison, cell_name, compare_records
 
 
 class CompareError(ValueError):
     """Two runs that cannot be compared, or a bad threshold."""
-
-
-@dataclass(frozen=True)
-class FigureChange:
-    """One figure of one cell in both runs, and the paired difference NEW - OLD."""
-
-    figure: str
-    old: float | None
-    new: float | None
-    difference: float | None
-    lo: float | None
-    hi: float | None
-    worse_by: float | None  # how much worse NEW is (positive = worse), None when undefined
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-able dict (floats rounded to 6 decimals)."""
-        return {
-            "figure": self.figure,
-            "old": _round(self.old),
-            "new": _round(self.new),
-            "difference": _round(self.difference),
-            "ci_lo": _round(self.lo),
-            "ci_hi": _round(self.hi),
-            "worse_by": _round(self.worse_by),
-        }
-
-
-@dataclass(frozen=True)
-class CellChange:
-    """A cell present in both runs."""
-
-    policy: str
-    budget: int
-    regime: str
-    reader: str
-    shared_questions: int
-    figures: tuple[FigureChange, ...]
-
-    def figure(self, name: str) -> FigureChange:
-        """One figure's change."""
-        return next(f for f in self.figures if f.figure == name)
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-able dict."""
-        return {
-            "policy": self.policy,
-            "budget": self.budget,
-            "regime": self.regime,
-            "reader": self.reader,
-            "shared_questions": self.shared_questions,
-            "figures": {f.figure: f.to_json() for f in self.figures},
-        }
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Every cell both runs hold, and the cells only one of them has."""
-
-    old: str
-    new: str
-    resamples: int
-    seed: int
-    cells: tuple[CellChange, ...]
-    only_old: tuple[str, ...]
-    only_new: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-able dict for ``compare.json``."""
-        return {
-            "old": self.old,
-            "new": self.new,
-            "resamples": self.resamples,
-            "seed": self.seed,
-            "confidence": DEFAULT_CONFIDENCE,
-            "cells": [c.to_json() for c in self.cells],
-            "only_old": list(self.only_old),
-            "only_new": list(self.only_new),
-        }
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(float(value), 6) + 0.0
-
-
-def _per_question(records: Sequence[Mapping[str, Any]], match_readers: bool) -> dict[CellKey, dict[str, NDArray[np.int64]]]:
-    """Per cell, per question in N: N, irr, rec, correct, read off the analysis's counts (seeds pooled).
-
-    Without ``match_readers`` a cell's reader is "" (cells match across the two runs' readers).
-    """
-    cells: dict[CellKey, dict[str, NDArray[np.int64]]] = {}
-    for key, tally in count(records).cells.items():
-        rows = tally.counts[_TALLY_ROWS]
-        questions = {q: rows[:, i] for i, q in enumerate(tally.question_ids) if rows[0, i]}
-        if questions:
-            cells[key if match_readers else key._replace(reader="")] = questions
-    return cells
-
-
-def _cell_name(key: CellKey) -> str:
-    return f"{key.policy} {budget_label(key.budget)} ({key.regime})" + (f" reader {key.reader}" if key.reader else "")
-
-
-def _ratio_point(counts: NDArray[np.float64], num: Sequence[str], den: Sequence[str]) -> float | None:
-    d = float(sum(counts[:, _ROW[x]].sum() for x in den))
-    return float(sum(counts[:, _ROW[x]].sum() for x in num)) / d if d else None
-
-
-def _ratio_samples(totals: NDArray[np.float64], num: Sequence[str], den: Sequence[str]) -> NDArray[np.float64]:
-    n = sum(totals[:, _ROW[x]] for x in num)
-    d = sum(totals[:, _ROW[x]] for x in den)
-    out = np.full(totals.shape[0], np.nan)
-    np.divide(n, d, out=out, where=d != 0)
-    return out
-
-
-def _change(
-    key: CellKey,
-    old: Mapping[str, NDArray[np.int64]],
-    new: Mapping[str, NDArray[np.int64]],
-    resamples: int,
-    seed: int,
-) -> CellChange:
-    shared = sorted(set(old) & set(new))
-    old_counts = np.array([old[q] for q in shared], dtype=np.float64).reshape(len(shared), 4)
-    new_counts = np.array([new[q] for q in shared], dtype=np.float64).reshape(len(shared), 4)
-    resampler = Resampler.draw(shared, resamples, seed)
-    old_totals = resampler.totals(old_counts)
-    new_totals = resampler.totals(new_counts)
-    tail = (1.0 - DEFAULT_CONFIDENCE) / 2.0
-    figures = []
-    for name, (num, den, up_is_worse) in FIGURES.items():
-        before, after = _ratio_point(old_counts, num, den), _ratio_point(new_counts, num, den)
-        diff = None if before is None or after is None else after - before
-        lo = hi = None
-        if diff is not None:
-            samples = _ratio_samples(new_totals, num, den) - _ratio_samples(old_totals, num, den)
-            defined = samples[~np.isnan(samples)]
-            if defined.size:
-                lo, hi = (float(x) for x in np.quantile(defined, [tail, 1.0 - tail]))
-        worse = None if diff is None else (diff if up_is_worse else -diff)
-        figures.append(FigureChange(name, before, after, diff, lo, hi, worse))
-    policy, budget, regime, reader = key.policy, key.budget, key.regime, key.reader
-    return CellChange(policy, budget, regime, reader, len(shared), tuple(figures))
-
-
-def compare_records(
-    old: Sequence[Mapping[str, Any]],
-    new: Sequence[Mapping[str, Any]],
-    *,
-    old_name: str = "OLD",
-    new_name: str = "NEW",
-    resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-) -> Comparison:
-    """Compare two runs' records cell by cell.
-
-    Cells are matched on policy, budget and regime, and on the reader too
-    when either run holds more than one reader (a run of one reader compared
-    with a run of another matches its cells across the two readers).
-    """
-    readers = {str(r["reader"]) for r in old}, {str(r["reader"]) for r in new}
-    match_readers = len(readers[0]) > 1 or len(readers[1]) > 1
-    before, after = _per_question(old, match_readers), _per_question(new, match_readers)
-    order = sorted(set(before) | set(after), key=cell_order)
-    cells = tuple(_change(k, before[k], after[k], resamples, seed) for k in order if k in before and k in after)
-    return Comparison(
-        old_name,
-        new_name,
-        resamples,
-        seed,
-        cells,
-        tuple(_cell_name(k) for k in order if k not in after),
-        tuple(_cell_name(k) for k in order if k not in before),
-    )
 
 
 def compare_dirs(old: str | Path, new: str | Path, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> Comparison:
@@ -264,7 +68,7 @@ def worse_cells(comparison: Comparison, thresholds: Sequence[tuple[str, float]])
             f = cell.figure(name)
             if f.worse_by is not None and f.worse_by > threshold:
                 lines.append(
-                    f"{_cell_name(CellKey(cell.policy, cell.budget, cell.regime, cell.reader))}: {name} "
+                    f"{cell_name(CellKey(cell.policy, cell.budget, cell.regime, cell.reader))}: {name} "
                     f"{_num(f.old)} -> {_num(f.new)} ({_signed(f.difference)}, 95% CI {_interval(f.lo, f.hi)}), "
                     f"worse by more than {threshold:g}"
                 )
@@ -300,7 +104,7 @@ def render_markdown(comparison: Comparison) -> str:
         parts = [
             f"{_num(f.old)} -> {_num(f.new)} ({_signed(f.difference)}, {_interval(f.lo, f.hi)})" for f in cell.figures
         ]
-        name = _cell_name(CellKey(cell.policy, cell.budget, cell.regime, cell.reader))
+        name = cell_name(CellKey(cell.policy, cell.budget, cell.regime, cell.reader))
         out.append(f"| {name} | {cell.shared_questions} | " + " | ".join(parts) + " |")
     if not comparison.cells:
         out.append("| (no cell in both runs) | |" + " |" * len(FIGURES))

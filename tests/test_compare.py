@@ -12,8 +12,9 @@ import pytest
 from grid_helpers import GRID, ChildRun, full_disk
 
 from pytest_restore.__main__ import main
-from pytest_restore.compare import CompareError, compare_records, parse_threshold, worse_cells
+from pytest_restore.compare import CompareError, parse_threshold, worse_cells
 from pytest_restore.exits import IO_ERROR
+from pytest_restore.stats.comparison import compare_records
 
 
 def _record(qid: str, bin_: str | None, correct: bool, seed: int = 0) -> dict[str, Any]:

@@ -151,8 +151,9 @@ def test_the_role_check_finds_a_branch_and_a_long_module() -> None:
 COUNTING = frozenset({"CellTally", "tally", "tally_by", "tally_cells", "Engine", "Resampler", "Statistic"})
 #: The modules that hold them.
 COUNTING_MODULES = ("pytest_restore.stats.tally", "pytest_restore.stats.engine", "pytest_restore.bootstrap")
-#: The packages that render and run: they read an ``Analysis`` and count nothing themselves.
-READERS = ("report", "plugin")
+#: The packages that render and run (and ``compare``'s command): they read an ``Analysis``
+#: (or ``stats.comparison``) and count nothing themselves.
+READERS = ("report", "plugin", "compare")
 
 
 def counting(module: str, source: str) -> list[str]:
@@ -175,7 +176,7 @@ def counting(module: str, source: str) -> list[str]:
 
 
 def test_report_and_plugin_never_count_records_or_resample() -> None:
-    """Every figure, order and decision comes from the one analysis: report/ and plugin/ read it."""
+    """Every figure, order and decision comes from the one analysis: report/, plugin/ and compare read it."""
     found = []
     for module, path in sorted(modules(ROOT).items()):
         if module.split(".")[1:2] and module.split(".")[1] in READERS:
