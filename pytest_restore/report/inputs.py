@@ -75,8 +75,8 @@ class RunInfo:
     settings: Mapping[str, Any] = field(default_factory=dict)
     dataset: Mapping[str, Any] = field(default_factory=dict)
     exclusions: Mapping[str, int] = field(default_factory=dict)
-    #: results of checks that need models (calibration gate, judge audit): each a
-    #: dict with its figures under "result" and its report section under "markdown"
+    #: the run's checks outside the grid (grid coverage, real model calls, calibration gate,
+    #: judge audit): ``{name: {"result": figures}}``, plain values; report/checks.py renders them
     checks: Mapping[str, Any] = field(default_factory=dict)
     #: the hypothesis families the statistics pass runs (the session's registry; not
     #: written to ``summary.json``: the report CLI takes the built-ins and entry points)

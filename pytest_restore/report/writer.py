@@ -19,9 +19,11 @@ report directory:
 The statistics pass (:func:`pytest_restore.stats.analysis.analyse`) runs once per
 report, with the bootstrap settings of the run (``bootstrap``,
 ``bootstrap_seed``, ``equivalence_margin``, ``caliper`` in ``RunInfo.settings``).
-Everything is a function of the records and ``summary.json``'s run section,
-so ``python -m pytest_restore report`` rebuilds the same files from saved
-records, byte for byte. Output holds no timestamps or machine-dependent values.
+Everything is a function of the records and what ``summary.json`` keeps
+(the run section and the session's provenance), each file written once,
+whole, so ``python -m pytest_restore report`` rebuilds the same files from
+saved records, byte for byte. Output holds no machine-dependent values; the
+only time in it is the provenance's session start.
 """
 
 from __future__ import annotations
