@@ -118,29 +118,6 @@ def batch_rounds(parts: AuditParts, say: Callable[[str], None], checks: dict[str
         )
     except (BatchError, CacheError) as err:  # the provider refused or is unreachable, a full disk: one line
         reason = f"--restore-batch: {err}"
-    checks["batch"] = {"result": {"rounds": rounds}, "markdown": rounds_markdown(rounds)}
+    checks["batch"] = {"result": {"rounds": rounds}}
     if reason is not None:
         raise RunStopped(reason)
-
-
-def rounds_markdown(rounds: Sequence[dict[str, Any]]) -> str:
-    """report.md's section on the grid's batch rounds (the gate's and the judge audit's rounds are in the ledger)."""
-    out = [
-        "## Batch rounds",
-        "",
-        (
-            "The grid's calls were answered by the Batch API before the grid ran from the response cache "
-            "(`python -m pytest_restore batch status` lists every batch)."
-        ),
-        "",
-        "| round | requests | already cached | batches new / attached | answered | failed | input tokens | output tokens |",
-        "|---|---:|---:|---|---:|---|---:|---:|",
-    ]
-    for r in rounds:
-        failed = "; ".join(f"{n} x {cause}" for cause, n in r["failed"].items()) or "none"
-        batches = f"{', '.join(r['created']) or '-'} / {', '.join(r['attached']) or '-'}"
-        out.append(
-            f"| {r['round']} | {r['requests']:,} | {r['cached']:,} | {batches} | {r['answered']:,} | "
-            f"{failed.replace('|', '/')} | {r['input_tokens']:,} | {r['output_tokens']:,} |"
-        )
-    return "\n".join(out)

@@ -1,6 +1,7 @@
 """report.md's sections for the run's checks outside the grid, rendered from their structured results.
 
-The session hands the report each check's result as plain values
+The session hands the report each check's result (grid coverage, real
+model calls, calibration gate, judge audit, batch rounds) as plain values
 (``RunInfo.checks``: ``{name: {"result": ...}}``, as ``summary.json`` keeps
 them); the words are made here only, so ``python -m pytest_restore report``
 renders the same sections from ``summary.json``. Older files also carry a
@@ -138,12 +139,37 @@ def render_judge_audit_md(r: JudgeAuditResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_batch_md(result: Mapping[str, Any]) -> str:
+    """report.md's section on the grid's batch rounds (the gate's and the judge audit's rounds are in the ledger)."""
+    rounds: Sequence[Mapping[str, Any]] = result["rounds"]
+    out = [
+        "## Batch rounds",
+        "",
+        (
+            "The grid's calls were answered by the Batch API before the grid ran from the response cache "
+            "(`python -m pytest_restore batch status` lists every batch)."
+        ),
+        "",
+        "| round | requests | already cached | batches new / attached | answered | failed | input tokens | output tokens |",
+        "|---|---:|---:|---|---:|---|---:|---:|",
+    ]
+    for r in rounds:
+        failed = "; ".join(f"{n} x {cause}" for cause, n in r["failed"].items()) or "none"
+        batches = f"{', '.join(r['created']) or '-'} / {', '.join(r['attached']) or '-'}"
+        out.append(
+            f"| {r['round']} | {r['requests']:,} | {r['cached']:,} | {batches} | {r['answered']:,} | "
+            f"{failed.replace('|', '/')} | {r['input_tokens']:,} | {r['output_tokens']:,} |"
+        )
+    return "\n".join(out)
+
+
 #: Each check's renderer, by the name the session files its result under.
 RENDERERS: dict[str, Callable[[Any], str]] = {
     "grid": render_grid_md,
     "model_calls": render_real_calls_md,
     "calibration": lambda result: render_calibration_md(CalibrationResult.from_dict(result)),
     "judge_audit": lambda result: render_judge_audit_md(JudgeAuditResult.from_dict(result)),
+    "batch": render_batch_md,
 }
 
 
