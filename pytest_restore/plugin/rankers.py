@@ -85,24 +85,7 @@ def embedding_check(sources: Sequence[TextVectors], dataset: Dataset, config: Au
             "dimensions": vectors.store.dimensions,
             "store_bytes": vectors.store.nbytes(),
         }
-    lines = [
-        "## Embeddings",
-        "",
-        (
-            "Each distinct text the dense and hybrid rankers read (the questions and the units' contents), embedded "
-            "once per model and stored as int8 rows with a scale; a text over the model's input limit keeps its "
-            "first 90% of the limit in o200k tokens."
-        ),
-        "",
-        "| embedder | distinct texts | embedded this run | truncated | requests | tokens | dimensions | stored bytes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for name, row in result.items():
-        lines.append(
-            f"| {name} | {row['distinct_texts']:,} | {row['embedded_this_run']:,} | {row['truncated']:,} | "
-            f"{row['requests']:,} | {row['tokens']:,} | {row['dimensions']} | {row['store_bytes']:,} |"
-        )
-    return {"result": result, "markdown": "\n".join(lines) + "\n"}
+    return {"result": result}  # report/checks.py renders it
 
 
 def embedding_dry_run(vectors: TextVectors, dataset: Dataset, config: AuditConfig) -> list[str]:

@@ -1,7 +1,7 @@
 """report.md's sections for the run's checks outside the grid, rendered from their structured results.
 
 The session hands the report each check's result (grid coverage, real
-model calls, calibration gate, judge audit, batch rounds) as plain values
+model calls, calibration gate, judge audit, batch rounds, embeddings) as plain values
 (``RunInfo.checks``: ``{name: {"result": ...}}``, as ``summary.json`` keeps
 them); the words are made here only, so ``python -m pytest_restore report``
 renders the same sections from ``summary.json``. Older files also carry a
@@ -163,6 +163,28 @@ def render_batch_md(result: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
+def render_embeddings_md(result: Mapping[str, Mapping[str, Any]]) -> str:
+    """report.md's account of the run's embeddings: per embedder, texts, what the run sent, truncations, storage."""
+    lines = [
+        "## Embeddings",
+        "",
+        (
+            "Each distinct text the dense and hybrid rankers read (the questions and the units' contents), embedded "
+            "once per model and stored as int8 rows with a scale; a text over the model's input limit keeps its "
+            "first 90% of the limit in o200k tokens."
+        ),
+        "",
+        "| embedder | distinct texts | embedded this run | truncated | requests | tokens | dimensions | stored bytes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in result.items():
+        lines.append(
+            f"| {name} | {row['distinct_texts']:,} | {row['embedded_this_run']:,} | {row['truncated']:,} | "
+            f"{row['requests']:,} | {row['tokens']:,} | {row['dimensions']} | {row['store_bytes']:,} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 #: Each check's renderer, by the name the session files its result under.
 RENDERERS: dict[str, Callable[[Any], str]] = {
     "grid": render_grid_md,
@@ -170,6 +192,7 @@ RENDERERS: dict[str, Callable[[Any], str]] = {
     "calibration": lambda result: render_calibration_md(CalibrationResult.from_dict(result)),
     "judge_audit": lambda result: render_judge_audit_md(JudgeAuditResult.from_dict(result)),
     "batch": render_batch_md,
+    "embeddings": render_embeddings_md,
 }
 
 
