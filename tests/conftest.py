@@ -35,6 +35,16 @@ from pytest_restore.synthetic.embedded import embedded_dataset
 # dropped when the snapshot is restored, and importing it again later fails with
 # "cannot augment Function(...)".
 kernels.fact_counts("warm up")
+# That call may be served from numba's disk cache (another xdist worker compiled it first), which
+# imports none of the compiler's lazily imported modules: numba.core.boxing, imported on the first
+# real compile, would then be imported inside an in-process run, dropped with it, and registering
+# its boxers again on the next compile fails ("duplicate registration for ... Boolean"). So
+# compile one function for real here, whatever the disk cache holds, and import boxing by name.
+import numba.core.boxing  # noqa: E402,F401
+from numba import njit  # noqa: E402
+import numpy as _np  # noqa: E402
+
+njit(cache=False)(lambda values, flag: values.sum() if flag else 0.0)(_np.zeros(2), True)
 
 
 @pytest.fixture(scope="session")
