@@ -530,6 +530,42 @@ def test_part_of_the_grid_exits_as_its_items_and_the_whole_grid_names_what_faile
         part.stdout.fnmatch_lines(["*not met on this part of the grid: not decided*", "no-irr: fifo at 100:*"])
 
 
+FLAKY_POLICY = """
+import os
+from pytest_restore.memory.eviction import VictimPolicy
+
+
+class Flaky(VictimPolicy):
+    name = "flaky"
+
+    def choose_victim(self, stored, units):
+        if os.environ.get("RESTORE_TEST_FLAKY"):
+            raise RuntimeError("the flaky policy failed")
+        return stored[0]
+
+
+def pytest_restore_register_policies(registry, config):
+    registry.register(Flaky())
+"""
+
+
+def test_lf_after_a_failure_exits_as_the_items_it_runs_again(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project.makeconftest(FAST_RETRIES + FLAKY_POLICY)
+    # 100 tokens binds for every history of tiny.json, so the flaky policy evicts (and fails) there
+    args = ["-p", "no:xdist", f"--restore-data={TINY}", "--restore-budgets=100", "--restore-policies=fifo,flaky",
+            "--restore-bootstrap=200", "--restore-calibration=off"]
+    monkeypatch.setenv("RESTORE_TEST_FLAKY", "1")
+    first = project.runpytest_inprocess(*args)
+    first.assert_outcomes(passed=1, failed=1)
+    assert first.ret == pytest.ExitCode.TESTS_FAILED
+    monkeypatch.delenv("RESTORE_TEST_FLAKY")
+    again = project.runpytest_inprocess(*args, "--lf")
+    again.assert_outcomes(passed=1)  # only the failed item runs again
+    assert again.ret == pytest.ExitCode.OK, again.outlines[-15:]
+    again.stdout.fnmatch_lines(["*grid cells not selected in this run (1): fifo-100*"])
+
 # -- 10. the report's own directory fails under the run, or the user quits while it is written -----
 
 
