@@ -55,23 +55,19 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from pytest_restore.models.cache import try_flock
 from pytest_restore.models.openai_chat import (
-    FATAL_STATUSES,
     PROVIDER,
-    RETRYABLE_STATUSES,
     OpenAIChatModel,
     _RunState,
-    _status_detail,
-    _unreachable,
     failure_cause,
 )
-from pytest_restore.models.pacing import AdaptiveLimit, parse_retry_after
+from pytest_restore.models.pacing import AdaptiveLimit
 from pytest_restore.models.progress import Progress
 
 Vectors = npt.NDArray[np.float32]
@@ -340,59 +336,15 @@ class OpenAIEmbedder(OpenAIChatModel):
         return reply
 
     async def _send(self, state: _RunState, batch: _Batch) -> Vectors | str:
-        """One request with bounded, jittered retries: the vectors, or why not (never raises for a failed call)."""
-        import openai
-
+        """One request through the chat client's retry loop: the vectors, or why not (never raises)."""
         body = {"model": self.model, "input": batch.texts, "encoding_format": "float"}
-        last_error = "no attempt made"
-        for attempt in range(1, self.max_tries + 1):
-            if state.fatal_error is not None:
-                return state.fatal_error
-            await self._throttle(batch.tokens)
-            retry_after: float | None = None
-            started = time.monotonic()
-            try:
-                raw = await asyncio.wait_for(
-                    state.client.post("/embeddings", cast_to=str, body=body), timeout=self.timeout
-                )
-                vectors, problem = self._read_vectors(json.loads(raw), len(batch.texts))
-            except openai.APIStatusError as exc:
-                status = exc.status_code
-                detail = self._redact(_status_detail(exc))
-                if status in FATAL_STATUSES:
-                    return str(self._fatal(state, status, detail).error)
-                if status not in RETRYABLE_STATUSES and status < 500:
-                    return f"HTTP {status} (not retried): {detail}"
-                last_error = f"HTTP {status}: {detail}"
-                if status in (429, 503):
-                    state.slots.overloaded()
-                retry_after = parse_retry_after(exc.response.headers)
-                if retry_after is not None and retry_after > self.max_retry_after:
-                    return (
-                        f"{last_error}; the server asked to wait {retry_after:.0f}s, over the "
-                        f"{self.max_retry_after:g}s cap (--restore-max-retry-after)"
-                    )
-            except (openai.APITimeoutError, asyncio.TimeoutError):
-                last_error = f"timed out after {self.timeout:g}s"
-                state.slots.overloaded()
-            except openai.APIConnectionError as exc:
-                cause = exc.__cause__ or exc
-                last_error = self._redact(f"connection error: {type(cause).__name__}: {cause}")
-                if _unreachable(exc):
-                    return str(self._stop_run(state, f"{last_error} (not retried: {self._where()} is unreachable)").error)
-            except (ValueError, openai.OpenAIError) as exc:
-                last_error = self._redact(f"malformed response: {type(exc).__name__}: {exc}")
-            else:
-                if vectors is not None:
-                    await state.slots.succeeded(time.monotonic() - started)
-                    self.stats.requests += 1
-                    return vectors
-                last_error = self._redact(problem)
-            if attempt < self.max_tries:
-                if self.progress is not None:
-                    self.progress.retry()
-                await self._sleep(retry_after if retry_after is not None else self._backoff(attempt))
-        return f"failed after {self.max_tries} tries: {last_error}"
+        vectors, failure = await self._post(
+            state, "/embeddings", body, batch.tokens, lambda reply: self._read_vectors(reply, len(batch.texts))
+        )
+        if vectors is None:
+            return str(failure.error)
+        self.stats.requests += 1
+        return cast(Vectors, vectors)
 
     def _read_vectors(self, reply: Any, n: int) -> tuple[Vectors | None, str]:
         """The ``n`` vectors of a decoded reply, in input order, or ``None`` and why they are unusable."""

@@ -485,17 +485,40 @@ class OpenAIChatModel:
         self, state: _RunState, request: ChatRequest, lock: KeyLock | None
     ) -> ChatResult:
         """Send ``request`` with bounded, jittered retries; never raises."""
-        import openai  # loaded by ``_run`` already; a local name for the except clauses
-
         token_cost = 0
         if self._token_meter is not None:
             input_tokens, output_tokens = estimate_tokens([request], self.model)
             token_cost = input_tokens + output_tokens
-        body = self.body(request)
+        result, failure = await self._post(
+            state, "/chat/completions", self.body(request), token_cost, lambda reply: self._read(reply, request), lock
+        )
+        return result if result is not None else failure
+
+    async def _post(
+        self,
+        state: _RunState,
+        path: str,
+        body: dict[str, Any],
+        token_cost: int,
+        read: Callable[[Any], tuple[Any, str]],
+        lock: KeyLock | None = None,
+    ) -> tuple[Any, ChatResult]:
+        """POST ``body`` to ``path`` with bounded, jittered retries; never raises.
+
+        ``read`` turns the decoded reply into a value, or ``None`` and why it
+        is unusable (a reply too long for its budget is not sent again).
+        Returns the value (and a placeholder), or ``None`` and the failure as
+        a ``ChatResult``: the one retry loop of every endpoint this client
+        calls (chat completions, embeddings), so each gets the same pacing,
+        fatal statuses, ``Retry-After`` cap, redaction and words for a failure.
+        """
+        import openai  # loaded by ``_run`` already; a local name for the except clauses
+
+        sent = ChatResult(text=None)
         last_error = "no attempt made"
         for attempt in range(1, self.max_tries + 1):
             if state.fatal_error is not None:
-                return ChatResult(text=None, error=state.fatal_error, extra={UNSENT: "1"})
+                return None, ChatResult(text=None, error=state.fatal_error, extra={UNSENT: "1"})
             await self._throttle(token_cost)
             if lock is not None:
                 lock.touch()
@@ -510,17 +533,17 @@ class OpenAIChatModel:
                 # ``wait_for``: the client's timeout bounds each read, so a
                 # body that trickles in a byte at a time would never end.
                 raw = await asyncio.wait_for(
-                    state.client.post("/chat/completions", cast_to=str, body=body),
+                    state.client.post(path, cast_to=str, body=body),
                     timeout=self.timeout,
                 )
-                completion = json.loads(raw)
+                decoded = json.loads(raw)
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 detail = self._redact(_status_detail(exc))
                 if status in FATAL_STATUSES:
-                    return self._fatal(state, status, detail)
+                    return None, self._fatal(state, status, detail)
                 if status not in RETRYABLE_STATUSES and status < 500:
-                    return ChatResult(text=None, error=f"HTTP {status} (not retried): {detail}")
+                    return None, ChatResult(text=None, error=f"HTTP {status} (not retried): {detail}")
                 last_error = f"HTTP {status}: {detail}"
                 if status in (429, 503):
                     state.slots.overloaded()
@@ -530,7 +553,7 @@ class OpenAIChatModel:
                         f"{last_error}; the server asked to wait {retry_after:.0f}s, over the "
                         f"{self.max_retry_after:g}s cap (--restore-max-retry-after)"
                     )
-                    return ChatResult(text=None, error=error)
+                    return None, ChatResult(text=None, error=error)
             except (openai.APITimeoutError, asyncio.TimeoutError):
                 last_error = f"timed out after {self.timeout:g}s"
                 state.slots.overloaded()
@@ -540,20 +563,20 @@ class OpenAIChatModel:
                     # Nothing listens there (or the name does not resolve): minutes of
                     # backoff would not change that, for this call or any other. Say it now.
                     error = f"{last_error} (not retried: {self._where()} is unreachable)"
-                    return self._stop_run(state, error)
+                    return None, self._stop_run(state, error)
             except (ValueError, openai.APIResponseValidationError) as exc:
                 # json.JSONDecodeError: a garbled body.
                 last_error = self._redact(f"malformed response: {type(exc).__name__}: {exc}")
             except openai.OpenAIError as exc:  # any other client failure: retry, bounded
                 last_error = self._redact(f"{type(exc).__name__}: {exc}")
             else:
-                result, problem = self._read(completion, request)
-                if result is not None:
+                value, problem = read(decoded)
+                if value is not None:
                     await state.slots.succeeded(time.monotonic() - started)
-                    return result
-                last_error = problem
+                    return value, sent
+                last_error = self._redact(problem)
                 if problem.startswith("reply too long"):
-                    return ChatResult(text=None, error=problem)  # sending it again costs as much
+                    return None, ChatResult(text=None, error=problem)  # sending it again costs as much
             if attempt < self.max_tries:
                 delay = retry_after if retry_after is not None else self._backoff(attempt)
                 logger.debug(
@@ -569,7 +592,7 @@ class OpenAIChatModel:
                 await self._sleep(delay)
         error = f"failed after {self.max_tries} tries: {last_error}"
         logger.warning("%s: %s", self.name, error)
-        return ChatResult(text=None, error=error)
+        return None, ChatResult(text=None, error=error)
 
     def read_completion(self, completion: Any, request: ChatRequest) -> tuple[ChatResult | None, str]:
         """A decoded chat completion checked as a live reply is (``None`` and why, when unusable).
