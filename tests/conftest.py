@@ -40,9 +40,9 @@ kernels.fact_counts("warm up")
 # real compile, would then be imported inside an in-process run, dropped with it, and registering
 # its boxers again on the next compile fails ("duplicate registration for ... Boolean"). So
 # compile one function for real here, whatever the disk cache holds, and import boxing by name.
-import numba.core.boxing  # noqa: E402,F401
-from numba import njit  # noqa: E402
-import numpy as _np  # noqa: E402
+import numba.core.boxing  # noqa: F401
+import numpy as _np
+from numba import njit
 
 njit(cache=False)(lambda values, flag: values.sum() if flag else 0.0)(_np.zeros(2), True)
 
