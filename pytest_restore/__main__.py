@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from pytest_restore import jsonl
 from pytest_restore.exits import IO_ERROR, os_cause, out_dir_problem
 
 __all__ = ["build_parser", "main"]
@@ -402,18 +403,26 @@ def _batch_import(args: argparse.Namespace) -> int:
     n = 0
     for source in sources:
         try:
-            for n, text in enumerate(source.read_text(encoding="utf-8").splitlines(), 1):
-                if text.strip():
-                    line = json.loads(text)
-                    sent[str(line["custom_id"])] = body_digest(line["body"])
+            for n, text in jsonl.numbered_lines(jsonl.read_text(source)):
+                line = json.loads(text)
+                sent[str(line["custom_id"])] = body_digest(line["body"])
+        except jsonl.JsonlError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         except (OSError, ValueError, KeyError, TypeError) as err:
             print(f"error: {source} line {n}: not a batch input line ({err})", file=sys.stderr)
             return 2
+    try:
+        output = jsonl.read_text(path)
+    except jsonl.JsonlError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"error: {path}: {os_cause(err)}", file=sys.stderr)
+        return 2
     lines: list[tuple[str, str]] = []
     refused: Counter[str] = Counter()
-    for n, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not text.strip():
-            continue
+    for n, text in jsonl.numbered_lines(output):
         try:
             custom_id = str(json.loads(text).get("custom_id"))
         except (ValueError, AttributeError):

@@ -26,6 +26,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pytest_restore import jsonl
+
 BINS: tuple[str, ...] = ("irreversible", "recoverable", "residual")
 REGIMES: tuple[str, ...] = ("a", "b")
 #: The ranker of records written before records named theirs.
@@ -394,11 +396,7 @@ def check(record: Mapping[str, Any], required: Sequence[str] = REQUIRED_FIELDS) 
 
 def dumps(records: Iterable[Mapping[str, Any]]) -> str:
     """``records.jsonl`` text: one JSON object per record, keys sorted, in the given order."""
-    return "".join(
-        json.dumps(r.to_json() if isinstance(r, Record) else dict(r), sort_keys=True, ensure_ascii=False)
-        + "\n"
-        for r in records
-    )
+    return jsonl.dumps((r.to_json() if isinstance(r, Record) else dict(r) for r in records), sort_keys=True)
 
 
 def read_records(path: str | Path) -> list[Record]:
@@ -411,16 +409,14 @@ def read_records(path: str | Path) -> list[Record]:
     """
     p = Path(path)
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        text = jsonl.read_text(p)
     except OSError as exc:
         raise RecordError(f"{p}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise RecordError(f"{p}: not UTF-8 text") from None
+    except jsonl.JsonlError as err:
+        raise RecordError(str(err)) from None
     records = []
     run = _OneRun()
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for n, line in jsonl.numbered_lines(text):
         try:
             data = json.loads(line)
         except (json.JSONDecodeError, RecursionError) as exc:

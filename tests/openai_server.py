@@ -905,7 +905,7 @@ class BatchAPI:
         batch_id = f"batch_{len(self.batches) + 1:04d}{hashlib.sha256(data).hexdigest()[:12]}"
         batch = _Batch(batch_id, meta["id"], body["endpoint"], "24h", dict(body.get("metadata") or {}), int(time.time()))
         batch.times["expires_at"] = batch.created_at + 86_400
-        for text in data.decode("utf-8", "replace").splitlines():
+        for text in data.decode("utf-8", "replace").split("\n"):  # JSON lines end at "\n" only
             if text.strip():
                 try:
                     batch.lines.append(json.loads(text))
@@ -1047,4 +1047,5 @@ class _APIError(Exception):
 
 
 def _jsonl(lines: list[dict[str, Any]]) -> bytes:
-    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+    # UTF-8 with non-ASCII characters unescaped (U+2028 too), as JSON writers may: a client splits on "\n" only
+    return "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode()

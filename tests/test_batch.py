@@ -34,7 +34,7 @@ from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import History, build_history
 from pytest_restore.models.base import ChatRequest
 from pytest_restore.models.batch import BatchItem, BatchRunner, Ledger
-from pytest_restore.models.cache import ResponseCache
+from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.openai_chat import OpenAIChatModel
 from pytest_restore.models.prompts import JUDGE_SYSTEM
 from pytest_restore.models.providers import VALIDATORS
@@ -379,7 +379,7 @@ def answer_by_chat(source: Path, target: Path, base_url: str) -> None:
     """Another program: answers each line of a batch input file through a chat endpoint and writes
     the OpenAI batch output format (as vLLM's ``run_batch`` does), in its own order."""
     out = []
-    for n, text in enumerate(source.read_text().splitlines()):
+    for n, text in enumerate(source.read_text(encoding="utf-8").strip().split("\n")):  # as run_batch splits
         line = json.loads(text)
         request = urllib.request.Request(
             base_url.removesuffix("/v1") + line["url"],
@@ -395,7 +395,7 @@ def answer_by_chat(source: Path, target: Path, base_url: str) -> None:
             "error": None,
         })
     random.Random(0).shuffle(out)
-    target.write_text("".join(json.dumps(line) + "\n" for line in out))
+    target.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in out), encoding="utf-8")
 
 
 def test_export_then_import_fills_the_cache_so_the_grid_sends_nothing(
@@ -539,3 +539,41 @@ def test_a_second_session_with_the_same_calls_attaches_instead_of_paying_again(
     assert len(outcomes) == 2 and len(echo.batches.created) == 1
     assert sorted(len(o.created) for o in outcomes) == [0, 1] and sorted(len(o.attached) for o in outcomes) == [0, 1]
     assert all(not o.failures() and len(o.results) == 10 for o in outcomes)
+
+
+# -- 5. hostile cases (issue 32) --------------------------------------------------------------------
+
+#: Characters ``str.splitlines()`` ends a line at that a JSON string holds unescaped.
+SEPARATORS = "\u2028\u2029\x85"
+
+
+def test_batch_answers_holding_a_line_separator_are_accepted_and_not_paid_again(
+    echo: OpenAIServer, tmp_path: Path
+) -> None:
+    asked = [BatchItem("reader", "gpt-4o-mini", ChatRequest((("user", f"q{i}{SEPARATORS}end"),), max_tokens=40))
+             for i in range(3)]
+    outcome = runner_for(echo, tmp_path / "cache", []).run_round("reader", asked)
+    batch = echo.batches.batches[outcome.created[0]]
+    assert "\u2028" in echo.batches.files[str(batch.output_file_id)][1].decode()  # written unescaped
+    assert [outcome.results[i.custom_id].text for i in asked] == [f"echo: q{i}{SEPARATORS}end" for i in range(3)]
+    assert not outcome.failures()
+    assert runner_for(echo, tmp_path / "cache", []).uncached(asked) == []  # kept: a rerun sends nothing
+
+
+def test_an_export_holding_a_line_separator_imports_back(
+    echo: OpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_restore.models.providers import default_providers
+    from pytest_restore.plugin.calls import export_round
+
+    cache, source = tmp_path / "cache", tmp_path / "reader.in.jsonl"
+    planned = [("openai:gpt-4o-mini", "reader", ChatRequest((("user", f"note {i}{SEPARATORS}"),), max_tokens=40))
+               for i in range(2)]
+    export_round("reader", planned, source, cache, default_providers())
+    assert "\u2028" in source.read_text(encoding="utf-8")
+    answer_by_chat(source, tmp_path / "reader.out.jsonl", echo.base_url)
+    capsys.readouterr()
+    assert main(["batch", "import", str(tmp_path / "reader.out.jsonl"), "--cache", str(cache)]) == 0, capsys.readouterr()
+    assert "import: 2 answers checked and cached" in capsys.readouterr().out
+    hits = [ResponseCache(cache).peek(request_key("gpt-4o-mini", request)) for _, _, request in planned]
+    assert [h.text if h else None for h in hits] == [f"echo: note {i}{SEPARATORS}" for i in range(2)]

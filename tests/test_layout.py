@@ -15,6 +15,7 @@ STAGE = {
     "record": 0,
     "bootstrap": 0,
     "exits": 0,
+    "jsonl": 0,
     "data": 1,
     "synthetic": 2,
     "memory": 3,

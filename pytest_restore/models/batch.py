@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pytest_restore import jsonl
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.cache import ResponseCache, request_key, try_flock
 from pytest_restore.models.decoding import decoding_parameters
@@ -115,7 +116,7 @@ class BatchItem:
     def input_line(self) -> str:
         """The batch input file's line for this request."""
         line = {"custom_id": self.custom_id, "method": "POST", "url": ENDPOINT, "body": self.body()}
-        return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+        return jsonl.dumps_line(line, compact=True)
 
     def to_json(self) -> dict[str, Any]:
         """Everything needed to rebuild the item (the ledger's requests file)."""
@@ -265,7 +266,7 @@ class Ledger:
         if items is not None:
             _write_atomic(
                 self.root / f"{entry.name}.requests.jsonl",
-                "".join(json.dumps(i.to_json(), ensure_ascii=False) + "\n" for i in items),
+                jsonl.dumps(i.to_json() for i in items),
             )
         _write_atomic(self.root / f"{entry.name}.json", json.dumps(asdict(entry), indent=1, sort_keys=True))
 
@@ -284,11 +285,9 @@ class Ledger:
         """The requests of ``entry`` by custom id."""
         path = self.root / f"{entry.name}.requests.jsonl"
         items = {}
-        with path.open(encoding="utf-8") as handle:
-            for text in handle:
-                if text.strip():
-                    item = BatchItem.from_json(json.loads(text))
-                    items[item.custom_id] = item
+        for _, text in jsonl.numbered_lines(path.read_text(encoding="utf-8")):
+            item = BatchItem.from_json(json.loads(text))
+            items[item.custom_id] = item
         return items
 
 
@@ -558,7 +557,7 @@ class BatchRunner:
             file_id = batch.get(key)
             if file_id:
                 text = self.client.content(str(file_id))
-                lines += [(f"{key} {file_id} line {n}", t) for n, t in enumerate(text.splitlines(), 1) if t.strip()]
+                lines += [(f"{key} {file_id} line {n}", t) for n, t in jsonl.numbered_lines(text)]
         results, refused = self.judge_lines(lines, items, cache=entry.cache)
         status = str(batch.get("status"))
         cause = UNANSWERED.get(status, f"batch {status}")
