@@ -577,3 +577,26 @@ def test_an_export_holding_a_line_separator_imports_back(
     assert "import: 2 answers checked and cached" in capsys.readouterr().out
     hits = [ResponseCache(cache).peek(request_key("gpt-4o-mini", request)) for _, _, request in planned]
     assert [h.text if h else None for h in hits] == [f"echo: note {i}{SEPARATORS}" for i in range(2)]
+
+
+@pytest.mark.parametrize("damage", ["gzip", "latin-1"])
+def test_batch_import_of_a_gzip_or_non_utf8_file_is_one_line(
+    echo: OpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    import gzip
+
+    from pytest_restore.models.providers import default_providers
+    from pytest_restore.plugin.calls import export_round
+
+    cache, source, output = tmp_path / "cache", tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    planned = [("openai:gpt-4o-mini", "reader", ChatRequest((("user", "caf\u00e9 note"),), max_tokens=40))]
+    export_round("reader", planned, source, cache, default_providers())
+    answer_by_chat(source, output, echo.base_url)
+    data = output.read_bytes()
+    output.write_bytes(gzip.compress(data) if damage == "gzip" else data.decode().encode("latin-1"))
+    capsys.readouterr()
+    assert main(["batch", "import", str(output), "--cache", str(cache)]) == 2
+    said = capsys.readouterr()
+    assert said.out == "" and len(said.err.splitlines()) == 1, said
+    assert said.err.startswith(f"error: {output}: ") and ("gzip" if damage == "gzip" else "not UTF-8") in said.err
+    assert len(ResponseCache(cache)) == 0
