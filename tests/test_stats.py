@@ -601,13 +601,13 @@ def test_figure_written_and_deterministic(tmp_path: Path) -> None:
     records = table1_records() + accuracy_cell("fifo", 50, 10, 5, budget=8_000)
     records += cell("no-evict", 40, 0, 0, 0)
     analysis = analyse(records, resamples=200)
-    png, svg = write_figure(analysis.cells, tmp_path / "one")
-    again = write_figure(analysis.cells, tmp_path / "two")
+    png, svg = write_figure(analysis, tmp_path / "one")
+    again = write_figure(analysis, tmp_path / "two")
     assert png.name == "figure.png" and svg.name == "figure.svg"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert svg.read_bytes() == again[1].read_bytes()
     assert png.read_bytes() == again[0].read_bytes()
-    assert "#b2182b" in svg.read_text().lower()
+    assert "#bb5566" in svg.read_text().lower()
 
 
 def test_one_policy_order_for_the_builtins_and_the_cells() -> None:

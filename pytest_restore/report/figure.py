@@ -1,10 +1,22 @@
-"""The decomposition figure: three-bin shares per policy and budget, as stacked bars.
+"""The report's figure: the findings' headline quantity with its intervals, then the three bins.
 
-Each bar is one cell of the chosen regime (the top-k regime (b) by default):
-its oracle-answerable policy errors split into irreversible, recoverable and
-residual shares (``irr/err``, ``rec/err``, ``res/err``), so a bar with errors
-reaches 1. Bars are grouped by policy, budgets from loose to tight inside a
-group. One panel per reader.
+Two panels per reader, both of the top-k regime (b) by default:
+
+- **the headline** (top): for every evicting policy (the policies the findings
+  lead with: every one but the reference and the control) and budget, the
+  irreversible share of the errors a restore fixes, ``irr / (irr + rec)``,
+  drawn as a bar split into its irreversible and recoverable parts, with the
+  analysis's bootstrap interval as a whisker at the split and the share and
+  interval written above the bar. A dashed line marks 0.5 (a majority);
+- **the decomposition** (bottom): every policy's errors split into
+  irreversible, recoverable and residual shares (``irr/err``, ``rec/err``,
+  ``res/err``) as stacked bars, the cell's error count above each.
+
+Bars are grouped by policy, budgets from loose to tight inside a group. Every
+figure is read off the :class:`~pytest_restore.stats.analysis.Analysis`;
+nothing is recomputed here. The bins differ in hatching as well as colour,
+and their colours (Paul Tol's high-contrast scheme) stay three distinct greys
+when printed in black and white and distinct to red-green colour-blind readers.
 
 The figure is drawn on a bare ``matplotlib.figure.Figure`` with the Agg
 canvas: no pyplot global state and no dependence on the session's backend.
@@ -16,60 +28,126 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import matplotlib
+from matplotlib import patheffects
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from pytest_restore.stats.results import budget_label
+from pytest_restore.report.inputs import short
+from pytest_restore.report.markdown import evicting_policies
+from pytest_restore.stats.analysis import Analysis
+from pytest_restore.stats.results import CellStats, budget_label
 
-#: Bin colours, the paper's palette.
-IRREVERSIBLE = "#B2182B"
-RECOVERABLE = "#2166AC"
-RESIDUAL = "#595959"
+
+@dataclass(frozen=True)
+class BinStyle:
+    """How one bin is drawn: fill, hatching and the colour of text written on it."""
+
+    label: str
+    colour: str
+    hatch: str
+    text: str
+
+
+#: The bins' styles. Greyscale luminance: irreversible ~117, recoverable ~55, residual ~204.
+IRREVERSIBLE = BinStyle("irreversible (gold evicted; restore fixes)", "#BB5566", "////", "white")
+RECOVERABLE = BinStyle("recoverable (gold kept; not retrieved)", "#004488", "....", "white")
+RESIDUAL = BinStyle("residual (wrong with gold restored)", "#DDDDDD", "", "black")
 
 _BAR_WIDTH = 0.8
 _GROUP_GAP = 0.8  # extra space between policy groups, in bar widths
-_LABEL_MIN = 0.07  # segments thinner than this get no percentage label
-
-
-class BarCell(Protocol):
-    """What a bar needs from a cell; :class:`pytest_restore.stats.results.CellStats` has it."""
-
-    @property
-    def policy(self) -> str: ...
-    @property
-    def budget(self) -> int: ...
-    @property
-    def regime(self) -> str: ...
-    @property
-    def reader(self) -> str: ...
-    @property
-    def err(self) -> int: ...
-    @property
-    def irr_share(self) -> float | None: ...
-    @property
-    def rec_share(self) -> float | None: ...
-    @property
-    def res_share(self) -> float | None: ...
-    @property
-    def seeds(self) -> tuple[int, ...]: ...
-
+_HEADLINE_GAP = 0.5  # the headline's groups sit closer: its labels need the room
+_LABEL_MIN = 0.09  # segments thinner than this get no percentage label
 
 REGIME_TITLES = {"a": "regime (a): forced surviving gold", "b": "regime (b): top-k retrieval"}
 
-
 #: Width of a paper's text column (inches): the figure is drawn at its printed size,
-#: so its smallest text (7 pt) stays readable without scaling.
+#: so its smallest text (6 pt) stays readable without scaling.
 COLUMN_WIDTH = 6.75
 
 
+@dataclass(frozen=True)
+class HeadlineBar:
+    """One bar of the headline panel: a cell's two-bin share and its interval, as the analysis has them."""
+
+    policy: str
+    budget: int
+    reader: str
+    share: float | None
+    lo: float | None
+    hi: float | None
+
+    @property
+    def label(self) -> str:
+        """The share and its interval as the findings write them (``0.91`` over ``.77-1.00``)."""
+        if self.share is None:
+            return "no restorable error"
+        interval = (
+            "" if self.lo is None or self.hi is None else f"\n{short(self.lo)}-{short(self.hi)}"
+        )
+        return f"{self.share:.2f}{interval}"
+
+
+def headline_bars(analysis: Analysis, reader: str, regime: str = "b") -> list[HeadlineBar]:
+    """The headline panel's bars for one reader: the evicting policies' cells, in the analysis's order."""
+    policies = set(evicting_policies(analysis))
+    return [
+        HeadlineBar(c.policy, c.budget, c.reader, c.two_bin_share, c.two_bin_lo, c.two_bin_hi)
+        for c in _cells(analysis, reader, regime)
+        if c.policy in policies
+    ]
+
+
+def _cells(analysis: Analysis, reader: str, regime: str) -> list[CellStats]:
+    """One reader's cells of a regime under the run's (baseline) ranker, in the analysis's order."""
+    return [c for c in analysis.cells if c.regime == regime and c.reader == reader and not c.ranker]
+
+
+def draw_figure(analysis: Analysis, *, regime: str = "b", dataset: str = "") -> Figure:
+    """The figure, drawn (two panels per reader); :func:`write_figure` saves it."""
+    readers = sorted({c.reader for c in analysis.cells if c.regime == regime}) or [""]
+    with _style():
+        figure = Figure(figsize=(COLUMN_WIDTH, 5.4 * len(readers) + 0.4), layout="constrained")
+        FigureCanvasAgg(figure)
+        axes = figure.subplots(
+            2 * len(readers), 1, squeeze=False, height_ratios=[1.0, 1.1] * len(readers)
+        )[:, 0]
+        title = REGIME_TITLES.get(regime, f"regime ({regime})")
+        for i, reader in enumerate(readers):
+            about = "; ".join(x for x in (f"reader {reader}" if reader else "", dataset) if x)
+            top, bottom = axes[2 * i], axes[2 * i + 1]
+            _draw_headline(top, headline_bars(analysis, reader, regime))
+            top.set_title(
+                f"Irreversible share of the errors a restore fixes, irr / (irr + rec), with 95% intervals\n"
+                f"{title}" + (f" ({about})" if about else ""),
+                loc="left",
+            )
+            _draw_decomposition(bottom, _cells(analysis, reader, regime))
+            bottom.set_title(
+                "Every error of a cell in its bin (shares of the cell's errors)", loc="left"
+            )
+        figure.legend(
+            handles=[
+                Patch(facecolor=s.colour, hatch=s.hatch, edgecolor=_hatch_colour(s), label=s.label)
+                for s in (IRREVERSIBLE, RECOVERABLE, RESIDUAL)
+            ],
+            loc="outside upper center",
+            ncols=3,
+            frameon=False,
+            handleheight=1.4,
+            handlelength=2.2,
+        )
+    return figure
+
+
 def write_figure(
-    cells: Sequence[BarCell],
+    analysis: Analysis,
     out_dir: str | os.PathLike[str],
     *,
     regime: str = "b",
@@ -78,14 +156,21 @@ def write_figure(
     """Write ``figure.png`` and ``figure.svg`` into ``out_dir``; return their paths.
 
     ``dataset`` (e.g. ``"embedded synthetic LongMemEval-S, 100 questions"``)
-    goes into each panel's title with the panel's reader.
+    goes into the title with the panel's reader.
     """
-    chosen = [c for c in cells if c.regime == regime]
-    readers = sorted({c.reader for c in chosen}) or [""]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    figure = draw_figure(analysis, regime=regime, dataset=dataset)
+    png, svg = out / "figure.png", out / "figure.svg"
+    with _style():
+        figure.savefig(png, dpi=300, metadata={"Software": None})
+        figure.savefig(svg, metadata={"Date": None})
+    return png, svg
 
-    with matplotlib.rc_context(
+
+def _style() -> AbstractContextManager[None]:
+    """The figure's text sizes and look, applied while it is drawn and saved."""
+    return matplotlib.rc_context(
         {
             "svg.hashsalt": "pytest-restore",
             "font.size": 8,
@@ -96,50 +181,58 @@ def write_figure(
             "legend.fontsize": 7,
             "axes.spines.top": False,
             "axes.spines.right": False,
+            "hatch.linewidth": 0.6,
         }
-    ):
-        figure = Figure(figsize=(COLUMN_WIDTH, 2.9 * len(readers) + 0.4), layout="constrained")
-        FigureCanvasAgg(figure)
-        axes = figure.subplots(len(readers), 1, squeeze=False)[:, 0]
-        for ax, reader in zip(axes, readers):
-            _draw_panel(ax, [c for c in chosen if c.reader == reader])
-            title = REGIME_TITLES.get(regime, f"regime ({regime})")
-            about = "; ".join(x for x in (f"reader {reader}" if reader else "", dataset) if x)
-            ax.set_title(f"{title}" + (f" ({about})" if about else ""), loc="left")
-        figure.legend(
-            handles=[
-                Patch(color=IRREVERSIBLE, label="irreversible (gold evicted; restore fixes)"),
-                Patch(color=RECOVERABLE, label="recoverable (gold kept; not retrieved)"),
-                Patch(color=RESIDUAL, label="residual (wrong with gold restored)"),
-            ],
-            loc="outside upper center",
-            ncols=3,
-            frameon=False,
+    )
+
+
+def _hatch_colour(style: BinStyle) -> str:
+    """Hatching is drawn in the edge colour: light lines on the dark fills."""
+    return "#FFFFFF" if style.text == "white" else "#888888"
+
+
+def _segment(ax: Axes, x: float, bottom: float, height: float, style: BinStyle) -> None:
+    """One bin's part of a bar, with its percentage written on it where it has room."""
+    ax.bar(
+        x,
+        height,
+        _BAR_WIDTH,
+        bottom=bottom,
+        color=style.colour,
+        hatch=style.hatch,
+        edgecolor=_hatch_colour(style),
+        linewidth=0.0,
+    )
+    ax.bar(x, height, _BAR_WIDTH, bottom=bottom, fill=False, edgecolor="white", linewidth=0.5)
+    if height >= _LABEL_MIN:
+        ax.text(
+            x,
+            bottom + height / 2.0,
+            f"{round(100 * height)}%",
+            ha="center",
+            va="center",
+            color=style.text,
+            fontsize=6.5,
+            bbox={"boxstyle": "round,pad=0.12", "facecolor": style.colour, "edgecolor": "none"},
         )
-        png, svg = out / "figure.png", out / "figure.svg"
-        figure.savefig(png, dpi=300, metadata={"Software": None})
-        figure.savefig(svg, metadata={"Date": None})
-    return png, svg
 
 
-def _draw_panel(ax: Axes, cells: Sequence[BarCell]) -> None:
-    """Stacked bars for one reader's cells (in the analysis's cell order), grouped by policy."""
-    policies = list(dict.fromkeys(c.policy for c in cells))
+def _groups(
+    ax: Axes, keys: Sequence[tuple[str, int]], seeds: dict[str, list[int]], gap: float = _GROUP_GAP
+) -> list[float]:
+    """Each (policy, budget)'s x position; the budget under its bar, the policy under its group."""
     positions: list[float] = []
-    budget_labels: list[str] = []
     x = 0.0
-    for policy in policies:
-        group = [c for c in cells if c.policy == policy]
+    for policy in dict.fromkeys(p for p, _ in keys):
         start = x
-        for cell in group:
-            _draw_bar(ax, x, cell)
-            positions.append(x)
-            budget_labels.append(budget_label(cell.budget))
-            x += 1.0
-        # The policy name sits centred under its group, below the budget labels; a
-        # policy run under several seeds (random) says that its bars pool them.
-        seeds = sorted({seed for c in group for seed in c.seeds})
-        name = policy if len(seeds) < 2 else f"{policy}\n(seeds {','.join(map(str, seeds))} pooled)"
+        for key in keys:
+            if key[0] == policy:
+                positions.append(x)
+                x += 1.0
+        pooled = seeds.get(policy, [])
+        name = (
+            policy if len(pooled) < 2 else f"{policy}\n(seeds {','.join(map(str, pooled))} pooled)"
+        )
         ax.annotate(
             name,
             xy=((start + x - 1.0) / 2.0, 0.0),
@@ -150,40 +243,92 @@ def _draw_panel(ax: Axes, cells: Sequence[BarCell]) -> None:
             va="top",
             fontweight="bold",
         )
-        x += _GROUP_GAP
-    ax.set_xticks(positions, budget_labels)
+        x += gap
+    ax.set_xticks(positions, [budget_label(b) for _, b in keys])
     ax.tick_params(axis="x", length=0)
-    ax.set_xlim(-0.6, max(x - _GROUP_GAP - 0.4, 0.6))
-    ax.set_ylim(0.0, 1.1)
+    ax.set_xlim(-0.6, max(x - gap - 0.4, 0.6))
     ax.set_yticks([0.0, 0.25, 0.5, 0.75, 1.0])
-    ax.set_ylabel("share of the cell's errors")
-    ax.set_xlabel("store budget (tokens), per policy; number above a bar: its errors", labelpad=26)
     ax.grid(axis="y", linewidth=0.5, alpha=0.4)
     ax.set_axisbelow(True)
+    return positions
 
 
-def _draw_bar(ax: Axes, x: float, cell: BarCell) -> None:
-    """One stacked bar with percentage labels and the error count on top."""
-    if not cell.err:
-        ax.text(x, 0.02, "no errors", rotation=90, ha="center", va="bottom", fontsize=7)
-        return
-    bottom = 0.0
-    for share, colour in (
-        (cell.irr_share, IRREVERSIBLE),
-        (cell.rec_share, RECOVERABLE),
-        (cell.res_share, RESIDUAL),
-    ):
-        height = share or 0.0
-        ax.bar(x, height, _BAR_WIDTH, bottom=bottom, color=colour, edgecolor="white", linewidth=0.5)
-        if height >= _LABEL_MIN:
-            ax.text(
+def _draw_headline(ax: Axes, bars: Sequence[HeadlineBar]) -> None:
+    """The two-bin share per cell: irreversible below the split, recoverable above, the interval at the split."""
+    positions = _groups(ax, [(b.policy, b.budget) for b in bars], {}, gap=_HEADLINE_GAP)
+    for x, bar in zip(positions, bars):
+        if bar.share is None:
+            ax.text(x, 0.02, bar.label, rotation=90, ha="center", va="bottom", fontsize=6.5)
+            continue
+        ax.bar(
+            x,
+            bar.share,
+            _BAR_WIDTH,
+            color=IRREVERSIBLE.colour,
+            hatch=IRREVERSIBLE.hatch,
+            edgecolor=_hatch_colour(IRREVERSIBLE),
+            linewidth=0.0,
+        )
+        ax.bar(
+            x,
+            1.0 - bar.share,
+            _BAR_WIDTH,
+            bottom=bar.share,
+            color=RECOVERABLE.colour,
+            hatch=RECOVERABLE.hatch,
+            edgecolor=_hatch_colour(RECOVERABLE),
+            linewidth=0.0,
+        )
+        if bar.lo is not None and bar.hi is not None:
+            whisker = ax.errorbar(
                 x,
-                bottom + height / 2.0,
-                f"{round(100 * height)}%",
-                ha="center",
-                va="center",
-                color="white",
-                fontsize=7,
+                bar.share,
+                yerr=[[bar.share - bar.lo], [bar.hi - bar.share]],
+                fmt="o",
+                color="black",
+                markerfacecolor="white",
+                markersize=3.5,
+                elinewidth=1.4,
+                capsize=4,
+                capthick=1.4,
+                label=f"{bar.policy} {budget_label(bar.budget)} {bar.reader}",
             )
-        bottom += height
-    ax.text(x, bottom + 0.01, f"{cell.err}", ha="center", va="bottom", fontsize=7)
+            halo: list[patheffects.AbstractPathEffect] = [  # a white halo: legible on either fill
+                patheffects.withStroke(linewidth=3.2, foreground="white")
+            ]
+            for artist in whisker.lines[1] + whisker.lines[2]:
+                artist.set_path_effects(halo)
+        ax.text(x, 1.03, bar.label, ha="center", va="bottom", fontsize=6, linespacing=1.1)
+    ax.axhline(0.5, color="black", linestyle=(0, (4, 3)), linewidth=0.8)
+    ax.set_ylim(0.0, 1.25)
+    ax.set_ylabel("irr / (irr + rec)")
+    ax.set_xlabel(
+        "store budget (tokens), per evicting policy; above a bar: the share and its 95% interval;"
+        " dashed: 0.5",
+        labelpad=18,
+    )
+
+
+def _draw_decomposition(ax: Axes, cells: Sequence[CellStats]) -> None:
+    """Stacked three-bin bars for one reader's cells (in the analysis's cell order), grouped by policy."""
+    seeds: dict[str, list[int]] = {}
+    for cell in cells:
+        seeds.setdefault(cell.policy, [])
+        seeds[cell.policy] = sorted(set(seeds[cell.policy]) | set(cell.seeds))
+    positions = _groups(ax, [(c.policy, c.budget) for c in cells], seeds)
+    for x, cell in zip(positions, cells):
+        if not cell.err:
+            ax.text(x, 0.02, "no errors", rotation=90, ha="center", va="bottom", fontsize=7)
+            continue
+        bottom = 0.0
+        for share, style in (
+            (cell.irr_share, IRREVERSIBLE),
+            (cell.rec_share, RECOVERABLE),
+            (cell.res_share, RESIDUAL),
+        ):
+            _segment(ax, x, bottom, share or 0.0, style)
+            bottom += share or 0.0
+        ax.text(x, bottom + 0.01, f"{cell.err}", ha="center", va="bottom", fontsize=7)
+    ax.set_ylim(0.0, 1.1)
+    ax.set_ylabel("share of the cell's errors")
+    ax.set_xlabel("store budget (tokens), per policy; number above a bar: its errors", labelpad=26)

@@ -199,8 +199,8 @@ def render_bins_by_type_md(analysis: Analysis) -> str:
     return "\n".join(out) + "\n"
 
 
-def _evicting(analysis: Analysis) -> list[str]:
-    """The policies a finding is about: every policy but the reference and the control."""
+def evicting_policies(analysis: Analysis) -> list[str]:
+    """The policies a finding is about (and the figure's headline shows): every policy but the reference and the control."""
     st = analysis.settings
     names = {c.policy for c in analysis.cells if c.policy not in (st.reference, st.control)}
     return sorted(names, key=policy_order)
@@ -228,7 +228,7 @@ def render_findings_md(analysis: Analysis) -> str:
             continue
         loose = budgets[0]
         parts = []
-        for policy in _evicting(analysis):
+        for policy in evicting_policies(analysis):
             cell = analysis.cell(policy, loose, "b", reader)
             if cell is None:
                 continue

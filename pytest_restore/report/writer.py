@@ -175,7 +175,7 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
         write_figure,  # matplotlib loads when a report is written
     )
 
-    write_figure(analysis.cells, out, dataset=dataset_label(info))
+    write_figure(analysis, out, dataset=dataset_label(info))
     return files
 
 

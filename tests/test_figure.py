@@ -1,0 +1,77 @@
+"""The report's figure shows what the findings lead with: the two-bin share and its interval."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+from matplotlib.container import ErrorbarContainer
+
+from pytest_restore.report.figure import (
+    IRREVERSIBLE,
+    RECOVERABLE,
+    RESIDUAL,
+    draw_figure,
+    write_figure,
+)
+from pytest_restore.report.inputs import analyse_records, dataset_label, read_records, read_run_info
+
+#: "fifo 0.91 (95% CI .77-1.00)" in the findings' first line
+_FINDING = re.compile(r"([\w-]+) (\d\.\d\d) \(95% CI ([.\d]+)-([.\d]+)\)")
+
+
+def _first_finding(report_md: str) -> tuple[str, dict[str, tuple[str, str, str]]]:
+    """The findings' first line: its budget and each policy's share and interval, as written."""
+    findings = report_md.split("## Findings", 1)[1]
+    first = next(line for line in findings.splitlines() if line.startswith("- "))
+    budget = re.search(r"At (\w+) under top-k retrieval", first)
+    assert budget is not None, first
+    return budget.group(1), {m[0]: (m[1], m[2], m[3]) for m in _FINDING.findall(first)}
+
+
+def _short(value: float) -> str:
+    text = f"{value:.2f}"
+    return text[1:] if text.startswith("0.") else text
+
+
+def test_the_headline_is_the_findings_first_line(embedded_report: Path, tmp_path: Path) -> None:
+    """Each evicting policy's headline bar at the loosest budget draws the share and interval the
+    findings' first line prints; the figure the report holds is that drawing."""
+    records = read_records(embedded_report / "records.jsonl")
+    info = read_run_info(embedded_report / "records.jsonl")
+    analysis = analyse_records(records, info)
+    budget, written = _first_finding((embedded_report / "report.md").read_text(encoding="utf-8"))
+    assert set(written) == {"fifo", "random", "redundancy", "llm-importance"}
+
+    figure = draw_figure(analysis, dataset=dataset_label(info))
+    headline = figure.axes[0]
+    drawn = {}
+    for container in headline.containers:
+        if isinstance(container, ErrorbarContainer):
+            point = container.lines[0].get_ydata()[0]
+            lo, hi = sorted(cap.get_ydata()[0] for cap in container.lines[1])
+            drawn[container.get_label()] = (f"{point:.2f}", _short(lo), _short(hi))
+    for policy, figures in written.items():
+        assert drawn[f"{policy} {budget} fake"] == figures, policy
+    # the control and the reference are not in the headline, as they are not in the findings
+    assert not any(label.split()[0] in ("control", "no-evict") for label in drawn)
+    labels = {text.get_text() for text in headline.texts}
+    for share, lo, hi in written.values():
+        assert f"{share}\n{lo}-{hi}" in labels
+
+    write_figure(analysis, tmp_path, dataset=dataset_label(info))
+    assert (tmp_path / "figure.svg").read_bytes() == (embedded_report / "figure.svg").read_bytes()
+
+
+def test_bins_differ_in_hatching_and_in_grey() -> None:
+    """Each bin has its own hatching (or none) and a luminance far from the others'."""
+    styles = (IRREVERSIBLE, RECOVERABLE, RESIDUAL)
+    assert len({s.hatch for s in styles}) == 3
+
+    def grey(colour: str) -> float:
+        r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+        return 0.299 * r + 0.587 * g + 0.114 * b
+
+    greys = sorted(grey(s.colour) for s in styles)
+    assert min(b - a for a, b in itertools.pairwise(greys)) > 40
