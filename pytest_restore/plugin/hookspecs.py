@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_restore.data.errata import ErrataRegistry
     from pytest_restore.data.loaders import DatasetRegistry
     from pytest_restore.memory.eviction import PolicyRegistry
     from pytest_restore.memory.retrieval import RankerRegistry
@@ -70,4 +71,16 @@ def pytest_restore_register_datasets(registry: DatasetRegistry, config: pytest.C
     picks the first registered loader whose ``fits`` accepts the file (the
     built-ins ``longmemeval`` and ``locomo`` first); ``--restore-dataset NAME``
     forces one. Its ``budgets`` are the run's unless ``--restore-budgets`` names some.
+    """
+
+
+@pytest.hookspec
+def pytest_restore_register_errata(registry: ErrataRegistry, config: pytest.Config) -> None:
+    """Add corrections-file formats: ``registry.register(MyFormat())``.
+
+    A :class:`pytest_restore.data.errata.ErrataFormat` reads one layout of
+    corrections into the dataset's question ids and gold turns.
+    ``--restore-errata FILE`` picks the first registered format whose ``fits``
+    accepts the file (the built-in ``locomo-audit`` first);
+    ``--restore-errata-format NAME`` forces one.
     """

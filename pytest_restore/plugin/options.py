@@ -44,6 +44,14 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "string",
     ),
     ("dataset", "", "dataset loader to read --restore-data with: longmemeval, locomo or a registered name", "string"),
+    (
+        "errata",
+        "",
+        "corrections file applied to --restore-data as it loads (e.g. the LoCoMo audit's errors.json); its sha256 joins the run id",
+        "string",
+    ),
+    ("errata-apply", "evidence", "parts of each correction applied: evidence, answers or evidence,answers", "string"),
+    ("errata-format", "", "errata format to read --restore-errata with: locomo-audit or a registered name (default: by shape)", "string"),
     ("report-dir", "restore-report", "directory the session report is written to", "string"),
     (
         "budgets",

@@ -20,6 +20,13 @@ import pytest
 
 from pytest_restore.audit.run import Audit, AuditConfig, audited_questions
 from pytest_restore.data.dataset import LONGMEMEVAL_BUDGETS, DataError, Dataset
+from pytest_restore.data.errata import (
+    ErrataSummary,
+    apply_errata,
+    default_errata_formats,
+    load_errata,
+    parse_parts,
+)
 from pytest_restore.data.loaders import (
     DatasetRegistry,
     data_is_prepared,
@@ -99,6 +106,7 @@ class AuditParts:
             raise pytest.UsageError(
                 f"{settings.source('dataset')}: unknown dataset loader {self.dataset_name!r}; registered: {', '.join(self.datasets)}"
             )
+        self.errata = ErrataOption.of(config, settings)
         #: The grid: every selected policy at every budget, under each reader.
         self.cells: list[CellSpec] = grid(settings, self.policies)
         self._audits: dict[str, Audit] = {}
@@ -135,11 +143,15 @@ class AuditParts:
                 self.say(f"reading and validating {path.name} (first run of this file) ...")
             try:
                 self._dataset = load_data(path, self.datasets, name=name, cache_dir=prepared)
+                if self.errata is not None:
+                    self._dataset, self.errata.summary = self.errata.apply(self._dataset)
             except DataError as err:
                 raise pytest.UsageError(str(err)) from None
             if self.settings.data and not self._said_loader:
                 self._said_loader = True
                 self.say(loaded_line(self._dataset, forced=name is not None))
+                if self.errata is not None and self.errata.summary is not None:
+                    self.say(errata_line(self.errata.summary))
             self.use_dataset_budgets()
         return self._dataset
 
@@ -175,6 +187,7 @@ class AuditParts:
             "audited": len(audit.questions),
             "exclusions": audit.exclusion_counts(),
             "repairs": dict(ds.repairs),
+            **({"errata": self.errata.summary.to_json()} if self.errata is not None and self.errata.summary else {}),
             "histories": len({p.question.history_key for p in audit.questions}),
             "budget_binding": {str(b): share for b, share in audit.budget_binding(self.settings.budgets).items()},
         }
@@ -206,7 +219,8 @@ class AuditParts:
             ablations=s.ablations,
             cache_dir=str(self.cache_root() / "prepared"),
             # a forced loader reads the same file otherwise: its name joins the data's digest (absent: ids as before)
-            run_id=s.fingerprint([p.name for p in self.policies], self.dataset().sha256 + (f":{self.dataset_name}" if self.dataset_name else "")),
+            run_id=s.fingerprint([p.name for p in self.policies], self.dataset().sha256 + (f":{self.dataset_name}" if self.dataset_name else "")
+                                 + (self.errata.identity() if self.errata is not None else "")),
         )
 
     def audit(self, reader: str | None = None) -> Audit:
@@ -305,3 +319,61 @@ def loaded_line(dataset: Dataset, *, forced: bool) -> str:
     if repaired:
         line += f", {repaired} flawed evidence references handled by the loader's rule (by kind in the report)"
     return line
+
+
+class ErrataOption:
+    """``--restore-errata FILE`` (with ``--restore-errata-apply`` and ``--restore-errata-format``), read and checked."""
+
+    def __init__(self, config: pytest.Config, path: str, parts: tuple[str, ...], format_name: str | None) -> None:
+        self.path = path
+        self.parts = parts
+        self.formats = default_errata_formats()
+        config.hook.pytest_restore_register_errata(registry=self.formats, config=config)
+        if format_name is not None and format_name not in self.formats:
+            raise pytest.UsageError(
+                f"--restore-errata-format: unknown errata format {format_name!r}; registered: {', '.join(self.formats)}"
+            )
+        self.format_name = format_name
+        #: what the file did to the dataset, once applied
+        self.summary: ErrataSummary | None = None
+
+    @classmethod
+    def of(cls, config: pytest.Config, settings: RestoreSettings) -> ErrataOption | None:
+        """The option as given (``None``: no errata); an unknown part or format, or errata without data, is a usage error."""
+
+        def value(name: str) -> str:
+            return str(config.getoption(name) or config.getini(name) or "").strip()
+
+        path, apply, format_name = value("restore_errata"), value("restore_errata_apply") or "evidence", value("restore_errata_format")
+        if not path:
+            if format_name or config.getoption("restore_errata_apply") is not None:
+                raise pytest.UsageError("--restore-errata-apply/--restore-errata-format: name the corrections of --restore-errata, which is not given")
+            return None
+        if not settings.data:
+            raise pytest.UsageError("--restore-errata: corrects --restore-data, which is not given (the embedded dataset has no errata)")
+        try:
+            parts = parse_parts(apply)
+        except ValueError as err:
+            raise pytest.UsageError(f"--restore-errata-apply: {err}") from None
+        return cls(config, path, parts, format_name or None)
+
+    def apply(self, dataset: Dataset) -> tuple[Dataset, ErrataSummary]:
+        """The dataset with the corrections applied (a malformed file raises a one-line ``DataError``)."""
+        data, format_name, corrections = load_errata(self.path, dataset, self.formats, name=self.format_name)
+        return apply_errata(dataset, data, format_name, corrections, self.parts)
+
+    def identity(self) -> str:
+        """What the run id adds for the errata: the file's sha256 and the parts applied."""
+        sha = self.summary.sha256 if self.summary is not None else "unread"
+        return f":errata={sha}:{'+'.join(self.parts)}"
+
+
+def errata_line(summary: ErrataSummary) -> str:
+    """What the controller says once the corrections are applied."""
+    total = {key: sum(counts[key] for _, counts in summary.by_type) for key in ErrataSummary.COUNTS}
+    return (
+        f"{Path(summary.path).name} read as {summary.format}: {summary.read} corrections "
+        f"({', '.join(f'{n} {kind}' for kind, counts in summary.by_type for n in [counts['read']])}); "
+        f"applied ({', '.join(summary.parts)}): {total['evidence']} evidence, {total['answer']} answers replaced, "
+        f"{total['unanswerable']} questions excluded as unanswerable, {total['not_applied']} to questions left out"
+    )

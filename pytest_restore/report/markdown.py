@@ -370,6 +370,26 @@ def _setting_value(key: str, value: Any) -> str:
     return str(value)
 
 
+def _errata_md(errata: Any) -> list[str]:
+    """The corrections applied to the data (``--restore-errata``), counted by type; nothing without errata."""
+    if not errata:
+        return []
+    parts = ", ".join(errata.get("parts", []))
+    out = [
+        "",
+        (
+            f"Corrections applied to the data (`--restore-errata`, {errata['format']}, sha256 `{errata['sha256']}`; "
+            f"parts: {parts}); {errata['read']} read:"
+        ),
+        "",
+        "| error type | read | evidence replaced | answer replaced | excluded: unanswerable | question left out by the loader |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind, c in sorted(errata["by_type"].items(), key=lambda kv: (-kv[1]["read"], kv[0])):  # summary.json sorts its keys
+        out.append(f"| {kind} | {c['read']} | {c['evidence']} | {c['answer']} | {c['unanswerable']} | {c['not_applied']} |")
+    return out
+
+
 def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> str:
     """The run's settings (as the options that set them), the dataset and the exclusions, as readable tables."""
     ds = info.dataset
@@ -407,6 +427,7 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
     if repairs:
         out += ["", "Flawed evidence references, each handled by the loader's one rule:", "", "| kind | references |", "|---|---:|"]
         out += [f"| {kind} | {count} |" for kind, count in repairs.items()]
+    out += _errata_md(ds.get("errata"))
     failed = analysis.counts.exclusions()
     out += [
         "",
