@@ -25,15 +25,15 @@ GRID = (ROOT / "benches" / "test_grid.py").read_text(encoding="utf-8")
 #: A conftest for child runs with real-model options: retry backoff in milliseconds, not seconds
 #: (Retry-After is still honoured); put back when the run ends, for in-process runs.
 FAST_RETRIES = """
-from pytest_restore.models.openai_chat import OpenAIChatModel
+from pytest_restore.models.managed import ManagedCalls
 
-_DEFAULTS = dict(OpenAIChatModel.__init__.__kwdefaults__)
-OpenAIChatModel.__init__.__kwdefaults__.update(backoff_base=0.01, backoff_cap=0.05)
+_DEFAULTS = dict(ManagedCalls.__init__.__kwdefaults__)
+ManagedCalls.__init__.__kwdefaults__.update(backoff_base=0.01, backoff_cap=0.05)
 
 
 def pytest_unconfigure(config):
     # an in-process run must not leave the fast backoff to the tests that run after it
-    OpenAIChatModel.__init__.__kwdefaults__.update(_DEFAULTS)
+    ManagedCalls.__init__.__kwdefaults__.update(_DEFAULTS)
 """
 
 

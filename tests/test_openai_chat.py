@@ -93,10 +93,9 @@ class VirtualTime:
     def clock(self) -> float:
         return self.now
 
-    async def sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.now += seconds
-        await asyncio.sleep(0)  # still a point where other calls run
 
 
 def make_model(server: OpenAIServer, **kwargs: Any) -> OpenAIChatModel:

@@ -8,7 +8,7 @@ concurrently, while the fake models answer them one by one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -61,4 +61,43 @@ class ChatModel(Protocol):
 
     def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Answer every request, in order. Never raises for a single failed call."""
+        ...
+
+
+@runtime_checkable
+class ServiceModel(ChatModel, Protocol):
+    """A chat model that calls a service (a provider's model, managed): what the run reads of it.
+
+    The fakes answer in-process and are plain :class:`ChatModel`; every real
+    model (the managed one, a batch round's) is this too.
+    """
+
+    @property
+    def model(self) -> str:
+        """The provider's model name (without ``PROVIDER:``)."""
+        ...
+
+    @property
+    def fatal_error(self) -> str | None:
+        """The first error every later call would share (a rejected key, an unknown model, an
+        unreachable server, a cache that cannot be written): the run stops on it."""
+        ...
+
+    @property
+    def fatal_io(self) -> bool:
+        """Whether ``fatal_error`` is a file that could not be written (exit 74), not the model's."""
+        ...
+
+    @property
+    def failure_causes(self) -> Mapping[str, int]:
+        """Failed calls (after their retries) by cause."""
+        ...
+
+    @property
+    def concurrency_peak(self) -> int:
+        """The most calls in flight at once (0 before any call, or with no client-side concurrency)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and threads."""
         ...

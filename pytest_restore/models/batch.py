@@ -655,6 +655,11 @@ class BatchChatModel:
         return self.inner.fatal_error
 
     @property
+    def fatal_io(self) -> bool:
+        """Whether the inner model's fatal error is its cache that could not be written."""
+        return self.inner.fatal_io
+
+    @property
     def concurrency_peak(self) -> int:
         """Batches have no client-side concurrency."""
         return 0

@@ -1,12 +1,12 @@
 """Embeddings: texts to vectors, for the dense and hybrid rankers, each distinct text once per model.
 
 An embedder is named like a chat model: ``fake`` (the offline stand-in) or
-``openai:MODEL`` (OpenAI's API or any OpenAI-compatible ``/v1/embeddings``
+``PROVIDER:MODEL`` of a provider that declares ``embeddings`` (the built-in
+``openai:MODEL``: OpenAI's API or any OpenAI-compatible ``/v1/embeddings``
 endpoint: vLLM, llama.cpp, Ollama, text-embeddings-inference), reached with
-the run's base URL, key (``OPENAI_API_KEY`` only, never stored or shown),
-pacing, adaptive concurrency, retries and deadlines (those of
-:class:`~pytest_restore.models.openai_chat.OpenAIChatModel`, which
-:class:`OpenAIEmbedder` extends).
+the run's base URL, key (never stored or shown), pacing, adaptive
+concurrency, retries and deadlines: :class:`ManagedEmbedder` is the managed
+layer's (``managed.ManagedCalls``), as the chat models are.
 
 **Batches.** The endpoint takes a list of inputs. A request carries at most
 ``max_inputs`` texts and (OpenAI's rule) at most ``max_request_tokens``
@@ -16,7 +16,7 @@ the model's own tokenizer spending a few more tokens on the same English
 text: OpenAI's embedders count with cl100k_base). Truncated texts are
 counted (``EmbeddingStats.truncated``), never an error. An empty text gets
 the zero vector without a call (the API refuses empty inputs). Limits by
-model: :data:`KNOWN_LIMITS`, else :data:`DEFAULT_LIMITS` (a local server's
+model: the provider's declaration, else :data:`DEFAULT_LIMITS` (a local server's
 own limit varies: ``--restore-embed-limits INPUTS,TOKENS``).
 
 **Storage** (:class:`EmbeddingStore`). One directory per model under the
@@ -44,7 +44,6 @@ line: a ranker with holes in it would not be the ranker the report names.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
@@ -61,14 +60,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pytest_restore.models.cache import try_flock
-from pytest_restore.models.openai_chat import (
-    PROVIDER,
-    OpenAIChatModel,
-    _RunState,
-    failure_cause,
-)
-from pytest_restore.models.pacing import AdaptiveLimit
-from pytest_restore.models.progress import Progress
+from pytest_restore.models.managed import ManagedCalls
 
 Vectors = npt.NDArray[np.float32]
 
@@ -98,28 +90,18 @@ class EmbeddingLimits:
     #: tokens per request, all texts together (``None``: no such limit)
     max_request_tokens: int | None = None
 
+    @staticmethod
+    def of(known: EmbeddingLimits | None, override: tuple[int, int] | None = None) -> EmbeddingLimits:
+        """The limits a model's requests keep to: ``override`` (inputs, tokens), else the known ones."""
+        base = known or DEFAULT_LIMITS
+        if override is None:
+            return base
+        return EmbeddingLimits(override[0], override[1], base.max_request_tokens)
 
-#: OpenAI's published limits: 2,048 inputs of at most 8,191 tokens, 300,000 tokens a request.
-KNOWN_LIMITS: dict[str, EmbeddingLimits] = {
-    name: EmbeddingLimits(2048, 8191, 300_000)
-    for name in ("text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002")
-}
-#: Any other model (a local server): small batches of short texts, which every server takes.
+
+#: A model its provider declares no limits for (a local server): small batches of short texts,
+#: which every server takes.
 DEFAULT_LIMITS = EmbeddingLimits(256, 512, None)
-#: USD per million input tokens (OpenAI's list prices); other models are unpriced in the dry run.
-EMBEDDING_PRICES: dict[str, float] = {
-    "text-embedding-3-small": 0.02,
-    "text-embedding-3-large": 0.13,
-    "text-embedding-ada-002": 0.10,
-}
-
-
-def limits_of(model: str, override: tuple[int, int] | None = None) -> EmbeddingLimits:
-    """The limits a model's requests keep to: ``override`` (inputs, tokens), else the known ones."""
-    known = KNOWN_LIMITS.get(model, DEFAULT_LIMITS)
-    if override is None:
-        return known
-    return EmbeddingLimits(override[0], override[1], known.max_request_tokens)
 
 
 @dataclass
@@ -236,26 +218,24 @@ class _Batch:
     tokens: int
 
 
-class OpenAIEmbedder(OpenAIChatModel):
-    """An embedding model behind an OpenAI-compatible ``/v1/embeddings`` endpoint.
+class ManagedEmbedder(ManagedCalls):
+    """An embedding model of any provider that declares ``embeddings``, managed.
 
-    Built on :class:`OpenAIChatModel`: the same base URL and key handling
-    (the key redacted from anything a server echoes), event loop, client,
-    rate meters, adaptive concurrency, backoff, ``Retry-After`` cap, deadline
-    per attempt and failure accounting; only the request and its reading
-    differ. Texts are batched by :class:`EmbeddingLimits`.
+    The managed layer's base URL and key handling (the key redacted from
+    anything a server echoes), worker threads, rate meters, adaptive
+    concurrency, backoff, ``Retry-After`` cap, deadline per attempt, replicas
+    and failure accounting, as a chat model has; the provider's API says what
+    the request looks like and how the answer is read. Texts are batched by
+    :class:`EmbeddingLimits`.
     """
 
-    def __init__(self, *, model: str, limits: EmbeddingLimits | None = None, **options: Any) -> None:
-        """``model`` is the provider's name (``text-embedding-3-small``); ``options`` are the chat model's."""
-        super().__init__(model=model, **options)
-        self.limits = limits or limits_of(model)
+    def __init__(self, apis: Any, *, limits: EmbeddingLimits | None = None, **options: Any) -> None:
+        """``apis``: the model's API per replica; ``options``: :class:`ManagedCalls`'."""
+        super().__init__(apis, **options)
+        self.limits = limits or DEFAULT_LIMITS
         self.stats = EmbeddingStats()
         #: dimensions the server returned (``None`` before the first reply)
         self.dimensions: int | None = None
-
-    def __repr__(self) -> str:
-        return f"OpenAIEmbedder(model={self.model!r}, base_url={self.base_url!r})"
 
     def batches(self, texts: Sequence[str]) -> list[_Batch]:
         """``texts`` (non-empty ones) cut to the model's limits and grouped into requests."""
@@ -286,76 +266,73 @@ class OpenAIEmbedder(OpenAIChatModel):
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """Unit-length vectors of ``texts``, batched and sent concurrently; one line when a batch fails."""
+        vectors, _, error = self.embed_partial(texts)
+        if error is not None:
+            raise EmbeddingError(error)
+        return vectors
+
+    def embed_partial(self, texts: Sequence[str]) -> tuple[Vectors, npt.NDArray[np.bool_], str | None]:
+        """The vectors of every request that succeeded, which rows those are, and the first failure (``None``: all).
+
+        What was paid for is kept by the caller before it fails the run.
+        """
         if not texts:
-            return np.zeros((0, self.dimensions or 0), dtype=np.float32)
+            return np.zeros((0, self.dimensions or 0), dtype=np.float32), np.zeros(0, dtype=bool), None
         batches = self.batches(texts)
-        future = asyncio.run_coroutine_threadsafe(self._embed(batches), self._event_loop())
-        try:
-            replies = future.result()
-        except BaseException:
-            future.cancel()
-            raise
-        errors = [r for r in replies if isinstance(r, str)]
-        if errors:
-            raise EmbeddingError(f"embedder {self.name}: {errors[0]}")
-        dims = self.dimensions or 0
-        out = np.zeros((len(texts), dims), dtype=np.float32)
-        for batch, vectors in zip(batches, replies):
-            assert not isinstance(vectors, str)
-            out[batch.positions] = vectors
-        self.stats.embedded += len(texts)
-        return _unit_rows(out)
-
-    async def _embed(self, batches: Sequence[_Batch]) -> list[Vectors | str]:
-        if self._client is None or self._slots is None:
-            import openai  # imported on first use, as the chat model does
-
-            self._client = openai.AsyncOpenAI(
-                api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout
-            )
-            self._slots = AdaptiveLimit(self.max_concurrency, self.timeout)
-            if not self.adaptive:
-                self._slots.limit = self._slots.peak = self.max_concurrency
         if self.progress is not None:
             self.progress.add_total(len(batches))
-        state = _RunState(self._client, self._slots)
-        return list(await asyncio.gather(*(self._one_batch(state, batch) for batch in batches)))
+        jobs = [(lambda stop, batch=batch: self._one_batch(batch, stop)) for batch in batches]
+        replies = self._gather(jobs, "an embeddings request")
+        dims = self.dimensions or 0
+        out = np.zeros((len(texts), dims), dtype=np.float32)
+        done = np.ones(len(texts), dtype=bool)  # an empty text's zero vector needs no call
+        errors = []
+        for batch, vectors in zip(batches, replies):
+            if isinstance(vectors, str):
+                done[batch.positions] = False
+                errors.append(vectors)
+            else:
+                out[batch.positions] = vectors
+        self.stats.embedded += int(done.sum())
+        return _unit_rows(out), done, (f"embedder {self.name}: {errors[0]}" if errors else None)
 
-    async def _one_batch(self, state: _RunState, batch: _Batch) -> Vectors | str:
-        async with state.slots:
-            try:
-                reply = await self._send(state, batch)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - one bug must not hang the batch: it fails the run, said
-                reply = self._redact(f"internal error: {exc!r}")
+    def _one_batch(self, batch: _Batch, stop: Any) -> Vectors | str:
+        try:
+            reply = self._send(batch, stop)
+        except Exception as exc:  # noqa: BLE001 - one bug must not hang the batch: it fails the run, said
+            from pytest_restore.models.redact import redact_keys
+
+            reply = redact_keys(f"internal error: {exc!r}")
         if isinstance(reply, str):
-            self.failure_causes[failure_cause(reply)] += 1
+            self._count_failure(reply)
         if self.progress is not None:
             self.progress.record(failed=isinstance(reply, str))
         return reply
 
-    async def _send(self, state: _RunState, batch: _Batch) -> Vectors | str:
-        """One request through the chat client's retry loop: the vectors, or why not (never raises)."""
-        body = {"model": self.model, "input": batch.texts, "encoding_format": "float"}
-        vectors, failure = await self._post(
-            state, "/embeddings", body, batch.tokens, lambda reply: self._read_vectors(reply, len(batch.texts))
+    def _send(self, batch: _Batch, stop: Any) -> Vectors | str:
+        """One request through the managed retry loop: the vectors, or why not (never raises)."""
+        outcome = self._post(
+            lambda api: api.embeddings_request(batch.texts),
+            lambda api, reply: self._read_vectors(api, reply, len(batch.texts)),
+            stop,
+            token_cost=batch.tokens,
         )
-        if vectors is None:
-            return str(failure.error)
+        if outcome.value is None:
+            return str(outcome.error)
         self.stats.requests += 1
-        return cast(Vectors, vectors)
+        return cast(Vectors, outcome.value)
 
-    def _read_vectors(self, reply: Any, n: int) -> tuple[Vectors | None, str]:
+    def _read_vectors(self, api: Any, reply: Any, n: int) -> tuple[Vectors | None, str]:
         """The ``n`` vectors of a decoded reply, in input order, or ``None`` and why they are unusable."""
+        read = api.read_embeddings(reply, n)
+        if isinstance(read, str):
+            return None, read
+        rows, indexes, tokens = read
         try:
-            items = sorted(reply["data"], key=lambda item: int(item["index"]))
-            rows = [item["embedding"] for item in items]
-            tokens = int((reply.get("usage") or {}).get("prompt_tokens") or 0)
-            vectors = np.asarray(rows, dtype=np.float32)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            vectors = np.asarray([rows[i] for i in np.argsort(indexes, kind="stable")], dtype=np.float32)
+        except (TypeError, ValueError) as exc:
             return None, f"malformed response: {type(exc).__name__}: {exc}"
-        if vectors.ndim != 2 or vectors.shape[0] != n or [int(i["index"]) for i in items] != list(range(n)):
+        if vectors.ndim != 2 or vectors.shape[0] != n or sorted(indexes) != list(range(n)):
             return None, f"malformed response: {vectors.shape[0] if vectors.ndim else 0} vectors for {n} inputs"
         if not np.isfinite(vectors).all():
             return None, "malformed response: a vector that is not finite"
@@ -568,35 +545,47 @@ def embedder_of(ranker: str) -> str | None:
     return embedder if colon and family in EMBEDDING_RANKERS and embedder else None
 
 
-def check_embedder(spec: str, option: str) -> None:
-    """Reject an embedder name that is neither ``fake`` nor ``openai:MODEL``."""
-    provider, colon, model = spec.partition(":")
-    if spec == "fake" or (provider == PROVIDER and colon and model):
+def _embedding_provider(spec: str, providers: Any = None) -> tuple[Any, str] | None:
+    """The provider (declaring ``embeddings``) and model an embedder name names, or ``None``."""
+    from pytest_restore.models.providers import resolve
+
+    resolved = resolve(spec, providers)
+    if resolved is None or "embeddings" not in resolved[0].capabilities:
+        return None
+    return resolved
+
+
+def check_embedder(spec: str, option: str, providers: Any = None) -> None:
+    """Reject an embedder name that is neither ``fake`` nor ``PROVIDER:MODEL`` of a provider with embeddings."""
+    if spec == "fake" or _embedding_provider(spec, providers) is not None:
         return
-    raise ValueError(f"{option}: unknown embedder {spec!r}; use 'fake' or '{PROVIDER}:MODEL' (any /v1/embeddings endpoint)")
+    from pytest_restore.models.providers import providers_with
+
+    names = ", ".join(f"'{name}:MODEL'" for name in providers_with("embeddings", providers))
+    raise ValueError(f"{option}: unknown embedder {spec!r}; use 'fake' or {names}")
 
 
-def make_embedder(spec: str, options: Any, limits: tuple[int, int] | None = None) -> Embedder:
+def make_embedder(spec: str, options: Any, limits: tuple[int, int] | None = None, providers: Any = None) -> Embedder:
     """The embedder a name stands for, paced and retried as the run's chat models (``options``: ``ModelOptions``)."""
-    check_embedder(spec, "--restore-ranker")
+    check_embedder(spec, "--restore-ranker", providers)
     if spec == "fake":
         return FakeEmbedder()
-    model = spec.partition(":")[2]
-    return OpenAIEmbedder(
-        model=model,
-        limits=limits_of(model, limits),
-        **options.pacing(),
-        progress=Progress(label="embedding requests", quiet=options.quiet),
-    )
+    resolved = _embedding_provider(spec, providers)
+    assert resolved is not None
+    provider, model = resolved
+    embedder: Embedder = provider.make_embedder(model, options, limits)
+    return embedder
 
 
-def embedding_price(spec: str) -> float | None:
+def embedding_price(spec: str, providers: Any = None) -> float | None:
     """USD per million input tokens of an embedder (0 for the fake, ``None`` when unknown)."""
     if spec == "fake":
         return 0.0
-    model = spec.partition(":")[2]
-    known = [k for k in EMBEDDING_PRICES if model == k or model.startswith(k + "-")]
-    return EMBEDDING_PRICES[max(known, key=len)] if known else None
+    resolved = _embedding_provider(spec, providers)
+    if resolved is None:
+        return None
+    price: float | None = resolved[0].embedding_price(resolved[1])
+    return price
 
 
 def embedding_cost_line(spec: str, texts: Sequence[str], vectors: TextVectors) -> str:
@@ -608,7 +597,7 @@ def embedding_cost_line(spec: str, texts: Sequence[str], vectors: TextVectors) -
     tokens = sum(count_tokens(todo)) if spec != "fake" else 0
     price = embedding_price(spec)
     cost = "free (offline)" if spec == "fake" else ("?" if price is None else f"${tokens * price / 1e6:,.2f}")
-    limits = limits_of(spec.partition(":")[2])
+    limits = getattr(vectors.embedder, "limits", DEFAULT_LIMITS)
     requests = 0
     if todo and spec != "fake":
         requests = max(math.ceil(len(todo) / limits.max_inputs), math.ceil(tokens / (limits.max_request_tokens or tokens)))

@@ -1,6 +1,6 @@
 """How fast calls to a model go out: rate meters, adaptive concurrency, ``Retry-After``.
 
-``OpenAIChatModel`` paces its calls with these: a ``RateMeter`` per limit
+The managed model (``managed.ManagedCalls``) paces its calls with these: a ``RateMeter`` per limit
 (requests and tokens per minute) tells how long to wait before the next
 call, an ``AdaptiveLimit`` says how many calls may be in flight, grown from
 one while the server keeps up, and ``parse_retry_after`` reads how long a
@@ -10,19 +10,16 @@ server asked to be left alone. The time they wait in is a ``Clock`` and a
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 
 #: A clock in seconds (``time.monotonic`` unless a test passes a virtual one).
 Clock = Callable[[], float]
-#: How the model waits a number of seconds (``asyncio.sleep`` unless a test records the waits).
-Sleep = Callable[[float], Awaitable[None]]
 #: ``parse_retry_after`` clips absurd waits to this (a day): the caller compares
-#: what is left with its own cap (``OpenAIChatModel.max_retry_after``).
+#: what is left with its own cap (``ManagedCalls.max_retry_after``).
 MAX_RETRY_AFTER = 86400.0
 
 
@@ -103,7 +100,7 @@ class AdaptiveLimit:
     limit is small (below 4) it only grows when a queue of the new size would
     still end well within ``timeout``, so a slow one-slot server is never
     given a call it could not finish in time. ``peak`` is the highest limit
-    reached (reports show it). Used from one event loop.
+    reached (reports show it). Its owner (``managed``) holds a lock around it and does the waiting.
     """
 
     def __init__(self, maximum: int, timeout: float) -> None:
@@ -113,37 +110,17 @@ class AdaptiveLimit:
         self.peak = 1
         self.in_flight = 0
         self.fastest: float | None = None
-        self._changed = asyncio.Condition()
 
-    async def acquire(self) -> None:
-        """Wait for a free slot under the current limit."""
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.in_flight < self.limit)
-            self.in_flight += 1
-
-    async def release(self) -> None:
-        """Give a slot back."""
-        async with self._changed:
-            self.in_flight -= 1
-            self._changed.notify_all()
-
-    async def __aenter__(self) -> None:
-        await self.acquire()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.release()
-
-    async def succeeded(self, latency: float) -> None:
-        """A call came back well after ``latency`` seconds: maybe allow one more."""
+    def succeeded(self, latency: float) -> bool:
+        """A call came back well after ``latency`` seconds: maybe allow one more (``True`` when it did)."""
         self.fastest = latency if self.fastest is None else min(self.fastest, latency)
         if self.limit >= self.maximum or latency > 1.5 * self.fastest + 0.01:
-            return
+            return False
         if self.limit < 4 and (self.limit + 1) * self.fastest > 0.5 * self.timeout:
-            return  # on a one-slot server the extra call would wait out its deadline
-        async with self._changed:
-            self.limit += 1
-            self.peak = max(self.peak, self.limit)
-            self._changed.notify_all()
+            return False  # on a one-slot server the extra call would wait out its deadline
+        self.limit += 1
+        self.peak = max(self.peak, self.limit)
+        return True
 
     def overloaded(self) -> None:
         """A timeout, 429 or 503: halve the limit (calls in flight finish)."""

@@ -1,38 +1,35 @@
-"""Models by name, and what a grid will cost before it runs.
+"""Models by name, the one registry of providers, and what a grid will cost before it runs.
 
 ``--restore-reader/judge/scorer`` (and the robustness reader and audit
 judge) take ``fake`` (the offline stand-ins) or ``PROVIDER:MODEL``, where
-``PROVIDER`` is a registered :class:`ModelProvider`. The built-in provider
-is ``openai``: its models go through the official ``openai`` client to
-OpenAI's API or to any OpenAI-compatible server (``--restore-base-url`` or
-``OPENAI_BASE_URL``); the key comes only from ``OPENAI_API_KEY``. Their
-responses are cached on disk, keyed by the model and the request, so an
-unchanged grid sends nothing the second time. A user's provider registers
-like a policy: the ``pytest_restore_register_providers`` hook or the
-``pytest_restore.providers`` entry-point group.
+``PROVIDER`` is a registered :class:`ModelProvider`. Built in: ``openai``
+(OpenAI's API or any OpenAI-compatible server, ``openai_chat``) and
+``anthropic`` (Anthropic's Messages API, ``anthropic_messages``). What a
+provider can do (chat, embeddings, batch), the variable its key is read
+from and its prices are asked of the provider; nothing here knows one
+provider from another. Replies are cached on disk, keyed by the model and
+the request, so an unchanged grid sends nothing the second time. A user's
+provider registers like a policy: the ``pytest_restore_register_providers``
+hook or the ``pytest_restore.providers`` entry-point group.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
-from typing import Any, ClassVar
 
+from pytest_restore.models.anthropic_messages import AnthropicProvider
+from pytest_restore.models.api import VALIDATORS, ModelOptions, ModelProvider
 from pytest_restore.models.base import ChatModel, ChatRequest
-from pytest_restore.models.batch import BatchChatModel, BatchOptions, BatchRunner
 from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.decoding import estimate_tokens
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.models.openai_chat import API_KEY_ENV, OpenAIChatModel
-from pytest_restore.models.openai_chat import PROVIDER as OPENAI
-from pytest_restore.models.progress import Progress
-from pytest_restore.models.prompts import parse_score, parse_verdict
+from pytest_restore.models.openai_chat import OpenAIProvider
 from pytest_restore.registry import Registry
+
+__all__ = ["VALIDATORS", "AnthropicProvider", "ModelOptions", "ModelProvider", "OpenAIProvider"]
 
 ROLES = ("reader", "judge", "scorer")
 #: The deterministic stand-ins: ``fake`` in every role; ``fake-strong``, a reader
@@ -44,115 +41,6 @@ class ModelSpecError(ValueError):
     """A model name that is neither a fake nor ``PROVIDER:MODEL`` of a registered provider."""
 
 
-@dataclass(frozen=True)
-class ModelOptions:
-    """How real models are reached and paced."""
-
-    cache_dir: Path
-    base_url: str | None = None
-    max_concurrency: int = 16
-    rpm: float | None = None
-    tpm: float | None = None
-    max_tries: int = 6
-    timeout: float = 60.0
-    max_retry_after: float = 60.0
-    quiet: bool = False
-    #: The run whose processes share their failed calls through the cache (``None``: not shared).
-    run: str | None = None
-    #: ``--restore-batch``: every call goes out in a Batch API round, none live
-    batch: BatchOptions | None = None
-
-    def pacing(self) -> dict[str, Any]:
-        """The keyword arguments every OpenAI-compatible model (chat or embeddings) is paced and reached with."""
-        return {
-            "base_url": self.base_url,
-            "max_concurrency": self.max_concurrency,
-            "rpm": self.rpm,
-            "tpm": self.tpm,
-            "max_tries": self.max_tries,
-            "timeout": self.timeout,
-            "max_retry_after": self.max_retry_after,
-        }
-
-
-#: What a reply must look like before it is accepted (else it is retried, then failed).
-VALIDATORS: dict[str, Callable[[str], bool] | None] = {
-    "reader": None,
-    "judge": lambda text: parse_verdict(text) is not None,
-    "scorer": lambda text: parse_score(text) is not None,
-}
-
-
-class ModelProvider(ABC):
-    """A family of models named ``NAME:MODEL`` on the command line.
-
-    Subclass it, set :attr:`name`, implement :meth:`make`, and register an
-    instance with the ``pytest_restore_register_providers`` hook (or the
-    ``pytest_restore.providers`` entry-point group).
-    """
-
-    #: The prefix before the colon, e.g. ``openai`` for ``openai:gpt-4o-mini``.
-    name: ClassVar[str] = ""
-    #: Whether its models are real (priced by the dry run, reported as model usage).
-    real: ClassVar[bool] = True
-    #: ``(module, what to pip install)`` when its models need a package that may be absent.
-    requires: ClassVar[tuple[str, str] | None] = None
-
-    @abstractmethod
-    def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
-        """The model ``model`` in ``role`` (reader, judge or scorer).
-
-        ``options.cache_dir`` is where replies may be cached; a judge or scorer
-        should only accept replies that :data:`VALIDATORS` accepts for its role.
-        """
-
-    def cache_name(self, model: str) -> str | None:
-        """The name its replies are cached under in :class:`ResponseCache` (``None``: not cached)."""
-        return None
-
-
-class OpenAIProvider(ModelProvider):
-    """OpenAI's API or any OpenAI-compatible server, through the official client."""
-
-    name = OPENAI
-    # an extra: the fake models (and sessions that are not audits) never load it
-    requires = ("openai", "pytest-restore[openai]")
-
-    def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
-        """An :class:`OpenAIChatModel` with the run's pacing, retries and response cache.
-
-        Under ``--restore-batch`` it answers from the cache alone, inside a
-        :class:`BatchChatModel` that sends what the cache lacks as a batch round.
-        """
-        if options.batch is not None:
-            inner = OpenAIChatModel(
-                model=model,
-                base_url=options.base_url,
-                cache=ResponseCache(options.cache_dir) if use_cache else None,
-                validator=VALIDATORS[role],
-                cache_only=True,
-            )
-            runner = BatchRunner(
-                options.cache_dir,
-                VALIDATORS,
-                base_url=options.base_url,
-                poll=options.batch.poll,
-                resubmit=options.batch.resubmit,
-            )
-            return BatchChatModel(inner, role, runner)
-        return OpenAIChatModel(
-            model=model,
-            cache=ResponseCache(options.cache_dir, run=options.run) if use_cache else None,
-            **options.pacing(),
-            validator=VALIDATORS[role],
-            progress=Progress(label=f"{role} calls", quiet=options.quiet),
-        )
-
-    def cache_name(self, model: str) -> str | None:
-        """Replies are cached under the bare model name."""
-        return model
-
-
 class ProviderRegistry(Registry[ModelProvider]):
     """Model providers by name, in the order they were registered."""
 
@@ -161,7 +49,7 @@ class ProviderRegistry(Registry[ModelProvider]):
     entry_point_group = "pytest_restore.providers"
 
 
-BUILTIN_PROVIDERS: tuple[type[ModelProvider], ...] = (OpenAIProvider,)
+BUILTIN_PROVIDERS: tuple[type[ModelProvider], ...] = (OpenAIProvider, AnthropicProvider)
 
 
 def default_providers() -> ProviderRegistry:
@@ -174,13 +62,28 @@ def _builtin_providers() -> ProviderRegistry:
     return default_providers()
 
 
-def _resolve(spec: str, providers: ProviderRegistry | None) -> tuple[ModelProvider, str] | None:
-    """The provider and model a ``NAME:MODEL`` spec names, or ``None``."""
+def resolve(spec: str, providers: ProviderRegistry | None = None) -> tuple[ModelProvider, str] | None:
+    """The provider and model a ``NAME:MODEL`` spec names, or ``None`` (the built-in providers unless given)."""
     name, colon, model = spec.partition(":")
     registry = providers if providers is not None else _builtin_providers()
     if not colon or not model or name not in registry:
         return None
     return registry[name], model
+
+
+def providers_with(capability: str, providers: ProviderRegistry | None = None) -> list[str]:
+    """The names of the providers that declare ``capability`` (``chat``, ``embeddings``, ``batch``)."""
+    registry = providers if providers is not None else _builtin_providers()
+    return [name for name in registry if capability in registry[name].capabilities]
+
+
+def can(spec: str, capability: str, providers: ProviderRegistry | None = None) -> bool:
+    """Whether the provider of a real model name declares ``capability``."""
+    resolved = resolve(spec, providers)
+    return resolved is not None and capability in resolved[0].capabilities
+
+
+_resolve = resolve
 
 
 def check_spec(spec: str, option: str, providers: ProviderRegistry | None = None) -> None:
@@ -228,20 +131,24 @@ def cache_name(spec: str, providers: ProviderRegistry | None = None) -> str | No
     return resolved[0].cache_name(resolved[1]) if resolved is not None else None
 
 
-def missing_key_problem(specs: Sequence[str], base_url: str | None) -> str | None:
+def missing_key_problem(
+    specs: Sequence[str], base_url: str | None, providers: ProviderRegistry | None = None
+) -> str | None:
     """Why real models named in ``specs`` cannot be reached for want of a key, or ``None``.
 
-    OpenAI's API needs ``OPENAI_API_KEY``; a server at another base URL (a
-    local llama.cpp or Ollama) may need none, so only the default endpoint
-    is checked.
+    Each provider is asked about its own models (``ModelProvider.key_problem``):
+    its own endpoint needs its key; a server at another base URL may need none.
     """
-    real = [spec for spec in specs if is_real(spec)]
-    if not real or base_url or os.environ.get(API_KEY_ENV):
-        return None
-    return (
-        f"{', '.join(sorted(set(real)))} would call api.openai.com but ${API_KEY_ENV} is not set "
-        "(set it, or point --restore-base-url at a server that needs no key)"
-    )
+    by_provider: dict[str, tuple[ModelProvider, list[str]]] = {}
+    for spec in specs:
+        resolved = resolve(spec, providers)
+        if resolved is not None and resolved[0].real:
+            by_provider.setdefault(resolved[0].name, (resolved[0], []))[1].append(spec)
+    for provider, named in by_provider.values():
+        problem = provider.key_problem(named, base_url)
+        if problem is not None:
+            return problem
+    return None
 
 
 def close_model(model: object) -> None:
@@ -282,18 +189,8 @@ def cost_line(
     return CostLine(role, spec, len(unique), len(cached), tokens_in, tokens_out, note)
 
 
-#: List prices in USD per million tokens (input, output) of the paper's models, as
-#: OpenAI published them in 2026; ``--restore-price MODEL=IN,OUT`` adds or overrides
-#: one. A dated id (``gpt-4o-mini-2024-07-18``) takes its family's price.
-PRICES: dict[str, tuple[float, float]] = {
-    "gpt-4o-mini": (0.15, 0.60),
-    "gpt-5.4-mini": (0.75, 4.50),
-    "gpt-5.5": (5.00, 30.00),
-}
-
-
 def parse_price(text: str, where: str = "--restore-price") -> tuple[str, tuple[float, float]]:
-    """``"MODEL=IN,OUT"`` (USD per million tokens) -> ``(MODEL, (IN, OUT))``."""
+    """``"MODEL=IN,OUT"`` (USD per million tokens) -> ``(MODEL, (IN, OUT))``; MODEL bare or ``PROVIDER:MODEL``."""
     model, sep, rates = text.partition("=")
     parts = rates.split(",")
     try:
@@ -304,32 +201,52 @@ def parse_price(text: str, where: str = "--restore-price") -> tuple[str, tuple[f
         raise ModelSpecError(f"{where}: {text!r} is not MODEL=IN,OUT (USD per million tokens)") from None
     if in_price < 0 or out_price < 0:
         raise ModelSpecError(f"{where}: {text!r}: prices cannot be negative")
-    return model.strip().removeprefix(f"{OPENAI}:"), (in_price, out_price)
+    return model.strip(), (in_price, out_price)
 
 
-def price_of(spec: str, prices: dict[str, tuple[float, float]]) -> tuple[float, float] | None:
-    """The price of a model name: exact, else its longest known prefix; fakes are free."""
-    if not is_real(spec):
+def price_of(
+    spec: str,
+    prices: dict[str, tuple[float, float]] | None = None,
+    providers: ProviderRegistry | None = None,
+    *,
+    batch: bool = False,
+) -> tuple[float, float] | None:
+    """The price of a model name (``None``: unknown); a model that is not real is free.
+
+    A price given (``--restore-price``, as ``PROVIDER:MODEL`` or the bare
+    model) is taken as given, exact or by family; else the provider's own
+    declaration, at its batch discount under ``batch``.
+    """
+    resolved = resolve(spec, providers)
+    if resolved is None or not resolved[0].real:
         return (0.0, 0.0)
-    name = spec.partition(":")[2]
-    known = [k for k in prices if name == k or name.startswith(k + "-")]
-    return prices[max(known, key=len)] if known else None
-
-
-#: What the Batch API charges against the list price.
-BATCH_DISCOUNT = 0.5
+    provider, model = resolved
+    given = prices or {}
+    if spec in given:
+        return given[spec]
+    known = [k for k in given if model == k or model.startswith(k + "-")]
+    if known:
+        return given[max(known, key=len)]
+    declared = provider.price(model)
+    if declared is None or not batch:
+        return declared
+    discount = provider.batch_discount if provider.batch_discount is not None else 1.0
+    return (declared[0] * discount, declared[1] * discount)
 
 
 def render_cost(
-    lines: Sequence[CostLine], prices: dict[str, tuple[float, float]] | None = None, *, batch: bool = False
+    lines: Sequence[CostLine],
+    prices: dict[str, tuple[float, float]] | None = None,
+    *,
+    batch: bool = False,
+    providers: ProviderRegistry | None = None,
 ) -> list[str]:
     """The dry run's table, one line a model, with the estimated cost of what is still to send.
 
-    ``batch``: at batch prices, half the built-in list prices; a price given
+    Each model is priced by its provider's declaration (``unknown`` when it
+    declares none); ``batch``: at the provider's batch discount; a price given
     with ``--restore-price`` is taken as the price to pay, as given.
     """
-    builtin = {m: (i * BATCH_DISCOUNT, o * BATCH_DISCOUNT) for m, (i, o) in PRICES.items()} if batch else PRICES
-    table = dict(builtin, **(prices or {}))
     header = (
         f"{'role':<10}{'model':<28}{'unique calls':>14}{'cached':>10}{'to send':>10}{'input tok':>13}"
         f"{'output tok':>13}{'est. USD':>10}"
@@ -338,7 +255,7 @@ def render_cost(
     total = 0.0
     unpriced: list[str] = []
     for c in lines:
-        price = price_of(c.model, table)
+        price = price_of(c.model, prices, providers, batch=batch)
         if price is None:
             cost = "?"
             unpriced.append(c.model)
@@ -350,7 +267,7 @@ def render_cost(
             f"{c.role:<10}{c.model:<28}{c.calls:>14,}{c.cached:>10,}{c.calls - c.cached:>10,}"
             f"{c.input_tokens:>13,}{c.output_tokens:>13,}{cost:>10}" + (f"  {c.note}" if c.note else "")
         )
-    at = " at batch prices (half the built-in list prices; --restore-price as given)" if batch else ""
+    at = " at batch prices (the providers' batch discounts on their list prices; --restore-price as given)" if batch else ""
     if not unpriced:
         out.append(f"estimated cost of what is still to send: at most ${total:,.2f}{at} (output tokens counted at their cap)")
         return out

@@ -17,7 +17,7 @@ from typing import Any
 from pytest_restore.audit.run import Audit
 from pytest_restore.data.dataset import Question
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
-from pytest_restore.models.base import ChatRequest
+from pytest_restore.models.base import ChatModel, ChatRequest, ServiceModel
 from pytest_restore.models.batch import BatchItem, Ledger, LedgerEntry, input_file
 from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.decoding import describe_decoding, estimate_tokens
@@ -283,7 +283,7 @@ def dry_run(
     judge = cost_line("judge", s.judge, judge_requests, cache, providers=providers)
     if unknown_answers:
         empty = primary.prompts.judge(question="", answer="", prediction="")
-        tokens_in, tokens_out = estimate_tokens([empty], s.judge.removeprefix("openai:"))
+        tokens_in, tokens_out = estimate_tokens([empty], s.judge.partition(":")[2] or s.judge)
         judge = CostLine(
             "judge",
             s.judge,
@@ -295,7 +295,7 @@ def dry_run(
         )
     lines.append(judge)
     prices = {model: (i, o) for model, i, o in s.prices}
-    out = render_cost(lines, prices, batch=s.batch)
+    out = render_cost(lines, prices, batch=s.batch, providers=providers)
     if s.batch:
         rounds = batch_round_count(s, policies, providers)
         out.append(f"batch rounds: {len(rounds)} ({', '.join(rounds)}), each within the API's 24 h window")
@@ -353,13 +353,14 @@ def export_round(
     return lines
 
 
-def call_detail(model: object) -> dict[str, Any]:
-    """A real model's failed calls by cause, the concurrency it reached and what it was sent."""
-    causes = getattr(model, "failure_causes", {})
-    name = str(getattr(model, "model", ""))
+def call_detail(model: ChatModel) -> dict[str, Any]:
+    """A real model's failed calls by cause, the concurrency it reached and what it was sent (nothing for a fake)."""
+    if not isinstance(model, ServiceModel):
+        return {"failures": {}, "concurrency": 0, "decoding": {}}
+    name = model.model
     return {
-        "failures": dict(sorted(causes.items())),
-        "concurrency": int(getattr(model, "concurrency_peak", 0)),
+        "failures": dict(sorted(model.failure_causes.items())),
+        "concurrency": int(model.concurrency_peak),
         "decoding": describe_decoding(name) if name else {},
     }
 

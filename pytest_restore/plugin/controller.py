@@ -118,7 +118,7 @@ class ControllerSession:
             raise pytest.UsageError(problem)
         if settings.prompts:
             settings.prompt_set()  # each template is test-formatted: a bad placeholder stops the run here
-        problem = missing_key_problem(settings.all_models(), settings.base_url)
+        problem = missing_key_problem(settings.all_models(), settings.base_url, self.parts.providers)
         if problem and not settings.dry_run:  # a dry run costs nothing: it says so and goes on
             raise pytest.UsageError(problem)
         if settings.uses_real_models:
@@ -166,7 +166,7 @@ class ControllerSession:
         if s.dry_run:
             # Counted now, before xdist starts its workers; printed as the run's summary.
             # No item runs (the runner deselects them) and the run exits 0.
-            problem = missing_key_problem(s.all_models(), s.base_url)
+            problem = missing_key_problem(s.all_models(), s.base_url, self.parts.providers)
             self.outcome.dry_run_lines = ([f"warning: {problem}"] if problem else []) + dry_run(
                 s, self.parts.audit, self.parts.policies, self.parts.registry, self.parts.providers,
                 s.model_options(self.parts.cache_root()).cache_dir, self.say,

@@ -38,7 +38,7 @@ from pytest_restore.exits import IO_ERROR
 from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
 from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
 from pytest_restore.memory.retrieval import Bm25Lite, Ranker, RankerRegistry, default_rankers
-from pytest_restore.models.base import ChatModel
+from pytest_restore.models.base import ChatModel, ServiceModel
 from pytest_restore.models.embeddings import TextVectors, embedder_of
 from pytest_restore.models.fake import FakeReader
 from pytest_restore.models.providers import ProviderRegistry, close_model, is_real, make_model
@@ -281,14 +281,13 @@ class AuditParts:
     def fatal_error(self) -> str | None:
         """The first authentication or unknown-model error of this process's models, in one line."""
         for (spec, role), model in self._models.items():
-            fatal = getattr(model, "fatal_error", None)
-            if fatal:
-                return f"{role} {spec}: {fatal}"
+            if isinstance(model, ServiceModel) and model.fatal_error:
+                return f"{role} {spec}: {model.fatal_error}"
         return None
 
     def fatal_exit_code(self) -> int:
         """The exit status of a run stopped by :meth:`fatal_error`: 74 when a file could not be written (the response cache on a full disk), else 1."""
-        io = any(getattr(m, "fatal_error", None) and getattr(m, "fatal_io", False) for m in self._models.values())
+        io = any(isinstance(m, ServiceModel) and m.fatal_error and m.fatal_io for m in self._models.values())
         return IO_ERROR if io else int(pytest.ExitCode.TESTS_FAILED)
 
     def call_details(self) -> dict[str, Any]:
@@ -296,7 +295,7 @@ class AuditParts:
         return {
             f"{role} {spec}": call_detail(model)
             for (spec, role), model in sorted(self._models.items())
-            if is_real(spec)
+            if is_real(spec, self.providers) and isinstance(model, ServiceModel)
         }
 
     def close(self) -> None:

@@ -23,9 +23,11 @@ from pytest_restore.models.providers import (
     ModelOptions,
     ModelSpecError,
     ProviderRegistry,
+    can,
     check_spec,
     is_real,
     parse_price,
+    providers_with,
 )
 from pytest_restore.plugin.options import OPTIONS, _dest
 
@@ -275,7 +277,7 @@ class RestoreSettings:
             embedder = embedder_of(name)
             if embedder is not None:
                 try:
-                    check_embedder(embedder, where["rankers" if rankers else "ranker"])
+                    check_embedder(embedder, where["rankers" if rankers else "ranker"], providers)
                 except ValueError as err:
                     raise pytest.UsageError(str(err)) from None
         embed_limits = _parse_ints(where["embed-limits"], raw["embed-limits"], minimum=1) if raw["embed-limits"] else None
@@ -371,9 +373,10 @@ def _check_batch(batch: bool, raw: dict[str, str], where: dict[str, str], provid
     real = [raw[role] for role in roles if raw[role] and is_real(raw[role], providers)]
     if not real:
         raise pytest.UsageError("--restore-batch: no model of the run is a real one (the fakes need no batch)")
-    other = [spec for spec in real if not spec.startswith("openai:")]
+    other = [spec for spec in real if not can(spec, "batch", providers)]
     if other:
-        raise pytest.UsageError(f"--restore-batch: {other[0]} is not an openai: model (only the OpenAI Batch API is spoken)")
+        able = ", ".join(f"{name}:" for name in providers_with("batch", providers)) or "none"
+        raise pytest.UsageError(f"--restore-batch: {other[0]}'s provider has no batch support (providers with one: {able})")
 
 
 #: The settings that decide what the records say (the run id is a digest of them).

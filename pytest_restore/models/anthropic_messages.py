@@ -1,0 +1,164 @@
+"""The Anthropic provider: Anthropic's Messages API as reader, judge or scorer (``anthropic:MODEL``).
+
+Everything that is Anthropic's lives in this module: the key
+(``ANTHROPIC_API_KEY`` only, sent as ``x-api-key``), the API version header,
+the base URL (``ANTHROPIC_BASE_URL``, commas for replicas, else Anthropic's
+API; ``--restore-base-url`` is the OpenAI-compatible server's and is not
+used here), the request (``max_tokens`` always sent; the system prompt as
+the top-level ``system`` field, since the API refuses a ``system`` role
+among the messages), the answer (its ``text`` content blocks, ``usage`` and
+``stop_reason``), its error body (``{"type": "error", "error": {"type",
+"message"}}``), its 529 "overloaded" (retried with fewer calls in flight,
+as a 429) and its list prices. Retries, ``retry-after``, pacing, caching and
+failures are the managed layer's, as for every provider.
+
+It speaks HTTP through the shared standard-library transport
+(``models.http``) rather than the ``anthropic`` SDK: the SDK would be a
+second HTTP stack with its own retries, timeouts and error types to switch
+off and map back (as the OpenAI client's were), for one POST whose body and
+answer fit in a page; without it the provider installs nothing and costs
+the managed layer no extra work per call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from pytest_restore.models.api import (
+    OVERLOADED,
+    VALIDATORS,
+    ModelAPI,
+    ModelOptions,
+    ModelProvider,
+    price_by_family,
+)
+from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
+from pytest_restore.models.cache import ResponseCache
+from pytest_restore.models.managed import ManagedChatModel, split_base_urls
+from pytest_restore.models.progress import Progress
+
+#: The model provider these models belong to: names read ``anthropic:MODEL``.
+PROVIDER = "anthropic"
+#: The environment variable the API key is read from (and nothing else is).
+API_KEY_ENV = "ANTHROPIC_API_KEY"
+#: The environment variable a base URL (or several, comma-separated: replicas) is read from.
+BASE_URL_ENV = "ANTHROPIC_BASE_URL"
+#: Anthropic's own API.
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+#: The API version every request names (``anthropic-version``).
+API_VERSION = "2023-06-01"
+#: Anthropic's "overloaded" status: retried with fewer calls in flight.
+OVERLOADED_STATUS = 529
+#: List prices in USD per million tokens (input, output), as Anthropic published them;
+#: a dated id (``claude-haiku-4-5-20251001``) takes its family's price.
+PRICES: dict[str, tuple[float, float]] = {
+    "claude-haiku-4-5": (1.00, 5.00),
+    "claude-sonnet-4-5": (3.00, 15.00),
+    "claude-opus-4-5": (5.00, 25.00),
+}
+
+
+class AnthropicAPI(ModelAPI):
+    """One Claude model at one base URL: ``POST /v1/messages``."""
+
+    provider = PROVIDER
+    key_env = API_KEY_ENV
+    default_base_url = DEFAULT_BASE_URL
+
+    def headers(self) -> dict[str, str]:
+        """The key (``x-api-key``, only when set) and the API version."""
+        key = self.key
+        return {"anthropic-version": API_VERSION, **({"x-api-key": key} if key else {})}
+
+    def chat_request(self, request: ChatRequest) -> tuple[str, dict[str, Any]]:
+        """System messages joined into the top-level ``system`` field; the others as messages."""
+        system = "\n\n".join(content for role, content in request.messages if role == "system")
+        messages = [{"role": role, "content": content} for role, content in request.messages if role != "system"]
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "messages": messages,
+        }
+        if system:
+            body["system"] = system
+        return "/v1/messages", body
+
+    def read_chat(self, reply: Any, request: ChatRequest) -> ChatResult | str:
+        """The text blocks of the answer, its usage, model and stop reason."""
+        try:
+            if reply.get("type") != "message":
+                return f"malformed response: type {reply.get('type')!r}, not a message"
+            blocks = reply["content"]
+            texts = [block["text"] for block in blocks if block.get("type") == "text"]
+            stop_reason = str(reply.get("stop_reason") or "")
+            usage = reply.get("usage") or {}
+            input_tokens = int(usage.get("input_tokens") or 0)
+            output_tokens = int(usage.get("output_tokens") or 0)
+            served_model = str(reply.get("model") or "")
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            return f"malformed response: {type(exc).__name__}: {exc}"
+        if not texts or not all(isinstance(t, str) for t in texts):
+            return f"empty reply (stop_reason={stop_reason or 'none'})"
+        return ChatResult(
+            text="".join(texts),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            extra={"model": served_model, "finish_reason": stop_reason},
+        )
+
+    def error_detail(self, status: int, body: bytes) -> str:
+        """``error.type: error.message`` of Anthropic's error body."""
+        try:
+            error = json.loads(body)["error"]
+            text = f"{error['type']}: {error['message']}"
+        except (ValueError, KeyError, TypeError):
+            return super().error_detail(status, body)
+        return text if len(text) <= 200 else text[:197] + "..."
+
+    def classify(self, status: int) -> str:
+        """As any provider, and 529 (overloaded) is retried with fewer calls in flight."""
+        return OVERLOADED if status == OVERLOADED_STATUS else super().classify(status)
+
+
+class AnthropicProvider(ModelProvider):
+    """Anthropic's Messages API (chat only: it has no embeddings endpoint)."""
+
+    name = PROVIDER
+    capabilities = frozenset({"chat"})
+    key_env = API_KEY_ENV
+
+    def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
+        """A managed model over the Messages API with the run's pacing, retries and response cache."""
+        if options.batch is not None:
+            raise ValueError(f"--restore-batch: {PROVIDER}:{model} has no batch support here")
+        apis = [AnthropicAPI(model, url) for url in split_base_urls(os.environ.get(BASE_URL_ENV))]
+        pacing = {k: v for k, v in options.pacing().items() if k != "base_url"}
+        return ManagedChatModel(
+            apis,
+            cache=ResponseCache(options.cache_dir, run=options.run) if use_cache else None,
+            cache_name=self.cache_name(model),
+            validator=VALIDATORS[role],
+            progress=Progress(label=f"{role} calls", quiet=options.quiet),
+            **pacing,
+        )
+
+    def cache_name(self, model: str) -> str | None:
+        """``anthropic:MODEL``: no other provider's model of the same name shares its replies."""
+        return f"{PROVIDER}:{model}"
+
+    def price(self, model: str) -> tuple[float, float] | None:
+        """The list price of the model's family (:data:`PRICES`)."""
+        return price_by_family(model, PRICES)
+
+    def key_problem(self, specs: Sequence[str], base_url: str | None) -> str | None:
+        """Anthropic's own API needs ``$ANTHROPIC_API_KEY``; ``$ANTHROPIC_BASE_URL`` may point at a server that does not."""
+        if os.environ.get(BASE_URL_ENV) or os.environ.get(API_KEY_ENV):
+            return None
+        return (
+            f"{', '.join(sorted(set(specs)))} would call api.anthropic.com but ${API_KEY_ENV} is not set "
+            f"(set it, or point ${BASE_URL_ENV} at a server that needs no key)"
+        )

@@ -1,0 +1,643 @@
+"""The managed model: one owner of retries, pacing, caching, progress and failures, for every provider.
+
+A provider says what its wire looks like (:class:`~pytest_restore.models.api.ModelAPI`);
+everything a run needs around a call is here, once, for chat and embeddings alike:
+
+- **Retries.** Exponential backoff with full jitter on what the provider
+  classifies as retryable (429, 408/409, 5xx; Anthropic's 529), timeouts,
+  dropped connections and malformed bodies, honouring ``Retry-After`` /
+  ``retry-after-ms``; a reply the ``validator`` rejects is retried too.
+  After ``max_tries`` the call fails: one failed call never raises. A
+  ``Retry-After`` longer than ``max_retry_after`` ends the call with that
+  reason rather than being slept through.
+- **The fatal state.** An error every later request would share (a rejected
+  key, a model the server does not know, an unreachable server, a response
+  cache that cannot be written) is said once, kept in :attr:`fatal_error`, and
+  fails every later call of the model unsent, so the caller stops the run.
+- **Pacing.** Optional ``rpm``/``tpm`` meters, and an adaptive limit of calls
+  in flight (``pacing.AdaptiveLimit``) that starts at one and grows while the
+  server keeps up, halved on timeouts and overload answers.
+- **Replicas.** A model served at several base URLs (``--restore-base-url``
+  with commas: replicas of one vLLM model) sends each attempt to the replica
+  with the fewest calls in flight; each replica has its own adaptive limit
+  and meters; a replica that cannot be reached is set aside and its calls go
+  to the others (the run stops only when none is left). One response cache
+  serves them all: a reply does not depend on which replica gave it.
+- **The response cache** (``cache.ResponseCache``): identical requests are
+  sent once per batch, per run and across processes; a failed call is shared
+  with the run's other processes.
+- **Progress, usage and failures by cause** (:attr:`failure_causes`).
+
+Calls are made from a pool of worker threads over the standard library's
+HTTP client (``models.http``): a blocking call releases the interpreter lock
+while it waits, and costs far less per call than an async client (the
+throughput bench, ``benches/bench_throughput.py``, prints both rates). The
+key is never logged, stored or put in an error: every text a server returns
+passes :func:`~pytest_restore.models.redact.redact_keys` first.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pytest_restore.models.api import FAIL, FATAL, OVERLOADED, CallFailure, ModelAPI
+from pytest_restore.models.base import ChatRequest, ChatResult
+from pytest_restore.models.cache import CacheError, KeyLock, ResponseCache, request_key
+from pytest_restore.models.decoding import estimate_tokens
+from pytest_restore.models.pacing import AdaptiveLimit, Clock, RateMeter
+from pytest_restore.models.progress import Progress
+from pytest_restore.models.redact import redact_keys
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+logger = logging.getLogger("pytest_restore.models")
+
+T = TypeVar("T")
+#: How the model waits a number of seconds (a test passes one that records the waits).
+Wait = Callable[[float], None]
+
+#: Default longest ``Retry-After`` a call sleeps through; a longer one fails the call, said.
+DEFAULT_MAX_RETRY_AFTER = 60.0
+#: A reply longer than this many characters per output token of budget (plus a
+#: margin) cannot be an answer within the budget: refused as a failed call.
+MAX_CHARS_PER_TOKEN = 16
+_REPLY_MARGIN_CHARS = 4096
+#: The error of a request a cache-only model does not hold (see ``cache_only``).
+CACHE_ONLY_MISS = "no batch answered this request (--restore-batch sends no live call)"
+
+
+def split_base_urls(base_url: str | None) -> list[str | None]:
+    """``--restore-base-url`` as replicas: ``"A,B"`` -> ``["A", "B"]``; none given -> ``[None]`` (the default)."""
+    urls = [part.strip() for part in (base_url or "").split(",") if part.strip()]
+    return list(dict.fromkeys(urls)) or [None]
+
+
+@dataclass(eq=False)
+class Replica:
+    """One base URL of a model: its API object, its own adaptive limit and rate meters."""
+
+    api: ModelAPI
+    limit: AdaptiveLimit
+    request_meter: RateMeter | None = None
+    token_meter: RateMeter | None = None
+    #: Why it was set aside (nothing listens there), or ``None`` while it serves.
+    down: str | None = None
+    #: Attempts sent to it.
+    sent: int = 0
+    #: Attempts it answered usefully.
+    answered: int = 0
+
+
+class _Unsent(Exception):
+    """The model stopped (fatal error or interrupt) before this call was sent."""
+
+
+@dataclass
+class _Outcome:
+    """What one call through the retry loop came to."""
+
+    value: Any = None
+    error: str | None = None
+    unsent: bool = False
+    #: the kind of the last failure (``timeout``, ``status``, ...), for a caller that splits
+    last_kind: str = ""
+    last_status: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class ManagedCalls:
+    """What every managed model shares: replicas, worker threads, the retry loop and the fatal state."""
+
+    def __init__(
+        self,
+        apis: Sequence[ModelAPI],
+        *,
+        max_concurrency: int = 16,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        max_tries: int = 6,
+        timeout: float = 60.0,
+        progress: Progress | None = None,
+        backoff_base: float = 1.0,
+        backoff_cap: float = 60.0,
+        max_retry_after: float = DEFAULT_MAX_RETRY_AFTER,
+        adaptive: bool = True,
+        clock: Clock = time.monotonic,
+        sleep: Wait | None = None,
+    ) -> None:
+        """Configure the calls; nothing is sent until asked.
+
+        ``apis``: one per replica (base URL) of the model. ``max_concurrency``
+        is per process and per replica; ``rpm``/``tpm`` are the server's limits
+        (per replica), split evenly over pytest-xdist workers. ``timeout`` bounds
+        each attempt, body included; ``max_tries`` counts attempts.
+        ``backoff_base``/``backoff_cap`` shape the jittered exponential backoff
+        in seconds; ``max_retry_after`` is the longest server-requested wait
+        slept through. ``adaptive`` (default) lets concurrency grow from 1 to
+        ``max_concurrency``; ``False`` holds it there. ``clock`` and ``sleep``
+        are the time the model waits in (rate meters, backoff, ``Retry-After``,
+        another process's cache lock): a test passes a virtual clock and a sleep
+        that records its waits; latency is always measured on the real clock.
+        """
+        if not apis:
+            raise ValueError("a managed model needs at least one API")
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        if max_tries < 1:
+            raise ValueError("max_tries must be at least 1")
+        self.apis = list(apis)
+        self.api = self.apis[0]
+        self.model = self.api.model
+        self.max_concurrency = max_concurrency
+        self.max_tries = max_tries
+        self.timeout = timeout
+        self.progress = progress
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.max_retry_after = max_retry_after
+        self.adaptive = adaptive
+        self.rpm = rpm
+        self.tpm = tpm
+        self._clock = clock
+        self._sleep = sleep
+        #: Failed calls (after their retries) by cause, for the run's failure summary.
+        self.failure_causes: Counter[str] = Counter()
+        #: The first error every later call would share: the run should stop on it.
+        self.fatal_error: str | None = None
+        #: Whether ``fatal_error`` is the response cache that could not be written (an I/O failure, not the model's).
+        self.fatal_io = False
+        # Each xdist worker is a separate process with its own meters; the server sees their sum.
+        workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+        self.replicas = [
+            Replica(
+                api,
+                self._new_limit(),
+                RateMeter(rpm / workers, clock=clock) if rpm else None,
+                RateMeter(tpm / workers, clock=clock) if tpm else None,
+            )
+            for api in self.apis
+        ]
+        self._changed = threading.Condition()
+        self._jitter = random.Random()
+        self._lock = threading.Lock()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor_pid: int | None = None
+
+    def _new_limit(self) -> AdaptiveLimit:
+        limit = AdaptiveLimit(self.max_concurrency, self.timeout)
+        if not self.adaptive:
+            limit.limit = limit.peak = self.max_concurrency
+        return limit
+
+    # -- what callers read ----------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """``PROVIDER:MODEL``, as records and reports show it."""
+        return f"{self.api.provider}:{self.model}"
+
+    @property
+    def base_url(self) -> str:
+        """The (first) base URL requests go to."""
+        return self.api.base_url
+
+    @property
+    def concurrency_peak(self) -> int:
+        """The most calls the adaptive limits let in flight at once, over the replicas (0 before any call)."""
+        return sum(r.limit.peak for r in self.replicas if r.sent) if any(r.sent for r in self.replicas) else 0
+
+    @property
+    def call_deadline(self) -> float:
+        """The longest one distinct request can take: every try, each timed out, each followed by the longest wait."""
+        return self.max_tries * (self.timeout + max(self.backoff_cap, self.max_retry_after)) + self.timeout
+
+    def __repr__(self) -> str:
+        # Spelled out so that no future attribute (the key) leaks into a repr.
+        urls = ",".join(r.api.base_url for r in self.replicas)
+        return f"{type(self).__name__}(model={self.model!r}, base_url={urls!r})"
+
+    # -- threads --------------------------------------------------------------------
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        """The worker threads, started on first use (and again after a fork)."""
+        with self._lock:
+            if self._executor is None or self._executor_pid != os.getpid():
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self.max_concurrency * len(self.replicas) + 4, thread_name_prefix=f"{self.name} calls"
+                )
+                self._executor_pid = os.getpid()
+            return self._executor
+
+    def _gather(self, jobs: Sequence[Callable[[threading.Event], T]], what: str) -> list[T]:
+        """Run ``jobs`` on the worker threads and return their results in order.
+
+        Waited for within a deadline (every job as long as its calls can take,
+        one after another), so nothing waits for ever; Ctrl-C stops the
+        sending (calls in flight end within their timeout, replies already
+        in are cached) and is raised.
+        """
+        if not jobs:
+            return []
+        stop = threading.Event()
+        pool = self._pool()
+        futures = [pool.submit(job, stop) for job in jobs]
+        deadline = time.monotonic() + self.call_deadline * len(jobs) + 60.0
+        try:
+            _done, pending = concurrent.futures.wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+            if pending:
+                raise TimeoutError(f"{self.name}: {what} of {len(jobs)} did not end within its deadline")
+            return [future.result() for future in futures]
+        except BaseException:
+            stop.set()
+            for future in futures:
+                future.cancel()
+            raise
+
+    def close(self) -> None:
+        """Close the connections and stop the worker threads; the next call starts them again."""
+        with self._lock:
+            executor, owned = self._executor, self._executor_pid == os.getpid()
+            self._executor = None
+        if executor is not None and owned:
+            executor.shutdown(wait=True, cancel_futures=True)
+        for api in self.apis:
+            api.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- waiting --------------------------------------------------------------------
+
+    def _wait(self, seconds: float, stop: threading.Event) -> None:
+        if seconds <= 0:
+            return
+        if self._sleep is not None:
+            self._sleep(seconds)
+        else:
+            stop.wait(seconds)
+
+    def _acquire(self, stop: threading.Event) -> Replica | None:
+        """A slot on the serving replica with the fewest calls in flight (``None``: none serves, or stopped)."""
+        with self._changed:
+            while True:
+                if stop.is_set() or self.fatal_error is not None:
+                    return None
+                serving = [r for r in self.replicas if r.down is None]
+                if not serving:
+                    return None
+                free = [r for r in serving if r.limit.in_flight < r.limit.limit]
+                if free:
+                    chosen = min(free, key=lambda r: (r.limit.in_flight, r.sent))
+                    chosen.limit.in_flight += 1
+                    chosen.sent += 1
+                    return chosen
+                self._changed.wait(0.5)
+
+    def _release(self, replica: Replica, latency: float | None = None, overloaded: bool = False) -> None:
+        with self._changed:
+            replica.limit.in_flight -= 1
+            if overloaded:
+                replica.limit.overloaded()
+            grew = latency is not None and replica.limit.succeeded(latency)
+            if grew:
+                self._changed.notify_all()
+            else:
+                self._changed.notify()
+
+    def _throttle(self, replica: Replica, token_cost: int, stop: threading.Event) -> None:
+        waits = [0.0]
+        if replica.request_meter is not None:
+            waits.append(replica.request_meter.reserve(1))
+        if replica.token_meter is not None:
+            waits.append(replica.token_meter.reserve(token_cost))
+        self._wait(max(waits), stop)
+
+    def _backoff(self, attempt: int) -> float:
+        # Full jitter (AWS architecture blog): uniform over the whole window,
+        # so retries of a burst of failures spread out instead of re-colliding.
+        return self._jitter.uniform(0.0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))
+
+    # -- the fatal state ------------------------------------------------------------
+
+    def _stop_run(self, error: str, *, io: bool = False) -> str:
+        """Fail this call and every later one unsent (``fatal_error`` tells the caller to stop)."""
+        with self._changed:
+            first = self.fatal_error is None
+            if first:
+                self.fatal_error = error
+                self.fatal_io = io
+            self._changed.notify_all()
+        if first:
+            logger.error("%s: %s; failing the rest of its calls unsent", self.name, error)
+        return error
+
+    def _count_failure(self, error: str) -> None:
+        with self._lock:
+            self.failure_causes[failure_cause(error)] += 1
+
+    # -- the one retry loop -----------------------------------------------------------
+
+    def _post(
+        self,
+        build: Callable[[ModelAPI], tuple[str, dict[str, Any]]],
+        read: Callable[[ModelAPI, Any], tuple[Any, str]],
+        stop: threading.Event,
+        *,
+        token_cost: int = 0,
+        lock: KeyLock | None = None,
+        tries: int | None = None,
+    ) -> _Outcome:
+        """Send a request with bounded, jittered retries, each attempt to the least busy replica; never raises.
+
+        ``build`` gives the path and body for a replica's API; ``read`` turns
+        the decoded answer into a value, or ``None`` and why it is unusable (a
+        reply too long for its budget is not sent again).
+        """
+        last_error = "no attempt made"
+        last_kind, last_status = "", 0
+        tries = tries or self.max_tries
+        for attempt in range(1, tries + 1):
+            if self.fatal_error is not None:
+                return _Outcome(error=self.fatal_error, unsent=True)
+            replica = self._acquire(stop)
+            if replica is None:
+                if self.fatal_error is not None or stop.is_set():
+                    return _Outcome(error=self.fatal_error or "interrupted before it was sent", unsent=True)
+                reasons = "; ".join(sorted({r.down or "" for r in self.replicas}))
+                return _Outcome(error=self._stop_run(f"no replica of {self.name} can be reached: {reasons}"))
+            latency: float | None = None
+            overloaded = False
+            retry_after: float | None = None
+            api = replica.api
+            try:
+                self._throttle(replica, token_cost, stop)
+                if lock is not None:
+                    lock.touch()
+                started = time.monotonic()  # the server's real latency, whatever ``clock`` is
+                path, body = build(api)
+                try:
+                    decoded = api.send(path, body, self.timeout)
+                except CallFailure as failure:
+                    last_kind, last_status = failure.kind, failure.status
+                    detail = redact_keys(failure.detail)
+                    if failure.kind == "status":
+                        status = failure.status
+                        verdict = api.classify(status)
+                        if verdict == FATAL:
+                            return _Outcome(error=self._stop_run(api.fatal_message(status, detail)))
+                        if verdict == FAIL:
+                            return _Outcome(error=f"HTTP {status} (not retried): {detail}", last_kind="status", last_status=status)
+                        last_error = f"HTTP {status}: {detail}"
+                        overloaded = verdict == OVERLOADED
+                        retry_after = failure.retry_after
+                        if retry_after is not None and retry_after > self.max_retry_after:
+                            error = (
+                                f"{last_error}; the server asked to wait {retry_after:.0f}s, over the "
+                                f"{self.max_retry_after:g}s cap (--restore-max-retry-after)"
+                            )
+                            return _Outcome(error=error)
+                    elif failure.kind == "timeout":
+                        last_error = f"timed out after {self.timeout:g}s"
+                        overloaded = True
+                    elif failure.kind == "unreachable":
+                        last_error = f"connection error: {detail}"
+                        with self._changed:
+                            replica.down = f"{api.where} is unreachable ({detail})"
+                        if any(r.down is None for r in self.replicas):
+                            logger.warning("%s: %s; its calls go to the other replicas", self.name, replica.down)
+                            continue  # straight to another replica: nothing was sent
+                        # Nothing listens there (or the name does not resolve): minutes of backoff
+                        # would not change that, for this call or any other. Say it now.
+                        return _Outcome(error=self._stop_run(f"{last_error} (not retried: {api.where} is unreachable)"))
+                    elif failure.kind == "malformed":
+                        last_error = f"malformed response: {detail}"
+                    else:
+                        last_error = f"connection error: {detail}"
+                else:
+                    value, problem = read(api, decoded)
+                    if value is not None:
+                        latency = time.monotonic() - started
+                        replica.answered += 1
+                        return _Outcome(value=value)
+                    last_error = redact_keys(problem)
+                    last_kind = "malformed"
+                    if problem.startswith("reply too long"):
+                        return _Outcome(error=problem)  # sending it again costs as much
+            finally:
+                self._release(replica, latency, overloaded)
+            if attempt < tries:
+                if stop.is_set():
+                    break
+                delay = retry_after if retry_after is not None else self._backoff(attempt)
+                logger.debug("%s: attempt %d/%d failed (%s); retrying in %.2fs", self.name, attempt, tries, last_error, delay)
+                if self.progress is not None:
+                    self.progress.retry()
+                self._wait(delay, stop)
+        error = f"failed after {tries} tries: {last_error}"
+        logger.warning("%s: %s", self.name, error)
+        return _Outcome(error=error, last_kind=last_kind, last_status=last_status)
+
+
+class ManagedChatModel(ManagedCalls):
+    """A chat model (the ``ChatModel`` protocol) of any provider, managed: cached, paced, retried."""
+
+    def __init__(
+        self,
+        apis: Sequence[ModelAPI],
+        *,
+        cache: ResponseCache | None = None,
+        cache_name: str | None = None,
+        validator: Callable[[str], bool] | None = None,
+        cache_only: bool = False,
+        **options: Any,
+    ) -> None:
+        """``cache_name`` keys the cache (default: the model name); ``validator`` rejects malformed
+        replies (retried, then failed); ``cache_only`` answers from the cache alone (under
+        ``--restore-batch`` every reply comes from a batch, never from a live call). ``options``:
+        :class:`ManagedCalls`'."""
+        super().__init__(apis, **options)
+        self.cache = cache
+        self.cache_name = cache_name or self.model
+        self.validator = validator
+        self.cache_only = cache_only
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Answer every request, in order. Never raises for a single failed call."""
+        if not requests:
+            return []
+        keys = [request_key(self.cache_name, request) for request in requests]
+        distinct: dict[str, ChatRequest] = {}
+        for key, request in zip(keys, requests):
+            distinct.setdefault(key, request)
+        if self.progress is not None:
+            self.progress.add_total(len(distinct))
+        jobs = [
+            (lambda stop, key=key, request=request: self._answer(key, request, stop))
+            for key, request in distinct.items()
+        ]
+        by_key = dict(zip(distinct, self._gather(jobs, "a batch of requests")))
+        return [by_key[key] for key in keys]
+
+    def read_completion(self, completion: Any, request: ChatRequest) -> tuple[ChatResult | None, str]:
+        """A decoded answer checked as a live reply is (``None`` and why, when unusable).
+
+        A batch's output lines go through here, so a reply from a batch is
+        accepted, redacted and refused by exactly the rules of a live one.
+        """
+        return self._accept(self.api.read_chat(completion, request), request)
+
+    def body(self, request: ChatRequest) -> dict[str, Any]:
+        """The body sent for ``request`` (the provider's wire format)."""
+        return self.api.chat_request(request)[1]
+
+    # -- one distinct request ---------------------------------------------------------
+
+    def _answer(self, key: str, request: ChatRequest, stop: threading.Event) -> ChatResult:
+        try:
+            result = self._answer_via_cache(key, request, stop)
+        except _Unsent as unsent:
+            return ChatResult(text=None, error=str(unsent))
+        except CacheError as exc:  # a full disk: every later call would be paid for and lost
+            result = ChatResult(text=None, error=self._stop_run(str(exc), io=True))
+        except Exception as exc:  # one bug must not sink the whole batch
+            logger.exception("unexpected error answering a request for %s", self.name)
+            result = ChatResult(text=None, error=redact_keys(f"internal error: {exc!r}"))
+        if not result.ok:
+            self._count_failure(result.error or "")
+        if self.progress is not None:
+            self.progress.record(cached=result.cached, failed=not result.ok)
+        return result
+
+    def _usable(self, hit: ChatResult | None) -> ChatResult | None:
+        """A cached result, unless the role's validator rejects it (then it is a miss, sent again)."""
+        if hit is None or hit.text is None or self.validator is None:
+            return hit
+        try:
+            return hit if self.validator(hit.text) else None
+        except Exception:  # noqa: BLE001 - a validator that crashes rejects
+            return None
+
+    def _answer_via_cache(self, key: str, request: ChatRequest, stop: threading.Event) -> ChatResult:
+        cache = self.cache
+        if self.cache_only:
+            hit = self._usable(cache.get(self.cache_name, request)) if cache is not None else None
+            return hit if hit is not None else ChatResult(text=None, error=CACHE_ONLY_MISS)
+        if cache is None:
+            return self._call(request, None, stop)
+        hit = self._usable(cache.get(self.cache_name, request))
+        if hit is not None:
+            return hit
+        waiting_since: float | None = None
+        # no longer than the holder's own call can take: a holder that outlives it is stuck
+        patience = min(cache.lock_timeout, self.call_deadline)
+        poll = 0.02
+        while True:
+            if self.fatal_error is not None:
+                raise _Unsent(self.fatal_error)
+            waited_out = waiting_since is not None and self._clock() - waiting_since > patience
+            lock = None if waited_out else cache.try_lock(key)
+            if lock is not None or waited_out:
+                with lock if lock is not None else nullcontext():
+                    # Another process may have finished it since our lookup, or failed it
+                    # for good in this run: its outcome is ours, success or failure alike.
+                    hit = self._usable(cache.peek(key))
+                    if hit is not None:
+                        return hit
+                    failed = cache.failure(key)
+                    if failed is not None:
+                        return ChatResult(text=None, error=failed, cached=True)
+                    result = self._call(request, lock, stop)
+                    try:
+                        if result.ok:
+                            cache.put(self.cache_name, request, result)
+                        elif self.fatal_error is None:
+                            cache.put_failure(key, result.error or "failed")
+                    except CacheError as exc:
+                        # the reply is good, but the run stops: the next one could not be kept
+                        self._stop_run(str(exc), io=True)
+                return result
+            # Another process is sending this very request: wait for its entry, holding no slot.
+            if waiting_since is None:
+                waiting_since = self._clock()
+                cache.note_wait()
+            self._wait(poll, stop)
+            if stop.is_set():
+                raise _Unsent("interrupted before it was sent")
+            poll = min(poll * 1.5, 0.5)
+
+    def _call(self, request: ChatRequest, lock: KeyLock | None, stop: threading.Event) -> ChatResult:
+        """Send ``request`` with bounded, jittered retries; never raises (``_Unsent`` when never sent)."""
+        token_cost = 0
+        if any(r.token_meter is not None for r in self.replicas):
+            input_tokens, output_tokens = estimate_tokens([request], self.model)
+            token_cost = input_tokens + output_tokens
+        outcome = self._post(
+            lambda api: api.chat_request(request),
+            lambda api, reply: self._accept(api.read_chat(reply, request), request),
+            stop,
+            token_cost=token_cost,
+            lock=lock,
+        )
+        if outcome.unsent:
+            raise _Unsent(outcome.error or "not sent")
+        if outcome.value is not None:
+            result: ChatResult = outcome.value
+            return result
+        return ChatResult(text=None, error=outcome.error)
+
+    def _accept(self, read: ChatResult | str, request: ChatRequest) -> tuple[ChatResult | None, str]:
+        """A provider's reading of an answer, checked: within its budget, the key redacted, the validator's."""
+        if isinstance(read, str):
+            return None, read
+        text = read.text
+        if text is None:
+            return None, read.error or "empty reply"
+        limit = request.max_tokens * MAX_CHARS_PER_TOKEN + _REPLY_MARGIN_CHARS
+        if len(text) > limit:
+            return None, (
+                f"reply too long: {len(text):,} characters for a budget of "
+                f"{request.max_tokens} tokens (refused, not stored)"
+            )
+        text = redact_keys(text)
+        if self.validator is not None:
+            try:
+                accepted = bool(self.validator(text))
+            except Exception:  # noqa: BLE001 - a validator that crashes rejects
+                accepted = False
+            if not accepted:
+                shown = text if len(text) <= 80 else text[:77] + "..."
+                return None, f"reply rejected by validator: {shown!r}"
+        extra = {name: redact_keys(value) for name, value in read.extra.items()}
+        return ChatResult(text=text, input_tokens=read.input_tokens, output_tokens=read.output_tokens, extra=extra), ""
+
+
+def failure_cause(error: str) -> str:
+    """A failed call's error without what differs between calls: the key its failures are grouped by.
+
+    ``failed after 6 tries: HTTP 500: boom`` -> ``HTTP 500: boom``; a
+    validator's rejection loses the rejected text.
+    """
+    cause = re.sub(r"^failed after \d+ tries: ", "", error)
+    if cause.startswith("reply rejected by validator"):
+        return "reply rejected by validator (not the expected format)"
+    if cause.startswith("reply too long"):
+        return "reply too long for its output budget (refused, not stored)"
+    return cause if len(cause) <= 160 else cause[:157] + "..."
