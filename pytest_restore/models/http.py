@@ -113,13 +113,15 @@ class HTTPTransport:
         _left(connection, deadline)
         response = connection.getresponse()
         pieces = []
-        while True:
+        while response.length != 0:  # None: a chunked body, or one that ends with the connection
             _left(connection, deadline)
-            piece = response.read1(READ_SIZE) if hasattr(response, "read1") else response.read(READ_SIZE)
+            piece = response.read1(READ_SIZE)
             if not piece:
                 break
             pieces.append(piece)
-        if response.length not in (None, 0):
+        incomplete = response.length not in (None, 0)
+        response.close()  # read to its end: the connection takes the next request
+        if incomplete:
             raise TransportError("connection", "the server ended the connection before its reply was complete")
         return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, b"".join(pieces))
 
@@ -151,9 +153,7 @@ def _classified(exc: BaseException) -> TransportError:
         if isinstance(c, (ConnectionRefusedError, socket.gaierror)):
             return TransportError("unreachable", f"{type(c).__name__}: {c}")
     if any(isinstance(c, ConnectionResetError) or getattr(c, "errno", None) == errno.ECONNRESET for c in chain):
-        return TransportError(
-            "connection", f"the server reset the connection before its reply was complete ({type(exc).__name__})"
-        )
+        return TransportError("connection", "the server reset the connection before its reply was complete")
     if isinstance(exc, (http.client.RemoteDisconnected, http.client.IncompleteRead)):
         return TransportError(
             "connection", f"the connection ended without a whole reply ({type(exc).__name__})"

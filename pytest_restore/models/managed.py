@@ -39,6 +39,7 @@ passes :func:`~pytest_restore.models.redact.redact_keys` first.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
 import os
 import random
@@ -48,7 +49,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -115,7 +116,9 @@ class _Outcome:
     #: the kind of the last failure (``timeout``, ``status``, ...), for a caller that splits
     last_kind: str = ""
     last_status: int = 0
-    extra: dict[str, str] = field(default_factory=dict)
+    #: the replica whose slot the caller still holds (``hold``), and the call's latency
+    held: Replica | None = None
+    latency: float | None = None
 
 
 class ManagedCalls:
@@ -191,6 +194,10 @@ class ManagedCalls:
             for api in self.apis
         ]
         self._changed = threading.Condition()
+        #: Calls waiting for a slot, by ticket: the oldest is let out first (calls go out in order).
+        self._waiting: set[int] = set()
+        self._tickets = itertools.count()
+        self._local = threading.local()
         self._jitter = random.Random()
         self._lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -253,7 +260,7 @@ class ManagedCalls:
             return []
         stop = threading.Event()
         pool = self._pool()
-        futures = [pool.submit(job, stop) for job in jobs]
+        futures = [pool.submit(self._ticketed, next(self._tickets), job, stop) for job in jobs]
         deadline = time.monotonic() + self.call_deadline * len(jobs) + 60.0
         try:
             _done, pending = concurrent.futures.wait(futures, timeout=max(0.0, deadline - time.monotonic()))
@@ -265,6 +272,11 @@ class ManagedCalls:
             for future in futures:
                 future.cancel()
             raise
+
+    def _ticketed(self, ticket: int, job: Callable[[threading.Event], T], stop: threading.Event) -> T:
+        """Run ``job`` under ``ticket``, its place in the queue for slots (the order it was asked in)."""
+        self._local.ticket = ticket
+        return job(stop)
 
     def close(self) -> None:
         """Close the connections and stop the worker threads; the next call starts them again."""
@@ -296,31 +308,36 @@ class ManagedCalls:
 
     def _acquire(self, stop: threading.Event) -> Replica | None:
         """A slot on the serving replica with the fewest calls in flight (``None``: none serves, or stopped)."""
+        ticket: int = getattr(self._local, "ticket", -1)
         with self._changed:
-            while True:
-                if stop.is_set() or self.fatal_error is not None:
-                    return None
-                serving = [r for r in self.replicas if r.down is None]
-                if not serving:
-                    return None
-                free = [r for r in serving if r.limit.in_flight < r.limit.limit]
-                if free:
-                    chosen = min(free, key=lambda r: (r.limit.in_flight, r.sent))
-                    chosen.limit.in_flight += 1
-                    chosen.sent += 1
-                    return chosen
-                self._changed.wait(0.5)
+            self._waiting.add(ticket)
+            try:
+                while True:
+                    if stop.is_set() or self.fatal_error is not None:
+                        return None
+                    serving = [r for r in self.replicas if r.down is None]
+                    if not serving:
+                        return None
+                    free = [r for r in serving if r.limit.in_flight < r.limit.limit]
+                    if free and ticket == min(self._waiting):
+                        chosen = min(free, key=lambda r: (r.limit.in_flight, r.sent))
+                        chosen.limit.in_flight += 1
+                        chosen.sent += 1
+                        if len(free) > 1 or chosen.limit.in_flight < chosen.limit.limit:
+                            self._changed.notify_all()  # the next in line may go too
+                        return chosen
+                    self._changed.wait(0.5)
+            finally:
+                self._waiting.discard(ticket)
 
     def _release(self, replica: Replica, latency: float | None = None, overloaded: bool = False) -> None:
         with self._changed:
             replica.limit.in_flight -= 1
             if overloaded:
                 replica.limit.overloaded()
-            grew = latency is not None and replica.limit.succeeded(latency)
-            if grew:
-                self._changed.notify_all()
-            else:
-                self._changed.notify()
+            if latency is not None:
+                replica.limit.succeeded(latency)
+            self._changed.notify_all()
 
     def _throttle(self, replica: Replica, token_cost: int, stop: threading.Event) -> None:
         waits = [0.0]
@@ -364,12 +381,16 @@ class ManagedCalls:
         token_cost: int = 0,
         lock: KeyLock | None = None,
         tries: int | None = None,
+        hold: bool = False,
     ) -> _Outcome:
         """Send a request with bounded, jittered retries, each attempt to the least busy replica; never raises.
 
         ``build`` gives the path and body for a replica's API; ``read`` turns
         the decoded answer into a value, or ``None`` and why it is unusable (a
-        reply too long for its budget is not sent again).
+        reply too long for its budget is not sent again). ``hold``: a
+        success keeps its slot (``_Outcome.held``) until the caller releases it,
+        once the answer is stored, so a cache that cannot be written stops the
+        model before another call is let out.
         """
         last_error = "no attempt made"
         last_kind, last_status = "", 0
@@ -384,6 +405,7 @@ class ManagedCalls:
                 reasons = "; ".join(sorted({r.down or "" for r in self.replicas}))
                 return _Outcome(error=self._stop_run(f"no replica of {self.name} can be reached: {reasons}"))
             latency: float | None = None
+            held = False
             overloaded = False
             retry_after: float | None = None
             api = replica.api
@@ -436,13 +458,15 @@ class ManagedCalls:
                     if value is not None:
                         latency = time.monotonic() - started
                         replica.answered += 1
-                        return _Outcome(value=value)
+                        held = hold
+                        return _Outcome(value=value, held=replica if hold else None, latency=latency)
                     last_error = redact_keys(problem)
                     last_kind = "malformed"
                     if problem.startswith("reply too long"):
                         return _Outcome(error=problem)  # sending it again costs as much
             finally:
-                self._release(replica, latency, overloaded)
+                if not held:
+                    self._release(replica, latency, overloaded)
             if attempt < tries:
                 if stop.is_set():
                     break
@@ -541,7 +565,7 @@ class ManagedChatModel(ManagedCalls):
             hit = self._usable(cache.get(self.cache_name, request)) if cache is not None else None
             return hit if hit is not None else ChatResult(text=None, error=CACHE_ONLY_MISS)
         if cache is None:
-            return self._call(request, None, stop)
+            return self._call(request, None, stop)[0]
         hit = self._usable(cache.get(self.cache_name, request))
         if hit is not None:
             return hit
@@ -564,7 +588,7 @@ class ManagedChatModel(ManagedCalls):
                     failed = cache.failure(key)
                     if failed is not None:
                         return ChatResult(text=None, error=failed, cached=True)
-                    result = self._call(request, lock, stop)
+                    result, held = self._call(request, lock, stop, hold=True)
                     try:
                         if result.ok:
                             cache.put(self.cache_name, request, result)
@@ -573,6 +597,9 @@ class ManagedChatModel(ManagedCalls):
                     except CacheError as exc:
                         # the reply is good, but the run stops: the next one could not be kept
                         self._stop_run(str(exc), io=True)
+                    finally:
+                        if held.held is not None:
+                            self._release(held.held, held.latency)
                 return result
             # Another process is sending this very request: wait for its entry, holding no slot.
             if waiting_since is None:
@@ -583,8 +610,13 @@ class ManagedChatModel(ManagedCalls):
                 raise _Unsent("interrupted before it was sent")
             poll = min(poll * 1.5, 0.5)
 
-    def _call(self, request: ChatRequest, lock: KeyLock | None, stop: threading.Event) -> ChatResult:
-        """Send ``request`` with bounded, jittered retries; never raises (``_Unsent`` when never sent)."""
+    def _call(
+        self, request: ChatRequest, lock: KeyLock | None, stop: threading.Event, *, hold: bool = False
+    ) -> tuple[ChatResult, _Outcome]:
+        """Send ``request`` with bounded, jittered retries; never raises (``_Unsent`` when never sent).
+
+        Returns the result and the outcome, whose ``held`` slot the caller releases (``hold``).
+        """
         token_cost = 0
         if any(r.token_meter is not None for r in self.replicas):
             input_tokens, output_tokens = estimate_tokens([request], self.model)
@@ -595,13 +627,14 @@ class ManagedChatModel(ManagedCalls):
             stop,
             token_cost=token_cost,
             lock=lock,
+            hold=hold,
         )
         if outcome.unsent:
             raise _Unsent(outcome.error or "not sent")
         if outcome.value is not None:
             result: ChatResult = outcome.value
-            return result
-        return ChatResult(text=None, error=outcome.error)
+            return result, outcome
+        return ChatResult(text=None, error=outcome.error), outcome
 
     def _accept(self, read: ChatResult | str, request: ChatRequest) -> tuple[ChatResult | None, str]:
         """A provider's reading of an answer, checked: within its budget, the key redacted, the validator's."""
