@@ -252,7 +252,7 @@ def test_users_provider_policy_ranker_and_family_from_one_conftest(pytester: pyt
     assert "### Accuracy above a coin (regime b)" in (pytester.path / "restore-report" / "report.md").read_text()
     unknown = pytester.runpytest(*args, "--restore-reader", "remote:shrug")
     assert unknown.ret == pytest.ExitCode.USAGE_ERROR
-    unknown.stderr.fnmatch_lines(["*--restore-reader: unknown model 'remote:shrug'*'openai:MODEL', 'local:MODEL'*"])
+    unknown.stderr.fnmatch_lines(["*--restore-reader: unknown model 'remote:shrug'*'openai:MODEL', 'anthropic:MODEL', 'local:MODEL'*"])
 
 
 def test_recency_ranker_is_built_in_and_moves_the_recoverable_share(
@@ -455,7 +455,7 @@ def test_ranker_policy_and_provider_from_entry_points(monkeypatch: pytest.Monkey
     assert list(default_rankers()) == ["bm25-lite", "recency", "shortest"]
     assert list(default_registry())[-1] == "keep-all"
     providers = default_providers()
-    assert list(providers) == ["openai", "local"]
+    assert list(providers) == ["openai", "anthropic", "local"]
     model = make_model("local:x", "reader", ModelOptions(cache_dir=Path(".")), providers=providers)
     assert model.name == "local:x"
     families = default_families()

@@ -70,7 +70,9 @@ def test_ini_keys_are_typed_where_pytest_allows(pytester: pytest.Pytester) -> No
 
 
 def test_prices() -> None:
-    assert parse_price("openai:my-model=0.5,2") == ("my-model", (0.5, 2.0))
+    assert parse_price("openai:my-model=0.5,2") == ("openai:my-model", (0.5, 2.0))
+    assert price_of("openai:my-model", dict([parse_price("openai:my-model=0.5,2")])) == (0.5, 2.0)
+    assert price_of("openai:my-model", dict([parse_price("my-model=0.5,2")])) == (0.5, 2.0)
     with pytest.raises(ModelSpecError, match="MODEL=IN,OUT"):
         parse_price("my-model=0.5")
     table = {"gpt-4o-mini": (0.15, 0.60)}

@@ -31,9 +31,9 @@ from pytest_restore.models.embeddings import (
     EmbeddingLimits,
     EmbeddingStore,
     FakeEmbedder,
-    OpenAIEmbedder,
     TextVectors,
 )
+from pytest_restore.models.openai_chat import OpenAIEmbedder
 from pytest_restore.plugin.rankers import audited_texts
 
 MODEL = "text-embedding-3-small"

@@ -28,17 +28,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
 from pytest_restore.models.http import HTTPTransport, TransportError
 from pytest_restore.models.pacing import parse_retry_after
 from pytest_restore.models.prompts import parse_score, parse_verdict
 from pytest_restore.models.redact import KEY_VARIABLES
-
-if TYPE_CHECKING:
-    from pytest_restore.models.batch import BatchOptions
-    from pytest_restore.models.embeddings import Embedder
 
 #: What a provider's models can be used for.
 CAPABILITIES = ("chat", "embeddings", "batch")
@@ -179,6 +175,20 @@ class ModelAPI(ABC):
         self.transport.close()
 
 
+class BatchSettings(Protocol):
+    """How batch rounds are followed (``batch.BatchOptions``)."""
+
+    @property
+    def poll(self) -> float:
+        """The first wait between polls, in seconds."""
+        ...
+
+    @property
+    def resubmit(self) -> int:
+        """How many times what failed is submitted again."""
+        ...
+
+
 @dataclass(frozen=True)
 class ModelOptions:
     """How real models are reached and paced."""
@@ -196,7 +206,7 @@ class ModelOptions:
     #: The run whose processes share their failed calls through the cache (``None``: not shared).
     run: str | None = None
     #: ``--restore-batch``: every call goes out in a Batch API round, none live
-    batch: BatchOptions | None = None
+    batch: BatchSettings | None = None
 
     def pacing(self) -> dict[str, Any]:
         """The keyword arguments every managed model (chat or embeddings) is paced and reached with."""
@@ -258,8 +268,8 @@ class ModelProvider(ABC):
         should only accept replies that :data:`VALIDATORS` accepts for its role.
         """
 
-    def make_embedder(self, model: str, options: ModelOptions, limits: tuple[int, int] | None = None) -> Embedder:
-        """The embedder ``model`` (a provider that declares ``embeddings`` implements it)."""
+    def make_embedder(self, model: str, options: ModelOptions, limits: tuple[int, int] | None = None) -> Any:
+        """The embedder ``model``, an ``embeddings.Embedder`` (a provider that declares ``embeddings`` implements it)."""
         raise NotImplementedError(f"{self.name}: no embeddings")
 
     def cache_name(self, model: str) -> str | None:

@@ -47,7 +47,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import re
 import time
 import zlib
@@ -543,65 +542,3 @@ def embedder_of(ranker: str) -> str | None:
     """The embedder a ranker name reads (``dense:fake`` -> ``fake``), or ``None`` for another ranker."""
     family, colon, embedder = ranker.partition(":")
     return embedder if colon and family in EMBEDDING_RANKERS and embedder else None
-
-
-def _embedding_provider(spec: str, providers: Any = None) -> tuple[Any, str] | None:
-    """The provider (declaring ``embeddings``) and model an embedder name names, or ``None``."""
-    from pytest_restore.models.providers import resolve
-
-    resolved = resolve(spec, providers)
-    if resolved is None or "embeddings" not in resolved[0].capabilities:
-        return None
-    return resolved
-
-
-def check_embedder(spec: str, option: str, providers: Any = None) -> None:
-    """Reject an embedder name that is neither ``fake`` nor ``PROVIDER:MODEL`` of a provider with embeddings."""
-    if spec == "fake" or _embedding_provider(spec, providers) is not None:
-        return
-    from pytest_restore.models.providers import providers_with
-
-    names = ", ".join(f"'{name}:MODEL'" for name in providers_with("embeddings", providers))
-    raise ValueError(f"{option}: unknown embedder {spec!r}; use 'fake' or {names}")
-
-
-def make_embedder(spec: str, options: Any, limits: tuple[int, int] | None = None, providers: Any = None) -> Embedder:
-    """The embedder a name stands for, paced and retried as the run's chat models (``options``: ``ModelOptions``)."""
-    check_embedder(spec, "--restore-ranker", providers)
-    if spec == "fake":
-        return FakeEmbedder()
-    resolved = _embedding_provider(spec, providers)
-    assert resolved is not None
-    provider, model = resolved
-    embedder: Embedder = provider.make_embedder(model, options, limits)
-    return embedder
-
-
-def embedding_price(spec: str, providers: Any = None) -> float | None:
-    """USD per million input tokens of an embedder (0 for the fake, ``None`` when unknown)."""
-    if spec == "fake":
-        return 0.0
-    resolved = _embedding_provider(spec, providers)
-    if resolved is None:
-        return None
-    price: float | None = resolved[0].embedding_price(resolved[1])
-    return price
-
-
-def embedding_cost_line(spec: str, texts: Sequence[str], vectors: TextVectors) -> str:
-    """The dry run's line for an embedder: distinct texts, those stored, tokens and cost of the rest."""
-    from pytest_restore.data.tokens import count_tokens
-
-    distinct = list(dict.fromkeys(texts))
-    todo = vectors.missing(distinct)
-    tokens = sum(count_tokens(todo)) if spec != "fake" else 0
-    price = embedding_price(spec)
-    cost = "free (offline)" if spec == "fake" else ("?" if price is None else f"${tokens * price / 1e6:,.2f}")
-    limits = getattr(vectors.embedder, "limits", DEFAULT_LIMITS)
-    requests = 0
-    if todo and spec != "fake":
-        requests = max(math.ceil(len(todo) / limits.max_inputs), math.ceil(tokens / (limits.max_request_tokens or tokens)))
-    return (
-        f"embedder {spec}: {len(distinct):,} distinct texts, {len(distinct) - len(todo):,} stored, "
-        f"{len(todo):,} to embed ({tokens:,} o200k tokens in about {requests:,} requests): est. {cost}"
-    )

@@ -10,7 +10,8 @@ families get ``max_completion_tokens`` with room for hidden reasoning and a
 reasoning effort). Retries, pacing, caching and failures are the managed
 layer's (``managed``), as for every provider. The batch rounds of
 ``--restore-batch`` go through ``batch`` (the Files and Batches API, with the
-official ``openai`` client).
+official ``openai`` client); what the provider declares (prices, capabilities)
+is ``openai_provider``.
 
 The served snapshot id (``gpt-4o-mini-2024-07-18``) goes into
 ``ChatResult.extra["model"]``, the finish reason into
@@ -21,17 +22,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from pytest_restore.models.api import (
-    VALIDATORS,
     ModelAPI,
-    ModelOptions,
-    ModelProvider,
-    price_by_family,
 )
-from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
-from pytest_restore.models.cache import ResponseCache
+from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.decoding import decoding_parameters
 from pytest_restore.models.embeddings import EmbeddingLimits, ManagedEmbedder
 from pytest_restore.models.managed import (
@@ -40,7 +36,6 @@ from pytest_restore.models.managed import (
     failure_cause,
     split_base_urls,
 )
-from pytest_restore.models.progress import Progress
 from pytest_restore.models.redact import MIN_KEY_FRAGMENT, REDACTED, KeyRedactor
 
 __all__ = [
@@ -55,7 +50,6 @@ __all__ = [
     "OpenAIAPI",
     "OpenAIChatModel",
     "OpenAIEmbedder",
-    "OpenAIProvider",
     "failure_cause",
 ]
 
@@ -71,26 +65,11 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 #: and the real API answers it with a 401, which is reported loudly.
 PLACEHOLDER_KEY = "not-needed"
 
-#: List prices in USD per million tokens (input, output) of the paper's models, as
-#: OpenAI published them in 2026; ``--restore-price MODEL=IN,OUT`` adds or overrides
-#: one. A dated id (``gpt-4o-mini-2024-07-18``) takes its family's price.
-PRICES: dict[str, tuple[float, float]] = {
-    "gpt-4o-mini": (0.15, 0.60),
-    "gpt-5.4-mini": (0.75, 4.50),
-    "gpt-5.5": (5.00, 30.00),
-}
-#: USD per million input tokens of OpenAI's embedding models (list prices).
-EMBEDDING_PRICES: dict[str, float] = {
-    "text-embedding-3-small": 0.02,
-    "text-embedding-3-large": 0.13,
-    "text-embedding-ada-002": 0.10,
-}
 #: OpenAI's published embedding limits: 2,048 inputs of at most 8,191 tokens, 300,000 tokens a request.
 EMBEDDING_LIMITS: dict[str, EmbeddingLimits] = {
-    name: EmbeddingLimits(2048, 8191, 300_000) for name in EMBEDDING_PRICES
+    name: EmbeddingLimits(2048, 8191, 300_000)
+    for name in ("text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002")
 }
-#: What the Batch API charges against the list price.
-BATCH_DISCOUNT = 0.5
 
 
 class OpenAIAPI(ModelAPI):
@@ -178,79 +157,3 @@ class OpenAIEmbedder(ManagedEmbedder):
     def __init__(self, *, model: str, base_url: str | None = None, limits: EmbeddingLimits | None = None, **options: Any) -> None:
         """``model`` is the provider's name (``text-embedding-3-small``); ``options``: ``ManagedCalls``'."""
         super().__init__(_apis(model, base_url), limits=limits or EMBEDDING_LIMITS.get(model), **options)
-
-
-class OpenAIProvider(ModelProvider):
-    """OpenAI's API or any OpenAI-compatible server."""
-
-    name = PROVIDER
-    # an extra: the batch rounds use the official client; the fake models never load it
-    requires = ("openai", "pytest-restore[openai]")
-    capabilities = frozenset({"chat", "embeddings", "batch"})
-    key_env = API_KEY_ENV
-    batch_discount = BATCH_DISCOUNT
-    api_host: ClassVar[str] = "api.openai.com"
-
-    def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
-        """An :class:`OpenAIChatModel` with the run's pacing, retries and response cache.
-
-        Under ``--restore-batch`` it answers from the cache alone, inside a
-        ``BatchChatModel`` that sends what the cache lacks as a batch round.
-        """
-        if options.batch is not None:
-            from pytest_restore.models.batch import BatchChatModel, BatchRunner
-
-            inner = OpenAIChatModel(
-                model=model,
-                base_url=options.base_url,
-                cache=ResponseCache(options.cache_dir) if use_cache else None,
-                validator=VALIDATORS[role],
-                cache_only=True,
-            )
-            runner = BatchRunner(
-                options.cache_dir,
-                VALIDATORS,
-                base_url=options.base_url,
-                poll=options.batch.poll,
-                resubmit=options.batch.resubmit,
-            )
-            return BatchChatModel(inner, role, runner)
-        return OpenAIChatModel(
-            model=model,
-            cache=ResponseCache(options.cache_dir, run=options.run) if use_cache else None,
-            **options.pacing(),
-            validator=VALIDATORS[role],
-            progress=Progress(label=f"{role} calls", quiet=options.quiet),
-        )
-
-    def make_embedder(self, model: str, options: ModelOptions, limits: tuple[int, int] | None = None) -> OpenAIEmbedder:
-        """An :class:`OpenAIEmbedder` paced and retried as the run's chat models."""
-        known = EMBEDDING_LIMITS.get(model)
-        return OpenAIEmbedder(
-            model=model,
-            limits=EmbeddingLimits.of(known, limits),
-            **options.pacing(),
-            progress=Progress(label="embedding requests", quiet=options.quiet),
-        )
-
-    def cache_name(self, model: str) -> str | None:
-        """Replies are cached under the bare model name."""
-        return model
-
-    def price(self, model: str) -> tuple[float, float] | None:
-        """The list price of the model's family (:data:`PRICES`)."""
-        return price_by_family(model, PRICES)
-
-    def embedding_price(self, model: str) -> float | None:
-        """The list price of an embedding model (:data:`EMBEDDING_PRICES`)."""
-        found = price_by_family(model, {k: (v, 0.0) for k, v in EMBEDDING_PRICES.items()})
-        return found[0] if found is not None else None
-
-    def key_problem(self, specs: Sequence[str], base_url: str | None) -> str | None:
-        """Only OpenAI's own API needs ``$OPENAI_API_KEY``; ``$OPENAI_BASE_URL`` points elsewhere too."""
-        if base_url or os.environ.get(BASE_URL_ENV) or os.environ.get(API_KEY_ENV):
-            return None
-        return (
-            f"{', '.join(sorted(set(specs)))} would call {self.api_host} but ${API_KEY_ENV} is not set "
-            "(set it, or point --restore-base-url at a server that needs no key)"
-        )

@@ -16,6 +16,7 @@ hook or the ``pytest_restore.providers`` entry-point group.
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,8 +26,9 @@ from pytest_restore.models.api import VALIDATORS, ModelOptions, ModelProvider
 from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.decoding import estimate_tokens
+from pytest_restore.models.embeddings import DEFAULT_LIMITS, Embedder, FakeEmbedder, TextVectors
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.models.openai_chat import OpenAIProvider
+from pytest_restore.models.openai_provider import OpenAIProvider
 from pytest_restore.registry import Registry
 
 __all__ = ["VALIDATORS", "AnthropicProvider", "ModelOptions", "ModelProvider", "OpenAIProvider"]
@@ -291,3 +293,68 @@ def cached_text(
         return None
     result = cache.peek(request_key(name, request))
     return result.text if result is not None else None
+
+
+# -- embedders -----------------------------------------------------------------------
+
+
+def _embedding_provider(spec: str, providers: ProviderRegistry | None = None) -> tuple[ModelProvider, str] | None:
+    """The provider (declaring ``embeddings``) and model an embedder name names, or ``None``."""
+    resolved = resolve(spec, providers)
+    if resolved is None or "embeddings" not in resolved[0].capabilities:
+        return None
+    return resolved
+
+
+def check_embedder(spec: str, option: str, providers: ProviderRegistry | None = None) -> None:
+    """Reject an embedder name that is neither ``fake`` nor ``PROVIDER:MODEL`` of a provider with embeddings."""
+    if spec == "fake" or _embedding_provider(spec, providers) is not None:
+        return
+    names = ", ".join(f"'{name}:MODEL'" for name in providers_with("embeddings", providers))
+    raise ValueError(f"{option}: unknown embedder {spec!r}; use 'fake' or {names}")
+
+
+def make_embedder(
+    spec: str, options: ModelOptions, limits: tuple[int, int] | None = None, providers: ProviderRegistry | None = None
+) -> Embedder:
+    """The embedder a name stands for, paced and retried as the run's chat models (``options``: ``ModelOptions``)."""
+    check_embedder(spec, "--restore-ranker", providers)
+    if spec == "fake":
+        return FakeEmbedder()
+    resolved = _embedding_provider(spec, providers)
+    assert resolved is not None
+    provider, model = resolved
+    embedder: Embedder = provider.make_embedder(model, options, limits)
+    return embedder
+
+
+def embedding_price(spec: str, providers: ProviderRegistry | None = None) -> float | None:
+    """USD per million input tokens of an embedder (0 for the fake, ``None`` when unknown)."""
+    if spec == "fake":
+        return 0.0
+    resolved = _embedding_provider(spec, providers)
+    if resolved is None:
+        return None
+    price: float | None = resolved[0].embedding_price(resolved[1])
+    return price
+
+
+def embedding_cost_line(
+    spec: str, texts: Sequence[str], vectors: TextVectors, providers: ProviderRegistry | None = None
+) -> str:
+    """The dry run's line for an embedder: distinct texts, those stored, tokens and cost of the rest."""
+    from pytest_restore.data.tokens import count_tokens  # tiktoken: loaded when a dry run needs it
+
+    distinct = list(dict.fromkeys(texts))
+    todo = vectors.missing(distinct)
+    tokens = sum(count_tokens(todo)) if spec != "fake" else 0
+    price = embedding_price(spec, providers)
+    cost = "free (offline)" if spec == "fake" else ("?" if price is None else f"${tokens * price / 1e6:,.2f}")
+    limits = getattr(vectors.embedder, "limits", DEFAULT_LIMITS)
+    requests = 0
+    if todo and spec != "fake":
+        requests = max(math.ceil(len(todo) / limits.max_inputs), math.ceil(tokens / (limits.max_request_tokens or tokens)))
+    return (
+        f"embedder {spec}: {len(distinct):,} distinct texts, {len(distinct) - len(todo):,} stored, "
+        f"{len(todo):,} to embed ({tokens:,} o200k tokens in about {requests:,} requests): est. {cost}"
+    )

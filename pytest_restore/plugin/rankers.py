@@ -19,14 +19,8 @@ from pytest_restore.audit.run import AuditConfig, audited_questions
 from pytest_restore.data.dataset import Dataset
 from pytest_restore.data.units import unit_contents
 from pytest_restore.memory.retrieval import RankerRegistry, embedding_ranker
-from pytest_restore.models.embeddings import (
-    EmbeddingError,
-    TextVectors,
-    embedder_of,
-    embedding_cost_line,
-    make_embedder,
-)
-from pytest_restore.models.providers import ModelOptions
+from pytest_restore.models.embeddings import EmbeddingError, TextVectors, embedder_of
+from pytest_restore.models.providers import ModelOptions, embedding_cost_line, make_embedder
 
 
 def register_embedding_ranker(

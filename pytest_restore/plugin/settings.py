@@ -270,7 +270,8 @@ class RestoreSettings:
             raise pytest.UsageError(f"{where['robustness-reader']}: must differ from --restore-reader")
         if raw["granularity"] not in ("turn", "session"):
             raise pytest.UsageError(f"{where['granularity']}: {raw['granularity']!r} is not turn or session")
-        from pytest_restore.models.embeddings import check_embedder, embedder_of
+        from pytest_restore.models.embeddings import embedder_of
+        from pytest_restore.models.providers import check_embedder
 
         rankers = _parse_names(where["rankers"], raw["rankers"]) or ()
         for name in rankers or (raw["ranker"],):
