@@ -232,6 +232,9 @@ class _State:
 class OpenAIServer:
     """An OpenAI-compatible server on a free port of 127.0.0.1, run from a background thread."""
 
+    #: The routes whose requests faults apply to.
+    routes: tuple[str, ...] = ROUTES
+
     def __init__(
         self,
         responder: Responder = echo_responder,
@@ -469,7 +472,7 @@ class OpenAIServer:
             writer.transport.abort()
             return False
         fault = None
-        if method == "POST" and path.rstrip("/") in ROUTES and body is not None:
+        if method == "POST" and path.rstrip("/") in self.routes and body is not None:
             fault = self.faults.pick(body_key, attempt) if self._authorized(headers) else None
         status, reply = self._reply(method, path, headers, body, fault)
         # Logged before the reply leaves: a client holding its reply can
@@ -696,8 +699,9 @@ def _render(status: int, payload: dict[str, Any], headers: dict[str, str] | None
 def _encode(status: int, data: bytes, headers: dict[str, str]) -> bytes:
     # Status line, headers and body go out in one write: split writes meet
     # the client's delayed ACK under Nagle and cost ~40 ms each.
+    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Overloaded"  # 529
     lines = [
-        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+        f"HTTP/1.1 {status} {phrase}",
         "Content-Type: application/json",
         f"Content-Length: {len(data)}",
         *(f"{name}: {value}" for name, value in headers.items()),

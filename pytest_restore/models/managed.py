@@ -448,6 +448,9 @@ class ManagedCalls:
                             continue  # straight to another replica: nothing was sent
                         # Nothing listens there (or the name does not resolve): minutes of backoff
                         # would not change that, for this call or any other. Say it now.
+                        if len(self.replicas) > 1:
+                            reasons = "; ".join(r.down or "" for r in self.replicas)
+                            return _Outcome(error=self._stop_run(f"no replica of {self.name} can be reached: {reasons}"))
                         return _Outcome(error=self._stop_run(f"{last_error} (not retried: {api.where} is unreachable)"))
                     elif failure.kind == "malformed":
                         last_error = f"malformed response: {detail}"
