@@ -25,7 +25,6 @@ serves the project's fake models here too.
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
 from openai_server import OpenAIServer, _encode, _render, canonical_body
