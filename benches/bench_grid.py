@@ -406,7 +406,7 @@ def compare_bootstrap(records_path: Path, resamples: int, repeats: int) -> dict[
     from pytest_restore.stats.tally import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW, tally_cells
 
     records = read_records(records_path)
-    ids = sorted({r["question_id"] for r in records})
+    ids = sorted({r.question_id for r in records})
     vectors: list[dict[str, npt.NDArray[np.float64]]] = []
     for cell in tally_cells(records, ids).values():
         rows = {"n": N_ROW, "irr": IRR_ROW, "rec": REC_ROW, "correct": CORRECT_ROW}

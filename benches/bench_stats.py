@@ -30,6 +30,7 @@ from scipy import stats as scipy_stats  # type: ignore[import-untyped]
 
 from pytest_restore.bootstrap import Resampler
 from pytest_restore.data.dataset import QUESTION_TYPES
+from pytest_restore.record import Condition, Conditions, Record
 from pytest_restore.stats.analysis import analyse
 
 BUDGETS = (80_000, 30_000, 8_000)
@@ -47,7 +48,7 @@ SEEDS = {"random": (0, 1, 2)}
 READER = "fake-reader"
 
 
-def make_records(questions: int = 470, seed: int = 0) -> list[dict[str, Any]]:
+def make_records(questions: int = 470, seed: int = 0) -> list[Record]:
     """Per-question records for the full grid with plausible outcomes.
 
     Regime (a) forces surviving gold, so when no gold was evicted its policy
@@ -55,7 +56,7 @@ def make_records(questions: int = 470, seed: int = 0) -> list[dict[str, Any]]:
     construct demands; no-evict never evicts gold.
     """
     rng = np.random.default_rng(seed)
-    records: list[dict[str, Any]] = []
+    records: list[Record] = []
     for q in range(questions):
         qid = f"q{q:04d}"
         qtype = QUESTION_TYPES[q % len(QUESTION_TYPES)]
@@ -82,41 +83,41 @@ def make_records(questions: int = 470, seed: int = 0) -> list[dict[str, Any]]:
                         else:
                             bin_ = "irreversible" if evicted else "recoverable"
                         records.append(
-                            {
-                                "question_id": qid,
-                                "question_type": qtype,
-                                "policy": policy,
-                                "budget": budget,
-                                "seed": s,
-                                "regime": regime,
-                                "reader": READER,
-                                "oracle_correct": oracle,
-                                "policy_correct": correct,
-                                "restored_correct": restored,
-                                "gold_evicted": int(evicted),
-                                "bin": bin_,
-                                "excluded": None,
-                            }
+                            Record(
+                                question_id=qid,
+                                question_type=qtype,
+                                policy=policy,
+                                budget=budget,
+                                seed=s,
+                                regime=regime,
+                                reader=READER,
+                                conditions=Conditions(Condition(oracle), Condition(correct), Condition(restored)),
+                                negative_restore_gain=False,
+                                gold_units=1,
+                                gold_evicted=int(evicted),
+                                bin=bin_,
+                                excluded=None,
+                            )
                         )
     return records
 
 
 def cell_vectors(
-    records: list[dict[str, Any]], policy: str, budget: int, regime: str
+    records: list[Record], policy: str, budget: int, regime: str
 ) -> dict[str, NDArray[np.float64]]:
     """Per-question N, irr, rec, correct vectors of one cell, over the sorted question ids."""
-    ids = sorted({r["question_id"] for r in records})
+    ids = sorted({r.question_id for r in records})
     col = {q: i for i, q in enumerate(ids)}
     out = {k: np.zeros(len(ids)) for k in ("n", "irr", "rec", "correct")}
     for r in records:
-        if (r["policy"], r["budget"], r["regime"]) != (policy, budget, regime):
+        if (r.policy, r.budget, r.regime) != (policy, budget, regime):
             continue
-        if r["excluded"] is None and r["oracle_correct"]:
-            i = col[r["question_id"]]
+        if r.excluded is None and r.conditions.oracle.correct:
+            i = col[r.question_id]
             out["n"][i] += 1
-            out["correct"][i] += r["policy_correct"] is True
-            out["irr"][i] += r["bin"] == "irreversible"
-            out["rec"][i] += r["bin"] == "recoverable"
+            out["correct"][i] += r.conditions.policy.correct is True
+            out["irr"][i] += r.bin == "irreversible"
+            out["rec"][i] += r.bin == "recoverable"
     return out
 
 

@@ -42,7 +42,6 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -54,6 +53,7 @@ from pytest_restore.memory.eviction import default_registry
 from pytest_restore.memory.profile import DataProfile, profile
 from pytest_restore.memory.retrieval import inject
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer, ReaderKnobs, normalise
+from pytest_restore.record import Record
 from pytest_restore.stats.analysis import analyse
 from pytest_restore.synthetic.generator import generate, write_dataset
 
@@ -160,18 +160,18 @@ def calibrate(prompts: Sequence[tuple[str, str, str, str, str]], reader: FakeRea
               f"persistence {knobs.persistence:g}  -> {fig}")
 
 
-def grid_80k(audit: Audit) -> list[dict[str, Any]]:
+def grid_80k(audit: Audit) -> list[Record]:
     """Every registered policy's 80k cell (both regimes, every seed of ``random``)."""
-    records: list[dict[str, Any]] = []
+    records: list[Record] = []
     for policy in default_registry().values():
         records += audit.run_cell(policy, 80_000).records
     return records
 
 
-def print_out_of_sample(records: Sequence[Mapping[str, Any]], resamples: int) -> None:
+def print_out_of_sample(records: Sequence[Record], resamples: int) -> None:
     """Every regime-(b) 80k cell beside the paper's, with whether the paper's figure is in our interval."""
     analysis = analyse(records, resamples=resamples)
-    readers = sorted({str(r["reader"]) for r in records})
+    readers = sorted({r.reader for r in records})
     print("\nout of sample: regime (b), 80k (nothing was tuned on these; a result, not a target)")
     print(f"{'policy':<16}{'':>6}{'N':>6}{'err':>6}{'irr':>6}{'rec':>6}{'res':>6}"
           f"{'two-bin [95% CI]':>24}{'irr/N [95% CI]':>24}{'accuracy [95% CI]':>24}{'gold evicted':>14}")
@@ -241,11 +241,11 @@ def grid_cells(audit: Audit, budgets: Sequence[int]) -> dict[tuple[str, int], tu
     out: dict[tuple[str, int], tuple[float, float | None, float]] = {}
     for policy in default_registry().values():
         for budget in budgets:
-            records = [r for r in audit.run_cell(policy, budget).records if r.regime == "b" and r.excluded is None and r.oracle_correct]
+            records = [r for r in audit.run_cell(policy, budget).records if r.regime == "b" and r.enters_n]
             n = len(records)
             irr = sum(r.bin == "irreversible" for r in records)
             rec = sum(r.bin == "recoverable" for r in records)
-            correct = sum(bool(r.policy_correct) for r in records)
+            correct = sum(bool(r.conditions.policy.correct) for r in records)
             out[(policy.name, budget)] = (irr / max(1, n), irr / (irr + rec) if irr + rec else None, correct / max(1, n))
     return out
 

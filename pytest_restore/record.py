@@ -13,16 +13,19 @@ here:
 
 Counting records is the statistics' work (:mod:`pytest_restore.stats.tally`).
 
-Records cross xdist workers as plain JSON dicts (:meth:`Record.to_json`,
-:meth:`Record.from_json`); a ``Record`` is also a read-only mapping, so
-``record["policy"]`` reads the same field as ``record.policy``.
+A record is read by attribute: the identifiers and the gold at its top, each
+reader condition one :class:`Condition` (``record.conditions.policy.correct``),
+the restore-tightness ablations one optional :class:`Ablations`. Records cross
+xdist workers as plain JSON objects of the same shape (:meth:`Record.to_json`,
+:meth:`Record.from_json`); files of schema version 1 (one flat object per
+record) are migrated when read (:func:`migrate_v1`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -33,20 +36,13 @@ REGIMES: tuple[str, ...] = ("a", "b")
 #: The ranker of records written before records named theirs.
 DEFAULT_RANKER = "bm25-lite"
 
-#: The restore-tightness ablations: (key, title, the record field holding its verdict).
-ABLATIONS: tuple[tuple[str, str, str], ...] = (
-    ("surviving", "(i) surviving gold only, G ∩ S_P", "ablation_surviving_correct"),
-    ("store", "(ii) complete retained store, no cap", "ablation_store_correct"),
-    ("placebo", "(iii) length/position-matched placebo", "ablation_placebo_correct"),
-)
-ABLATION_FIELDS: tuple[str, ...] = tuple(f for _, _, f in ABLATIONS)
-#: Every field the ablations fill in (null on a record they did not run on).
-ABLATION_RECORD_FIELDS: tuple[str, ...] = (
-    *ABLATION_FIELDS,
-    "ablation_excluded",
-    "ablation_store_tokens",
-    "ablation_placebo_units",
-    "ablation_placebo_tokens",
+#: The reader conditions of a record, in the order a record holds them (:class:`Conditions`).
+CONDITIONS: tuple[str, ...] = ("oracle", "policy", "restored")
+#: The restore-tightness ablations: (key, title); :meth:`Ablations.verdict` reads a key's verdict.
+ABLATIONS: tuple[tuple[str, str], ...] = (
+    ("surviving", "(i) surviving gold only, G ∩ S_P"),
+    ("store", "(ii) complete retained store, no cap"),
+    ("placebo", "(iii) length/position-matched placebo"),
 )
 
 
@@ -71,24 +67,24 @@ class CellKey(NamedTuple):
     ranker: str = ""
 
     @classmethod
-    def of(cls, record: Mapping[str, Any], baseline: str | None = None) -> CellKey:
+    def of(cls, record: Record, baseline: str | None = None) -> CellKey:
         """The cell a record belongs to; ``baseline`` is the run's baseline ranker when it compared several."""
         ranker = ranker_of(record)
         return cls(
-            str(record["policy"]),
-            int(record["budget"]),
-            str(record["regime"]),
-            str(record["reader"]),
+            record.policy,
+            record.budget,
+            record.regime,
+            record.reader,
             "" if baseline is None or ranker == baseline else ranker,
         )
 
 
-def ranker_of(record: Mapping[str, Any]) -> str:
+def ranker_of(record: Record) -> str:
     """The ranker a record was read with (records older than the field used BM25-lite)."""
-    return str(record.get("ranker") or DEFAULT_RANKER)
+    return record.ranker or DEFAULT_RANKER
 
 
-def baseline_ranker(records: Iterable[Mapping[str, Any]]) -> str | None:
+def baseline_ranker(records: Iterable[Record]) -> str | None:
     """The ranker the others are compared with when the records hold several: ``bm25-lite`` when
     present (the protocol's), else the first by name; ``None`` for one ranker."""
     rankers = sorted({ranker_of(r) for r in records})
@@ -97,11 +93,13 @@ def baseline_ranker(records: Iterable[Mapping[str, Any]]) -> str | None:
     return DEFAULT_RANKER if DEFAULT_RANKER in rankers else rankers[0]
 
 #: The version of the record schema this package writes (``summary.json``'s ``record_schema``,
-#: beside ``records.jsonl``) and reads. Files without a version (written before there was one)
-#: are read by the current rule: a field they lack reads as null. Any other version is refused
-#: in one line (:func:`check_schema_version`). Adding a field that reads as null when absent
-#: keeps the version; changing what a field means or dropping one raises it.
-SCHEMA_VERSION = 1
+#: beside ``records.jsonl``). Version 1 (a flat object per record; also every file written
+#: before there was a version) is migrated when read (:func:`migrate_v1`); any other version is
+#: refused in one line (:func:`check_schema_version`). Adding a field that reads as null when
+#: absent keeps the version; changing what a field means, moving or dropping one raises it.
+SCHEMA_VERSION = 2
+#: The versions :func:`read_records` reads.
+READ_VERSIONS: tuple[int, ...] = (1, 2)
 #: The fields that identify a record: no two records of one run share them.
 KEY_FIELDS: tuple[str, ...] = ("question_id", "policy", "budget", "seed", "regime", "reader")
 
@@ -146,9 +144,9 @@ _BIN = (lambda v: v is None or v in BINS, "'irreversible', 'recoverable', 'resid
 _GRANULARITY = (lambda v: v is None or v in ("turn", "session"), "'turn', 'session' or null")
 _INT_LIST = (_list_of(_is_int), "a list of integers or null")
 _STR_LIST = (_list_of(_is_str), "a list of strings or null")
-_STR_MAP = (
-    lambda v: v is None or isinstance(v, dict) and all(_is_str(x) for x in v.values()),
-    "an object of strings or null",
+_STR_MAP_REQUIRED = (
+    lambda v: isinstance(v, dict) and all(_is_str(x) for x in v.values()),
+    "an object of strings",
 )
 
 
@@ -162,16 +160,76 @@ def _field(kind: tuple[Callable[[Any], bool], str], meaning: str, *, required: b
     return field(metadata=metadata) if required else field(default=None, metadata=metadata)
 
 
+def _object(cls: type, meaning: str, *, required: bool = True) -> Any:
+    """A field holding one typed object (a :class:`Condition`, the :class:`Ablations`), declared by its class.
+
+    Its own fields are declared on ``cls``; a field that is not ``required`` reads as null when absent.
+    """
+    metadata = {"object": cls, "want": "an object" if required else "an object or null", "meaning": meaning}
+    return field(metadata=metadata) if required else field(default=None, metadata=metadata)
+
+
 @dataclass(frozen=True)
-class Record(Mapping[str, Any]):
+class Condition:
+    """One reader condition of a record: the reader's answer, the judge's verdict and the context's size.
+
+    The oracle condition injects the gold alone and carries no sizes (null).
+    """
+
+    correct: bool | None = _field(_VERDICT, "the judge's verdict on the answer (null: excluded, or the call failed)")
+    answer: str | None = _field(_OPT_STR, "the reader's answer", required=False)
+    prompt: str | None = _field(_OPT_STR, "first 16 hex of the sha256 of the reader request", required=False)
+    injected_tokens: int | None = _field(
+        _OPT_INT, "tokens injected into the reader's context (null for the oracle)", required=False
+    )
+    injected_units: int | None = _field(_OPT_INT, "units injected (null for the oracle)", required=False)
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """The three reader conditions of a record (the protocol's section 5)."""
+
+    oracle: Condition = _object(Condition, "the reader with the gold alone (null verdict: the call failed)")
+    policy: Condition = _object(Condition, "the reader with the policy's store (null verdict when excluded)")
+    restored: Condition = _object(Condition, "the reader with the store plus the evicted gold restored")
+
+    def by_name(self) -> tuple[tuple[str, Condition], ...]:
+        """Each condition with its name, in :data:`CONDITIONS` order."""
+        return (("oracle", self.oracle), ("policy", self.policy), ("restored", self.restored))
+
+
+@dataclass(frozen=True)
+class Ablations:
+    """The three restore-tightness ablations of a regime-(b) irreversible record (``--restore-ablations``)."""
+
+    excluded: Mapping[str, str] = _field(_STR_MAP_REQUIRED, "{}: all ran; else ablation -> why it has no verdict")
+    surviving_correct: bool | None = _field(
+        _VERDICT, "(i) G_q ∩ S_P forced, S_P ranked (regime a's context)", required=False
+    )
+    store_correct: bool | None = _field(_VERDICT, "(ii) all of S_P forced, no cap", required=False)
+    placebo_correct: bool | None = _field(
+        _VERDICT, "(iii) a nearby non-gold placebo forced in the gold's place", required=False
+    )
+    store_tokens: int | None = _field(_OPT_INT, "tokens injected by (ii)", required=False)
+    placebo_units: tuple[int, ...] | None = _field(_INT_LIST, "the placebo's positions", required=False)
+    placebo_tokens: int | None = _field(_OPT_INT, "the placebo's tokens", required=False)
+
+    def verdict(self, key: str) -> bool | None:
+        """The verdict of the ablation ``key`` (one of :data:`ABLATIONS`); ``None``: it has none."""
+        verdicts = {"surviving": self.surviving_correct, "store": self.store_correct, "placebo": self.placebo_correct}
+        return verdicts[key]
+
+
+@dataclass(frozen=True)
+class Record:
     """One question under one policy, budget, seed, regime and reader.
 
-    Each field is declared once, here: its type, its check, what a valid
-    value is and what it means (the field's metadata, read by :data:`FIELDS`,
-    :data:`MEANINGS`, :func:`check` and :func:`schema_markdown`, which
-    generates ``docs/DESIGN.md``'s table). The first block of fields is
-    required in a saved record; the rest were added later and read as null
-    when absent.
+    Each field is declared once, here and on :class:`Conditions`,
+    :class:`Condition` and :class:`Ablations`: its type, its check, what a
+    valid value is and what it means (the field's metadata, read by
+    :data:`FIELDS`, :data:`MEANINGS`, :func:`check` and
+    :func:`schema_markdown`, which generates ``docs/DESIGN.md``'s tables).
+    Required fields come first; the rest read as null when absent.
     """
 
     question_id: str = _field(_STR, "the question")
@@ -181,15 +239,13 @@ class Record(Mapping[str, Any]):
     seed: int = _field(_INT, "the policy's seed (0 for deterministic policies)")
     regime: str = _field(_REGIME, "a = forced surviving gold, b = top-k retrieval")
     reader: str = _field(_STR, "reader model name")
-    oracle_correct: bool | None = _field(_VERDICT, "the reader with all of the history (null: the call failed)")
-    policy_correct: bool | None = _field(_VERDICT, "the reader with the policy's store (null when excluded)")
-    restored_correct: bool | None = _field(_VERDICT, "the reader with the store plus the evicted gold restored")
+    conditions: Conditions = _object(Conditions, "the reader's answer and verdict in each condition")
     negative_restore_gain: bool = _field(_BOOL, "policy right, restored wrong")
     gold_units: int = _field(_INT, "size of G_q, the gold units")
     gold_evicted: int | None = _field(_OPT_INT, "gold units not in the store (null when there is no store)")
     bin: str | None = _field(_BIN, "only oracle-answerable policy errors are binned (see bin_of)")
     excluded: str | None = _field(_OPT_STR, "why the record is out of N (a failed model call), else null")
-    # -- added later: null when absent ------------------------------------------
+    # -- null when absent ------------------------------------------------------------
     judge: str | None = _field(_OPT_STR, "judge model name", required=False)
     scorer: str | None = _field(_OPT_STR, "importance scorer name, null unless the policy uses it", required=False)
     ranker: str | None = _field(
@@ -209,35 +265,11 @@ class Record(Mapping[str, Any]):
         _STR_LIST, "the same units as 'session S, turn T (date, role)'", required=False
     )
     error: str | None = _field(_OPT_STR, "the failed call's message (the reason is in excluded)", required=False)
-    oracle_prompt: str | None = _field(
-        _OPT_STR, "first 16 hex of the sha256 of the oracle's reader request", required=False
-    )
-    policy_prompt: str | None = _field(_OPT_STR, "the same for the policy condition", required=False)
-    restored_prompt: str | None = _field(_OPT_STR, "the same for the restored condition", required=False)
-    oracle_answer: str | None = _field(_OPT_STR, "the reader's answer, oracle condition", required=False)
-    policy_answer: str | None = _field(_OPT_STR, "the reader's answer, policy condition", required=False)
-    restored_answer: str | None = _field(_OPT_STR, "the reader's answer, restored condition", required=False)
-    policy_injected_tokens: int | None = _field(
-        _OPT_INT, "tokens injected into the reader's context, policy condition", required=False
-    )
-    restored_injected_tokens: int | None = _field(_OPT_INT, "the same, restored condition", required=False)
-    policy_injected_units: int | None = _field(_OPT_INT, "units injected, policy condition", required=False)
-    restored_injected_units: int | None = _field(_OPT_INT, "units injected, restored condition", required=False)
     store_tokens: int | None = _field(_OPT_INT, "size of the store S_P in tokens", required=False)
     store_units: int | None = _field(_OPT_INT, "size of the store S_P in units", required=False)
-    ablation_surviving_correct: bool | None = _field(
-        _VERDICT, "(i) G_q ∩ S_P forced, S_P ranked (regime a's context)", required=False
+    ablations: Ablations | None = _object(
+        Ablations, "null: the ablations did not run on this record (see audit.ablations)", required=False
     )
-    ablation_store_correct: bool | None = _field(_VERDICT, "(ii) all of S_P forced, no cap", required=False)
-    ablation_placebo_correct: bool | None = _field(
-        _VERDICT, "(iii) a nearby non-gold placebo forced in the gold's place", required=False
-    )
-    ablation_excluded: Mapping[str, str] | None = _field(
-        _STR_MAP, "null: not run; {}: run; else ablation -> reason", required=False
-    )
-    ablation_store_tokens: int | None = _field(_OPT_INT, "tokens injected by (ii)", required=False)
-    ablation_placebo_units: tuple[int, ...] | None = _field(_INT_LIST, "the placebo's positions", required=False)
-    ablation_placebo_tokens: int | None = _field(_OPT_INT, "the placebo's tokens", required=False)
 
     # -- the counting rule --------------------------------------------------------
 
@@ -252,25 +284,19 @@ class Record(Mapping[str, Any]):
         return CellKey.of(self)
 
     @property
-    def key(self) -> tuple[Any, ...]:
+    def key(self) -> tuple[str | int, ...]:
         """The :data:`KEY_FIELDS` and the ranker: unique within one run (a run of several rankers has a record per ranker)."""
-        return (*(getattr(self, name) for name in KEY_FIELDS), ranker_of(self))
+        return (self.question_id, self.policy, self.budget, self.seed, self.regime, self.reader, ranker_of(self))
 
     # -- JSON ------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-able dict of every field (tuples as lists)."""
-        out: dict[str, Any] = {name: getattr(self, name) for name in _NAMES}
-        for name in _TUPLES:
-            if out[name] is not None:
-                out[name] = list(out[name])
-        if out["ablation_excluded"] is not None:
-            out["ablation_excluded"] = dict(out["ablation_excluded"])
-        return out
+        """A JSON-able dict of every field, the typed objects as nested objects (tuples as lists)."""
+        return _to_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Record:
-        """Validate a JSON object and build the record; a problem raises :class:`RecordError`.
+        """Validate a JSON object of the current schema and build the record; a problem raises :class:`RecordError`.
 
         The message names the question and the field (the caller prefixes the
         file and line).
@@ -279,56 +305,79 @@ class Record(Mapping[str, Any]):
         if problem is not None:
             name, what = problem
             raise RecordError(f"question {data.get('question_id', '?')!r}: field {name!r}: {what}")
-        values: dict[str, Any] = {name: data.get(name) for name in _NAMES}
-        for name in _TUPLES:
-            if values[name] is not None:
-                values[name] = tuple(values[name])
-        return cls(**values)
+        record = _from_json(cls, data)
+        assert isinstance(record, Record)
+        return record
 
     @classmethod
-    def of(cls, record: Mapping[str, Any]) -> Record:
-        """``record`` itself when it is a :class:`Record`, else validated from its fields."""
+    def of(cls, record: Record | Mapping[str, Any]) -> Record:
+        """``record`` itself when it is a :class:`Record`, else validated from its JSON object."""
         return record if isinstance(record, Record) else cls.from_json(record)
 
-    def with_fields(self, **changes: Any) -> Record:
-        """A copy with some fields changed (the audit fills in the ablations this way)."""
-        return type(self)(**{**{n: getattr(self, n) for n in _NAMES}, **changes})
 
-    # -- read-only mapping view: consumers written against dict records keep working --
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in _NAME_SET:
-            raise KeyError(name)
-        return getattr(self, name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(_NAMES)
-
-    def __len__(self) -> int:
-        return len(_NAMES)
+def _to_json(obj: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if value is not None and "object" in f.metadata:
+            value = _to_json(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        out[f.name] = value
+    return out
 
 
-_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Record))
-_NAME_SET = frozenset(_NAMES)
-#: Fields held as tuples (lists in JSON), read off the annotations so a new one cannot be missed.
-_TUPLES: tuple[str, ...] = tuple(f.name for f in fields(Record) if str(f.type).startswith("tuple["))
-#: Fields a saved record must carry (the rest read as null when absent).
-REQUIRED_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Record) if f.default is MISSING)
-#: Every field: (name, check, what the check wants), read off the declarations.
-FIELDS: tuple[tuple[str, Callable[[Any], bool], str], ...] = tuple(
-    (f.name, f.metadata["check"], f.metadata["want"]) for f in fields(Record)
+def _from_json(cls: type, data: Mapping[str, Any]) -> Any:
+    """Build ``cls`` from a checked JSON object (lists as tuples, nested objects typed)."""
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        value = data.get(f.name)
+        if value is not None and "object" in f.metadata:
+            value = _from_json(f.metadata["object"], value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        elif isinstance(value, dict):
+            value = dict(value)
+        values[f.name] = value
+    return cls(**values)
+
+
+def _declared(cls: type, prefix: str = "") -> Iterable[tuple[str, Field[Any]]]:
+    """Every field of ``cls`` and of the typed objects it holds, by dotted path."""
+    for f in fields(cls):
+        path = prefix + f.name
+        yield path, f
+        if "object" in f.metadata:
+            yield from _declared(f.metadata["object"], path + ".")
+
+
+#: Every declared field, by dotted path (``conditions.policy.correct``): (path, check, what it wants).
+#: An object field's check is ``None``: its own fields are checked.
+FIELDS: tuple[tuple[str, Callable[[Any], bool] | None, str], ...] = tuple(
+    (path, f.metadata.get("check"), f.metadata["want"]) for path, f in _declared(Record)
 )
-_CHECKS = {name: (check, want) for name, check, want in FIELDS}
-#: What each field means (``docs/DESIGN.md`` shows this table: :func:`schema_markdown`).
-MEANINGS: dict[str, str] = {f.name: f.metadata["meaning"] for f in fields(Record)}
+#: The fields a saved record must carry, by dotted path (an object's, when the object is there).
+REQUIRED_FIELDS: tuple[str, ...] = tuple(path for path, f in _declared(Record) if f.default is MISSING)
+#: What each field means, by dotted path (``docs/DESIGN.md`` shows these: :func:`schema_markdown`).
+MEANINGS: dict[str, str] = {path: f.metadata["meaning"] for path, f in _declared(Record)}
+#: The typed objects of a record, for :func:`schema_markdown`: (class, where a record holds it).
+_OBJECTS: tuple[tuple[type, str], ...] = (
+    (Record, "one line of `records.jsonl`"),
+    (Conditions, "`conditions`"),
+    (Condition, "`conditions.oracle`, `conditions.policy`, `conditions.restored`"),
+    (Ablations, "`ablations`"),
+)
 
 
-def enters_n(record: Mapping[str, Any]) -> bool:
+def enters_n(record: Record) -> bool:
     """The one rule for a cell's ``N``: not excluded and the oracle answered correctly.
 
     Excluded records (failed model calls) are counted apart, never as errors.
     """
-    return record["excluded"] is None and record["oracle_correct"] is True
+    return record.excluded is None and record.conditions.oracle.correct is True
+
 
 
 def bin_of(*, oracle_correct: bool | None, policy_correct: bool | None,
@@ -348,66 +397,153 @@ def bin_of(*, oracle_correct: bool | None, policy_correct: bool | None,
 def check_schema_version(version: Any, where: str) -> None:
     """Refuse, in one line naming ``where``, records of a schema version this package does not read.
 
-    ``None`` (a file from before versions) reads by the current rule.
+    ``None`` (a file from before versions: version 1) and the :data:`READ_VERSIONS` are read.
     """
-    if version is None or version == SCHEMA_VERSION:
+    if version is None or (_is_int(version) and version in READ_VERSIONS):
         return
     raise RecordError(
-        f"{where}: records of schema version {version!r}; this pytest-restore reads version {SCHEMA_VERSION} "
-        "(and files without a version): use the pytest-restore release that wrote them"
+        f"{where}: records of schema version {version!r}; this pytest-restore reads versions "
+        f"{', '.join(map(str, READ_VERSIONS))} (and files without a version): use the pytest-restore release that wrote them"
     )
 
 
 def schema_markdown() -> str:
-    """The record schema as a markdown table: field, what a valid value is, meaning, required."""
-    lines = ["| field | value | required | meaning |", "|---|---|---|---|"]
-    for name, _check, want in FIELDS:
-        required = "yes" if name in REQUIRED_FIELDS else ""
-        lines.append(f"| `{name}` | {want} | {required} | {MEANINGS[name]} |")
-    return "\n".join(lines) + "\n"
+    """The record schema as markdown: one table per typed object (field, valid value, required, meaning)."""
+    out = []
+    for cls, where in _OBJECTS:
+        out.append(f"`{cls.__name__}` ({where}):\n\n| field | value | required | meaning |\n|---|---|---|---|\n")
+        for f in fields(cls):
+            required = "yes" if f.default is MISSING else ""
+            out.append(f"| `{f.name}` | {f.metadata['want']} | {required} | {f.metadata['meaning']} |\n")
+        out.append("\n")
+    return "".join(out).rstrip("\n") + "\n"
 
 
-def check(record: Mapping[str, Any], required: Sequence[str] = REQUIRED_FIELDS) -> tuple[str, str] | None:
-    """The first field of ``record`` that is missing, unknown or wrong, and what is wrong with it.
+def _check_object(cls: type, data: Any, prefix: str) -> tuple[str, str] | None:
+    """The first field of the JSON object ``data`` (of class ``cls``, at ``prefix``) that is missing, unknown or wrong."""
+    declared = {f.name: f for f in fields(cls)}
+    for name, f in declared.items():
+        if f.default is MISSING and name not in data:
+            return prefix + name, "missing"
+    for name, value in data.items():
+        if name not in declared:
+            return prefix + name, "not a record field"
+        meta, optional = declared[name].metadata, declared[name].default is not MISSING
+        nested = meta.get("object")
+        if nested is not None and isinstance(value, dict):
+            problem = _check_object(nested, value, f"{prefix}{name}.")
+            if problem is not None:
+                return problem
+        elif (not optional or value is not None) if nested is not None else not meta["check"](value):
+            return prefix + name, f"must be {meta['want']}, got {json.dumps(value, default=str)}"
+    return None
 
-    ``required`` fields must be present; every other known field is checked
-    when present. Then the fields must agree with the counting rule: a record
-    in ``N`` has a verdict, and only an oracle-answerable policy error has a bin.
+
+def check(record: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The first field of the JSON object ``record`` that is missing, unknown or wrong, and what is wrong with it.
+
+    Fields are named by dotted path (``conditions.policy.correct``). Required
+    fields must be present; every other known field is checked when present.
+    Then the fields must agree with the counting rule: a record in ``N`` has a
+    verdict, and only an oracle-answerable policy error has a bin.
     """
-    for name in required:
-        if name not in record:
-            return name, "missing"
-    for name, value in record.items():
-        if name not in _CHECKS:
-            return name, "not a record field"
-        test, want = _CHECKS[name]
-        if not test(value):
-            return name, f"must be {want}, got {json.dumps(value, default=str)}"
-    counted = enters_n(record)
-    if counted and record["policy_correct"] is None:
-        return "policy_correct", "null on an oracle-answerable record that is not excluded"
-    if record["bin"] is not None and not (counted and record["policy_correct"] is False):
+    problem = _check_object(Record, record, "")
+    if problem is not None:
+        return problem
+    verdicts = {name: record["conditions"][name]["correct"] for name in CONDITIONS}
+    counted = record["excluded"] is None and verdicts["oracle"] is True
+    if counted and verdicts["policy"] is None:
+        return "conditions.policy.correct", "null on an oracle-answerable record that is not excluded"
+    if record["bin"] is not None and not (counted and verdicts["policy"] is False):
         return "bin", f"{record['bin']!r} on a record that is not an oracle-answerable policy error"
     return None
+
+
+# -- version 1: one flat object per record -----------------------------------------------
+
+#: Where each field of a version-1 record went in version 2 (the fields not named here kept
+#: their name at the top): the three conditions' fields and the ablations' moved into objects.
+V1_MOVED: dict[str, str] = {
+    **{f"{c}_correct": f"conditions.{c}.correct" for c in CONDITIONS},
+    **{f"{c}_answer": f"conditions.{c}.answer" for c in CONDITIONS},
+    **{f"{c}_prompt": f"conditions.{c}.prompt" for c in CONDITIONS},
+    **{f"{c}_injected_tokens": f"conditions.{c}.injected_tokens" for c in ("policy", "restored")},
+    **{f"{c}_injected_units": f"conditions.{c}.injected_units" for c in ("policy", "restored")},
+    **{f"ablation_{a}_correct": f"ablations.{a}_correct" for a, _title in ABLATIONS},
+    "ablation_excluded": "ablations.excluded",
+    "ablation_store_tokens": "ablations.store_tokens",
+    "ablation_placebo_units": "ablations.placebo_units",
+    "ablation_placebo_tokens": "ablations.placebo_tokens",
+}
+_V1_REQUIRED = ("oracle_correct", "policy_correct", "restored_correct")
+_V1_NAME = {path: name for name, path in V1_MOVED.items()}
+
+
+def migrate_v1(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A version-1 record (one flat object) as a version-2 JSON object; the values are not checked here.
+
+    Each condition's fields (``policy_answer``...) become that condition's
+    object; the ablation fields become the ``ablations`` object, null when the
+    ablations did not run (``ablation_excluded`` null). A version-1 verdict
+    field that is missing stays missing, so :func:`check` names it.
+    """
+    out: dict[str, Any] = {name: value for name, value in data.items() if name not in V1_MOVED}
+    conditions: dict[str, dict[str, Any]] = {c: {} for c in CONDITIONS}
+    ablations: dict[str, Any] = {}
+    for name, value in data.items():
+        path = V1_MOVED.get(name)
+        if path is None:
+            continue
+        parts = path.split(".")
+        if parts[0] == "conditions":
+            conditions[parts[1]][parts[2]] = value
+        else:
+            ablations[parts[1]] = value
+    out["conditions"] = conditions
+    ran = ablations.get("excluded") is not None
+    if not ran and any(v is not None for v in ablations.values()):
+        out["ablations"] = ablations  # refused by check: the ablations' fields without their 'excluded'
+    else:
+        out["ablations"] = ablations if ran else None
+    return out
+
+
+def from_v1(data: Mapping[str, Any]) -> Record:
+    """Validate a version-1 record and build it (:func:`migrate_v1`); errors name the version-1 field."""
+    for name in _V1_REQUIRED:
+        if name not in data:
+            raise RecordError(f"question {data.get('question_id', '?')!r}: field {name!r}: missing")
+    try:
+        return Record.from_json(migrate_v1(data))
+    except RecordError as err:
+        message = str(err)
+        for path, name in _V1_NAME.items():
+            message = message.replace(f"field {path!r}", f"field {name!r}")
+        raise RecordError(message) from None
 
 
 # -- records.jsonl ------------------------------------------------------------------------
 
 
-def dumps(records: Iterable[Mapping[str, Any]]) -> str:
+def dumps(records: Iterable[Record]) -> str:
     """``records.jsonl`` text: one JSON object per record, keys sorted, in the given order."""
-    return jsonl.dumps((r.to_json() if isinstance(r, Record) else dict(r) for r in records), sort_keys=True)
+    return jsonl.dumps((r.to_json() for r in records), sort_keys=True)
 
 
-def read_records(path: str | Path) -> list[Record]:
-    """Read and validate ``records.jsonl``.
+def read_records(path: str | Path, version: int | None = None) -> list[Record]:
+    """Read and validate ``records.jsonl`` of schema ``version`` (see :data:`SCHEMA_VERSION`).
 
-    A bad line is a one-line :class:`RecordError` naming the file, the line,
-    the question and the field. The records must be of one run: one
-    ``run_id``, one granularity, and no record key (:data:`KEY_FIELDS`) twice;
-    the first conflict is named with the line it contradicts.
+    Version 1 is migrated as read (:func:`from_v1`). ``None`` (no
+    ``summary.json`` names the version): each line's shape decides, a record
+    with ``conditions`` being version 2 and one without version 1 (whose
+    schema has no such field). A bad line
+    is a one-line :class:`RecordError` naming the file, the line, the question
+    and the field. The records must be of one run: one ``run_id``, one
+    granularity, and no record key (:data:`KEY_FIELDS`) twice; the first
+    conflict is named with the line it contradicts.
     """
     p = Path(path)
+    check_schema_version(version, str(p))
     try:
         text = jsonl.read_text(p)
     except OSError as exc:
@@ -424,8 +560,9 @@ def read_records(path: str | Path) -> list[Record]:
             raise RecordError(f"{p}: line {n}: not JSON: {msg}") from None
         if not isinstance(data, dict):
             raise RecordError(f"{p}: line {n}: not a JSON object")
+        v1 = version == 1 or (version is None and "conditions" not in data)
         try:
-            record = Record.from_json(data)
+            record = from_v1(data) if v1 else Record.from_json(data)
         except RecordError as err:
             raise RecordError(f"{p}: line {n}: {err}") from None
         conflict = run.conflict(record, n)
@@ -449,7 +586,7 @@ class _OneRun:
 
     def __init__(self) -> None:
         self.first: tuple[int, Record] | None = None
-        self.seen: dict[tuple[Any, ...], int] = {}
+        self.seen: dict[tuple[str | int, ...], int] = {}
 
     def conflict(self, record: Record, line: int) -> str | None:
         """Why ``record`` (on ``line``) cannot join the records before it, or ``None``."""
@@ -457,17 +594,15 @@ class _OneRun:
             self.first = (line, record)
         first_line, first = self.first
         for name, meaning in RUN_FIELDS:
-            if record[name] != first[name]:
-                return (
-                    f"field {name!r}: {record[name]!r} differs from line {first_line}'s "
-                    f"{first[name]!r} ({meaning})"
-                )
+            mine, theirs = getattr(record, name), getattr(first, name)
+            if mine != theirs:
+                return f"field {name!r}: {mine!r} differs from line {first_line}'s {theirs!r} ({meaning})"
         earlier = self.seen.setdefault(record.key, line)
         if earlier != line:
             return f"repeats the record of line {earlier} ({describe(record)})"
         return None
 
 
-def describe(record: Mapping[str, Any]) -> str:
+def describe(record: Record) -> str:
     """The record's key fields, for an error message."""
-    return ", ".join(f"{k}={record.get(k)!r}" for k in KEY_FIELDS)
+    return ", ".join(f"{k}={getattr(record, k)!r}" for k in KEY_FIELDS)

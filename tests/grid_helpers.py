@@ -12,14 +12,43 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from pytest_restore.record import Record, from_v1
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The small hand-checkable dataset (seven evidence questions and one abstention question).
 TINY = ROOT / "fixtures" / "tiny.json"
 #: The grid module, as users write it: the project's own ``benches/test_grid.py``.
 GRID = (ROOT / "benches" / "test_grid.py").read_text(encoding="utf-8")
+
+
+#: The required fields of a record a test does not name (:func:`flat_record`).
+RECORD_DEFAULTS: dict[str, Any] = {
+    "question_type": "single-session-user",
+    "policy": "fifo",
+    "budget": 80_000,
+    "seed": 0,
+    "regime": "b",
+    "reader": "fake",
+    "oracle_correct": True,
+    "policy_correct": True,
+    "restored_correct": True,
+    "negative_restore_gain": False,
+    "gold_units": 1,
+    "gold_evicted": 0,
+    "bin": None,
+    "excluded": None,
+}
+
+
+def flat_record(**fields: Any) -> Record:
+    """A record from fields in the flat layout of schema version 1 (``policy_correct=False``), the
+    required ones not named taken from :data:`RECORD_DEFAULTS`: the tests' shorthand, read through
+    the same migration as a version-1 file."""
+    return from_v1({**RECORD_DEFAULTS, **fields})
 
 
 #: A conftest for child runs with real-model options: retry backoff in milliseconds, not seconds

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from pytest_restore.memory.eviction import default_registry
 from pytest_restore.memory.retrieval import inject
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.record import ABLATION_FIELDS, ABLATION_RECORD_FIELDS, Record
+from pytest_restore.record import ABLATIONS, Record, dumps
 from pytest_restore.report.cases import bin_cases
 from pytest_restore.report.inputs import RunInfo, analyse_records, read_records
 from pytest_restore.report.markdown import render_report_md
@@ -127,37 +128,37 @@ def test_only_regime_b_irreversible_records_carry_ablations(tiny_records: list[R
     assert len(cases) > 10
     for r in tiny_records:
         if ablations.is_case(r):
-            assert r["ablation_excluded"] == {}
-            assert all(isinstance(r[f], bool) for f in ABLATION_FIELDS)
-            assert r["ablation_store_tokens"] == r["store_tokens"]
-            assert r["ablation_placebo_units"] and r["ablation_placebo_tokens"]
+            assert r.ablations is not None and r.ablations.excluded == {}
+            assert all(isinstance(r.ablations.verdict(key), bool) for key, _title in ABLATIONS)
+            assert r.ablations.store_tokens == r.store_tokens
+            assert r.ablations.placebo_units and r.ablations.placebo_tokens
         else:
-            assert all(r[f] is None for f in ABLATION_RECORD_FIELDS), r
+            assert r.ablations is None, r
 
 
 def test_surviving_gold_flips_nothing_where_no_gold_survived(tiny_records: list[Record]) -> None:
     for r in tiny_records:
-        if ablations.is_case(r) and r["gold_evicted"] == r["gold_units"]:
-            assert r["ablation_surviving_correct"] is False
+        if ablations.is_case(r) and r.gold_evicted == r.gold_units:
+            assert r.ablations.surviving_correct is False
 
 
 def test_surviving_gold_ablation_is_regime_a(tiny_records: list[Record]) -> None:
     regime_a = {
-        (r["policy"], r["budget"], r["seed"], r["question_id"]): r
+        (r.policy, r.budget, r.seed, r.question_id): r
         for r in tiny_records
-        if r["regime"] == "a"
+        if r.regime == "a"
     }
     for r in tiny_records:
         if ablations.is_case(r):
-            a = regime_a[(r["policy"], r["budget"], r["seed"], r["question_id"])]
-            assert r["ablation_surviving_correct"] == a["policy_correct"]
+            a = regime_a[(r.policy, r.budget, r.seed, r.question_id)]
+            assert r.ablations.surviving_correct == a.conditions.policy.correct
 
 
 def test_records_name_the_evicted_gold(tiny_records: list[Record]) -> None:
     for r in tiny_records:
-        assert len(r["gold_evicted_units"]) == r["gold_evicted"] == len(r["gold_evicted_where"])
-        assert all(w.startswith("session ") for w in r["gold_evicted_where"])
-        assert r["ranker"] == "bm25-lite" and r["question"] and r["reference"]
+        assert len(r.gold_evicted_units) == r.gold_evicted == len(r.gold_evicted_where)
+        assert all(w.startswith("session ") for w in r.gold_evicted_where)
+        assert r.ranker == "bm25-lite" and r.question and r.reference
 
 
 def test_ablations_off_means_no_extra_reader_call(tiny: Dataset) -> None:
@@ -202,7 +203,7 @@ def test_flips_are_counted_when_the_reader_can_be_flipped(tiny: Dataset) -> None
     fake.learn(p.history for p in audit.questions)
     records = grid(audit, ["fifo", "random"])
     cases = [r for r in records if ablations.is_case(r)]
-    flipped = [r for r in cases if r["ablation_store_correct"]]
+    flipped = [r for r in cases if r.ablations.store_correct]
     assert cases and flipped and len(flipped) < len(cases)
     rows = {row.ablation: row for row in summarise(records, resamples=300, seed=1)}
     assert rows["gold"].share == 1.0 and rows["gold"].flipped == len(cases)
@@ -232,26 +233,26 @@ def test_report_sections_rebuild_from_records(tiny_records: list[Record], tmp_pa
 
 def test_one_case_per_policy_and_bin_at_the_loosest_budget(tiny_records: list[Record]) -> None:
     cases = bin_cases(tiny_records)
-    keys = [(r["policy"], r["bin"]) for r in cases]
+    keys = [(r.policy, r.bin) for r in cases]
     assert len(keys) == len(set(keys))
     for r in cases:
         same = [
             s
             for s in tiny_records
-            if s["regime"] == "b" and (s["policy"], s["bin"]) == (r["policy"], r["bin"])
+            if s.regime == "b" and (s.policy, s.bin) == (r.policy, r.bin)
         ]
-        loosest = max(s["budget"] for s in same)
-        assert r["budget"] == loosest
-        assert r["question_id"] == min(s["question_id"] for s in same if s["budget"] == loosest)
+        loosest = max(s.budget for s in same)
+        assert r.budget == loosest
+        assert r.question_id == min(s.question_id for s in same if s.budget == loosest)
     assert ("no-evict", "irreversible") not in keys
     assert ("fifo", "irreversible") in keys
 
 
 def test_records_of_two_rankers_make_one_report_that_compares_them(tiny_records: list[Record], tmp_path: Path) -> None:
-    records = [dict(r) for r in tiny_records[:4]]
-    records += [{**r, "ranker": "recency"} for r in records]
+    records = tiny_records[:4]
+    records += [replace(r, ranker="recency") for r in records]
     path = tmp_path / "records.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    path.write_text(dumps(records))
     result = subprocess.run(
         [sys.executable, "-m", "pytest_restore", "report", str(path), "--out", str(tmp_path / "o")],
         capture_output=True,
@@ -295,7 +296,7 @@ def embedded_ablations(embedded_report: Path) -> list[Record]:
     Read from the main job's records (``pytest benches/ --restore-ablations``,
     run once per test run), not computed again.
     """
-    return [r for r in read_records(embedded_report / "records.jsonl") if r["policy"] in ("fifo", "random", "control")]
+    return [r for r in read_records(embedded_report / "records.jsonl") if r.policy in ("fifo", "random", "control")]
 
 
 @pytest.mark.slow
@@ -314,5 +315,5 @@ def test_embedded_default_ablations_flip_far_fewer_than_the_gold_restore(
     assert rows["placebo"].share is not None and rows["placebo"].share < 0.2
     # (i) flips none where no gold survived, by construction
     for r in embedded_ablations:
-        if ablations.is_case(r) and r["gold_evicted"] == r["gold_units"]:
-            assert r["ablation_surviving_correct"] is False
+        if ablations.is_case(r) and r.gold_evicted == r.gold_units:
+            assert r.ablations.surviving_correct is False

@@ -27,7 +27,7 @@ from pytest_restore.memory.retrieval import inject, rank, render_context
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.prompts import PromptSet
-from pytest_restore.record import enters_n
+from pytest_restore.record import Record, enters_n
 from pytest_restore.stats.tally import tally
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
@@ -45,21 +45,21 @@ SCHEMA: dict[str, tuple[type, ...]] = {
     "reader": (str,),
     "judge": (str,),
     "scorer": (str, type(None)),  # None when the policy asks no scorer
-    "oracle_correct": (bool,),
-    "policy_correct": (bool,),
-    "restored_correct": (bool,),
+    "conditions.oracle.correct": (bool,),
+    "conditions.policy.correct": (bool,),
+    "conditions.restored.correct": (bool,),
     "negative_restore_gain": (bool,),
     "gold_units": (int,),
     "gold_evicted": (int,),
     "bin": (str, type(None)),
     "excluded": (type(None),),
-    "policy_answer": (str,),
-    "restored_answer": (str,),
-    "oracle_answer": (str,),
-    "policy_injected_tokens": (int,),
-    "restored_injected_tokens": (int,),
-    "policy_injected_units": (int,),
-    "restored_injected_units": (int,),
+    "conditions.policy.answer": (str,),
+    "conditions.restored.answer": (str,),
+    "conditions.oracle.answer": (str,),
+    "conditions.policy.injected_tokens": (int,),
+    "conditions.restored.injected_tokens": (int,),
+    "conditions.policy.injected_units": (int,),
+    "conditions.restored.injected_units": (int,),
     "store_tokens": (int,),
     "store_units": (int,),
 }
@@ -126,7 +126,7 @@ def grid(tiny: Dataset) -> tuple[Audit, FakeReader, dict[str, Recorder], list[Ce
     return audit, reader, models, run_grid(audit)
 
 
-def records_of(runs: list[CellRun]) -> list[dict[str, Any]]:
+def records_of(runs: list[CellRun]) -> list[Record]:
     return [r for run in runs for r in run.records]
 
 
@@ -148,11 +148,11 @@ def test_record_counts_and_seeds(grid: Any) -> None:
     for run in runs:
         seeds = (0, 1, 2) if run.policy == "random" else (0,)
         assert len(run.records) == n * len(seeds) * 2
-        keys = Counter((r["question_id"], r["seed"], r["regime"]) for r in run.records)
+        keys = Counter((r.question_id, r.seed, r.regime) for r in run.records)
         assert set(keys.values()) == {1}
-        assert {r["seed"] for r in run.records} == set(seeds)
-        assert {r["budget"] for r in run.records} == {run.budget}
-        assert {r["policy"] for r in run.records} == {run.policy}
+        assert {r.seed for r in run.records} == set(seeds)
+        assert {r.budget for r in run.records} == {run.budget}
+        assert {r.policy for r in run.records} == {run.policy}
 
 
 def test_cell_checks_pass(grid: Any) -> None:
@@ -166,7 +166,7 @@ def test_construct_checks_directly(grid: Any) -> None:
     total_err = 0
     for run in runs:
         for regime in ("a", "b"):
-            fig = tally(r for r in run.records if r["regime"] == regime)
+            fig = tally(r for r in run.records if r.regime == regime)
             assert fig.irr + fig.rec + fig.res == fig.err
             assert fig.excluded == 0
             if regime == "a":
@@ -179,63 +179,69 @@ def test_construct_checks_directly(grid: Any) -> None:
 
 def test_grid_is_not_trivial(grid: Any) -> None:
     records = records_of(grid[3])
-    bins = Counter(r["bin"] for r in records)
+    bins = Counter(r.bin for r in records)
     assert bins["irreversible"] > 0
-    assert any(r["oracle_correct"] for r in records)
-    assert any(r["gold_evicted"] for r in records)
+    assert any(r.conditions.oracle.correct for r in records)
+    assert any(r.gold_evicted for r in records)
     # regime (b) has recoverable errors somewhere: the counterfactual can tell them apart
-    assert any(r["bin"] == "recoverable" and r["regime"] == "b" for r in records)
+    assert any(r.bin == "recoverable" and r.regime == "b" for r in records)
 
 
 def test_bins_only_on_oracle_answerable_errors(grid: Any) -> None:
     for r in records_of(grid[3]):
-        if r["bin"] is None:
-            assert not (enters_n(r) and r["policy_correct"] is False)
+        if r.bin is None:
+            assert not (enters_n(r) and r.conditions.policy.correct is False)
             continue
-        assert enters_n(r) and r["policy_correct"] is False
-        if r["bin"] == "residual":
-            assert r["restored_correct"] is False
+        assert enters_n(r) and r.conditions.policy.correct is False
+        if r.bin == "residual":
+            assert r.conditions.restored.correct is False
         else:
-            assert r["restored_correct"] is True
-            assert (r["bin"] == "irreversible") == (r["gold_evicted"] > 0)
-        assert r["negative_restore_gain"] is False
+            assert r.conditions.restored.correct is True
+            assert (r.bin == "irreversible") == (r.gold_evicted > 0)
+        assert r.negative_restore_gain is False
     for r in records_of(grid[3]):
-        assert r["negative_restore_gain"] == (
-            r["policy_correct"] is True and r["restored_correct"] is False
+        assert r.negative_restore_gain == (
+            r.conditions.policy.correct is True and r.conditions.restored.correct is False
         )
+
+
+def field_at(record: Record, path: str) -> Any:
+    """The field of ``record`` at a dotted path (``conditions.policy.answer``)."""
+    value: Any = record
+    for name in path.split("."):
+        value = getattr(value, name)
+    return value
 
 
 def test_records_follow_the_schema(grid: Any) -> None:
     for r in records_of(grid[3]):
-        missing = set(SCHEMA) - set(r)
-        assert not missing
-        for key, types in SCHEMA.items():
-            assert type(r[key]) in types, (key, r[key])
-        assert r["regime"] in ("a", "b")
-        assert r["bin"] in (None, "irreversible", "recoverable", "residual")
-        assert (r["reader"], r["judge"]) == ("fake-reader", "fake-judge")
-        assert r["scorer"] == ("fake-scorer" if r["policy"] == "llm-importance" else None)
+        for path, types in SCHEMA.items():
+            assert type(field_at(r, path)) in types, (path, field_at(r, path))
+        assert r.regime in ("a", "b")
+        assert r.bin in (None, "irreversible", "recoverable", "residual")
+        assert (r.reader, r.judge) == ("fake-reader", "fake-judge")
+        assert r.scorer == ("fake-scorer" if r.policy == "llm-importance" else None)
 
 
 def test_restored_condition_shared_by_both_regimes(grid: Any) -> None:
-    by_key: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    by_key: dict[tuple[Any, ...], list[Record]] = {}
     for r in records_of(grid[3]):
-        by_key.setdefault((r["question_id"], r["policy"], r["budget"], r["seed"]), []).append(r)
+        by_key.setdefault((r.question_id, r.policy, r.budget, r.seed), []).append(r)
     fields = (
-        "restored_answer",
-        "restored_correct",
-        "restored_injected_tokens",
-        "restored_injected_units",
-        "oracle_answer",
-        "oracle_correct",
+        "conditions.restored.answer",
+        "conditions.restored.correct",
+        "conditions.restored.injected_tokens",
+        "conditions.restored.injected_units",
+        "conditions.oracle.answer",
+        "conditions.oracle.correct",
         "gold_evicted",
         "store_tokens",
         "store_units",
     )
     for pair in by_key.values():
-        assert sorted(r["regime"] for r in pair) == ["a", "b"]
+        assert sorted(r.regime for r in pair) == ["a", "b"]
         a, b = pair
-        assert {f: a[f] for f in fields} == {f: b[f] for f in fields}
+        assert {f: field_at(a, f) for f in fields} == {f: field_at(b, f) for f in fields}
 
 
 def test_conditions_rebuilt_from_the_protocol(grid: Any) -> None:
@@ -258,33 +264,33 @@ def test_conditions_rebuilt_from_the_protocol(grid: Any) -> None:
     prepared = {p.question.question_id: p for p in audit.questions}
     for run in runs:
         for r in run.records:
-            p = prepared[r["question_id"]]
+            p = prepared[r.question_id]
             h = p.history
-            mask = run.stores[(r["question_id"], r["seed"])]
+            mask = run.stores[(r.question_id, r.seed)]
             gold = list(h.gold)
-            assert r["gold_units"] == len(gold)
-            assert r["gold_evicted"] == sum(not mask[g] for g in gold)
-            assert r["store_tokens"] == int(h.sizes[mask].sum()) and r["store_units"] == int(
+            assert r.gold_units == len(gold)
+            assert r.gold_evicted == sum(not mask[g] for g in gold)
+            assert r.store_tokens == int(h.sizes[mask].sum()) and r.store_units == int(
                 mask.sum()
             )
             if run.policy != "no-evict":
-                assert r["store_tokens"] <= run.budget
+                assert r.store_tokens <= run.budget
             restored_store = mask.copy()
             restored_store[gold] = True
             restored = inject(gold, rank(p.index, restored_store, k), h.sizes, cap)
-            if r["regime"] == "a":
+            if r.regime == "a":
                 policy = inject([g for g in gold if mask[g]], rank(p.index, mask, k), h.sizes, cap)
             else:
                 policy = inject([], rank(p.index, mask, k), h.sizes, cap)
-            assert r["oracle_answer"] == answer(p, gold)
-            assert r["policy_answer"] == answer(p, policy)
-            assert r["restored_answer"] == answer(p, restored)
-            assert r["policy_injected_units"] == len(policy)
-            assert r["policy_injected_tokens"] == int(h.sizes[policy].sum())
-            assert r["restored_injected_units"] == len(restored)
-            assert r["restored_injected_tokens"] == int(h.sizes[restored].sum())
-            assert r["oracle_correct"] == (r["oracle_answer"] == h.question.answer)
-            assert r["policy_correct"] == (r["policy_answer"] == h.question.answer)
+            assert r.conditions.oracle.answer == answer(p, gold)
+            assert r.conditions.policy.answer == answer(p, policy)
+            assert r.conditions.restored.answer == answer(p, restored)
+            assert r.conditions.policy.injected_units == len(policy)
+            assert r.conditions.policy.injected_tokens == int(h.sizes[policy].sum())
+            assert r.conditions.restored.injected_units == len(restored)
+            assert r.conditions.restored.injected_tokens == int(h.sizes[restored].sum())
+            assert r.conditions.oracle.correct == (r.conditions.oracle.answer == h.question.answer)
+            assert r.conditions.policy.correct == (r.conditions.policy.answer == h.question.answer)
 
 
 def test_no_evict_store_is_everything(grid: Any) -> None:
@@ -330,7 +336,7 @@ def test_session_granularity_grid(tiny: Dataset) -> None:
     for run in run_grid(audit):
         assert construct_checks(run, audit) == []
         for r in run.records:
-            assert r["gold_units"] == len(audit.history(r["question_id"]).gold)
+            assert r.gold_units == len(audit.history(r.question_id).gold)
 
 
 # --- failed calls -------------------------------------------------------------
@@ -359,38 +365,38 @@ def test_failed_reader_calls_exclude_records(tiny: Dataset, grid: Any) -> None:
     audit, _, _ = make_audit(tiny, AuditConfig(budgets=BUDGETS), reader_rewrite=rewrite)
     runs = run_grid(audit)
     clean = {
-        (r["question_id"], r["policy"], r["budget"], r["seed"], r["regime"]): r
+        (r.question_id, r.policy, r.budget, r.seed, r.regime): r
         for r in records_of(grid[3])
     }
     partial = 0
     for r in records_of(runs):
-        key = (r["question_id"], r["policy"], r["budget"], r["seed"], r["regime"])
-        if r["question_id"] == questions[0].question_id:
-            assert r["excluded"] == "api_error: oracle reader"
-            assert r["oracle_correct"] is None
-        elif r["question_id"] == questions[3].question_id and r["excluded"] is not None:
+        key = (r.question_id, r.policy, r.budget, r.seed, r.regime)
+        if r.question_id == questions[0].question_id:
+            assert r.excluded == "api_error: oracle reader"
+            assert r.conditions.oracle.correct is None
+        elif r.question_id == questions[3].question_id and r.excluded is not None:
             # a context holding exactly the gold snippets succeeds; every other one fails
-            assert r["excluded"] in ("api_error: policy reader", "api_error: restored reader")
-            assert r["oracle_correct"] is True
+            assert r.excluded in ("api_error: policy reader", "api_error: restored reader")
+            assert r.conditions.oracle.correct is True
             partial += 1
         else:
             assert r == clean[key]  # other questions are untouched
             continue
-        assert "boom" in r["error"]
-        assert r["bin"] is None
+        assert "boom" in r.error
+        assert r.bin is None
         assert not enters_n(r)
-        assert r["negative_restore_gain"] is False
+        assert r.negative_restore_gain is False
     assert partial > 0
     for run, clean_run in zip(runs, grid[3]):
         assert (run.policy, run.budget) == (clean_run.policy, clean_run.budget)
-        failed = {(r["question_id"], r["seed"], r["regime"]) for r in run.records if r["excluded"]}
+        failed = {(r.question_id, r.seed, r.regime) for r in run.records if r.excluded}
         for regime in ("a", "b"):
-            fig = tally(r for r in run.records if r["regime"] == regime)
-            clean_recs = [r for r in clean_run.records if r["regime"] == regime]
-            dropped = [r for r in clean_recs if (r["question_id"], r["seed"], regime) in failed]
+            fig = tally(r for r in run.records if r.regime == regime)
+            clean_recs = [r for r in clean_run.records if r.regime == regime]
+            dropped = [r for r in clean_recs if (r.question_id, r.seed, regime) in failed]
             assert fig.excluded == len(dropped)
             assert fig.N == tally(clean_recs).N - sum(enters_n(r) for r in dropped)
-            assert fig.N == sum(enters_n(r) for r in run.records if r["regime"] == regime)
+            assert fig.N == sum(enters_n(r) for r in run.records if r.regime == regime)
         assert construct_checks(run, audit) == []
 
 
@@ -406,7 +412,7 @@ def test_a_failed_request_has_one_outcome_for_every_cell_that_shares_it(tiny: Da
     runs = run_grid(audit, ("no-evict", "fifo", "random"))
     assert set(sent.values()) == {1}  # no prompt paid for twice
     # every cell shares the oracle prompts, and so their failure: no cell got a second chance
-    assert {r["excluded"] for r in records_of(runs)} == {"api_error: oracle reader"}
+    assert {r.excluded for r in records_of(runs)} == {"api_error: oracle reader"}
     # asked again (as the calibration gate's cell asks the grid's requests): the same outcomes, nothing sent
     before = sum(sent.values())
     assert audit.run_cell(default_registry()["fifo"], 600).records == runs[3].records
@@ -423,19 +429,19 @@ def test_judge_reply_not_a_verdict_is_excluded(tiny: Dataset) -> None:
 
     audit, _, _ = make_audit(tiny, AuditConfig(budgets=(100,)), judge_rewrite=rewrite)
     runs = run_grid(audit, ("fifo", "random"))
-    hit = [r for r in records_of(runs) if r["question_id"] == target.question_id]
+    hit = [r for r in records_of(runs) if r.question_id == target.question_id]
     assert hit
     for r in records_of(runs):
-        if r["question_id"] == target.question_id:
-            assert r["excluded"] == "api_error: oracle judge"
-            assert "not a verdict" in r["error"]
-            assert r["bin"] is None and r["oracle_correct"] is None
+        if r.question_id == target.question_id:
+            assert r.excluded == "api_error: oracle judge"
+            assert "not a verdict" in r.error
+            assert r.bin is None and r.conditions.oracle.correct is None
         else:
-            assert r["excluded"] is None
+            assert r.excluded is None
     for run in runs:
         fig = tally(run.records)
-        assert fig.excluded == sum(r["question_id"] == target.question_id for r in run.records)
-        assert fig.N == sum(r["oracle_correct"] is True for r in run.records)
+        assert fig.excluded == sum(r.question_id == target.question_id for r in run.records)
+        assert fig.N == sum(r.conditions.oracle.correct is True for r in run.records)
 
 
 def test_failed_scorer_excludes_questions_using_that_content(tiny: Dataset) -> None:
@@ -457,12 +463,12 @@ def test_failed_scorer_excludes_questions_using_that_content(tiny: Dataset) -> N
     audit, _, _ = make_audit(tiny, AuditConfig(budgets=(100,)), scorer_rewrite=rewrite)
     (run,) = run_grid(audit, ("llm-importance",))
     for r in run.records:
-        if r["question_id"] in users:
-            assert r["excluded"] == "api_error: scorer"
-            assert r["bin"] is None and r["policy_correct"] is None
-            assert "down" in r["error"]
+        if r.question_id in users:
+            assert r.excluded == "api_error: scorer"
+            assert r.bin is None and r.conditions.policy.correct is None
+            assert "down" in r.error
         else:
-            assert r["excluded"] is None
+            assert r.excluded is None
     assert tally(run.records).excluded == 2 * len(users)
     assert construct_checks(run, audit) == []
 
@@ -508,7 +514,7 @@ def test_subset_config_excludes_the_rest(tiny: Dataset) -> None:
     assert len(audit.questions) == 4
     assert audit.exclusion_counts() == {ABSTENTION: 1, OUTSIDE_SUBSET: 3}
     (run,) = run_grid(audit, ("fifo",))
-    assert {r["question_id"] for r in run.records} == {
+    assert {r.question_id for r in run.records} == {
         p.question.question_id for p in audit.questions
     }
     assert construct_checks(run, audit) == []

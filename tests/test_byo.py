@@ -38,6 +38,7 @@ from pytest_restore.models.providers import (
     default_providers,
     make_model,
 )
+from pytest_restore.record import Record, read_records
 from pytest_restore.stats.families import FAMILIES, Family, default_families
 
 SMALL = small_args()
@@ -168,8 +169,8 @@ def _cells(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+def _records(path: Path) -> list[Record]:
+    return read_records(path)
 
 
 # -- end to end: no change to the package -----------------------------------------------
@@ -190,10 +191,10 @@ def test_users_store_and_policy_are_their_own_rows(pytester: pytest.Pytester) ->
             (b, g) for b in ("600", "300", "100") for g in "ab"
         }
     records = _records(out / "records.jsonl")
-    store = [r for r in records if r["policy"] == "user-first"]
-    assert all(r["store_tokens"] <= r["budget"] for r in store)
-    assert any(r["gold_evicted"] for r in store if r["budget"] == 100)
-    assert {r["ranker"] for r in records} == {"bm25-lite"}
+    store = [r for r in records if r.policy == "user-first"]
+    assert all(r.store_tokens <= r.budget for r in store)
+    assert any(r.gold_evicted for r in store if r.budget == 100)
+    assert {r.ranker for r in records} == {"bm25-lite"}
     # the user's family ran on every regime-(b) cell, Holm-adjusted and decided like a built-in
     accuracy = json.loads((out / "hypotheses.json").read_text())["families"]["accuracy"]
     assert sorted(t["name"] for t in accuracy) == sorted(
@@ -227,7 +228,7 @@ def test_users_ranker_serves_the_run(pytester: pytest.Pytester) -> None:
     rows = _cells(out / "cells.csv")
     assert {r["policy"] for r in rows} == {"fifo", "user-first"} and len(rows) == 12
     records = _records(out / "records.jsonl")
-    assert {r["ranker"] for r in records} == {"overlap"}
+    assert {r.ranker for r in records} == {"overlap"}
     assert "; ranker overlap; " in (out / "report.md").read_text()  # the run line
     assert json.loads((out / "summary.json").read_text())["run"]["settings"]["ranker"] == "overlap"
 
@@ -240,10 +241,10 @@ def test_users_provider_policy_ranker_and_family_from_one_conftest(pytester: pyt
     result = pytester.runpytest(*args, "--restore-reader", "local:shrug")
     result.assert_outcomes(passed=3)
     records = _records(pytester.path / "restore-report" / "records.jsonl")
-    assert {(r["reader"], r["policy"], r["ranker"]) for r in records} == {("local:shrug", "evict-newest", "overlap")}
+    assert {(r.reader, r.policy, r.ranker) for r in records} == {("local:shrug", "evict-newest", "overlap")}
     # the provider's reader answered every condition: it never knows, so the oracle is never right
-    assert records and not any(r["oracle_correct"] for r in records)
-    assert {r["oracle_answer"] for r in records} == {"I don't know."}
+    assert records and not any(r.conditions.oracle.correct for r in records)
+    assert {r.conditions.oracle.answer for r in records} == {"I don't know."}
     # the family's tests are there, under its name; with no answerable question each is empty
     accuracy = json.loads((pytester.path / "restore-report" / "hypotheses.json").read_text())["families"]["accuracy"]
     assert {(t["name"], t["reader"], t["decision"]) for t in accuracy} == {
@@ -274,10 +275,10 @@ def test_recency_ranker_is_built_in_and_moves_the_recoverable_share(
         )
         result.assert_outcomes(passed=3)
         runs[ranker] = _records(pytester.path / ranker / "records.jsonl")
-        assert {r["ranker"] for r in runs[ranker]} == {ranker}
+        assert {r.ranker for r in runs[ranker]} == {ranker}
     # the store (no-evict keeps everything) is the same; only what is retrieved differs
     injected = {
-        k: [r["policy_injected_units"] for r in v if r["regime"] == "b"] for k, v in runs.items()
+        k: [r.conditions.policy.injected_units for r in v if r.regime == "b"] for k, v in runs.items()
     }
     assert injected["bm25-lite"] != injected["recency"]
 
@@ -490,4 +491,4 @@ def test_audit_with_a_users_ranker_names_it_in_every_record(tiny: Dataset) -> No
     )
     reader.learn(p.history for p in audit.questions)
     records = audit.run_cell(default_registry()["fifo"], 300).records
-    assert {r["ranker"] for r in records} == {"recency"}
+    assert {r.ranker for r in records} == {"recency"}

@@ -120,8 +120,8 @@ def test_items_are_the_distinct_graded_answers(tiny: Dataset) -> None:
     oracle = audit.oracle(subset)
     expected = {(qid, o.answer) for qid, o in oracle.items()}
     for r in run.records:
-        expected.add((r["question_id"], r["policy_answer"]))
-        expected.add((r["question_id"], r["restored_answer"]))
+        expected.add((r.question_id, r.conditions.policy.answer))
+        expected.add((r.question_id, r.conditions.restored.answer))
     assert result.judge_items == len(expected)
     graded = {req.messages[1][1] for req in fresh.batches[0]}
     by_id = {p.question.question_id: p.question for p in subset}

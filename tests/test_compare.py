@@ -6,22 +6,22 @@ import errno
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
-from grid_helpers import GRID, ChildRun, full_disk
+from grid_helpers import GRID, ChildRun, flat_record, full_disk
 
 from pytest_restore.__main__ import main
 from pytest_restore.compare import CompareError, parse_threshold, worse_cells
 from pytest_restore.exits import IO_ERROR
+from pytest_restore.record import Record
 from pytest_restore.stats.comparison import compare_records
 
 
-def _record(qid: str, bin_: str | None, correct: bool, seed: int = 0) -> dict[str, Any]:
-    return {
-        "question_id": qid, "question_type": "multi-session", "policy": "fifo", "budget": 80_000, "seed": seed, "regime": "b", "reader": "fake",
-        "oracle_correct": True, "policy_correct": correct, "bin": bin_, "excluded": None,
-    }
+def _record(qid: str, bin_: str | None, correct: bool, seed: int = 0) -> Record:
+    return flat_record(
+        question_id=qid, question_type="multi-session", policy="fifo", budget=80_000, seed=seed, regime="b", reader="fake",
+        oracle_correct=True, policy_correct=correct, bin=bin_, excluded=None,
+    )
 
 
 def test_paired_difference_on_shared_questions() -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from pytest_restore.record import ABLATIONS, Record, read_records
 from pytest_restore.synthetic.generator import generate, history_tokens
 
 EVICTING = ("fifo", "random", "redundancy", "llm-importance", "control")
@@ -62,12 +62,11 @@ def test_construct_checks(cells: Cells) -> None:
 
 
 @pytest.fixture(scope="module")
-def records(embedded_report: Path) -> list[dict[str, Any]]:
-    with open(embedded_report / "records.jsonl", encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle]
+def records(embedded_report: Path) -> list[Record]:
+    return read_records(embedded_report / "records.jsonl")
 
 
-def test_the_simulation_can_surprise_the_audit(records: list[dict[str, Any]]) -> None:
+def test_the_simulation_can_surprise_the_audit(records: list[Record]) -> None:
     """What the fake reader's model makes possible, seen in one run with the ablations.
 
     A reader that answered exactly when all gold is present could show none
@@ -75,19 +74,17 @@ def test_the_simulation_can_surprise_the_audit(records: list[dict[str, Any]]) ->
     flips a case, residual errors that differ from cell to cell, an oracle
     context that fails.
     """
-    assert sum(r["negative_restore_gain"] for r in records) > 0
-    flips = {
-        key: sum(r[key] is True for r in records)
-        for key in ("ablation_surviving_correct", "ablation_store_correct", "ablation_placebo_correct")
-    }
-    assert any(r["ablation_excluded"] is not None for r in records)  # the ablations ran
+    assert sum(r.negative_restore_gain for r in records) > 0
+    ran = [r.ablations for r in records if r.ablations is not None]
+    flips = {key: sum(a.verdict(key) is True for a in ran) for key, _title in ABLATIONS}
+    assert ran  # the ablations ran
     assert max(flips.values()) > 0, flips
     residual: dict[tuple[str, int, str], set[str]] = {}
     for r in records:
-        if r["bin"] == "residual":
-            residual.setdefault((r["policy"], r["budget"], r["regime"]), set()).add(r["question_id"])
+        if r.bin == "residual":
+            residual.setdefault((r.policy, r.budget, r.regime), set()).add(r.question_id)
     assert len({frozenset(q) for q in residual.values()}) > 1
-    oracle = {r["question_id"]: r["oracle_correct"] for r in records if r["excluded"] is None}
+    oracle = {r.question_id: r.conditions.oracle.correct for r in records if r.excluded is None}
     assert 0 < sum(oracle.values()) < len(oracle)
 
 
@@ -104,7 +101,7 @@ def test_residual_at_session_granularity(embedded_data: Path) -> None:
     config = AuditConfig(granularity=Granularity.SESSION, budgets=(80_000,), seeds=(0,))
     audit = Audit(dataset, config, reader=reader, judge=FakeJudge(), scorer=FakeScorer())
     reader.learn(p.history for p in audit.questions)
-    binned = [r["bin"] for policy in (NoEvict(), Fifo()) for r in audit.run_cell(policy, 80_000).records]
+    binned = [r.bin for policy in (NoEvict(), Fifo()) for r in audit.run_cell(policy, 80_000).records]
     assert binned.count("residual") > 0
 
 

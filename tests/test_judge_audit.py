@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from grid_helpers import flat_record
 from openai_server import OpenAIServer
 from statsmodels.stats.inter_rater import cohens_kappa  # type: ignore[import-untyped]
 
@@ -36,6 +37,7 @@ from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.openai_chat import OpenAIChatModel
 from pytest_restore.models.prompts import PromptSet
+from pytest_restore.record import Record
 from pytest_restore.report.checks import render_judge_audit_md
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
@@ -50,7 +52,7 @@ def tiny() -> Dataset:
 
 
 @pytest.fixture(scope="module")
-def records(tiny: Dataset) -> list[dict[str, Any]]:
+def records(tiny: Dataset) -> list[Record]:
     """Records of a small fake-model grid on tiny.json (both regimes, all seeds of random)."""
     reader = FakeReader(name="fake-reader")
     audit = Audit(
@@ -212,14 +214,14 @@ def test_allocate_is_proportional_by_largest_remainder() -> None:
 
 
 def test_items_are_distinct_and_carry_the_first_verdicts(
-    records: list[dict[str, Any]], by_id: dict[str, Question]
+    records: list[Record], by_id: dict[str, Question]
 ) -> None:
     items, duplicates, conflicting = collect_items(records, by_id)
     answers = [
-        (r["question_id"], r[a], r[v])
+        (r.question_id, c.answer, c.correct)
         for r in records
-        for a, v in (("policy_answer", "policy_correct"), ("restored_answer", "restored_correct"))
-        if r[a] is not None and r[v] is not None
+        for c in (r.conditions.policy, r.conditions.restored)
+        if c.answer is not None and c.correct is not None
     ]
     distinct = {(q, a) for q, a, _ in answers}
     assert len(items) == len(distinct) and conflicting == 0
@@ -242,19 +244,19 @@ def test_conflicting_first_verdicts_are_left_out(by_id: dict[str, Question]) -> 
         "restored_correct": None,
     }
     recs = [
-        dict(base, policy_answer="x", policy_correct=True),
-        dict(base, policy_answer="x", policy_correct=False),
+        flat_record(**base, policy_answer="x", policy_correct=True),
+        flat_record(**base, policy_answer="x", policy_correct=False),
     ]
     items, duplicates, conflicting = collect_items(recs, by_id)
     assert (items, duplicates, conflicting) == ([], 1, 1)
     with pytest.raises(KeyError, match="not in questions_by_id"):
         collect_items(
-            [dict(base, question_id="nope", policy_answer="x", policy_correct=True)], by_id
+            [flat_record(**{**base, "question_id": "nope"}, policy_answer="x", policy_correct=True)], by_id
         )
 
 
 def test_sample_is_deterministic_stratified_and_order_free(
-    records: list[dict[str, Any]], by_id: dict[str, Question]
+    records: list[Record], by_id: dict[str, Question]
 ) -> None:
     items, _, _ = collect_items(records, by_id)
     n = len(items) // 2
@@ -280,7 +282,7 @@ def test_sample_is_deterministic_stratified_and_order_free(
 
 
 def test_same_judge_agrees_fully(
-    records: list[dict[str, Any]],
+    records: list[Record],
     by_id: dict[str, Question],
     serve: Callable[[Responder], OpenAIChatModel],
 ) -> None:
@@ -301,7 +303,7 @@ def test_same_judge_agrees_fully(
 
 
 def test_stricter_judge_disagrees(
-    records: list[dict[str, Any]],
+    records: list[Record],
     by_id: dict[str, Question],
     serve: Callable[[Responder], OpenAIChatModel],
 ) -> None:
@@ -325,7 +327,7 @@ def test_stricter_judge_disagrees(
 
 
 def test_failures_are_excluded_and_counted(
-    records: list[dict[str, Any]],
+    records: list[Record],
     by_id: dict[str, Question],
     serve: Callable[[Responder], OpenAIChatModel],
 ) -> None:
@@ -355,7 +357,7 @@ class Failing:
         return [ChatResult(None, error="HTTP 503 after 6 tries") for _ in requests]
 
 
-def test_all_calls_failed(records: list[dict[str, Any]], by_id: dict[str, Question]) -> None:
+def test_all_calls_failed(records: list[Record], by_id: dict[str, Question]) -> None:
     result = audit_judge(records, by_id, Failing(), PromptSet(), sample=10)
     assert result.api_errors == 10 and result.graded == 0
     assert result.agreement is None and result.kappa is None
@@ -367,15 +369,15 @@ def test_all_calls_failed(records: list[dict[str, Any]], by_id: dict[str, Questi
 def test_one_class_only(by_id: dict[str, Question]) -> None:
     # every recorded answer correct, and the second judge agrees: kappa undefined
     recs = [
-        {
-            "question_id": q.question_id,
-            "question_type": q.question_type,
-            "judge": "fake-judge",
-            "policy_answer": q.answer,
-            "policy_correct": True,
-            "restored_answer": None,
-            "restored_correct": None,
-        }
+        flat_record(
+            question_id=q.question_id,
+            question_type=q.question_type,
+            judge="fake-judge",
+            policy_answer=q.answer,
+            policy_correct=True,
+            restored_answer=None,
+            restored_correct=None,
+        )
         for q in by_id.values()
     ]
     result = audit_judge(recs, by_id, FakeJudge(), PromptSet())
@@ -384,7 +386,7 @@ def test_one_class_only(by_id: dict[str, Question]) -> None:
     assert "single, identical class" in render_judge_audit_md(result)
 
 
-def test_json_is_deterministic(records: list[dict[str, Any]], by_id: dict[str, Question]) -> None:
+def test_json_is_deterministic(records: list[Record], by_id: dict[str, Question]) -> None:
     shuffled = list(records)
     random.Random(1).shuffle(shuffled)
     a = audit_judge(records, by_id, FakeJudge(), PromptSet(), sample=15, seed=2).to_json()

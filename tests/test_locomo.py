@@ -32,6 +32,7 @@ from pytest_restore.data.locomo import (
 from pytest_restore.data.units import Granularity, build_histories
 from pytest_restore.memory.eviction import default_registry
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.record import read_records
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 LOCOMO = FIXTURES / "locomo_tiny.json"
@@ -377,8 +378,8 @@ def test_locomo_grid_names_its_loader_exclusions_repairs_and_budgets(pytester: p
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["run"]["dataset"]["dataset"] == "locomo"
     assert summary["run"]["dataset"]["budget_binding"] == {"100000": 0.0, "250": 1.0, "120": 1.0}
-    records = [json.loads(line) for line in (out / "records.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert {r["question_id"] for r in records} == {"fx-1:q0", "fx-1:q1", "fx-1:q2", "fx-1:q3", "fx-1:q4", "fx-1:q5", "fx-1:q7", "fx-2:q0", "fx-2:q1", "fx-2:q2"}
+    records = read_records(out / "records.jsonl")
+    assert {r.question_id for r in records} == {"fx-1:q0", "fx-1:q1", "fx-1:q2", "fx-1:q3", "fx-1:q4", "fx-1:q5", "fx-1:q7", "fx-2:q0", "fx-2:q1", "fx-2:q2"}
 
 
 def test_default_budgets_are_the_loaders(pytester: pytest.Pytester) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from grid_helpers import flat_record
 
 from pytest_restore.audit.memo import model_calls, prompt_id
 from pytest_restore.audit.run import Audit, AuditConfig, count_tokens_ahead
@@ -189,12 +190,12 @@ def test_cells_run_once_per_process_and_records_carry_prompt_ids(small: Path) ->
     assert audit.run_cell(fifo, 3000) is run  # the control's check reuses it
     assert audit.reader.usage.sent == sent
     for r in run.records:
-        for condition in ("oracle", "policy", "restored"):
-            assert isinstance(r[f"{condition}_prompt"], str) and len(r[f"{condition}_prompt"]) == 16
+        for _name, condition in r.conditions.by_name():
+            assert isinstance(condition.prompt, str) and len(condition.prompt) == 16
     # the two regimes of one store share the restored call, and the oracle is once per question
     calls = model_calls(run.records)["fake"]
     assert calls["reader_naive"] == 3 * len(run.records)
-    distinct = {r[f"{c}_prompt"] for r in run.records for c in ("oracle", "policy", "restored")}
+    distinct = {c.prompt for r in run.records for _name, c in r.conditions.by_name()}
     assert calls["reader_unique"] == len(distinct) <= 2 * len(run.records)
     section = render_model_calls_md(model_calls(run.records))
     assert "## Model calls" in section and f"| {calls['reader_naive']} | {calls['reader_unique']} |" in section
@@ -219,7 +220,7 @@ def test_prompt_id_names_the_whole_request() -> None:
 
 
 def test_model_calls_without_prompt_ids_is_empty() -> None:
-    assert model_calls([{"reader": "fake", "question_id": "q"}]) == {}
+    assert model_calls([flat_record(question_id="q")]) == {}  # a record without prompt ids
     assert render_model_calls_md({}) == ""
 
 

@@ -338,15 +338,15 @@ def test_the_controller_gathers_records_from_its_own_runner_and_from_a_worker() 
     from pytest_restore.plugin.cells import META_PROPERTY, USAGE_PROPERTY
     from pytest_restore.plugin.gather import Gathered
     from pytest_restore.plugin.options import RECORDS_PROPERTY
-    from pytest_restore.record import Record
+    from pytest_restore.record import from_v1
 
     fields = {
         "question_id": "q1", "question_type": "single-session-user", "policy": "fifo", "budget": 8000, "seed": 0,
         "regime": "b", "reader": "fake", "oracle_correct": True, "policy_correct": False, "restored_correct": True,
         "negative_restore_gain": False, "gold_units": 2, "gold_evicted": 1, "bin": "irreversible", "excluded": None,
     }
-    local = Record.from_json(fields)
-    shipped = json.dumps([Record.from_json({**fields, "question_id": "q2"}).to_json()])
+    local = from_v1(fields)
+    shipped = json.dumps([from_v1({**fields, "question_id": "q2"}).to_json()])
     usage = {"process": "gw0", "models": {"reader openai:m": {"sent": 1}}, "calls": {}}
     gathered = Gathered()
     setup = _item_report("setup", [(RECORDS_PROPERTY, [local]), ("mine", 1)])

@@ -24,7 +24,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import History, build_history
 from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.prompts import READER_SYSTEM
+from pytest_restore.record import Record, read_records
 
 DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
 SMALL = [*small_args(), "--restore-calibration", "off"]
@@ -50,9 +51,9 @@ CELLS = 6 * 3
 FEW_CELLS = ("--restore-policies", "fifo,llm-importance", "--restore-budgets", "600,100")
 
 
-def in_few_cells(record: dict[str, Any]) -> bool:
+def in_few_cells(record: Record) -> bool:
     """Whether ``record`` belongs to one of the ``FEW_CELLS``."""
-    return record["policy"] in ("fifo", "llm-importance") and record["budget"] in (600, 100)
+    return record.policy in ("fifo", "llm-importance") and record.budget in (600, 100)
 #: The question whose reader prompts fail for good in the persistent-failure test.
 BROKEN_QUESTION = "How many siblings do I have?"
 
@@ -65,7 +66,7 @@ def histories() -> list[History]:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[Record]:
     """The records of an uninterrupted grid with the in-process fake models.
 
     Named as the ``openai:`` models are, these are the records every run
@@ -79,11 +80,11 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 
     records = _records(shared_run(tmp_path_factory, "providers-reference", build) / "restore-report")
     for r in records:
-        assert r["reader"] == r["judge"] == "fake" and r["scorer"] in ("fake", None)
-        r["reader"], r["judge"] = MODELS["reader"], MODELS["judge"]
-        if r["scorer"] is not None:
-            r["scorer"] = MODELS["scorer"]
-    return records
+        assert r.reader == r.judge == "fake" and r.scorer in ("fake", None)
+    return [
+        replace(r, reader=MODELS["reader"], judge=MODELS["judge"], scorer=r.scorer and MODELS["scorer"])
+        for r in records
+    ]
 
 
 @pytest.fixture
@@ -177,12 +178,9 @@ def clean_run(histories: list[History], tmp_path_factory: pytest.TempPathFactory
         yield CleanRun(server, project / "cache", project / "restore-report", bodies, sent)
 
 
-def _records(report: Path) -> list[dict[str, Any]]:
+def _records(report: Path) -> list[Record]:
     """The records without their run id: the reference ran the in-process fakes, another run."""
-    records = [json.loads(line) for line in (report / "records.jsonl").read_text().splitlines()]
-    for r in records:
-        del r["run_id"]
-    return records
+    return [replace(r, run_id=None) for r in read_records(report / "records.jsonl")]
 
 
 def _summary(report: Path) -> dict[str, Any]:
@@ -197,7 +195,7 @@ def test_faulted_run_writes_the_fault_free_records(
     grid_dir: pytest.Pytester,
     histories: list[History],
     tmp_path: Path,
-    reference: list[dict[str, Any]],
+    reference: list[Record],
     clean_run: CleanRun,
 ) -> None:
     faults = Faults(rate=0.2, kinds=FAULT_KINDS, seed=5, retry_after="0", hang_seconds=2.0)
@@ -251,7 +249,7 @@ class HangAfter(Faults):
 
 
 def test_killed_run_restarts_without_resending_and_writes_the_same_records(
-    grid_dir: pytest.Pytester, server: OpenAIServer, tmp_path: Path, reference: list[dict[str, Any]]
+    grid_dir: pytest.Pytester, server: OpenAIServer, tmp_path: Path, reference: list[Record]
 ) -> None:
     cache = tmp_path / "cache"
     answered = 30
@@ -299,7 +297,7 @@ def test_killed_run_restarts_without_resending_and_writes_the_same_records(
 
 
 def test_two_workers_send_each_request_once(
-    grid_dir: pytest.Pytester, server: OpenAIServer, tmp_path: Path, reference: list[dict[str, Any]]
+    grid_dir: pytest.Pytester, server: OpenAIServer, tmp_path: Path, reference: list[Record]
 ) -> None:
     result = run_grid(grid_dir, server, tmp_path / "cache", "parallel", *FEW_CELLS, workers=2, cells=4)
     attempts = server.attempts
@@ -429,12 +427,12 @@ def test_records_and_summary_name_the_models_and_their_usage(clean_run: CleanRun
     cache, report, sent = clean_run.cache, clean_run.report, clean_run.sent
     records = _records(report)
 
-    assert {r["reader"] for r in records} == {"openai:fake-reader"}
-    assert {r["judge"] for r in records} == {"openai:fake-judge"}
-    assert {r["scorer"] for r in records if r["policy"] == "llm-importance"} == {
+    assert {r.reader for r in records} == {"openai:fake-reader"}
+    assert {r.judge for r in records} == {"openai:fake-judge"}
+    assert {r.scorer for r in records if r.policy == "llm-importance"} == {
         "openai:fake-scorer"
     }
-    assert {r["scorer"] for r in records if r["policy"] != "llm-importance"} == {None}
+    assert {r.scorer for r in records if r.policy != "llm-importance"} == {None}
     settings = _summary(report)["run"]["settings"]
     assert (settings["reader"], settings["judge"], settings["scorer"]) == tuple(MODELS.values())
     usage = settings["model_usage"]
@@ -459,7 +457,7 @@ def test_persistent_failure_is_excluded_not_scored_wrong(
     grid_dir: pytest.Pytester,
     histories: list[History],
     tmp_path: Path,
-    reference: list[dict[str, Any]],
+    reference: list[Record],
 ) -> None:
     fake = fake_models_responder(histories)
 
@@ -482,15 +480,15 @@ def test_persistent_failure_is_excluded_not_scored_wrong(
         h.question.question_id for h in histories if h.question.question == BROKEN_QUESTION
     )
     records = _records(report)
-    mine = [r for r in records if r["question_id"] == broken]
-    assert len(mine) == len([r for r in reference if r["question_id"] == broken]) == 48
+    mine = [r for r in records if r.question_id == broken]
+    assert len(mine) == len([r for r in reference if r.question_id == broken]) == 48
     for r in mine:
-        assert r["excluded"] == "api_error: oracle reader"
-        assert r["error"].startswith("reader: failed after 2 tries: HTTP 500"), r["error"]
-        assert r["policy_correct"] is None and r["restored_correct"] is None and r["bin"] is None
+        assert r.excluded == "api_error: oracle reader"
+        assert r.error.startswith("reader: failed after 2 tries: HTTP 500"), r.error
+        assert r.conditions.policy.correct is None and r.conditions.restored.correct is None and r.bin is None
     # every other question's records are untouched
-    assert [r for r in records if r["question_id"] != broken] == [
-        r for r in reference if r["question_id"] != broken
+    assert [r for r in records if r.question_id != broken] == [
+        r for r in reference if r.question_id != broken
     ]
     assert statuses[500] > 0
     summary = _summary(report)

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from grid_helpers import GRID, TINY, ChildRun, read_child, run_child, shared_run
+from grid_helpers import GRID, TINY, ChildRun, flat_record, read_child, run_child, shared_run
 
 from pytest_restore.plugin.cells import ranker_labels
-from pytest_restore.record import CellKey, baseline_ranker
+from pytest_restore.record import CellKey, Record, baseline_ranker, read_records
 from pytest_restore.stats.analysis import analyse
 from pytest_restore.stats.rankers import orderings, ranker_rows
 
@@ -41,16 +41,16 @@ def test_the_ranker_is_a_grid_dimension_and_every_record_names_its_ranker(grid_r
     assert grid_run.ret == 0, grid_run.output[-3000:]
     for item in ("fifo-600-bm25-lite", "fifo-600-dense", "fifo-300-hybrid", "random-300-dense"):
         assert f"test_cell[{item}] PASSED" in grid_run.output
-    records = [json.loads(line) for line in (grid_run.report / "records.jsonl").read_text().splitlines()]
+    records = read_records(grid_run.report / "records.jsonl")
     by_ranker: dict[str, set[tuple[Any, ...]]] = {}
     for r in records:
-        by_ranker.setdefault(r["ranker"], set()).add((r["question_id"], r["policy"], r["budget"], r["seed"], r["regime"]))
+        by_ranker.setdefault(r.ranker, set()).add((r.question_id, r.policy, r.budget, r.seed, r.regime))
     assert sorted(by_ranker) == ["bm25-lite", "dense:fake", "hybrid:fake"]
     # the terminal's table is one ranker's: its title says which
     assert "restore-counterfactual audit (regime b, ranker bm25-lite; every ranker in report.md)" in grid_run.output
     assert by_ranker["bm25-lite"] == by_ranker["dense:fake"] == by_ranker["hybrid:fake"]  # the same questions and cells
     # the stores are the cell's, whatever reads them
-    stores = {(r["question_id"], r["policy"], r["budget"], r["seed"], r["ranker"]): r["store_units"] for r in records}
+    stores = {(r.question_id, r.policy, r.budget, r.seed, r.ranker): r.store_units for r in records}
     assert all(stores[(q, p, b, s, "bm25-lite")] == n for (q, p, b, s, _), n in stores.items())
 
 
@@ -78,19 +78,19 @@ def test_the_report_cli_renders_a_comparison_run_again(grid_run: ChildRun, tmp_p
     assert "## Rankers compared (regime b)" in (out / "report.md").read_text()
 
 
-def _records(ranker: str, recovers: set[str]) -> list[dict[str, Any]]:
+def _records(ranker: str, recovers: set[str]) -> list[Record]:
     """Regime-(b) fifo records of ten questions: every one an error, recoverable where ``recovers`` says."""
     out = []
     for i in range(10):
         qid = f"q{i}"
         recoverable = qid in recovers
-        out.append({
-            "question_id": qid, "question_type": "single-session-user", "policy": "fifo", "budget": 80_000,
-            "seed": 0, "regime": "b", "reader": "fake", "oracle_correct": True, "policy_correct": False,
-            "restored_correct": True, "negative_restore_gain": False, "gold_units": 1,
-            "gold_evicted": 0 if recoverable else 1, "bin": "recoverable" if recoverable else "irreversible",
-            "excluded": None, "ranker": ranker,
-        })
+        out.append(flat_record(
+            question_id=qid, question_type="single-session-user", policy="fifo", budget=80_000,
+            seed=0, regime="b", reader="fake", oracle_correct=True, policy_correct=False,
+            restored_correct=True, negative_restore_gain=False, gold_units=1,
+            gold_evicted=0 if recoverable else 1, bin="recoverable" if recoverable else "irreversible",
+            excluded=None, ranker=ranker,
+        ))
     return out
 
 

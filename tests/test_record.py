@@ -8,15 +8,19 @@ from typing import Any
 
 import numpy as np
 import pytest
+from grid_helpers import RECORD_DEFAULTS
 
 from pytest_restore.record import (
     FIELDS,
     REQUIRED_FIELDS,
+    V1_MOVED,
     CellKey,
     Record,
     RecordError,
     bin_of,
     dumps,
+    from_v1,
+    migrate_v1,
     read_records,
     schema_markdown,
 )
@@ -24,44 +28,70 @@ from pytest_restore.stats.tally import tally, tally_cells
 
 
 def rec(qid: str = "q1", **kw: Any) -> dict[str, Any]:
-    """A saved record with the required fields; ``kw`` overrides."""
-    base: dict[str, Any] = {
-        "question_id": qid,
-        "question_type": "single-session-user",
-        "policy": "fifo",
-        "budget": 8000,
-        "seed": 0,
-        "regime": "b",
-        "reader": "fake",
-        "oracle_correct": True,
-        "policy_correct": True,
-        "restored_correct": True,
-        "negative_restore_gain": False,
-        "gold_units": 1,
-        "gold_evicted": 0,
-        "bin": None,
-        "excluded": None,
-    }
-    base.update(kw)
-    return base
+    """A saved record (version 2) with the required fields; ``kw`` overrides, named as in version 1."""
+    return migrate_v1(flat(qid, **kw))
 
 
-def test_fields_table_is_the_dataclass() -> None:
-    assert tuple(name for name, _c, _w in FIELDS) == tuple(Record.__dataclass_fields__)
-    assert REQUIRED_FIELDS[0] == "question_id" and REQUIRED_FIELDS[-1] == "excluded"
+def flat(qid: str = "q1", **kw: Any) -> dict[str, Any]:
+    """A saved record of version 1 (one flat object) with the required fields; ``kw`` overrides."""
+    return {**RECORD_DEFAULTS, "question_id": qid, "budget": 8000, **kw}
 
 
-def test_json_round_trip_and_mapping_view() -> None:
-    data = rec(gold_evicted_units=[3, 4], ablation_excluded={"placebo": "not constructible: x"})
+def test_fields_table_is_the_dataclasses() -> None:
+    top = [path for path, _c, _w in FIELDS if "." not in path]
+    assert top == list(Record.__dataclass_fields__)
+    assert REQUIRED_FIELDS[0] == "question_id" and "excluded" in REQUIRED_FIELDS
+    for condition in ("oracle", "policy", "restored"):
+        assert f"conditions.{condition}.correct" in REQUIRED_FIELDS
+        assert f"conditions.{condition}.answer" not in REQUIRED_FIELDS
+    assert "ablations" not in REQUIRED_FIELDS and "ablations.excluded" in REQUIRED_FIELDS
+    # every version-1 field that moved has a place in version 2
+    assert set(V1_MOVED.values()) <= {path for path, _c, _w in FIELDS}
+
+
+def test_json_round_trip_and_attribute_reads() -> None:
+    data = rec(
+        gold_evicted_units=[3, 4],
+        policy_answer="Paris",
+        policy_injected_tokens=12,
+        ablation_excluded={"placebo": "not constructible: x"},
+        ablation_store_correct=True,
+    )
     record = Record.from_json(data)
-    assert record.gold_evicted_units == (3, 4)
-    assert record["policy"] == record.policy == "fifo"
-    assert record.get("ranker") is None and "ranker" in record and "nope" not in record
+    assert record.gold_evicted_units == (3, 4) and record.policy == "fifo" and record.ranker is None
+    assert record.conditions.policy.answer == "Paris" and record.conditions.policy.injected_tokens == 12
+    assert record.conditions.oracle.correct is True and record.conditions.oracle.injected_tokens is None
+    assert record.ablations is not None and record.ablations.verdict("store") is True
+    assert record.ablations.excluded == {"placebo": "not constructible: x"}
     again = Record.from_json(record.to_json())
     assert again == record
-    assert json.loads(dumps([record]))["gold_evicted_units"] == [3, 4]
-    with pytest.raises(KeyError):
-        record["nope"]
+    line = json.loads(dumps([record]))
+    assert line["gold_evicted_units"] == [3, 4] and line["conditions"]["policy"]["answer"] == "Paris"
+    assert line["ablations"]["store_correct"] is True
+    assert Record.from_json(rec()).ablations is None
+
+
+def test_version_1_is_migrated_field_by_field() -> None:
+    old = flat(
+        policy_answer="Paris",
+        restored_prompt="abc",
+        restored_injected_units=3,
+        ablation_excluded={},
+        ablation_placebo_units=[1, 2],
+    )
+    record = from_v1(old)
+    assert record == Record.from_json(migrate_v1(old))
+    assert record.conditions.policy.answer == "Paris" and record.conditions.restored.prompt == "abc"
+    assert record.conditions.restored.injected_units == 3
+    assert record.ablations is not None and record.ablations.placebo_units == (1, 2)
+    assert from_v1(flat()).ablations is None  # ablation_excluded null: the ablations did not run
+    # a version-1 error names the version-1 field
+    with pytest.raises(RecordError, match="^question 'q1': field 'policy_correct': missing$"):
+        from_v1({k: v for k, v in flat().items() if k != "policy_correct"})
+    with pytest.raises(RecordError, match="field 'restored_answer': must be a string or null, got 3"):
+        from_v1(flat(restored_answer=3))
+    with pytest.raises(RecordError, match="field 'ablation_excluded': missing"):
+        from_v1(flat(ablation_store_correct=True))  # an ablation's verdict where the ablations did not run
 
 
 @pytest.mark.parametrize(
@@ -71,7 +101,8 @@ def test_json_round_trip_and_mapping_view() -> None:
         ({"regime": "c"}, "field 'regime': must be 'a' or 'b'"),
         ({"bin": "lost"}, "field 'bin': must be 'irreversible'"),
         ({"colour": "red"}, "field 'colour': not a record field"),
-        ({"policy_correct": None}, "field 'policy_correct': null on an oracle-answerable"),
+        ({"policy_correct": None}, "field 'conditions.policy.correct': null on an oracle-answerable"),
+        ({"oracle_answer": 7}, "field 'conditions.oracle.answer': must be a string or null, got 7"),
         ({"bin": "residual"}, "field 'bin': 'residual' on a record that is not"),
         ({"oracle_correct": False, "policy_correct": False, "bin": "residual"}, "field 'bin'"),
     ],
@@ -87,6 +118,14 @@ def test_missing_required_field_and_optional_fields_default_to_null() -> None:
     del data["gold_evicted"]
     with pytest.raises(RecordError, match="field 'gold_evicted': missing"):
         Record.from_json(data)
+    data = rec()
+    del data["conditions"]["restored"]["correct"]
+    with pytest.raises(RecordError, match="field 'conditions.restored.correct': missing"):
+        Record.from_json(data)
+    with pytest.raises(RecordError, match="field 'conditions': must be an object, got null"):
+        Record.from_json({**rec(), "conditions": None})
+    with pytest.raises(RecordError, match="field 'ablations': must be an object or null, got 3"):
+        Record.from_json({**rec(), "ablations": 3})
     assert Record.from_json(rec()).ranker is None
 
 
@@ -133,7 +172,8 @@ def test_tally_figures() -> None:
         rec("q6", oracle_correct=False, policy_correct=False),
         rec("q7", excluded="api_error: policy reader", policy_correct=None),
     ]
-    fig = tally(Record.from_json(r) for r in records)
+    records = [Record.from_json(r) for r in records]
+    fig = tally(records)
     assert (fig.N, fig.err, fig.irr, fig.rec, fig.res, fig.correct) == (5, 3, 1, 1, 1, 2)
     assert (fig.excluded, fig.not_answerable, fig.records) == (1, 1, 7)
     assert fig.exclusions == {"api_error: policy reader": 1}
@@ -149,9 +189,9 @@ def test_tally_figures() -> None:
 
 def test_tally_cells_share_one_universe_and_pool_seeds() -> None:
     records = [
-        rec("q1", policy="random", seed=0),
-        rec("q1", policy="random", seed=1, policy_correct=False, bin="residual"),
-        rec("q2", policy="fifo"),
+        Record.from_json(rec("q1", policy="random", seed=0)),
+        Record.from_json(rec("q1", policy="random", seed=1, policy_correct=False, bin="residual")),
+        Record.from_json(rec("q2", policy="fifo")),
     ]
     cells = tally_cells(records, ["q1", "q2", "q3"])
     random = cells[CellKey("random", 8000, "b", "fake")]
@@ -159,13 +199,6 @@ def test_tally_cells_share_one_universe_and_pool_seeds() -> None:
     assert random.counts[:, 0].tolist() == [2, 1, 0, 0, 1, 1, 0]  # N, err, irr, rec, res, correct, gold
     assert random.seeds == {0, 1} and random.N == 2
     assert cells[CellKey("fifo", 8000, "b", "fake")].counts[0].tolist() == [0, 1, 0]
-
-
-def test_tally_refuses_an_uncountable_mapping() -> None:
-    bad = rec()
-    del bad["bin"]
-    with pytest.raises(RecordError, match=r"q1.*field 'bin': missing"):
-        tally_cells([bad])
 
 
 def _write(path: Path, *records: dict[str, Any]) -> Path:

@@ -8,13 +8,15 @@ import json
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import ChildRun, report_file
+from grid_helpers import ChildRun, flat_record, report_file
 
 from pytest_restore.data.dataset import QUESTION_TYPES
+from pytest_restore.record import Record
 from pytest_restore.report.inputs import RecordsError, RunInfo, analyse_records, read_records
 from pytest_restore.report.markdown import session_failures
 from pytest_restore.report.writer import (
@@ -24,7 +26,8 @@ from pytest_restore.report.writer import (
 from pytest_restore.stats.families import FAMILIES
 from pytest_restore.stats.results import CELL_COLUMNS, INTERVAL_COLUMNS, PROTOCOL_COLUMNS
 
-Record = dict[str, Any]
+#: A record's fields in the flat layout of schema version 1 (see ``grid_helpers.flat_record``).
+Flat = dict[str, Any]
 
 BUDGETS = (80_000, 8_000)
 SEEDS = {"random": (0, 1, 2)}
@@ -52,7 +55,7 @@ def fixed_records(
     (b) sometimes misses the gold (recoverable). One question in nine is not
     oracle-answerable; one record fails its reader call (excluded).
     """
-    records: list[Record] = []
+    records: list[Flat] = []
     for i in range(questions):
         qid = f"q{i:03d}"
         qtype = QUESTION_TYPES[i % len(QUESTION_TYPES)]
@@ -88,7 +91,7 @@ def fixed_records(
                         )
     records[7]["excluded"] = "api_error: reader"
     records[7]["policy_correct"] = records[7]["bin"] = None
-    return records
+    return [flat_record(**r) for r in records]
 
 
 def record(
@@ -103,7 +106,7 @@ def record(
     correct: bool,
     restored: bool,
     evicted: bool,
-) -> Record:
+) -> Flat:
     """One record in the audit's schema, binned as the audit bins it."""
     bin_ = None
     if oracle and not correct:
@@ -259,12 +262,10 @@ def test_a_tame_control_on_few_questions_is_not_testable_and_says_how_many_would
 
 def test_session_failures_name_an_h1_cell_without_rejection() -> None:
     # regime (a) of fifo at 8k: recoverable errors only, so the two-bin share is 0
-    records = fixed_records()
-    for r in records:
-        if (r["policy"], r["budget"], r["regime"]) == ("fifo", 8_000, "a") and r[
-            "bin"
-        ] == "irreversible":
-            r["bin"] = "recoverable"
+    records = [
+        replace(r, bin="recoverable") if (r.policy, r.budget, r.regime, r.bin) == ("fifo", 8_000, "a", "irreversible") else r
+        for r in fixed_records()
+    ]
     failures = session_failures(analyse_records(records, INFO))
     h1 = [line for line in failures if line.startswith("H1")]
     assert h1 == [
@@ -284,9 +285,10 @@ def test_session_failures_name_an_h1_cell_without_rejection() -> None:
         (lambda r: r.__setitem__("regime", "c"), "field 'regime': must be 'a' or 'b'"),
         (lambda r: r.__setitem__("bin", "lost"), "field 'bin': must be 'irreversible'"),
         (
-            lambda r: r.__setitem__("policy_correct", None),
-            "field 'policy_correct': null on an oracle-answerable",
+            lambda r: r["conditions"]["policy"].__setitem__("correct", None),
+            "field 'conditions.policy.correct': null on an oracle-answerable",
         ),
+        (lambda r: r["conditions"].pop("oracle"), "field 'conditions.oracle': missing"),
     ],
 )
 def test_read_records_names_line_question_and_field(
@@ -326,7 +328,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_report_cli_error_is_one_line_exit_2(tmp_path: Path) -> None:
-    records = fixed_records(questions=2)
+    records = [r.to_json() for r in fixed_records(questions=2)]
     del records[0]["gold_evicted"]
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -371,7 +373,7 @@ def test_report_cli_refuses_out_that_is_a_file(tmp_path: Path) -> None:
 def test_report_cli_refuses_records_of_another_run_than_the_summary(
     tmp_path: Path, change: dict[str, str], expected: str
 ) -> None:
-    records = [r | {"run_id": "abc", "granularity": "turn"} for r in fixed_records(questions=2)]
+    records = [replace(r, run_id="abc", granularity="turn") for r in fixed_records(questions=2)]
     path = tmp_path / "records.jsonl"
     path.write_text(render_records_jsonl(records))
     settings = {"run_id": "abc", "granularity": "turn", "ranker": "bm25-lite"} | change
@@ -425,6 +427,31 @@ def test_session_report_is_identical_with_xdist_and_rebuilt_from_records(
     assert (rebuilt / "summary.json").read_bytes() == (serial / "summary.json").read_bytes()
 
 
+#: One run's records as two writers wrote them: the version-1 writer (one flat object per record)
+#: and this package's (``tiny.json``, fifo at 100 tokens, with the ablations; same run id).
+RECORDS_V1 = Path(__file__).resolve().parent.parent / "fixtures" / "records-v1"
+RECORDS_V2 = RECORDS_V1.with_name("records-v2")
+
+
+def test_a_version_1_records_file_is_migrated_and_rebuilds_the_report_of_version_2(tmp_path: Path) -> None:
+    from pytest_restore.record import SCHEMA_VERSION
+
+    assert json.loads((RECORDS_V1 / "summary.json").read_text())["record_schema"] == 1
+    assert json.loads((RECORDS_V2 / "summary.json").read_text())["record_schema"] == SCHEMA_VERSION == 2
+    old, new = read_records(RECORDS_V1 / "records.jsonl"), read_records(RECORDS_V2 / "records.jsonl")
+    assert old == new
+    assert any(r.ablations is not None for r in old) and any(r.ablations is None for r in old)
+    assert all(r.conditions.policy.answer is not None for r in old)
+    for source in (RECORDS_V1, RECORDS_V2):
+        result = _cli("report", str(source / "records.jsonl"), "--out", str(tmp_path / source.name))
+        assert result.returncode == 0, result.stderr
+    for name in ("records.jsonl", "cells.csv", "hypotheses.json", "report.md"):
+        rebuilt_v1, rebuilt_v2 = (tmp_path / d.name / name for d in (RECORDS_V1, RECORDS_V2))
+        assert rebuilt_v1.read_bytes() == rebuilt_v2.read_bytes(), name
+    summary = json.loads((tmp_path / RECORDS_V1.name / "summary.json").read_text())
+    assert summary["record_schema"] == SCHEMA_VERSION  # rewritten in the current version
+
+
 def test_report_refuses_another_record_schema_and_reads_an_unversioned_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -438,9 +465,9 @@ def test_report_refuses_another_record_schema_and_reads_an_unversioned_one(
     assert main(["report", str(path), "--out", str(out)]) == 2
     assert capsys.readouterr().err.strip() == (
         f"error: {summary}: records of schema version {SCHEMA_VERSION + 1}; this pytest-restore reads "
-        f"version {SCHEMA_VERSION} (and files without a version): use the pytest-restore release that wrote them"
+        "versions 1, 2 (and files without a version): use the pytest-restore release that wrote them"
     )
     assert not out.exists()
-    summary.write_text(json.dumps({"run": {}}))  # written before versions: read by the current rule
+    summary.write_text(json.dumps({"run": {}}))  # written before versions: each record's shape says its version
     assert main(["report", str(path), "--out", str(out)]) == 0
     assert json.loads((out / "summary.json").read_text())["record_schema"] == SCHEMA_VERSION

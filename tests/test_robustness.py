@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import csv
-import json
 
 import pytest
-from grid_helpers import GRID, small_args
+from grid_helpers import GRID, flat_record, small_args
 
+from pytest_restore.record import Record, read_records
 from pytest_restore.stats.analysis import analyse
 from pytest_restore.stats.robustness import compare_readers, render_comparison_md
 
@@ -25,8 +25,8 @@ def test_second_reader_runs_the_grid_again_and_is_compared(pytester: pytest.Pyte
     with open(out / "cells.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert {r["reader"] for r in rows} == {"fake", "fake-strong"}
-    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    by_reader = {reader: [r for r in records if r["reader"] == reader] for reader in ("fake", "fake-strong")}
+    records = read_records(out / "records.jsonl")
+    by_reader = {reader: [r for r in records if r.reader == reader] for reader in ("fake", "fake-strong")}
     assert len(by_reader["fake"]) == len(by_reader["fake-strong"]) > 0
     report = (out / "report.md").read_text()
     assert "## Robustness reader" in report and "fake-strong vs fake" in report
@@ -39,9 +39,9 @@ def test_same_reader_twice_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--restore-robustness-reader: must differ from --restore-reader*"])
 
 
-def _records(reader: str, *, shares: dict[int, tuple[int, int]], residual: int) -> list[dict[str, object]]:
+def _records(reader: str, *, shares: dict[int, tuple[int, int]], residual: int) -> list[Record]:
     """Regime (a) and (b) records of fifo/random/redundancy/control at two budgets for one reader."""
-    records: list[dict[str, object]] = []
+    records: list[Record] = []
     for policy, bump in (("fifo", 0), ("random", 1), ("redundancy", 2), ("control", 3)):
         for budget, (irr, rec) in shares.items():
             for q in range(40):
@@ -57,23 +57,23 @@ def _records(reader: str, *, shares: dict[int, tuple[int, int]], residual: int) 
                 for regime in ("a", "b"):
                     b = bin_b if regime == "b" or bin_b != "recoverable" else None
                     records.append(
-                        {
-                            "question_id": qid,
-                            "question_type": "multi-session",
-                            "policy": policy,
-                            "budget": budget,
-                            "seed": 0,
-                            "regime": regime,
-                            "reader": reader,
-                            "oracle_correct": True,
-                            "policy_correct": b is None,
-                            "restored_correct": b in ("irreversible", "recoverable"),
-                            "negative_restore_gain": False,
-                            "gold_units": 1,
-                            "gold_evicted": evicted,
-                            "bin": b,
-                            "excluded": None,
-                        }
+                        flat_record(
+                            question_id=qid,
+                            question_type="multi-session",
+                            policy=policy,
+                            budget=budget,
+                            seed=0,
+                            regime=regime,
+                            reader=reader,
+                            oracle_correct=True,
+                            policy_correct=b is None,
+                            restored_correct=b in ("irreversible", "recoverable"),
+                            negative_restore_gain=False,
+                            gold_units=1,
+                            gold_evicted=evicted,
+                            bin=b,
+                            excluded=None,
+                        )
                     )
     return records
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from grid_helpers import RECORD_DEFAULTS, flat_record
 from scipy import stats as scipy_stats  # type: ignore[import-untyped]
 from statsmodels.stats.multitest import multipletests  # type: ignore[import-untyped]
 
 from pytest_restore.bootstrap import Resampler, holm, smoothed_p, two_sided_p
+from pytest_restore.record import Record, RecordError, from_v1
 from pytest_restore.report.figure import write_figure
 from pytest_restore.stats.analysis import Analysis, analyse, cell_verdicts
 from pytest_restore.stats.engine import Engine
@@ -24,8 +27,6 @@ from pytest_restore.stats.families import (
 )
 from pytest_restore.stats.results import CELL_COLUMNS, INTERVAL_COLUMNS, CellStats, HypothesisTest
 from pytest_restore.stats.tally import IRR_ROW, N_ROW
-
-Record = dict[str, Any]
 
 
 def record(
@@ -45,21 +46,21 @@ def record(
     """One per-question record; ``bin`` implies a policy error, else correct."""
     if correct is None:
         correct = bin is None
-    return {
-        "question_id": qid,
-        "question_type": qtype,
-        "policy": policy,
-        "budget": budget,
-        "seed": seed,
-        "regime": regime,
-        "reader": reader,
-        "oracle_correct": oracle,
-        "policy_correct": correct,
-        "restored_correct": bin in ("irreversible", "recoverable"),
-        "gold_evicted": int(bin == "irreversible"),
-        "bin": bin,
-        "excluded": excluded,
-    }
+    return flat_record(
+        question_id=qid,
+        question_type=qtype,
+        policy=policy,
+        budget=budget,
+        seed=seed,
+        regime=regime,
+        reader=reader,
+        oracle_correct=oracle,
+        policy_correct=correct,
+        restored_correct=bin in ("irreversible", "recoverable"),
+        gold_evicted=int(bin == "irreversible"),
+        bin=bin,
+        excluded=excluded,
+    )
 
 
 def cell(
@@ -226,15 +227,15 @@ def test_h3_is_a_joint_paired_resample() -> None:
     analysis = analyse(records, resamples=4000, seed=3)
     (h3,) = analysis.family("H3")
     # Recompute by hand with the same resample matrix: rec/(irr+rec), b minus a.
-    ids = sorted({r["question_id"] for r in records})
+    ids = sorted({r.question_id for r in records})
     w = Resampler.draw(ids, 4000, seed=3)
 
     def share(regime: str, binned: str) -> np.ndarray:
         col = {q: i for i, q in enumerate(ids)}
         v = {k: np.zeros(len(ids)) for k in ("irreversible", "recoverable")}
         for r in records:
-            if r["regime"] == regime and r["bin"] in v:
-                v[r["bin"]][col[r["question_id"]]] += 1
+            if r.regime == regime and r.bin in v:
+                v[r.bin][col[r.question_id]] += 1
         num, den = w.totals(v[binned]), w.totals(v["irreversible"] + v["recoverable"])
         return num / den
 
@@ -385,7 +386,7 @@ SIZES = {"H1": 2 * 3, "H3": 2 * 3, POSITIVE_CONTROL: 3 * 3}
 
 def _with_regime_a(records: list[Record]) -> list[Record]:
     for policy in ("fifo", "control"):
-        records += [dict(r, regime="a") for r in records if r["policy"] == policy and r["regime"] == "b"]
+        records += [replace(r, regime="a") for r in records if r.policy == policy and r.regime == "b"]
     return records
 
 
@@ -431,7 +432,7 @@ def test_an_item_asks_for_the_whole_family_only_where_holm_could_go_either_way()
 
 def test_cell_verdicts_need_one_reader() -> None:
     records = cell("fifo", 10, 3, 0, 0, regime="a")
-    records += [dict(r, reader="other") for r in records]
+    records += [replace(r, reader="other") for r in records]
     with pytest.raises(ValueError, match="reader"):
         cell_verdicts(analyse(records, resamples=100), "fifo", 80_000, budgets=(80_000,), family_sizes=SIZES)
     verdicts = cell_verdicts(
@@ -567,15 +568,16 @@ def test_json_is_deterministic() -> None:
     assert data["settings"]["resamples"] == 1000
 
 
-def test_malformed_records_raise() -> None:
-    bad = record("q000")
+def test_malformed_records_are_refused_before_the_statistics() -> None:
+    """The statistics read typed records only: a malformed one is refused when it is built."""
+    bad = {**RECORD_DEFAULTS, "question_id": "q000"}
     del bad["bin"]
-    with pytest.raises(ValueError, match="q000.*field 'bin': missing"):
-        analyse([bad], resamples=10)
-    with pytest.raises(ValueError, match="regime"):
-        analyse([record("q000", regime="c")], resamples=10)
-    with pytest.raises(ValueError, match="policy_correct.*null on an oracle-answerable"):
-        analyse([record("q000", correct=None) | {"policy_correct": None}], resamples=10)
+    with pytest.raises(RecordError, match="q000.*field 'bin': missing"):
+        from_v1(bad)
+    with pytest.raises(RecordError, match="regime"):
+        record("q000", regime="c")
+    with pytest.raises(RecordError, match="'policy_correct'.*null on an oracle-answerable"):
+        flat_record(question_id="q000", policy_correct=None)
 
 
 def test_bins_by_type() -> None:

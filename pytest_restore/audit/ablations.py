@@ -42,12 +42,10 @@ analysis (:mod:`pytest_restore.stats.ablations`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import numpy as np
 
 from pytest_restore.data.units import History
+from pytest_restore.record import Record
 
 #: Largest size ratio (either way) between a gold unit and its placebo.
 PLACEBO_MAX_RATIO = 1.5
@@ -85,15 +83,11 @@ def placebo_units(history: History, max_ratio: float = PLACEBO_MAX_RATIO) -> lis
     return None
 
 
-def ran(record: Mapping[str, Any]) -> bool:
+def ran(record: Record) -> bool:
     """Whether the ablations ran on this record."""
-    return record.get("ablation_excluded") is not None
+    return record.ablations is not None
 
 
-def is_case(record: Mapping[str, Any]) -> bool:
+def is_case(record: Record) -> bool:
     """A regime-(b) irreversible record (what the ablations run on)."""
-    return (
-        record.get("regime") == "b"
-        and record.get("bin") == "irreversible"
-        and record.get("excluded") is None
-    )
+    return record.regime == "b" and record.bin == "irreversible" and record.excluded is None

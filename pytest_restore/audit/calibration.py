@@ -229,9 +229,9 @@ def calibrate(
 
     # -- the calibration cell and its negative restore gains
     run = audit.run_cell(policy, budget, questions=subset)
-    gate_records = [r for r in run.records if r["regime"] == GATE_REGIME]
-    counted = [r for r in gate_records if r["excluded"] is None and r["policy_correct"] is True]
-    negative = sum(1 for r in counted if r["negative_restore_gain"])
+    gate_records = [r for r in run.records if r.regime == GATE_REGIME]
+    counted = [r for r in gate_records if r.excluded is None and r.conditions.policy.correct is True]
+    negative = sum(1 for r in counted if r.negative_restore_gain)
 
     # -- judge repeat self-consistency over every graded answer of the calibration run
     first: dict[tuple[str, str], list[bool | None]] = {}
@@ -246,8 +246,9 @@ def calibrate(
     for qid, outcome in oracle.items():
         add(qid, "oracle", outcome.answer, outcome.correct)
     for r in run.records:
-        add(r["question_id"], "policy", r["policy_answer"], r["policy_correct"])
-        add(r["question_id"], "restored", r["restored_answer"], r["restored_correct"])
+        policy_, restored = r.conditions.policy, r.conditions.restored
+        add(r.question_id, "policy", policy_.answer, policy_.correct)
+        add(r.question_id, "restored", restored.answer, restored.correct)
     prepared = {p.question.question_id: p.question for p in subset}
     items = [
         JudgeItem(
@@ -362,7 +363,7 @@ def calibrate(
         negative_restore_gain=negative,
         negative_gain_rate=negative_rate,
         cell_records=len(gate_records),
-        cell_excluded=sum(1 for r in gate_records if r["excluded"] is not None),
+        cell_excluded=sum(1 for r in gate_records if r.excluded is not None),
         probe_reference_correct=right["reference"],
         probe_reference=asked["reference"],
         probe_wrong_incorrect=wrong_right,

@@ -44,12 +44,10 @@ from pytest_restore.data.dataset import Question
 from pytest_restore.memory.eviction import stable_seed
 from pytest_restore.models.base import ChatModel
 from pytest_restore.models.prompts import PromptSet, parse_verdict
+from pytest_restore.record import Record
 
-#: Where an item comes from: the record fields holding its answer and its verdict.
-SOURCES: Mapping[str, tuple[str, str]] = {
-    "policy": ("policy_answer", "policy_correct"),
-    "restored": ("restored_answer", "restored_correct"),
-}
+#: Where an item comes from: the record's conditions whose answers are re-graded.
+SOURCES: tuple[str, ...] = ("policy", "restored")
 
 #: Failure kinds of a re-grade, as counted and reported.
 API_ERROR = "api_error"
@@ -176,7 +174,7 @@ def allocate(sizes: Mapping[tuple[str, str], int], n: int) -> dict[tuple[str, st
 
 
 def collect_items(
-    records: Iterable[Mapping[str, Any]], questions_by_id: Mapping[str, Question]
+    records: Iterable[Record], questions_by_id: Mapping[str, Question]
 ) -> tuple[list[JudgeItem], int, int]:
     """The distinct gradable items of ``records``, sorted.
 
@@ -189,10 +187,10 @@ def collect_items(
     types: dict[str, str] = {}
     copies = 0
     for record in records:
-        qid = str(record["question_id"])
-        for source, (answer_key, verdict_key) in SOURCES.items():
-            answer, verdict = record.get(answer_key), record.get(verdict_key)
-            if answer is None or verdict is None:
+        qid = record.question_id
+        for source, condition in record.conditions.by_name():
+            answer, verdict = condition.answer, condition.correct
+            if source not in SOURCES or answer is None or verdict is None:
                 continue
             if qid not in questions_by_id:
                 raise KeyError(
@@ -202,7 +200,7 @@ def collect_items(
             copies += 1
             verdicts.setdefault(key, set()).add(bool(verdict))
             sources.setdefault(key, set()).add(source)
-            types[qid] = str(record["question_type"])
+            types[qid] = record.question_type
     items = []
     conflicting = 0
     for key in sorted(verdicts):
@@ -352,7 +350,7 @@ class JudgeAuditResult:
 
 
 def audit_judge(
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[Record],
     questions_by_id: Mapping[str, Question],
     judge: ChatModel,
     prompts: PromptSet,
@@ -362,14 +360,13 @@ def audit_judge(
 ) -> JudgeAuditResult:
     """Re-grade a stratified, seeded sample of the first judge's grades with ``judge``.
 
-    ``records`` are the audit's per-question records (or rows of
-    ``records.jsonl``); ``questions_by_id`` gives each question's text and
+    ``records`` are the audit's per-question records; ``questions_by_id`` gives each question's text and
     reference answer. The definitions are in the module docstring.
     """
     if sample < 0:
         raise ValueError(f"sample must be non-negative, got {sample}")
     records = list(records)
-    first_judges = sorted({str(r["judge"]) for r in records if r.get("judge") is not None})
+    first_judges = sorted({r.judge for r in records if r.judge is not None})
     items, duplicates, conflicting = collect_items(records, questions_by_id)
     chosen = sample_items(items, sample, seed)
     grades = grade(judge, prompts, chosen) if chosen else []

@@ -11,11 +11,12 @@ condition of every record.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
+from pytest_restore.record import Record
 
 
 def request_digest(request: ChatRequest) -> bytes:
@@ -35,7 +36,7 @@ def prompt_id(request: ChatRequest) -> str:
     return request_digest(request).hex()[:16]
 
 
-def model_calls(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def model_calls(records: Iterable[Record]) -> dict[str, dict[str, Any]]:
     """Reader and judge calls of the main conditions, unique against naive, from the records alone.
 
     Naive: one call per condition of every record (oracle, policy, restored),
@@ -44,23 +45,21 @@ def model_calls(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any
     answer), per reader. Records without prompt ids (older ones) are left out.
     """
     out: dict[str, dict[str, Any]] = {}
-    for reader in sorted({str(r["reader"]) for r in records if r.get("oracle_prompt") is not None}):
+    for reader in sorted({r.reader for r in records if r.conditions.oracle.prompt is not None}):
         prompts: set[str] = set()
         graded: set[tuple[str, str, str]] = set()
         naive = judged = 0
         for r in records:
-            if r["reader"] != reader or r.get("oracle_prompt") is None:
+            if r.reader != reader or r.conditions.oracle.prompt is None:
                 continue
-            for condition in ("oracle", "policy", "restored"):
-                prompt = r.get(f"{condition}_prompt")
-                if prompt is None:
+            for _name, condition in r.conditions.by_name():
+                if condition.prompt is None:
                     continue
                 naive += 1
-                prompts.add(prompt)
-                answer = r.get(f"{condition}_answer")
-                if answer is not None:
+                prompts.add(condition.prompt)
+                if condition.answer is not None:
                     judged += 1
-                    graded.add((str(r.get("question", r["question_id"])), str(r.get("reference", "")), str(answer)))
+                    graded.add((str(r.question), str(r.reference), condition.answer))
         out[reader] = {
             "reader_naive": naive,
             "reader_unique": len(prompts),

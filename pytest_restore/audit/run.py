@@ -30,7 +30,7 @@ import os
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -60,7 +60,15 @@ from pytest_restore.memory.retrieval import (
 )
 from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.prompts import PromptSet, parse_score, parse_verdict
-from pytest_restore.record import ABLATIONS, REGIMES, Record, bin_of
+from pytest_restore.record import (
+    ABLATIONS,
+    REGIMES,
+    Ablations,
+    Condition,
+    Conditions,
+    Record,
+    bin_of,
+)
 
 # Exclusion reasons, as the report prints them.
 ABSTENTION = "abstention question (no evidence to restore)"
@@ -508,14 +516,14 @@ class Audit:
         """The records with the three ablations run on the regime-(b) irreversible ones."""
         items: list[tuple[History, Sequence[int]]] = []
         slots: list[tuple[int, str]] = []
-        changes: dict[int, dict[str, Any]] = {}
+        changes: dict[int, dict[str, Any]] = {}  # Ablations' fields, per record
         for i, r in enumerate(records):
             if not ablations.is_case(r):
                 continue
             p = prepared[r.question_id]
             contexts = self.ablation_contexts(p, stores[(r.question_id, r.seed)], r.ranker)
             excluded: dict[str, str] = {}
-            for key, _title, _field in ABLATIONS:
+            for key, _title in ABLATIONS:
                 injected = contexts[key]
                 if injected is None:
                     excluded[key] = (
@@ -527,18 +535,17 @@ class Audit:
                     slots.append((i, key))
             placebo = self.placebo(p)
             changes[i] = {
-                "ablation_excluded": excluded,
-                "ablation_placebo_units": tuple(placebo) if placebo is not None else None,
-                "ablation_placebo_tokens": int(p.history.sizes[placebo].sum()) if placebo is not None else None,
+                "excluded": excluded,
+                "placebo_units": tuple(placebo) if placebo is not None else None,
+                "placebo_tokens": int(p.history.sizes[placebo].sum()) if placebo is not None else None,
             }
-        fields = {key: field for key, _title, field in ABLATIONS}
         for (i, key), outcome in zip(slots, self.evaluate(items)):
             if outcome.failure is not None:
-                changes[i]["ablation_excluded"][key] = outcome.failure.reason()
-            changes[i][fields[key]] = outcome.correct if outcome.failure is None else None
+                changes[i]["excluded"][key] = outcome.failure.reason()
+            changes[i][f"{key}_correct"] = outcome.correct if outcome.failure is None else None
             if key == "store":
-                changes[i]["ablation_store_tokens"] = outcome.injected_tokens
-        return [r.with_fields(**changes[i]) if i in changes else r for i, r in enumerate(records)]
+                changes[i]["store_tokens"] = outcome.injected_tokens
+        return [replace(r, ablations=Ablations(**changes[i])) if i in changes else r for i, r in enumerate(records)]
 
     def conditions(
         self,
@@ -678,9 +685,11 @@ class Audit:
             reader=self.reader.name,
             judge=self.judge.name,
             scorer=self.scorer.name if policy.needs_importance else None,
-            oracle_correct=oracle.correct,
-            policy_correct=policy_correct,
-            restored_correct=restored_correct,
+            conditions=Conditions(
+                oracle=Condition(oracle.correct, oracle.answer, oracle.prompt),
+                policy=_condition(outcome),
+                restored=_condition(restored),
+            ),
             negative_restore_gain=bool(excluded is None and policy_correct and restored_correct is False),
             ranker=ranker,
             run_id=self.config.run_id,
@@ -697,19 +706,16 @@ class Audit:
             bin=bin_,
             excluded=excluded,
             error=error,
-            oracle_prompt=oracle.prompt,
-            policy_prompt=outcome.prompt if outcome else None,
-            restored_prompt=restored.prompt if restored else None,
-            oracle_answer=oracle.answer,
-            policy_answer=outcome.answer if outcome else None,
-            restored_answer=restored.answer if restored else None,
-            policy_injected_tokens=outcome.injected_tokens if outcome else None,
-            restored_injected_tokens=restored.injected_tokens if restored else None,
-            policy_injected_units=outcome.injected_units if outcome else None,
-            restored_injected_units=restored.injected_units if restored else None,
             store_tokens=int(history.sizes[mask].sum()) if mask is not None else None,
             store_units=int(mask.sum()) if mask is not None else None,
         )
+
+
+def _condition(outcome: Outcome | None) -> Condition:
+    """A condition of the record from its outcome (all null when the condition did not run)."""
+    if outcome is None:
+        return Condition(None)
+    return Condition(outcome.correct, outcome.answer, outcome.prompt, outcome.injected_tokens, outcome.injected_units)
 
 
 def unit_label(unit: Unit) -> str:

@@ -55,14 +55,14 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any
 
 from pytest_restore.data.units import History
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.prompts import DONT_KNOW
+from pytest_restore.record import Record
 
 #: Question types whose answer combines several pieces of evidence.
 AGGREGATING_TYPES = frozenset({"multi-session", "temporal-reasoning"})
@@ -341,8 +341,10 @@ def is_fake(name: str | None) -> bool:
     return name is not None and (name == "fake" or name.startswith("fake-"))
 
 
-def simulated_models(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+def simulated_models(records: Iterable[Record]) -> list[tuple[str, str]]:
     """``(role, name)`` of every fake model in the records, readers first, then judges, then scorers."""
     roles = ("reader", "judge", "scorer")
-    found = {(roles.index(role), str(r.get(role))) for r in records for role in roles if is_fake(r.get(role))}
+    found = {
+        (i, name) for r in records for i, name in enumerate((r.reader, r.judge, r.scorer)) if name and is_fake(name)
+    }
     return [(roles[i], name) for i, name in sorted(found)]

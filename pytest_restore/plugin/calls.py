@@ -78,11 +78,11 @@ class ModelCalls:
         A record excluded by a failed call lowered a cell's N; a model that was
         asked and answered nothing at all leaves nothing to audit.
         """
-        lowered = sum(1 for r in records if str(r.get("excluded") or "").startswith("api_error"))
+        lowered = sum(1 for r in records if (r.excluded or "").startswith("api_error"))
         lowered += sum(
             1
             for r in records
-            if any(str(v).startswith("api_error") for v in (r.get("ablation_excluded") or {}).values())
+            if r.ablations is not None and any(v.startswith("api_error") for v in r.ablations.excluded.values())
         )
         silent = [
             name

@@ -224,7 +224,7 @@ def item_records(audit: Audit, run: CellRun, spec: CellSpec, session: CellSessio
     records = list(run.records)
     if spec.policy == roles.control:
         others = [(b, spec.budget) for b in roles.baselines if b in selected]
-        records += [r for r in records_of(others) if r["regime"] == "b"]
+        records += [r for r in records_of(others) if r.regime == "b"]
     return records, records_of
 
 

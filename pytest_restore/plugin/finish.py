@@ -63,8 +63,8 @@ def run_info(
     shown.pop("report_dir")
     shown.pop("real_models")
     shown["data"] = Path(settings.data).name if settings.data else "embedded synthetic"
-    ran_policies = {str(r["policy"]) for r in records}
-    ran_budgets = {int(r["budget"]) for r in records}
+    ran_policies = {r.policy for r in records}
+    ran_budgets = {r.budget for r in records}
     shown["policies"] = [p.name for p in policies if p.name in ran_policies]
     shown["budgets"] = [b for b in settings.budgets if b in ran_budgets]
     shown["run_id"] = records[0].run_id if records else None
@@ -83,7 +83,7 @@ def run_info(
 
 def grid_cells(records: Sequence[Record], cells: Sequence[CellSpec]) -> dict[str, list[str]]:
     """The grid's cells that ran (records arrived) and those that did not, by item id."""
-    ran = {(str(r["reader"]), str(r["policy"]), int(r["budget"])) for r in records}
+    ran = {(r.reader, r.policy, r.budget) for r in records}
     out: dict[str, list[str]] = {"ran": [], "not_run": []}
     for cell in cells:
         done = (cell.reader, cell.policy, cell.budget) in ran  # a record's reader is the model's name

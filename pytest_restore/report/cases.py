@@ -4,8 +4,7 @@ and the restore-tightness ablations.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from pytest_restore.audit.ablations import PLACEBO_MAX_RATIO
 from pytest_restore.record import ABLATIONS, BINS, Record
@@ -53,7 +52,7 @@ def render_ablations_md(analysis: Analysis) -> str:
     for c in cells:
         out.append(
             f"| {c['reader']} | {c['policy']} | {budget_label(c['budget'])} | {c['cases']} | "
-            + " | ".join(f"{c[k]}/{c[f'{k}_scored']}" for k, _t, _f in ABLATIONS)
+            + " | ".join(f"{c[k]}/{c[f'{k}_scored']}" for k, _t in ABLATIONS)
             + " |"
         )
     out.append("")
@@ -71,12 +70,12 @@ def bin_cases(records: Sequence[Record]) -> list[Record]:
     """
     chosen: dict[tuple[str, str, str], Record] = {}
     for r in records:
-        if r["regime"] != "b" or r["bin"] is None:
+        if r.regime != "b" or r.bin is None:
             continue
-        key = (str(r["reader"]), str(r["policy"]), str(r["bin"]))
+        key = (r.reader, r.policy, r.bin)
         best = chosen.get(key)
-        rank = (-int(r["budget"]), str(r["question_id"]), int(r["seed"]))
-        if best is None or rank < (-int(best["budget"]), str(best["question_id"]), int(best["seed"])):
+        rank = (-r.budget, r.question_id, r.seed)
+        if best is None or rank < (-best.budget, best.question_id, best.seed):
             chosen[key] = r
     return [
         chosen[k]
@@ -84,19 +83,19 @@ def bin_cases(records: Sequence[Record]) -> list[Record]:
     ]
 
 
-def _case_text(value: Any) -> str:
+def _case_text(value: str | None) -> str:
     if value is None:
         return "-"
-    text = " ".join(str(value).split()).replace("|", "\\|")
+    text = " ".join(value.split()).replace("|", "\\|")
     return text if len(text) <= _CASE_TEXT else text[: _CASE_TEXT - 1] + "…"
 
 
-def _evicted_text(r: Mapping[str, Any]) -> str:
-    evicted, total = r.get("gold_evicted"), r.get("gold_units")
+def _evicted_text(r: Record) -> str:
+    evicted, total = r.gold_evicted, r.gold_units
     if not evicted:
         return f"none (all {total} gold units survived)"
-    where = r.get("gold_evicted_where") or []
-    units = r.get("gold_evicted_units") or []
+    where = r.gold_evicted_where or ()
+    units = r.gold_evicted_units or ()
     listed = "; ".join(
         f"unit {u}: {w}" for u, w in zip(units, where)
     ) or ", ".join(f"unit {u}" for u in units)
@@ -117,21 +116,21 @@ def render_cases_md(records: Sequence[Record]) -> str:
     cases = bin_cases(records)
     if not cases:
         return "\n".join(out + ["No binned error.", ""])
-    readers = {str(r["reader"]) for r in cases}
+    readers = {r.reader for r in cases}
     heading = None
     for r in cases:
-        title = f"### {r['policy']}" + (f" (reader {r['reader']})" if len(readers) > 1 else "")
+        title = f"### {r.policy}" + (f" (reader {r.reader})" if len(readers) > 1 else "")
         if title != heading:
             out += [title, ""] if heading is None else ["", title, ""]
             heading = title
         out += [
             (
-                f"- **{r['bin']}** ({budget_label(int(r['budget']))}, seed {r['seed']}, question "
-                f"`{r['question_id']}`, {r['question_type']}): {_case_text(r.get('question'))}"
+                f"- **{r.bin}** ({budget_label(r.budget)}, seed {r.seed}, question "
+                f"`{r.question_id}`, {r.question_type}): {_case_text(r.question)}"
             ),
-            f"  - reference: {_case_text(r.get('reference'))}",
-            f"  - policy answer: {_case_text(r.get('policy_answer'))}",
-            f"  - restored answer: {_case_text(r.get('restored_answer'))}",
+            f"  - reference: {_case_text(r.reference)}",
+            f"  - policy answer: {_case_text(r.conditions.policy.answer)}",
+            f"  - restored answer: {_case_text(r.conditions.restored.answer)}",
             f"  - gold evicted: {_evicted_text(r)}",
         ]
     return "\n".join(out) + "\n"

@@ -10,11 +10,11 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pytest_restore import record as record_module
 from pytest_restore.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
-from pytest_restore.record import DEFAULT_RANKER, Record, RecordError
+from pytest_restore.record import Record, RecordError, ranker_of
 from pytest_restore.stats.analysis import Analysis, analyse
 from pytest_restore.stats.families import FAMILIES, Family
 from pytest_restore.stats.results import (
@@ -22,9 +22,6 @@ from pytest_restore.stats.results import (
     DEFAULT_EQUIVALENCE_MARGIN,
     policy_order,
 )
-
-_R = TypeVar("_R", bound=Mapping[str, Any])
-
 
 #: Saved records that cannot be turned into a report (the name this module always used).
 RecordsError = RecordError
@@ -103,19 +100,12 @@ class RunInfo:
         )
 
 
-def record_order(r: Mapping[str, Any]) -> tuple[Any, ...]:
+def record_order(r: Record) -> tuple[tuple[int, str], int, str, int, str, str]:
     """The canonical order of records: by cell, then seed, regime and question."""
-    return (
-        policy_order(r["policy"]),
-        -r["budget"],
-        str(r["reader"]),
-        r["seed"],
-        r["regime"],
-        r["question_id"],
-    )
+    return (policy_order(r.policy), -r.budget, r.reader, r.seed, r.regime, r.question_id)
 
 
-def sort_records(records: Iterable[_R]) -> list[_R]:
+def sort_records(records: Iterable[Record]) -> list[Record]:
     """Records in canonical order (arrival order across workers is not fixed)."""
     return sorted(records, key=record_order)
 
@@ -160,27 +150,32 @@ def dataset_label(info: RunInfo) -> str:
     return ", ".join(x for x in (name, f"{audited} questions" if audited else "") if x)
 
 
-def rankers_of(records: Iterable[Mapping[str, Any]]) -> list[str]:
+def rankers_of(records: Iterable[Record]) -> list[str]:
     """The rankers the records were read with (records older than the field used BM25-lite)."""
-    return sorted({str(r.get("ranker") or DEFAULT_RANKER) for r in records})
+    return sorted({ranker_of(r) for r in records})
 
 
 def read_records(path: str | Path) -> list[Record]:
     """Read and validate ``records.jsonl`` (see :func:`pytest_restore.record.read_records`).
 
     Records of several rankers (a run of ``--restore-rankers``) are compared in one report.
-    Records whose ``summary.json`` (beside them) names another schema version
-    are refused before they are read (:func:`pytest_restore.record.check_schema_version`).
+    The records are read at the schema version their ``summary.json`` (beside
+    them) names, version 1 migrated as read; a version this package does not
+    read is refused before a record is read
+    (:func:`pytest_restore.record.check_schema_version`). Without a summary,
+    or one written before versions, each record's shape says its version.
     """
     summary = Path(path).with_name("summary.json")
+    version = None
     if summary.exists():
         try:
             data = json.loads(summary.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RecordsError(f"{summary}: cannot read: {exc}") from None
         if isinstance(data, dict):
-            record_module.check_schema_version(data.get("record_schema"), str(summary))
-    return record_module.read_records(path)
+            version = data.get("record_schema")
+            record_module.check_schema_version(version, str(summary))
+    return record_module.read_records(path, version)
 
 
 def read_run_info(records_path: str | Path) -> RunInfo:
@@ -213,7 +208,7 @@ def check_run_info(records: Sequence[Record], info: RunInfo, records_path: str |
     first = records[0]
     summary = Path(records_path).with_name("summary.json")
     for name in ("run_id", "granularity", "ranker"):
-        ours, theirs = first.get(name), info.settings.get(name)
+        ours, theirs = getattr(first, name), info.settings.get(name)
         if name == "ranker" and info.settings.get("rankers"):
             theirs = ours if ours in info.settings["rankers"] else ", ".join(info.settings["rankers"])
         if ours is not None and theirs is not None and ours != theirs:

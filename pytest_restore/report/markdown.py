@@ -342,7 +342,7 @@ def _run_line(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> s
     st, ds = info.settings, info.dataset
     data = dataset_label(info) or "records without run settings"
     readers = analysis.readers
-    judges = sorted({str(r.get("judge")) for r in records if r.get("judge")}) or [str(st.get("judge", "?"))]
+    judges = sorted({r.judge for r in records if r.judge}) or [str(st.get("judge", "?"))]
     answerable = analysis.counts.answerable()
     audited = ds.get("audited") or analysis.questions
     return (

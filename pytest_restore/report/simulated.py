@@ -6,10 +6,10 @@ The facts come from the model layer (:func:`pytest_restore.models.fake.simulated
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from pytest_restore.models.fake import ReaderKnobs, is_fake, simulated_models
+from pytest_restore.record import Record
 
 #: The reader model in a few lines, as the report prints it.
 READER_MODEL = (
@@ -37,7 +37,7 @@ def reader_model_lines(knobs: ReaderKnobs | None = None) -> list[str]:
     ]
 
 
-def simulated_note(records: Sequence[Mapping[str, Any]], official_data: bool | None = None) -> str | None:
+def simulated_note(records: Sequence[Record], official_data: bool | None = None) -> str | None:
     """The one sentence a report opens with when any model is a fake; ``None`` when none is."""
     fakes = [f"{role} `{name}`" for role, name in simulated_models(records)]
     if not fakes:
@@ -49,8 +49,8 @@ def simulated_note(records: Sequence[Mapping[str, Any]], official_data: bool | N
     )
 
 
-def simulated_reader_md(records: Sequence[Mapping[str, Any]]) -> str:
+def simulated_reader_md(records: Sequence[Record]) -> str:
     """The report's section on the fake reader's model, when a fake reader took part; else empty."""
-    if not any(is_fake(r.get("reader")) for r in records):
+    if not any(is_fake(r.reader) for r in records):
         return ""
     return "\n".join(["## The simulated reader", "", *reader_model_lines(), ""])

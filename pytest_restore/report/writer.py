@@ -75,7 +75,7 @@ def render_cells_csv(analysis: Analysis) -> str:
     return buf.getvalue()
 
 
-def render_records_jsonl(records: Iterable[Mapping[str, Any]], *, ordered: bool = False) -> str:
+def render_records_jsonl(records: Iterable[Record], *, ordered: bool = False) -> str:
     """``records.jsonl`` as text, in canonical order (``ordered``: the records already are)."""
     return records_text(records if ordered else sort_records(records))
 

@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from pytest_restore.audit.ablations import NOT_CONSTRUCTIBLE, PLACEBO_MAX_RATIO, is_case, ran
+from pytest_restore.audit.ablations import NOT_CONSTRUCTIBLE, PLACEBO_MAX_RATIO, is_case
 from pytest_restore.bootstrap import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     Resampler,
 )
-from pytest_restore.record import ABLATIONS
+from pytest_restore.record import ABLATIONS, Ablations, Record
 from pytest_restore.stats.results import policy_order
 
 
@@ -79,8 +79,13 @@ def _interval(
     return float(lo), float(hi)
 
 
+def _cases(records: Sequence[Record]) -> list[tuple[Record, Ablations]]:
+    """The records the ablations ran on, each with its ablations."""
+    return [(r, r.ablations) for r in records if is_case(r) and r.ablations is not None]
+
+
 def summarise(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[Record],
     *,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
@@ -91,18 +96,18 @@ def summarise(
     The bootstrap resamples the same question universe as the statistics pass
     (every question id in ``records``), so its draws are those of the run's seed.
     """
-    cases = [r for r in records if is_case(r) and ran(r)]
+    cases = _cases(records)
     if not cases:
         return []
-    universe = sorted({str(r["question_id"]) for r in records})
+    universe = sorted({r.question_id for r in records})
     column = {q: i for i, q in enumerate(universe)}
     resampler = Resampler.draw(universe, resamples, seed)
     rows: list[AblationRow] = []
-    for reader in sorted({str(r["reader"]) for r in cases}):
-        mine = [r for r in cases if str(r["reader"]) == reader]
+    for reader in sorted({r.reader for r, _a in cases}):
+        mine = [(r, a) for r, a in cases if r.reader == reader]
         den = np.zeros(len(universe))
-        for r in mine:
-            den[column[str(r["question_id"])]] += 1
+        for r, _a in mine:
+            den[column[r.question_id]] += 1
         lo, hi = _interval(resampler, den, den, confidence)
         rows.append(
             AblationRow(
@@ -119,41 +124,35 @@ def summarise(
                 hi,
             )
         )
-        for key, title, field in ABLATIONS:
+        for key, title in ABLATIONS:
             num = np.zeros(len(universe))
             den = np.zeros(len(universe))
             not_constructible = failed = 0
-            for r in mine:
-                verdict = r.get(field)
-                reason = (r.get("ablation_excluded") or {}).get(key)
+            for r, a in mine:
+                verdict = a.verdict(key)
+                reason = a.excluded.get(key)
                 if verdict is None:
-                    if reason is not None and str(reason).startswith(NOT_CONSTRUCTIBLE):
+                    if reason is not None and reason.startswith(NOT_CONSTRUCTIBLE):
                         not_constructible += 1
                     else:
                         failed += 1
                     continue
-                den[column[str(r["question_id"])]] += 1
-                num[column[str(r["question_id"])]] += bool(verdict)
+                den[column[r.question_id]] += 1
+                num[column[r.question_id]] += bool(verdict)
             scored, flipped = int(den.sum()), int(num.sum())
             lo, hi = _interval(resampler, num, den, confidence)
             note = ""
             if key == "surviving":
-                none_left = [r for r in mine if int(r["gold_evicted"]) == int(r["gold_units"])]
-                flips = sum(bool(r.get(field)) for r in none_left)
+                none_left = [a for r, a in mine if r.gold_evicted == r.gold_units]
+                flips = sum(bool(a.verdict(key)) for a in none_left)
                 note = f"no gold survived in {len(none_left)} cases ({flips} of them flipped)"
             elif key == "store":
-                tokens = [
-                    int(r["ablation_store_tokens"])
-                    for r in mine
-                    if r.get("ablation_store_tokens") is not None
-                ]
+                tokens = [a.store_tokens for _r, a in mine if a.store_tokens is not None]
                 if tokens:
                     note = f"mean injected {sum(tokens) / len(tokens):,.0f} tokens, up to {max(tokens):,}"
             elif key == "placebo":
                 ratios = [
-                    int(r["ablation_placebo_tokens"]) / int(r["gold_tokens"])
-                    for r in mine
-                    if r.get("ablation_placebo_tokens") is not None and r.get("gold_tokens")
+                    a.placebo_tokens / r.gold_tokens for r, a in mine if a.placebo_tokens is not None and r.gold_tokens
                 ]
                 if ratios:
                     note = f"placebo / gold tokens {min(ratios):.2f}-{max(ratios):.2f}"
@@ -176,12 +175,11 @@ def summarise(
     return rows
 
 
-def by_cell(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def by_cell(records: Sequence[Record]) -> list[dict[str, Any]]:
     """Per (reader, policy, budget): cases and the flips of each ablation (counts only)."""
-    groups: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
-    for r in records:
-        if is_case(r) and ran(r):
-            groups.setdefault((str(r["reader"]), str(r["policy"]), int(r["budget"])), []).append(r)
+    groups: dict[tuple[str, str, int], list[Ablations]] = {}
+    for r, a in _cases(records):
+        groups.setdefault((r.reader, r.policy, r.budget), []).append(a)
     rows = []
     # the records' canonical order: policy, loosest budget first, reader
     for (reader, policy, budget), mine in sorted(groups.items(), key=lambda g: (policy_order(g[0][1]), -g[0][2], g[0][0])):
@@ -191,9 +189,9 @@ def by_cell(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "budget": budget,
             "cases": len(mine),
         }
-        for key, _title, field in ABLATIONS:
-            row[key] = sum(r.get(field) is True for r in mine)
-            row[f"{key}_scored"] = sum(r.get(field) is not None for r in mine)
+        for key, _title in ABLATIONS:
+            row[key] = sum(a.verdict(key) is True for a in mine)
+            row[f"{key}_scored"] = sum(a.verdict(key) is not None for a in mine)
         rows.append(row)
     return rows
 

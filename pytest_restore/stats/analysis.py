@@ -39,7 +39,7 @@ from pytest_restore.bootstrap import (
     DEFAULT_SEED,
     holm,
 )
-from pytest_restore.record import BINS, REGIMES, CellKey, baseline_ranker, ranker_of
+from pytest_restore.record import BINS, REGIMES, CellKey, Record, baseline_ranker, ranker_of
 from pytest_restore.stats import ablations
 from pytest_restore.stats.engine import _CORRECT, _ERR, _IRR, _N, _REC, Engine
 from pytest_restore.stats.families import (
@@ -125,18 +125,15 @@ class Counts:
         return {b: totals[b] for b in BINS}
 
 
-def count(records: Sequence[Mapping[str, Any]]) -> Counts:
-    """Count the records: per cell and per (reader, regime, question type), one universe of questions.
-
-    Records that cannot be counted raise :class:`~pytest_restore.record.RecordError`.
-    """
-    universe = sorted({str(r["question_id"]) for r in records if "question_id" in r})
+def count(records: Sequence[Record]) -> Counts:
+    """Count the records: per cell and per (reader, regime, question type), one universe of questions."""
+    universe = sorted({r.question_id for r in records})
     baseline = baseline_ranker(records)
     if baseline is not None:  # every figure but the rankers' comparison is the baseline ranker's
         others = [r for r in records if ranker_of(r) != baseline]
         records = [r for r in records if ranker_of(r) == baseline]
     cells = tally_by(records, CellKey.of, universe)
-    by_type = tally_by(records, lambda r: (str(r["reader"]), str(r["regime"]), str(r["question_type"])), universe)
+    by_type = tally_by(records, lambda r: (r.reader, r.regime, r.question_type), universe)
     ranked = tally_by(others, lambda r: CellKey.of(r, baseline), universe) if baseline is not None else {}
     return Counts(
         question_ids=tuple(universe),
@@ -390,7 +387,7 @@ def _settings(**kwargs: Any) -> StatsSettings:
 
 
 def analyse(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[Record],
     *,
     resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
@@ -481,7 +478,7 @@ def cell_verdicts(
     *,
     budgets: Sequence[int],
     family_sizes: Mapping[str, int],
-    fetch: Callable[[Sequence[tuple[str, int]]], Sequence[Mapping[str, Any]]] | None = None,
+    fetch: Callable[[Sequence[tuple[str, int]]], Sequence[Record]] | None = None,
     reader: str | None = None,
 ) -> list[HypothesisTest]:
     """The expectations one grid item of (policy, budget) checks, decided as the session decides them.

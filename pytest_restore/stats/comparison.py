@@ -24,7 +24,7 @@ from pytest_restore.bootstrap import (
     DEFAULT_SEED,
     Resampler,
 )
-from pytest_restore.record import CellKey
+from pytest_restore.record import CellKey, Record
 from pytest_restore.stats.analysis import count
 from pytest_restore.stats.results import budget_label, cell_order
 from pytest_restore.stats.tally import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW
@@ -124,7 +124,7 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(float(value), 6) + 0.0
 
 
-def _per_question(records: Sequence[Mapping[str, Any]], match_readers: bool) -> dict[CellKey, dict[str, NDArray[np.int64]]]:
+def _per_question(records: Sequence[Record], match_readers: bool) -> dict[CellKey, dict[str, NDArray[np.int64]]]:
     """Per cell, per question in N: N, irr, rec, correct, read off the analysis's counts (seeds pooled).
 
     Without ``match_readers`` a cell's reader is "" (cells match across the two runs' readers).
@@ -187,8 +187,8 @@ def _change(
 
 
 def compare_records(
-    old: Sequence[Mapping[str, Any]],
-    new: Sequence[Mapping[str, Any]],
+    old: Sequence[Record],
+    new: Sequence[Record],
     *,
     old_name: str = "OLD",
     new_name: str = "NEW",
@@ -201,7 +201,7 @@ def compare_records(
     when either run holds more than one reader (a run of one reader compared
     with a run of another matches its cells across the two readers).
     """
-    readers = {str(r["reader"]) for r in old}, {str(r["reader"]) for r in new}
+    readers = {r.reader for r in old}, {r.reader for r in new}
     match_readers = len(readers[0]) > 1 or len(readers[1]) > 1
     before, after = _per_question(old, match_readers), _per_question(new, match_readers)
     order = sorted(set(before) | set(after), key=cell_order)

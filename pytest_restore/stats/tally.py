@@ -11,26 +11,16 @@ on a report's path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from pytest_restore.record import KEY_FIELDS, CellKey, Record, RecordError, check, describe
+from pytest_restore.record import CellKey, Record
 
 _G = TypeVar("_G")
-
-#: What the tally reads: a mapping with these fields can be counted.
-COUNTED_FIELDS: tuple[str, ...] = (
-    *KEY_FIELDS,
-    "question_type",
-    "oracle_correct",
-    "policy_correct",
-    "bin",
-    "excluded",
-)
 
 #: Rows of a tally's per-question count matrix.
 ROWS: tuple[str, ...] = ("N", "err", "irr", "rec", "res", "correct", "gold_evicted")
@@ -62,29 +52,29 @@ class CellTally:
         """A tally with no record counted."""
         return cls(tuple(question_ids), np.zeros((len(ROWS), len(question_ids)), dtype=np.int64))
 
-    def add(self, record: Mapping[str, Any], column: int) -> None:
+    def add(self, record: Record, column: int) -> None:
         """Count one record of this cell into question column ``column``."""
         self.records += 1
-        self.seeds.add(int(record["seed"]))
-        if record["excluded"] is not None:
+        self.seeds.add(record.seed)
+        if record.excluded is not None:
             self.excluded += 1
-            reason = str(record["excluded"])
+            reason = record.excluded
             self.exclusions[reason] = self.exclusions.get(reason, 0) + 1
             return
-        if record["oracle_correct"] is not True:
+        if record.conditions.oracle.correct is not True:
             self.not_answerable += 1
             return
         counts = self.counts[:, column]
         counts[N_ROW] += 1
-        if record["policy_correct"]:
+        if record.conditions.policy.correct:
             counts[CORRECT_ROW] += 1
         else:
             counts[ERR_ROW] += 1
-            if record["bin"] is not None:
-                counts[_BIN_ROW[record["bin"]]] += 1
-        if int(record.get("gold_evicted") or 0) > 0:
+            if record.bin is not None:
+                counts[_BIN_ROW[record.bin]] += 1
+        if (record.gold_evicted or 0) > 0:
             counts[GOLD_ROW] += 1
-        self.negative_restore_gain += bool(record.get("negative_restore_gain"))
+        self.negative_restore_gain += record.negative_restore_gain
 
     def total(self, row: int) -> int:
         """The sum of one row over every question."""
@@ -154,29 +144,18 @@ def _share(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
-def _checked(record: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``record`` when it can be counted; else a :class:`RecordError` naming the record and field."""
-    if not isinstance(record, Record):
-        problem = check({k: record[k] for k in record}, required=COUNTED_FIELDS)
-        if problem is not None:
-            name, what = problem
-            raise RecordError(f"record ({describe(record)}): field {name!r}: {what}")
-    return record
-
-
 def tally_by(
-    records: Iterable[Mapping[str, Any]],
-    group_of: Callable[[Mapping[str, Any]], _G],
+    records: Iterable[Record],
+    group_of: Callable[[Record], _G],
     question_ids: Sequence[str] | None = None,
 ) -> dict[_G, CellTally]:
     """Count every record into the tally of its group ``group_of(record)`` (a cell, a question type...).
 
     ``question_ids`` is the column universe (default: every question id in the
-    records, sorted); every group shares it. Records that cannot be counted
-    raise :class:`RecordError`.
+    records, sorted); every group shares it.
     """
-    checked = [_checked(r) for r in records]
-    universe = sorted({str(r["question_id"]) for r in checked}) if question_ids is None else question_ids
+    checked = list(records)
+    universe = sorted({r.question_id for r in checked}) if question_ids is None else question_ids
     column = {qid: i for i, qid in enumerate(universe)}
     cells: dict[_G, CellTally] = {}
     for r in checked:
@@ -184,23 +163,23 @@ def tally_by(
         cell = cells.get(key)
         if cell is None:
             cell = cells[key] = CellTally.empty(universe)
-        cell.add(r, column[str(r["question_id"])])
+        cell.add(r, column[r.question_id])
     return cells
 
 
 def tally_cells(
-    records: Iterable[Mapping[str, Any]], question_ids: Sequence[str] | None = None
+    records: Iterable[Record], question_ids: Sequence[str] | None = None
 ) -> dict[CellKey, CellTally]:
     """Count every record into its cell ``(policy, budget, regime, reader)``.
 
     ``question_ids`` is the column universe (default: every question id in the
     records, sorted); every cell shares it, so the bootstrap resamples all
-    cells jointly. Records that cannot be counted raise :class:`RecordError`.
+    cells jointly.
     """
     return tally_by(records, CellKey.of, question_ids)
 
 
-def tally(records: Iterable[Mapping[str, Any]]) -> CellTally:
+def tally(records: Iterable[Record]) -> CellTally:
     """The records of one cell (or any group) pooled into one tally."""
     pooled = tally_by(records, lambda r: None)
     return pooled.get(None) or CellTally.empty(())
