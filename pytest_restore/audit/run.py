@@ -12,7 +12,15 @@ regime (b)     ``S_P``         none
 restored       ``S_P ∪ G_q``   ``G_q``
 =============  ==============  =====================
 
-asks the reader once per distinct context and the judge once per distinct
+For a memory system that holds derived memories (``Policy.derived``: a
+summary, an extracted fact) the store is what it holds at the history's end,
+read through :func:`~pytest_restore.memory.memories.memory_view` (its
+memories as units after the history's own). A gold unit is kept when some
+held memory cites it; regime (a) forces the held memories that cite gold
+(for raw units, ``G_q ∩ S_P``), and the restored condition forces the raw
+gold units, as for any store.
+
+The audit asks the reader once per distinct context and the judge once per distinct
 answer, and writes one record per (question, policy, budget, seed, regime).
 The ranker is the run's (``Audit(ranker=...)``, BM25-lite by default); its
 name is in every record. With ``AuditConfig.ablations`` the regime-(b)
@@ -48,6 +56,7 @@ from pytest_restore.data.units import (
     has_gold,
 )
 from pytest_restore.memory.eviction import EvictionContext, Mask, Policy, stable_seed
+from pytest_restore.memory.memories import Sources, memory_view
 from pytest_restore.memory.retrieval import (
     INJECT_CAP,
     TOP_K,
@@ -105,11 +114,30 @@ class Prepared:
     state: Any = None
     #: what each of the audit's rankers prepared, by ranker name
     states: Mapping[str, Any] = field(default_factory=dict)
+    #: what each unit of ``history`` cites when it holds a memory system's derived memories
+    #: (:func:`memory_view`); ``None``: raw units, each citing itself
+    sources: Sources | None = None
 
     @property
     def question(self) -> Question:
         """The question record."""
         return self.history.question
+
+    def citing(self, store: Mask) -> list[int]:
+        """The held units that cite some gold unit, ascending (raw units: ``G_q ∩ S_P``)."""
+        gold = self.history.gold
+        if self.sources is None:
+            return [g for g in gold if store[g]]
+        wanted = set(gold)
+        return [int(p) for p in np.flatnonzero(store) if wanted.intersection(self.sources[p])]
+
+    def evicted(self, store: Mask) -> list[int]:
+        """The gold units no held unit cites, ascending (raw units: ``G_q`` minus ``S_P``)."""
+        gold = self.history.gold
+        if self.sources is None:
+            return [g for g in gold if not store[g]]
+        cited = {s for p in np.flatnonzero(store) for s in self.sources[p]}
+        return [g for g in gold if g not in cited]
 
 
 def select_questions(questions: Sequence[Question], n: int, seed: int) -> list[Question]:
@@ -287,12 +315,14 @@ class Audit:
         self._cells: dict[tuple[str, int, str], tuple[Policy, CellRun]] = {}
         # whole-grid stores by (policy, budget): evicted once, read by every ranker of the cell
         self._stores: dict[tuple[str, int], tuple[Policy, dict[tuple[str, int], Mask]]] = {}
+        # a memory system's view of each history by (policy, budget, history, seed): fed once per process
+        self._views: dict[tuple[int, int, str, int], tuple[Policy, History, Mask, Sources]] = {}
 
-    def _prepare(self, history: History) -> Prepared:
+    def _prepare(self, history: History, sources: Sources | None = None) -> Prepared:
         index = LexicalIndex.build(history)
         # the default ranker's state is the lexical index itself: build it once
         states = {name: index if type(r) is Bm25Lite else r.prepare(history) for name, r in self.rankers.items()}
-        return Prepared(history, index, states[self.ranker.name], states)
+        return Prepared(history, index, states[self.ranker.name], states, sources)
 
     def rank(self, prepared: Prepared, store: Mask, ranker: str | None = None) -> list[int]:
         """A ranker of the audit (the first by default) over ``store`` (top-k, contract checked)."""
@@ -417,6 +447,29 @@ class Audit:
             )
         return mask
 
+    def held(
+        self, policy: Policy, prepared: Prepared, budget: int, seed: int, importance: Mapping[str, int]
+    ) -> tuple[Prepared, Mask]:
+        """A memory system's store of one question: the history extended by its derived memories, and the held mask.
+
+        The system is fed each history once per (budget, seed) in this
+        process (questions sharing a history share what it holds); each
+        question gets its own view of it (its gold, its rankers' states).
+        """
+        history = prepared.history
+        key = (id(policy), budget, history.question.history_key, seed)
+        entry = self._views.get(key)
+        if entry is None or entry[0] is not policy:
+            ctx = EvictionContext(question_id=history.question.history_key, seed=seed, importance=importance)
+            memories = policy.hold(history.units, history.sizes, budget, ctx)
+            view, mask, sources = memory_view(history, memories)
+            entry = self._views[key] = (policy, view, mask, sources)
+        _, view, mask, sources = entry
+        own = History(history.question, history.granularity, view.units, view.sizes, history.gold)
+        for ranker in self.rankers.values():
+            ranker.prepare_all([own])  # a dense ranker embeds the derived memories' texts here
+        return self._prepare(own, sources), mask
+
     # -- one cell ------------------------------------------------------------
 
     def run_cell(
@@ -475,7 +528,7 @@ class Audit:
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
                 records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None, ranker))
         if ablate and self.config.ablations:
-            records = self.ablate(records, {p.question.question_id: p for p, _, _ in plan}, stores)
+            records = self.ablate(records, {(p.question.question_id, seed): p for p, seed, _ in plan}, stores)
         return CellRun(policy.name, budget, records, stores)
 
     # -- restore-tightness ablations (see pytest_restore.audit.ablations) ------------
@@ -484,7 +537,9 @@ class Audit:
         """The question's placebo units (``None``: not constructible), once per question."""
         qid = prepared.question.question_id
         if qid not in self._placebo:
-            self._placebo[qid] = ablations.placebo_units(prepared.history)
+            # among the history's own units, never a memory system's derived memories
+            own = prepared.history if prepared.sources is None else self.history(qid)
+            self._placebo[qid] = ablations.placebo_units(own)
         return self._placebo[qid]
 
     def ablation_contexts(self, prepared: Prepared, store: Mask, ranker: str | None = None) -> dict[str, list[int] | None]:
@@ -494,7 +549,7 @@ class Audit:
         ranked = self.rank(prepared, store, ranker)
         contexts: dict[str, list[int] | None] = {
             # (i): forced G ∩ S_P over S_P, i.e. regime (a)'s context
-            "surviving": inject([g for g in history.gold if store[g]], ranked, sizes, cap),
+            "surviving": inject(prepared.citing(store), ranked, sizes, cap),
             # (ii): the whole retained store, forced, so never capped
             "store": inject([int(p) for p in np.flatnonzero(store)], [], sizes, cap),
             "placebo": None,
@@ -510,7 +565,7 @@ class Audit:
     def ablate(
         self,
         records: Sequence[Record],
-        prepared: Mapping[str, Prepared],
+        prepared: Mapping[tuple[str, int], Prepared],
         stores: Mapping[tuple[str, int], Mask],
     ) -> list[Record]:
         """The records with the three ablations run on the regime-(b) irreversible ones."""
@@ -520,7 +575,7 @@ class Audit:
         for i, r in enumerate(records):
             if not ablations.is_case(r):
                 continue
-            p = prepared[r.question_id]
+            p = prepared[(r.question_id, r.seed)]
             contexts = self.ablation_contexts(p, stores[(r.question_id, r.seed)], r.ranker)
             excluded: dict[str, str] = {}
             for key, _title in ABLATIONS:
@@ -578,7 +633,9 @@ class Audit:
                 if qid in skip:
                     plan.append((p, seed, None))
                     continue
-                if known is not None:
+                if policy.derived:
+                    p, mask = self.held(policy, p, budget, seed, importance)
+                elif known is not None:
                     mask = known[(qid, seed)]
                 else:
                     shared = (p.question.history_key, seed)
@@ -587,11 +644,12 @@ class Audit:
                     mask = evicted[shared]
                 stores[(qid, seed)] = mask
                 gold = list(p.history.gold)
-                kept_gold = [g for g in gold if mask[g]]
+                # regime (a) forces the held units that cite gold: for raw units, the surviving gold
+                citing = p.citing(mask)
                 ranked = self.rank(p, mask, ranker)
                 sizes = p.history.sizes
-                regime_a = inject(kept_gold, ranked, sizes, cap)
-                if len(kept_gold) == len(gold):
+                regime_a = inject(citing, ranked, sizes, cap)
+                if p.sources is None and len(citing) == len(gold):
                     restored = regime_a  # nothing to restore: the same store, ranked and injected alike
                 else:
                     restored_store = mask.copy()
@@ -654,7 +712,7 @@ class Audit:
     ) -> Record:
         history = p.history
         gold = history.gold
-        evicted_units = [g for g in gold if not mask[g]] if mask is not None else None
+        evicted_units = p.evicted(mask) if mask is not None else None
         evicted = len(evicted_units) if evicted_units is not None else None
         excluded = error = None
         if scorer_failure is not None:  # no store without the scores: every condition is out

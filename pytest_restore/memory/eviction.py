@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from pytest_restore.data.units import Unit
 from pytest_restore.memory.lexical import word_id_rows
+from pytest_restore.memory.memories import Memory
 from pytest_restore.registry import Registry
 
 Mask = npt.NDArray[np.bool_]
@@ -57,10 +58,17 @@ class Policy(ABC):
     needs_importance: ClassVar[bool] = False
     #: whether a budget applies at all (``no-evict`` ignores it)
     budgeted: ClassVar[bool] = True
+    #: whether it holds derived memories (``memory.systems.MemorySystem``) rather than a subset of the units
+    derived: ClassVar[bool] = False
 
     @abstractmethod
     def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
         """``S_P``: which units survive online eviction under ``budget`` tokens."""
+
+    def hold(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> list[Memory]:
+        """The memories held at the history's end: for a store of units, one per kept unit, citing itself."""
+        mask = self.retain(units, sizes, budget, ctx)
+        return [Memory.of(units[int(p)]) for p in np.flatnonzero(mask)]
 
 
 class VictimPolicy(Policy):
@@ -113,8 +121,8 @@ class MemoryStore(Policy):
     arrival, that the store holds only units it has received, never takes
     back a unit it dropped, and (when ``budgeted``) stays within the budget.
     Each violation is a ``ValueError`` naming the store, the question and
-    the arrival. The store keeps units as they are: the audit restores the
-    labelled evidence, so summaries or rewritten units cannot be audited.
+    the arrival. The store keeps units as they are; a system that summarises
+    or rewrites them is a :class:`pytest_restore.memory.systems.MemorySystem`.
     """
 
     @abstractmethod

@@ -1,0 +1,143 @@
+"""Memory systems that hold derived memories: the two adapters, provenance declared or captured.
+
+A :class:`MemorySystem` is a :class:`~pytest_restore.memory.eviction.Policy`
+whose store is a set of :class:`~pytest_restore.memory.memories.Memory`
+objects rather than a subset of the history's units. It is registered and
+named like any policy (``--restore-policies``); the audit drives it through
+:meth:`MemorySystem.hold`, which feeds it the history in order and checks,
+after every arrival, that each held memory cites only units already
+received and that the memories held fit the budget (o200k_base tokens of
+their snippets). Each violation is a ``ValueError`` naming the system, the
+question and the arrival.
+
+- :class:`MemorySystem`: the system declares provenance. Implement
+  :meth:`~MemorySystem.reset`, :meth:`~MemorySystem.add` and
+  :meth:`~MemorySystem.memories` (each memory with its sources).
+- :class:`CapturedMemorySystem`: the system cannot say where its memories
+  came from. Implement :meth:`~CapturedMemorySystem.start`,
+  :meth:`~CapturedMemorySystem.ingest` and :meth:`~CapturedMemorySystem.held`
+  (the system's own id of each memory -> its text and date); the adapter
+  compares what is held before and after each arrival: a memory that is new,
+  or whose text or date changed, cites the arriving unit, added to what it
+  cited before.
+
+A system sees units (content, date, role, size) and never the question or its gold.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import ClassVar
+
+from pytest_restore.data.tokens import count_tokens
+from pytest_restore.data.units import Unit
+from pytest_restore.memory.eviction import EvictionContext, Mask, Policy, Sizes
+from pytest_restore.memory.memories import Memory, memory_tokens
+
+
+class MemorySystem(Policy):
+    """A memory system that holds memories with declared provenance (module docstring)."""
+
+    derived: ClassVar[bool] = True
+
+    @abstractmethod
+    def reset(self, budget: int, ctx: EvictionContext) -> None:
+        """Start an empty system for one history under ``budget`` tokens."""
+
+    @abstractmethod
+    def add(self, unit: Unit) -> None:
+        """Receive the next unit, in chronological order (evict here as needed)."""
+
+    @abstractmethod
+    def memories(self) -> Iterable[Memory]:
+        """The memories held now, each citing the units it was derived from."""
+
+    def finish(self) -> None:
+        """Called once after the last unit arrived (a session-closing system closes the last one here)."""
+
+    @staticmethod
+    def tokens(memory: Memory) -> int:
+        """A memory's size as the budget counts it: o200k_base tokens of its snippet."""
+        return count_tokens([memory.snippet])[0]
+
+    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        raise TypeError(f"memory system {self.name!r} holds memories, not units: read it with hold()")
+
+    def hold(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> list[Memory]:
+        """Feed the history in order and return what is held at its end, checked after every arrival."""
+        self.reset(budget, ctx)
+        held: list[Memory] = []
+        for pos, unit in enumerate(units):
+            self.add(unit)
+            held = self._checked(pos, budget, ctx, f"after unit {pos} arrived")
+        self.finish()
+        return self._checked(len(units) - 1, budget, ctx, "after the history ended") if units else held
+
+    def _checked(self, arrived: int, budget: int, ctx: EvictionContext, when: str) -> list[Memory]:
+        where = f"memory system {self.name!r} on {ctx.question_id} {when}"
+        held = list(self.memories())
+        for memory in held:
+            if not isinstance(memory, Memory):
+                raise TypeError(f"{where}: holds a {type(memory).__name__}, not a Memory")
+            if not memory.sources:
+                raise ValueError(f"{where}: holds a memory that cites no unit ({memory.text[:40]!r})")
+            bad = next((s for s in memory.sources if not 0 <= s <= arrived), None)
+            if bad is not None:
+                raise ValueError(f"{where}: holds a memory citing unit {bad}, which it has not received")
+        if self.budgeted:
+            total = sum(memory_tokens(held))
+            if total > budget:
+                raise ValueError(f"{where}: holds {total} tokens, over its budget of {budget}")
+        return held
+
+
+class CapturedMemorySystem(MemorySystem):
+    """A memory system that cannot say where its memories came from; the adapter captures it (module docstring)."""
+
+    @abstractmethod
+    def start(self, budget: int, ctx: EvictionContext) -> None:
+        """Start an empty system for one history under ``budget`` tokens."""
+
+    @abstractmethod
+    def ingest(self, unit: Unit) -> None:
+        """Receive the next unit, in chronological order."""
+
+    @abstractmethod
+    def held(self) -> Mapping[Hashable, tuple[str, str]]:
+        """What the system holds now: its own id of each memory -> ``(text, date)``."""
+
+    def close(self) -> None:
+        """Called once after the last unit arrived (default: nothing). A memory changed here keeps its
+        sources; one made here, from no arriving unit, is an error."""
+
+    def reset(self, budget: int, ctx: EvictionContext) -> None:
+        self._sources: dict[Hashable, tuple[int, ...]] = {}
+        self._seen: dict[Hashable, tuple[str, str]] = {}
+        self._where = f"memory system {self.name!r} on {ctx.question_id}"
+        self.start(budget, ctx)
+
+    def add(self, unit: Unit) -> None:
+        self.ingest(unit)
+        self._capture(unit.position)
+
+    def finish(self) -> None:
+        self.close()
+        self._capture(None)
+
+    def _capture(self, position: int | None) -> None:
+        """Whatever was created or changed while ``position`` was ingested cites it (``None``: none arrived)."""
+        now = dict(self.held())
+        sources: dict[Hashable, tuple[int, ...]] = {}
+        for key, value in now.items():
+            before = self._sources.get(key, ())
+            if position is not None and self._seen.get(key) != value:
+                sources[key] = tuple(sorted({*before, position}))
+            elif before:
+                sources[key] = before
+            else:
+                raise ValueError(f"{self._where}: memory {key!r} appeared after the history ended, citing no unit")
+        self._sources, self._seen = sources, now
+
+    def memories(self) -> list[Memory]:
+        return [Memory(text, date, self._sources[key]) for key, (text, date) in self._seen.items()]

@@ -1,0 +1,180 @@
+"""Memories with provenance: the memory-system adapters and the audit over what a system holds."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.data.dataset import Dataset, load_dataset
+from pytest_restore.data.units import Unit, build_history
+from pytest_restore.memory.eviction import EvictionContext, Fifo
+from pytest_restore.memory.memories import Memory, memory_tokens, memory_view
+from pytest_restore.memory.systems import CapturedMemorySystem, MemorySystem
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+
+TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
+BUDGETS = (600, 300, 100)
+
+
+class FifoMemories(MemorySystem):
+    """FIFO written as a memory system of raw-turn memories: the special case of the adapter."""
+
+    name = "fifo-memories"
+
+    def reset(self, budget: int, ctx: EvictionContext) -> None:
+        self.budget, self.held = budget, list[Memory]()
+
+    def add(self, unit: Unit) -> None:
+        self.held.append(Memory.of(unit))
+        while sum(self.tokens(m) for m in self.held) > self.budget:
+            self.held.pop(0)
+
+    def memories(self) -> list[Memory]:
+        return list(self.held)
+
+
+class Verbatim(MemorySystem):
+    """Each turn kept word for word, but as a derived memory (role ``memory``) citing it."""
+
+    name = "verbatim"
+    budgeted = False
+
+    def reset(self, budget: int, ctx: EvictionContext) -> None:
+        self.held = list[Memory]()
+
+    def add(self, unit: Unit) -> None:
+        self.held.append(Memory(unit.content, unit.date, (unit.position,)))
+
+    def memories(self) -> list[Memory]:
+        return list(self.held)
+
+
+class Ledger(CapturedMemorySystem):
+    """One note per first word, rewritten by each turn that starts with it; ``drop W`` deletes W's note.
+    It never says where a note came from."""
+
+    name = "ledger"
+    budgeted = False
+
+    def start(self, budget: int, ctx: EvictionContext) -> None:
+        self.notes: dict[str, tuple[str, str]] = {}
+
+    def ingest(self, unit: Unit) -> None:
+        head, _, rest = unit.content.partition(" ")
+        if head == "drop":
+            self.notes.pop(rest, None)
+        else:
+            self.notes[head] = (unit.content, unit.date)
+
+    def held(self) -> Mapping[Hashable, tuple[str, str]]:
+        return dict(self.notes)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Dataset:
+    return load_dataset(TINY)
+
+
+def audit_of(dataset: Dataset) -> Audit:
+    reader = FakeReader()
+    audit = Audit(dataset, AuditConfig(budgets=BUDGETS), reader=reader, judge=FakeJudge(), scorer=FakeScorer())
+    reader.learn(p.history for p in audit.questions)
+    return audit
+
+
+def without_policy(records: Any) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.to_json().items() if k != "policy"} for r in records]
+
+
+def test_a_raw_turn_memory_system_audits_as_the_store_it_is(tiny: Dataset) -> None:
+    audit = audit_of(tiny)
+    for budget in BUDGETS:
+        fifo, memories = audit.run_cell(Fifo(), budget), audit.run_cell(FifoMemories(), budget)
+        assert without_policy(memories.records) == without_policy(fifo.records)
+        for key, mask in fifo.stores.items():
+            assert np.array_equal(memories.stores[key], mask)
+
+
+def test_policy_hold_is_one_raw_memory_per_kept_unit(tiny: Dataset) -> None:
+    history = build_history(tiny.questions[0])
+    ctx = EvictionContext(question_id="q")
+    held = Fifo().hold(history.units, history.sizes, 300, ctx)
+    mask = Fifo().retain(history.units, history.sizes, 300, ctx)
+    assert [m.sources for m in held] == [(int(p),) for p in np.flatnonzero(mask)]
+    assert [m.snippet for m in held] == [history.units[int(p)].snippet for p in np.flatnonzero(mask)]
+    assert memory_tokens(held) == [int(history.sizes[p]) for p in np.flatnonzero(mask)]
+    view, held_mask, sources = memory_view(history, held)
+    assert view.units == history.units and np.array_equal(held_mask, mask)
+    assert sources == tuple((p,) for p in range(len(history.units)))
+
+
+def test_derived_memories_are_read_through_their_sources(tiny: Dataset) -> None:
+    audit = audit_of(tiny)
+    run = audit.run_cell(Verbatim(), BUDGETS[0])
+    for r in run.records:
+        assert r.gold_evicted == 0  # every gold turn is cited by its memory
+    p = audit.questions[0]
+    view, mask = audit.held(Verbatim(), p, BUDGETS[0], 0, {})
+    n = len(p.history.units)
+    assert len(view.history.units) == 2 * n and not mask[:n].any() and mask[n:].all()
+    assert [view.history.units[c].content for c in view.citing(mask)] == [
+        p.history.units[g].content for g in p.history.gold
+    ]
+    assert view.history.units[n].snippet.startswith(f"[{p.history.units[0].date}] memory:\n")
+
+
+def units_of(*contents: str) -> list[Unit]:
+    return [Unit(i, 0, i, "2024/01/01", "user", c, f"[2024/01/01] user:\n{c}", 5) for i, c in enumerate(contents)]
+
+
+def test_captured_provenance_cites_the_turns_that_made_or_changed_a_memory() -> None:
+    units = units_of("apple one", "pear two", "apple three", "kiwi four", "pear two", "drop kiwi", "fig five")
+    held = Ledger().hold(units, np.full(len(units), 5), 10**6, EvictionContext(question_id="q"))
+    assert {m.text: m.sources for m in held} == {
+        "apple three": (0, 2),  # made by turn 0, changed by turn 2: cites both
+        "pear two": (1,),  # turn 4 wrote the same note again: no change, no new source
+        "fig five": (6,),
+    }  # kiwi's note was deleted by turn 5: gone
+    assert all(m.role == "memory" and m.date == "2024/01/01" for m in held)
+
+
+class Cheater(MemorySystem):
+    """Breaks the rules it is given: ``mode`` says how."""
+
+    name = "cheater"
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def reset(self, budget: int, ctx: EvictionContext) -> None:
+        self.held = list[Memory]()
+
+    def add(self, unit: Unit) -> None:
+        if self.mode == "future":
+            self.held = [Memory("later", unit.date, (unit.position + 1,))]
+        elif self.mode == "unsourced":
+            self.held = [Memory("nothing", unit.date, ())]
+        else:
+            self.held.append(Memory(unit.content, unit.date, (unit.position,)))
+
+    def memories(self) -> list[Memory]:
+        return list(self.held)
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("future", "memory system 'cheater' on q after unit 0 arrived: holds a memory citing unit 1, which it has not received"),
+        ("unsourced", "memory system 'cheater' on q after unit 0 arrived: holds a memory that cites no unit"),
+        ("over", "memory system 'cheater' on q after unit \\d+ arrived: holds \\d+ tokens, over its budget of 100"),
+    ],
+)
+def test_a_system_breaking_the_rules_is_stopped_in_one_line(tiny: Dataset, mode: str, message: str) -> None:
+    history = build_history(tiny.questions[0])
+    with pytest.raises(ValueError, match=message):
+        Cheater(mode).hold(history.units, history.sizes, 100, EvictionContext(question_id="q"))
