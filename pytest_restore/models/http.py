@@ -12,7 +12,8 @@ Calls are blocking and made from the managed layer's worker threads: the
 standard library's client releases the interpreter lock while it waits on
 the socket, and costs a fraction of an async client per call (measured in
 ``benches/bench_throughput.py``). Kept-alive connections are pooled per
-transport; a connection that failed is closed, never reused. The deadline
+transport; a connection that failed is closed, never reused, and so are the
+idle ones beside it (a server that dropped one has usually dropped them all). The deadline
 bounds the whole exchange: each socket operation waits at most what is left
 of it, and the body is read in pieces with the clock checked between them,
 so a body that trickles in a byte at a time ends too.
@@ -90,14 +91,18 @@ class HTTPTransport:
             # not sent again here when a kept-alive connection turns out closed: the caller's
             # retries count every attempt, so the server never gets a request it was not told of
             reply = self._exchange(connection, path, body, headers, deadline)
-        except TransportError:
+        except TransportError as exc:
             connection.close()
+            if exc.kind != "timeout":
+                self.close()
             raise
         except TimeoutError:
             connection.close()
             raise TransportError("timeout", "timed out") from None
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
+            # the server went away (or restarted): its other kept-alive connections are as dead
+            self.close()
             raise _classified(exc) from exc
         if reply.headers.get("connection", "").lower() == "close":
             connection.close()

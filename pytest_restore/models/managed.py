@@ -260,7 +260,12 @@ class ManagedCalls:
             return []
         stop = threading.Event()
         pool = self._pool()
-        futures = [pool.submit(self._ticketed, next(self._tickets), job, stop) for job in jobs]
+        futures = []
+        with self._changed:  # tickets in the order the executor starts the jobs: the lowest waiting has a thread
+            for job in jobs:
+                ticket = next(self._tickets)
+                self._waiting.add(ticket)
+                futures.append(pool.submit(self._ticketed, ticket, job, stop))
         deadline = time.monotonic() + self.call_deadline * len(jobs) + 60.0
         try:
             _done, pending = concurrent.futures.wait(futures, timeout=max(0.0, deadline - time.monotonic()))
@@ -274,9 +279,23 @@ class ManagedCalls:
             raise
 
     def _ticketed(self, ticket: int, job: Callable[[threading.Event], T], stop: threading.Event) -> T:
-        """Run ``job`` under ``ticket``, its place in the queue for slots (the order it was asked in)."""
+        """Run ``job`` under ``ticket``, its place in the queue for slots (the order it was asked in).
+
+        The ticket waits from the job's submission until its first slot, so
+        calls go out in the order they were asked for; a job that needs no
+        slot (a cache hit) or waits for another process gives its place up.
+        """
         self._local.ticket = ticket
-        return job(stop)
+        try:
+            return job(stop)
+        finally:
+            self._give_up_place()
+
+    def _give_up_place(self) -> None:
+        """This thread's job competes for no slot now (it waits for another process, or it is done)."""
+        with self._changed:
+            self._waiting.discard(getattr(self._local, "ticket", -1))
+            self._changed.notify_all()
 
     def close(self) -> None:
         """Close the connections and stop the worker threads; the next call starts them again."""
@@ -608,6 +627,7 @@ class ManagedChatModel(ManagedCalls):
             if waiting_since is None:
                 waiting_since = self._clock()
                 cache.note_wait()
+                self._give_up_place()
             self._wait(poll, stop)
             if stop.is_set():
                 raise _Unsent("interrupted before it was sent")
