@@ -22,9 +22,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_restore import jsonl
 from pytest_restore.exits import IO_ERROR, os_cause, out_dir_problem
+
+if TYPE_CHECKING:
+    from pytest_restore.models.batch import LedgerEntry
 
 __all__ = ["build_parser", "main"]
 
@@ -296,10 +300,23 @@ def _run_batch(args: argparse.Namespace) -> int:
     return action(args)
 
 
-def _batch_status(args: argparse.Namespace) -> int:
-    from pytest_restore.models.batch import BatchClient, BatchError, Ledger, with_counts
+def _ledger_entries(cache: str) -> list[LedgerEntry] | None:
+    """The ledger's entries of ``cache``, or ``None`` after saying in one line why they cannot be read."""
+    from pytest_restore.models.batch import Ledger, LedgerError
 
-    entries = Ledger(args.cache).entries()
+    try:
+        return Ledger(cache).entries()
+    except LedgerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None
+
+
+def _batch_status(args: argparse.Namespace) -> int:
+    from pytest_restore.models.batch import BatchClient, BatchError, with_counts
+
+    entries = _ledger_entries(args.cache)
+    if entries is None:
+        return 2
     if not entries:
         print(f"batch: no batch recorded in {args.cache}")
         return 0
@@ -307,6 +324,12 @@ def _batch_status(args: argparse.Namespace) -> int:
     for entry in entries:
         if entry.kind == "export":
             print(f"{entry.name}  {entry.round:<10} {entry.model}  exported {entry.requests:,} requests -> {entry.input_path}")
+            continue
+        if entry.state == "submitting":  # a create cut short: the next run looks for its batch first
+            print(
+                f"{entry.name}  {entry.round:<10} {entry.model}  submitting: a batch of {entry.requests:,} requests "
+                f"may exist at the provider (metadata restore_intent={entry.intent}); the next run looks for it"
+            )
             continue
         if entry.state == "pending":
             try:
@@ -327,10 +350,12 @@ def _batch_status(args: argparse.Namespace) -> int:
 
 
 def _batch_cancel(args: argparse.Namespace) -> int:
-    from pytest_restore.models.batch import BatchClient, BatchError, Ledger
+    from pytest_restore.models.batch import BatchClient, BatchError
 
-    ledger = Ledger(args.cache)
-    pending = [e for e in ledger.entries() if e.kind == "batch" and e.state == "pending"]
+    entries = _ledger_entries(args.cache)
+    if entries is None:
+        return 2
+    pending = [e for e in entries if e.kind == "batch" and e.state == "pending"]
     if args.ids:
         unknown = sorted(set(args.ids) - {e.batch_id for e in pending})
         if unknown:
@@ -361,6 +386,11 @@ def _batch_export(args: argparse.Namespace) -> int:
 
     extra = [a for a in args.pytest_args if a != "--"] if args.pytest_args[:1] == ["--"] else list(args.pytest_args)
     out = Path(args.out)
+    # before the dry run: an --out that cannot be a file is said in one line (as every --out is)
+    problem = f"batch export --out {out}: is a directory" if out.is_dir() else out_dir_problem(out.parent, "batch export --out: directory")
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return IO_ERROR
     started = time.time() - 1  # file times may be coarse
     code = int(
         pytest.main(
@@ -381,7 +411,14 @@ def _batch_export(args: argparse.Namespace) -> int:
 
 
 def _batch_import(args: argparse.Namespace) -> int:
-    from pytest_restore.models.batch import BatchError, BatchItem, BatchRunner, Ledger, body_digest
+    from pytest_restore.models.batch import (
+        BatchError,
+        BatchItem,
+        BatchRunner,
+        Ledger,
+        LedgerError,
+        body_digest,
+    )
     from pytest_restore.models.openai_chat import failure_cause
     from pytest_restore.models.providers import VALIDATORS
 
@@ -390,10 +427,14 @@ def _batch_import(args: argparse.Namespace) -> int:
         print(f"error: {path}: no such file", file=sys.stderr)
         return 2
     ledger = Ledger(args.cache)
-    exports = [e for e in ledger.entries() if e.kind == "export"]
     items: dict[str, BatchItem] = {}
-    for entry in exports:
-        items.update(ledger.items(entry))
+    try:
+        exports = [e for e in ledger.entries() if e.kind == "export"]
+        for entry in exports:
+            items.update(ledger.items(entry))
+    except LedgerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if not items:
         print(f"error: {args.cache}: no exported batch file recorded (run `batch export` first)", file=sys.stderr)
         return 2

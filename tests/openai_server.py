@@ -440,6 +440,8 @@ class OpenAIServer:
     ) -> bool:
         """Answer one request; ``False`` when the connection must be closed."""
         if path.startswith(("/v1/files", "/v1/batches")):
+            if method == "POST" and path == "/v1/batches" and self.batches.behaviour.create_delay:
+                await asyncio.sleep(self.batches.behaviour.create_delay)  # the batch is made after it all the same
             status, reply = self.batches.handle(method, path, headers, raw, self._authorized(headers))
             with self._state.lock:
                 self._state.log.append(LoggedRequest(time.monotonic(), "", None, 0, None, status, path))
@@ -760,6 +762,18 @@ class BatchBehaviour:
     expire_after: int | None = None
     #: retrieves a batch spends ``finalizing`` before its files are ready
     finalizing_polls: int = 1
+    #: seconds from a batch's creation to its ``expires_at`` (the API's 24h window; negative: already past)
+    expires_in: int = 86_400
+    #: this many creates make their batch and then answer 500 (as a gateway that lost the reply does)
+    create_failures: int = 0
+    #: seconds a create takes before the batch is made and the reply sent
+    create_delay: float = 0.0
+    #: when set, validation fails with this message (``{key}``: the key the create was sent with)
+    validation_error: str | None = None
+    #: when set, every line is answered with a 400 whose message is this (``{key}`` as above)
+    line_error: str | None = None
+    #: every answered line is written twice in the output file, the second time with another answer
+    duplicate_lines: bool = False
 
 
 @dataclass
@@ -781,6 +795,8 @@ class _Batch:
     times: dict[str, int] = field(default_factory=dict)
     output_file_id: str | None = None
     error_file_id: str | None = None
+    #: the key the create was sent with (what a hostile server echoes)
+    key: str = ""
 
 
 #: What a batch line may call, and the only completion window, as the real API has them.
@@ -835,7 +851,11 @@ class BatchAPI:
             meta, data = self._file(parts[1])
             return (200, data) if parts[2:] == ["content"] else (200, meta)
         if parts == ["batches"] and method == "POST":
-            return 200, self._create(raw)
+            created = self._create(raw, headers.get("authorization", "").removeprefix("Bearer "))
+            if self.behaviour.create_failures > 0:
+                self.behaviour.create_failures -= 1
+                raise _APIError(500, "The server had an error while processing your request.")
+            return 200, created
         if parts == ["batches"] and method == "GET":
             return 200, {"object": "list", "data": [self._object(b) for b in self.batches.values()], "has_more": False}
         if len(parts) == 2 and parts[0] == "batches" and method == "GET":
@@ -894,7 +914,7 @@ class BatchAPI:
 
     # -- batches -----------------------------------------------------------
 
-    def _create(self, raw: bytes) -> dict[str, Any]:
+    def _create(self, raw: bytes, key: str = "") -> dict[str, Any]:
         try:
             body = json.loads(raw)
         except ValueError:
@@ -908,7 +928,8 @@ class BatchAPI:
             raise _APIError(400, "completion_window must be '24h'")
         batch_id = f"batch_{len(self.batches) + 1:04d}{hashlib.sha256(data).hexdigest()[:12]}"
         batch = _Batch(batch_id, meta["id"], body["endpoint"], "24h", dict(body.get("metadata") or {}), int(time.time()))
-        batch.times["expires_at"] = batch.created_at + 86_400
+        batch.key = key
+        batch.times["expires_at"] = batch.created_at + self.behaviour.expires_in
         for text in data.decode("utf-8", "replace").split("\n"):  # JSON lines end at "\n" only
             if text.strip():
                 try:
@@ -929,6 +950,9 @@ class BatchAPI:
     def _problems(self, batch: _Batch) -> list[dict[str, Any]]:
         """The input file's broken rules, as the real API lists them (one per line, first ten)."""
         problems: list[dict[str, Any]] = []
+        if self.behaviour.validation_error is not None:
+            message = self.behaviour.validation_error.format(key=batch.key)
+            return [{"code": "invalid_request", "message": message, "param": None, "line": 1}]
         seen: set[str] = set()
         models: set[str] = set()
         for n, line in enumerate(batch.lines, 1):
@@ -975,7 +999,11 @@ class BatchAPI:
             for line in todo:
                 if b.expire_after is not None and len(batch.answered) >= b.expire_after:
                     break
-                status, payload = self._answer(line["body"])
+                if b.line_error is not None:
+                    message = b.line_error.format(key=batch.key)
+                    status, payload = 400, {"error": {"message": message, "type": "invalid_request_error"}}
+                else:
+                    status, payload = self._answer(line["body"])
                 batch.answered.append((line["custom_id"], status, payload))
             if b.expire_after is not None and len(batch.answered) >= b.expire_after < len(batch.lines):
                 self._close(batch, "expired", "batch_expired", "This request could not be executed before the completion window expired.")
@@ -999,6 +1027,12 @@ class BatchAPI:
                 "error": None,
             }
             (out if code_ == 200 else err).append(line)
+            if code_ == 200 and self.behaviour.duplicate_lines:  # the same request answered again, otherwise
+                again = json.loads(json.dumps(line))
+                again["id"] += "-again"
+                for choice in again["response"]["body"].get("choices", []):
+                    choice["message"]["content"] = f"{choice['message']['content']} (answered again)"
+                out.append(again)
         if code:
             for n, line in enumerate(batch.lines):
                 if line.get("custom_id") not in done:

@@ -600,3 +600,211 @@ def test_batch_import_of_a_gzip_or_non_utf8_file_is_one_line(
     assert said.out == "" and len(said.err.splitlines()) == 1, said
     assert said.err.startswith(f"error: {output}: ") and ("gzip" if damage == "gzip" else "not UTF-8") in said.err
     assert len(ResponseCache(cache)) == 0
+
+
+def no_key_in(*texts: str) -> bool:
+    """Whether the key is in none of ``texts``, in any form the redaction covers (a 10-character run of it)."""
+    runs = {DUMMY_KEY[i : i + 10].lower() for i in range(len(DUMMY_KEY) - 9)}
+    return not any(run in text.lower() for text in texts for run in runs)
+
+
+def ledger_text(cache: Path) -> str:
+    """Every ledger file of ``cache``, entries and requests."""
+    return "".join(p.read_text(encoding="utf-8") for p in sorted((cache / "batches").glob("*.json*")))
+
+
+def test_an_error_file_echoing_the_key_leaves_it_in_no_result_line_or_ledger(echo: OpenAIServer, tmp_path: Path) -> None:
+    echo.batches.behaviour.line_error = "Incorrect API key provided: {key}. You can find your key at ..."
+    said: list[str] = []
+    outcome = runner_for(echo, tmp_path / "cache", said).run_round("reader", items(3))
+    assert echo.batches.batches[outcome.created[0]].key == DUMMY_KEY  # the server did echo it
+    (cause,) = outcome.failures()
+    assert cause.startswith("HTTP 400 (in a batch): Incorrect API key provided: [redacted]"), cause
+    assert no_key_in(cause, *said, ledger_text(tmp_path / "cache"))
+
+
+def test_a_validation_error_echoing_the_key_stops_the_run_without_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_grid=GRID)
+    with OpenAIServer(echo_responder, expected_key=DUMMY_KEY) as server:
+        server.batches.behaviour.validation_error = "Line 1: the request sent with key {key} is malformed."
+        result = pytester.runpytest_inprocess(*grid_command(server, pytester.path / "cache", *BATCH))
+        assert len(server.batches.created) == 1 and chat_requests(server) == 0
+    output = "\n".join(result.outlines + result.errlines)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, output
+    stop = [line for line in result.outlines if "requests failed" in line]
+    assert len(stop) == 1 and "batch failed validation: Line 1: the request sent with key [redacted]" in stop[0], output
+    assert "Traceback" not in output and no_key_in(output, ledger_text(pytester.path / "cache"))
+
+
+def test_batch_import_never_prints_a_key_an_error_line_echoes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_restore.models.providers import default_providers
+    from pytest_restore.plugin.calls import export_round
+
+    cache, source, output = tmp_path / "cache", tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    planned = [("openai:gpt-4o-mini", "reader", ChatRequest((("user", "a note"),), max_tokens=40))]
+    export_round("reader", planned, source, cache, default_providers())
+    custom_id = json.loads(source.read_text())["custom_id"]
+    echoed = {"message": f"401: key {DUMMY_KEY} revoked", "code": f"bad_key_{DUMMY_KEY}"}
+    output.write_text(json.dumps({"id": "x", "custom_id": custom_id, "response": None, "error": echoed}) + "\n")
+    capsys.readouterr()
+    assert main(["batch", "import", str(output), "--cache", str(cache)]) == 1
+    said = capsys.readouterr()
+    assert "import: 1 failed: batch bad_key_[redacted]: 401: key [redacted] revoked" in said.out, said
+    assert no_key_in(said.out, said.err, ledger_text(cache))
+
+
+def test_a_create_that_made_the_batch_but_answered_500_is_found_not_paid_again(echo: OpenAIServer, tmp_path: Path) -> None:
+    echo.batches.behaviour.create_failures = 1
+    said: list[str] = []
+    asked = items(6)
+    outcome = runner_for(echo, tmp_path / "cache", said).run_round("reader", asked)
+    assert len(echo.batches.created) == 1 and outcome.created == echo.batches.created  # one batch, paid once
+    assert not outcome.failures() and len(outcome.results) == 6
+    assert any("creating the batch answered an error, but the provider made it" in line for line in said), said
+    (entry,) = Ledger(tmp_path / "cache").entries()
+    assert entry.batch_id == echo.batches.created[0] and entry.state == "done"
+
+
+def test_a_create_that_failed_for_real_says_so_and_leaves_no_batch_pending(echo: OpenAIServer, tmp_path: Path) -> None:
+    from pytest_restore.models.batch import BatchError
+
+    asked = items(2)
+    runner = runner_for(echo, tmp_path / "cache", [])
+    runner.client.upload = lambda group: "file-nonesuch"  # type: ignore[method-assign] # a create the server refuses (404)
+    with pytest.raises(BatchError) as info:
+        runner.run_round("reader", asked)
+    assert "creating the batch: NotFoundError" in str(info.value) and "no batch carrying" in str(info.value)
+    assert echo.batches.created == [] and [e.state for e in Ledger(tmp_path / "cache").entries()] == ["not created"]
+
+
+def test_ctrl_c_during_a_slow_create_leaves_an_entry_the_next_run_finds(echo: OpenAIServer, tmp_path: Path) -> None:
+    import _thread
+    import threading
+
+    echo.batches.behaviour.create_delay = 1.0
+    asked = items(5)
+    said: list[str] = []
+
+    def interrupt_once_the_create_is_sent() -> None:
+        deadline = time.monotonic() + 30
+        while not any(e.path == "/v1/files" for e in echo.log) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # the create is on its way, its reply a second off
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt_once_the_create_is_sent, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        runner_for(echo, tmp_path / "cache", said).run_round("reader", asked)
+    assert "interrupted while creating a batch of 5 gpt-4o-mini requests: one may exist" in said[-1], said
+    (entry,) = Ledger(tmp_path / "cache").entries()
+    assert entry.state == "submitting" and entry.intent
+    deadline = time.monotonic() + 30
+    while not echo.batches.created and time.monotonic() < deadline:  # the server makes it all the same
+        time.sleep(0.05)
+
+    echo.batches.behaviour.create_delay = 0
+    outcome = runner_for(echo, tmp_path / "cache", said).run_round("reader", asked)
+    assert len(echo.batches.created) == 1 and outcome.attached == echo.batches.created and outcome.created == []
+    assert not outcome.failures() and "created by an interrupted session (not created again)" in " ".join(said)
+
+
+def interrupted_round(server: OpenAIServer, cache: Path, asked: list[BatchItem]) -> None:
+    """A round whose batch stays in progress, stopped by Ctrl-C while it is polled."""
+    server.batches.behaviour.hold = True
+
+    def interrupt(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner_for(server, cache, [], sleep=interrupt).run_round("reader", asked)
+    server.batches.behaviour.hold = False
+
+
+def refused_rerun(server: OpenAIServer, cache: Path, asked: list[BatchItem]) -> str:
+    """The one-line error a rerun of the round stops with; nothing submitted again."""
+    from pytest_restore.models.batch import BatchError
+
+    with pytest.raises(BatchError) as info:
+        runner_for(server, cache, []).run_round("reader", asked)
+    assert "\n" not in str(info.value) and len(server.batches.created) == 1
+    return str(info.value)
+
+
+def test_a_truncated_ledger_entry_is_one_line_and_nothing_is_submitted_again(
+    echo: OpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache, asked = tmp_path / "cache", items(4)
+    interrupted_round(echo, cache, asked)
+    (path,) = (cache / "batches").glob("*.json")
+    path.write_text(path.read_text()[:40])  # a disk that filled, a copy cut short
+    message = refused_rerun(echo, cache, asked)
+    assert message.startswith(f"{path}: damaged ledger entry (") and "nothing is submitted" in message
+    capsys.readouterr()
+    assert main(["batch", "status", "--cache", str(cache)]) == 2
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.count("\n") == 1 and "damaged ledger entry" in said.err
+
+
+def test_a_ledger_whose_requests_file_is_gone_is_one_line(
+    echo: OpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache, asked = tmp_path / "cache", items(4)
+    interrupted_round(echo, cache, asked)
+    (requests,) = (cache / "batches").glob("*.requests.jsonl")
+    requests.unlink()
+    assert refused_rerun(echo, cache, asked).startswith(f"{requests}: missing: the requests of batch_")
+
+    # an export's requests gone: batch import says so in one line
+    from pytest_restore.models.providers import default_providers
+    from pytest_restore.plugin.calls import export_round
+
+    planned = [("openai:gpt-4o-mini", "reader", ChatRequest((("user", "x"),), max_tokens=40))]
+    export_round("reader", planned, tmp_path / "in.jsonl", tmp_path / "other", default_providers())
+    for path in (tmp_path / "other" / "batches").glob("*.requests.jsonl"):
+        path.unlink()
+    (tmp_path / "out.jsonl").write_text("{}\n")
+    capsys.readouterr()
+    assert main(["batch", "import", str(tmp_path / "out.jsonl"), "--cache", str(tmp_path / "other")]) == 2
+    said = capsys.readouterr()
+    assert said.err.startswith("error: ") and said.err.count("\n") == 1 and ": missing: the requests of export-" in said.err
+
+
+def test_two_output_lines_for_one_request_with_different_answers_keep_neither(echo: OpenAIServer, tmp_path: Path) -> None:
+    echo.batches.behaviour.duplicate_lines = True
+    asked = items(3)
+    outcome = runner_for(echo, tmp_path / "cache", []).run_round("reader", asked)
+    errors = [outcome.results[i.custom_id].error or "" for i in asked]
+    assert all(re.search(r"twice, differently \(output_file_id file-\w+ line \d+; output_file_id file-\w+ line \d+\)", e)
+               for e in errors), errors
+    assert len(ResponseCache(tmp_path / "cache")) == 0  # no answer chosen silently
+
+
+def test_a_batch_past_its_own_expiry_is_no_longer_polled(echo: OpenAIServer, tmp_path: Path) -> None:
+    echo.batches.behaviour.hold = True
+    echo.batches.behaviour.expires_in = -3600  # an hour past its expires_at, still in progress
+    echo.batches.behaviour.validating_polls = 0
+    polls = 0
+
+    def sleep(seconds: float) -> None:  # the test's deadline: a round that keeps polling fails here
+        nonlocal polls
+        polls += 1
+        assert polls < 20, "still polling a batch past its expiry"
+
+    said: list[str] = []
+    outcome = runner_for(echo, tmp_path / "cache", said, sleep=sleep).run_round("reader", items(3))
+    assert dict(outcome.failures()) == {f"batch {outcome.created[0]} in_progress past its expires_at: no longer polled": 3}
+    assert "still in_progress 1h00m after its own expires_at: no longer polled" in said[-1], said
+    assert Ledger(tmp_path / "cache").entries()[0].state == "pending"  # batch status and cancel still see it
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "a-directory"])
+def test_batch_export_out_that_cannot_be_a_file_is_one_line_exit_74(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    (tmp_path / "taken").write_text("a file")
+    out = tmp_path / "taken" / "scorer.jsonl" if where == "under-a-file" else tmp_path
+    monkeypatch.setattr(pytest, "main", lambda args: pytest.fail("the dry run ran"))
+    assert main(["batch", "export", "--round", "scorer", "--out", str(out), "--", *GRID_ARGS]) == 74
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.count("\n") == 1 and said.err.startswith("error: batch export --out"), said.err
+    assert ("is a file, not a directory" if where == "under-a-file" else "is a directory") in said.err

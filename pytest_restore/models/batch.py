@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_restore import jsonl
+from pytest_restore.exits import os_cause
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.cache import ResponseCache, request_key, try_flock
 from pytest_restore.models.decoding import decoding_parameters
@@ -65,6 +66,12 @@ UNANSWERED = {
     "completed": "batch completed without a line for this request",
 }
 
+#: The metadata key a batch carries its ledger entry's token under (how a batch whose create was cut short is found).
+INTENT_KEY = "restore_intent"
+#: How long past its own ``expires_at`` a batch that has not ended is still polled (the provider's
+#: own move to ``expired`` takes a while), before the round stops following it and says so.
+EXPIRY_GRACE = 1800.0
+
 #: A role's reply check (``providers.VALIDATORS``): judges and scorers reject what they cannot parse.
 Validator = Callable[[str], bool]
 #: Where progress lines go.
@@ -81,6 +88,14 @@ class BatchOptions:
 
 class BatchError(RuntimeError):
     """A batch could not be submitted or followed (the provider refused, a file is malformed)."""
+
+
+class LedgerError(BatchError):
+    """A ledger file that cannot be read (damaged, or its requests gone): one line naming it.
+
+    Never skipped: a damaged entry may stand for a batch still running, and
+    skipping it would submit (and pay for) its requests again.
+    """
 
 
 def _stderr(message: str) -> None:
@@ -223,7 +238,9 @@ class LedgerEntry:
     #: the round it served (``reader``, ``judge calls``, ...)
     round: str
     model: str
-    #: ``pending`` until harvested (``done``), ``cancelled``, ``lost`` (the provider no longer knows it); exports: ``exported``
+    #: ``submitting`` from before its create is sent until the provider names the batch, then ``pending``
+    #: until harvested (``done``), ``cancelled``, ``lost`` (the provider no longer knows it),
+    #: ``not created`` (an intent no batch was found for); exports: ``exported``
     state: str
     created: float
     requests: int
@@ -238,17 +255,23 @@ class LedgerEntry:
     status: str = ""
     #: failed requests by cause, once harvested
     failures: dict[str, int] = field(default_factory=dict)
+    #: the token in the batch's metadata (``restore_intent``) that finds it at the provider when its
+    #: create was cut short (an error after the batch was made, an interrupt)
+    intent: str = ""
 
 
 class Ledger:
     """The batches of one response cache, in ``<cache>/batches/``: one JSON file each, plus its requests.
 
-    Written before a batch is polled, so a killed session leaves its batch
-    findable; entries are replaced atomically (``os.replace``).
+    An entry is written before a batch's create is sent (the intent, with a
+    token the batch carries in its metadata), so a session killed or
+    interrupted at any point leaves its batch findable; entries are replaced
+    atomically (``os.replace``). ``redact`` is applied to every entry written.
     """
 
-    def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, cache_dir: str | os.PathLike[str], redact: Callable[[str], str] | None = None) -> None:
         self.root = Path(cache_dir) / "batches"
+        self._redact = redact or (lambda text: text)
 
     def lock(self) -> Any:
         """An exclusive claim on the ledger (between deciding what to submit and recording it)."""
@@ -268,27 +291,53 @@ class Ledger:
                 self.root / f"{entry.name}.requests.jsonl",
                 jsonl.dumps(i.to_json() for i in items),
             )
-        _write_atomic(self.root / f"{entry.name}.json", json.dumps(asdict(entry), indent=1, sort_keys=True))
+        text = json.dumps(asdict(entry), indent=1, sort_keys=True)
+        _write_atomic(self.root / f"{entry.name}.json", self._redact(text))
 
     def entries(self) -> list[LedgerEntry]:
-        """Every entry, oldest first; an unreadable one is skipped (it names nothing we could attach to)."""
+        """Every entry, oldest first; :class:`LedgerError` for one that cannot be read (never skipped)."""
         out = []
         for path in sorted(self.root.glob("*.json")) if self.root.is_dir() else []:
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
                 out.append(LedgerEntry(**data))
-            except (OSError, ValueError, TypeError):
-                continue
+            except OSError as err:
+                raise LedgerError(f"{path}: cannot read the ledger entry: {os_cause(err)}") from None
+            except (ValueError, TypeError) as err:
+                detail = err.msg if isinstance(err, json.JSONDecodeError) else type(err).__name__
+                raise LedgerError(
+                    f"{path}: damaged ledger entry ({detail}); it may stand for a batch still running, so nothing "
+                    "is submitted: look for the batch at the provider, then move the file away"
+                ) from None
         return sorted(out, key=lambda e: (e.created, e.name))
 
     def items(self, entry: LedgerEntry) -> dict[str, BatchItem]:
-        """The requests of ``entry`` by custom id."""
+        """The requests of ``entry`` by custom id; :class:`LedgerError` when its file is gone or damaged."""
         path = self.root / f"{entry.name}.requests.jsonl"
+        what = f"{entry.batch_id or entry.name} ({entry.requests:,} requests of the {entry.round} round)"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise LedgerError(
+                f"{path}: missing: the requests of {what} are gone, so its answers cannot be checked; "
+                f"cancel it (`python -m pytest_restore batch cancel`) or move {path.name.replace('.requests.jsonl', '.json')} away"
+            ) from None
+        except (OSError, UnicodeDecodeError) as err:
+            cause = os_cause(err) if isinstance(err, OSError) else "not UTF-8 text"
+            raise LedgerError(f"{path}: cannot read the requests of {what}: {cause}") from None
         items = {}
-        for _, text in jsonl.numbered_lines(path.read_text(encoding="utf-8")):
-            item = BatchItem.from_json(json.loads(text))
+        for n, line in jsonl.numbered_lines(text):
+            try:
+                item = BatchItem.from_json(json.loads(line))
+            except (ValueError, KeyError, TypeError) as err:
+                raise LedgerError(f"{path} line {n}: damaged request of {what} ({type(err).__name__})") from None
             items[item.custom_id] = item
         return items
+
+    def forget(self, entry: LedgerEntry) -> None:
+        """Remove ``entry`` and its requests (an intent whose upload failed: no batch can exist)."""
+        for suffix in (".json", ".requests.jsonl"):
+            (self.root / f"{entry.name}{suffix}").unlink(missing_ok=True)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -329,23 +378,46 @@ class BatchClient:
         except openai.OpenAIError as exc:
             raise BatchError(self._redact(f"{what}: {type(exc).__name__}: {exc}")) from None
 
-    def submit(self, items: Sequence[BatchItem], metadata: Mapping[str, str]) -> tuple[str, str]:
-        """Upload ``items`` as an input file and create the batch: ``(batch id, input file id)``."""
+    def upload(self, items: Sequence[BatchItem]) -> str:
+        """Upload ``items`` as a batch input file; its file id."""
         data = input_file(items)
         uploaded = self._call(
             "uploading the batch input file",
             lambda: self._client.files.create(file=("restore-batch.jsonl", data), purpose="batch"),
         )
+        return str(uploaded.id)
+
+    def create(self, file_id: str, metadata: Mapping[str, str]) -> str:
+        """Create the batch of an uploaded file; its id.
+
+        Sent once, never retried: a create that made the batch and then
+        failed to answer would make a second, paid batch if it were sent
+        again. After an error the caller looks for it (:meth:`find`).
+        """
         batch = self._call(
             "creating the batch",
-            lambda: self._client.batches.create(
-                input_file_id=uploaded.id,
+            lambda: self._client.with_options(max_retries=0).batches.create(
+                input_file_id=file_id,
                 endpoint="/v1/chat/completions",
                 completion_window="24h",
                 metadata=dict(metadata),
             ),
         )
-        return str(batch.id), str(uploaded.id)
+        return str(batch.id)
+
+    def find(self, intent: str, since: float) -> str | None:
+        """The id of the batch whose metadata carries ``intent`` (created after ``since``), or ``None``."""
+
+        def scan() -> str | None:
+            for batch in self._client.batches.list(limit=100):  # newest first; the pages follow on
+                if (batch.metadata or {}).get(INTENT_KEY) == intent:
+                    return str(batch.id)
+                if batch.created_at < since - 600:
+                    return None
+            return None
+
+        found: str | None = self._call("looking for the batch by its metadata", scan)
+        return found
 
     def retrieve(self, batch_id: str) -> dict[str, Any]:
         """The batch object as plain values (``status``, ``request_counts``, file ids, ``errors``)."""
@@ -406,18 +478,32 @@ class BatchRunner:
     ) -> None:
         """``poll`` is the first wait between two looks at a batch (it grows 1.5x up to
         ``poll_cap``); ``resubmit`` how many times a round sends what failed again as a new batch."""
+        key = os.environ.get(API_KEY_ENV)
+        # every text that leaves the batch path (progress, failures, the ledger) in the chat path's redaction
+        self._redactor = KeyRedactor(key) if key else None
         self.cache_dir = Path(cache_dir)
         self.cache = ResponseCache(cache_dir)
-        self.ledger = Ledger(cache_dir)
+        self.ledger = Ledger(cache_dir, self.redact)
         self.validators = dict(validators)
         self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None
         self.poll = poll
         self.poll_cap = poll_cap
         self.resubmit = resubmit
-        self.say = say
+        self.say: Say = lambda line: say(self.redact(line))
         self._sleep = sleep
         self._client = client
         self._readers: dict[tuple[str, str], OpenAIChatModel] = {}
+
+    def redact(self, text: str) -> str:
+        """``text`` without the API key in any form a server may echo it in."""
+        return self._redactor(text) if self._redactor is not None else text
+
+    def _redacted(self, result: ChatResult) -> ChatResult:
+        if self._redactor is None:
+            return result
+        text = None if result.text is None else self._redactor(result.text)
+        error = None if result.error is None else self._redactor(result.error)
+        return replace(result, text=text, error=error)
 
     @property
     def client(self) -> BatchClient:
@@ -477,10 +563,11 @@ class BatchRunner:
     ) -> dict[str, ChatResult]:
         with self.ledger.lock():
             # a batch sent elsewhere (another base URL) cannot be followed from here
-            pending = [
-                e for e in self.ledger.entries()
-                if e.kind == "batch" and e.state == "pending" and e.base_url == (self.base_url or "")
-            ]
+            here = [e for e in self.ledger.entries() if e.kind == "batch" and e.base_url == (self.base_url or "")]
+            for entry in here:
+                if entry.state == "submitting":
+                    self._resolve_intent(entry)
+            pending = [e for e in here if e.state == "pending"]
             followed: list[LedgerEntry] = []
             covered: set[str] = set()
             for entry in pending:
@@ -495,20 +582,81 @@ class BatchRunner:
             for item in rest:
                 by_model.setdefault(item.model, []).append(item)  # one model per batch, as the API requires
             for model, group in sorted(by_model.items()):
-                batch_id, file_id = self.client.submit(group, {"restore_round": name[:64]})
-                entry = LedgerEntry(
-                    name=_safe(batch_id), kind="batch", round=name, model=model, state="pending",
-                    created=time.time(), requests=len(group), batch_id=batch_id,
-                    base_url=self.base_url or "", cache=cache, input_path=file_id,
-                )
-                self.ledger.save(entry, group)
+                entry = self._submit(name, model, group, cache)
                 followed.append(entry)
-                outcome.created.append(batch_id)
-                self.say(f"batch {name}: submitted {batch_id} ({len(group):,} {model} requests)")
+                outcome.created.append(entry.batch_id)
+                self.say(f"batch {name}: submitted {entry.batch_id} ({len(group):,} {model} requests)")
         results: dict[str, ChatResult] = {}
         for entry in followed:
             results.update(self._follow(name, entry))
         return {cid: results.get(cid) or ChatResult(text=None, error=UNANSWERED["completed"]) for cid in todo}
+
+    def _submit(self, name: str, model: str, group: Sequence[BatchItem], cache: bool) -> LedgerEntry:
+        """Upload and create one batch, its intent recorded in the ledger before the create is sent.
+
+        The create is sent once. After an error the batch is looked for by
+        the intent in its metadata (a create can make the batch and still
+        fail to answer); after an interrupt the entry stays ``submitting``
+        and the next run looks for it before it submits anything.
+        """
+        intent = os.urandom(8).hex()
+        entry = LedgerEntry(
+            name=f"batch-{intent}", kind="batch", round=name, model=model, state="submitting",
+            created=time.time(), requests=len(group), base_url=self.base_url or "", cache=cache, intent=intent,
+        )
+        self.ledger.save(entry, group)
+        try:
+            entry.input_path = self.client.upload(group)
+        except BatchError:
+            self.ledger.forget(entry)  # nothing was created: no batch can carry this intent
+            raise
+        except KeyboardInterrupt:
+            self.ledger.forget(entry)
+            raise
+        try:
+            entry.batch_id = self.client.create(entry.input_path, {"restore_round": name[:64], INTENT_KEY: intent})
+        except KeyboardInterrupt:
+            self.ledger.save(entry)
+            self.say(
+                f"batch {name}: interrupted while creating a batch of {len(group):,} {model} requests: one may exist "
+                f"at the provider (metadata {INTENT_KEY}={intent}, recorded in {self.ledger.root}); the next run "
+                "looks for it before submitting anything, and `python -m pytest_restore batch status` lists it"
+            )
+            raise
+        except BatchError as err:
+            found = self._look_for(entry, str(err))
+            if found is None:
+                entry.state = "not created"
+                self.ledger.save(entry)
+                raise BatchError(f"{err}; no batch carrying this request's intent is listed at the provider") from None
+            self.say(f"batch {name}: creating the batch answered an error, but the provider made it: {found} (not created again)")
+            entry.batch_id = found
+        entry.state = "pending"
+        self.ledger.save(entry)
+        return entry
+
+    def _look_for(self, entry: LedgerEntry, why: str) -> str | None:
+        """The batch ``entry``'s intent names, or ``None``; :class:`BatchError` when the lookup fails too."""
+        try:
+            return self.client.find(entry.intent, entry.created)
+        except BatchError as err:
+            self.ledger.save(entry)  # still ``submitting``: the next run looks again
+            raise BatchError(
+                f"{why}; a batch of {entry.requests:,} {entry.model} requests may exist at the provider "
+                f"(metadata {INTENT_KEY}={entry.intent}) and looking for it failed too ({err}): nothing is "
+                "submitted until it is found or known absent; run again later"
+            ) from None
+
+    def _resolve_intent(self, entry: LedgerEntry) -> None:
+        """An entry left ``submitting`` by an interrupted session: the batch it made, or none (said either way)."""
+        found = self._look_for(entry, f"batch {entry.round}: an interrupted session's create")
+        if found is None:
+            entry.state = "not created"
+            self.say(f"batch {entry.round}: an interrupted session's create made no batch (none carries its intent)")
+        else:
+            entry.state, entry.batch_id = "pending", found
+            self.say(f"batch {entry.round}: found {found}, created by an interrupted session (not created again)")
+        self.ledger.save(entry)
 
     def _follow(self, name: str, entry: LedgerEntry) -> dict[str, ChatResult]:
         """Poll ``entry`` until it ends, then harvest it."""
@@ -539,6 +687,15 @@ class BatchRunner:
                 if status in TERMINAL:
                     entry.counts, entry.status = counts, status
                     return self._harvest(entry, batch)
+                expires = batch.get("expires_at")
+                if isinstance(expires, (int, float)) and time.time() > expires + EXPIRY_GRACE:
+                    late = _elapsed(time.time() - expires)
+                    self.say(
+                        f"batch {name} {entry.batch_id}: still {status} {late} after its own expires_at: no longer "
+                        f"polled (it stays in the ledger: `python -m pytest_restore batch status` or `batch cancel`)"
+                    )
+                    error = f"batch {entry.batch_id} {status} past its expires_at: no longer polled"
+                    return {cid: ChatResult(text=None, error=error) for cid in self.ledger.items(entry)}
                 self._sleep(wait)
                 wait = min(wait * 1.5, self.poll_cap)
         except KeyboardInterrupt:
@@ -566,7 +723,7 @@ class BatchRunner:
             if errors:
                 cause += ": " + "; ".join(str(e.get("message", e)) for e in errors[:3])
         for cid in items:
-            results.setdefault(cid, ChatResult(text=None, error=_short(cause)))
+            results.setdefault(cid, ChatResult(text=None, error=_short(self.redact(cause))))
         entry.state = "done"
         entry.failures = dict(Counter(failure_cause(r.error or "") for r in results.values() if not r.ok))
         if refused:
@@ -580,26 +737,37 @@ class BatchRunner:
         """Results of output lines (``(where, text)``) for ``items``; lines refused, by reason.
 
         A line naming a request that is not in ``items`` is refused, never
-        stored; a malformed line is refused with its reason. A success goes
-        into the cache when ``cache``.
+        stored; a malformed line is refused with its reason. A request
+        answered by two lines with different answers keeps neither: its
+        result is a failure naming both lines. A success goes into the cache
+        when ``cache``. Every text is redacted (:meth:`redact`).
         """
-        results: dict[str, ChatResult] = {}
         refused: Counter[str] = Counter()
+        by_id: dict[str, list[tuple[str, OutputLine]]] = {}
         for where, text in lines:
             try:
                 line = parse_output_line(text, where)
             except BatchError as err:
-                refused[f"malformed line ({str(err).split(': ', 1)[-1][:80]})"] += 1
+                refused[self.redact(f"malformed line ({str(err).split(': ', 1)[-1][:80]})")] += 1
                 continue
-            item = items.get(line.custom_id)
-            if item is None:
+            if line.custom_id not in items:
                 refused["custom_id never exported or submitted"] += 1
                 continue
-            result = judge_line(line, item, self.reader(item))
+            by_id.setdefault(line.custom_id, []).append((where, line))
+        results: dict[str, ChatResult] = {}
+        for cid, found in by_id.items():
+            item = items[cid]
+            judged = [(where, self._redacted(judge_line(line, item, self.reader(item)))) for where, line in found]
+            answered = [(where, r) for where, r in judged if r.ok]
+            if len({r.text for _, r in answered}) > 1:
+                (first, _), (second, _) = answered[0], next(a for a in answered if a[1].text != answered[0][1].text)
+                error = f"batch answered custom_id {cid[:24]}... twice, differently ({first}; {second}): neither kept"
+                results[cid] = ChatResult(text=None, error=error)
+                continue
+            result = answered[0][1] if answered else judged[0][1]
             if result.ok and cache:
                 self.cache.put(item.model, item.request, result)
-            if line.custom_id not in results or result.ok:
-                results[line.custom_id] = result
+            results[cid] = result
         return results, refused
 
 
@@ -608,11 +776,6 @@ def _accepts(validator: Validator, text: str) -> bool:
         return bool(validator(text))
     except Exception:  # noqa: BLE001 - a validator that crashes rejects
         return False
-
-
-def _safe(batch_id: str) -> str:
-    """A batch id as a file name."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in batch_id) or "batch"
 
 
 def _elapsed(seconds: float) -> str:

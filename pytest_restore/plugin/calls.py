@@ -18,7 +18,7 @@ from pytest_restore.audit.run import Audit
 from pytest_restore.data.dataset import Question
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.models.base import ChatModel, ChatRequest, ServiceModel
-from pytest_restore.models.batch import BatchItem, Ledger, LedgerEntry, input_file
+from pytest_restore.models.batch import BatchItem, Ledger, LedgerEntry, LedgerError, input_file
 from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.decoding import describe_decoding, estimate_tokens
 from pytest_restore.models.fake import FakeScorer
@@ -299,7 +299,11 @@ def dry_run(
     if s.batch:
         rounds = batch_round_count(s, policies, providers)
         out.append(f"batch rounds: {len(rounds)} ({', '.join(rounds)}), each within the API's 24 h window")
-        running = [e for e in Ledger(cache_dir).entries() if e.kind == "batch" and e.state == "pending"]
+        try:
+            running = [e for e in Ledger(cache_dir).entries() if e.kind == "batch" and e.state == "pending"]
+        except LedgerError as err:  # the run itself stops on it before submitting anything
+            running = []
+            out.append(f"batch: {err}")
         if running:
             out.append(
                 f"batch: {len(running)} batches of this cache are still running ({sum(e.requests for e in running):,} "
