@@ -91,6 +91,7 @@ def assert_one_line_usage_error(result: pytest.RunResult, *needles: str) -> None
         (["--restore-embedded-questions=1.5"], "not a whole number"),
         (["--restore-reader="], "--restore-reader: unknown model ''"),
         (["--restore-judge="], "--restore-judge: unknown model ''"),
+        (["--restore-rankers=nosuch"], "--restore-rankers: unknown ranker 'nosuch'"),  # was: ini key restore_ranker
     ],
 )
 def test_bad_options_stop_at_configure_with_one_line(project: pytest.Pytester, args: list[str], needle: str) -> None:

@@ -183,6 +183,15 @@ def _no_sessions(c: Conversations) -> None:
     c[1]["conversation"] = {"speaker_a": "Ruth", "speaker_b": "Sam"}
 
 
+def _padded_session_key(c: Conversations) -> None:
+    conversation = c[0]["conversation"]
+    conversation["session_01"] = conversation.pop("session_1")  # was a traceback (KeyError 'session_1')
+
+
+def _category_as_string(c: Conversations) -> None:
+    c[0]["qa"][0]["category"] = "4"
+
+
 MALFORMED: list[tuple[str, Mutation, str, str, str]] = [
     ("missing-qa", _drop_qa, "'fx-2' (index 1)", "qa", "missing"),
     (
@@ -199,6 +208,10 @@ MALFORMED: list[tuple[str, Mutation, str, str, str]] = [
     ("duplicate-sample-id", _duplicate_sample_id, "'fx-1' (index 1)", "sample_id", "also used by the conversation at index 0"),
     ("turn-without-text", _turn_without_text, "'fx-1' (index 0)", "conversation.session_1[4].text", "missing"),
     ("no-sessions", _no_sessions, "'fx-2' (index 1)", "conversation", "holds no session_N list"),
+    ("padded-session-key", _padded_session_key, "'fx-1' (index 0)", "conversation.session_01",
+     "a zero-padded session number: write session_1 (and session_1_date_time)"),
+    ("category-as-string", _category_as_string, "'fx-1' (index 0)", "qa[0].category",
+     "expected a category 1-5, got the string '4' (a category is a number: 4, not \"4\")"),
 ]
 
 
@@ -448,3 +461,82 @@ def test_a_file_no_loader_fits_stops_the_run_in_one_line(pytester: pytest.Pytest
     errors = [line for line in result.stderr.lines if line.startswith("ERROR:")]
     assert len(errors) == 1 and "odd.json: fits no dataset loader: found a JSON object; longmemeval expects" in errors[0]
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+# --- hostile loaders and files (issue 32): one line naming the loader, the questions and the field ----------
+
+
+def test_a_file_fitting_two_loaders_says_which_read_it_and_how_to_pick_the_other(tmp_path: Path) -> None:
+    data = conversations()
+    data[0]["haystack_sessions"] = []  # LongMemEval's key too: picked by shape as longmemeval, first registered
+    path = write(tmp_path, data)
+    with pytest.raises(DataError) as info:
+        load_data(path)
+    assert str(info.value).endswith(
+        "field 'question_id': missing (read by the longmemeval loader, picked by the file's shape; "
+        "it fits locomo too: --restore-dataset locomo reads it with that one)"
+    ), str(info.value)
+    assert load_data(path, name="locomo").name == "locomo"
+
+
+HOSTILE_LOADER = '''
+from pytest_restore.data.dataset import Dataset, Question, Turn
+from pytest_restore.data.loaders import DatasetLoader
+
+
+class Diary(DatasetLoader):
+    """A user's loader that goes wrong as its file's "mode" says."""
+
+    name = "diary"
+    expects = "a JSON object with 'mode'"
+
+    def fits(self, value):
+        return isinstance(value, dict) and "mode" in value
+
+    def load(self, data):
+        mode = data.value["mode"]
+        if mode == "raise":
+            return {}["entries"]  # a bug in the user's code: KeyError
+        if mode == "none":
+            return None  # forgot the return
+        one = (Turn("user", "the key is under the mat", False), Turn("user", "the car is blue", False))
+        two = (Turn("user", "the key is in the drawer", False),)
+
+        def question(i, history, evidence):
+            return Question(f"d{i}", "lookup", "Where is the key?", "under the mat", "2024/03/01 (Fri) 09:00",
+                            tuple(f"s{j}" for j in range(len(history))), ("2024/02/01 (Thu) 09:00",) * len(history),
+                            history, ("s0",), i, evidence=evidence, history_id="diary")
+
+        if mode == "past":  # evidence in a session the history does not have
+            questions = (question(0, (one,), ((3, 0),)),)
+        else:  # "shared": one history_id, two histories
+            questions = (question(0, (one,), ((0, 0),)), question(1, (two,), ((0, 0),)))
+        return Dataset(data.path, data.sha256, questions, False, name=self.name, budgets=(20,))
+
+
+def pytest_restore_register_datasets(registry, config):
+    registry.register(Diary())
+'''
+
+HOSTILE = [
+    ("raise", "dataset loader 'diary' (conftest.Diary) raised KeyError: 'entries'"),
+    ("none", "dataset loader 'diary' (conftest.Diary) returned None, not a Dataset (its load() must return one)"),
+    ("past", "dataset loader 'diary' (conftest.Diary): question 'd0': evidence (3, 0) names no turn of its history (1 sessions)"),
+    ("shared", ("dataset loader 'diary' (conftest.Diary): questions 'd0' and 'd1' share history_id 'diary' but not "
+                "their history (the sessions differ): a history_id names one history")),
+]
+
+
+@pytest.mark.parametrize(("mode", "needle"), HOSTILE, ids=[m for m, _ in HOSTILE])
+def test_a_users_loader_that_goes_wrong_stops_the_run_in_one_line_naming_it(
+    pytester: pytest.Pytester, mode: str, needle: str
+) -> None:
+    pytester.makeconftest(HOSTILE_LOADER)
+    pytester.makepyfile(test_grid=GRID)
+    (pytester.path / "diary.json").write_text(json.dumps({"mode": mode}), encoding="utf-8")
+    result = pytester.runpytest_inprocess(*QUICK, "--restore-data=diary.json", "--restore-granularity=session")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.outlines + result.errlines
+    errors = [line for line in result.errlines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and f"diary.json: {needle}" in errors[0], result.errlines
+    text = "\n".join(result.outlines + result.errlines)
+    assert "Traceback" not in text and "INTERNALERROR" not in text

@@ -26,12 +26,14 @@ from pytest_restore.data.dataset import (
     DataError,
     Dataset,
     PathLike,
+    Question,
     RawData,
     is_prepared,
     json_kind,
     load_cached,
     load_longmemeval,
     read_json,
+    show,
 )
 from pytest_restore.data.locomo import LOCOMO_BUDGETS, fits_locomo, load_locomo
 from pytest_restore.registry import Registry
@@ -42,10 +44,12 @@ __all__ = [
     "DatasetRegistry",
     "Locomo",
     "LongMemEval",
+    "check_dataset",
     "data_is_prepared",
     "default_datasets",
     "load_data",
     "pick_loader",
+    "run_loader",
 ]
 
 
@@ -143,6 +147,20 @@ def _describe(value: Any) -> str:
     return f"a JSON {json_kind(value)}"
 
 
+def _label(loader: DatasetLoader) -> str:
+    """A loader as a message names it: its registry name and its class (a user's code is named as theirs)."""
+    kind = type(loader)
+    return f"dataset loader {loader.name!r} ({kind.__module__}.{kind.__qualname__})"
+
+
+def _fits(loader: DatasetLoader, data: RawData) -> bool:
+    """``loader.fits``, whose failure is a one-line ``DataError`` naming the loader."""
+    try:
+        return bool(loader.fits(data.value))
+    except Exception as exc:  # noqa: BLE001 - a loader's own code: its failure is said as its own
+        raise DataError(data.path, f"{_label(loader)}: fits() raised {type(exc).__name__}: {exc}") from None
+
+
 def pick_loader(data: RawData, registry: DatasetRegistry, name: str | None = None) -> DatasetLoader:
     """The loader ``name`` names, or the first registered one that fits the file's shape."""
     if name is not None:
@@ -151,7 +169,7 @@ def pick_loader(data: RawData, registry: DatasetRegistry, name: str | None = Non
         except KeyError:
             raise DataError(data.path, f"no dataset loader named {name!r}; registered: {', '.join(registry)}") from None
     for loader in registry.values():
-        if loader.fits(data.value):
+        if _fits(loader, data):
             return loader
     expected = "; ".join(f"{loader.name} expects {loader.expects}" for loader in registry.values())
     raise DataError(data.path, f"fits no dataset loader: found {_describe(data.value)}; {expected}")
@@ -189,9 +207,78 @@ def load_data(
 
     def load(file: str) -> Dataset:
         data = read_json(file)
-        return pick_loader(data, loaders, name).load(data)
+        return run_loader(pick_loader(data, loaders, name), data, loaders, forced=name is not None)
 
     return load_cached(path, cache_dir, _key(loaders, name), load, _code(loaders))
+
+
+def run_loader(loader: DatasetLoader, data: RawData, registry: DatasetRegistry, *, forced: bool = False) -> Dataset:
+    """``loader.load(data)``, held to the loader contract; every failure is a one-line ``DataError``.
+
+    A ``DataError`` of a loader picked by shape says which loader read the
+    file when another fits it too (and how to pick that one); any other
+    exception, or a result that is not a :class:`Dataset`, is named as the
+    loader's; the dataset must pass :func:`check_dataset`.
+    """
+    try:
+        dataset = loader.load(data)
+    except DataError as err:
+        others = [] if forced else [o.name for o in registry.values() if o is not loader and _fits(o, data)]
+        if not others:
+            raise
+        problem = (
+            f"{err.problem} (read by the {loader.name} loader, picked by the file's shape; it fits "
+            f"{', '.join(others)} too: --restore-dataset {others[0]} reads it with that one)"
+        )
+        raise DataError(
+            err.path, problem, index=err.index, question_id=err.question_id, field=err.field, record=err.record
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - a loader's own code: its failure is said as its own, in one line
+        raise DataError(data.path, f"{_label(loader)} raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(dataset, Dataset):
+        shown = repr(dataset) if len(repr(dataset)) <= 60 else repr(dataset)[:56] + " ..."
+        kind = "" if dataset is None else f" (a {type(dataset).__name__})"
+        raise DataError(data.path, f"{_label(loader)} returned {shown}{kind}, not a Dataset (its load() must return one)")
+    check_dataset(dataset, _label(loader))
+    return dataset
+
+
+def check_dataset(dataset: Dataset, label: str) -> None:
+    """What every loader must give, checked (a ``DataError`` naming ``label`` and the questions otherwise).
+
+    Each question's evidence names turns of its own history (a turn past it
+    would be dropped silently at turn granularity and crash at session
+    granularity), and questions sharing a ``history_id`` share one history
+    (the audit builds it once, from the first: the second would be audited
+    against a history that is not its own).
+    """
+    first: dict[str, Question] = {}
+    for q in dataset.questions:
+        sessions = q.haystack_sessions
+        for s, t in q.evidence or ():
+            if not (0 <= s < len(sessions) and 0 <= t < len(sessions[s])):
+                size = f"{len(sessions)} sessions" + (f", session {s} of {len(sessions[s])} turns" if 0 <= s < len(sessions) else "")
+                raise DataError(
+                    dataset.path,
+                    f"{label}: question {show(q.question_id)}: evidence ({s}, {t}) names no turn of its history ({size})",
+                )
+        other = first.setdefault(q.history_key, q)
+        if other is q:
+            continue
+        differ = [
+            what for what, a, b in (
+                ("session ids", other.haystack_session_ids, q.haystack_session_ids),
+                ("dates", other.haystack_dates, q.haystack_dates),
+                ("sessions", other.haystack_sessions, q.haystack_sessions),
+            ) if a != b
+        ]
+        if differ:
+            raise DataError(
+                dataset.path,
+                f"{label}: questions {show(other.question_id)} and {show(q.question_id)} share history_id "
+                f"{show(q.history_key)} but not their history (the {' and '.join(differ)} differ): a history_id "
+                "names one history",
+            )
 
 
 def data_is_prepared(path: PathLike, cache_dir: PathLike, registry: DatasetRegistry, name: str | None = None) -> bool:

@@ -222,7 +222,12 @@ def load_locomo(data: RawData, *, name: str = "locomo") -> Dataset:
             qid = f"{sample_id}:q{j}"
             category = item.get("category")
             if category.__class__ is not int or category not in CATEGORIES:
-                got = show(str(category)) if "category" in item else "missing"
+                if "category" not in item:
+                    got = "missing"
+                elif isinstance(category, str):  # "4" reads like a category: say it is the string that is wrong
+                    got = f"the string {show(category)} (a category is a number: 4, not \"4\")"
+                else:
+                    got = show(str(category))
                 raise rec.fail(f"{where}.category", f"expected a category 1-5, got {got}")
             question = item.get("question")
             if not isinstance(question, str) or not question.strip():
@@ -283,6 +288,10 @@ def _sessions(
 ) -> tuple[tuple[tuple[Turn, ...], ...], tuple[str, ...], tuple[int, ...], dict[tuple[int, int], tuple[int, int]]]:
     """The sessions in order, their dates and numbers, and (session no., turn no.) -> (position, index)."""
     numbers = sorted(int(m.group(1)) for key in conversation if (m := _SESSION_KEY.fullmatch(key)))
+    padded = next((key for key in conversation if (m := _SESSION_KEY.fullmatch(key)) and m.group(1).startswith("0")), None)
+    if padded is not None:  # session_01: LoCoMo numbers sessions from 1, unpadded, as the dia_ids D1:... name them
+        number = int(padded.removeprefix("session_"))
+        raise rec.fail(f"conversation.{padded}", f"a zero-padded session number: write session_{number} (and session_{number}_date_time)")
     if not numbers:
         raise rec.fail("conversation", "holds no session_N list")
     sessions: list[tuple[Turn, ...]] = []

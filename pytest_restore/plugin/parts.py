@@ -65,7 +65,7 @@ class AuditParts:
     ) -> None:
         self.config = config
         if not settings.budgets and not settings.data:  # the embedded default: LongMemEval-S's budgets
-            settings = dataclasses.replace(settings, budgets=LONGMEMEVAL_BUDGETS)
+            settings = _with_budgets(settings, LONGMEMEVAL_BUDGETS)
         self.settings = settings
         self.providers = providers
         #: This session's id: the directory its processes share cells in (``shared_cells``).
@@ -166,7 +166,7 @@ class AuditParts:
             return
         budgets = self.dataset().budgets
         if tuple(sorted(budgets, reverse=True)) != self.settings.budgets:
-            self.settings = dataclasses.replace(self.settings, budgets=tuple(sorted(budgets, reverse=True)))
+            self.settings = _with_budgets(self.settings, tuple(sorted(budgets, reverse=True)))
             self.cells = grid(self.settings, self.policies)
 
     def release_dataset(self) -> None:
@@ -376,3 +376,10 @@ def errata_line(summary: ErrataSummary) -> str:
         f"applied ({', '.join(summary.parts)}): {total['evidence']} evidence, {total['answer']} answers replaced, "
         f"{total['unanswerable']} questions excluded as unanswerable, {total['not_applied']} to questions left out"
     )
+
+
+def _with_budgets(settings: RestoreSettings, budgets: tuple[int, ...]) -> RestoreSettings:
+    """``settings`` with ``budgets``, still knowing where each value came from (for error messages)."""
+    changed = dataclasses.replace(settings, budgets=budgets)
+    object.__setattr__(changed, "_sources", getattr(settings, "_sources", {}))
+    return changed

@@ -274,6 +274,8 @@ class RestoreSettings:
         from pytest_restore.models.providers import check_embedder
 
         rankers = _parse_names(where["rankers"], raw["rankers"]) or ()
+        if len(rankers) == 1:  # one ranker given by --restore-rankers is the run's ranker: errors name that option
+            where["ranker"] = where["rankers"]
         for name in rankers or (raw["ranker"],):
             embedder = embedder_of(name)
             if embedder is not None:
