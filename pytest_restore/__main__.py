@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_restore import jsonl
-from pytest_restore.exits import IO_ERROR, os_cause, out_dir_problem
+from pytest_restore.exits import IO_ERROR, os_cause, out_dir_problem, out_file_problem
 
 if TYPE_CHECKING:
     from pytest_restore.models.batch import LedgerEntry
@@ -387,7 +387,7 @@ def _batch_export(args: argparse.Namespace) -> int:
     extra = [a for a in args.pytest_args if a != "--"] if args.pytest_args[:1] == ["--"] else list(args.pytest_args)
     out = Path(args.out)
     # before the dry run: an --out that cannot be a file is said in one line (as every --out is)
-    problem = f"batch export --out {out}: is a directory" if out.is_dir() else out_dir_problem(out.parent, "batch export --out: directory")
+    problem = out_file_problem(out, "batch export --out")
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return IO_ERROR

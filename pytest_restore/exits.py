@@ -36,12 +36,30 @@ def out_dir_problem(out_dir: str | os.PathLike[str], label: str) -> str | None:
     Nothing is created: the nearest existing directory on the way must be a
     writable directory (a file in the way, or a read-only parent, is named).
     """
-    path = Path(out_dir).absolute()
+    blocked = _blocked(Path(out_dir).absolute())
+    return None if blocked is None else f"{label} {out_dir}: {blocked}"
+
+
+def out_file_problem(out_file: str | os.PathLike[str], label: str) -> str | None:
+    """Why a file could not be written at ``out_file``, in one line naming ``label``, or ``None``.
+
+    A directory there, a file in the way of its directory, or a read-only
+    directory is named; nothing is created.
+    """
+    path = Path(out_file).absolute()
+    if path.is_dir():
+        return f"{label} {out_file}: is a directory, not a file"
+    blocked = _blocked(path.parent)
+    return None if blocked is None else f"{label} {out_file}: {blocked}"
+
+
+def _blocked(path: Path) -> str | None:
+    """What stops ``path`` from being made or written into as a directory: the nearest existing one on the way."""
     for existing in (path, *path.parents):
         if existing.exists():
             if not existing.is_dir():
-                return f"{label} {out_dir}: {existing} is a file, not a directory"
+                return f"{existing} is a file, not a directory"
             if not os.access(existing, os.W_OK | os.X_OK):
-                return f"{label} {out_dir}: {existing} is not writable"
+                return f"{existing} is not writable"
             return None
     return None

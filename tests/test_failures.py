@@ -92,6 +92,7 @@ def assert_one_line_usage_error(result: pytest.RunResult, *needles: str) -> None
         (["--restore-reader="], "--restore-reader: unknown model ''"),
         (["--restore-judge="], "--restore-judge: unknown model ''"),
         (["--restore-rankers=nosuch"], "--restore-rankers: unknown ranker 'nosuch'"),  # was: ini key restore_ranker
+        (["--restore-batch-export=.", "--restore-batch-round=scorer"], "--restore-batch-export .: is a directory, not a file"),
     ],
 )
 def test_bad_options_stop_at_configure_with_one_line(project: pytest.Pytester, args: list[str], needle: str) -> None:

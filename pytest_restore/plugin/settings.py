@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_restore.exits import out_file_problem
 from pytest_restore.models.batch import BatchOptions
 from pytest_restore.models.prompts import PromptSet
 from pytest_restore.models.providers import (
@@ -370,6 +371,9 @@ def _check_batch(batch: bool, raw: dict[str, str], where: dict[str, str], provid
         raise pytest.UsageError(f"{where['batch-round']}: {raw['batch-round']!r} is not {', '.join(BATCH_ROUNDS)}")
     if bool(raw["batch-export"]) != bool(raw["batch-round"]):
         raise pytest.UsageError("--restore-batch-export and --restore-batch-round go together")
+    problem = out_file_problem(raw["batch-export"], where["batch-export"]) if raw["batch-export"] else None
+    if problem is not None:  # before any work, as a report directory that cannot be written is
+        raise pytest.UsageError(problem)
     if not batch:
         return
     roles = ("reader", "judge", "scorer", "robustness-reader", "audit-judge")
