@@ -625,15 +625,22 @@ def test_an_error_file_echoing_the_key_leaves_it_in_no_result_line_or_ledger(ech
 
 def test_a_validation_error_echoing_the_key_stops_the_run_without_it(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_grid=GRID)
+    earlier = pytester.path / "report"
+    earlier.mkdir()
+    (earlier / "report.md").write_text("an earlier complete report\n")
     with OpenAIServer(echo_responder, expected_key=DUMMY_KEY) as server:
         server.batches.behaviour.validation_error = "Line 1: the request sent with key {key} is malformed."
-        result = pytester.runpytest_inprocess(*grid_command(server, pytester.path / "cache", *BATCH))
+        result = pytester.runpytest_inprocess(
+            *grid_command(server, pytester.path / "cache", *BATCH), f"--restore-report-dir={earlier}"
+        )
         assert len(server.batches.created) == 1 and chat_requests(server) == 0
     output = "\n".join(result.outlines + result.errlines)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, output
     stop = [line for line in result.outlines if "requests failed" in line]
     assert len(stop) == 1 and "batch failed validation: Line 1: the request sent with key [redacted]" in stop[0], output
     assert "Traceback" not in output and no_key_in(output, ledger_text(pytester.path / "cache"))
+    assert [p.name for p in earlier.iterdir()] == ["report.md"]  # the earlier report stays as it was
+    assert (earlier / "report.md").read_text() == "an earlier complete report\n"
 
 
 def test_batch_import_never_prints_a_key_an_error_line_echoes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
