@@ -340,7 +340,7 @@ def _batch_status(args: argparse.Namespace) -> int:
         counts = entry.counts
         failures = "; ".join(f"{n} x {cause}" for cause, n in sorted(entry.failures.items())) or "none"
         print(
-            f"{entry.batch_id}  {entry.round:<10} {entry.model}  {entry.state} ({entry.status or 'not yet seen'}): "
+            f"{entry.batch_id or entry.name}  {entry.round:<10} {entry.model}  {entry.state} ({entry.status or 'not yet seen'}): "
             f"{counts.get('completed', 0):,}/{counts.get('total', entry.requests):,} completed, "
             f"{counts.get('failed', 0):,} failed; failures: {failures}"
         )

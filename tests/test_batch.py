@@ -672,7 +672,9 @@ def test_a_create_that_made_the_batch_but_answered_500_is_found_not_paid_again(e
     assert entry.batch_id == echo.batches.created[0] and entry.state == "done"
 
 
-def test_a_create_that_failed_for_real_says_so_and_leaves_no_batch_pending(echo: OpenAIServer, tmp_path: Path) -> None:
+def test_a_create_that_failed_for_real_says_so_and_leaves_no_batch_pending(
+    echo: OpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from pytest_restore.models.batch import BatchError
 
     asked = items(2)
@@ -682,6 +684,9 @@ def test_a_create_that_failed_for_real_says_so_and_leaves_no_batch_pending(echo:
         runner.run_round("reader", asked)
     assert "creating the batch: NotFoundError" in str(info.value) and "no batch carrying" in str(info.value)
     assert echo.batches.created == [] and [e.state for e in Ledger(tmp_path / "cache").entries()] == ["not created"]
+    capsys.readouterr()
+    assert main(["batch", "status", "--cache", str(tmp_path / "cache")]) == 0
+    assert capsys.readouterr().out.startswith("batch-")  # named by its entry: it has no batch id
 
 
 def test_ctrl_c_during_a_slow_create_leaves_an_entry_the_next_run_finds(echo: OpenAIServer, tmp_path: Path) -> None:
