@@ -49,10 +49,14 @@ from pytest_restore.models.openai_chat import (
     API_KEY_ENV,
     BASE_URL_ENV,
     PLACEHOLDER_KEY,
-    KeyRedactor,
     OpenAIChatModel,
     failure_cause,
 )
+from pytest_restore.models.redact import KEY_VARIABLES, redact_keys
+
+# The client here reads this key: it is redacted in every process that follows batches, also one
+# that never defined the openai provider (``batch status``, ``batch cancel``).
+KEY_VARIABLES.add(API_KEY_ENV)
 
 #: The one endpoint our batches call (the batch is created for it, with the only window the API offers: 24h).
 ENDPOINT = "/v1/chat/completions"
@@ -266,12 +270,11 @@ class Ledger:
     An entry is written before a batch's create is sent (the intent, with a
     token the batch carries in its metadata), so a session killed or
     interrupted at any point leaves its batch findable; entries are replaced
-    atomically (``os.replace``). ``redact`` is applied to every entry written.
+    atomically (``os.replace``), every one redacted (:func:`redact_keys`).
     """
 
-    def __init__(self, cache_dir: str | os.PathLike[str], redact: Callable[[str], str] | None = None) -> None:
+    def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
         self.root = Path(cache_dir) / "batches"
-        self._redact = redact or (lambda text: text)
 
     def lock(self) -> Any:
         """An exclusive claim on the ledger (between deciding what to submit and recording it)."""
@@ -292,7 +295,7 @@ class Ledger:
                 jsonl.dumps(i.to_json() for i in items),
             )
         text = json.dumps(asdict(entry), indent=1, sort_keys=True)
-        _write_atomic(self.root / f"{entry.name}.json", self._redact(text))
+        _write_atomic(self.root / f"{entry.name}.json", redact_keys(text))
 
     def entries(self) -> list[LedgerEntry]:
         """Every entry, oldest first; :class:`LedgerError` for one that cannot be read (never skipped)."""
@@ -361,14 +364,9 @@ class BatchClient:
 
         self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None
         key = os.environ.get(API_KEY_ENV)
-        # the key in every form a server may echo it in (any case, fragments, encodings)
-        self._redactor = KeyRedactor(key) if key else None
         self._client = openai.OpenAI(
             api_key=key or PLACEHOLDER_KEY, base_url=self.base_url, timeout=timeout, max_retries=2
         )
-
-    def _redact(self, text: str) -> str:
-        return self._redactor(text) if self._redactor is not None else text
 
     def _call(self, what: str, call: Callable[[], Any]) -> Any:
         import openai
@@ -376,7 +374,7 @@ class BatchClient:
         try:
             return call()
         except openai.OpenAIError as exc:
-            raise BatchError(self._redact(f"{what}: {type(exc).__name__}: {exc}")) from None
+            raise BatchError(redact_keys(f"{what}: {type(exc).__name__}: {exc}")) from None
 
     def upload(self, items: Sequence[BatchItem]) -> str:
         """Upload ``items`` as a batch input file; its file id."""
@@ -478,12 +476,9 @@ class BatchRunner:
     ) -> None:
         """``poll`` is the first wait between two looks at a batch (it grows 1.5x up to
         ``poll_cap``); ``resubmit`` how many times a round sends what failed again as a new batch."""
-        key = os.environ.get(API_KEY_ENV)
-        # every text that leaves the batch path (progress, failures, the ledger) in the chat path's redaction
-        self._redactor = KeyRedactor(key) if key else None
         self.cache_dir = Path(cache_dir)
         self.cache = ResponseCache(cache_dir)
-        self.ledger = Ledger(cache_dir, self.redact)
+        self.ledger = Ledger(cache_dir)
         self.validators = dict(validators)
         self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None
         self.poll = poll
@@ -495,14 +490,12 @@ class BatchRunner:
         self._readers: dict[tuple[str, str], OpenAIChatModel] = {}
 
     def redact(self, text: str) -> str:
-        """``text`` without the API key in any form a server may echo it in."""
-        return self._redactor(text) if self._redactor is not None else text
+        """``text`` without an API key in any form a server may echo it in (the one redaction, :func:`redact_keys`)."""
+        return redact_keys(text)
 
     def _redacted(self, result: ChatResult) -> ChatResult:
-        if self._redactor is None:
-            return result
-        text = None if result.text is None else self._redactor(result.text)
-        error = None if result.error is None else self._redactor(result.error)
+        text = None if result.text is None else redact_keys(result.text)
+        error = None if result.error is None else redact_keys(result.error)
         return replace(result, text=text, error=error)
 
     @property

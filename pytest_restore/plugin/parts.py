@@ -34,7 +34,7 @@ from pytest_restore.data.loaders import (
     load_data,
 )
 from pytest_restore.data.units import Granularity
-from pytest_restore.exits import IO_ERROR
+from pytest_restore.exits import IO_ERROR, out_file_problem
 from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
 from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
 from pytest_restore.memory.retrieval import Bm25Lite, Ranker, RankerRegistry, default_rankers
@@ -107,6 +107,9 @@ class AuditParts:
                 f"{settings.source('dataset')}: unknown dataset loader {self.dataset_name!r}; registered: {', '.join(self.datasets)}"
             )
         self.errata = ErrataOption.of(config, settings)
+        problem = settings.batch_export and out_file_problem(settings.batch_export, settings.source("batch-export"))
+        if problem:  # before any work, as a report directory that cannot be written is
+            raise pytest.UsageError(problem)
         #: The grid: every selected policy at every budget, under each reader.
         self.cells: list[CellSpec] = grid(settings, self.policies)
         self._audits: dict[str, Audit] = {}

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from pytest_restore.exits import out_file_problem
 from pytest_restore.models.batch import BatchOptions
 from pytest_restore.models.prompts import PromptSet
 from pytest_restore.models.providers import (
@@ -275,8 +274,7 @@ class RestoreSettings:
         from pytest_restore.models.providers import check_embedder
 
         rankers = _parse_names(where["rankers"], raw["rankers"]) or ()
-        if len(rankers) == 1:  # one ranker given by --restore-rankers is the run's ranker: errors name that option
-            where["ranker"] = where["rankers"]
+        where["ranker"] = where["rankers"] if len(rankers) == 1 else where["ranker"]  # the ranker, from --restore-rankers
         for name in rankers or (raw["ranker"],):
             embedder = embedder_of(name)
             if embedder is not None:
@@ -371,9 +369,6 @@ def _check_batch(batch: bool, raw: dict[str, str], where: dict[str, str], provid
         raise pytest.UsageError(f"{where['batch-round']}: {raw['batch-round']!r} is not {', '.join(BATCH_ROUNDS)}")
     if bool(raw["batch-export"]) != bool(raw["batch-round"]):
         raise pytest.UsageError("--restore-batch-export and --restore-batch-round go together")
-    problem = out_file_problem(raw["batch-export"], where["batch-export"]) if raw["batch-export"] else None
-    if problem is not None:  # before any work, as a report directory that cannot be written is
-        raise pytest.UsageError(problem)
     if not batch:
         return
     roles = ("reader", "judge", "scorer", "robustness-reader", "audit-judge")
