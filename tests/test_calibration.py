@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_restore.audit.calibration import CalibrationResult, _versus, calibrate, subset_of
+from pytest_restore.audit.probes import answer_tokens, specific_wrong, vague_answer
 from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import Dataset, load_dataset
 from pytest_restore.memory.eviction import Fifo, default_registry
@@ -378,3 +379,73 @@ def test_bad_arguments(tiny: Dataset) -> None:
         calibrate(make_audit(tiny), fresh_judge=FakeJudge(), repeats=0)
     with pytest.raises(ValueError, match="questions"):
         calibrate(make_audit(tiny), fresh_judge=FakeJudge(), questions=0)
+
+
+# -- a lenient judge: accepts an answer on topic ----------------------------------------------
+
+
+class TopicalJudge:
+    """A lenient judge: CORRECT when the candidate holds a word of the question (or is the reference)."""
+
+    name = "topical"
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        out = []
+        for request in requests:
+            prompt = request.messages[-1][1]
+            question = prompt.split("Question: ", 1)[1].split("\n", 1)[0]
+            reference = prompt.split("\nReference answer: ", 1)[1].split("\nCandidate answer: ", 1)[0]
+            candidate = prompt.split("\nCandidate answer: ", 1)[1].split("\n\nVerdict", 1)[0]
+            topical = bool(answer_tokens(question) & answer_tokens(candidate))
+            out.append(ChatResult("CORRECT" if topical or candidate == reference else "INCORRECT"))
+        return out
+
+
+def test_a_judge_accepting_answers_on_topic_fails_the_gate_with_its_rates_in_one_line(tiny: Dataset) -> None:
+    judge = TopicalJudge()
+    result = calibrate(make_audit(tiny, judge=judge), fresh_judge=judge)
+    assert not result.passed
+    # the old probes do not see it: references accepted, other answers and "I don't know." refused
+    assert result.probe_reference_rate == 1.0 and result.probe_wrong_rate == 1.0
+    assert result.probe_asked == {"reference": 7, "other": 7, "dont-know": 7, "vague": 7, "specific-wrong": 3}
+    # "11 books" for "How many books have I read this year?" holds a word of the question: accepted too
+    assert result.acceptance("vague") == 1.0 and result.probe_accepted["specific-wrong"] == 1
+    assert result.reasons == [
+        ("judge accepts wrong answers: accepted the reference answer 7 of 7 (1.00), another question's reference 0 of 7 "
+        "(0.00), \"I don't know.\" 0 of 7 (0.00), vague but on topic 7 of 7 (1.00), specific but wrong 1 of 3 (0.33); "
+        "each wrong kind must be accepted at most 0.10")
+    ]
+    assert "| judge probes: vague but on topic accepted | 1.000 | 7 of 7 | <= 0.10 | **fail** |" in render_calibration_md(result)
+    # the figures travel through summary.json's plain values
+    again = CalibrationResult.from_dict(json.loads(result.to_json()))
+    assert again.probe_accepted == result.probe_accepted and again.acceptance("vague") == 1.0
+
+
+def test_the_fake_judge_passes_the_lenient_probes(tiny: Dataset) -> None:
+    result = calibrate(make_audit(tiny), fresh_judge=FakeJudge())
+    assert result.passed
+    assert result.probe_accepted == {"reference": 7, "other": 0, "dont-know": 0, "vague": 0, "specific-wrong": 0}
+
+
+@pytest.mark.parametrize(
+    ("reference", "wrong"),
+    [
+        ("10 years ago", "13 years ago"),
+        ("The sunday before 25 May 2023", "The sunday before 28 May 2020"),
+        ("Wednesdays", "Saturdays"),
+        ("in May", "in November"),
+        ("two", "five"),
+        ("Lisbon", "a red bicycle"),  # no value to change: a same-type reference sharing no word, closest in length
+    ],
+)
+def test_specific_but_wrong_answers_keep_the_form_and_change_the_value(reference: str, wrong: str) -> None:
+    assert specific_wrong(reference, ["Lisbon", "the Lisbon flat near the river", "a red bicycle"]) == wrong
+
+
+def test_vague_answers_name_the_subject_and_none_of_the_reference() -> None:
+    assert vague_answer("When did Melanie paint a sunrise?", "2022") == (
+        "That was about Melanie, paint and sunrise, as the conversation said."
+    )
+    # a word of the reference is never in it: the answer says nothing of the fact
+    assert vague_answer("Where does Paula live, Lisbon?", "Lisbon") == "That was about Paula and live, as the conversation said."
+    assert vague_answer("What is it?", "a cat") is None

@@ -32,6 +32,16 @@ gate measures three things, and the run stops when a threshold is missed:
   The share of references graded CORRECT and the share of wrong answers
   graded INCORRECT must each reach the threshold; an unreadable grade or a
   failed call counts against its probe.
+- **Lenient-judge probes** (each accepted at most 0.10): two more wrong
+  answers per question that a judge grading by topic or by form accepts:
+  *vague but on topic* (the question's subject restated, none of the
+  reference's words) and *specific but wrong* (the reference with its value
+  changed, or another same-type question's reference); built from the
+  question and the reference alone, no model call (see
+  :mod:`pytest_restore.audit.probes`). Each probe kind's acceptance rate is
+  reported (the share graded CORRECT), and the gate fails when any wrong kind
+  (these two, another question's reference, "I don't know.") is accepted
+  above ``max_wrong_acceptance``, every kind's figures in one line.
 
 A figure that cannot be measured (no graded items, no policy-correct
 record) fails the gate with its own reason: the gate never passes on no
@@ -42,14 +52,13 @@ possibly cached) models, so the main grid reuses its calls.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from pytest_restore.audit.judge_audit import API_ERROR, JudgeItem, grade, verdict_word
+from pytest_restore.audit.probes import answer_tokens, specific_wrong, vague_answer
 from pytest_restore.audit.run import Audit, Prepared, select_questions
-from pytest_restore.data.words import STOPWORDS
 from pytest_restore.memory.eviction import Fifo, Policy
 from pytest_restore.models.base import ChatModel
 from pytest_restore.models.prompts import DONT_KNOW
@@ -61,8 +70,9 @@ PROBE_KINDS: tuple[tuple[str, str, bool], ...] = (
     ("reference", "the reference answer", True),
     ("other", "another question's reference", False),
     ("dont-know", f"{DONT_KNOW!r}", False),
+    ("vague", "vague but on topic", False),
+    ("specific-wrong", "specific but wrong", False),
 )
-_TOKEN = re.compile(r"[a-z0-9]+")
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,16 @@ class CalibrationResult:
     #: Each inconsistent item: ``question_id``, ``sources``, ``candidate``, ``verdicts``
     #: (first grade, then the repeats; ``None`` for an unreadable grade).
     inconsistent: list[dict[str, Any]] = field(default_factory=list)
+    #: Per probe kind (:data:`PROBE_KINDS`): how many were asked, and how many graded CORRECT
+    probe_asked: dict[str, int] = field(default_factory=dict)
+    probe_accepted: dict[str, int] = field(default_factory=dict)
+    #: The highest acceptance rate a wrong probe kind may have
+    max_wrong_acceptance: float = 0.10
+
+    def acceptance(self, kind: str) -> float | None:
+        """The share of ``kind``'s probes graded CORRECT (``None``: none asked)."""
+        asked = self.probe_asked.get(kind, 0)
+        return self.probe_accepted.get(kind, 0) / asked if asked else None
 
     def to_dict(self) -> dict[str, Any]:
         """Every figure as plain JSON values."""
@@ -136,32 +156,37 @@ def _at_least(value: float | None, threshold: float) -> bool:
     return value is not None and value >= threshold
 
 
-def _tokens(text: str) -> set[str]:
-    """Lower-case letter and digit runs of ``text``, stopwords out (numbers kept: "3" is an answer)."""
-    return set(_TOKEN.findall(text.lower())) - STOPWORDS
-
-
 def probe_items(subset: Sequence[Prepared], pool: Sequence[Prepared]) -> list[tuple[str, JudgeItem, bool]]:
-    """The judge probes of ``subset``: ``(kind, item, expected verdict)``, three per question.
+    """The judge probes of ``subset``: ``(kind, item, expected verdict)``, up to five per question.
 
     The wrong answer of a question is the reference of the next question of
     ``pool`` (in order, wrapping round) that shares no word or number with its
     reference and is not the same text, so no fair judge could call it right;
-    a question with no such other question has no wrong-answer probe.
+    a question with no such other question has no wrong-answer probe. The
+    vague and specific-but-wrong answers are :mod:`pytest_restore.audit.probes`';
+    a question for which one cannot be built goes without it.
     """
     probes: list[tuple[str, JudgeItem, bool]] = []
     for p in subset:
         q = p.question
         here = next((i for i, other in enumerate(pool) if other.question.question_id == q.question_id), -1)
-        own = _tokens(q.answer)
+        own = answer_tokens(q.answer)
         other_answer = None
-        for step in range(1, len(pool)):
-            candidate = pool[(here + step) % len(pool)].question.answer
-            if candidate.strip().lower() != q.answer.strip().lower() and not (own & _tokens(candidate)):
+        later = [pool[(here + step) % len(pool)].question for step in range(1, len(pool))]
+        for other in later:
+            candidate = other.answer
+            if candidate.strip().lower() != q.answer.strip().lower() and not (own & answer_tokens(candidate)):
                 other_answer = candidate
                 break
+        shown_as = {
+            "reference": q.answer,
+            "other": other_answer,
+            "dont-know": DONT_KNOW,
+            "vague": vague_answer(q.question, q.answer),
+            "specific-wrong": specific_wrong(q.answer, [o.answer for o in later if o.question_type == q.question_type]),
+        }
         for kind, _said, expected in PROBE_KINDS:
-            shown = {"reference": q.answer, "other": other_answer, "dont-know": DONT_KNOW}[kind]
+            shown = shown_as[kind]
             if shown is None:
                 continue
             item = JudgeItem(
@@ -205,6 +230,7 @@ def calibrate(
     min_consistency: float = 0.90,
     max_negative_gain: float = 0.05,
     min_probe_rate: float = 0.90,
+    max_wrong_acceptance: float = 0.10,
 ) -> CalibrationResult:
     """Run the calibration gate (definitions in the module docstring).
 
@@ -301,6 +327,9 @@ def calibrate(
         asked[kind] += 1
         right[kind] += g.verdict is expected
     probe_unreadable = sum(1 for g in probe_grades if g.verdict is None)
+    accepted = {kind: 0 for kind, _, _ in PROBE_KINDS}
+    for (kind, _item, _expected), g in zip(probes, probe_grades):
+        accepted[kind] += g.verdict is True
     wrong_right, wrong_asked = right["other"] + right["dont-know"], asked["other"] + asked["dont-know"]
     reference_rate = right["reference"] / asked["reference"] if asked["reference"] else None
     wrong_rate = wrong_right / wrong_asked if wrong_asked else None
@@ -330,6 +359,12 @@ def calibrate(
             f"({right['dont-know']} of {asked['dont-know']} {DONT_KNOW!r}, {right['other']} of {asked['other']} "
             f"other questions' answers); {probe_unreadable} unreadable; each must be at least {min_probe_rate:.2f}"
         )
+    lenient = [
+        kind for kind, _said, expected in PROBE_KINDS
+        if not expected and asked[kind] and accepted[kind] / asked[kind] > max_wrong_acceptance
+    ]
+    if lenient:
+        reasons.append(lenient_line(asked, accepted, max_wrong_acceptance))
     if oracle_rate is None:
         reasons.append(f"oracle-answerable rate undefined: all {len(subset)} oracle calls failed")
     if negative_rate is None:
@@ -379,4 +414,17 @@ def calibrate(
         passed=not reasons,
         reasons=reasons,
         inconsistent=inconsistent,
+        probe_asked=asked,
+        probe_accepted=accepted,
+        max_wrong_acceptance=max_wrong_acceptance,
     )
+
+
+def lenient_line(asked: Mapping[str, int], accepted: Mapping[str, int], limit: float) -> str:
+    """The gate's one line for a judge that accepts wrong answers: every probe kind's acceptance, then the limit."""
+    figures = ", ".join(
+        f"{said} {accepted.get(kind, 0)} of {asked.get(kind, 0)}"
+        + (f" ({accepted.get(kind, 0) / asked[kind]:.2f})" if asked.get(kind) else "")
+        for kind, said, _expected in PROBE_KINDS
+    )
+    return f"judge accepts wrong answers: accepted {figures}; each wrong kind must be accepted at most {limit:.2f}"

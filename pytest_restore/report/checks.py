@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pytest_restore.audit.calibration import GATE_REGIME, CalibrationResult
+from pytest_restore.audit.calibration import GATE_REGIME, PROBE_KINDS, CalibrationResult
 from pytest_restore.audit.judge_audit import JudgeAuditResult
 from pytest_restore.models.prompts import DONT_KNOW
 
@@ -48,6 +48,21 @@ def render_real_calls_md(details: Mapping[str, Mapping[str, Any]]) -> str:
         failures = "; ".join(f"{n} x {cause}" for cause, n in sorted(d.get("failures", {}).items())) or "none"
         out.append(f"| {name} | {decoding} | {d.get('concurrency', 0)} | {failures.replace('|', '/')} |")
     return "\n".join(out)
+
+
+def _lenient_rows(r: CalibrationResult) -> list[str]:
+    """One row per wrong probe kind: its acceptance rate against the limit (none for a result without them)."""
+    rows = []
+    for kind, said, expected in PROBE_KINDS:
+        rate = r.acceptance(kind)
+        if expected or not r.probe_asked.get(kind):
+            continue
+        ok = "pass" if rate is not None and rate <= r.max_wrong_acceptance else "**fail**"
+        rows.append(
+            f"| judge probes: {said.strip(chr(39) + chr(34))} accepted | {_num(rate)} | "
+            f"{r.probe_accepted.get(kind, 0)} of {r.probe_asked[kind]} | <= {r.max_wrong_acceptance:.2f} | {ok} |"
+        )
+    return rows
 
 
 def render_calibration_md(r: CalibrationResult) -> str:
@@ -86,6 +101,7 @@ def render_calibration_md(r: CalibrationResult) -> str:
             f"{r.probe_dont_know} {DONT_KNOW!r}); {r.probe_unreadable} unreadable | "
             f">= {r.min_probe_rate:.2f} | {ok[_at_least(r.probe_wrong_rate, r.min_probe_rate)]} |"
         ),
+        *_lenient_rows(r),
         (
             f"| oracle-answerable rate | {_num(r.oracle_answerable_rate)} | "
             f"{r.oracle_correct} of {r.oracle_graded}; {r.oracle_failed} failed calls | "
