@@ -276,6 +276,10 @@ class ModelProvider(ABC):
         """The name its replies are cached under in :class:`ResponseCache` (``None``: not cached)."""
         return None
 
+    def check(self, model: str, option: str) -> str | None:
+        """Why ``model`` cannot serve ``option`` (the option or ini key it came from), in one line; ``None``: it can."""
+        return None
+
     def price(self, model: str) -> tuple[float, float] | None:
         """USD per million input and output tokens of a chat model (``None``: unknown)."""
         return None

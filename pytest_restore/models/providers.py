@@ -27,6 +27,7 @@ from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.decoding import estimate_tokens
 from pytest_restore.models.embeddings import DEFAULT_LIMITS, Embedder, FakeEmbedder, TextVectors
+from pytest_restore.models.f1_judge import F1Provider
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.openai_provider import OpenAIProvider
 from pytest_restore.registry import Registry
@@ -51,7 +52,7 @@ class ProviderRegistry(Registry[ModelProvider]):
     entry_point_group = "pytest_restore.providers"
 
 
-BUILTIN_PROVIDERS: tuple[type[ModelProvider], ...] = (OpenAIProvider, AnthropicProvider)
+BUILTIN_PROVIDERS: tuple[type[ModelProvider], ...] = (OpenAIProvider, AnthropicProvider, F1Provider)
 
 
 def default_providers() -> ProviderRegistry:
@@ -97,6 +98,9 @@ def check_spec(spec: str, option: str, providers: ProviderRegistry | None = None
         needed = resolved[0].requires
         if needed is not None and importlib.util.find_spec(needed[0]) is None:
             raise ModelSpecError(f"{option}: {spec} needs the {needed[0]} package: pip install '{needed[1]}'")
+        problem = resolved[0].check(resolved[1], option)
+        if problem is not None:
+            raise ModelSpecError(problem)
         return
     names = ", ".join(f"'{name}:MODEL'" for name in (providers if providers is not None else _builtin_providers()))
     raise ModelSpecError(f"{option}: unknown model {spec!r}; use 'fake', 'fake-strong' (a reader) or {names}")
