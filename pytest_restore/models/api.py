@@ -254,6 +254,8 @@ class ModelProvider(ABC):
     key_env: ClassVar[str | None] = None
     #: What its batch interface charges against the list price (``None``: no batch).
     batch_discount: ClassVar[float | None] = None
+    #: What follows ``NAME:`` in a model name, as error messages spell it.
+    spelled: ClassVar[str] = "MODEL"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -79,6 +79,7 @@ class F1Provider(ModelProvider):
 
     name = "f1"
     real = False
+    spelled = "THRESHOLD"
 
     def check(self, model: str, option: str) -> str | None:
         """A threshold in (0, 1], for a judge option only."""

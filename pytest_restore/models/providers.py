@@ -102,7 +102,8 @@ def check_spec(spec: str, option: str, providers: ProviderRegistry | None = None
         if problem is not None:
             raise ModelSpecError(problem)
         return
-    names = ", ".join(f"'{name}:MODEL'" for name in (providers if providers is not None else _builtin_providers()))
+    registry = providers if providers is not None else _builtin_providers()
+    names = ", ".join(f"'{name}:{registry[name].spelled}'" for name in registry)
     raise ModelSpecError(f"{option}: unknown model {spec!r}; use 'fake', 'fake-strong' (a reader) or {names}")
 
 
