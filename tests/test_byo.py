@@ -456,7 +456,7 @@ def test_ranker_policy_and_provider_from_entry_points(monkeypatch: pytest.Monkey
     assert list(default_rankers()) == ["bm25-lite", "recency", "shortest"]
     assert list(default_registry())[-1] == "keep-all"
     providers = default_providers()
-    assert list(providers) == ["openai", "anthropic", "local"]
+    assert list(providers) == ["openai", "anthropic", "f1", "local"]
     model = make_model("local:x", "reader", ModelOptions(cache_dir=Path(".")), providers=providers)
     assert model.name == "local:x"
     families = default_families()
