@@ -30,7 +30,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import Dataset
@@ -38,34 +37,35 @@ from pytest_restore.data.errata import apply_errata, load_errata, parse_parts
 from pytest_restore.data.loaders import load_data
 from pytest_restore.memory.eviction import default_registry
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.record import Record
 
 PLACES = ("correct", "irreversible", "recoverable", "residual", "not in N", "absent")
 
 
-def place(record: Mapping[str, Any] | None) -> str:
+def place(record: Record | None) -> str:
     """Where a record sits: its bin, correct, out of N, or absent (its question was excluded)."""
     if record is None:
         return "absent"
-    if not record["oracle_correct"] or record["excluded"] is not None:
+    if not record.conditions.oracle.correct or record.excluded is not None:
         return "not in N"
-    return str(record["bin"]) if record["bin"] else "correct"
+    return record.bin or "correct"
 
 
-def grid(dataset: Dataset) -> dict[tuple[str, int, int, str], Mapping[str, Any]]:
+def grid(dataset: Dataset) -> dict[tuple[str, int, int, str], Record]:
     """Every policy's regime-(b) records at the dataset's budgets, by (question, policy, budget, seed)."""
     reader = FakeReader()
     audit = Audit(dataset, AuditConfig(budgets=dataset.budgets), reader=reader, judge=FakeJudge(), scorer=FakeScorer())
     reader.learn(p.history for p in audit.questions)
-    out: dict[tuple[str, int, int, str], Mapping[str, Any]] = {}
+    out: dict[tuple[str, int, int, str], Record] = {}
     for policy in default_registry().values():
         for budget in dataset.budgets:
             for r in audit.run_cell(policy, budget).records:
-                if r["regime"] == "b":
-                    out[(str(r["policy"]), int(r["budget"]), int(r["seed"]), str(r["question_id"]))] = r
+                if r.regime == "b":
+                    out[(r.policy, r.budget, r.seed, r.question_id)] = r
     return out
 
 
-def cells(records: Mapping[tuple[str, int, int, str], Mapping[str, Any]]) -> dict[tuple[str, int], Counter[str]]:
+def cells(records: Mapping[tuple[str, int, int, str], Record]) -> dict[tuple[str, int], Counter[str]]:
     """Per policy x budget: N and the bins."""
     out: dict[tuple[str, int], Counter[str]] = {}
     for (policy, budget, _seed, _q), r in records.items():
