@@ -820,3 +820,27 @@ def test_batch_export_out_that_cannot_be_a_file_is_one_line_exit_74(
     said = capsys.readouterr()
     assert said.out == "" and said.err.count("\n") == 1 and said.err.startswith("error: batch export --out"), said.err
     assert ("is a file, not a directory" if where == "under-a-file" else "is a directory") in said.err
+
+
+#: The grid cut to one policy and one budget (a dry run that plans little).
+ONE_CELL = ["--restore-policies=fifo", "--restore-budgets=300"]
+
+
+def test_the_dry_run_names_a_create_cut_short_and_a_damaged_ledger_in_one_line(pytester: pytest.Pytester) -> None:
+    from pytest_restore.models.batch import LedgerEntry
+
+    pytester.makepyfile(test_grid=GRID)
+    cache = pytester.path / "cache"
+    cut = LedgerEntry(name="batch-0123456789abcdef", kind="batch", round="reader", model="fake-reader",
+                      state="submitting", created=time.time(), requests=3, intent="0123456789abcdef")
+    Ledger(cache).save(cut, items(3))
+    with OpenAIServer(echo_responder, expected_key=DUMMY_KEY) as server:
+        dry = pytester.runpytest_inprocess(*grid_command(server, cache, *BATCH, *ONE_CELL), "--restore-dry-run")
+        assert dry.ret == 0 and "batch: 1 creates of this cache were cut short and may have made batches (3 requests)" in dry.stdout.str()
+        (path,) = (cache / "batches").glob("*.json")
+        path.write_text("{")
+        dry = pytester.runpytest_inprocess(*grid_command(server, cache, *BATCH, *ONE_CELL), "--restore-dry-run")
+        assert server.batches.created == [] and chat_requests(server) == 0
+    said = [line for line in dry.outlines if line.startswith("batch: ")]
+    assert len(said) == 1 and said[0].startswith(f"batch: {path}: damaged ledger entry ("), dry.outlines
+    assert "Traceback" not in "\n".join(dry.outlines + dry.errlines)

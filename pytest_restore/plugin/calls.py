@@ -300,10 +300,17 @@ def dry_run(
         rounds = batch_round_count(s, policies, providers)
         out.append(f"batch rounds: {len(rounds)} ({', '.join(rounds)}), each within the API's 24 h window")
         try:
-            running = [e for e in Ledger(cache_dir).entries() if e.kind == "batch" and e.state == "pending"]
+            entries = [e for e in Ledger(cache_dir).entries() if e.kind == "batch"]
         except LedgerError as err:  # the run itself stops on it before submitting anything
-            running = []
+            entries = []
             out.append(f"batch: {err}")
+        running = [e for e in entries if e.state == "pending"]
+        cut = [e for e in entries if e.state == "submitting"]
+        if cut:
+            out.append(
+                f"batch: {len(cut)} creates of this cache were cut short and may have made batches "
+                f"({sum(e.requests for e in cut):,} requests): the run looks for them before it submits anything"
+            )
         if running:
             out.append(
                 f"batch: {len(running)} batches of this cache are still running ({sum(e.requests for e in running):,} "
