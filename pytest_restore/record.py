@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from pytest_restore import jsonl
 
@@ -305,9 +305,7 @@ class Record:
         if problem is not None:
             name, what = problem
             raise RecordError(f"question {data.get('question_id', '?')!r}: field {name!r}: {what}")
-        record = _from_json(cls, data)
-        assert isinstance(record, Record)
-        return record
+        return _from_json(cls, data)
 
     @classmethod
     def of(cls, record: Record | Mapping[str, Any]) -> Record:
@@ -315,7 +313,12 @@ class Record:
         return record if isinstance(record, Record) else cls.from_json(record)
 
 
-def _to_json(obj: Any) -> dict[str, Any]:
+#: The typed objects a record is made of (:func:`_to_json`, :func:`_from_json`).
+_Object = TypeVar("_Object", "Record", "Conditions", "Condition", "Ablations")
+
+
+def _to_json(obj: Record | Conditions | Condition | Ablations) -> dict[str, Any]:
+    """``obj`` as a JSON object: its typed objects nested, tuples as lists."""
     out: dict[str, Any] = {}
     for f in fields(obj):
         value = getattr(obj, f.name)
@@ -329,7 +332,7 @@ def _to_json(obj: Any) -> dict[str, Any]:
     return out
 
 
-def _from_json(cls: type, data: Mapping[str, Any]) -> Any:
+def _from_json(cls: type[_Object], data: Mapping[str, Any]) -> _Object:
     """Build ``cls`` from a checked JSON object (lists as tuples, nested objects typed)."""
     values: dict[str, Any] = {}
     for f in fields(cls):
@@ -574,11 +577,12 @@ def read_records(path: str | Path, version: int | None = None) -> list[Record]:
     return records
 
 
-#: Fields every record of one run shares, and what mixing them means.
-RUN_FIELDS: tuple[tuple[str, str], ...] = (
-    ("run_id", "records of two runs"),
-    ("granularity", "mixed granularity"),
-)
+def _run_fields(record: Record) -> tuple[tuple[str, str | None, str], ...]:
+    """The fields every record of one run shares: (name, this record's value, what mixing them means)."""
+    return (
+        ("run_id", record.run_id, "records of two runs"),
+        ("granularity", record.granularity, "mixed granularity"),
+    )
 
 
 class _OneRun:
@@ -593,8 +597,7 @@ class _OneRun:
         if self.first is None:
             self.first = (line, record)
         first_line, first = self.first
-        for name, meaning in RUN_FIELDS:
-            mine, theirs = getattr(record, name), getattr(first, name)
+        for (name, mine, meaning), (_name, theirs, _meaning) in zip(_run_fields(record), _run_fields(first)):
             if mine != theirs:
                 return f"field {name!r}: {mine!r} differs from line {first_line}'s {theirs!r} ({meaning})"
         earlier = self.seen.setdefault(record.key, line)

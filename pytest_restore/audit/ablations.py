@@ -27,12 +27,12 @@ ablation                store ranked             forced units
   depends on the history alone, so it is the same for every policy.
 
 Scope: every regime-(b) irreversible record (all policies, budgets and the
-seeds of ``random``); the paper used seed 0 of the same records. A record
-carries ``ablation_surviving_correct``, ``ablation_store_correct`` and
-``ablation_placebo_correct`` (true, false or null), ``ablation_excluded``
-(``{}`` when the ablations ran, a reason per ablation that could not be
-scored, null when they did not run), the injected tokens of (ii) and the
-placebo's units and tokens. Every other record holds nulls.
+seeds of ``random``); the paper used seed 0 of the same records. Such a
+record carries an :class:`~pytest_restore.record.Ablations`: the verdicts
+``surviving_correct``, ``store_correct`` and ``placebo_correct`` (true, false
+or null), ``excluded`` (``{}`` when all were scored, else a reason per
+ablation that was not), the injected tokens of (ii) and the placebo's units
+and tokens. Every other record's ``ablations`` is null.
 
 The report's figure per ablation is the flip share: cases that came out
 correct over cases scored, with a question-cluster bootstrap interval (the

@@ -7,8 +7,8 @@ we report how often the two agree and Cohen's kappa.
 Definitions:
 
 - **Items.** One item is a recorded ``(question, reference, candidate,
-  first-judge verdict)``, drawn from the records' policy answers (verdict
-  ``policy_correct``) and restored answers (verdict ``restored_correct``).
+  first-judge verdict)``, drawn from the answers and verdicts of the records'
+  policy and restored conditions (``record.conditions.policy``, ``.restored``).
   An answer counts when the record holds both the text and its verdict, so a
   call that failed during the audit contributes nothing. Identical items
   (same question id, same candidate text) are graded once: the same answer

@@ -207,8 +207,8 @@ def check_run_info(records: Sequence[Record], info: RunInfo, records_path: str |
     """
     first = records[0]
     summary = Path(records_path).with_name("summary.json")
-    for name in ("run_id", "granularity", "ranker"):
-        ours, theirs = getattr(first, name), info.settings.get(name)
+    for name, ours in (("run_id", first.run_id), ("granularity", first.granularity), ("ranker", first.ranker)):
+        theirs = info.settings.get(name)
         if name == "ranker" and info.settings.get("rankers"):
             theirs = ours if ours in info.settings["rankers"] else ", ".join(info.settings["rankers"])
         if ours is not None and theirs is not None and ours != theirs:
