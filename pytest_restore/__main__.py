@@ -191,6 +191,11 @@ def _add_compare(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         help="exit 1 when a cell's FIGURE (two_bin_share, irr_rate, rec_rate, accuracy) got worse by more "
         "than THRESHOLD (repeatable); worse is up, except for accuracy",
     )
+    parser.add_argument(
+        "--allow-unlike",
+        action="store_true",
+        help="compare runs whose dataset, question set or reader differ (refused otherwise)",
+    )
     parser.add_argument("--bootstrap", type=at_least(100), default=10_000, help="resamples, at least 100 (default: 10000)")
     parser.add_argument("--bootstrap-seed", type=at_least(0), default=None, help="seed (default: the report's)")
     parser.set_defaults(func=_run_compare)
@@ -201,6 +206,7 @@ def _run_compare(args: argparse.Namespace) -> int:
     from pytest_restore.compare import (
         CompareError,
         compare_dirs,
+        gate_problem,
         parse_threshold,
         render_markdown,
         worse_cells,
@@ -221,6 +227,7 @@ def _run_compare(args: argparse.Namespace) -> int:
         comparison = compare_dirs(
             args.old, args.new, resamples=args.bootstrap,
             seed=DEFAULT_SEED if args.bootstrap_seed is None else args.bootstrap_seed,
+            allow_unlike=args.allow_unlike,
         )
     except (CompareError, RecordsError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -230,7 +237,17 @@ def _run_compare(args: argparse.Namespace) -> int:
     except OSError as err:
         return _io_error("--out", args.out, err)
     print(render_markdown(comparison), end="")
-    print(f"compare: {len(comparison.cells)} cells -> {args.out}/compare.md, compare.json")
+    print(
+        f"compare: {len(comparison.cells)} cells, {comparison.compared_questions} questions compared "
+        f"-> {args.out}/compare.md, compare.json"
+    )
+    for label, names in (("only in OLD", comparison.only_old), ("only in NEW", comparison.only_new)):
+        if names:
+            print(f"not compared: {len(names)} cells {label}: {', '.join(names)}")
+    problem = gate_problem(comparison, thresholds)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     worse = worse_cells(comparison, thresholds)
     for line in worse:
         print(f"worse: {line}")

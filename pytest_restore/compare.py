@@ -15,7 +15,14 @@ directories, gates on them and writes them out.
 ``--fail-if-worse FIGURE=THRESHOLD`` turns it into a gate: the command exits
 1 when some cell's figure got worse by more than THRESHOLD (point estimate of
 the paired difference). Worse is up for the two-bin share and the two rates
-(more destroyed or missed evidence) and down for accuracy.
+(more destroyed or missed evidence) and down for accuracy. A gate over no
+compared question fails: it would otherwise pass having checked nothing.
+
+Two runs are only comparable when they audited the same data (the dataset's
+sha256 in ``summary.json``), the same questions and with the same reader;
+:func:`unlike` names the first difference and ``compare`` refuses it unless
+asked to compare them anyway (``--allow-unlike``). Cells one run holds and the
+other does not (another ranker, a part of the grid) are named, never dropped.
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_restore.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
-from pytest_restore.record import CellKey
-from pytest_restore.report.inputs import read_records
+from pytest_restore.record import Record
+from pytest_restore.report.inputs import read_records, read_run_info
 from pytest_restore.stats.comparison import FIGURES, Comparison, cell_name, compare_records
 
 
@@ -34,15 +41,65 @@ class CompareError(ValueError):
     """Two runs that cannot be compared, or a bad threshold."""
 
 
-def compare_dirs(old: str | Path, new: str | Path, *, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED) -> Comparison:
-    """Compare the ``records.jsonl`` of two report directories."""
-    records = []
+def compare_dirs(
+    old: str | Path,
+    new: str | Path,
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    allow_unlike: bool = False,
+) -> Comparison:
+    """Compare the ``records.jsonl`` of two report directories.
+
+    Runs on other data, other questions or another reader are refused with a
+    one-line :class:`CompareError` (see :func:`unlike`) unless ``allow_unlike``.
+    """
+    runs = []
     for folder in (old, new):
         path = Path(folder) / "records.jsonl"
         if not path.exists():
             raise CompareError(f"{folder}: no records.jsonl (give a report directory)")
-        records.append(read_records(path))
-    return compare_records(records[0], records[1], old_name=str(old), new_name=str(new), resamples=resamples, seed=seed)
+        records = read_records(path)
+        runs.append((records, read_run_info(path).dataset.get("sha256")))
+    problem = unlike(str(old), runs[0][0], runs[0][1], str(new), runs[1][0], runs[1][1])
+    if problem is not None and not allow_unlike:
+        raise CompareError(f"{problem}; --allow-unlike compares them anyway")
+    return compare_records(runs[0][0], runs[1][0], old_name=str(old), new_name=str(new), resamples=resamples, seed=seed)
+
+
+def unlike(
+    old: str,
+    old_records: Sequence[Record],
+    old_sha: object,
+    new: str,
+    new_records: Sequence[Record],
+    new_sha: object,
+) -> str | None:
+    """Why two runs are not alike (their dataset, question set or reader differ), or ``None``.
+
+    The dataset is its sha256 as each ``summary.json`` gives it (not compared when
+    either lacks one); the questions and readers are those the records hold.
+    """
+    if old_sha and new_sha and old_sha != new_sha:
+        return f"{old} and {new} audited different data (sha256 {str(old_sha)[:12]}... and {str(new_sha)[:12]}...)"
+    questions = {r.question_id for r in old_records}, {r.question_id for r in new_records}
+    if questions[0] != questions[1]:
+        return (
+            f"{old} and {new} audited different questions ({len(questions[0])} and {len(questions[1])}, "
+            f"{len(questions[0] & questions[1])} in both)"
+        )
+    readers = sorted({r.reader for r in old_records}), sorted({r.reader for r in new_records})
+    if readers[0] != readers[1]:
+        return f"{old} and {new} have different readers ({', '.join(readers[0])} and {', '.join(readers[1])})"
+    return None
+
+
+def gate_problem(comparison: Comparison, thresholds: Sequence[tuple[str, float]]) -> str | None:
+    """Why a ``--fail-if-worse`` gate cannot pass on this comparison (no question compared), or ``None``."""
+    if not thresholds or comparison.compared_questions:
+        return None
+    cells = f"{len(comparison.cells)} cells in both runs" if comparison.cells else "no cell in both runs"
+    return f"--fail-if-worse: no question was compared ({cells}): the gate checked nothing"
 
 
 def parse_threshold(text: str) -> tuple[str, float]:
@@ -68,7 +125,7 @@ def worse_cells(comparison: Comparison, thresholds: Sequence[tuple[str, float]])
             f = cell.figure(name)
             if f.worse_by is not None and f.worse_by > threshold:
                 lines.append(
-                    f"{cell_name(CellKey(cell.policy, cell.budget, cell.regime, cell.reader))}: {name} "
+                    f"{cell_name(cell.key)}: {name} "
                     f"{_num(f.old)} -> {_num(f.new)} ({_signed(f.difference)}, 95% CI {_interval(f.lo, f.hi)}), "
                     f"worse by more than {threshold:g}"
                 )
@@ -104,7 +161,7 @@ def render_markdown(comparison: Comparison) -> str:
         parts = [
             f"{_num(f.old)} -> {_num(f.new)} ({_signed(f.difference)}, {_interval(f.lo, f.hi)})" for f in cell.figures
         ]
-        name = cell_name(CellKey(cell.policy, cell.budget, cell.regime, cell.reader))
+        name = cell_name(cell.key)
         out.append(f"| {name} | {cell.shared_questions} | " + " | ".join(parts) + " |")
     if not comparison.cells:
         out.append("| (no cell in both runs) | |" + " |" * len(FIGURES))

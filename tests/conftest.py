@@ -16,6 +16,7 @@ from grid_helpers import (
     FAST_RETRIES,
     GRID,
     ROOT,
+    TINY,
     ChildRun,
     read_child,
     run_child,
@@ -99,6 +100,23 @@ def tiny_grid_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[ChildRun, 
 
     project = shared_run(tmp_path_factory, "tiny-grid", build)
     return read_child(project / "serial"), read_child(project / "parallel")
+
+
+RANKERS_GRID_ARGS = [
+    f"--restore-data={TINY}", "--restore-budgets=600,300", "--restore-policies=no-evict,fifo,random",
+    "--restore-bootstrap=300", "--restore-family-checks=report", "--restore-rankers=bm25-lite,dense:fake,hybrid:fake",
+]
+
+
+@pytest.fixture(scope="session")
+def rankers_grid(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
+    """The tiny fixture under three rankers in one run (``--restore-rankers``), serially, ``-v``."""
+
+    def build(project: Path) -> None:
+        (project / "test_grid.py").write_text(GRID)
+        run_child(["-p", "no:xdist", "-v", *RANKERS_GRID_ARGS], project, project / "report")
+
+    return read_child(shared_run(tmp_path_factory, "rankers-grid", build) / "report")
 
 
 @pytest.fixture

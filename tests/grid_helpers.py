@@ -131,7 +131,8 @@ def run_child(
 
     ``env`` adds to ``child_env()`` (an API key, say). ``name_report_dir=False``
     passes no ``--restore-report-dir`` (a run with no ``--restore-*`` option at
-    all): the run writes ``cwd/restore-report``, which is then moved to ``report``.
+    all): the run writes ``cwd/restore-report`` (``cwd/restore-report.partial`` for a part of the
+    grid), which is then moved to ``report``.
     """
     named = ["--restore-report-dir", str(report)] if name_report_dir else []
     result = subprocess.run(
@@ -144,8 +145,10 @@ def run_child(
         timeout=600,
     )
     output = result.stdout + result.stderr
-    if not name_report_dir and (cwd / "restore-report").is_dir():
-        (cwd / "restore-report").rename(report)
+    # a run of part of the grid (-k) writes its report beside the report directory, marked partial
+    for written in ("restore-report", "restore-report.partial"):
+        if not name_report_dir and (cwd / written).is_dir() and not report.exists():
+            (cwd / written).rename(report)
     (report.parent / f"{report.name}-output.txt").write_text(output)
     (report.parent / f"{report.name}-exit-code.txt").write_text(str(result.returncode))
     return ChildRun(report, result.returncode, output)

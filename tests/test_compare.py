@@ -11,7 +11,7 @@ import pytest
 from grid_helpers import GRID, ChildRun, flat_record, full_disk
 
 from pytest_restore.__main__ import main
-from pytest_restore.compare import CompareError, parse_threshold, worse_cells
+from pytest_restore.compare import CompareError, compare_dirs, parse_threshold, worse_cells
 from pytest_restore.exits import IO_ERROR
 from pytest_restore.record import Record
 from pytest_restore.stats.comparison import compare_records
@@ -127,3 +127,67 @@ def test_compare_out_on_a_full_disk_is_one_line_and_exit_74(
     full_disk(monkeypatch, tmp_path)
     assert main(["compare", str(serial.report), str(parallel.report), "--out", str(tmp_path / "cmp"), "--bootstrap", "200"]) == IO_ERROR
     assert capsys.readouterr().err == f"error: --out {tmp_path / 'cmp'}: No space left on device\n"
+
+
+# -- no green without a comparison: unlike runs are refused, a gate over nothing fails, no cell dropped --
+
+
+def test_runs_on_different_data_are_refused_in_one_line_unless_asked(
+    embedded_report: Path,
+    tiny_grid_runs: tuple[ChildRun, ChildRun],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    old, new, out = str(embedded_report), str(tiny_grid_runs[0].report), str(tmp_path / "cmp")
+    assert main(["compare", old, new, "--out", out, "--fail-if-worse", "rec_rate=0.0"]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"error: {old} and {new} audited different data (sha256 ") and "--allow-unlike" in line
+    assert not captured.out and not (tmp_path / "cmp").exists()
+    # compared anyway: no question is in both, so a gate over them fails rather than passing on nothing
+    assert main(["compare", old, new, "--out", out, "--fail-if-worse", "rec_rate=0.0", "--allow-unlike"]) == 1
+    captured = capsys.readouterr()
+    assert "| fifo 80k (b) |" not in captured.out  # the tiny run's budgets are not the embedded one's
+    assert captured.err == "error: --fail-if-worse: no question was compared (no cell in both runs): the gate checked nothing\n"
+    assert "not compared: " in captured.out
+
+
+def test_other_questions_or_another_reader_are_refused(tmp_path: Path, tiny_grid_runs: tuple[ChildRun, ChildRun]) -> None:
+    base = tiny_grid_runs[0].report
+    records = [json.loads(line) for line in (base / "records.jsonl").read_text().splitlines()]
+    fewer = [r for r in records if r["question_id"] != records[0]["question_id"]]
+    other_reader = [{**r, "reader": "fake-strong"} for r in records]
+    problems = {}
+    for name, rows in (("fewer", fewer), ("reader", other_reader)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        with pytest.raises(CompareError) as refused:
+            compare_dirs(base, folder, resamples=200)
+        problems[name] = str(refused.value)
+        assert compare_dirs(base, folder, resamples=200, allow_unlike=True).cells  # asked: compared
+    assert "audited different questions (7 and 6, 6 in both)" in problems["fewer"]
+    assert "have different readers (fake and fake-strong)" in problems["reader"]
+
+
+def test_a_one_ranker_run_against_a_three_ranker_run_names_the_cells_only_one_holds(
+    tiny_grid_runs: tuple[ChildRun, ChildRun],
+    rankers_grid: ChildRun,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """issue 32: the dense and hybrid cells of the NEW run are named, not dropped."""
+    old, new = str(tiny_grid_runs[0].report), str(rankers_grid.report)
+    assert main(["compare", old, new, "--out", str(tmp_path / "cmp"), "--bootstrap", "200"]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert {c["ranker"] for c in result["cells"]} == {"bm25-lite"}  # matched ranker by ranker
+    assert {(c["policy"], c["budget"]) for c in result["cells"]} == {
+        (p, b) for p in ("no-evict", "fifo", "random") for b in (600, 300)
+    }
+    only_new = result["only_new"]
+    assert len(only_new) == 3 * 2 * 2 * 2 and all("ranker dense:fake" in c or "ranker hybrid:fake" in c for c in only_new)
+    assert f"not compared: 24 cells only in NEW: {', '.join(only_new)}" in printed
+    assert "| fifo 600 (b) ranker bm25-lite |" in printed
+    assert any("redundancy" in c for c in result["only_old"])  # the policies the NEW run did not have
+

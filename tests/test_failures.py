@@ -273,7 +273,10 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
     assert main(["report", str(partial / "records.jsonl"), "--out", str(project.path / "rebuilt")]) == 0
     for name in ("report.md", "summary.json"):
         assert (project.path / "rebuilt" / name).read_bytes() == (partial / name).read_bytes(), name
-    said = "partial report (the session did not finish its grid): restore-report.partial; restore-report was left"
+    # why, in the words of the report's first line: interrupted, an internal error, or items that did not run
+    why = summary["provenance"]["partial"]
+    assert why in {"interrupted", "internal error"} or why.endswith("selected grid items did not run"), why
+    said = f"partial report ({why}): restore-report.partial; restore-report was left as it was"
     assert said in "\n".join(cut.outlines)
     if not then_whole:
         return
@@ -335,16 +338,52 @@ def test_ctrl_c_while_the_report_is_written_leaves_the_complete_report_untouched
     assert "Traceback" not in cut.stdout.str() + cut.stderr.str()
 
 
-def test_a_selected_part_of_the_grid_says_which_cells_ran(project: pytest.Pytester) -> None:
-    result = project.runpytest_inprocess(
-        "-p", "no:xdist", *GRID_ARGS, "--restore-calibration=off", "-k", "fifo"
-    )
+def test_a_selected_part_of_the_grid_says_so_first_and_leaves_the_complete_report(
+    project: pytest.Pytester, complete_report: Path
+) -> None:
+    report = project.path / "restore-report"
+    shutil.copytree(complete_report, report)  # what an earlier whole session left
+    before = _files(report)
+    result = project.runpytest_inprocess("-p", "no:xdist", *INTERRUPTED_ARGS, "-k", "fifo")
     assert result.ret == 0, result.outlines
-    summary = json.loads((project.path / "restore-report" / "summary.json").read_text())
-    assert summary["run"]["checks"]["grid"]["result"] == {"ran": ["fifo-300"], "not_run": ["no-evict-300"]}
+    assert _files(report) == before  # the complete report is not replaced by a part of the grid
+    partial = project.path / "restore-report.partial"
+    summary = json.loads((partial / "summary.json").read_text())
+    assert summary["run"]["checks"]["grid"]["result"] == {"ran": ["fifo-300"], "not_run": ["no-evict-300", "random-300"]}
     assert summary["run"]["settings"]["policies"] == ["fifo"]  # what ran, not what was configured
-    assert "Cells not run (1): no-evict-300." in (project.path / "restore-report" / "report.md").read_text()
-    result.stdout.fnmatch_lines(["*grid cells not selected in this run (1): no-evict-300*"])
+    first = (partial / "report.md").read_text().splitlines()[0]
+    assert first.startswith("> **PARTIAL REPORT**: part of the grid: 1 of 3 cells ran (fifo-300).")
+    assert "Cells not run (2): no-evict-300, random-300." in (partial / "report.md").read_text()
+    result.stdout.fnmatch_lines([
+        "*restore-counterfactual audit (regime b): SIMULATED: PART OF THE GRID (1 of 3 cells)*",
+        "part of the grid: cells run (1): fifo-300",
+        "simulated: fake models (reader fake, judge fake*): these figures check the audit's pipeline, not any model",
+        ("partial report (part of the grid: 1 of 3 cells ran (fifo-300)): restore-report.partial; "
+        "restore-report was left as it was"),
+        "*grid cells not selected in this run (2): no-evict-300, random-300*",
+    ])
+    # the whole grid again: written in place, and the partial report beside it goes
+    whole = project.runpytest_inprocess("-p", "no:xdist", *INTERRUPTED_ARGS)
+    assert whole.ret == 0 and not partial.exists()
+    assert not (report / "report.md").read_text().startswith("> **PARTIAL")
+    assert "PART OF THE GRID" not in whole.stdout.str()
+
+
+def test_k_on_a_three_ranker_grid_names_the_rankers_cells_that_ran(project: pytest.Pytester) -> None:
+    """``-k dense`` runs the dense ranker's cells only: the report and the terminal say which (issue 32)."""
+    args = [*GRID_ARGS, "--restore-policies=fifo,no-evict", "--restore-rankers=bm25-lite,dense:fake,hybrid:fake",
+            "--restore-calibration=off", "-p", "no:xdist"]
+    result = project.runpytest_inprocess(*args, "-k", "dense")
+    result.assert_outcomes(passed=2)
+    partial = project.path / "restore-report.partial"
+    cells = json.loads((partial / "summary.json").read_text())["run"]["checks"]["grid"]["result"]
+    assert cells["ran"] == ["fifo-300-dense", "no-evict-300-dense"]
+    assert sorted(cells["not_run"]) == ["fifo-300-bm25-lite", "fifo-300-hybrid", "no-evict-300-bm25-lite", "no-evict-300-hybrid"]
+    report = (partial / "report.md").read_text()
+    assert report.startswith("> **PARTIAL REPORT**: part of the grid: 2 of 6 cells ran (fifo-300-dense, no-evict-300-dense).")
+    assert "Every cell of the configured grid ran." not in report
+    result.stdout.fnmatch_lines(["*PART OF THE GRID (2 of 6 cells)*", "part of the grid: cells run (2): fifo-300-dense, no-evict-300-dense"])
+    assert not (project.path / "restore-report").exists()  # a part never lands in the report directory
 
 
 def test_decoding_and_concurrency_are_recorded_per_model(

@@ -73,7 +73,7 @@ def test_a_progress_line_comes_before_the_first_result(pytester: pytest.Pytester
 
 #: The README's command on the embedded default, with no ``--restore-*`` option, run in one project in turn:
 #: first under xdist (the data is generated then), then with ``-n auto`` (it is in the project's cache by then,
-#: as on a user's second run). One cell each.
+#: as on a user's second run). One cell each (a part of the grid: its report is the partial one).
 NO_OPTION_RUNS = {
     "xdist": ["-n", "2", "-v", "-k", "fifo-8k"],
     "n-auto": ["test_grid.py", "-n", "auto", "-v", "-k", "fifo-8k"],

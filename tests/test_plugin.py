@@ -44,9 +44,10 @@ def test_report_files_and_columns(pytester: pytest.Pytester) -> None:
     out = pytester.path / "restore-report"
     rows = _cells(out / "cells.csv")
     header = (out / "cells.csv").read_text().splitlines()[0].split(",")
-    assert header[:13] == (
-        ["policy", "budget", "regime", "reader", "N", "err", "irr", "rec", "res", "two_bin_share", "irr_rate", "accuracy", "gold_evicted_rate"]
-    )
+    assert header[:14] == [
+        "policy", "budget", "regime", "reader", "ranker", "N", "err", "irr", "rec", "res", "two_bin_share", "irr_rate",
+        "accuracy", "gold_evicted_rate",
+    ]
     assert {(r["policy"], r["budget"], r["regime"]) for r in rows} == {
         (p, b, g) for p in ("fifo", "random") for b in ("600", "300", "100") for g in "ab"
     }

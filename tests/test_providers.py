@@ -502,7 +502,7 @@ def test_persistent_failure_is_excluded_not_scored_wrong(
         for line in (report / "cells.csv").read_text().splitlines()
         if line.startswith("fifo,600,b,")
     )
-    assert fifo.split(",")[4] == "6"
+    assert fifo.split(",")[5] == "6"  # N (after policy, budget, regime, reader, ranker)
     # cells lost N to failed calls: the run does not pass, and says why once, per model and cause
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(

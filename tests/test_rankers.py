@@ -6,6 +6,7 @@ are checked in process against a hand-made pair of rankers.
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -14,27 +15,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from grid_helpers import GRID, TINY, ChildRun, flat_record, read_child, run_child, shared_run
+from grid_helpers import GRID, TINY, ChildRun, flat_record
 
 from pytest_restore.plugin.cells import ranker_labels
 from pytest_restore.record import CellKey, Record, baseline_ranker, read_records
 from pytest_restore.stats.analysis import analyse
 from pytest_restore.stats.rankers import orderings, ranker_rows
 
-RANKERS = "bm25-lite,dense:fake,hybrid:fake"
-ARGS = [
-    f"--restore-data={TINY}", "--restore-budgets=600,300", "--restore-policies=no-evict,fifo,random",
-    "--restore-bootstrap=300", "--restore-family-checks=report", f"--restore-rankers={RANKERS}",
-]
-
 
 @pytest.fixture(scope="module")
-def grid_run(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
-    def build(project: Path) -> None:
-        (project / "test_grid.py").write_text(GRID)
-        run_child(["-p", "no:xdist", "-v", *ARGS], project, project / "report")
-
-    return read_child(shared_run(tmp_path_factory, "rankers-grid", build) / "report")
+def grid_run(rankers_grid: ChildRun) -> ChildRun:
+    return rankers_grid
 
 
 def test_the_ranker_is_a_grid_dimension_and_every_record_names_its_ranker(grid_run: ChildRun) -> None:
@@ -66,6 +57,17 @@ def test_the_report_answers_first_how_the_recoverable_share_moves_between_ranker
     assert len(tests) == 3 * 2 * 2 * 2
     assert {t["other"] for t in tests} == {"dense:fake", "hybrid:fake"}
     assert all(t["p_holm"] is None or t["p_holm"] >= t["p_raw"] for t in tests)
+
+
+def test_cells_csv_holds_every_rankers_cells_with_a_ranker_column(grid_run: ChildRun) -> None:
+    with (grid_run.report / "cells.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    by_ranker: dict[str, set[tuple[str, str, str]]] = {}
+    for row in rows:
+        by_ranker.setdefault(row["ranker"], set()).add((row["policy"], row["budget"], row["regime"]))
+    assert sorted(by_ranker) == ["bm25-lite", "dense:fake", "hybrid:fake"]
+    assert by_ranker["bm25-lite"] == by_ranker["dense:fake"] == by_ranker["hybrid:fake"]
+    assert len(by_ranker["bm25-lite"]) == 3 * 2 * 2  # no-evict, fifo, random x 600, 300 x both regimes
 
 
 def test_the_report_cli_renders_a_comparison_run_again(grid_run: ChildRun, tmp_path: Path) -> None:

@@ -152,8 +152,8 @@ def healthy_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_cells_csv_gains_interval_columns_within_bounds(healthy_report: Path) -> None:
     text = (healthy_report / "cells.csv").read_text()
     header = text.splitlines()[0].split(",")
-    assert header[:13] == list(PROTOCOL_COLUMNS)
-    assert header[13:19] == list(INTERVAL_COLUMNS)
+    assert header[:4] + header[5:14] == list(PROTOCOL_COLUMNS) and header[4] == "ranker"
+    assert header[14:20] == list(INTERVAL_COLUMNS)
     assert header == list(CELL_COLUMNS)
     rows = _csv(text)
     assert len(rows) == 6 * 2 * 2

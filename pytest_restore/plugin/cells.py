@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, cast
@@ -24,7 +24,7 @@ from pytest_restore.audit.run import Audit, CellRun
 from pytest_restore.exits import IO_ERROR
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.plugin.settings import RestoreSettings
-from pytest_restore.record import Record
+from pytest_restore.record import Record, ranker_of
 from pytest_restore.stats.analysis import Analysis, analyse, cell_verdicts
 from pytest_restore.stats.families import Family, family_of
 from pytest_restore.stats.results import HypothesisTest, StatsSettings, budget_label
@@ -250,3 +250,24 @@ def verdicts(
         fetch=fetch,
         reader=audit.reader.name,
     )
+
+
+def grid_cells(records: Sequence[Record], cells: Sequence[CellSpec]) -> dict[str, list[str]]:
+    """The grid's cells that ran (records arrived) and those that did not, by item id (rankers included)."""
+    ran = {(r.reader, r.policy, r.budget, ranker_of(r)) for r in records}
+    any_ranker = {cell[:3] for cell in ran}
+    out: dict[str, list[str]] = {"ran": [], "not_run": []}
+    for cell in cells:
+        # a record's reader is the model's name; a cell of --restore-rankers is its ranker's only
+        where = (cell.reader, cell.policy, cell.budget)
+        done = (*where, cell.ranker) in ran if cell.ranker is not None else where in any_ranker
+        out["ran" if done else "not_run"].append(cell.id)
+    return out
+
+
+def part_of_grid(cells: Mapping[str, Sequence[str]]) -> str | None:
+    """What a run of part of the grid (``-k``, ``--lf``, a deselection) ran, in words; ``None`` for the whole grid."""
+    ran, not_run = cells["ran"], cells["not_run"]
+    if not not_run:
+        return None
+    return f"part of the grid: {len(ran)} of {len(ran) + len(not_run)} cells ran ({', '.join(ran) or 'none'})"

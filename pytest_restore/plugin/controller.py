@@ -36,13 +36,13 @@ from pytest_restore.models.cache import cache_problem
 from pytest_restore.models.providers import ProviderRegistry, missing_key_problem
 from pytest_restore.plugin.batching import batch_rounds
 from pytest_restore.plugin.calls import dry_run
+from pytest_restore.plugin.cells import grid_cells
 from pytest_restore.plugin.finish import (
     Background,
     Outcome,
     ReportWaiter,
     await_report,
-    grid_cells,
-    interrupted,
+    partial_reason,
     partial_report_line,
     preload_figure,
     run_info,
@@ -305,14 +305,13 @@ class ControllerSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if not got.records:
             return
-        why_partial = interrupted(session, got.selected, got.ran)
+        cells = grid_cells(got.records, self.parts.cells)
+        why_partial = partial_reason(session, got.selected, got.ran, cells)  # beside the report dir, never in it
         if self.settings.audit_judge and why_partial is None:
             self.checks["judge_audit"] = judge_audit(self.parts, got.records, got.model_calls)
-        target = Path(self.settings.report_dir)
+        target = Path(self.settings.report_dir) if why_partial is None else partial_dir(Path(self.settings.report_dir))
         if why_partial is not None:
-            target = partial_dir(target)
-            outcome.partial_path = target
-        cells = grid_cells(got.records, self.parts.cells)
+            outcome.partial_path, outcome.partial_why = target, why_partial
         info = run_info(
             self.settings, self.parts.policies, got.records, got.run_meta, self.checks, got.model_calls,
             cells, self.parts.families,
@@ -356,7 +355,7 @@ class ControllerSession:
         outcome.report_path = files.out_dir
         if session.exitstatus == pytest.ExitCode.INTERNAL_ERROR and outcome.partial_path is not None:
             # pytest prints no terminal summary after an internal error: say here where the report went
-            self.say(partial_report_line(outcome.partial_path, self.settings.report_dir))
+            self.say(partial_report_line(outcome.partial_path, self.settings.report_dir, outcome.partial_why))
         outcome.untestable = list(files.untestable)
         outcome.table = files.table
         if grid_cells(self.gathered.records, self.parts.cells)["not_run"]:
@@ -396,5 +395,6 @@ class ControllerSession:
             run_meta=got.run_meta,
             report_path=outcome.report_path,
             partial_path=outcome.partial_path,
-            not_run=grid_cells(got.records, self.parts.cells)["not_run"],
+            partial_why=outcome.partial_why,
+            cells=grid_cells(got.records, self.parts.cells),
         )

@@ -28,8 +28,9 @@ import pytest
 
 from pytest_restore import __version__
 from pytest_restore.memory.eviction import Policy
+from pytest_restore.models.fake import simulated_models
 from pytest_restore.plugin.calls import ModelCalls
-from pytest_restore.plugin.cells import CellSpec
+from pytest_restore.plugin.cells import part_of_grid
 from pytest_restore.plugin.settings import RestoreSettings
 from pytest_restore.plugin.staging import partial_dir, staging_dir, swap_into_place
 from pytest_restore.record import Record, baseline_ranker
@@ -38,9 +39,9 @@ from pytest_restore.report.writer import ReportFiles, write_report
 from pytest_restore.stats.families import FAMILIES, Family
 
 
-def partial_report_line(partial_path: Path, report_dir: str) -> str:
-    """What a session cut short tells the user: where its partial report is, and that the whole one was kept."""
-    return f"partial report (the session did not finish its grid): {partial_path}; {report_dir} was left as it was"
+def partial_report_line(partial_path: Path, report_dir: str, why: str | None = None) -> str:
+    """What a partial session tells the user: where its partial report is, and that the whole one was kept."""
+    return f"partial report ({why or 'interrupted'}): {partial_path}; {report_dir} was left as it was"
 
 
 def run_info(
@@ -81,16 +82,6 @@ def run_info(
     return RunInfo(settings=shown, dataset=meta, exclusions=exclusions, checks=checks, families=tuple(families))
 
 
-def grid_cells(records: Sequence[Record], cells: Sequence[CellSpec]) -> dict[str, list[str]]:
-    """The grid's cells that ran (records arrived) and those that did not, by item id."""
-    ran = {(r.reader, r.policy, r.budget) for r in records}
-    out: dict[str, list[str]] = {"ran": [], "not_run": []}
-    for cell in cells:
-        done = (cell.reader, cell.policy, cell.budget) in ran  # a record's reader is the model's name
-        out["ran" if done else "not_run"].append(cell.id)
-    return out
-
-
 def interrupted(session: pytest.Session, selected: set[str] | None, ran: set[str]) -> str | None:
     """Why the session ended before its selected grid ran whole, or ``None``."""
     status = session.exitstatus
@@ -103,6 +94,17 @@ def interrupted(session: pytest.Session, selected: set[str] | None, ran: set[str
         if missing:
             return f"{len(missing)} of {len(selected)} selected grid items did not run"
     return None
+
+
+def partial_reason(
+    session: pytest.Session, selected: set[str] | None, ran: set[str], cells: Mapping[str, Sequence[str]]
+) -> str | None:
+    """Why the report is partial: the session was cut short, else it ran part of the grid (``-k``, ``--lf``).
+
+    ``None`` for a whole grid run whole. A partial report goes beside the report
+    directory, never in it, so a complete report is never replaced by a part.
+    """
+    return interrupted(session, selected, ran) or part_of_grid(cells)
 
 
 def write_in_place(
@@ -185,6 +187,8 @@ class Outcome:
     report_path: Path | None = None
     #: Where a partial report went (the complete one, if any, was left as it was).
     partial_path: Path | None = None
+    #: Why it is partial (cut short, or part of the grid selected), in words.
+    partial_why: str | None = None
 
 
 def terminal_summary(
@@ -200,14 +204,17 @@ def terminal_summary(
     run_meta: dict[str, Any],
     report_path: Path | None,
     partial_path: Path | None,
-    not_run: Sequence[str],
+    cells: Mapping[str, Sequence[str]],
     undecided: Sequence[str] = (),
     report_error: str | None = None,
+    partial_why: str | None = None,
 ) -> None:
     """A short table of regime (b), where the report is, and what failed (the dry run: its table).
 
     ``table`` is the written report's regime-(b) table (:attr:`ReportFiles.table`;
-    empty when no report was written); ``not_run`` names the grid cells this run did not select.
+    empty when no report was written); ``cells`` names the grid cells this run ran and those
+    it did not select (:func:`grid_cells`). The title says when a model is simulated and when only part of
+    the grid ran.
     """
     if dry_run_lines:
         terminalreporter.write_sep("=", "restore dry run: model calls the grid needs")
@@ -225,9 +232,21 @@ def terminal_summary(
         return
     baseline = baseline_ranker(records)  # several rankers: the table is the baseline's, say so
     ranker = f", ranker {baseline}; every ranker in report.md" if baseline else ""
-    terminalreporter.write_sep("=", f"restore-counterfactual audit (regime b{ranker})")
+    ran, not_run = cells["ran"], cells["not_run"]
+    fakes = simulated_models(records)
+    marks = (["SIMULATED"] if fakes else []) + (
+        [f"PART OF THE GRID ({len(ran)} of {len(ran) + len(not_run)} cells)"] if not_run else []
+    )
+    terminalreporter.write_sep("=", f"restore-counterfactual audit (regime b{ranker})" + "".join(f": {m}" for m in marks))
+    if not_run:
+        terminalreporter.write_line(f"part of the grid: cells run ({len(ran)}): {', '.join(ran)}", yellow=True)
     for line in table:
         terminalreporter.write_line(line)
+    if fakes:
+        models = ", ".join(f"{role} {name}" for role, name in fakes)
+        terminalreporter.write_line(
+            f"simulated: fake models ({models}): these figures check the audit's pipeline, not any model", yellow=True
+        )
     meta = run_meta
     for line in budget_warnings(meta):
         terminalreporter.write_line(line, yellow=True)
@@ -248,17 +267,17 @@ def terminal_summary(
     if report_error is not None:
         terminalreporter.write_line(report_error, red=True)
     elif partial_path is not None:
-        terminalreporter.write_line(partial_report_line(partial_path, settings.report_dir), yellow=True)
+        terminalreporter.write_line(partial_report_line(partial_path, settings.report_dir, partial_why), yellow=True)
     elif report_path is None:  # Ctrl-C while it was written (see await_report)
         terminalreporter.write_line(
             f"report not written (interrupted while writing it): {settings.report_dir} was left as it was", yellow=True
         )
     else:
         terminalreporter.write_line(f"report: {report_path}")
-        if not_run:
-            terminalreporter.write_line(
-                f"grid cells not selected in this run ({len(not_run)}): {', '.join(not_run)}", yellow=True
-            )
+    if not_run:
+        terminalreporter.write_line(
+            f"grid cells not selected in this run ({len(not_run)}): {', '.join(not_run)}", yellow=True
+        )
     strict = settings.family_checks == "fail"
     if failures:
         red = strict or any(f.startswith("model calls failed") for f in failures)

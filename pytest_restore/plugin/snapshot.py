@@ -44,7 +44,7 @@ class CellsSnapshot(SingleFileSnapshotExtension):
 
 
 #: The columns of ``cells.csv`` that name a cell (the rest are its figures).
-CELL_KEY = ("policy", "budget", "regime", "reader")
+CELL_KEY = ("policy", "budget", "regime", "reader", "ranker")
 
 
 def cells_by_figure(cells_csv: str) -> str:
@@ -53,11 +53,14 @@ def cells_by_figure(cells_csv: str) -> str:
     A line-based differ pairs a 27-column row with whatever row follows it;
     one figure a line pairs each figure with itself, so a diff names the cell
     and the figure that moved. Cells keep the table's order; an empty figure
-    (a share of 0/0) reads ``-``.
+    (a share of 0/0) reads ``-``. A run of several rankers keys its cells by ranker too.
     """
+    rows = list(csv.DictReader(io.StringIO(cells_csv)))
+    several = len({row.get("ranker") for row in rows}) > 1  # the key names the ranker when rankers are compared
     lines = []
-    for row in csv.DictReader(io.StringIO(cells_csv)):
+    for row in rows:
         key = f"{row['policy']}-{budget_label(int(row['budget']))}-{row['regime']} {row['reader']}"
+        key += f" {row['ranker']}" if several else ""
         lines += [f"{key}  {name}: {value or '-'}" for name, value in row.items() if name not in CELL_KEY]
     return "\n".join(lines) + "\n"
 

@@ -491,8 +491,8 @@ def partial_mark(info: RunInfo) -> str:
     if partial is None:
         return ""
     return (
-        f"> **PARTIAL REPORT** ({partial}): the session did not finish its grid; "
-        "the cells that did not run are listed under Grid coverage.\n"
+        f"> **PARTIAL REPORT**: {partial}. Not the whole grid: the cells that did not run are listed "
+        "under Grid coverage, and no hypothesis family is decided on a part.\n"
     )
 
 

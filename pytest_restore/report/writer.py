@@ -53,7 +53,7 @@ from pytest_restore.report.markdown import (
 )
 from pytest_restore.report.simulated import simulated_note
 from pytest_restore.stats.analysis import Analysis
-from pytest_restore.stats.results import CELL_COLUMNS, budget_label
+from pytest_restore.stats.results import CELL_COLUMNS, budget_label, cell_order
 
 
 def _cell_value(value: Any) -> str:
@@ -62,8 +62,15 @@ def _cell_value(value: Any) -> str:
 
 
 def cell_rows(analysis: Analysis) -> list[dict[str, str]]:
-    """The rows of ``cells.csv`` as formatted strings, in the analysis's cell order."""
-    return [{k: _cell_value(v) for k, v in cell.as_row().items()} for cell in analysis.cells]
+    """The rows of ``cells.csv`` as formatted strings, every ranker's cells, in the one cell order.
+
+    ``ranker`` names each row's ranker (the baseline's cells too, and a one-ranker run's).
+    """
+    cells = sorted([*analysis.cells, *analysis.ranker_cells], key=lambda c: cell_order(c.key))
+    return [
+        {k: _cell_value(v) for k, v in {**cell.as_row(), "ranker": cell.ranker or analysis.counts.ranker}.items()}
+        for cell in cells
+    ]
 
 
 def render_cells_csv(analysis: Analysis) -> str:

@@ -90,6 +90,8 @@ class Counts:
     #: rankers' cells (keys name their ranker), counted over the same questions
     baseline_ranker: str | None = None
     ranked: Mapping[CellKey, CellTally] = field(default_factory=dict)
+    #: the ranker ``cells`` were read with: the baseline of several, else the records' one ranker
+    ranker: str = ""
 
     @property
     def records(self) -> int:
@@ -141,6 +143,7 @@ def count(records: Sequence[Record]) -> Counts:
         by_type={k: by_type[k] for k in sorted(by_type)},
         baseline_ranker=baseline,
         ranked={k: ranked[k] for k in sorted(ranked, key=cell_order)},
+        ranker=baseline or (ranker_of(records[0]) if records else ""),
     )
 
 

@@ -7,6 +7,8 @@ the two-bin share, irreversible rate, recoverable rate and accuracy of each
 run and the paired difference NEW - OLD on the questions oracle-answerable in
 that cell in both, with a question-cluster bootstrap interval over those
 questions (one resample matrix, so the two runs move together question by question).
+Every ranker's cells take part (a run of ``--restore-rankers`` holds several);
+a cell held by one run only is named in ``only_old`` or ``only_new``, never dropped.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pytest_restore.bootstrap import (
     DEFAULT_SEED,
     Resampler,
 )
-from pytest_restore.record import CellKey, Record
+from pytest_restore.record import CellKey, Record, ranker_of
 from pytest_restore.stats.analysis import count
 from pytest_restore.stats.results import budget_label, cell_order
 from pytest_restore.stats.tally import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW
@@ -77,6 +79,13 @@ class CellChange:
     reader: str
     shared_questions: int
     figures: tuple[FigureChange, ...]
+    #: the ranker, when either run held several (cells are then matched by ranker too); else ""
+    ranker: str = ""
+
+    @property
+    def key(self) -> CellKey:
+        """The cell's key (its reader and ranker "" when cells were matched across them)."""
+        return CellKey(self.policy, self.budget, self.regime, self.reader, self.ranker)
 
     def figure(self, name: str) -> FigureChange:
         """One figure's change."""
@@ -89,6 +98,7 @@ class CellChange:
             "budget": self.budget,
             "regime": self.regime,
             "reader": self.reader,
+            "ranker": self.ranker,
             "shared_questions": self.shared_questions,
             "figures": {f.figure: f.to_json() for f in self.figures},
         }
@@ -105,6 +115,11 @@ class Comparison:
     cells: tuple[CellChange, ...]
     only_old: tuple[str, ...]
     only_new: tuple[str, ...]
+
+    @property
+    def compared_questions(self) -> int:
+        """Question x cell pairs compared (each cell's questions oracle-answerable in both runs)."""
+        return sum(c.shared_questions for c in self.cells)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able dict for ``compare.json``."""
@@ -124,23 +139,33 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(float(value), 6) + 0.0
 
 
-def _per_question(records: Sequence[Record], match_readers: bool) -> dict[CellKey, dict[str, NDArray[np.int64]]]:
+def _per_question(
+    records: Sequence[Record], match_readers: bool, match_rankers: bool
+) -> dict[CellKey, dict[str, NDArray[np.int64]]]:
     """Per cell, per question in N: N, irr, rec, correct, read off the analysis's counts (seeds pooled).
 
-    Without ``match_readers`` a cell's reader is "" (cells match across the two runs' readers).
+    Every cell the records hold is kept, one whose N is 0 too (it is then compared over no question).
+    Every ranker's cells are read; with ``match_rankers`` a cell's ranker is its ranker's name (the
+    baseline's too), else "" (cells match across the two runs' rankers). Without ``match_readers``
+    a cell's reader is "" (cells match across the two runs' readers).
     """
+    counts = count(records)
     cells: dict[CellKey, dict[str, NDArray[np.int64]]] = {}
-    for key, tally in count(records).cells.items():
+    for key, tally in [*counts.cells.items(), *counts.ranked.items()]:
         rows = tally.counts[_TALLY_ROWS]
         questions = {q: rows[:, i] for i, q in enumerate(tally.question_ids) if rows[0, i]}
-        if questions:
-            cells[key if match_readers else key._replace(reader="")] = questions
+        ranker = (key.ranker or counts.ranker) if match_rankers else ""
+        cells[key._replace(reader=key.reader if match_readers else "", ranker=ranker)] = questions
     return cells
 
 
 def cell_name(key: CellKey) -> str:
-    """A cell in words: ``fifo 80k (b)``, with its reader when cells are matched by reader."""
-    return f"{key.policy} {budget_label(key.budget)} ({key.regime})" + (f" reader {key.reader}" if key.reader else "")
+    """A cell in words: ``fifo 80k (b)``, with its reader and ranker when cells are matched by them."""
+    return (
+        f"{key.policy} {budget_label(key.budget)} ({key.regime})"
+        + (f" reader {key.reader}" if key.reader else "")
+        + (f" ranker {key.ranker}" if key.ranker else "")
+    )
 
 
 def _ratio_point(counts: NDArray[np.float64], num: Sequence[str], den: Sequence[str]) -> float | None:
@@ -164,6 +189,9 @@ def _change(
     seed: int,
 ) -> CellChange:
     shared = sorted(set(old) & set(new))
+    if not shared:  # nothing to pair: every figure undefined, said as 0 questions
+        undefined = tuple(FigureChange(name, None, None, None, None, None, None) for name in FIGURES)
+        return CellChange(key.policy, key.budget, key.regime, key.reader, 0, undefined, key.ranker)
     old_counts = np.array([old[q] for q in shared], dtype=np.float64).reshape(len(shared), 4)
     new_counts = np.array([new[q] for q in shared], dtype=np.float64).reshape(len(shared), 4)
     resampler = Resampler.draw(shared, resamples, seed)
@@ -182,8 +210,7 @@ def _change(
                 lo, hi = (float(x) for x in np.quantile(defined, [tail, 1.0 - tail]))
         worse = None if diff is None else (diff if up_is_worse else -diff)
         figures.append(FigureChange(name, before, after, diff, lo, hi, worse))
-    policy, budget, regime, reader = key.policy, key.budget, key.regime, key.reader
-    return CellChange(policy, budget, regime, reader, len(shared), tuple(figures))
+    return CellChange(key.policy, key.budget, key.regime, key.reader, len(shared), tuple(figures), key.ranker)
 
 
 def compare_records(
@@ -197,13 +224,18 @@ def compare_records(
 ) -> Comparison:
     """Compare two runs' records cell by cell.
 
-    Cells are matched on policy, budget and regime, and on the reader too
-    when either run holds more than one reader (a run of one reader compared
-    with a run of another matches its cells across the two readers).
+    Cells are matched on policy, budget and regime, and on the reader (the
+    ranker) too when either run holds more than one reader (ranker): a run of
+    one reader compared with a run of another matches its cells across the
+    two readers, and a run of one ranker with a run of another likewise. A
+    cell only one run holds is named in ``only_old``/``only_new``.
     """
     readers = {r.reader for r in old}, {r.reader for r in new}
+    rankers = {ranker_of(r) for r in old}, {ranker_of(r) for r in new}
     match_readers = len(readers[0]) > 1 or len(readers[1]) > 1
-    before, after = _per_question(old, match_readers), _per_question(new, match_readers)
+    match_rankers = len(rankers[0]) > 1 or len(rankers[1]) > 1
+    before = _per_question(old, match_readers, match_rankers)
+    after = _per_question(new, match_readers, match_rankers)
     order = sorted(set(before) | set(after), key=cell_order)
     cells = tuple(_change(k, before[k], after[k], resamples, seed) for k in order if k in before and k in after)
     return Comparison(

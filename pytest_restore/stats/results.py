@@ -68,8 +68,11 @@ PROTOCOL_COLUMNS: tuple[str, ...] = (
 )
 #: Every column of ``cells.csv`` (:meth:`CellStats.as_row`), in order: the figures of
 #: docs/PROTOCOL.md section 7, their intervals, then the bin shares and the cell's other counts.
+#: ``ranker`` follows the cell's other dimensions: every ranker's cells are rows (``--restore-rankers``).
 CELL_COLUMNS: tuple[str, ...] = (
-    *PROTOCOL_COLUMNS,
+    *PROTOCOL_COLUMNS[:4],
+    "ranker",
+    *PROTOCOL_COLUMNS[4:],
     *INTERVAL_COLUMNS,
     "irr_share",
     "rec_share",
