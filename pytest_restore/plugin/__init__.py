@@ -15,6 +15,11 @@ models and the report) starts only when the run is one:
   records arrives.
 
 A session that does none of these imports, computes and writes nothing.
+
+The grid itself ships in the package (:mod:`pytest_restore.plugin.grid`): an
+audit whose collection holds no test asking for ``restore_cell`` gets it when
+``--restore`` asks for it, or when the session collected nothing at all
+(``pytest -n auto --restore-questions 20`` in an empty directory).
 """
 
 from __future__ import annotations
@@ -71,6 +76,18 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     """The ``--restore-*`` options, each also an ini key ``restore_*``."""
     add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k, --lf and the dry run select among the items
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Add the grid the package ships when ``--restore`` asks for it, or when an audit collected nothing."""
+    if not (config.getoption("restore") or (not items and requested(config))):
+        return
+    if any("restore_cell" in getattr(item, "fixturenames", ()) for item in items):
+        return  # the project's own grid module
+    from pytest_restore.plugin.grid import shipped_grid
+
+    items[:0] = shipped_grid(session)
 
 
 def _activate(config: pytest.Config) -> Role:

@@ -167,6 +167,14 @@ def add_options(parser: pytest.Parser) -> None:
         # A typed key's default is None when unset, so "unset" is told apart from a value.
         parser.addini(_dest(name), help=help_, type=ini_kind, default=default if ini_kind == "string" else None)
     group.addoption(
+        "--restore",
+        dest="restore",
+        action="store_true",
+        default=False,
+        help="run the audit: the grid the package ships joins the session (on the embedded default "
+        "unless other --restore-* options say otherwise)",
+    )
+    group.addoption(
         "--restore-dry-run",
         dest="restore_dry_run",
         action="store_true",
@@ -207,7 +215,7 @@ def requested(config: pytest.Config) -> bool:
     for name, _default, _help, _kind in OPTIONS:
         if config.getoption(_dest(name)) is not None:
             return True
-    if config.getoption("restore_dry_run") or config.getoption("restore_ablations") is not None:
+    if config.getoption("restore") or config.getoption("restore_dry_run") or config.getoption("restore_ablations") is not None:
         return True
     if config.getoption("restore_batch") is not None:
         return True
