@@ -282,14 +282,15 @@ def _add_batch(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "export",
         help="write a round's batch input file (nothing is sent)",
         description=(
-            "Runs the grid's dry run (pytest with the options after --) and writes the round's requests that the "
-            "cache does not hold as an OpenAI batch input file. Rounds go in order: scorer (only with "
+            "Runs the grid's dry run (the --restore-* options after --; pytest's own arguments there are "
+            "ignored, and no ini file or conftest.py is read) and writes the round's requests that the cache "
+            "does not hold as an OpenAI batch input file. Rounds go in order: scorer (only with "
             "llm-importance), reader, judge; each needs the previous one imported."
         ),
     )
     export.add_argument("--round", required=True, choices=("scorer", "reader", "judge"), help="the round to write")
     export.add_argument("--out", required=True, help="the input file to write (JSONL)")
-    export.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the grid's pytest options")
+    export.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the grid's --restore-* options")
     imported = actions.add_parser(
         "import",
         help="read a batch output file into the response cache",
@@ -399,32 +400,54 @@ def _batch_cancel(args: argparse.Namespace) -> int:
 
 
 def _batch_export(args: argparse.Namespace) -> int:
-    import pytest
+    import dataclasses
+    import uuid
 
-    extra = [a for a in args.pytest_args if a != "--"] if args.pytest_args[:1] == ["--"] else list(args.pytest_args)
-    out = Path(args.out)
+    from pytest_restore.run.options import OptionsError, parse_args
+    from pytest_restore.run.parts import RunParts
+    from pytest_restore.run.phases import dry_run_phase
+    from pytest_restore.run.plan import build_plan, check_before_work, default_registries
+    from pytest_restore.run.settings import SettingsError
+
     # before the dry run: an --out that cannot be a file is said in one line (as every --out is)
-    problem = out_file_problem(out, "batch export --out")
+    problem = out_file_problem(Path(args.out), "batch export --out")
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return IO_ERROR
-    started = time.time() - 1  # file times may be coarse
-    code = int(
-        pytest.main(
-            [
-                *extra,
-                "--restore-dry-run",
-                f"--restore-batch-export={args.out}",
-                f"--restore-batch-round={args.round}",
-            ]
-        )
+    given = [a for a in args.pytest_args if a != "--"] if args.pytest_args[:1] == ["--"] else list(args.pytest_args)
+    try:
+        raw, ignored = parse_args(given)
+    except OptionsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if ignored:
+        print(f"batch export: not the audit's options, ignored: {' '.join(ignored)}", file=sys.stderr)
+    raw = dataclasses.replace(
+        raw, values={**raw.values, "batch-export": args.out, "batch-round": args.round}, dry_run=True
     )
-    # one file, or one per model (``OUT.MODEL.jsonl``); one left by an earlier export is not this one's
-    written = [p for p in [out, *out.parent.glob(f"{out.stem}.*{out.suffix}")] if p.is_file() and p.stat().st_mtime >= started]
-    if code == 0 and not written:
-        print(f"error: batch export: nothing written to {args.out} (the dry run's 'batch export' line says why)", file=sys.stderr)
+
+    def say(line: str) -> None:
+        print(f"restore: {line}", file=sys.stderr)
+
+    parts = None
+    try:
+        # no conftest.py or ini file here: the built-in registries and those of installed packages' entry points
+        plan = build_plan(raw, default_registries(), uuid.uuid4().hex, DEFAULT_CACHE.parent, say)
+        check_before_work(plan)
+        parts = RunParts(plan, say)
+        dry = dry_run_phase(parts)
+    except SettingsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    finally:
+        if parts is not None:
+            parts.close()
+    for line in dry.lines:
+        print(line)
+    if not dry.written:
+        print(f"error: batch export: nothing written to {args.out} (the 'batch export' line above says why)", file=sys.stderr)
         return 1
-    return code
+    return 0
 
 
 def _batch_import(args: argparse.Namespace) -> int:

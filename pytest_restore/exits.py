@@ -23,6 +23,10 @@ from pathlib import Path
 
 #: A file or directory could not be written or read (``EX_IOERR``).
 IO_ERROR = 74
+#: A grid item, an expectation, model calls or a check failed (pytest's ``TESTS_FAILED``).
+FAILED = 1
+#: The run was interrupted (Ctrl-C; pytest's ``INTERRUPTED``).
+INTERRUPTED = 2
 
 
 def os_cause(err: OSError) -> str:

@@ -426,13 +426,15 @@ def test_export_then_import_fills_the_cache_so_the_grid_sends_nothing(
         return target
 
     # a round before the one it depends on: nothing is written, and the command says so and fails
+    # (the command runs the dry run's phases itself: no pytest run; pytest's own arguments are said and ignored)
+    capsys.readouterr()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pytest, "main", lambda args: pytester.runpytest_inprocess(*args).ret)  # the CLI's pytest, in process
-        capsys.readouterr()
-        assert main(["batch", "export", "--round", "judge", "--out", str(here / "early.jsonl"), "--", *grid]) == 1
-        said = capsys.readouterr()
+        patch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+        assert main(["batch", "export", "--round", "judge", "--out", str(here / "early.jsonl"), "--", "-p", "no:xdist", *grid]) == 1
+    said = capsys.readouterr()
     assert "batch export: nothing written: the reader round needs every importance score" in said.out
     assert "error: batch export: nothing written to" in said.err and not (here / "early.jsonl").exists()
+    assert "batch export: not the audit's options, ignored: -p no:xdist" in said.err
 
     with OpenAIServer(fake_models_responder(histories), expected_key=DUMMY_KEY) as server:
         for name in ("scorer", "reader"):
@@ -563,8 +565,9 @@ def test_batch_answers_holding_a_line_separator_are_accepted_and_not_paid_again(
 def test_an_export_holding_a_line_separator_imports_back(
     echo: OpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pytest_restore.models.providers import default_providers
     from pytest_restore.plugin.calls import export_round
+
+    from pytest_restore.models.providers import default_providers
 
     cache, source = tmp_path / "cache", tmp_path / "reader.in.jsonl"
     planned = [("openai:gpt-4o-mini", "reader", ChatRequest((("user", f"note {i}{SEPARATORS}"),), max_tokens=40))
@@ -585,8 +588,9 @@ def test_batch_import_of_a_gzip_or_non_utf8_file_is_one_line(
 ) -> None:
     import gzip
 
-    from pytest_restore.models.providers import default_providers
     from pytest_restore.plugin.calls import export_round
+
+    from pytest_restore.models.providers import default_providers
 
     cache, source, output = tmp_path / "cache", tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     planned = [("openai:gpt-4o-mini", "reader", ChatRequest((("user", "caf\u00e9 note"),), max_tokens=40))]
@@ -644,8 +648,9 @@ def test_a_validation_error_echoing_the_key_stops_the_run_without_it(pytester: p
 
 
 def test_batch_import_never_prints_a_key_an_error_line_echoes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_restore.models.providers import default_providers
     from pytest_restore.plugin.calls import export_round
+
+    from pytest_restore.models.providers import default_providers
 
     cache, source, output = tmp_path / "cache", tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     planned = [("openai:gpt-4o-mini", "reader", ChatRequest((("user", "a note"),), max_tokens=40))]
@@ -767,8 +772,9 @@ def test_a_ledger_whose_requests_file_is_gone_is_one_line(
     assert refused_rerun(echo, cache, asked).startswith(f"{requests}: missing: the requests of batch_")
 
     # an export's requests gone: batch import says so in one line
-    from pytest_restore.models.providers import default_providers
     from pytest_restore.plugin.calls import export_round
+
+    from pytest_restore.models.providers import default_providers
 
     planned = [("openai:gpt-4o-mini", "reader", ChatRequest((("user", "x"),), max_tokens=40))]
     export_round("reader", planned, tmp_path / "in.jsonl", tmp_path / "other", default_providers())

@@ -34,7 +34,7 @@ from pytest_restore.models.embeddings import (
     TextVectors,
 )
 from pytest_restore.models.openai_chat import OpenAIEmbedder
-from pytest_restore.plugin.rankers import audited_texts
+from pytest_restore.run.embeddings import audited_texts
 
 MODEL = "text-embedding-3-small"
 KEY = "sk-test-embeddings-0123456789abcdef"

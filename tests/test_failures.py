@@ -297,7 +297,7 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
 CTRL_C_WHILE_WRITING = """
 import threading
 
-from pytest_restore.plugin import finish
+from pytest_restore.run import report as finish
 
 _go = threading.Event()
 _write_report, _wait = finish.write_report, finish.Background.result
@@ -645,7 +645,7 @@ def test_orphaned_staging_directories_are_removed_and_a_live_sessions_kept(proje
 CTRL_C_TWICE_WHILE_WRITING = """
 import time
 
-from pytest_restore.plugin import finish
+from pytest_restore.run import report as finish
 
 _write_report = finish.write_report
 

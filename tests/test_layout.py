@@ -24,8 +24,9 @@ STAGE = {
     "stats": 6,
     "report": 7,
     "compare": 8,
-    "plugin": 9,
-    "__main__": 10,
+    "run": 9,
+    "plugin": 10,
+    "__main__": 11,
 }
 
 
@@ -107,20 +108,42 @@ def test_the_check_finds_a_circle_and_a_backward_import() -> None:
     assert any(line.startswith("circle: ") for line in found)
 
 
-#: The longest a module of ``pytest_restore/plugin/`` may grow (issue 21: one role per object).
-PLUGIN_MODULE_LINES = 400
+#: What ``plugin/`` may import at run time: the run core, the record types, the exit codes, itself.
+#: (Type-only imports, under ``if TYPE_CHECKING:``, may name a stage's types: a hook's registry, a cell's run.)
+PLUGIN_IMPORTS = ("pytest_restore.run", "pytest_restore.record", "pytest_restore.exits", "pytest_restore.plugin")
 #: Where the plugin may read xdist's ``workerinput``: the one decision of a process's role
 #: (session.py), the worker's own input (worker.py) and the controller's hook handing it out (__init__.py).
 READS_WORKERINPUT = {"session.py", "worker.py", "__init__.py"}
 
 
+def runtime_imports(source: str) -> list[str]:
+    """The package modules a module imports, outside ``if TYPE_CHECKING:`` blocks (lazy imports included)."""
+    tree = ast.parse(source)
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pytest_restore"):
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("pytest_restore")]
+    return found
+
+
 def role_problems(sources: dict[str, str]) -> list[str]:
-    """Plugin modules (file name -> text) that grow past the limit or ask which process they run in."""
+    """Plugin modules (file name -> text) that reach below the run core or ask which process they run in."""
     found = []
     for name, text in sorted(sources.items()):
-        lines = text.count("\n")
-        if lines > PLUGIN_MODULE_LINES:
-            found.append(f"{name}: {lines} lines (at most {PLUGIN_MODULE_LINES})")
+        for module in runtime_imports(text):
+            if module != "pytest_restore" and not module.startswith(tuple(f"{m}." for m in PLUGIN_IMPORTS) + PLUGIN_IMPORTS):
+                found.append(f"{name}: imports {module} (the plugin imports the run core and the record types only)")
         if "is_controller" in text:
             found.append(f"{name}: branches on is_controller (each role is its own object)")
         if "workerinput" in text and name not in READS_WORKERINPUT:
@@ -130,20 +153,27 @@ def role_problems(sources: dict[str, str]) -> list[str]:
     return found
 
 
-def test_each_plugin_module_is_small_and_plays_one_role() -> None:
+def test_the_plugin_imports_the_run_core_and_plays_one_role_per_module() -> None:
     sources = {p.name: p.read_text(encoding="utf-8") for p in (ROOT / "pytest_restore" / "plugin").glob("*.py")}
-    assert {"controller.py", "worker.py", "runner.py", "parts.py"} <= set(sources)
+    assert {"controller.py", "worker.py", "runner.py", "session.py"} <= set(sources)
     assert 'hasattr(config, "workerinput")' in sources["session.py"]
     assert role_problems(sources) == []
 
 
-def test_the_role_check_finds_a_branch_and_a_long_module() -> None:
+def test_the_role_check_finds_a_branch_and_an_import_below_the_run_core() -> None:
     branchy = "if self.is_controller:\n    pass\n"
     asks = 'where = getattr(config, "workerinput", {})\n'
-    found = role_problems({"runner.py": branchy, "controller.py": asks, "finish.py": "x = 1\n" * 401})
+    below = (
+        "from typing import TYPE_CHECKING\n"
+        "from pytest_restore.run.plan import Plan\n"
+        "from pytest_restore.record import Record\n"
+        "if TYPE_CHECKING:\n    from pytest_restore.audit.run import CellRun\n"
+        "def f():\n    from pytest_restore.models.fake import FakeReader\n"
+    )
+    found = role_problems({"runner.py": branchy, "controller.py": asks, "finish.py": below})
     assert found == [
         "controller.py: reads workerinput (the role is decided once, in session.py)",
-        "finish.py: 401 lines (at most 400)",
+        "finish.py: imports pytest_restore.models.fake (the plugin imports the run core and the record types only)",
         "runner.py: branches on is_controller (each role is its own object)",
     ]
 
@@ -154,7 +184,7 @@ COUNTING = frozenset({"CellTally", "tally", "tally_by", "tally_cells", "Engine",
 COUNTING_MODULES = ("pytest_restore.stats.tally", "pytest_restore.stats.engine", "pytest_restore.bootstrap")
 #: The packages that render and run (and ``compare``'s command): they read an ``Analysis``
 #: (or ``stats.comparison``) and count nothing themselves.
-READERS = ("report", "plugin", "compare")
+READERS = ("report", "run", "plugin", "compare")
 
 
 def counting(module: str, source: str) -> list[str]:

@@ -143,9 +143,10 @@ def test_grid_ids_are_told_from_other_parametrized_ids() -> None:
 
 
 def test_the_light_options_module_keeps_the_bootstrap_seed_of_the_stats() -> None:
+    from pytest_restore.run import options as declared
     from pytest_restore.stats.analysis import DEFAULT_SEED
 
-    assert options.DEFAULT_SEED == DEFAULT_SEED
+    assert declared.DEFAULT_SEED == DEFAULT_SEED
 
 
 def test_naming_an_openai_model_without_the_extra_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from grid_helpers import (
     small_args,
 )
 
-from pytest_restore.plugin.staging import swap_into_place
+from pytest_restore.run.staging import swap_into_place
 
 SMALL = small_args(bootstrap=2000)
 
@@ -240,7 +240,7 @@ def test_records_stay_out_of_junit_xml(tiny_grid_runs: tuple[ChildRun, ChildRun]
 
 
 def test_the_report_thread_hands_back_its_result_and_its_errors() -> None:
-    from pytest_restore.plugin.finish import Background
+    from pytest_restore.run.report import Background
 
     def fails() -> None:
         raise OSError("disk full")
@@ -256,9 +256,9 @@ def test_ctrl_c_while_the_report_is_written_leaves_the_earlier_report_whole(
     import datetime
     import threading
 
-    from pytest_restore.plugin import finish
     from pytest_restore.report.inputs import RunInfo
     from pytest_restore.report.writer import ReportFiles
+    from pytest_restore.run import report as finish
 
     target = tmp_path / "restore-report"
     target.mkdir()
@@ -312,7 +312,7 @@ def test_an_xdist_controller_lets_its_parsed_data_go_and_reloads_it_when_needed(
         from pytest_restore.plugin.options import SESSION_KEY
 
         def pytest_xdist_node_collection_finished(node, ids):
-            held = node.config.stash[SESSION_KEY].parts._dataset is not None
+            held = node.config.stash[SESSION_KEY].parts.plan.data._dataset is not None
             Path("held.txt").write_text(str(held))
         """
     )

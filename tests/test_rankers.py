@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from grid_helpers import GRID, TINY, ChildRun, flat_record
 
-from pytest_restore.plugin.cells import ranker_labels
 from pytest_restore.record import CellKey, Record, baseline_ranker, read_records
+from pytest_restore.run.grid import ranker_labels
 from pytest_restore.stats.analysis import analyse
 from pytest_restore.stats.rankers import orderings, ranker_rows
 

@@ -24,6 +24,7 @@ audit whose collection holds no test asking for ``restore_cell`` gets it when
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,27 +43,21 @@ from pytest_restore.plugin.options import (
 )
 
 if TYPE_CHECKING:
-    from pytest_restore.plugin.cells import CellSpec as CellSpec
     from pytest_restore.plugin.cells import RestoreCell as RestoreCell
     from pytest_restore.plugin.controller import ControllerSession as ControllerSession
     from pytest_restore.plugin.session import Role
-    from pytest_restore.plugin.settings import RestoreSettings as RestoreSettings
 
 
 def __getattr__(name: str) -> Any:
-    """The audit's public classes, imported when first named (``RestoreCell`` ...)."""
-    if name in ("CellSpec", "RestoreCell"):
+    """The audit's public classes, imported when first named (``RestoreCell``, ``ControllerSession``)."""
+    if name == "RestoreCell":
         from pytest_restore.plugin import cells
 
-        return getattr(cells, name)
+        return cells.RestoreCell
     if name == "ControllerSession":
         from pytest_restore.plugin import controller
 
         return controller.ControllerSession
-    if name == "RestoreSettings":
-        from pytest_restore.plugin import settings
-
-        return settings.RestoreSettings
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -205,7 +200,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def restore_cell(request: pytest.FixtureRequest) -> Generator[RestoreCell, None, None]:
     """The grid cell of this item (the plugin parametrizes it over policy x budget)."""
     from pytest_restore.plugin.cells import RestoreCell
-    from pytest_restore.plugin.staging import report_dir_problem
+    from pytest_restore.run.staging import report_dir_problem
 
     runner = _activate(request.config).runner
     problem = report_dir_problem(runner.settings.report_dir, runner.settings.source("report-dir"))
@@ -241,15 +236,14 @@ def restore_snapshot(request: pytest.FixtureRequest) -> Any:
     if problem:
         pytest.fail(problem, pytrace=False)  # before the grid runs: nothing is spent on a check that cannot compare
     from pytest_restore.plugin.snapshot import RestoreSnapshot
+    from pytest_restore.run.snapshot import snapshot_tables
 
     snapshot = request.getfixturevalue("snapshot")
-    runner = _activate(request.config).runner
-    s = runner.settings
-    settings = {"bootstrap": s.bootstrap, "bootstrap_seed": s.bootstrap_seed, "equivalence_margin": s.equivalence_margin}
+    parts = _activate(request.config).runner.parts
     # Colour only on a terminal (syrupy colours its diff characters one by one).
     color = request.config.get_terminal_writer().hasmarkup and not request.config.option.no_colors
     return RestoreSnapshot(
-        snapshot, runner.grid_records, settings, color=color, families=runner.families, update=update_command(request.config)
+        snapshot, functools.partial(snapshot_tables, parts), color=color, update=update_command(request.config)
     )
 
 

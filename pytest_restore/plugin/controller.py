@@ -21,47 +21,32 @@ import os
 import shutil
 import sys
 import threading
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
-from pytest_restore.audit.run import count_tokens_ahead
-from pytest_restore.data.dataset import auditable as data_auditable
 from pytest_restore.exits import IO_ERROR, os_cause
-from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
-from pytest_restore.models.cache import cache_problem
-from pytest_restore.models.providers import ProviderRegistry, missing_key_problem
-from pytest_restore.plugin.batching import batch_rounds
-from pytest_restore.plugin.calls import dry_run
-from pytest_restore.plugin.cells import grid_cells
-from pytest_restore.plugin.finish import (
+from pytest_restore.plugin.finish import Outcome, ReportWaiter, partial_reason, terminal_summary
+from pytest_restore.plugin.gather import Gathered
+from pytest_restore.plugin.options import ONE_PROCESS_KEY
+from pytest_restore.plugin.runner import CellRunner
+from pytest_restore.run.options import small_data
+from pytest_restore.run.parts import RunParts
+from pytest_restore.run.phases import before_grid, dry_run_phase, prepare_data
+from pytest_restore.run.plan import Plan, check_before_work
+from pytest_restore.run.quality import RunStopped, judge_audit
+from pytest_restore.run.report import (
     Background,
-    Outcome,
-    ReportWaiter,
     await_report,
-    partial_reason,
+    grid_cells,
     partial_report_line,
     preload_figure,
     run_info,
-    terminal_summary,
     write_in_place,
 )
-from pytest_restore.plugin.gather import Gathered
-from pytest_restore.plugin.options import ONE_PROCESS_KEY, RUN_KEY, small_data
-from pytest_restore.plugin.parts import COMPILING, AuditParts
-from pytest_restore.plugin.quality import (
-    RunStopped,
-    calibration_gate,
-    judge_audit,
-    stop_before_grid,
-)
-from pytest_restore.plugin.rankers import embed_ahead, embedding_check, embedding_dry_run
-from pytest_restore.plugin.runner import CellRunner
-from pytest_restore.plugin.settings import RestoreSettings
-from pytest_restore.plugin.staging import partial_dir, remove_orphans, report_dir_problem
+from pytest_restore.run.staging import partial_dir, remove_orphans
 
 
 def say_on_terminal(config: pytest.Config, message: str) -> None:
@@ -81,14 +66,13 @@ def say_on_terminal(config: pytest.Config, message: str) -> None:
 class ControllerSession:
     """The plugin's session in the process that owns the run (the only process, without xdist)."""
 
-    def __init__(self, config: pytest.Config, settings: RestoreSettings, providers: ProviderRegistry) -> None:
+    def __init__(self, config: pytest.Config, plan: Plan) -> None:
         self.config = config
         self.say = functools.partial(say_on_terminal, config)
-        run_id = str(config.stash.get(RUN_KEY, "") or uuid.uuid4().hex)
-        self.parts = AuditParts(config, settings, providers, run_id, self.say)
+        self.settings = plan.settings
+        self.parts = RunParts(plan, self.say)
         #: The cells of this process (all of them without xdist; none under it: the workers run them).
         self.runner = CellRunner(self.parts)
-        self.settings = self.parts.settings  # a data file's budgets are set once ``begin`` has read it
         #: The records, data description and model calls every item sent, and which items ran.
         self.gathered = Gathered()
         #: The run's checks outside the grid (calibration, judge audit), for the report.
@@ -100,7 +84,7 @@ class ControllerSession:
         self._preload: threading.Thread | None = None  # the early import of the figure module
         self._prepared = False  # the data was prepared for the xdist workers (``prepare``)
         self._report: Background | None = None  # the report being written
-        self._report_target = Path(settings.report_dir)  # where it goes (beside it, when partial)
+        self._report_target = Path(plan.settings.report_dir)  # where it goes (beside it, when partial)
         self._cancel_report = threading.Event()  # set by Ctrl-C while it is written: nothing is swapped in
 
     def begin(self) -> None:
@@ -110,33 +94,7 @@ class ControllerSession:
         plugins.register(self.runner, "restore-runner")
         plugins.register(ReportWaiter(self.finish_report), "restore-report-waiter")
         self.config.add_cleanup(self.join_preload)
-        settings = self.settings
-        # A run that names data or real models is an audit: stop it now. Otherwise (this plugin
-        # loads in every pytest run) only the grid's items fail, so unrelated test suites are untouched.
-        problem = report_dir_problem(settings.report_dir, settings.source("report-dir"))
-        if problem and (settings.data or settings.uses_real_models):
-            raise pytest.UsageError(problem)
-        if settings.prompts:
-            settings.prompt_set()  # each template is test-formatted: a bad placeholder stops the run here
-        problem = missing_key_problem(settings.all_models(), settings.base_url, self.parts.providers)
-        if problem and not settings.dry_run:  # a dry run costs nothing: it says so and goes on
-            raise pytest.UsageError(problem)
-        if settings.uses_real_models:
-            # the cache must take its first entry: a file in its place, or a directory that takes
-            # no file, would otherwise fail the first reply after it was paid for (and the dry
-            # run's look into the cache with a traceback)
-            problem = cache_problem(settings.model_options(self.parts.cache_root()).cache_dir)
-            if problem:
-                raise pytest.UsageError(f"{settings.source('cache')}: {problem}" if settings.cache else problem)
-        if settings.data:
-            dataset = self.parts.dataset()  # a malformed file stops the run here, before any model call
-            self.settings = self.parts.settings  # with the data's budgets unless --restore-budgets named some
-            abstention, no_gold, auditable = data_auditable(dataset, settings.granularity)
-            if not auditable:
-                raise pytest.UsageError(
-                    f"{dataset.path}: no question to audit: {len(dataset.questions)} questions, "
-                    f"{abstention} abstention, {no_gold} without gold evidence at {settings.granularity} granularity"
-                )
+        check_before_work(self.parts.plan)
 
     def distributed(self) -> bool:
         """Whether xdist's workers run the grid (the controller then runs no cell)."""
@@ -162,37 +120,32 @@ class ControllerSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Before any worker starts: the dry run's count, or the calibration gate (and the batch rounds)."""
-        s = self.settings
-        if s.dry_run:
+        if self.settings.dry_run:
             # Counted now, before xdist starts its workers; printed as the run's summary.
             # No item runs (the runner deselects them) and the run exits 0.
-            problem = missing_key_problem(s.all_models(), s.base_url, self.parts.providers)
-            self.outcome.dry_run_lines = ([f"warning: {problem}"] if problem else []) + dry_run(
-                s, self.parts.audit, self.parts.policies, self.parts.registry, self.parts.providers,
-                s.model_options(self.parts.cache_root()).cache_dir, self.say,
-            )
-            for vectors in self.parts.ranker_vectors():
-                self.outcome.dry_run_lines += embedding_dry_run(vectors, self.parts.dataset(), self.parts.audit_config())
+            self.outcome.dry_run_lines = dry_run_phase(self.parts).lines
             return
-        for vectors in self.parts.ranker_vectors():
-            # every text the grid ranks, embedded once here: the workers only read the store
-            failed = embed_ahead(vectors, self.parts.dataset(), self.parts.audit_config())
-            if failed is not None:
-                stop_before_grid(self.config, session, RunStopped(failed))
-        if self.parts.ranker_vectors():
-            self.checks["embeddings"] = embedding_check(self.parts.ranker_vectors(), self.parts.dataset(), self.parts.audit_config())
-        if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
-            try:
-                self.calibration_json = calibration_gate(self.parts, self.gathered.model_calls, self.checks)
-            except RunStopped as stop:
-                stop_before_grid(self.config, session, stop)
-        if s.batch:
-            try:
-                batch_rounds(self.parts, self.say, self.checks)  # the grid then runs from the cache
-            except RunStopped as stop:
-                stop_before_grid(self.config, session, stop)
+        try:
+            self.calibration_json = before_grid(
+                self.parts, self.gathered.model_calls, self.checks, self.config.get_terminal_writer()
+            )
+        except RunStopped as stop:
+            self.stop_before_grid(session, stop)
         if self.distributed():
             self._start_preload()  # the controller idles while the workers run the grid
+
+    def stop_before_grid(self, session: pytest.Session, stop: RunStopped) -> NoReturn:
+        """End the run before its grid: its one line (unless said), then its exit status, with no traceback.
+
+        ``pytest.exit`` would print the line twice (``Exit: ...`` and ``! _pytest.outcomes.Exit ... !``);
+        pytest ends a session whose start raised ``Session.Failed`` silently, with exit 1, and
+        a status of our own (74) is put in place as the session's configuration ends.
+        """
+        if not stop.said:
+            self.config.get_terminal_writer().line(f"restore: run stopped before the grid: {stop}", red=True, bold=True)
+        if stop.code != pytest.ExitCode.TESTS_FAILED:
+            self.config.add_cleanup(lambda: setattr(session, "exitstatus", stop.code))
+        raise session.Failed(str(stop))
 
     def after_sessionstart(self, session: pytest.Session) -> None:
         """After every plugin's session start (xdist's starts the workers): prepare the data, then let it go."""
@@ -229,21 +182,8 @@ class ControllerSession:
         if self._prepared:
             return
         self._prepared = True
-        if self.settings.data is None:
-            ready = f"{len(self.parts.dataset().questions)} questions ready"
-        else:
-            ready = f"{Path(self.settings.data).name} validated"  # at configure time
-        # the token counts are the same for every worker: counted here, once, into the prepared
-        # cache that each worker then reads; the workers wait for their first items meanwhile, so
-        # the counting is shared out over as many processes as there are workers
-        self.say(ready)
         workers = max(1, min(int(getattr(self.config.option, "numprocesses", 1) or 1), os.cpu_count() or 1))
-        counting = f"counting the o200k tokens of {{:,}} distinct texts once, for every xdist worker (in up to {workers} processes) ...".format
-        if count_tokens_ahead(self.parts.dataset(), self.parts.audit_config(), lambda n: self.say(counting(n)), workers):
-            self.say("token counts ready in the prepared cache")
-        if not kernels_cached_on_disk():
-            self.say(f"the xdist workers start by {COMPILING}")
-        self.say("the xdist workers prepare their histories ...")
+        prepare_data(self.parts, workers)
         if self._preload is None:  # started here when the session began at the workers' collection
             self._start_preload()
         self.release_dataset()
@@ -268,7 +208,7 @@ class ControllerSession:
         terminal (the workers' own output is not shown).
         """
         first = self.gathered.selected is None
-        cells = {c.id for c in self.parts.cells}
+        cells = {c.id for c in self.parts.plan.cells}
         self.gathered.selected = {i for i in ids if i.endswith("]") and i.rsplit("[", 1)[-1][:-1] in cells}
         if first and self.gathered.selected and not self.settings.dry_run:
             self.prepare()
@@ -305,7 +245,8 @@ class ControllerSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if not got.records:
             return
-        cells = grid_cells(got.records, self.parts.cells)
+        plan = self.parts.plan
+        cells = grid_cells(got.records, plan.cells)
         why_partial = partial_reason(session, got.selected, got.ran, cells)  # beside the report dir, never in it
         if self.settings.audit_judge and why_partial is None:
             self.checks["judge_audit"] = judge_audit(self.parts, got.records, got.model_calls)
@@ -313,13 +254,12 @@ class ControllerSession:
         if why_partial is not None:
             outcome.partial_path, outcome.partial_why = target, why_partial
         info = run_info(
-            self.settings, self.parts.policies, got.records, got.run_meta, self.checks, got.model_calls,
-            cells, self.parts.families,
+            self.settings, plan.policies, got.records, got.run_meta, self.checks, got.model_calls, cells, plan.families
         )
         self._report_target = target
         self._report = Background(
             write_in_place, got.records, info, target, why_partial, self.calibration_json,
-            self.started_utc, self.parts.run_id, self._cancel_report,
+            self.started_utc, plan.session_id, self._cancel_report,
         )
 
     def finish_report(self, session: pytest.Session) -> None:
@@ -358,7 +298,7 @@ class ControllerSession:
             self.say(partial_report_line(outcome.partial_path, self.settings.report_dir, outcome.partial_why))
         outcome.untestable = list(files.untestable)
         outcome.table = files.table
-        if grid_cells(self.gathered.records, self.parts.cells)["not_run"]:
+        if grid_cells(self.gathered.records, self.parts.plan.cells)["not_run"]:
             # Part of the grid (-k, --lf): a family is decided over the whole grid (its Holm
             # size, its power), so its verdict on a part is no verdict; the items that ran
             # checked their own cells against the whole grid's families, and their status is
@@ -396,5 +336,5 @@ class ControllerSession:
             report_path=outcome.report_path,
             partial_path=outcome.partial_path,
             partial_why=outcome.partial_why,
-            cells=grid_cells(got.records, self.parts.cells),
+            cells=grid_cells(got.records, self.parts.plan.cells),
         )

@@ -15,10 +15,10 @@ from typing import Any, cast
 
 import pytest
 
-from pytest_restore.plugin.calls import ModelCalls
 from pytest_restore.plugin.cells import EXIT_PROPERTY, META_PROPERTY, USAGE_PROPERTY
 from pytest_restore.plugin.options import RECORDS_PROPERTY
 from pytest_restore.record import Record
+from pytest_restore.run.calls import ModelCalls
 
 #: The item properties the plugin adds to a grid item's report.
 OURS = (RECORDS_PROPERTY, META_PROPERTY, USAGE_PROPERTY, EXIT_PROPERTY)
@@ -29,7 +29,7 @@ class Gathered:
 
     def __init__(self) -> None:
         self.records: list[Record] = []
-        #: The data's description, from the process that loaded it (``AuditParts.meta``).
+        #: The data's description, from the process that loaded it (``RunParts.meta``).
         self.run_meta: dict[str, Any] = {}
         #: Real model calls of every process: usage, failures by cause, concurrency reached.
         self.model_calls = ModelCalls()

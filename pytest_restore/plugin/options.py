@@ -1,22 +1,20 @@
-"""The ``--restore-*`` options and ini keys, and whether a run asked for the audit.
+"""The ``--restore-*`` options and ini keys (declared in ``run/options.py``), read into a run's
+:class:`~pytest_restore.run.options.RawOptions`, and whether a run asked for the audit.
 
-Imported whenever pytest loads the plugin, so it imports nothing but pytest:
-an unrelated test session pays for this module only.
+Imported whenever pytest loads the plugin, so it imports nothing but pytest and
+the options' declarations: an unrelated test session pays for these two only.
 """
 
 from __future__ import annotations
 
 import ast
-import os
 import uuid
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 
-#: The bootstrap's default seed (``pytest_restore.stats.analysis.DEFAULT_SEED``, which a test
-#: keeps equal; not imported from there: that module loads numpy).
-DEFAULT_SEED = 20_240_607
+from pytest_restore.run.options import OPTIONS, RawOptions, small_data
 
 #: The item property a grid cell's records travel in (from xdist workers too).
 RECORDS_PROPERTY = "restore_records"
@@ -31,116 +29,6 @@ RUN_KEY = pytest.StashKey[str]()
 AUTO_KEY = pytest.StashKey[bool]()
 #: Set when ``-n auto`` was answered with no worker: a small audit runs in one process.
 ONE_PROCESS_KEY = pytest.StashKey[bool]()
-
-# name, default, help, ini type. Every option is --restore-NAME and ini key restore_NAME.
-# The ini type is what pytest checks in the ini file ("int" and "float" need pytest 8.4;
-# older versions read them as strings and the settings parse them the same way).
-OPTIONS: tuple[tuple[str, str, str, str], ...] = (
-    (
-        "data",
-        "",
-        ("data file to audit, LongMemEval-S or LoCoMo (.json or .json.gz; the loader is picked from its shape) "
-        "(default: the embedded synthetic dataset)"),
-        "string",
-    ),
-    ("dataset", "", "dataset loader to read --restore-data with: longmemeval, locomo or a registered name", "string"),
-    (
-        "errata",
-        "",
-        "corrections file applied to --restore-data as it loads (e.g. the LoCoMo audit's errors.json); its sha256 joins the run id",
-        "string",
-    ),
-    ("errata-apply", "evidence", "parts of each correction applied: evidence, answers or evidence,answers", "string"),
-    ("errata-format", "", "errata format to read --restore-errata with: locomo-audit or a registered name (default: by shape)", "string"),
-    ("report-dir", "restore-report", "directory the session report is written to", "string"),
-    (
-        "budgets",
-        "",
-        ("store budgets in tokens, comma-separated, 80k style allowed (default: the dataset's own: "
-        "80k,30k,8k for LongMemEval, 16k,8k,2k for LoCoMo)"),
-        "string",
-    ),
-    ("policies", "", "policies to audit, comma-separated (default: every registered policy)", "string"),
-    ("seeds", "0,1,2", "seeds of the random policy, comma-separated", "string"),
-    ("granularity", "turn", "memory unit: turn or session", "string"),
-    ("questions", "", "audit a stratified, seeded subset of N questions", "int"),
-    ("subset-seed", "0", "seed of the --restore-questions subset", "int"),
-    ("reader", "fake", "reader model: fake or PROVIDER:MODEL (openai:MODEL built in)", "string"),
-    ("judge", "fake", "judge model: fake or PROVIDER:MODEL (openai:MODEL built in)", "string"),
-    ("scorer", "fake", "importance scorer model: fake or PROVIDER:MODEL (openai:MODEL built in)", "string"),
-    ("ranker", "bm25-lite", "read-time ranker, one per run: bm25-lite, recency, dense:EMBEDDER, hybrid:EMBEDDER (EMBEDDER: fake or openai:MODEL) or a registered name", "string"),
-    ("embedded-questions", "100", "size of the embedded synthetic dataset", "int"),
-    ("bootstrap", "10000", "question-cluster bootstrap resamples", "int"),
-    ("bootstrap-seed", str(DEFAULT_SEED), "seed of the bootstrap", "int"),
-    ("equivalence-margin", "0.03", "margin of the TOST equivalence test on matched pairs", "float"),
-    (
-        "base-url",
-        "",
-        "OpenAI-compatible server for openai: models (default: OPENAI_BASE_URL or OpenAI)",
-        "string",
-    ),
-    ("cache", "", "response cache directory (default: .pytest_cache/d/restore/responses)", "string"),
-    ("max-concurrency", "16", "ceiling of concurrent requests per model and process", "int"),
-    ("rpm", "", "requests-per-minute limit per model (whole run)", "float"),
-    ("tpm", "", "tokens-per-minute limit per model (whole run)", "float"),
-    ("max-tries", "6", "tries per request before it is recorded as failed", "int"),
-    ("timeout", "60", "seconds per request, the whole reply included", "float"),
-    (
-        "max-retry-after",
-        "60",
-        "longest Retry-After wait (seconds) slept through; a longer one fails the call, said",
-        "float",
-    ),
-    (
-        "rankers",
-        "",
-        "rankers compared in one run, comma-separated (e.g. bm25-lite,dense:fake,hybrid:fake): the ranker becomes a grid dimension",
-        "string",
-    ),
-    (
-        "embed-limits",
-        "",
-        "embedder of dense:/hybrid: rankers: INPUTS per request,TOKENS per text (default: the model's known limits, else 256,512)",
-        "string",
-    ),
-    ("prompts", "", "directory of prompt templates replacing the defaults (reader_system.txt, ...)", "string"),
-    ("robustness-reader", "", "run the grid again under this second reader", "string"),
-    ("audit-judge", "", "second judge that re-grades a stratified sample of recorded answers", "string"),
-    ("audit-judge-sample", "400", "size of the judge audit's sample", "int"),
-    ("calibration", "auto", "calibration gate before the grid: on, off, or auto (on for real models)", "string"),
-    (
-        "batch-poll",
-        "30",
-        "with --restore-batch: first wait in seconds between two looks at a batch (grows 1.5x, to 10 min)",
-        "float",
-    ),
-    (
-        "batch-resubmit",
-        "0",
-        (
-            "with --restore-batch: times a round sends its failed requests again as a new batch "
-            "(0: the run stops, said in one line)"
-        ),
-        "int",
-    ),
-    (
-        "batch-export",
-        "",
-        "with --restore-dry-run: write the batch input file of --restore-batch-round here, send nothing",
-        "string",
-    ),
-    ("batch-round", "", "the round --restore-batch-export writes: scorer, reader or judge", "string"),
-    (
-        "family-checks",
-        "fail",
-        (
-            "fail: a hypothesis family's failed expectation fails the run where the run could test it; "
-            "report: only report it"
-        ),
-        "string",
-    ),
-)
-
 
 def _ini_type(kind: str) -> Literal["string", "int", "float"]:
     """The ini type pytest checks, where this pytest knows it."""
@@ -237,23 +125,6 @@ def new_run_id() -> str:
     return uuid.uuid4().hex
 
 
-#: A grid on at most this many embedded questions, or on a data file of at most this size, is
-#: small: a second xdist worker would spend more preparing the data again than it takes over
-#: (measured on the embedded 100 questions: benches/bench_startup.py).
-SMALL_GRID_QUESTIONS = 200
-SMALL_GRID_BYTES = 20_000_000
-
-
-def small_data(data: str | None, embedded_questions: int) -> bool:
-    """Whether an audit of this data is small (see ``SMALL_GRID_QUESTIONS``)."""
-    if not data:
-        return embedded_questions <= SMALL_GRID_QUESTIONS
-    try:
-        return os.path.getsize(data) <= SMALL_GRID_BYTES
-    except OSError:
-        return False  # the settings report it
-
-
 #: Test files looked at, at most, to tell whether the command's paths hold an audit grid.
 _GRID_SCAN_LIMIT = 200
 
@@ -323,3 +194,44 @@ def small_audit(config: pytest.Config) -> bool:
     except ValueError:
         return False
     return small_data(values["data"] or None, questions)
+
+
+def raw_options(config: pytest.Config) -> RawOptions:
+    """Every option's text, from the command line, else the ini file, else its default, and where it came from."""
+    values: dict[str, str] = {}
+    where: dict[str, str] = {}  # where each value came from, for error messages
+    given: set[str] = set()
+    for name, default, _help, _kind in OPTIONS:
+        value = config.getoption(_dest(name))
+        where[name] = f"--restore-{name}"
+        if value is not None:
+            given.add(name)
+        if value is None:
+            where[name] = f"ini key {_dest(name)}" + (f" ({config.inipath.name})" if config.inipath else "")
+            try:
+                value = config.getini(_dest(name))
+            except pytest.UsageError as err:  # pytest's own type check: name the key
+                message = str(err).removeprefix(f"{config.inipath}: ")
+                raise pytest.UsageError(f"{where[name]}: {message}") from None
+            if value is None:
+                value, where[name] = default, f"--restore-{name}"
+        values[name] = str(value).strip()
+    prices, price_where = config.getoption("restore_price"), "--restore-price"
+    if prices is None:
+        prices, price_where = config.getini("restore_price"), "ini key restore_price"
+    return RawOptions(
+        values,
+        where,
+        prices=tuple(prices),
+        price_where=price_where,
+        dry_run=bool(config.getoption("restore_dry_run")),
+        ablations=bool(_flag(config, "restore_ablations")),
+        batch=bool(_flag(config, "restore_batch")),
+        given=frozenset(given),
+    )
+
+
+def _flag(config: pytest.Config, dest: str) -> bool:
+    """A flag given on the command line, else its ini key."""
+    given = config.getoption(dest)
+    return bool(given if given is not None else config.getini(dest))

@@ -62,7 +62,8 @@ class GridScheduling(LoadScheduling):  # type: ignore[misc]
         grid = [i for i, nodeid in enumerate(collection) if nodeid in session.gathered.selected]
         if self.config.stash.get(AUTO_KEY, False) and session.small_grid():
             return grid, "small grid (a second worker would prepare the same data again and finish later)"
-        scored = {c.id for c in session.parts.cells if session.parts.registry[c.policy].needs_importance}
+        plan = session.parts.plan
+        scored = {c.id for c in plan.cells if plan.registries.policies[c.policy].needs_importance}
         group = [i for i in grid if collection[i].rsplit("[", 1)[-1][:-1] in scored]
         return group, "cells that share the importance scorer (each unit scored once)"
 

@@ -18,51 +18,19 @@ they are run here. The figures are deterministic, so it makes no difference.
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from syrupy.terminal import disable_color
 
-from pytest_restore.record import Record
-from pytest_restore.report.inputs import RunInfo, analyse_records
-from pytest_restore.report.markdown import render_decisions_md
-from pytest_restore.report.writer import render_cells_csv
-from pytest_restore.stats.families import FAMILIES, Family
-from pytest_restore.stats.results import budget_label
-
 
 class CellsSnapshot(SingleFileSnapshotExtension):
-    """The cells, one figure a line (:func:`cells_by_figure`), as one readable file."""
+    """The cells, one figure a line (``run/snapshot.py``'s ``cells_by_figure``), as one readable file."""
 
     _write_mode = WriteMode.TEXT
     file_extension = "txt"
-
-
-#: The columns of ``cells.csv`` that name a cell (the rest are its figures).
-CELL_KEY = ("policy", "budget", "regime", "reader", "ranker")
-
-
-def cells_by_figure(cells_csv: str) -> str:
-    """``cells.csv`` one figure a line, keyed by cell: ``fifo-30k-b fake  two_bin_share: 0.42``.
-
-    A line-based differ pairs a 27-column row with whatever row follows it;
-    one figure a line pairs each figure with itself, so a diff names the cell
-    and the figure that moved. Cells keep the table's order; an empty figure
-    (a share of 0/0) reads ``-``. A run of several rankers keys its cells by ranker too.
-    """
-    rows = list(csv.DictReader(io.StringIO(cells_csv)))
-    several = len({row.get("ranker") for row in rows}) > 1  # the key names the ranker when rankers are compared
-    lines = []
-    for row in rows:
-        key = f"{row['policy']}-{budget_label(int(row['budget']))}-{row['regime']} {row['reader']}"
-        key += f" {row['ranker']}" if several else ""
-        lines += [f"{key}  {name}: {value or '-'}" for name, value in row.items() if name not in CELL_KEY]
-    return "\n".join(lines) + "\n"
 
 
 class DecisionsSnapshot(SingleFileSnapshotExtension):
@@ -78,27 +46,21 @@ class RestoreSnapshot:
     def __init__(
         self,
         snapshot: SnapshotAssertion,
-        records: Callable[[], Sequence[Record]],
-        settings: dict[str, Any],
+        tables: Callable[[], tuple[str, str]],
         *,
         color: bool = False,
-        families: Sequence[Family] = FAMILIES,
         update: str = "pytest --snapshot-update",
     ) -> None:
         self._snapshot = snapshot
         self._update = update
-        self._families = tuple(families)
         self._color = color
-        self._records = records
-        self._settings = settings
+        self._make_tables = tables
         self._tables: tuple[str, str] | None = None
 
     def tables(self) -> tuple[str, str]:
-        """``(cells one figure a line, decisions)`` of the run, computed once."""
+        """``(cells one figure a line, decisions)`` of the run (``run/snapshot.py``), computed once."""
         if self._tables is None:
-            records = list(self._records())
-            analysis = analyse_records(records, RunInfo(settings=self._settings, families=self._families))
-            self._tables = (cells_by_figure(render_cells_csv(analysis)), render_decisions_md(analysis))
+            self._tables = self._make_tables()
         return self._tables
 
     def check(self) -> None:

@@ -10,25 +10,26 @@ controller says what the workers do) and writes no report.
 from __future__ import annotations
 
 import json
-import uuid
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_restore.audit.run import Audit, CellRun
-from pytest_restore.models.providers import ProviderRegistry
-from pytest_restore.plugin.parts import AuditParts
 from pytest_restore.plugin.runner import CellRunner
-from pytest_restore.plugin.settings import RestoreSettings
+from pytest_restore.run.parts import RunParts
+from pytest_restore.run.plan import Plan
+
+if TYPE_CHECKING:
+    from pytest_restore.audit.run import Audit, CellRun
 
 
-def _quiet(message: str) -> None:
+def quiet(message: str) -> None:
     """A worker's progress lines: not shown by xdist, so not written."""
 
 
 class WorkerRunner(CellRunner):
     """A worker's cells: their records travel to the controller as JSON and are left for the other workers."""
 
-    def __init__(self, parts: AuditParts, process: str) -> None:
+    def __init__(self, parts: RunParts, process: str) -> None:
         super().__init__(parts)
         self.process = process
 
@@ -44,20 +45,17 @@ class WorkerRunner(CellRunner):
 
 
 class WorkerSession:
-    """The plugin's session in an xdist worker: the process's audit parts and the runner of its cells."""
+    """The plugin's session in an xdist worker: the process's run parts and the runner of its cells."""
 
-    def __init__(self, config: pytest.Config, settings: RestoreSettings, providers: ProviderRegistry) -> None:
+    def __init__(self, config: pytest.Config, plan: Plan) -> None:
+        self.config = config
+        self.parts = RunParts(plan, quiet)
         worker_input = config.workerinput  # type: ignore[attr-defined]  # set by xdist on its workers
-        # the controller's run id (``pytest_configure_node``): the directory the cells are shared in
-        run_id = str(worker_input.get("restore_run") or uuid.uuid4().hex)
-        self.parts = AuditParts(config, settings, providers, run_id, _quiet)
         self.runner = WorkerRunner(self.parts, str(worker_input["workerid"]))
 
     def begin(self) -> None:
         """Register the runner's hooks (the controller checked the options and the data)."""
-        self.parts.config.pluginmanager.register(self.runner, "restore-runner")
-        if self.parts.settings.data:
-            self.parts.use_dataset_budgets()  # from the copy the controller prepared: the same grid as its
+        self.config.pluginmanager.register(self.runner, "restore-runner")
 
     def after_sessionstart(self, session: pytest.Session) -> None:
         """Nothing to do: the controller prepared the data the worker loads."""

@@ -4,7 +4,7 @@ The grid's calls depend on each other in three steps: the importance
 scorer's scores decide what ``llm-importance`` keeps, the stores decide the
 readers' contexts, and the answers decide the judge's requests. So the
 controller runs three rounds, each one batch per model of exactly the
-requests the dry run counts (``plugin/calls.py``: ``grid_round``) minus what
+requests the dry run counts (``run/calls.py``: ``grid_round``) minus what
 the cache holds, and stores every checked answer in the response cache. The
 grid then runs as usual and finds every call answered: its models are
 cache-only (``models/batch.py``: ``BatchChatModel``), so nothing is sent live.
@@ -27,10 +27,10 @@ from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.models.batch import BatchError, BatchItem, BatchRunner
 from pytest_restore.models.cache import CacheError
 from pytest_restore.models.providers import VALIDATORS, ProviderRegistry, cache_name
-from pytest_restore.plugin.calls import grid_round
-from pytest_restore.plugin.parts import AuditParts
-from pytest_restore.plugin.quality import RunStopped
-from pytest_restore.plugin.settings import BATCH_ROUNDS, RestoreSettings
+from pytest_restore.run.calls import grid_round
+from pytest_restore.run.parts import RunParts
+from pytest_restore.run.quality import RunStopped
+from pytest_restore.run.settings import BATCH_ROUNDS, RestoreSettings
 
 
 def run_grid_rounds(
@@ -104,7 +104,7 @@ def run_grid_rounds(
     return None
 
 
-def batch_rounds(parts: AuditParts, say: Callable[[str], None], checks: dict[str, Any]) -> None:
+def batch_rounds(parts: RunParts, say: Callable[[str], None], checks: dict[str, Any]) -> None:
     """The controller's step before the grid: every grid call answered by batch, or :class:`RunStopped` (one line).
 
     The rounds' summary joins ``checks`` (``summary.json`` and a section of ``report.md``).
@@ -113,8 +113,8 @@ def batch_rounds(parts: AuditParts, say: Callable[[str], None], checks: dict[str
     rounds: list[dict[str, Any]] = []
     try:
         reason = run_grid_rounds(
-            s, parts.audit, parts.policies, parts.registry, parts.providers,
-            s.model_options(parts.cache_root()).cache_dir, say, rounds,
+            s, parts.audit, parts.plan.policies, parts.plan.registries.policies, parts.plan.registries.providers,
+            s.model_options(parts.plan.cache_root).cache_dir, say, rounds,
         )
     except (BatchError, CacheError) as err:  # the provider refused or is unreachable, a full disk: one line
         reason = f"--restore-batch: {err}"

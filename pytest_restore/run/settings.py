@@ -1,8 +1,10 @@
-"""The audit's settings: every ``--restore-*`` option (or its ini key) parsed and checked.
+"""The audit's settings: every option of a run (:class:`~pytest_restore.run.options.RawOptions`) parsed and checked.
 
-:class:`RestoreSettings` holds plain values, the same on the xdist controller
-and every worker; a value that does not parse is a usage error naming the
-option or ini key, raised before any work.
+:class:`RestoreSettings` holds plain values, the same in every process of a
+run, every default resolved (the budgets: ``--restore-budgets``, else the
+data's loader's); a value that does not parse is a :class:`SettingsError`
+naming the option or ini key, raised before any work. Settings are built
+once (:meth:`RestoreSettings.parse`) and never replaced.
 """
 
 from __future__ import annotations
@@ -11,11 +13,10 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
+from typing import Any
 
 from pytest_restore.models.batch import BatchOptions
 from pytest_restore.models.prompts import PromptSet
@@ -29,7 +30,12 @@ from pytest_restore.models.providers import (
     parse_price,
     providers_with,
 )
-from pytest_restore.plugin.options import OPTIONS, _dest
+from pytest_restore.run.options import RawOptions
+
+
+class SettingsError(ValueError):
+    """An option, or the data or directory it names, that the run cannot use: one line naming where it was given."""
+
 
 #: Fewer bootstrap resamples than this give intervals too coarse to read.
 MIN_RESAMPLES = 100
@@ -39,9 +45,9 @@ def _items(where: str, text: str) -> list[str]:
     """The comma-separated items of a list option; an empty item is an error, not skipped."""
     parts = [part.strip() for part in text.split(",")]
     if not text.strip():
-        raise pytest.UsageError(f"{where}: no values given")
+        raise SettingsError(f"{where}: no values given")
     if any(not part for part in parts):
-        raise pytest.UsageError(f"{where}: empty item in {text!r}")
+        raise SettingsError(f"{where}: empty item in {text!r}")
     return parts
 
 
@@ -52,9 +58,9 @@ def _parse_int(where: str, text: str, *, minimum: int = 0) -> int:
     try:
         value = int(part.removesuffix("k")) * scale
     except ValueError:
-        raise pytest.UsageError(f"{where}: {text.strip()!r} is not a whole number") from None
+        raise SettingsError(f"{where}: {text.strip()!r} is not a whole number") from None
     if value < minimum:
-        raise pytest.UsageError(f"{where}: {text.strip()!r} is below the minimum of {minimum}")
+        raise SettingsError(f"{where}: {text.strip()!r} is below the minimum of {minimum}")
     return value
 
 
@@ -64,7 +70,7 @@ def _parse_ints(where: str, text: str, *, minimum: int = 0) -> tuple[int, ...]:
     for part in _items(where, text):
         value = _parse_int(where, part, minimum=minimum)
         if value in values:
-            raise pytest.UsageError(f"{where}: {part!r} repeats {values[value]!r}")
+            raise SettingsError(f"{where}: {part!r} repeats {values[value]!r}")
         values[value] = part
     return tuple(values)
 
@@ -73,9 +79,9 @@ def _parse_number(where: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise pytest.UsageError(f"{where}: {text!r} is not a number") from None
+        raise SettingsError(f"{where}: {text!r} is not a number") from None
     if not math.isfinite(value):
-        raise pytest.UsageError(f"{where}: {text!r} is not a finite number")
+        raise SettingsError(f"{where}: {text!r} is not a finite number")
     return value
 
 
@@ -83,7 +89,7 @@ def _parse_float(where: str, text: str) -> float:
     """A finite number strictly between 0 and 1."""
     value = _parse_number(where, text)
     if not 0 < value < 1:
-        raise pytest.UsageError(f"{where}: {value} is not between 0 and 1")
+        raise SettingsError(f"{where}: {value} is not between 0 and 1")
     return value
 
 
@@ -91,7 +97,7 @@ def _parse_positive(where: str, text: str) -> float:
     """A finite number above 0."""
     value = _parse_number(where, text)
     if value <= 0:
-        raise pytest.UsageError(f"{where}: must be positive")
+        raise SettingsError(f"{where}: must be positive")
     return value
 
 
@@ -102,7 +108,7 @@ def _parse_names(where: str, text: str) -> tuple[str, ...] | None:
     names = _items(where, text)
     repeated = next((n for i, n in enumerate(names) if n in names[:i]), None)
     if repeated is not None:
-        raise pytest.UsageError(f"{where}: {repeated!r} is given twice")
+        raise SettingsError(f"{where}: {repeated!r} is given twice")
     return tuple(names)
 
 
@@ -157,12 +163,15 @@ class RestoreSettings:
     #: ``--restore-batch-export`` / ``--restore-batch-round``: a dry run writes that round's input file
     batch_export: str | None = None
     batch_round: str | None = None
+    #: ``--restore-dataset``: the loader ``data`` is read with (``None``: picked by the file's shape)
+    dataset: str | None = None
+    #: where each option's value came from (error messages name it; no setting of the run)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def source(self, name: str) -> str:
         """Where the value of option ``name`` (``policies``) came from, as an error message names it:
         ``--restore-policies`` or ``ini key restore_policies (pytest.ini)``."""
-        sources: dict[str, str] = getattr(self, "_sources", {})
-        return sources.get(name, f"--restore-{name}")
+        return self.sources.get(name, f"--restore-{name}")
 
     @property
     def readers(self) -> tuple[str, ...]:
@@ -211,12 +220,12 @@ class RestoreSettings:
         if self.prompts:
             folder = Path(self.prompts)
             if not folder.is_dir():
-                raise pytest.UsageError(f"{self.source('prompts')}: {folder} is not a directory")
+                raise SettingsError(f"{self.source('prompts')}: {folder} is not a directory")
             files = {f.stem: f for f in sorted(folder.glob("*.txt"))}
             try:
                 prompts = prompts.with_files(files)
             except ValueError as err:
-                raise pytest.UsageError(f"{self.source('prompts')}: {err}") from None
+                raise SettingsError(f"{self.source('prompts')}: {err}") from None
         return prompts
 
     def fingerprint(self, policies: Sequence[str], dataset_sha256: str) -> str:
@@ -239,37 +248,33 @@ class RestoreSettings:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @classmethod
-    def from_config(cls, config: pytest.Config, providers: ProviderRegistry) -> RestoreSettings:
-        """Read the options, falling back to the ini keys; every value is checked here, before any work."""
-        raw: dict[str, str] = {}
-        where: dict[str, str] = {}  # where each value came from, for error messages
-        for name, default, _help, _kind in OPTIONS:
-            value = config.getoption(_dest(name))
-            where[name] = f"--restore-{name}"
-            if value is None:
-                where[name] = f"ini key {_dest(name)}" + (f" ({config.inipath.name})" if config.inipath else "")
-                try:
-                    value = config.getini(_dest(name))
-                except pytest.UsageError as err:  # pytest's own type check: name the key
-                    message = str(err).removeprefix(f"{config.inipath}: ")
-                    raise pytest.UsageError(f"{where[name]}: {message}") from None
-                if value is None:
-                    value, where[name] = default, f"--restore-{name}"
-            raw[name] = str(value).strip()
+    def parse(
+        cls,
+        options: RawOptions,
+        providers: ProviderRegistry,
+        data_budgets: Callable[[str | None, str | None, int], tuple[int, ...]],
+    ) -> RestoreSettings:
+        """Parse and check every option, before any work; the one place settings are made.
+
+        ``data_budgets(data, loader, embedded_questions)`` gives the budgets of
+        the data when ``--restore-budgets`` names none (its loader's own), so
+        the settings hold the budgets every process runs and are never replaced.
+        """
+        raw, where = dict(options.values), {n: options.source(n) for n in options.values}
         if raw["family-checks"] not in ("fail", "report"):
-            raise pytest.UsageError(f"{where['family-checks']}: {raw['family-checks']!r} is not fail or report")
+            raise SettingsError(f"{where['family-checks']}: {raw['family-checks']!r} is not fail or report")
         if raw["calibration"] not in ("auto", "on", "off"):
-            raise pytest.UsageError(f"{where['calibration']}: {raw['calibration']!r} is not auto, on or off")
+            raise SettingsError(f"{where['calibration']}: {raw['calibration']!r} is not auto, on or off")
         for role in ("reader", "judge", "scorer", "robustness-reader", "audit-judge"):
             if raw[role] or role in ("reader", "judge", "scorer"):  # these three cannot be left empty
                 try:
                     check_spec(raw[role], where[role], providers)
                 except ModelSpecError as err:
-                    raise pytest.UsageError(str(err)) from None
+                    raise SettingsError(str(err)) from None
         if raw["robustness-reader"] and raw["robustness-reader"] == raw["reader"]:
-            raise pytest.UsageError(f"{where['robustness-reader']}: must differ from --restore-reader")
+            raise SettingsError(f"{where['robustness-reader']}: must differ from --restore-reader")
         if raw["granularity"] not in ("turn", "session"):
-            raise pytest.UsageError(f"{where['granularity']}: {raw['granularity']!r} is not turn or session")
+            raise SettingsError(f"{where['granularity']}: {raw['granularity']!r} is not turn or session")
         from pytest_restore.models.embeddings import embedder_of
         from pytest_restore.models.providers import check_embedder
 
@@ -281,82 +286,73 @@ class RestoreSettings:
                 try:
                     check_embedder(embedder, where["rankers" if rankers else "ranker"], providers)
                 except ValueError as err:
-                    raise pytest.UsageError(str(err)) from None
+                    raise SettingsError(str(err)) from None
         embed_limits = _parse_ints(where["embed-limits"], raw["embed-limits"], minimum=1) if raw["embed-limits"] else None
         if embed_limits is not None and len(embed_limits) != 2:
-            raise pytest.UsageError(f"{where['embed-limits']}: {raw['embed-limits']!r} is not INPUTS,TOKENS")
+            raise SettingsError(f"{where['embed-limits']}: {raw['embed-limits']!r} is not INPUTS,TOKENS")
         questions = _parse_int(where["questions"], raw["questions"], minimum=1) if raw["questions"] else None
         budgets = _parse_ints(where["budgets"], raw["budgets"], minimum=1) if raw["budgets"] else ()  # (): the data's
-        price_texts = config.getoption("restore_price")
-        price_where = "--restore-price"
-        if price_texts is None:
-            price_texts, price_where = config.getini("restore_price"), "ini key restore_price"
-        batch = bool(
-            config.getoption("restore_batch")
-            if config.getoption("restore_batch") is not None
-            else config.getini("restore_batch")
-        )
+        batch = options.batch
         _check_batch(batch, raw, where, providers)
+        dataset = raw["dataset"] or None
+        if dataset is not None and not raw["data"]:
+            raise SettingsError(f"{where['dataset']}: names the loader of --restore-data, which is not given")
         prices = []
-        for text in price_texts:
+        for text in options.prices:
             try:
-                model, (in_price, out_price) = parse_price(text, price_where)
+                model, (in_price, out_price) = parse_price(text, options.price_where)
             except ModelSpecError as err:
-                raise pytest.UsageError(str(err)) from None
+                raise SettingsError(str(err)) from None
             prices.append((model, in_price, out_price))
-        settings = cls(
-            prices=tuple(prices),
-            data=raw["data"] or None,
-            report_dir=raw["report-dir"],
-            budgets=tuple(sorted(budgets, reverse=True)),
-            policies=_parse_names(where["policies"], raw["policies"]),
-            seeds=_parse_ints(where["seeds"], raw["seeds"]),
-            granularity=raw["granularity"],
-            questions=questions,
-            subset_seed=_parse_int(where["subset-seed"], raw["subset-seed"]),
-            reader=raw["reader"],
-            judge=raw["judge"],
-            scorer=raw["scorer"],
-            embedded_questions=_parse_int(where["embedded-questions"], raw["embedded-questions"], minimum=1),
-            bootstrap=_parse_int(where["bootstrap"], raw["bootstrap"], minimum=MIN_RESAMPLES),
-            bootstrap_seed=_parse_int(where["bootstrap-seed"], raw["bootstrap-seed"]),
-            equivalence_margin=_parse_float(where["equivalence-margin"], raw["equivalence-margin"]),
-            family_checks=raw["family-checks"],
-            base_url=raw["base-url"] or os.environ.get("OPENAI_BASE_URL") or None,
-            cache=raw["cache"] or None,
-            max_concurrency=_parse_int(where["max-concurrency"], raw["max-concurrency"], minimum=1),
-            rpm=_parse_positive(where["rpm"], raw["rpm"]) if raw["rpm"] else None,
-            tpm=_parse_positive(where["tpm"], raw["tpm"]) if raw["tpm"] else None,
-            max_tries=_parse_int(where["max-tries"], raw["max-tries"], minimum=1),
-            timeout=_parse_positive(where["timeout"], raw["timeout"]),
-            max_retry_after=_parse_positive(where["max-retry-after"], raw["max-retry-after"]),
-            prompts=raw["prompts"] or None,
-            robustness_reader=raw["robustness-reader"] or None,
-            audit_judge=raw["audit-judge"] or None,
-            audit_judge_sample=_parse_int(where["audit-judge-sample"], raw["audit-judge-sample"], minimum=1),
-            calibration=raw["calibration"],
-            dry_run=bool(config.getoption("restore_dry_run")),
-            ranker=rankers[0] if rankers else raw["ranker"] or "bm25-lite",
-            rankers=rankers if len(rankers) > 1 else (),
-            embed_limits=(embed_limits[0], embed_limits[1]) if embed_limits is not None else None,
-            ablations=bool(
-                config.getoption("restore_ablations")
-                if config.getoption("restore_ablations") is not None
-                else config.getini("restore_ablations")
-            ),
-            real_models=any(
+        fields: dict[str, Any] = {
+            "prices": tuple(prices),
+            "data": raw["data"] or None,
+            "report_dir": raw["report-dir"],
+            "policies": _parse_names(where["policies"], raw["policies"]),
+            "seeds": _parse_ints(where["seeds"], raw["seeds"]),
+            "granularity": raw["granularity"],
+            "questions": questions,
+            "subset_seed": _parse_int(where["subset-seed"], raw["subset-seed"]),
+            "reader": raw["reader"],
+            "judge": raw["judge"],
+            "scorer": raw["scorer"],
+            "embedded_questions": _parse_int(where["embedded-questions"], raw["embedded-questions"], minimum=1),
+            "bootstrap": _parse_int(where["bootstrap"], raw["bootstrap"], minimum=MIN_RESAMPLES),
+            "bootstrap_seed": _parse_int(where["bootstrap-seed"], raw["bootstrap-seed"]),
+            "equivalence_margin": _parse_float(where["equivalence-margin"], raw["equivalence-margin"]),
+            "family_checks": raw["family-checks"],
+            "base_url": raw["base-url"] or os.environ.get("OPENAI_BASE_URL") or None,
+            "cache": raw["cache"] or None,
+            "max_concurrency": _parse_int(where["max-concurrency"], raw["max-concurrency"], minimum=1),
+            "rpm": _parse_positive(where["rpm"], raw["rpm"]) if raw["rpm"] else None,
+            "tpm": _parse_positive(where["tpm"], raw["tpm"]) if raw["tpm"] else None,
+            "max_tries": _parse_int(where["max-tries"], raw["max-tries"], minimum=1),
+            "timeout": _parse_positive(where["timeout"], raw["timeout"]),
+            "max_retry_after": _parse_positive(where["max-retry-after"], raw["max-retry-after"]),
+            "prompts": raw["prompts"] or None,
+            "robustness_reader": raw["robustness-reader"] or None,
+            "audit_judge": raw["audit-judge"] or None,
+            "audit_judge_sample": _parse_int(where["audit-judge-sample"], raw["audit-judge-sample"], minimum=1),
+            "calibration": raw["calibration"],
+            "dry_run": options.dry_run,
+            "ranker": rankers[0] if rankers else raw["ranker"] or "bm25-lite",
+            "rankers": rankers if len(rankers) > 1 else (),
+            "embed_limits": (embed_limits[0], embed_limits[1]) if embed_limits is not None else None,
+            "ablations": options.ablations,
+            "real_models": any(
                 is_real(raw[role], providers) for role in ("reader", "judge", "scorer", "robustness-reader")
             ),
-            batch=batch,
-            batch_poll=_parse_positive(where["batch-poll"], raw["batch-poll"]),
-            batch_resubmit=_parse_int(where["batch-resubmit"], raw["batch-resubmit"]),
-            batch_export=raw["batch-export"] or None,
-            batch_round=raw["batch-round"] or None,
-        )
-        # Not a field: the report shows every field as a setting, and where a value came from is
-        # no setting of the run (only error messages read it).
-        object.__setattr__(settings, "_sources", where)
-        return settings
+            "batch": batch,
+            "batch_poll": _parse_positive(where["batch-poll"], raw["batch-poll"]),
+            "batch_resubmit": _parse_int(where["batch-resubmit"], raw["batch-resubmit"]),
+            "batch_export": raw["batch-export"] or None,
+            "batch_round": raw["batch-round"] or None,
+            "dataset": dataset,
+            "sources": where,
+        }
+        if not budgets:
+            budgets = data_budgets(fields["data"], dataset, fields["embedded_questions"])
+        return cls(**fields, budgets=tuple(sorted(budgets, reverse=True)))
 
 
 #: The rounds a grid's calls fall into, in the order they depend on each other.
@@ -366,19 +362,19 @@ BATCH_ROUNDS = ("scorer", "reader", "judge")
 def _check_batch(batch: bool, raw: dict[str, str], where: dict[str, str], providers: ProviderRegistry) -> None:
     """The batch options make sense together (one line naming the option otherwise)."""
     if raw["batch-round"] and raw["batch-round"] not in BATCH_ROUNDS:
-        raise pytest.UsageError(f"{where['batch-round']}: {raw['batch-round']!r} is not {', '.join(BATCH_ROUNDS)}")
+        raise SettingsError(f"{where['batch-round']}: {raw['batch-round']!r} is not {', '.join(BATCH_ROUNDS)}")
     if bool(raw["batch-export"]) != bool(raw["batch-round"]):
-        raise pytest.UsageError("--restore-batch-export and --restore-batch-round go together")
+        raise SettingsError("--restore-batch-export and --restore-batch-round go together")
     if not batch:
         return
     roles = ("reader", "judge", "scorer", "robustness-reader", "audit-judge")
     real = [raw[role] for role in roles if raw[role] and is_real(raw[role], providers)]
     if not real:
-        raise pytest.UsageError("--restore-batch: no model of the run is a real one (the fakes need no batch)")
+        raise SettingsError("--restore-batch: no model of the run is a real one (the fakes need no batch)")
     other = [spec for spec in real if not can(spec, "batch", providers)]
     if other:
         able = ", ".join(f"{name}:" for name in providers_with("batch", providers)) or "none"
-        raise pytest.UsageError(f"--restore-batch: {other[0]}'s provider has no batch support (providers with one: {able})")
+        raise SettingsError(f"--restore-batch: {other[0]}'s provider has no batch support (providers with one: {able})")
 
 
 #: The settings that decide what the records say (the run id is a digest of them).
@@ -397,3 +393,4 @@ RECORD_SETTINGS: tuple[str, ...] = (
     "rankers",
     "ablations",
 )
+

@@ -32,8 +32,8 @@ from pytest_restore.models.providers import (
     is_real,
     render_cost,
 )
-from pytest_restore.plugin.settings import RestoreSettings
 from pytest_restore.record import Record
+from pytest_restore.run.settings import RestoreSettings
 
 
 class ModelCalls:
@@ -262,8 +262,7 @@ def dry_run(
     is the response cache the real models would read. ``say`` hears a progress
     line as each policy's requests are planned (seconds each on a large grid).
     With ``--restore-batch`` the estimate is at batch prices and says how many
-    rounds the run needs; with ``--restore-batch-export`` the round's input file
-    is written too.
+    rounds the run needs (:func:`export_batch_round` writes a round's input file).
     """
     s = settings
     tell = say or (lambda _line: None)
@@ -316,24 +315,33 @@ def dry_run(
                 f"batch: {len(running)} batches of this cache are still running ({sum(e.requests for e in running):,} "
                 "requests, not paid again: the run attaches to them; `python -m pytest_restore batch status`)"
             )
-    if s.batch_export and s.batch_round:
-        assert cache is not None or not s.uses_real_models
-        try:
-            planned_calls = grid_round(
-                s.batch_round, s, audit_of, policies, registry, providers, cache or ResponseCache(cache_dir)
-            )
-        except RoundNotReady as err:
-            out.append(f"batch export: nothing written: {err}")
-        else:
-            out += export_round(s.batch_round, planned_calls, Path(s.batch_export), cache_dir, providers)
     return out
+
+
+def export_batch_round(
+    settings: RestoreSettings,
+    audit_of: Callable[[str], Audit],
+    policies: Sequence[Policy],
+    registry: PolicyRegistry,
+    providers: ProviderRegistry,
+    cache_dir: Path,
+) -> tuple[list[str], list[Path]]:
+    """``--restore-batch-export``: the round ``--restore-batch-round`` names, written as batch input
+    files (:func:`export_round`); the lines said, and the files written."""
+    s = settings
+    assert s.batch_export and s.batch_round
+    try:
+        planned = grid_round(s.batch_round, s, audit_of, policies, registry, providers, ResponseCache(cache_dir))
+    except RoundNotReady as err:
+        return [f"batch export: nothing written: {err}"], []
+    return export_round(s.batch_round, planned, Path(s.batch_export), cache_dir, providers)
 
 
 def export_round(
     name: str, planned: Sequence[Planned], path: Path, cache_dir: Path, providers: ProviderRegistry
-) -> list[str]:
+) -> tuple[list[str], list[Path]]:
     """Write the round's uncached requests as a batch input file, recorded in the cache's ledger for
-    ``batch import``; one file per model (the Batch API takes one model per file). Lines said."""
+    ``batch import``; one file per model (the Batch API takes one model per file). Lines said, files written."""
     by_model: dict[str, list[BatchItem]] = {}
     for spec, role, request in planned:
         name_of = cache_name(spec, providers)
@@ -342,15 +350,17 @@ def export_round(
         by_model.setdefault(name_of, []).append(BatchItem(role, name_of, request))
     runner_cache = ResponseCache(cache_dir)
     ledger = Ledger(cache_dir)
-    lines = []
+    lines: list[str] = []
+    written: list[Path] = []
     if not by_model:
-        return [f"batch export: the {name} round has no real model's call"]
+        return [f"batch export: the {name} round has no real model's call"], written
     for model, items in sorted(by_model.items()):
         distinct = list({i.custom_id: i for i in items}.values())
         todo = [i for i in distinct if runner_cache.peek(request_key(i.model, i.request)) is None]
         target = path if len(by_model) == 1 else path.with_name(f"{path.stem}.{model}{path.suffix}")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(input_file(todo))
+        written.append(target)
         digest = hashlib.sha256(target.read_bytes()).hexdigest()[:16]
         entry = LedgerEntry(
             name=f"export-{digest}", kind="export", round=name, model=model, state="exported",
@@ -361,7 +371,7 @@ def export_round(
             f"batch export: {len(todo):,} {model} requests of the {name} round -> {target} "
             f"({len(distinct) - len(todo):,} already cached, left out)"
         )
-    return lines
+    return lines, written
 
 
 def call_detail(model: ChatModel) -> dict[str, Any]:

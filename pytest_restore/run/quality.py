@@ -1,25 +1,33 @@
-"""The controller's checks outside the grid: the calibration gate before it, the second-judge audit after.
+"""The run's checks with models of their own: the calibration gate before the grid, the second-judge audit after.
 
-Both run in the controller's process, on the audit parts it built
-(``plugin/parts.py``), and add the calls of the models they make for
+Both run in the controller's process, on the parts it made over the plan
+(``run/parts.py``), and add the calls of the models they make for
 themselves (a fresh judge, the second judge) to the run's model calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NoReturn
-
-import pytest
+from typing import Any, Protocol
 
 from pytest_restore.audit.calibration import calibrate
 from pytest_restore.audit.judge_audit import audit_judge
-from pytest_restore.exits import os_cause
+from pytest_restore.exits import FAILED, os_cause
 from pytest_restore.models.providers import close_model, make_model
-from pytest_restore.plugin.calls import ModelCalls, call_detail, failed_count
-from pytest_restore.plugin.finish import write_partial
-from pytest_restore.plugin.parts import AuditParts
 from pytest_restore.record import Record
+from pytest_restore.run.calls import ModelCalls, call_detail, failed_count
+from pytest_restore.run.parts import RunParts
+from pytest_restore.run.report import write_partial
+
+
+class Console(Protocol):
+    """Where a phase writes its lines: a terminal (pytest's ``TerminalWriter`` is one)."""
+
+    def line(self, s: str = "", **markup: bool) -> None:
+        """One line, with markup (``red=True``, ``bold=True``)."""
+
+    def sep(self, sepchar: str, title: str | None = None, fullwidth: int | None = None, **markup: bool) -> None:
+        """A separator line with a title."""
 
 
 class RunStopped(Exception):
@@ -28,27 +36,13 @@ class RunStopped(Exception):
     ``code`` is the exit status; ``said`` whether the lines were printed already.
     """
 
-    def __init__(self, line: str, code: int = pytest.ExitCode.TESTS_FAILED, *, said: bool = False) -> None:
+    def __init__(self, line: str, code: int = FAILED, *, said: bool = False) -> None:
         super().__init__(line)
         self.code = code
         self.said = said
 
 
-def stop_before_grid(config: pytest.Config, session: pytest.Session, stop: RunStopped) -> NoReturn:
-    """End the run before its grid: its one line (unless said), then its exit status, with no traceback.
-
-    ``pytest.exit`` would print the line twice (``Exit: ...`` and ``! _pytest.outcomes.Exit ... !``);
-    pytest ends a session whose start raised ``Session.Failed`` silently, with exit 1, and
-    a status of our own (74) is put in place as the session's configuration ends.
-    """
-    if not stop.said:
-        config.get_terminal_writer().line(f"restore: run stopped before the grid: {stop}", red=True, bold=True)
-    if stop.code != pytest.ExitCode.TESTS_FAILED:
-        config.add_cleanup(lambda: setattr(session, "exitstatus", stop.code))
-    raise session.Failed(str(stop))
-
-
-def calibration_gate(parts: AuditParts, model_calls: ModelCalls, checks: dict[str, Any]) -> str:
+def calibration_gate(parts: RunParts, model_calls: ModelCalls, checks: dict[str, Any], writer: Console) -> str:
     """The calibration gate (docs/PROTOCOL.md section 9): stop the run before the grid when it fails.
 
     The gate's result joins ``checks``; the returned JSON is written with the
@@ -59,7 +53,8 @@ def calibration_gate(parts: AuditParts, model_calls: ModelCalls, checks: dict[st
     gate's reasons).
     """
     s = parts.settings
-    fresh_judge = make_model(s.judge, "judge", s.model_options(parts.cache_root()), use_cache=False, providers=parts.providers)
+    providers = parts.plan.registries.providers
+    fresh_judge = make_model(s.judge, "judge", s.model_options(parts.plan.cache_root), use_cache=False, providers=providers)
     try:
         result = calibrate(parts.audit(), fresh_judge=fresh_judge, seed=s.subset_seed)
     finally:
@@ -67,7 +62,6 @@ def calibration_gate(parts: AuditParts, model_calls: ModelCalls, checks: dict[st
     checks["calibration"] = {"result": result.to_dict()}
     calibration_json = result.to_json()
     model_calls.side_calls[f"judge {s.judge} (calibration repeats)"] = call_detail(fresh_judge)
-    writer = parts.config.get_terminal_writer()
     fatal = parts.fatal_error()
     if fatal is not None:
         raise RunStopped(fatal, parts.fatal_exit_code())
@@ -100,11 +94,11 @@ def calibration_gate(parts: AuditParts, model_calls: ModelCalls, checks: dict[st
     return calibration_json
 
 
-def judge_audit(parts: AuditParts, records: Sequence[Record], model_calls: ModelCalls) -> dict[str, Any]:
+def judge_audit(parts: RunParts, records: Sequence[Record], model_calls: ModelCalls) -> dict[str, Any]:
     """Re-grade a stratified sample of recorded answers with the second judge; the check's entry for the report."""
     s = parts.settings
     assert s.audit_judge is not None
-    judge = make_model(s.audit_judge, "judge", s.model_options(parts.cache_root()), providers=parts.providers)
+    judge = make_model(s.audit_judge, "judge", s.model_options(parts.plan.cache_root), providers=parts.plan.registries.providers)
     try:
         questions = {q.question_id: q for q in parts.dataset().questions}
         result = audit_judge(records, questions, judge, s.prompt_set(), sample=s.audit_judge_sample, seed=s.subset_seed)

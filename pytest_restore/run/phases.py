@@ -1,0 +1,93 @@
+"""The run's phases around the grid, as functions over its parts: what the controller does, in order.
+
+Before the grid: the dry run's count (:func:`dry_run_phase`, which ends the
+run), or the embeddings, the calibration gate and the batch rounds
+(:func:`before_grid`); the data prepared once for other processes
+(:func:`prepare_data`). After it: the judge audit (``run/quality.py``) and the
+report (``run/report.py``). The plugin calls them from pytest's hooks, the
+command line (``batch export``) calls the dry run directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_restore.audit.run import count_tokens_ahead
+from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
+from pytest_restore.models.providers import missing_key_problem
+from pytest_restore.run.batch import batch_rounds
+from pytest_restore.run.calls import ModelCalls, dry_run, export_batch_round
+from pytest_restore.run.embeddings import embed_ahead, embedding_check, embedding_dry_run
+from pytest_restore.run.parts import COMPILING, RunParts
+from pytest_restore.run.quality import Console, RunStopped, calibration_gate
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a dry run says (its table), and the batch input files it wrote (``--restore-batch-export``)."""
+
+    lines: list[str]
+    written: list[Path]
+
+
+def dry_run_phase(parts: RunParts) -> DryRun:
+    """The dry run: the model calls the grid needs, what is cached, tokens and cost; no model is called.
+
+    With ``--restore-batch-export`` the round's uncached requests are written as batch input files.
+    """
+    s, plan = parts.settings, parts.plan
+    problem = missing_key_problem(s.all_models(), s.base_url, plan.registries.providers)
+    cache_dir = s.model_options(plan.cache_root).cache_dir
+    args = (s, parts.audit, plan.policies, plan.registries.policies, plan.registries.providers, cache_dir)
+    lines = ([f"warning: {problem}"] if problem else []) + dry_run(*args, parts.say)
+    written: list[Path] = []
+    if s.batch_export and s.batch_round:
+        said, written = export_batch_round(*args)
+        lines += said
+    for vectors in parts.ranker_vectors():
+        lines += embedding_dry_run(vectors, parts.dataset(), parts.audit_config())
+    return DryRun(lines, written)
+
+
+def before_grid(parts: RunParts, model_calls: ModelCalls, checks: dict[str, Any], console: Console) -> str | None:
+    """Every text the grid ranks embedded, the calibration gate, the batch rounds, in that order.
+
+    Their results join ``checks``; the gate's JSON is returned (written with the
+    report). A phase that stops the run raises :class:`RunStopped` (its one line).
+    """
+    s = parts.settings
+    for vectors in parts.ranker_vectors():
+        # every text the grid ranks, embedded once here: the workers only read the store
+        failed = embed_ahead(vectors, parts.dataset(), parts.audit_config())
+        if failed is not None:
+            raise RunStopped(failed)
+    if parts.ranker_vectors():
+        checks["embeddings"] = embedding_check(parts.ranker_vectors(), parts.dataset(), parts.audit_config())
+    calibration_json = None
+    if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
+        calibration_json = calibration_gate(parts, model_calls, checks, console)
+    if s.batch:
+        batch_rounds(parts, parts.say, checks)  # the grid then runs from the cache
+    return calibration_json
+
+
+def prepare_data(parts: RunParts, workers: int) -> None:
+    """Before other processes run the grid: the data generated and validated, its token counts made, once.
+
+    The token counts are the same for every process: counted here into the
+    prepared cache each one then reads, shared out over ``workers`` processes
+    (they wait for their first items meanwhile).
+    """
+    if parts.settings.data is None:
+        ready = f"{len(parts.dataset().questions)} questions ready"
+    else:
+        ready = f"{parts.plan.data.path().name} validated"  # as the plan was checked
+    parts.say(ready)
+    counting = f"counting the o200k tokens of {{:,}} distinct texts once, for every xdist worker (in up to {workers} processes) ...".format
+    if count_tokens_ahead(parts.dataset(), parts.audit_config(), lambda n: parts.say(counting(n)), workers):
+        parts.say("token counts ready in the prepared cache")
+    if not kernels_cached_on_disk():
+        parts.say(f"the xdist workers start by {COMPILING}")
+    parts.say("the xdist workers prepare their histories ...")

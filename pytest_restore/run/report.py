@@ -1,0 +1,231 @@
+"""The run's report: what it is made from, written whole into place or partial beside it, on a thread.
+
+A report is written into a fresh directory and swapped in as a whole
+(:func:`write_in_place`), so a complete report is never replaced by a partial
+one: a run cut short writes beside the report directory
+(:func:`~pytest_restore.run.staging.partial_dir`). The writing runs on a
+thread (:class:`Background`), while xdist shuts its workers down;
+:func:`await_report` waits for it, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import importlib
+import os
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from pytest_restore import __version__
+from pytest_restore.exits import INTERRUPTED
+from pytest_restore.memory.eviction import Policy
+from pytest_restore.models.fake import simulated_models
+from pytest_restore.record import Record, ranker_of
+from pytest_restore.report.inputs import Provenance, RunInfo
+from pytest_restore.report.writer import ReportFiles, write_report
+from pytest_restore.run.calls import ModelCalls
+from pytest_restore.run.grid import CellSpec
+from pytest_restore.run.settings import RestoreSettings
+from pytest_restore.run.staging import partial_dir, staging_dir, swap_into_place
+from pytest_restore.stats.families import FAMILIES, Family
+
+
+def partial_report_line(partial_path: Path, report_dir: str, why: str | None = None) -> str:
+    """What a partial session tells the user: where its partial report is, and that the whole one was kept."""
+    return f"partial report ({why or 'interrupted'}): {partial_path}; {report_dir} was left as it was"
+
+
+def simulated_roles(records: Sequence[Record]) -> list[tuple[str, str]]:
+    """The fake models that took part, as (role, name): the figures then check the pipeline, not a model."""
+    return list(simulated_models(records))
+
+
+def run_info(
+    settings: RestoreSettings,
+    policies: Sequence[Policy],
+    records: Sequence[Record],
+    run_meta: dict[str, Any],
+    checks: dict[str, Any],
+    model_calls: ModelCalls,
+    cells: dict[str, list[str]],
+    families: Sequence[Family] = FAMILIES,
+) -> RunInfo:
+    """Settings, dataset, exclusions and the run's checks for the report.
+
+    The settings show what ran (the policies, budgets and readers of the
+    records), not what was configured; ``cells`` names the grid cells that
+    ran and those that did not; ``families`` are the session's hypothesis families.
+    """
+    shown = asdict(settings)
+    for unshown in ("report_dir", "real_models", "sources", "dataset"):
+        shown.pop(unshown)  # where the report goes, or how values were given: no setting the report shows
+    shown["data"] = Path(settings.data).name if settings.data else "embedded synthetic"
+    ran_policies = {r.policy for r in records}
+    ran_budgets = {r.budget for r in records}
+    shown["policies"] = [p.name for p in policies if p.name in ran_policies]
+    shown["budgets"] = [b for b in settings.budgets if b in ran_budgets]
+    shown["run_id"] = records[0].run_id if records else None
+    meta = dict(run_meta)
+    exclusions = meta.pop("exclusions", {})
+    meta.pop("path", None)
+    if model_calls.usage_by_process:
+        shown["model_usage"] = model_calls.total_usage()
+    checks = dict(checks)
+    checks["grid"] = {"result": cells}
+    details = model_calls.all_details()
+    if details:
+        checks["model_calls"] = {"result": details}
+    return RunInfo(settings=shown, dataset=meta, exclusions=exclusions, checks=checks, families=tuple(families))
+
+
+def grid_cells(records: Sequence[Record], cells: Sequence[CellSpec]) -> dict[str, list[str]]:
+    """The grid's cells that ran (records arrived) and those that did not, by item id (rankers included)."""
+    ran = {(r.reader, r.policy, r.budget, ranker_of(r)) for r in records}
+    any_ranker = {cell[:3] for cell in ran}
+    out: dict[str, list[str]] = {"ran": [], "not_run": []}
+    for cell in cells:
+        # a record's reader is the model's name; a cell of --restore-rankers is its ranker's only
+        where = (cell.reader, cell.policy, cell.budget)
+        done = (*where, cell.ranker) in ran if cell.ranker is not None else where in any_ranker
+        out["ran" if done else "not_run"].append(cell.id)
+    return out
+
+
+def part_of_grid(cells: Mapping[str, Sequence[str]]) -> str | None:
+    """What a run of part of the grid (``-k``, ``--lf``, a deselection) ran, in words; ``None`` for the whole grid."""
+    ran, not_run = cells["ran"], cells["not_run"]
+    if not not_run:
+        return None
+    return f"part of the grid: {len(ran)} of {len(ran) + len(not_run)} cells ran ({', '.join(ran) or 'none'})"
+
+
+def write_in_place(
+    records: list[Record],
+    info: RunInfo,
+    target: Path,
+    partial: str | None,
+    calibration_json: str | None,
+    started_utc: datetime.datetime,
+    session_id: str,
+    cancelled: threading.Event | None = None,
+) -> ReportFiles:
+    """Write the report (and the calibration gate's, if any) into a fresh directory beside ``target``, then swap it into place.
+
+    The session's provenance (``started_utc``, ``session_id``, ``partial``: why
+    the grid did not finish) goes to the writer with ``info``, so every file is
+    written once, whole.
+
+    Once ``cancelled`` is set (Ctrl-C while the report is written), nothing
+    is swapped in: the staging directory goes and :class:`ReportCancelled`
+    is raised, so ``target`` stays as it was.
+    """
+    staging = staging_dir(target)
+    provenance = Provenance(
+        version=__version__,
+        started_utc=started_utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        session_id=session_id,
+        partial=partial,
+    )
+    try:
+        # every file written once, whole: the provenance and the partial mark are the writer's input
+        files = write_report(records, dataclasses.replace(info, provenance=provenance), staging)
+        if calibration_json is not None:
+            (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")
+        if cancelled is not None and cancelled.is_set():
+            raise ReportCancelled(f"{target} was not replaced")
+        swap_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if partial is None:
+        # a whole report supersedes the partial one an earlier, cut-short session left
+        shutil.rmtree(partial_dir(target), ignore_errors=True)
+    return dataclasses.replace(files, out_dir=target)
+
+def write_partial(calibration_json: str | None, report_dir: str) -> Path | None:
+    """Write what the calibration gate produced, beside the report directory, marked partial."""
+    if calibration_json is None:
+        return None
+    target = partial_dir(Path(report_dir))
+    staging = staging_dir(target)
+    try:
+        (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")
+        swap_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def preload_figure() -> None:
+    """Import the figure module ahead of the report; a failure here is the report's to raise."""
+    with contextlib.suppress(Exception):  # the report imports it again and reports what is wrong
+        importlib.import_module("pytest_restore.report.figure")
+
+
+class Background(threading.Thread):
+    """Run one call on a thread; ``result`` waits and re-raises what it raised."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        super().__init__(name="pytest-restore-report", daemon=True)
+        self._call = (fn, args)
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        fn, args = self._call
+        try:
+            self._value = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by ``result``
+            self._error = exc
+
+    def result(self) -> Any:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class ReportCancelled(Exception):
+    """The report was cut short before it was swapped into place (see :func:`write_in_place`)."""
+
+
+def await_report(
+    report: Background, cancelled: threading.Event, on_quit: Callable[[], None] | None = None
+) -> tuple[ReportFiles | None, bool]:
+    """The files of the report ``report`` writes (``None`` when it was cut short), and whether Ctrl-C came.
+
+    Ctrl-C while waiting sets ``cancelled`` and waits again, for the writer
+    to stop before its swap (or to finish one already under way), so the
+    process never ends with the writer in the middle of its work and no
+    report directory is left half-replaced. A second Ctrl-C quits the process
+    at once (exit 2) after ``on_quit`` (say so, remove the staging directory):
+    the writer is not waited for.
+    """
+    try:
+        return report.result(), False
+    except KeyboardInterrupt:
+        cancelled.set()
+        sys.stdout.write("\nrestore: interrupted: the report writer stops before it replaces anything (Ctrl-C again quits at once)\n")
+        sys.stdout.flush()
+    try:
+        return report.result(), True
+    except ReportCancelled:
+        return None, True
+    except KeyboardInterrupt:
+        # A second Ctrl-C: quit now. The writer may be deep in the bootstrap's native (BLAS)
+        # code; an interpreter exit would wait on it (or on BLAS's own threads) for as long as
+        # it takes. The earlier report was never touched; only this process's staging goes.
+        if on_quit is not None:
+            on_quit()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(INTERRUPTED)

@@ -1,0 +1,115 @@
+"""The run core without pytest: a plan built once from a run's options, the settings never replaced, the options of a command line."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+from grid_helpers import GRID, ROOT, small_args
+
+from pytest_restore.data.dataset import LONGMEMEVAL_BUDGETS
+from pytest_restore.data.locomo import LOCOMO_BUDGETS
+from pytest_restore.run.options import OptionsError, parse_args
+from pytest_restore.run.parts import RunParts
+from pytest_restore.run.plan import build_plan, default_registries
+from pytest_restore.run.settings import RestoreSettings, SettingsError
+
+LOCOMO_TINY = ROOT / "fixtures" / "locomo_tiny.json"
+
+
+def plan_of(args: list[str], tmp_path: Path):  # type: ignore[no-untyped-def]
+    raw, ignored = parse_args(args)
+    assert ignored == []
+    return build_plan(raw, default_registries(), "session", tmp_path, lambda _line: None)
+
+
+def test_the_plan_resolves_the_budgets_from_the_data_s_loader_once(tmp_path: Path) -> None:
+    locomo = plan_of([f"--restore-data={LOCOMO_TINY}", "--restore-policies=fifo"], tmp_path)
+    assert locomo.settings.budgets == LOCOMO_BUDGETS and locomo.settings.dataset is None
+    assert [c.id for c in locomo.cells] == ["fifo-16k", "fifo-8k", "fifo-2k"]
+    forced = plan_of([f"--restore-data={LOCOMO_TINY}", "--restore-dataset=locomo", "--restore-budgets=300,900"], tmp_path)
+    assert forced.settings.budgets == (900, 300) and forced.settings.dataset == "locomo"
+    embedded = plan_of([], tmp_path)
+    assert embedded.settings.budgets == LONGMEMEVAL_BUDGETS
+    assert embedded.data._dataset is None  # the embedded default's budgets are its loader's: nothing generated
+    parts = RunParts(locomo, lambda _line: None)
+    assert parts.settings is locomo.settings and parts.audit_config().budgets == LOCOMO_BUDGETS
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        locomo.settings.budgets = (1,)  # type: ignore[misc]
+
+
+def test_the_plan_refuses_names_it_does_not_know_in_one_line(tmp_path: Path) -> None:
+    cases = [
+        (["--restore-policies=fifo,lru"], "--restore-policies: unknown policy 'lru'; registered: no-evict, fifo"),
+        ([f"--restore-data={LOCOMO_TINY}", "--restore-dataset=nope"], "--restore-dataset: unknown dataset loader 'nope'"),
+        (["--restore-dataset=locomo"], "--restore-dataset: names the loader of --restore-data, which is not given"),
+        (["--restore-ranker=bm26"], "--restore-ranker: unknown ranker 'bm26'"),
+        (["--restore-budgets=80k,80000"], "--restore-budgets: '80000' repeats '80k'"),
+    ]
+    for args, said in cases:
+        with pytest.raises(SettingsError) as err:
+            plan_of(args, tmp_path)
+        assert str(err.value).startswith(said), (args, str(err.value))
+        assert "\n" not in str(err.value)
+
+
+def test_a_command_line_s_options_are_the_audit_s_and_the_rest_is_named() -> None:
+    raw, ignored = parse_args(["benches/", "-p", "no:xdist", "--restore-policies", "fifo", "--restore-ablations"])
+    assert ignored == ["benches/", "-p", "no:xdist"]
+    assert raw.values["policies"] == "fifo" and raw.ablations and raw.values["seeds"] == "0,1,2"
+    with pytest.raises(OptionsError, match="--restore-polices: no such option"):
+        parse_args(["--restore-polices=fifo"])
+
+
+#: Where the package may build a ``RestoreSettings``: its one parse (every default resolved there).
+BUILDS_SETTINGS = {"pytest_restore/run/settings.py"}
+
+
+def settings_rebuilt(path: str, source: str) -> list[str]:
+    """Where a module replaces a settings object (``dataclasses.replace(settings, ...)``, a setattr,
+    a ``RestoreSettings(...)`` outside the parse)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        first = ast.unparse(node.args[0]) if node.args else ""
+        if name == "replace" and "settings" in first or name == "__setattr__" and "settings" in first:
+            found.append(f"{path} line {node.lineno}: {ast.unparse(node)[:60]}")
+        if name == "RestoreSettings" and path not in BUILDS_SETTINGS:
+            found.append(f"{path} line {node.lineno}: builds settings")
+    return found
+
+
+def test_no_settings_object_is_replaced_after_it_is_built() -> None:
+    found = []
+    for path in sorted((ROOT / "pytest_restore").rglob("*.py")):
+        found += settings_rebuilt(str(path.relative_to(ROOT)), path.read_text(encoding="utf-8"))
+    assert found == []
+    assert settings_rebuilt("x.py", "s = dataclasses.replace(self.settings, budgets=b)\n") == [
+        "x.py line 1: dataclasses.replace(self.settings, budgets=b)"
+    ]
+    assert RestoreSettings.__dataclass_params__.frozen  # type: ignore[attr-defined]
+
+
+def test_every_part_of_a_session_reads_the_one_settings_object(pytester: pytest.Pytester) -> None:
+    # the data's budgets (none named) are in the settings from the start: the controller, its runner,
+    # the parts and the plan hold the same object, whose budgets the grid was made from
+    pytester.makepyfile(test_grid=GRID)
+    pytester.makeconftest(
+        """
+        from pathlib import Path
+        from pytest_restore.plugin.options import SESSION_KEY
+
+        def pytest_collection_finish(session):
+            role = session.config.stash[SESSION_KEY]
+            same = role.settings is role.runner.settings is role.parts.settings is role.parts.plan.settings
+            Path("same.txt").write_text(f"{same} {role.settings.budgets}")
+        """
+    )
+    args = [a for a in small_args() if a not in ("--restore-budgets", "600,300,100")]
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "--collect-only", "-q", *args)
+    assert result.ret == 0
+    assert (pytester.path / "same.txt").read_text() == f"True {LONGMEMEVAL_BUDGETS}"
