@@ -565,9 +565,8 @@ def test_batch_answers_holding_a_line_separator_are_accepted_and_not_paid_again(
 def test_an_export_holding_a_line_separator_imports_back(
     echo: OpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pytest_restore.plugin.calls import export_round
-
     from pytest_restore.models.providers import default_providers
+    from pytest_restore.run.calls import export_round
 
     cache, source = tmp_path / "cache", tmp_path / "reader.in.jsonl"
     planned = [("openai:gpt-4o-mini", "reader", ChatRequest((("user", f"note {i}{SEPARATORS}"),), max_tokens=40))
@@ -588,9 +587,8 @@ def test_batch_import_of_a_gzip_or_non_utf8_file_is_one_line(
 ) -> None:
     import gzip
 
-    from pytest_restore.plugin.calls import export_round
-
     from pytest_restore.models.providers import default_providers
+    from pytest_restore.run.calls import export_round
 
     cache, source, output = tmp_path / "cache", tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     planned = [("openai:gpt-4o-mini", "reader", ChatRequest((("user", "caf\u00e9 note"),), max_tokens=40))]
