@@ -819,7 +819,7 @@ def test_batch_export_out_that_cannot_be_a_file_is_one_line_exit_74(
 ) -> None:
     (tmp_path / "taken").write_text("a file")
     out = tmp_path / "taken" / "scorer.jsonl" if where == "under-a-file" else tmp_path
-    monkeypatch.setattr(pytest, "main", lambda args: pytest.fail("the dry run ran"))
+    monkeypatch.setattr("pytest_restore.run.phases.dry_run_phase", lambda parts: pytest.fail("the dry run ran"))
     assert main(["batch", "export", "--round", "scorer", "--out", str(out), "--", *GRID_ARGS]) == 74
     said = capsys.readouterr()
     assert said.out == "" and said.err.count("\n") == 1 and said.err.startswith("error: batch export --out"), said.err
