@@ -646,7 +646,7 @@ def test_a_validation_error_echoing_the_key_stops_the_run_without_it(pytester: p
 
 
 def test_batch_import_never_prints_a_key_an_error_line_echoes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_restore.plugin.calls import export_round
+    from pytest_restore.run.calls import export_round
 
     from pytest_restore.models.providers import default_providers
 
@@ -770,7 +770,7 @@ def test_a_ledger_whose_requests_file_is_gone_is_one_line(
     assert refused_rerun(echo, cache, asked).startswith(f"{requests}: missing: the requests of batch_")
 
     # an export's requests gone: batch import says so in one line
-    from pytest_restore.plugin.calls import export_round
+    from pytest_restore.run.calls import export_round
 
     from pytest_restore.models.providers import default_providers
 
