@@ -646,9 +646,8 @@ def test_a_validation_error_echoing_the_key_stops_the_run_without_it(pytester: p
 
 
 def test_batch_import_never_prints_a_key_an_error_line_echoes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_restore.run.calls import export_round
-
     from pytest_restore.models.providers import default_providers
+    from pytest_restore.run.calls import export_round
 
     cache, source, output = tmp_path / "cache", tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     planned = [("openai:gpt-4o-mini", "reader", ChatRequest((("user", "a note"),), max_tokens=40))]
@@ -770,9 +769,8 @@ def test_a_ledger_whose_requests_file_is_gone_is_one_line(
     assert refused_rerun(echo, cache, asked).startswith(f"{requests}: missing: the requests of batch_")
 
     # an export's requests gone: batch import says so in one line
-    from pytest_restore.run.calls import export_round
-
     from pytest_restore.models.providers import default_providers
+    from pytest_restore.run.calls import export_round
 
     planned = [("openai:gpt-4o-mini", "reader", ChatRequest((("user", "x"),), max_tokens=40))]
     export_round("reader", planned, tmp_path / "in.jsonl", tmp_path / "other", default_providers())
