@@ -77,3 +77,18 @@ def test_the_option_check_can_fail(pytestconfig: pytest.Config) -> None:
         "--restore", "--restore-data", "--restore-rankers"
     ]
     assert slug("Batch: half the price, for a grid that can wait a day") == "batch-half-the-price-for-a-grid-that-can-wait-a-day"
+
+
+def test_every_option_of_the_plugin_is_in_the_options_page(pytestconfig: pytest.Config) -> None:
+    """docs/OPTIONS.md names every ``--restore-*`` option the plugin declares (one place for them all)."""
+    page = (ROOT / "docs" / "OPTIONS.md").read_text()
+    declared = {
+        name
+        for option in pytestconfig._parser._anonymous.options + [
+            o for group in pytestconfig._parser._groups for o in group.options
+        ]
+        for name in option.names()
+        if name.startswith("--restore")
+    }
+    assert declared and sorted(name for name in declared if f"`{name}" not in page) == []
+
