@@ -104,6 +104,9 @@ EMBEDDING_MAX_TOKENS = 8192
 EMBEDDING_MAX_REQUEST_TOKENS = 300_000
 #: The real API's 400 for an input list it refuses (too long, or an empty string in it).
 INVALID_INPUT = "'$.input' is invalid. Please check the API reference: https://platform.openai.com/docs/api-reference."
+#: How the embeddings endpoint can misanswer (``server.embed_mode``): an all-zero vector among the
+#: others, vectors of no dimension, and two vectors given one ``index`` (the last input's missing).
+EMBED_MODES: tuple[str, ...] = ("zero-vectors", "empty-vectors", "duplicate-index")
 #: Paths the server answers (faults and modes apply to each).
 ROUTES = ("/v1/chat/completions", "/v1/embeddings")
 
@@ -253,6 +256,13 @@ class OpenAIServer:
         self.expected_key = expected_key
         #: One of ``MODES`` (or ``None``): how every chat request is misanswered.
         self.mode: str | None = None
+        #: Seconds an embeddings request takes per input text, on top of ``latency`` (a slow local
+        #: server: a large request outlives the client's timeout where a small one does not).
+        self.embed_seconds_per_input = 0.0
+        #: An embeddings request holding this text is refused with a 413 (too large), as a proxy would.
+        self.refuse_input: str | None = None
+        #: One of ``EMBED_MODES`` (or ``None``): how every embeddings request is misanswered.
+        self.embed_mode: str | None = None
         #: Seconds between the bytes of a ``slow-drip`` body.
         self.drip_interval = 0.05
         #: Characters of a ``huge-reply`` answer.
@@ -456,15 +466,18 @@ class OpenAIServer:
             body = None
         body_key = canonical_body(body) if body is not None else raw.decode("utf-8", "replace")
         attempt, started = self._enter(body_key)
+        # what computing the request takes: the latency, and per input text of an embeddings request
+        inputs = body.get("input") if body is not None and path.rstrip("/") == "/v1/embeddings" else None
+        work = self.latency + self.embed_seconds_per_input * (len(inputs) if isinstance(inputs, list) else 0)
         if self._slots is not None:
             if self._slot_gate is None:
                 self._slot_gate = asyncio.Semaphore(self._slots)
             async with self._slot_gate:
                 with self._state.lock:
                     self._state.computed[body_key] += 1
-                await asyncio.sleep(self.latency)
-        elif self.latency > 0:
-            await asyncio.sleep(self.latency)
+                await asyncio.sleep(work)
+        elif work > 0:
+            await asyncio.sleep(work)
         if self.mode == "reset" and method == "POST":
             # SO_LINGER 0: closing sends an RST instead of a FIN, as a crashed proxy or a dropped NAT entry does
             sock = writer.get_extra_info("socket")
@@ -595,6 +608,8 @@ class OpenAIServer:
             or not all(isinstance(t, str) and t for t in inputs)
         ):
             return 400, invalid
+        if self.refuse_input is not None and self.refuse_input in inputs:
+            return 413, _render(413, {"error": {"message": "Request Entity Too Large", "type": "invalid_request_error"}})
         from pytest_restore.data.tokens import count_tokens
 
         counts = count_tokens(inputs)
@@ -616,6 +631,11 @@ class OpenAIServer:
                 return 400, _render(400, {"error": {"message": message, "type": "invalid_request_error"}})
             dims = int(body["dimensions"])
         vectors = self._embedder(dims).embed(inputs)
+        vectors[~vectors.any(axis=1), 0] = 1.0  # a real model gives no text the zero vector
+        if self.embed_mode == "zero-vectors":
+            vectors[len(vectors) // 2] = 0.0
+        elif self.embed_mode == "empty-vectors":
+            vectors = vectors[:, :0]
         as_base64 = body.get("encoding_format") == "base64"
         data = [
             {
@@ -625,6 +645,8 @@ class OpenAIServer:
             }
             for i, v in enumerate(vectors)
         ]
+        if self.embed_mode == "duplicate-index" and len(data) > 1:
+            data[-1]["index"] = data[0]["index"]
         served = f"{model} (your key is {bearer})" if self.mode == "echo-key" else model
         with self._state.lock:
             self._state.embedded.update(inputs)

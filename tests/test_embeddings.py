@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from grid_helpers import SMALLEST_GRID, TINY
-from openai_server import EMBEDDING_MAX_TOKENS, INVALID_INPUT, Faults, OpenAIServer
+from openai_server import EMBED_MODES, EMBEDDING_MAX_TOKENS, INVALID_INPUT, Faults, OpenAIServer
 
 from pytest_restore.audit.run import AuditConfig, audited_questions
 from pytest_restore.data.dataset import load_dataset
@@ -34,6 +35,7 @@ from pytest_restore.models.embeddings import (
     TextVectors,
 )
 from pytest_restore.models.openai_chat import OpenAIEmbedder
+from pytest_restore.report.checks import render_embeddings_md
 from pytest_restore.run.embeddings import audited_texts
 
 MODEL = "text-embedding-3-small"
@@ -291,9 +293,10 @@ def test_a_failed_embedding_call_fails_the_run_in_one_line(
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     text = "\n".join(result.outlines + result.errlines)
     said = f"embedder openai:{MODEL}: failed after 2 tries: HTTP 500: injected 500"
+    kept = f" (0 texts' vectors kept; a rerun sends the other {len(_distinct_texts())})"
     # said once, as the run's stop before its grid (not twice as pytest's Exit)
     assert [line for line in result.outlines + result.errlines if said in line] == [
-        f"restore: run stopped before the grid: {said}"
+        f"restore: run stopped before the grid: {said}{kept}"
     ], text[-3000:]
     assert "Traceback" not in text and not (project.path / "restore-report").exists()
     assert not os.path.exists(project.path / "restore-report.partial")
@@ -340,3 +343,107 @@ def test_rankers_of_one_audit_share_each_cells_stores_and_match_their_own_audits
     assert {r.ranker for r in lexical.records} == {"bm25-lite"} and {r.ranker for r in fused.records} == {"hybrid:fake"}
     assert lexical.records == audit(Bm25Lite()).run_cell(policy, 300).records
     assert fused.records == audit(Hybrid(vectors)).run_cell(policy, 300).records
+
+
+# -- hostile embeddings servers (issue 32): what was paid for is kept, every wait has its deadline ------
+
+
+def _texts(n: int, tag: str = "text") -> list[str]:
+    return [f"{tag} {i}: the kettle, the garden and the library" for i in range(n)]
+
+
+def _within(seconds: float, call: Any) -> Any:
+    """``call()`` in a thread, failing the test if it has not returned within ``seconds``."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(("ok", call()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out.append(("raised", exc))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert out, f"did not return within {seconds} s"
+    return out[0]
+
+
+def test_a_refused_request_keeps_the_other_requests_vectors_and_a_rerun_sends_only_the_rest(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    texts = _texts(42)
+    server.refuse_input = texts[40]  # in the last of seven requests of six
+    vectors = TextVectors(embedder(server, limits=EmbeddingLimits(6, 512)), tmp_path)
+    with pytest.raises(EmbeddingError) as raised:
+        vectors.ensure(texts)
+    message = str(raised.value)
+    assert "\n" not in message and "HTTP 413 (not retried): Request Entity Too Large" in message
+    assert message.endswith("(36 texts' vectors kept; a rerun sends the other 6)")
+    assert server.embedded == Counter(texts[:36])  # six requests answered, each paid for once
+    server.refuse_input = None
+    server.reset_counters()
+    again = TextVectors(embedder(server, limits=EmbeddingLimits(6, 512)), tmp_path)
+    assert again.ensure(texts) == 6
+    assert server.received_inputs == Counter(texts[36:])  # only what the first run could not get
+    np.testing.assert_allclose(again.vectors(texts), vectors.store.vectors(texts), atol=0)
+
+
+def test_a_failing_embedder_stops_at_its_first_failed_request(server: OpenAIServer, tmp_path: Path) -> None:
+    server.faults = Faults(rate=1.0, kinds=("500",), max_per_request=None)
+    vectors = TextVectors(embedder(server, limits=EmbeddingLimits(6, 512), max_tries=3), tmp_path)
+    outcome, error = _within(20, lambda: vectors.ensure(_texts(42)))
+    assert outcome == "raised" and isinstance(error, EmbeddingError)
+    assert "failed after 3 tries: HTTP 500: injected 500" in str(error)
+    assert server.total_requests == 3  # one request's tries; the six others were never sent (was 21)
+
+
+def test_an_embeddings_server_that_never_answers_stops_the_run_within_its_deadline(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    server.mode = "hang"
+    said: list[str] = []
+    vectors = TextVectors(embedder(server, limits=EmbeddingLimits(6, 512), timeout=0.3), tmp_path, say=said.append)
+    outcome, error = _within(15, lambda: vectors.ensure(_texts(42)))  # was 7 requests x 6 tries x 0.3 s, then more
+    assert outcome == "raised" and isinstance(error, EmbeddingError)
+    assert "6 requests in a row got no answer within 0.3s (--restore-timeout)" in str(error)
+    assert server.total_requests <= 7
+    assert said == [
+        (f"embedding 42 distinct texts with openai:{MODEL} (each request answered within 0.3s or sent again in "
+         "halves; 6 unanswered in a row stop the run) ...")
+    ]
+
+
+def test_a_request_slower_than_the_timeout_is_split_rather_than_sent_whole_again(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    server.embed_seconds_per_input = 0.025  # 64 texts: 1.6 s; 32: 0.8 s; 16: 0.4 s
+    texts = _texts(64, "slow")
+    model = embedder(server, limits=EmbeddingLimits(64, 512), timeout=0.6)
+    outcome, got = _within(30, lambda: model.embed(texts))
+    assert outcome == "ok"
+    np.testing.assert_allclose(got, FakeEmbedder(1536).embed(texts), atol=1e-6)
+    sizes = Counter(len(entry.body["input"]) for entry in server.log if entry.body)
+    assert sizes[64] == 1 and sizes[32] == 2 and model.stats.split >= 3  # 64 -> 32 + 32 -> 16 + ... (load: smaller)
+    assert set(server.attempts.values()) == {1}  # no request sent whole a second time
+    said = render_embeddings_md({f"openai:{MODEL}": {
+        "distinct_texts": 64, "embedded_this_run": 64, "truncated": 0, "requests": 4, "tokens": 0,
+        "dimensions": 1536, "store_bytes": 0, "split": 3,
+    }})
+    assert said.endswith(
+        f"openai:{MODEL}: 3 requests took longer than the timeout and were sent again as two halves each "
+        "(rather than whole), until the server answered in time.\n"
+    )
+
+
+@pytest.mark.parametrize("mode", EMBED_MODES)
+def test_a_vector_no_model_gives_is_refused_in_one_line(server: OpenAIServer, mode: str) -> None:
+    server.embed_mode = mode
+    with pytest.raises(EmbeddingError) as raised:
+        embedder(server, max_tries=2).embed(_texts(8))
+    expected = {
+        "zero-vectors": "malformed response: an all-zero vector for input 4 (it would rank nothing)",
+        "empty-vectors": "malformed response: empty vectors (0 dimensions)",
+        "duplicate-index": "malformed response: index 0 given twice and none for index 7 (8 vectors for 8 inputs)",
+    }[mode]
+    assert str(raised.value) == f"embedder openai:{MODEL}: failed after 2 tries: {expected}"

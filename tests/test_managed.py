@@ -119,9 +119,14 @@ def test_a_replica_killed_mid_run_costs_no_answer() -> None:
         model = OpenAIChatModel(
             model="m", base_url=f"{doomed.base_url},{survivor.base_url}", timeout=5, backoff_base=0.001, backoff_cap=0.01
         )
-        killer = threading.Timer(0.3, doomed.stop)
-        killer.start()
+        def kill() -> None:  # once it has answered some: mid-run, whatever the machine's load
+            while doomed.total_requests < 40 and time.monotonic() - started < 20:
+                time.sleep(0.005)
+            doomed.stop()
+
+        killer = threading.Thread(target=kill)
         started = time.monotonic()
+        killer.start()
         results = model.run(questions(300, "kill"))
         killer.join()
         model.close()

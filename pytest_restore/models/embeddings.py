@@ -50,6 +50,7 @@ import json
 import re
 import time
 import zlib
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +60,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pytest_restore.models.cache import try_flock
-from pytest_restore.models.managed import ManagedCalls
+from pytest_restore.models.managed import SPLIT, ManagedCalls
 
 Vectors = npt.NDArray[np.float32]
 
@@ -115,6 +116,8 @@ class EmbeddingStats:
     requests: int = 0
     #: input tokens the server reported (0 for the fake)
     tokens: int = 0
+    #: requests that timed out and were sent again as two halves
+    split: int = 0
 
 
 class Embedder(Protocol):
@@ -132,6 +135,10 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """One row per text, in order; raises :class:`EmbeddingError` when that cannot be done."""
+        ...
+
+    def embed_partial(self, texts: Sequence[str]) -> tuple[Vectors, npt.NDArray[np.bool_], str | None]:
+        """The rows it could get, which of them those are, and the first failure (``None``: every row)."""
         ...
 
     def close(self) -> None:
@@ -188,6 +195,10 @@ class FakeEmbedder:
         self.stats.embedded += len(texts)
         return _unit_rows(out)
 
+    def embed_partial(self, texts: Sequence[str]) -> tuple[Vectors, npt.NDArray[np.bool_], str | None]:
+        """Every row (the fake never fails)."""
+        return self.embed(texts), np.ones(len(texts), dtype=bool), None
+
     def _vectors_for(self, ids: npt.NDArray[np.int64]) -> Vectors:
         """The word-vector table indexed by the process's word ids, grown to cover ``ids``."""
         from pytest_restore.memory.lexical import word_of
@@ -206,6 +217,10 @@ class FakeEmbedder:
 
 
 # -- a real endpoint -----------------------------------------------------------------
+
+
+class _NotSent(str):
+    """A request not sent because the embedder stopped (not a failure of its own)."""
 
 
 @dataclass
@@ -229,7 +244,13 @@ class ManagedEmbedder(ManagedCalls):
     """
 
     def __init__(self, apis: Any, *, limits: EmbeddingLimits | None = None, **options: Any) -> None:
-        """``apis``: the model's API per replica; ``options``: :class:`ManagedCalls`'."""
+        """``apis``: the model's API per replica; ``options``: :class:`ManagedCalls`'.
+
+        A server that answers none of ``max_tries`` attempts in a row within
+        the timeout stops the embedder (``stall_after``): every request of a
+        large file would otherwise wait out all its tries.
+        """
+        options.setdefault("stall_after", options.get("max_tries", 6))
         super().__init__(apis, **options)
         self.limits = limits or DEFAULT_LIMITS
         self.stats = EmbeddingStats()
@@ -287,39 +308,70 @@ class ManagedEmbedder(ManagedCalls):
         done = np.ones(len(texts), dtype=bool)  # an empty text's zero vector needs no call
         errors = []
         for batch, vectors in zip(batches, replies):
-            if isinstance(vectors, str):
+            if isinstance(vectors, _NotSent):
+                done[batch.positions] = False
+            elif isinstance(vectors, str):
                 done[batch.positions] = False
                 errors.append(vectors)
             else:
                 out[batch.positions] = vectors
         self.stats.embedded += int(done.sum())
+        if not errors and not done.all():
+            errors.append(self.fatal_error or "interrupted")
         return _unit_rows(out), done, (f"embedder {self.name}: {errors[0]}" if errors else None)
 
     def _one_batch(self, batch: _Batch, stop: Any) -> Vectors | str:
+        """One request's vectors, or why not; a request that fails stops the others not yet sent."""
+        if stop.is_set() or self.fatal_error is not None:
+            return _NotSent("not sent: another request of the embedder failed")
         try:
             reply = self._send(batch, stop)
         except Exception as exc:  # noqa: BLE001 - one bug must not hang the batch: it fails the run, said
             from pytest_restore.models.redact import redact_keys
 
             reply = redact_keys(f"internal error: {exc!r}")
-        if isinstance(reply, str):
+        if isinstance(reply, str) and not isinstance(reply, _NotSent):
             self._count_failure(reply)
+            stop.set()  # the run stops on it: what is not sent yet is not paid for
         if self.progress is not None:
             self.progress.record(failed=isinstance(reply, str))
         return reply
 
     def _send(self, batch: _Batch, stop: Any) -> Vectors | str:
-        """One request through the managed retry loop: the vectors, or why not (never raises)."""
+        """One request through the managed retry loop: the vectors, or why not (never raises).
+
+        A request of several texts that times out is not sent whole again:
+        its two halves are (a slow server may take a small request in time),
+        each of them the same way, down to one text, which is retried.
+        """
+        splittable = len(batch.texts) > 1
         outcome = self._post(
             lambda api: api.embeddings_request(batch.texts),
             lambda api, reply: self._read_vectors(api, reply, len(batch.texts)),
             stop,
             token_cost=batch.tokens,
+            split_on_timeout=splittable,
         )
-        if outcome.value is None:
-            return str(outcome.error)
-        self.stats.requests += 1
-        return cast(Vectors, outcome.value)
+        if outcome.unsent:
+            return _NotSent(outcome.error or "not sent")
+        if outcome.value is not None:
+            self.stats.requests += 1
+            return cast(Vectors, outcome.value)
+        if outcome.last_kind == SPLIT:
+            self.stats.split += 1
+            half = len(batch.texts) // 2
+            parts = [
+                _Batch(batch.positions[:half], batch.texts[:half], 0),
+                _Batch(batch.positions[half:], batch.texts[half:], 0),
+            ]
+            for part in parts:
+                part.tokens = batch.tokens * len(part.texts) // len(batch.texts)
+            replies = [self._send(part, stop) for part in parts]
+            for reply in replies:
+                if isinstance(reply, str):
+                    return reply
+            return cast(Vectors, np.concatenate([cast(Vectors, r) for r in replies]))
+        return str(outcome.error)
 
     def _read_vectors(self, api: Any, reply: Any, n: int) -> tuple[Vectors | None, str]:
         """The ``n`` vectors of a decoded reply, in input order, or ``None`` and why they are unusable."""
@@ -327,14 +379,24 @@ class ManagedEmbedder(ManagedCalls):
         if isinstance(read, str):
             return None, read
         rows, indexes, tokens = read
+        twice = sorted(i for i, count in Counter(indexes).items() if count > 1)
+        if twice:
+            missing = sorted(set(range(n)) - set(indexes))
+            lacking = f" and none for index {missing[0]}" if missing else ""
+            return None, f"malformed response: index {twice[0]} given twice{lacking} ({len(indexes)} vectors for {n} inputs)"
         try:
             vectors = np.asarray([rows[i] for i in np.argsort(indexes, kind="stable")], dtype=np.float32)
         except (TypeError, ValueError) as exc:
             return None, f"malformed response: {type(exc).__name__}: {exc}"
         if vectors.ndim != 2 or vectors.shape[0] != n or sorted(indexes) != list(range(n)):
             return None, f"malformed response: {vectors.shape[0] if vectors.ndim else 0} vectors for {n} inputs"
+        if vectors.shape[1] == 0:
+            return None, "malformed response: empty vectors (0 dimensions)"
         if not np.isfinite(vectors).all():
             return None, "malformed response: a vector that is not finite"
+        zero = np.flatnonzero(~vectors.any(axis=1))
+        if zero.size:
+            return None, f"malformed response: an all-zero vector for input {int(zero[0])} (it would rank nothing)"
         if self.dimensions is None:
             self.dimensions = int(vectors.shape[1])
         elif vectors.shape[1] != self.dimensions:
@@ -514,11 +576,16 @@ class TextVectors:
         with self.store.locked():
             todo = self.store.missing(texts)  # another process may have embedded them while we waited
             if todo and self.say is not None:
-                self.say(f"embedding {len(todo):,} distinct texts with {self.name} ...")
+                self.say(f"embedding {len(todo):,} distinct texts with {self.name}{_deadline(self.embedder)} ...")
             for start in range(0, len(todo), CHUNK):
                 chunk = todo[start : start + CHUNK]
-                self.store.append(chunk, self.embedder.embed(chunk))
-                done += len(chunk)
+                vectors, got, error = self.embedder.embed_partial(chunk)
+                # what was paid for is kept before anything fails: a rerun sends only the rest
+                self.store.append([t for t, ok in zip(chunk, got) if ok], vectors[got])
+                done += int(got.sum())
+                if error is not None:
+                    left = len(todo) - done
+                    raise EmbeddingError(f"{error} ({done:,} texts' vectors kept; a rerun sends the other {left:,})")
         return done
 
     def vectors(self, texts: Sequence[str]) -> Vectors:
@@ -529,6 +596,16 @@ class TextVectors:
     def close(self) -> None:
         """Release the embedder's connections."""
         self.embedder.close()
+
+
+def _deadline(embedder: Embedder) -> str:
+    """How long the embedder may wait, in words (nothing for the fake, which does not wait)."""
+    if not isinstance(embedder, ManagedCalls):
+        return ""
+    return (
+        f" (each request answered within {embedder.timeout:g}s or sent again in halves; "
+        f"{embedder.stall_after} unanswered in a row stop the run)"
+    )
 
 
 # -- names --------------------------------------------------------------------------

@@ -76,6 +76,8 @@ DEFAULT_MAX_RETRY_AFTER = 60.0
 #: margin) cannot be an answer within the budget: refused as a failed call.
 MAX_CHARS_PER_TOKEN = 16
 _REPLY_MARGIN_CHARS = 4096
+#: ``_Outcome.last_kind`` of a call that timed out and is to be sent again in parts (``split_on_timeout``).
+SPLIT = "timeout, to split"
 #: The error of a request a cache-only model does not hold (see ``cache_only``).
 CACHE_ONLY_MISS = "no batch answered this request (--restore-batch sends no live call)"
 
@@ -140,6 +142,7 @@ class ManagedCalls:
         adaptive: bool = True,
         clock: Clock = time.monotonic,
         sleep: Wait | None = None,
+        stall_after: int | None = None,
     ) -> None:
         """Configure the calls; nothing is sent until asked.
 
@@ -154,6 +157,9 @@ class ManagedCalls:
         are the time the model waits in (rate meters, backoff, ``Retry-After``,
         another process's cache lock): a test passes a virtual clock and a sleep
         that records its waits; latency is always measured on the real clock.
+        ``stall_after``: that many attempts in a row without an answer within
+        ``timeout`` (none answered in between) stop the model, said (``None``:
+        each call gives up after its own tries only).
         """
         if not apis:
             raise ValueError("a managed model needs at least one API")
@@ -174,6 +180,9 @@ class ManagedCalls:
         self.adaptive = adaptive
         self.rpm = rpm
         self.tpm = tpm
+        self.stall_after = stall_after
+        #: Attempts in a row that got no answer within ``timeout`` (any answer resets it).
+        self.unanswered_in_a_row = 0
         self._clock = clock
         self._sleep = sleep
         #: Failed calls (after their retries) by cause, for the run's failure summary.
@@ -385,6 +394,19 @@ class ManagedCalls:
             logger.error("%s: %s; failing the rest of its calls unsent", self.name, error)
         return error
 
+    def _unanswered(self) -> str | None:
+        """Count an attempt that got no answer in time; why the model stops, once ``stall_after`` are in a row."""
+        with self._lock:
+            self.unanswered_in_a_row += 1
+            count = self.unanswered_in_a_row
+        if self.stall_after is None or count < self.stall_after:
+            return None
+        return (
+            f"{count} requests in a row got no answer within {self.timeout:g}s (--restore-timeout): "
+            f"{self.api.where} is not answering; stopped rather than waiting on every request's "
+            f"{self.max_tries} tries"
+        )
+
     def _count_failure(self, error: str) -> None:
         with self._lock:
             self.failure_causes[failure_cause(error)] += 1
@@ -401,6 +423,7 @@ class ManagedCalls:
         lock: KeyLock | None = None,
         tries: int | None = None,
         hold: bool = False,
+        split_on_timeout: bool = False,
     ) -> _Outcome:
         """Send a request with bounded, jittered retries, each attempt to the least busy replica; never raises.
 
@@ -409,94 +432,124 @@ class ManagedCalls:
         reply too long for its budget is not sent again). ``hold``: a
         success keeps its slot (``_Outcome.held``) until the caller releases it,
         once the answer is stored, so a cache that cannot be written stops the
-        model before another call is let out.
+        model before another call is let out. ``split_on_timeout``: a
+        timed-out attempt ends the call at once (``last_kind`` ``timeout``), for
+        a caller that sends the request again in smaller parts rather than whole.
         """
         last_error = "no attempt made"
         last_kind, last_status = "", 0
         tries = tries or self.max_tries
-        for attempt in range(1, tries + 1):
-            if self.fatal_error is not None:
-                return _Outcome(error=self.fatal_error, unsent=True)
-            replica = self._acquire(stop)
-            if replica is None:
-                if self.fatal_error is not None or stop.is_set():
-                    return _Outcome(error=self.fatal_error or "interrupted before it was sent", unsent=True)
-                reasons = "; ".join(sorted({r.down or "" for r in self.replicas}))
-                return _Outcome(error=self._stop_run(f"no replica of {self.name} can be reached: {reasons}"))
-            latency: float | None = None
-            held = False
-            overloaded = False
-            retry_after: float | None = None
-            api = replica.api
-            try:
-                self._throttle(replica, token_cost, stop)
-                if lock is not None:
-                    lock.touch()
-                started = time.monotonic()  # the server's real latency, whatever ``clock`` is
-                path, body = build(api)
+        # The slot is kept through the backoff after a reply that was an error (the server is
+        # there, and a retry waiting its turn should not let a newer call out before it), and
+        # given back after a timeout or a dropped connection, so the retry may go to another replica.
+        replica: Replica | None = None
+        handed = False  # the slot went to the caller with the answer (``hold``)
+        try:
+            for attempt in range(1, tries + 1):
+                if self.fatal_error is not None:
+                    return _Outcome(error=self.fatal_error, unsent=True)
+                if replica is None:
+                    replica = self._acquire(stop)
+                if replica is None:
+                    if self.fatal_error is not None or stop.is_set():
+                        return _Outcome(error=self.fatal_error or "interrupted before it was sent", unsent=True)
+                    reasons = "; ".join(sorted({r.down or "" for r in self.replicas}))
+                    return _Outcome(error=self._stop_run(f"no replica of {self.name} can be reached: {reasons}"))
+                latency: float | None = None
+                held = False
+                keep = False
+                overloaded = False
+                retry_after: float | None = None
+                api = replica.api
                 try:
-                    decoded = api.send(path, body, self.timeout)
-                except CallFailure as failure:
-                    last_kind, last_status = failure.kind, failure.status
-                    detail = redact_keys(failure.detail)
-                    if failure.kind == "status":
-                        status = failure.status
-                        verdict = api.classify(status)
-                        if verdict == FATAL:
-                            return _Outcome(error=self._stop_run(api.fatal_message(status, detail)))
-                        if verdict == FAIL:
-                            return _Outcome(error=f"HTTP {status} (not retried): {detail}", last_kind="status", last_status=status)
-                        last_error = f"HTTP {status}: {detail}"
-                        overloaded = verdict == OVERLOADED
-                        retry_after = failure.retry_after
-                        if retry_after is not None and retry_after > self.max_retry_after:
-                            error = (
-                                f"{last_error}; the server asked to wait {retry_after:.0f}s, over the "
-                                f"{self.max_retry_after:g}s cap (--restore-max-retry-after)"
-                            )
-                            return _Outcome(error=error)
-                    elif failure.kind == "timeout":
-                        last_error = f"timed out after {self.timeout:g}s"
-                        overloaded = True
-                    elif failure.kind == "unreachable":
-                        last_error = f"connection error: {detail}"
-                        with self._changed:
-                            replica.down = f"{api.where} is unreachable ({detail})"
-                        if any(r.down is None for r in self.replicas):
-                            logger.warning("%s: %s; its calls go to the other replicas", self.name, replica.down)
-                            continue  # straight to another replica: nothing was sent
-                        # Nothing listens there (or the name does not resolve): minutes of backoff
-                        # would not change that, for this call or any other. Say it now.
-                        if len(self.replicas) > 1:
-                            reasons = "; ".join(r.down or "" for r in self.replicas)
-                            return _Outcome(error=self._stop_run(f"no replica of {self.name} can be reached: {reasons}"))
-                        return _Outcome(error=self._stop_run(f"{last_error} (not retried: {api.where} is unreachable)"))
-                    elif failure.kind == "malformed":
-                        last_error = f"malformed response: {detail}"
+                    self._throttle(replica, token_cost, stop)
+                    if lock is not None:
+                        lock.touch()
+                    started = time.monotonic()  # the server's real latency, whatever ``clock`` is
+                    path, body = build(api)
+                    try:
+                        decoded = api.send(path, body, self.timeout)
+                    except CallFailure as failure:
+                        last_kind, last_status = failure.kind, failure.status
+                        if failure.kind != "timeout":
+                            self.unanswered_in_a_row = 0  # it answered, if not well
+                        detail = redact_keys(failure.detail)
+                        if failure.kind == "status":
+                            status = failure.status
+                            verdict = api.classify(status)
+                            if verdict == FATAL:
+                                return _Outcome(error=self._stop_run(api.fatal_message(status, detail)))
+                            if verdict == FAIL:
+                                return _Outcome(error=f"HTTP {status} (not retried): {detail}", last_kind="status", last_status=status)
+                            last_error = f"HTTP {status}: {detail}"
+                            overloaded = verdict == OVERLOADED
+                            keep = True
+                            retry_after = failure.retry_after
+                            if retry_after is not None and retry_after > self.max_retry_after:
+                                error = (
+                                    f"{last_error}; the server asked to wait {retry_after:.0f}s, over the "
+                                    f"{self.max_retry_after:g}s cap (--restore-max-retry-after)"
+                                )
+                                return _Outcome(error=error)
+                        elif failure.kind == "timeout":
+                            last_error = f"timed out after {self.timeout:g}s"
+                            overloaded = True
+                            stalled = self._unanswered()
+                            if stalled is not None:
+                                return _Outcome(error=self._stop_run(stalled))
+                            if split_on_timeout:
+                                return _Outcome(error=last_error, last_kind=SPLIT)
+                        elif failure.kind == "unreachable":
+                            last_error = f"connection error: {detail}"
+                            with self._changed:
+                                replica.down = f"{api.where} is unreachable ({detail})"
+                            if any(r.down is None for r in self.replicas):
+                                logger.warning("%s: %s; its calls go to the other replicas", self.name, replica.down)
+                                continue  # straight to another replica: nothing was sent
+                            # Nothing listens there (or the name does not resolve): minutes of backoff
+                            # would not change that, for this call or any other. Say it now.
+                            if len(self.replicas) > 1:
+                                reasons = "; ".join(r.down or "" for r in self.replicas)
+                                return _Outcome(error=self._stop_run(f"no replica of {self.name} can be reached: {reasons}"))
+                            return _Outcome(error=self._stop_run(f"{last_error} (not retried: {api.where} is unreachable)"))
+                        elif failure.kind == "malformed":
+                            last_error = f"malformed response: {detail}"
+                            keep = True
+                        else:
+                            last_error = f"connection error: {detail}"
                     else:
-                        last_error = f"connection error: {detail}"
-                else:
-                    value, problem = read(api, decoded)
-                    if value is not None:
-                        latency = time.monotonic() - started
-                        replica.answered += 1
-                        held = hold
-                        return _Outcome(value=value, held=replica if hold else None, latency=latency)
-                    last_error = redact_keys(problem)
-                    last_kind = "malformed"
-                    if problem.startswith("reply too long"):
-                        return _Outcome(error=problem)  # sending it again costs as much
-            finally:
-                if not held:
-                    self._release(replica, latency, overloaded)
-            if attempt < tries:
-                if stop.is_set():
-                    break
-                delay = retry_after if retry_after is not None else self._backoff(attempt)
-                logger.debug("%s: attempt %d/%d failed (%s); retrying in %.2fs", self.name, attempt, tries, last_error, delay)
-                if self.progress is not None:
-                    self.progress.retry()
-                self._wait(delay, stop)
+                        self.unanswered_in_a_row = 0
+                        value, problem = read(api, decoded)
+                        if value is not None:
+                            latency = time.monotonic() - started
+                            replica.answered += 1
+                            held = hold
+                            return _Outcome(value=value, held=replica if hold else None, latency=latency)
+                        last_error = redact_keys(problem)
+                        last_kind = "malformed"
+                        keep = True
+                        if problem.startswith("reply too long"):
+                            return _Outcome(error=problem)  # sending it again costs as much
+                finally:
+                    if held:
+                        handed = True
+                    elif not keep or attempt >= tries:
+                        self._release(replica, latency, overloaded)
+                        replica = None
+                    elif overloaded:
+                        with self._changed:
+                            replica.limit.overloaded()
+                if attempt < tries:
+                    if stop.is_set():
+                        break
+                    delay = retry_after if retry_after is not None else self._backoff(attempt)
+                    logger.debug("%s: attempt %d/%d failed (%s); retrying in %.2fs", self.name, attempt, tries, last_error, delay)
+                    if self.progress is not None:
+                        self.progress.retry()
+                    self._wait(delay, stop)
+        finally:
+            if replica is not None and not handed:
+                self._release(replica)
         error = f"failed after {tries} tries: {last_error}"
         logger.warning("%s: %s", self.name, error)
         return _Outcome(error=error, last_kind=last_kind, last_status=last_status)

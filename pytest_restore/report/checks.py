@@ -198,6 +198,12 @@ def render_embeddings_md(result: Mapping[str, Mapping[str, Any]]) -> str:
             f"| {name} | {row['distinct_texts']:,} | {row['embedded_this_run']:,} | {row['truncated']:,} | "
             f"{row['requests']:,} | {row['tokens']:,} | {row['dimensions']} | {row['store_bytes']:,} |"
         )
+    for name, row in result.items():
+        if row.get("split"):  # a summary.json from before the figure existed has none
+            lines += ["", (
+                f"{name}: {row['split']:,} requests took longer than the timeout and were sent again as two "
+                "halves each (rather than whole), until the server answered in time."
+            )]
     return "\n".join(lines) + "\n"
 
 

@@ -76,6 +76,7 @@ def embedding_check(sources: Sequence[TextVectors], dataset: Dataset, config: Au
             "truncated": stats.truncated,
             "requests": stats.requests,
             "tokens": stats.tokens,
+            "split": stats.split,
             "dimensions": vectors.store.dimensions,
             "store_bytes": vectors.store.nbytes(),
         }
