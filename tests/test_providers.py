@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -512,3 +513,35 @@ def test_persistent_failure_is_excluded_not_scored_wrong(
             "*model calls failed: 48 records excluded, so cells lost N*",
         ]
     )
+
+
+# -- replicas: one model at two base URLs ------------------------------------------------------
+
+
+def test_two_replicas_share_the_grid_and_one_killed_mid_run_costs_no_record(
+    grid_dir: pytest.Pytester, histories: list[History], tmp_path: Path, clean_run: CleanRun
+) -> None:
+    with OpenAIServer(fake_models_responder(histories), latency=0.002) as survivor:
+        doomed = OpenAIServer(fake_models_responder(histories), latency=0.002).start()
+
+        def kill() -> None:  # mid-run: once it has answered its share of the first requests
+            deadline = time.monotonic() + 60
+            while doomed.total_requests < 40 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            doomed.stop()
+
+        killer = threading.Thread(target=kill)
+        killer.start()
+        models = [f"--restore-{role}={spec}" for role, spec in MODELS.items()]
+        result = grid_dir.runpytest_subprocess(
+            "-p", "no:xdist", *SMALL, *models, "--restore-base-url", f"{doomed.base_url},{survivor.base_url}",
+            "--restore-cache", str(tmp_path / "cache"), "--restore-report-dir", "replicas", timeout=120,
+        )
+        killer.join()
+        result.assert_outcomes(passed=CELLS)
+    before_kill, rest = doomed.total_requests, survivor.total_requests
+    print(f"replicas: {before_kill} requests to the one killed, {rest} to the other")
+    assert before_kill >= 40 and rest > 0
+    # every record as the uninterrupted single-server run wrote it: the kill cost none
+    assert (grid_dir.path / "replicas" / "records.jsonl").read_bytes() == (clean_run.report / "records.jsonl").read_bytes()
+    assert set(doomed.successes) | set(survivor.successes) == clean_run.bodies
