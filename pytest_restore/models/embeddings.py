@@ -351,6 +351,7 @@ class ManagedEmbedder(ManagedCalls):
             stop,
             token_cost=batch.tokens,
             split_on_timeout=splittable,
+            stop_on_failure=True,
         )
         if outcome.unsent:
             return _NotSent(outcome.error or "not sent")

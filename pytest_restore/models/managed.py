@@ -424,6 +424,7 @@ class ManagedCalls:
         tries: int | None = None,
         hold: bool = False,
         split_on_timeout: bool = False,
+        stop_on_failure: bool = False,
     ) -> _Outcome:
         """Send a request with bounded, jittered retries, each attempt to the least busy replica; never raises.
 
@@ -435,6 +436,8 @@ class ManagedCalls:
         model before another call is let out. ``split_on_timeout``: a
         timed-out attempt ends the call at once (``last_kind`` ``timeout``), for
         a caller that sends the request again in smaller parts rather than whole.
+        ``stop_on_failure``: a call that fails for good sets ``stop`` before its
+        slot is given back, so no call waiting for the slot goes out after it.
         """
         last_error = "no attempt made"
         last_kind, last_status = "", 0
@@ -458,6 +461,7 @@ class ManagedCalls:
                 latency: float | None = None
                 held = False
                 keep = False
+                give_up = True  # this attempt ends the call, unless it is tried again
                 overloaded = False
                 retry_after: float | None = None
                 api = replica.api
@@ -498,6 +502,7 @@ class ManagedCalls:
                             if stalled is not None:
                                 return _Outcome(error=self._stop_run(stalled))
                             if split_on_timeout:
+                                give_up = False  # sent again, in parts
                                 return _Outcome(error=last_error, last_kind=SPLIT)
                         elif failure.kind == "unreachable":
                             last_error = f"connection error: {detail}"
@@ -505,6 +510,7 @@ class ManagedCalls:
                                 replica.down = f"{api.where} is unreachable ({detail})"
                             if any(r.down is None for r in self.replicas):
                                 logger.warning("%s: %s; its calls go to the other replicas", self.name, replica.down)
+                                give_up = False
                                 continue  # straight to another replica: nothing was sent
                             # Nothing listens there (or the name does not resolve): minutes of backoff
                             # would not change that, for this call or any other. Say it now.
@@ -521,6 +527,7 @@ class ManagedCalls:
                         self.unanswered_in_a_row = 0
                         value, problem = read(api, decoded)
                         if value is not None:
+                            give_up = False
                             latency = time.monotonic() - started
                             replica.answered += 1
                             held = hold
@@ -530,7 +537,10 @@ class ManagedCalls:
                         keep = True
                         if problem.startswith("reply too long"):
                             return _Outcome(error=problem)  # sending it again costs as much
+                    give_up = attempt >= tries
                 finally:
+                    if give_up and stop_on_failure and not held:
+                        stop.set()
                     if held:
                         handed = True
                     elif not keep or attempt >= tries:
@@ -541,7 +551,7 @@ class ManagedCalls:
                             replica.limit.overloaded()
                 if attempt < tries:
                     if stop.is_set():
-                        break
+                        return _Outcome(error="interrupted before its next try", unsent=True)
                     delay = retry_after if retry_after is not None else self._backoff(attempt)
                     logger.debug("%s: attempt %d/%d failed (%s); retrying in %.2fs", self.name, attempt, tries, last_error, delay)
                     if self.progress is not None:
