@@ -126,6 +126,10 @@ def _add_report(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     parser.add_argument("records", metavar="RECORDS.jsonl", help="saved per-question records")
     parser.add_argument("--out", required=True, help="directory to write the report into")
+    parser.add_argument(
+        "--data", metavar="FILE", default=None,
+        help="the data file the run read, for report.html's texts (default: the one summary.json names)",
+    )
     parser.set_defaults(func=_run_report)
 
 
@@ -155,7 +159,7 @@ def _run_report(args: argparse.Namespace) -> int:
         print(f"error: {args.records}: {err}", file=sys.stderr)
         return 2
     try:
-        files = write_report(records, info, args.out)
+        files = write_report(records, info, args.out, data_file=args.data)
     except OSError as err:  # a full disk, or the directory made read-only since the check
         return _io_error("--out", args.out, err)
     print(f"report: {len(records)} records -> {files.out_dir}")
@@ -163,6 +167,59 @@ def _run_report(args: argparse.Namespace) -> int:
         print(f"expectation not met: {failure}")
     for line in files.untestable:
         print(f"not testable at this N: {line}")
+    return 0
+
+
+# --------------------------------------------------------------------------- show
+
+
+def _add_show(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "show",
+        help="print one question's story: its gold, their eviction, what each condition's reader saw",
+        description=(
+            "Print why a question landed in its bin, from a report directory's records and the data "
+            "file the run read (no model call): the question, the reference, the gold units and when "
+            "each was evicted, what each condition's reader saw (gold, forced, ranked), the answers, "
+            "the verdicts and the bin, for every cell of the question or one."
+        ),
+    )
+    parser.add_argument("question_id", metavar="QUESTION_ID", help="the question's id")
+    parser.add_argument(
+        "--report-dir", default="restore-report",
+        help="the run's report directory, with records.jsonl and summary.json (default: restore-report)",
+    )
+    parser.add_argument(
+        "--cell", default=None,
+        help="one cell: POLICY-BUDGET as the grid names it (fifo-80k), or POLICY-BUDGET-REGIME (fifo-80k-b)",
+    )
+    parser.add_argument(
+        "--data", metavar="FILE", default=None,
+        help="the data file the run read (default: the one summary.json names; the embedded default is regenerated)",
+    )
+    parser.add_argument("--full", action="store_true", help="every unit's whole text, not one line each")
+    parser.add_argument("--width", type=at_least(40), default=100, help="line width (default: 100)")
+    parser.set_defaults(func=_run_show)
+
+
+def _run_show(args: argparse.Namespace) -> int:
+    from pytest_restore.report.inputs import RecordsError, read_records, read_run_info
+    from pytest_restore.report.story import StoryError, open_data, render_story_text, select, tell
+
+    path = Path(args.report_dir) / "records.jsonl"
+    try:
+        records = read_records(path)
+        info = read_run_info(path)
+        chosen = select(records, args.question_id, args.cell)
+        dataset = open_data(info, args.data)
+    except (RecordsError, StoryError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    question = next((q for q in dataset.questions if q.question_id == args.question_id), None)
+    if question is None:
+        print(f"error: {dataset.path}: no question {args.question_id!r} (not the run's data?)", file=sys.stderr)
+        return 2
+    sys.stdout.write(render_story_text(tell(chosen, question), width=args.width, full=args.full))
     return 0
 
 
@@ -541,6 +598,7 @@ def _batch_import(args: argparse.Namespace) -> int:
 _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     _add_generate,
     _add_report,
+    _add_show,
     _add_compare,
     _add_batch,
 )

@@ -143,6 +143,7 @@ _REGIME = (lambda v: v in REGIMES, "'a' or 'b'")
 _BIN = (lambda v: v is None or v in BINS, "'irreversible', 'recoverable', 'residual' or null")
 _GRANULARITY = (lambda v: v is None or v in ("turn", "session"), "'turn', 'session' or null")
 _INT_LIST = (_list_of(_is_int), "a list of integers or null")
+_OPT_INT_LIST = (_list_of(_optional(_is_int)), "a list of integers and nulls, or null")
 _STR_LIST = (_list_of(_is_str), "a list of strings or null")
 _STR_MAP_REQUIRED = (
     lambda v: isinstance(v, dict) and all(_is_str(x) for x in v.values()),
@@ -183,6 +184,10 @@ class Condition:
         _OPT_INT, "tokens injected into the reader's context (null for the oracle)", required=False
     )
     injected_units: int | None = _field(_OPT_INT, "units injected (null for the oracle)", required=False)
+    injected_positions: tuple[int, ...] | None = _field(
+        _INT_LIST, "the injected units by position in the history (their id), in the order the reader saw them",
+        required=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -263,6 +268,20 @@ class Record:
     )
     gold_evicted_where: tuple[str, ...] | None = _field(
         _STR_LIST, "the same units as 'session S, turn T (date, role)'", required=False
+    )
+    gold_positions: tuple[int, ...] | None = _field(
+        _INT_LIST, "positions of the gold units G_q in the history (their ids), ascending", required=False
+    )
+    gold_evicted_after: tuple[int | None, ...] | None = _field(
+        _OPT_INT_LIST,
+        "per gold unit (as gold_positions), the position of the unit whose arrival evicted it; null where kept",
+        required=False,
+    )
+    gold_ranks: tuple[int | None, ...] | None = _field(
+        _OPT_INT_LIST,
+        "per gold unit (as gold_positions), its rank (1 = first) under the ranker over the store; null where "
+        "evicted or not ranked (no match)",
+        required=False,
     )
     error: str | None = _field(_OPT_STR, "the failed call's message (the reason is in excluded)", required=False)
     store_tokens: int | None = _field(_OPT_INT, "size of the store S_P in tokens", required=False)

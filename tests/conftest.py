@@ -9,7 +9,9 @@ and the others read its outputs.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from grid_helpers import (
@@ -117,6 +119,18 @@ def rankers_grid(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
         run_child(["-p", "no:xdist", "-v", *RANKERS_GRID_ARGS], project, project / "report")
 
     return read_child(shared_run(tmp_path_factory, "rankers-grid", build) / "report")
+
+
+@pytest.fixture(scope="session")
+def tiny_report(tiny_grid_runs: tuple[ChildRun, ChildRun]) -> Path:
+    """The serial tiny grid's report directory (the viewers' tests read its records and report.html)."""
+    return tiny_grid_runs[0].report
+
+
+@pytest.fixture(scope="session")
+def tiny_records(tiny_report: Path) -> list[dict[str, Any]]:
+    """The serial tiny grid's records, as records.jsonl holds them (one JSON object per line, in order)."""
+    return [json.loads(line) for line in (tiny_report / "records.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
 @pytest.fixture

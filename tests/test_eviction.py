@@ -18,6 +18,7 @@ from pytest_restore.memory.eviction import (
     EvictionContext,
     Fifo,
     LlmImportance,
+    MemoryStore,
     NoEvict,
     Policy,
     PolicyRegistry,
@@ -377,3 +378,44 @@ def test_victim_not_in_store_raises(histories: list[History]) -> None:
     h = histories[0]
     with pytest.raises(ValueError, match="not in the store"):
         Bad().retain(h.units, h.sizes, 10, ctx_for(h))
+
+
+class KeepNewest(MemoryStore):
+    """A memory system: holds the newest units that fit, dropping a too-large arrival at once."""
+
+    name = "keep-newest"
+
+    def reset(self, budget: int, ctx: EvictionContext) -> None:
+        self.budget, self.held = budget, []  # type: ignore[var-annotated]
+
+    def add(self, unit: Unit) -> None:
+        self.held.append(unit)
+        while sum(u.tokens for u in self.held) > self.budget:
+            self.held.pop(0)
+
+    def retained(self) -> list[int]:
+        return [u.position for u in self.held]
+
+
+@pytest.mark.parametrize(
+    "policy", [cls() for cls in BUILTIN_POLICIES] + [LargestFirst(), KeepNewest()], ids=lambda p: p.name
+)
+def test_eviction_arrivals_match_a_replay_of_every_arrival(histories: list[History], policy: Policy) -> None:
+    """The arrival that evicted each unit, as the policy records it, is the first arrival after which a replay
+    of the prefix no longer holds it, and the same as the default's bisection over prefixes."""
+    found = 0
+    for h in histories:
+        for budget in (300, 100, 30):
+            for seed in (0, 1) if policy.seeded else (0,):
+                ctx = ctx_for(h, seed)
+                final = policy.retain(h.units, h.sizes, budget, ctx)
+                evicted = [int(p) for p in np.flatnonzero(~final)]
+                got = policy.eviction_arrivals(h.units, h.sizes, budget, ctx, evicted)
+                assert got == Policy.eviction_arrivals(policy, h.units, h.sizes, budget, ctx, evicted)  # the bisection
+                replay = [policy.retain(h.units[: t + 1], h.sizes[: t + 1], budget, ctx) for t in range(len(h.units))]
+                for p in evicted:
+                    assert got[p] == next(t for t in range(p, len(h.units)) if not replay[t][p]), (h.question.question_id, p)
+                    assert all(replay[t][p] for t in range(p, got[p]))  # held from its arrival until then
+                found += len(evicted)
+    assert found > 0 or policy.name == "no-evict"
+

@@ -304,9 +304,9 @@ _write_report, _wait = finish.write_report, finish.Background.result
 _waits = []
 
 
-def _held_back(*args):
+def _held_back(*args, **kwargs):
     _go.wait(60)
-    return _write_report(*args)
+    return _write_report(*args, **kwargs)
 
 
 def _interrupted_once(self):

@@ -302,16 +302,16 @@ def test_random_policy_draws_again_with_more_when_the_kernel_runs_short(
     ctx = EvictionContext(dataset.questions[0].question_id, 1)
     budget = int(h.sizes.sum()) // 4
     want = RandomPolicy().retain(h.units, h.sizes, budget, ctx)
-    real = kernels.random_victims
+    real = kernels.random_victims_left
     lengths: list[int] = []
 
     def short_at_first(sizes, budget, draws):  # type: ignore[no-untyped-def]
         lengths.append(len(draws))
         if len(lengths) == 1:
-            return np.zeros(len(sizes), dtype=bool), False
+            return np.zeros(len(sizes), dtype=bool), np.full(len(sizes), -1), False
         return real(sizes, budget, draws)
 
-    monkeypatch.setattr(kernels, "random_victims", short_at_first)
+    monkeypatch.setattr(kernels, "random_victims_left", short_at_first)
     got = RandomPolicy().retain(h.units, h.sizes, budget, ctx)
     assert len(lengths) == 2 and lengths[1] > lengths[0]
     assert got.tolist() == want.tolist() and not want.all()

@@ -265,12 +265,13 @@ def test_ctrl_c_while_the_report_is_written_leaves_the_earlier_report_whole(
     (target / "report.md").write_text("the earlier, complete report")
     writing, release = threading.Event(), threading.Event()
 
-    def slow_report(records: object, info: object, out: Path) -> ReportFiles:
+    def slow_report(records: object, info: object, out: Path, data_file: Path | None = None) -> ReportFiles:
         writing.set()
         release.wait(30)
         (out / "summary.json").write_text("{}")
         (out / "report.md").write_text("the new report")
-        return ReportFiles(out, *(out / name for name in ("r", "c", "report.md", "summary.json", "h", "p", "s")))
+        names = ("r", "c", "report.md", "summary.json", "h", "p", "s", "report.html")
+        return ReportFiles(out, *(out / name for name in names))
 
     monkeypatch.setattr(finish, "write_report", slow_report)
     cancelled = threading.Event()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import ChildRun, flat_record, report_file
+from grid_helpers import TINY, ChildRun, flat_record, report_file
 
 from pytest_restore.data.dataset import QUESTION_TYPES
 from pytest_restore.record import Record
@@ -404,6 +404,7 @@ REPORT_FILES = (
     "summary.json",
     "figure.png",
     "figure.svg",
+    "report.html",
 )
 
 
@@ -413,7 +414,7 @@ def test_session_report_is_identical_with_xdist_and_rebuilt_from_records(
     """Serial and ``-n 2`` sessions write the same bytes; ``report`` rebuilds them exactly, provenance included."""
     serial, parallel = (run.report for run in tiny_grid_runs)
     rebuilt = tmp_path / "rebuilt"
-    result = _cli("report", str(serial / "records.jsonl"), "--out", str(rebuilt))
+    result = _cli("report", str(serial / "records.jsonl"), "--out", str(rebuilt), "--data", str(TINY))
     assert result.returncode == 0, result.stderr
     assert json.loads((serial / "hypotheses.json").read_text())["settings"]["resamples"] == 500
     records = [json.loads(line) for line in (serial / "records.jsonl").read_text().splitlines()]
@@ -423,7 +424,7 @@ def test_session_report_is_identical_with_xdist_and_rebuilt_from_records(
         assert report_file(serial / name) == report_file(parallel / name), name
         assert (serial / name).read_bytes() == (rebuilt / name).read_bytes(), name
     # rebuilt into its own directory, the session's provenance stays (summary.json read before it is replaced)
-    assert _cli("report", str(rebuilt / "records.jsonl"), "--out", str(rebuilt)).returncode == 0
+    assert _cli("report", str(rebuilt / "records.jsonl"), "--out", str(rebuilt), "--data", str(TINY)).returncode == 0
     assert (rebuilt / "summary.json").read_bytes() == (serial / "summary.json").read_bytes()
 
 

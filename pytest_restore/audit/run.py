@@ -197,11 +197,24 @@ class Outcome:
     injected_units: int
     #: :func:`prompt_id` of the reader request (records count unique reader calls from it)
     prompt: str | None = None
+    #: the injected units' positions, in the order the reader saw them
+    injected: tuple[int, ...] = ()
 
     @property
     def error(self) -> str | None:
         """The failed call's message (``None``: the condition has a verdict)."""
         return self.failure.error if self.failure is not None else None
+
+
+@dataclass(frozen=True)
+class GoldFate:
+    """What became of each gold unit (in ``History.gold``'s order) in one store: when it left, its rank."""
+
+    #: the position of the unit whose arrival evicted it; ``None``: kept (or a memory system's: not a unit's)
+    evicted_after: tuple[int | None, ...]
+    #: its rank (1 = first) under the ranker over the store; ``None``: evicted, not ranked (no match), or
+    #: held only through a memory that cites it
+    ranks: tuple[int | None, ...]
 
 
 @dataclass
@@ -324,10 +337,11 @@ class Audit:
         states = {name: index if type(r) is Bm25Lite else r.prepare(history) for name, r in self.rankers.items()}
         return Prepared(history, index, states[self.ranker.name], states, sources)
 
-    def rank(self, prepared: Prepared, store: Mask, ranker: str | None = None) -> list[int]:
-        """A ranker of the audit (the first by default) over ``store`` (top-k, contract checked)."""
+    def rank(self, prepared: Prepared, store: Mask, ranker: str | None = None, k: int | None = None) -> list[int]:
+        """A ranker of the audit (the first by default) over ``store`` (top-k unless ``k``, contract checked)."""
         name = ranker or self.ranker.name
-        return checked_rank(self.rankers[name], prepared.history, store, self.config.top_k, prepared.states[name])
+        depth = self.config.top_k if k is None else k
+        return checked_rank(self.rankers[name], prepared.history, store, depth, prepared.states[name])
 
     # -- summary -------------------------------------------------------------
 
@@ -379,14 +393,15 @@ class Audit:
         for (history, injected), answer, prompt in zip(items, answers, prompts):
             tokens = int(history.sizes[list(injected)].sum()) if injected else 0
             if not answer.ok:
-                outcomes.append(Outcome(None, None, Failure("reader", str(answer.error)), tokens, len(injected), prompt))
+                failed = Failure("reader", str(answer.error))
+                outcomes.append(Outcome(None, None, failed, tokens, len(injected), prompt, tuple(injected)))
                 continue
             verdict = next(verdicts)
             correct = parse_verdict(verdict.text) if verdict.ok and verdict.text is not None else None
             failure = None
             if correct is None:
                 failure = Failure("judge", str(verdict.error) if not verdict.ok else f"not a verdict: {verdict.text!r}")
-            outcomes.append(Outcome(answer.text, correct, failure, tokens, len(injected), prompt))
+            outcomes.append(Outcome(answer.text, correct, failure, tokens, len(injected), prompt, tuple(injected)))
         return outcomes
 
     def oracle(self, questions: Sequence[Prepared]) -> dict[str, Outcome]:
@@ -515,6 +530,7 @@ class Audit:
         if ablate and not scorer_failed and len(self.rankers) > 1:
             self._stores[(policy.name, budget)] = (policy, stores)
         outcomes = iter(self.evaluate(contexts))
+        fates = self.gold_fates(policy, budget, plan, importance, ranker)
         records: list[Record] = []
         for p, seed, kept in plan:
             qid = p.question.question_id
@@ -525,8 +541,11 @@ class Audit:
                     )
                 continue
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
+            fate = fates[(qid, seed)]
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
-                records.append(self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None, ranker))
+                records.append(
+                    self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None, ranker, fate)
+                )
         if ablate and self.config.ablations:
             records = self.ablate(records, {(p.question.question_id, seed): p for p, seed, _ in plan}, stores)
         return CellRun(policy.name, budget, records, stores)
@@ -661,6 +680,44 @@ class Audit:
                 plan.append((p, seed, mask))
         return plan, contexts, stores
 
+    def gold_fates(
+        self,
+        policy: Policy,
+        budget: int,
+        plan: Sequence[tuple[Prepared, int, Mask | None]],
+        importance: Mapping[str, int],
+        ranker: str,
+    ) -> dict[tuple[str, int], GoldFate]:
+        """Each planned store's :class:`GoldFate` per (question, seed), for the records' stories.
+
+        The arrivals come from the policy (:meth:`Policy.eviction_arrivals`), asked
+        once per shared store for the evicted gold of every question asking it;
+        the ranks from the ranker over the whole store (no cut at top-k).
+        """
+        evicted_gold: dict[tuple[str, int], set[int]] = {}
+        for p, seed, mask in plan:
+            if mask is not None:
+                evicted_gold.setdefault((p.question.history_key, seed), set()).update(p.evicted(mask))
+        arrivals: dict[tuple[str, int], dict[int, int]] = {}
+        out: dict[tuple[str, int], GoldFate] = {}
+        for p, seed, mask in plan:
+            if mask is None:
+                continue
+            history, shared = p.history, (p.question.history_key, seed)
+            if shared not in arrivals:
+                ctx = EvictionContext(question_id=p.question.history_key, seed=seed, importance=importance)
+                wanted = sorted(evicted_gold[shared])
+                # a memory system's derived memories are not a subset of the units: no arrival to name
+                asked = wanted and not policy.derived
+                arrivals[shared] = policy.eviction_arrivals(history.units, history.sizes, budget, ctx, wanted) if asked else {}
+            evicted = set(p.evicted(mask))
+            order = {pos: i + 1 for i, pos in enumerate(self.rank(p, mask, ranker, k=int(mask.sum())))}
+            out[(p.question.question_id, seed)] = GoldFate(
+                tuple(arrivals[shared].get(g) if g in evicted else None for g in history.gold),
+                tuple(order.get(g) if g not in evicted else None for g in history.gold),
+            )
+        return out
+
     def reader_request(self, history: History, injected: Sequence[int]) -> ChatRequest:
         """The reader's request for one context."""
         q = history.question
@@ -709,6 +766,7 @@ class Audit:
         mask: Mask | None,
         scorer_failure: Failure | None,
         ranker: str,
+        fate: GoldFate | None = None,
     ) -> Record:
         history = p.history
         gold = history.gold
@@ -744,7 +802,7 @@ class Audit:
             judge=self.judge.name,
             scorer=self.scorer.name if policy.needs_importance else None,
             conditions=Conditions(
-                oracle=Condition(oracle.correct, oracle.answer, oracle.prompt),
+                oracle=Condition(oracle.correct, oracle.answer, oracle.prompt, injected_positions=oracle.injected),
                 policy=_condition(outcome),
                 restored=_condition(restored),
             ),
@@ -761,6 +819,9 @@ class Audit:
             gold_evicted_where=(
                 tuple(unit_label(history.units[g]) for g in evicted_units) if evicted_units is not None else None
             ),
+            gold_positions=tuple(gold),
+            gold_evicted_after=fate.evicted_after if fate is not None else None,
+            gold_ranks=fate.ranks if fate is not None else None,
             bin=bin_,
             excluded=excluded,
             error=error,
@@ -773,7 +834,14 @@ def _condition(outcome: Outcome | None) -> Condition:
     """A condition of the record from its outcome (all null when the condition did not run)."""
     if outcome is None:
         return Condition(None)
-    return Condition(outcome.correct, outcome.answer, outcome.prompt, outcome.injected_tokens, outcome.injected_units)
+    return Condition(
+        outcome.correct,
+        outcome.answer,
+        outcome.prompt,
+        outcome.injected_tokens,
+        outcome.injected_units,
+        outcome.injected,
+    )
 
 
 def unit_label(unit: Unit) -> str:

@@ -70,6 +70,46 @@ class Policy(ABC):
         mask = self.retain(units, sizes, budget, ctx)
         return [Memory.of(units[int(p)]) for p in np.flatnonzero(mask)]
 
+    def eviction_arrivals(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
+    ) -> dict[int, int]:
+        """When each of ``evicted`` (units :meth:`retain` does not keep) left the store: the position of
+        the unit whose arrival evicted it (its own, for a unit evicted as it arrived).
+
+        The default asks :meth:`retain` about prefixes of the history: an
+        online policy's store once the first ``t + 1`` units have arrived is
+        what it retains of them, and a unit once evicted never comes back, so
+        the arrival is found by bisection. The built-in policies record it as
+        they evict instead.
+        """
+        stores: dict[int, Mask] = {}
+
+        def held(position: int, after: int) -> bool:  # ``position`` is stored once unit ``after`` has arrived
+            if after not in stores:
+                stores[after] = np.asarray(self.retain(units[: after + 1], sizes[: after + 1], budget, ctx), dtype=bool)
+            return bool(stores[after][position])
+
+        out: dict[int, int] = {}
+        for position in evicted:
+            lo, hi = position, len(units) - 1  # gone once the last unit has arrived
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if held(position, mid):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            out[position] = lo
+        return out
+
+
+def _arrivals(left: npt.NDArray[np.int64], evicted: Sequence[int]) -> dict[int, int]:
+    """``evicted``'s entries of a loop's record of the arrival that evicted each unit."""
+    out = {int(p): int(left[p]) for p in evicted}
+    kept = [p for p, at in out.items() if at < 0]
+    if kept:
+        raise ValueError(f"unit {kept[0]} was not evicted")
+    return out
+
 
 class VictimPolicy(Policy):
     """A policy given by its victim choice; the online loop is provided.
@@ -87,8 +127,20 @@ class VictimPolicy(Policy):
         """The position, among ``stored``, to evict next."""
 
     def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        return self._loop(units, sizes, budget, ctx)[0]
+
+    def eviction_arrivals(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
+    ) -> dict[int, int]:
+        return _arrivals(self._loop(units, sizes, budget, ctx)[1], evicted)
+
+    def _loop(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext
+    ) -> tuple[Mask, npt.NDArray[np.int64]]:
+        """The online loop: the store, and for each unit the arrival that evicted it (-1: kept)."""
         self.start(units, ctx)
         stored: list[int] = []
+        left = np.full(len(units), -1, dtype=np.int64)
         total = 0
         for pos in range(len(units)):
             stored.append(pos)
@@ -101,10 +153,11 @@ class VictimPolicy(Policy):
                     raise ValueError(
                         f"policy {self.name!r} chose unit {victim}, which is not in the store"
                     ) from None
+                left[victim] = pos
                 total -= int(sizes[victim])
         mask = np.zeros(len(units), dtype=bool)
         mask[stored] = True
-        return mask
+        return mask, left
 
 
 class MemoryStore(Policy):
@@ -138,9 +191,21 @@ class MemoryStore(Policy):
         """Positions of the units held now."""
 
     def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        return self._drive(units, sizes, budget, ctx)[0]
+
+    def eviction_arrivals(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
+    ) -> dict[int, int]:
+        return _arrivals(self._drive(units, sizes, budget, ctx)[1], evicted)
+
+    def _drive(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext
+    ) -> tuple[Mask, npt.NDArray[np.int64]]:
+        """The store over the history, checked after every arrival, and the arrival that dropped each unit (-1: kept)."""
         n = len(units)
         self.reset(budget, ctx)
         held = np.zeros(n, dtype=bool)
+        left = np.full(n, -1, dtype=np.int64)
         for pos, unit in enumerate(units):
             self.add(unit)
             kept = np.fromiter((int(p) for p in self.retained()), dtype=np.int64)
@@ -156,8 +221,11 @@ class MemoryStore(Policy):
                 raise ValueError(f"{where}: holds unit {int(np.flatnonzero(back)[0])} again after dropping it")
             if self.budgeted and int(sizes[now].sum()) > budget:
                 raise ValueError(f"{where}: holds {int(sizes[now].sum())} tokens, over its budget of {budget}")
+            left[held & ~now] = pos
+            if not now[pos]:
+                left[pos] = pos  # dropped as it arrived
             held = now
-        return held
+        return held, left
 
 
 def _evict_lowest_key(sizes: Sizes, budget: int, key: Sequence[float]) -> Mask:
@@ -167,6 +235,16 @@ def _evict_lowest_key(sizes: Sizes, budget: int, key: Sequence[float]) -> Mask:
     return np.asarray(
         kernels.lowest_key(np.asarray(sizes, dtype=np.int64), int(budget), np.asarray(key, dtype=np.float64))
     )
+
+
+def _lowest_key_arrivals(sizes: Sizes, budget: int, key: Sequence[float], evicted: Sequence[int]) -> dict[int, int]:
+    """:func:`_evict_lowest_key`'s arrival that evicted each of ``evicted``."""
+    from pytest_restore.memory import kernels
+
+    _, left = kernels.lowest_key_left(
+        np.asarray(sizes, dtype=np.int64), int(budget), np.asarray(key, dtype=np.float64)
+    )
+    return _arrivals(left, evicted)
 
 
 class NoEvict(Policy):
@@ -191,6 +269,14 @@ class Fifo(Policy):
     def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
         suffix = np.cumsum(sizes[::-1])[::-1]  # tokens from each position to the end
         return np.asarray(suffix <= budget, dtype=bool)
+
+    def eviction_arrivals(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
+    ) -> dict[int, int]:
+        # unit p leaves when the window from p to the arriving unit no longer fits the budget
+        total = np.cumsum(np.asarray(sizes, dtype=np.int64))
+        before = np.concatenate(([0], total[:-1]))
+        return {int(p): int(np.searchsorted(total, before[p] + budget, side="right")) for p in evicted}
 
 
 def stable_seed(*parts: object) -> int:
@@ -219,15 +305,28 @@ class RandomPolicy(VictimPolicy):
         # consumes 32-bit draws (Lemire's method, see ``kernels.below``), so the
         # kernel gets the generator's 32-bit stream, drawn up front; it rarely
         # needs more than one draw per unit, and asks again with more if so.
+        return self._victims(units, sizes, budget, ctx)[0]
+
+    def eviction_arrivals(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
+    ) -> dict[int, int]:
+        cls = type(self)
+        if cls.choose_victim is not RandomPolicy.choose_victim or cls.start is not RandomPolicy.start:
+            return super().eviction_arrivals(units, sizes, budget, ctx, evicted)
+        return _arrivals(self._victims(units, sizes, budget, ctx)[1], evicted)
+
+    def _victims(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext
+    ) -> tuple[Mask, npt.NDArray[np.int64]]:
         from pytest_restore.memory import kernels
 
         extra = 64
         while True:
             rng = np.random.default_rng(stable_seed(ctx.seed, ctx.question_id))
             draws = rng.integers(0, 1 << 32, size=len(units) + extra, dtype=np.uint32)
-            mask, enough = kernels.random_victims(np.asarray(sizes, dtype=np.int64), int(budget), draws)
+            mask, left, enough = kernels.random_victims_left(np.asarray(sizes, dtype=np.int64), int(budget), draws)
             if enough:
-                return np.asarray(mask)
+                return np.asarray(mask), np.asarray(left)
             extra *= 4
 
 
@@ -314,6 +413,18 @@ class Redundancy(Policy):
         root = np.sqrt(np.maximum(lengths, 1.0))
         return np.asarray(kernels.redundancy_victims(overlap, root, np.asarray(sizes, dtype=np.int64), int(budget)))
 
+    def eviction_arrivals(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
+    ) -> dict[int, int]:
+        if type(self).retain is not Redundancy.retain:
+            return super().eviction_arrivals(units, sizes, budget, ctx, evicted)
+        from pytest_restore.memory import kernels
+
+        overlap, lengths = _OVERLAPS.get(units)
+        root = np.sqrt(np.maximum(lengths, 1.0))
+        _, left = kernels.redundancy_victims_left(overlap, root, np.asarray(sizes, dtype=np.int64), int(budget))
+        return _arrivals(left, evicted)
+
 
 class LlmImportance(Policy):
     """Evicts the unit with the lowest importance score (1-10), ties to the older unit.
@@ -326,11 +437,21 @@ class LlmImportance(Policy):
     needs_importance = True
 
     def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        return _evict_lowest_key(sizes, budget, self._key(units, ctx))
+
+    def eviction_arrivals(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
+    ) -> dict[int, int]:
+        if type(self).retain is not LlmImportance.retain:
+            return super().eviction_arrivals(units, sizes, budget, ctx, evicted)
+        return _lowest_key_arrivals(sizes, budget, self._key(units, ctx), evicted)
+
+    @staticmethod
+    def _key(units: Sequence[Unit], ctx: EvictionContext) -> list[float]:
         try:
-            key = [float(ctx.importance[u.content]) for u in units]
+            return [float(ctx.importance[u.content]) for u in units]
         except KeyError as exc:
             raise ValueError(f"no importance score for a unit of {ctx.question_id}") from exc
-        return _evict_lowest_key(sizes, budget, key)
 
 
 _NUMBER = re.compile(r"\d")
@@ -380,6 +501,13 @@ class Control(Policy):
 
     def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
         return _evict_lowest_key(sizes, budget, [-fact_density(u.content) for u in units])
+
+    def eviction_arrivals(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
+    ) -> dict[int, int]:
+        if type(self).retain is not Control.retain:
+            return super().eviction_arrivals(units, sizes, budget, ctx, evicted)
+        return _lowest_key_arrivals(sizes, budget, [-fact_density(u.content) for u in units], evicted)
 
 
 class PolicyRegistry(Registry[Policy]):

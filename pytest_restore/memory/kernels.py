@@ -56,13 +56,22 @@ def _first(key: npt.NDArray[np.float64], a: int, b: int) -> bool:
 
 @_compiled
 def lowest_key(sizes: npt.NDArray[np.int64], budget: int, key: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
-    """Evict the stored unit with the lowest key after each arrival; ties to the older unit.
+    """Evict the stored unit with the lowest key after each arrival; ties to the older unit (the store)."""
+    return lowest_key_left(sizes, budget, key)[0]
+
+
+@_compiled
+def lowest_key_left(
+    sizes: npt.NDArray[np.int64], budget: int, key: npt.NDArray[np.float64]
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+    """:func:`lowest_key`'s store, and for each unit the arrival that evicted it (-1: kept).
 
     The stored units sit in a binary min-heap ordered by :func:`_first`:
     O(n log n) for a history of n units.
     """
     n = sizes.shape[0]
     stored = np.zeros(n, dtype=np.bool_)
+    left = np.full(n, -1, dtype=np.int64)
     heap = np.empty(n, dtype=np.int64)  # positions
     size = 0
     total = 0
@@ -90,8 +99,9 @@ def lowest_key(sizes: npt.NDArray[np.int64], budget: int, key: npt.NDArray[np.fl
                 i = child
             heap[i] = last
             stored[victim] = False
+            left[victim] = pos
             total -= sizes[victim]
-    return stored
+    return stored, left
 
 
 @_compiled
@@ -122,7 +132,16 @@ def below(draws: npt.NDArray[np.uint32], k: int, high: int) -> tuple[int, int]:
 
 @_compiled
 def random_victims(sizes: npt.NDArray[np.int64], budget: int, draws: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.bool_], bool]:
-    """Evict a uniformly random stored unit after each arrival: (store, enough draws).
+    """Evict a uniformly random stored unit after each arrival: (store, enough draws)."""
+    stored, _, enough = random_victims_left(sizes, budget, draws)
+    return stored, enough
+
+
+@_compiled
+def random_victims_left(
+    sizes: npt.NDArray[np.int64], budget: int, draws: npt.NDArray[np.uint32]
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64], bool]:
+    """:func:`random_victims`' store, for each unit the arrival that evicted it (-1: kept), enough draws.
 
     The victim is the ``integers(len(stored))``-th stored unit in arrival
     order, exactly as ``list.pop`` on the list of stored units would take it.
@@ -135,6 +154,7 @@ def random_victims(sizes: npt.NDArray[np.int64], budget: int, draws: npt.NDArray
     while top * 2 <= n:
         top *= 2
     stored = np.zeros(n, dtype=np.bool_)
+    left = np.full(n, -1, dtype=np.int64)
     held = 0
     total = 0
     k = 0
@@ -149,7 +169,7 @@ def random_victims(sizes: npt.NDArray[np.int64], budget: int, draws: npt.NDArray
         while total > budget:
             i, k = below(draws, k, held)
             if i == OUT_OF_DRAWS:
-                return np.zeros(n, dtype=np.bool_), False
+                return np.zeros(n, dtype=np.bool_), left, False
             # the (i + 1)-th stored position: descend the tree
             at = 0
             rest = i + 1
@@ -166,9 +186,10 @@ def random_victims(sizes: npt.NDArray[np.int64], budget: int, draws: npt.NDArray
                 tree[j] -= 1
                 j += j & -j
             stored[victim] = False
+            left[victim] = pos
             held -= 1
             total -= sizes[victim]
-    return stored, True
+    return stored, left, True
 
 
 @_compiled
@@ -189,7 +210,15 @@ def _best_older(overlap: Any, root: npt.NDArray[np.float64], stored: npt.NDArray
 def redundancy_victims(
     overlap: Any, root: npt.NDArray[np.float64], sizes: npt.NDArray[np.int64], budget: int
 ) -> npt.NDArray[np.bool_]:
-    """Evict the older unit of the most similar stored pair after each arrival.
+    """Evict the older unit of the most similar stored pair after each arrival (the store)."""
+    return redundancy_victims_left(overlap, root, sizes, budget)[0]
+
+
+@_compiled
+def redundancy_victims_left(
+    overlap: Any, root: npt.NDArray[np.float64], sizes: npt.NDArray[np.int64], budget: int
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]]:
+    """:func:`redundancy_victims`' store, and for each unit the arrival that evicted it (-1: kept).
 
     ``overlap[u, v]`` counts the content words units ``u`` and ``v`` share and
     ``root`` is the square root of each unit's word count (1 for none), so
@@ -203,6 +232,7 @@ def redundancy_victims(
     """
     n = sizes.shape[0]
     stored = np.zeros(n, dtype=np.bool_)
+    left = np.full(n, -1, dtype=np.int64)
     best = np.full(n, -np.inf)
     lo = np.full(n, -1, dtype=np.int64)
     total = 0
@@ -226,12 +256,13 @@ def redundancy_victims(
                         victim = u
                         break
             stored[victim] = False
+            left[victim] = pos
             lo[victim] = -1
             total -= sizes[victim]
             for u in range(victim + 1, pos + 1):
                 if stored[u] and lo[u] == victim:
                     best[u], lo[u] = _best_older(overlap, root, stored, u)
-    return stored
+    return stored, left
 
 
 @_compiled

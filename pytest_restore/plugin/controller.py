@@ -259,7 +259,7 @@ class ControllerSession:
         self._report_target = target
         self._report = Background(
             write_in_place, got.records, info, target, why_partial, self.calibration_json,
-            self.started_utc, plan.session_id, self._cancel_report,
+            self.started_utc, plan.session_id, self._cancel_report, plan.data.path(),
         )
 
     def finish_report(self, session: pytest.Session) -> None:

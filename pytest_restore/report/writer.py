@@ -12,7 +12,11 @@ report directory:
   regimes, the hypothesis families, the H2 pairs, the bins by question type,
   the restore-tightness ablations, one real case per bin and policy, the
   exclusions, the dataset's sha256 and the run's ranker;
-- ``figure.png``/``figure.svg``: the three-bin shares per policy and budget;
+- ``figure.png``/``figure.svg``: the findings' headline (the two-bin share with
+  its intervals) over the three-bin shares, per policy and budget;
+- ``report.html``: the findings, the figure and the cells tables in one
+  self-contained page, with every record's story (what each condition's
+  reader saw, from the data file's texts) filterable and one click away;
 - ``summary.json``: run settings, dataset, counts and exclusions with reasons,
   the records' schema version (``record_schema``) and the session's provenance.
 
@@ -20,7 +24,8 @@ The statistics pass (:func:`pytest_restore.stats.analysis.analyse`) runs once pe
 report, with the bootstrap settings of the run (``bootstrap``,
 ``bootstrap_seed``, ``equivalence_margin``, ``caliper`` in ``RunInfo.settings``).
 Everything is a function of the records and what ``summary.json`` keeps
-(the run section and the session's provenance), each file written once,
+(the run section and the session's provenance), and, for ``report.html``'s
+texts, the data file the run read; each file written once,
 whole, so ``python -m pytest_restore report`` rebuilds the same files from
 saved records, byte for byte. Output holds no machine-dependent values; the
 only time in it is the provenance's session start.
@@ -106,6 +111,7 @@ class ReportFiles:
     hypotheses: Path
     figure_png: Path
     figure_svg: Path
+    html: Path
     failures: tuple[str, ...] = ()
     #: one line per family whose unmet expectations this run had no power to meet
     untestable: tuple[str, ...] = ()
@@ -146,11 +152,16 @@ def summary_json(
     return out
 
 
-def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) -> ReportFiles:
+def write_report(
+    records: Sequence[Record], info: RunInfo, out_dir: str | Path, *, data_file: str | Path | None = None
+) -> ReportFiles:
     """Write every report file into ``out_dir``; the statistics pass runs once.
 
     ``ReportFiles.failures`` lists the family expectations that failed (see
     :func:`session_failures`); the plugin fails the session on them.
+    ``data_file`` is the data the run read (default: the one ``summary.json``
+    names, :func:`pytest_restore.report.story.open_data`): ``report.html``
+    takes its texts from it; without it the page says why it has none.
     """
     out = Path(out_dir)
     ordered = sort_records(Record.of(r) for r in records)
@@ -165,6 +176,7 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
         hypotheses=out / "hypotheses.json",
         figure_png=out / "figure.png",
         figure_svg=out / "figure.svg",
+        html=out / "report.html",
         failures=tuple(session_failures(analysis)),
         untestable=tuple(untestable_lines(analysis)),
         table=tuple(terminal_lines(analysis)),
@@ -173,7 +185,8 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
     files.cells.write_text(render_cells_csv(analysis), encoding="utf-8")
     files.hypotheses.write_text(render_hypotheses_json(analysis), encoding="utf-8")
     calls = model_calls(ordered)
-    files.report.write_text(render_report_md(ordered, info, analysis, calls), encoding="utf-8")
+    report_md = render_report_md(ordered, info, analysis, calls)
+    files.report.write_text(report_md, encoding="utf-8")
     files.summary.write_text(
         json.dumps(summary_json(ordered, info, analysis, calls), indent=2, sort_keys=True) + "\n",
         encoding="utf-8",
@@ -183,7 +196,37 @@ def write_report(records: Sequence[Record], info: RunInfo, out_dir: str | Path) 
     )
 
     write_figure(analysis, out, dataset=dataset_label(info))
+    _write_html(ordered, info, analysis, files, report_md, data_file)
     return files
+
+
+def _write_html(
+    records: Sequence[Record],
+    info: RunInfo,
+    analysis: Analysis,
+    files: ReportFiles,
+    report_md: str,
+    data_file: str | Path | None,
+) -> None:
+    """``report.html``, its texts from the run's data file (or a line saying why there are none)."""
+    from pytest_restore.report.html import render_html
+    from pytest_restore.report.story import StoryError, open_data
+
+    try:
+        dataset, note = open_data(info, data_file), ""
+    except StoryError as err:
+        dataset, note = None, f"The units' texts are not shown: {err}."
+    opening = report_md.split("## Findings", 1)[0].replace("# Restore-counterfactual audit", "", 1)
+    page = render_html(
+        records,
+        info,
+        analysis,
+        figure_svg=files.figure_svg.read_text(encoding="utf-8"),
+        dataset=dataset,
+        texts_note=note,
+        opening=opening.splitlines(),
+    )
+    files.html.write_text(page, encoding="utf-8")
 
 
 def terminal_lines(analysis: Analysis) -> list[str]:

@@ -115,6 +115,7 @@ def write_in_place(
     started_utc: datetime.datetime,
     session_id: str,
     cancelled: threading.Event | None = None,
+    data_file: Path | None = None,
 ) -> ReportFiles:
     """Write the report (and the calibration gate's, if any) into a fresh directory beside ``target``, then swap it into place.
 
@@ -124,7 +125,8 @@ def write_in_place(
 
     Once ``cancelled`` is set (Ctrl-C while the report is written), nothing
     is swapped in: the staging directory goes and :class:`ReportCancelled`
-    is raised, so ``target`` stays as it was.
+    is raised, so ``target`` stays as it was. ``data_file`` is the data the
+    run read, for ``report.html``'s texts.
     """
     staging = staging_dir(target)
     provenance = Provenance(
@@ -135,7 +137,7 @@ def write_in_place(
     )
     try:
         # every file written once, whole: the provenance and the partial mark are the writer's input
-        files = write_report(records, dataclasses.replace(info, provenance=provenance), staging)
+        files = write_report(records, dataclasses.replace(info, provenance=provenance), staging, data_file=data_file)
         if calibration_json is not None:
             (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")
         if cancelled is not None and cancelled.is_set():

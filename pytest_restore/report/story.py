@@ -1,0 +1,372 @@
+"""A question's story: why it landed in its bin, from its records and the data file, without a model call.
+
+Records keep units by their position in the question's history (the gold
+units, what each condition injected, when each gold unit was evicted, the
+gold's rank under the ranker); the texts come back from the data file the
+run read, which is checked by its sha256 against ``summary.json``. Both
+viewers read the story from here: ``python -m pytest_restore show`` prints it
+(:func:`render_story_text`) and ``report.html`` opens it in the browser
+(:mod:`pytest_restore.report.html`).
+
+A context's units are marked the way the audit built it: **forced** units go
+in whatever their rank (the oracle's and the restored condition's gold,
+regime (a)'s surviving gold), **ranked** ones were picked by the ranker over
+the store, and **gold** units are the question's evidence.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import textwrap
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_restore.data.dataset import DataError, Dataset, Question
+from pytest_restore.data.units import Granularity, unit_contents
+from pytest_restore.record import Record, ranker_of
+from pytest_restore.report.inputs import RunInfo, record_order
+from pytest_restore.stats.results import budget_label
+
+#: The conditions of a record, in the order a story tells them: (name, what it is).
+CONDITIONS: tuple[tuple[str, str], ...] = (
+    ("oracle", "the gold alone"),
+    ("policy", "the policy's store"),
+    ("restored", "the store with the evicted gold restored"),
+)
+
+
+class StoryError(ValueError):
+    """A story that cannot be told (no such question or cell, no data file); one line."""
+
+
+# -- the data's texts --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnitText:
+    """One unit of a history as a story shows it."""
+
+    position: int
+    session: int
+    turn: int  #: -1 for a session unit
+    date: str
+    role: str
+    content: str
+
+    @property
+    def where(self) -> str:
+        """``#12 session 3, turn 2 (2023/05/20, user)``."""
+        if self.session < 0:
+            return f"#{self.position} derived memory"
+        turn = f", turn {self.turn}" if self.turn >= 0 else ""
+        return f"#{self.position} session {self.session}{turn} ({self.date}, {self.role})"
+
+
+def history_texts(question: Question, granularity: Granularity) -> list[UnitText]:
+    """A question's units in the audit's order (:func:`pytest_restore.data.units.history_units`), without token counts."""
+    contents = unit_contents(question, granularity)
+    out: list[UnitText] = []
+    if granularity is Granularity.TURN:
+        for s, (date, session) in enumerate(zip(question.haystack_dates, question.haystack_sessions)):
+            for t, turn in enumerate(session):
+                out.append(UnitText(len(out), s, t, date, turn.role, contents[len(out)]))
+    else:
+        for s, date in enumerate(question.haystack_dates):
+            out.append(UnitText(s, s, -1, date, "session", contents[s]))
+    return out
+
+
+def open_data(info: RunInfo, data: str | os.PathLike[str] | None = None) -> Dataset:
+    """The data file the run read: ``data`` when given, else the one ``summary.json`` names.
+
+    The embedded default is generated again (deterministic) into the project's
+    cache when it is not there. The file must be the run's: its sha256 is
+    checked against ``summary.json``'s; a mismatch or a missing file is a
+    one-line :class:`StoryError`.
+    """
+    from pytest_restore.data.loaders import load_data
+
+    name = str(info.settings.get("data") or "")
+    if data is not None:
+        path = Path(data)
+    elif not name or name == "embedded synthetic":
+        path = _embedded(int(info.settings.get("embedded_questions") or 100))
+    else:
+        path = Path(name)
+        if not path.exists():
+            raise StoryError(f"the run read {name}, which is not in {Path.cwd()}: pass --data PATH (the texts come from it)")
+    try:
+        dataset = load_data(path, name=str(info.dataset.get("dataset") or "") or None)
+    except DataError as err:
+        raise StoryError(str(err)) from None
+    want = info.dataset.get("sha256")
+    if want and dataset.sha256 != want:
+        raise StoryError(f"{path}: sha256 {dataset.sha256[:16]}... but the run read {str(want)[:16]}... (another file)")
+    return dataset
+
+
+def _embedded(questions: int) -> Path:
+    """The embedded default of this size: from the project's cache, generated there (or in a temporary directory)."""
+    from pytest_restore.synthetic.embedded import embedded_dataset
+
+    try:
+        return embedded_dataset(Path(".pytest_cache") / "d" / "restore", questions=questions)
+    except OSError:
+        return embedded_dataset(Path(tempfile.mkdtemp(prefix="pytest-restore-")), questions=questions)
+
+
+# -- a story ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One unit of a context: where it is, and how it got there."""
+
+    unit: UnitText
+    gold: bool
+    forced: bool
+
+    @property
+    def marks(self) -> str:
+        """``gold, forced`` / ``ranked`` ..."""
+        return ", ".join(x for x in ("gold" if self.gold else "", "forced" if self.forced else "ranked") if x)
+
+
+@dataclass(frozen=True)
+class ConditionView:
+    """What one condition's reader saw, answered and was judged."""
+
+    name: str
+    about: str
+    seen: tuple[Seen, ...] | None  #: ``None``: the record does not say (older records)
+    tokens: int | None
+    answer: str | None
+    correct: bool | None
+
+
+@dataclass(frozen=True)
+class GoldView:
+    """One gold unit in one cell: when it arrived, whether and when it was evicted, its rank."""
+
+    unit: UnitText
+    evicted_after: UnitText | None  #: the unit whose arrival evicted it; ``None``: kept (or not said)
+    evicted: bool | None  #: ``None``: the record does not say
+    rank: int | None  #: 1-based, under the ranker over the store; ``None``: evicted, not ranked or not said
+    rank_known: bool = True  #: ``False``: the record does not say (older records)
+
+
+@dataclass(frozen=True)
+class CellStory:
+    """One record of the question: its cell, the gold's fate, the conditions, the bin."""
+
+    record: Record
+    gold: tuple[GoldView, ...]
+    conditions: tuple[ConditionView, ...]
+
+    @property
+    def cell(self) -> str:
+        """The grid item's name, ``fifo-80k``."""
+        return cell_name(self.record)
+
+    @property
+    def title(self) -> str:
+        """``fifo 80k, seed 0, regime b``."""
+        r = self.record
+        return f"{r.policy} {budget_label(r.budget)}, seed {r.seed}, regime {r.regime}"
+
+    @property
+    def outcome(self) -> str:
+        """The bin, or why the record has none."""
+        r = self.record
+        if r.excluded:
+            return f"excluded: {r.excluded}"
+        if r.bin:
+            return r.bin
+        if r.conditions.oracle.correct is False:
+            return "not oracle-answerable (no bin)"
+        return "correct under the policy (no bin)"
+
+
+@dataclass(frozen=True)
+class Story:
+    """A question's story over the cells its records cover."""
+
+    question: Question
+    gold: tuple[UnitText, ...]
+    cells: tuple[CellStory, ...]
+
+
+def cell_name(record: Record) -> str:
+    """The grid item a record belongs to, as the grid names it (``fifo-80k``)."""
+    return f"{record.policy}-{budget_label(record.budget)}"
+
+
+def gold_positions(record: Record, question: Question, units: Sequence[UnitText]) -> tuple[int, ...]:
+    """The gold's positions: the record's, else found again from the data (records before the field)."""
+    if record.gold_positions is not None:
+        return record.gold_positions
+    from pytest_restore.data.units import gold_of
+
+    # gold_of reads a unit's position, session and turn, which a UnitText has
+    return gold_of(question, Granularity(record.granularity or "turn"), units)  # type: ignore[arg-type]
+
+
+def _forced(name: str, regime: str, gold: Sequence[int], evicted: Iterable[int]) -> set[int]:
+    """The units a condition forces in: the gold (oracle, restored), regime (a)'s surviving gold, else none."""
+    if name in ("oracle", "restored"):
+        return set(gold)
+    return set(gold) - set(evicted) if regime == "a" else set()
+
+
+class _Units(list[UnitText]):
+    """A history's units; a position past them is a memory a memory system derived (not in the data file)."""
+
+    def at(self, position: int) -> UnitText:
+        """The unit at ``position``, or a stand-in for a derived memory."""
+        if position < len(self):
+            return self[position]
+        return UnitText(position, -1, -1, "", "memory", "(a memory the memory system derived: not in the data file)")
+
+
+def tell(records: Sequence[Record], question: Question) -> Story:
+    """The story of one question from its records (all of one question), in the records' order."""
+    granularity = Granularity(records[0].granularity or "turn") if records else Granularity.TURN
+    units = _Units(history_texts(question, granularity))
+    gold = gold_positions(records[0], question, units) if records else ()
+    cells = []
+    for r in sorted(records, key=record_order):
+        evicted = tuple(r.gold_evicted_units or ())
+        after = r.gold_evicted_after or (None,) * len(gold)
+        ranks = r.gold_ranks or (None,) * len(gold)
+        fates = tuple(
+            GoldView(
+                units[g],
+                units.at(a) if a is not None else None,
+                None if r.gold_evicted_units is None else g in evicted,
+                rank,
+                r.gold_ranks is not None,
+            )
+            for g, a, rank in zip(gold, after, ranks)
+        )
+        conditions = []
+        for name, about in CONDITIONS:
+            answer, correct, tokens, injected = _condition(r, name)
+            forced = _forced(name, r.regime, gold, evicted)
+            seen = None if injected is None else tuple(Seen(units.at(p), p in gold, p in forced) for p in injected)
+            conditions.append(
+                ConditionView(
+                    name if name != "policy" else f"policy (regime {r.regime})",
+                    about if name != "policy" else _policy_about(r),
+                    seen,
+                    tokens if name != "oracle" else r.gold_tokens,
+                    answer,
+                    correct,
+                )
+            )
+        cells.append(CellStory(r, fates, tuple(conditions)))
+    return Story(question, tuple(units[g] for g in gold), tuple(cells))
+
+
+def _condition(record: Record, name: str) -> tuple[str | None, bool | None, int | None, tuple[int, ...] | None]:
+    """One condition's answer, verdict, injected tokens and injected positions."""
+    c = getattr(record.conditions, name)
+    return c.answer, c.correct, c.injected_tokens, c.injected_positions
+
+
+def _policy_about(record: Record) -> str:
+    ranker = ranker_of(record)
+    if record.regime == "a":
+        return f"the store: its surviving gold forced, the rest ranked by {ranker}"
+    return f"the store, ranked by {ranker} (top-k under the cap)"
+
+
+def select(
+    records: Sequence[Record], question_id: str, cell: str | None = None
+) -> list[Record]:
+    """The records of one question (of one cell: ``fifo-80k``, ``fifo-80k-b`` for one regime); a miss is a :class:`StoryError`."""
+    mine = [r for r in records if r.question_id == question_id]
+    if not mine:
+        raise StoryError(f"no record of question {question_id!r}")
+    if cell is None:
+        return mine
+    chosen = [r for r in mine if cell in (cell_name(r), f"{cell_name(r)}-{r.regime}")]
+    if not chosen:
+        names = ", ".join(dict.fromkeys(cell_name(r) for r in mine))
+        raise StoryError(f"question {question_id!r} has no record in cell {cell!r}; its cells: {names}")
+    return chosen
+
+
+# -- the terminal's view -----------------------------------------------------------------------
+
+
+def _verdict(correct: bool | None) -> str:
+    return {True: "correct", False: "wrong", None: "no verdict"}[correct]
+
+
+def _clip(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def render_story_text(story: Story, *, width: int = 100, full: bool = False) -> str:
+    """The story as plain text for a terminal: the question, its gold, then each record's cell.
+
+    Units a reader saw are one line each (their text clipped to the line
+    unless ``full``); gold units are printed whole once, under the question.
+    """
+    q = story.question
+    wrap = textwrap.TextWrapper(width=width, initial_indent="    ", subsequent_indent="    ")
+    out = [
+        f"question {q.question_id} ({q.question_type}), asked {q.question_date}",
+        f"  question:  {q.question}",
+        f"  reference: {q.answer}",
+        f"  gold: {_units(len(story.gold))}",
+    ]
+    for unit in story.gold:
+        out.append(f"  [gold] {unit.where}")
+        out += wrap.wrap(unit.content) or ["    (empty)"]
+    for cell in story.cells:
+        r = cell.record
+        out += ["", f"== {cell.title}: {cell.outcome.upper()}"]
+        out.append(
+            f"  reader {r.reader}, judge {r.judge or '?'}, ranker {ranker_of(r)}; "
+            f"store {r.store_units if r.store_units is not None else '?'} units, "
+            f"{r.store_tokens if r.store_tokens is not None else '?'} tokens"
+        )
+        for fate in cell.gold:
+            out.append(f"  gold {fate.unit.where}: arrived at #{fate.unit.position}; {_fate(fate)}")
+        for cond in cell.conditions:
+            tokens = f", {cond.tokens} tokens" if cond.tokens is not None else ""
+            count = _units(len(cond.seen)) if cond.seen is not None else "units not recorded"
+            out.append(f"  {cond.name}: {cond.about} ({count}{tokens})")
+            out.append(f"    answer ({_verdict(cond.correct)}): {_clip(cond.answer or '-', width - 30)}")
+            for seen in cond.seen or ():
+                head = f"    {'*' if seen.gold else ' '} {seen.unit.where} [{seen.marks}]"
+                if full:
+                    out += [head, *wrap.wrap(seen.unit.content)]
+                else:
+                    out.append(f"{head} {_clip(seen.unit.content, max(width - len(head) - 1, 40))}")
+    return "\n".join(out) + "\n"
+
+
+def _units(n: int) -> str:
+    return f"{n} unit" if n == 1 else f"{n} units"
+
+
+def _fate(fate: GoldView) -> str:
+    if fate.evicted is None:
+        return "eviction not recorded"
+    if not fate.evicted:
+        rank = (
+            "its rank not recorded"
+            if not fate.rank_known
+            else f"rank {fate.rank} under the ranker"
+            if fate.rank is not None
+            else "not ranked by the ranker (no match)"
+        )
+        return f"kept in the store; {rank}"
+    if fate.evicted_after is None:
+        return "evicted (when: not recorded)"
+    return f"evicted when {fate.evicted_after.where} arrived"

@@ -1,0 +1,101 @@
+"""``python -m pytest_restore show``: one question's story from the records and the data file, no model call."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from grid_helpers import TINY
+
+from pytest_restore.__main__ import main
+from pytest_restore.data.dataset import load_dataset
+from pytest_restore.data.units import Granularity, build_history
+from pytest_restore.report.story import history_texts
+
+
+def _section(story: str, name: str) -> str:
+    """The lines of one condition in a printed story: its header and the lines indented under it."""
+    lines = story.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {name}"))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("    ")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def _show(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["show", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_the_units_a_story_names_are_the_audits(tiny_records: list[dict[str, Any]]) -> None:
+    """The texts come back from the data file in the audit's order: the same units, the same gold."""
+    dataset = load_dataset(TINY)
+    for question in dataset.questions[:3]:
+        for granularity in Granularity:
+            history = build_history(question, granularity)
+            texts = history_texts(question, granularity)
+            assert [(u.session, u.turn, u.date, u.role, u.content) for u in history.units] == [
+                (u.session, u.turn, u.date, u.role, u.content) for u in texts
+            ]
+    by_id = {q.question_id: q for q in dataset.questions}
+    for r in tiny_records[:20]:
+        assert tuple(r["gold_positions"]) == build_history(by_id[r["question_id"]]).gold
+
+
+def test_show_tells_a_question_of_each_bin(
+    tiny_report: Path, tiny_records: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first record of each bin the tiny grid holds (irreversible and recoverable; no residual)."""
+    firsts = {r["bin"]: r for r in reversed(tiny_records) if r["bin"]}
+    assert {"irreversible", "recoverable"} <= set(firsts)
+    for bin_, r in firsts.items():
+        _check_story(tiny_report, r, bin_, capsys)
+
+
+def _check_story(report: Path, r: dict[str, Any], bin_: str, capsys: pytest.CaptureFixture[str]) -> None:
+    cell = f"{r['policy']}-{r['budget'] // 1000}k-{r['regime']}" if r["budget"] % 1000 == 0 else ""
+    cell = cell or f"{r['policy']}-{r['budget']}-{r['regime']}"
+    code, out, err = _show(capsys, r["question_id"], "--report-dir", str(report), "--data", str(TINY), "--cell", cell)
+    assert code == 0, err
+    blocks = out.split("\n== ")
+    head, stories = blocks[0], [b for b in blocks[1:] if f"seed {r['seed']}," in b.splitlines()[0]]
+    assert f"question:  {r['question']}" in head and f"reference: {r['reference']}" in head
+    assert head.count("[gold] ") == len(r["gold_positions"])
+    story = stories[0]
+    assert story.splitlines()[0].endswith(f": {bin_.upper()}")
+    evicted = set(r["gold_evicted_units"])
+    fates = [line for line in story.splitlines() if line.startswith("  gold #")]
+    for pos, line, after, rank in zip(r["gold_positions"], fates, r["gold_evicted_after"], r["gold_ranks"]):
+        assert line.startswith(f"  gold #{pos} ")
+        if pos in evicted:
+            assert f"evicted when #{after} " in line
+        else:
+            assert "kept in the store" in line and (f"rank {rank} " in line if rank is not None else "not ranked" in line)
+    for name in ("oracle", "policy", "restored"):
+        condition = r["conditions"][name]
+        text = _section(story, name)
+        seen = [int(m) for m in re.findall(r"^    [* ] #(\d+) ", text, flags=re.MULTILINE)]
+        assert seen == condition["injected_positions"], name
+        verdict = {True: "correct", False: "wrong", None: "no verdict"}[condition["correct"]]
+        assert f"answer ({verdict}): " in text
+        for line in re.findall(r"^    [* ] #\d+ .*$", text, flags=re.MULTILINE):
+            pos = int(line.split("#")[1].split()[0])
+            assert ("gold" in line.split("[")[-1]) == (pos in r["gold_positions"])
+
+
+def test_show_refuses_in_one_line(tiny_report: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    qid = json.loads((tiny_report / "records.jsonl").read_text().splitlines()[0])["question_id"]
+    code, out, err = _show(capsys, "no-such-question", "--report-dir", str(tiny_report), "--data", str(TINY))
+    assert (code, out, err) == (2, "", "error: no record of question 'no-such-question'\n")
+    code, _, err = _show(capsys, qid, "--report-dir", str(tiny_report), "--data", str(TINY), "--cell", "fifo-1k")
+    assert code == 2 and err.startswith(f"error: question {qid!r} has no record in cell 'fifo-1k'; its cells: ")
+    assert len(err.splitlines()) == 1
+    other = tmp_path / "tiny.json"
+    other.write_text(TINY.read_text() + "\n")  # the same questions, another file
+    code, _, err = _show(capsys, qid, "--report-dir", str(tiny_report), "--data", str(other))
+    assert code == 2 and "(another file)" in err and len(err.splitlines()) == 1
+    code, _, err = _show(capsys, qid, "--report-dir", str(tmp_path))
+    assert code == 2 and err.startswith("error: ") and "records.jsonl" in err and len(err.splitlines()) == 1
