@@ -68,6 +68,8 @@ def load_time(page: Path, repeats: int) -> str:
     browser = chromium()
     if browser is None:
         return "not measured: Chromium is not installed"
+    if repeats < 1:
+        return "not measured (--repeats 0)"
     with tempfile.TemporaryDirectory() as tmp:
         empty = Path(tmp) / "empty.html"
         empty.write_text('<!DOCTYPE html><html><body><script>console.info("report.html: ready");</script></body></html>\n')
@@ -125,7 +127,7 @@ def main() -> None:
     parser.add_argument("--data", default=None, help="--restore-data for the grid (default: the embedded default)")
     parser.add_argument("--embedded-questions", type=int, default=None, help="--restore-embedded-questions")
     parser.add_argument("--questions", type=int, default=None, help="--restore-questions")
-    parser.add_argument("--repeats", type=int, default=3, help="opening the page: median of this many (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="opening the page: median of this many (default 3; 0: not measured)")
     parser.add_argument("--width", type=int, default=110, help="show's line width (default 110)")
     parser.add_argument("--no-examples", action="store_true", help="the page's figures only")
     args = parser.parse_args()
