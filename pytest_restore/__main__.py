@@ -141,6 +141,7 @@ def _run_report(args: argparse.Namespace) -> int:
         read_run_info,
     )
     from pytest_restore.report.writer import write_report
+    from pytest_restore.run.checks import read_check
     from pytest_restore.stats.families import default_families
 
     problem = out_dir_problem(args.out, "--out")
@@ -150,7 +151,7 @@ def _run_report(args: argparse.Namespace) -> int:
     try:
         records = read_records(args.records)
         # no conftest.py here: the built-in families and those of installed packages' entry points
-        info = replace(read_run_info(args.records), families=tuple(default_families().values()))
+        info = replace(read_run_info(args.records, read_check), families=tuple(default_families().values()))
         check_run_info(records, info, args.records)
     except RecordsError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -334,13 +334,13 @@ def _item_report(when: Literal["setup", "call", "teardown"], properties: list[tu
 
 
 def test_the_controller_gathers_records_from_its_own_runner_and_from_a_worker() -> None:
-    # the controller's gathering, in process: a record as the one process hands it (a Record) and as
-    # a worker ships it (one JSON string), the usage of each process (its latest report wins), and
-    # every phase's report stripped of the plugin's properties (junitxml would write them)
-    from pytest_restore.plugin.cells import META_PROPERTY, USAGE_PROPERTY
+    # the controller's gathering, in process: a message as the one process hands it (records as they are)
+    # and as a worker ships it (one JSON string), the usage of each process (its latest message wins), an
+    # item's exit status, and every phase's report stripped of the plugin's property (junitxml would write it)
     from pytest_restore.plugin.gather import Gathered
-    from pytest_restore.plugin.options import RECORDS_PROPERTY
+    from pytest_restore.plugin.options import MESSAGE_PROPERTY
     from pytest_restore.record import from_v1
+    from pytest_restore.run.message import ItemMessage
 
     fields = {
         "question_id": "q1", "question_type": "single-session-user", "policy": "fifo", "budget": 8000, "seed": 0,
@@ -348,19 +348,23 @@ def test_the_controller_gathers_records_from_its_own_runner_and_from_a_worker() 
         "negative_restore_gain": False, "gold_units": 2, "gold_evicted": 1, "bin": "irreversible", "excluded": None,
     }
     local = from_v1(fields)
-    shipped = json.dumps([from_v1({**fields, "question_id": "q2"}).to_json()])
-    usage = {"process": "gw0", "models": {"reader openai:m": {"sent": 1}}, "calls": {}}
+    usage = {"reader openai:m": {"sent": 1}}
+    shipped = ItemMessage("gw0", (from_v1({**fields, "question_id": "q2"}),), usage=usage).to_text()
     gathered = Gathered()
-    setup = _item_report("setup", [(RECORDS_PROPERTY, [local]), ("mine", 1)])
+    setup = _item_report("setup", [(MESSAGE_PROPERTY, ItemMessage("main", (local,))), ("mine", 1)])
     gathered.take(setup)
     assert setup.user_properties == [("mine", 1)] and gathered.records == []  # only the call's report counts
-    gathered.take(_item_report("call", [(RECORDS_PROPERTY, [local]), (META_PROPERTY, {"sha256": "x"})]))
-    worker_call = _item_report("call", [(RECORDS_PROPERTY, shipped), (USAGE_PROPERTY, usage)], "t.py::test_cell[fifo-80k]")
+    gathered.take(_item_report("call", [(MESSAGE_PROPERTY, ItemMessage("main", (local,), {"sha256": "x"}))]))
+    worker_call = _item_report("call", [(MESSAGE_PROPERTY, shipped)], "t.py::test_cell[fifo-80k]")
     gathered.take(worker_call)
-    later = {**usage, "models": {"reader openai:m": {"sent": 3}}}
-    gathered.take(_item_report("call", [(USAGE_PROPERTY, later)], "t.py::test_other"))
+    later = ItemMessage("gw0", (), {"sha256": "x"}, {"reader openai:m": {"sent": 3}}).to_text()
+    gathered.take(_item_report("call", [(MESSAGE_PROPERTY, later)], "t.py::test_cell[fifo-30k]"))
     assert [r.question_id for r in gathered.records] == ["q1", "q2"] and gathered.records[0] is local
+    assert gathered.records[1] == from_v1({**fields, "question_id": "q2"})
     assert worker_call.user_properties == []
-    assert gathered.ran == {"test_grid.py::test_cell[fifo-8k]", "t.py::test_cell[fifo-80k]"}
+    assert gathered.ran == {"test_grid.py::test_cell[fifo-8k]", "t.py::test_cell[fifo-80k]", "t.py::test_cell[fifo-30k]"}
     assert gathered.run_meta == {"sha256": "x"}
-    assert gathered.model_calls.usage_by_process == {"gw0": {"reader openai:m": {"sent": 3}}}
+    assert gathered.model_calls.usage_by_process == {"gw0": {"reader openai:m": {"sent": 3}}, "main": {}}
+    assert gathered.exit_code is None
+    gathered.take(_item_report("call", [(MESSAGE_PROPERTY, ItemMessage("gw1", exit_code=74).to_text())], "t.py::x"))
+    assert gathered.exit_code == 74 and "t.py::x" not in gathered.ran

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 import pytest
 from grid_helpers import GRID, ROOT, small_args
 
 from pytest_restore.data.dataset import LONGMEMEVAL_BUDGETS
 from pytest_restore.data.locomo import LOCOMO_BUDGETS
+from pytest_restore.report.inputs import RawCheck, RunInfo
+from pytest_restore.run.checks import CHECKS, Check, GridCoverage, RealModelCalls, read_check
 from pytest_restore.run.options import OptionsError, parse_args
 from pytest_restore.run.parts import RunParts
 from pytest_restore.run.plan import build_plan, default_registries
@@ -113,3 +117,49 @@ def test_every_part_of_a_session_reads_the_one_settings_object(pytester: pytest.
     result = pytester.runpytest_inprocess("-p", "no:xdist", "--collect-only", "-q", *args)
     assert result.ret == 0
     assert (pytester.path / "same.txt").read_text() == f"True {LONGMEMEVAL_BUDGETS}"
+
+
+def test_checks_come_out_in_their_declared_order_and_read_back_typed() -> None:
+    @dataclass(frozen=True)
+    class Early(Check):  # a check is one class: its name, its place, its JSON form, its section
+        name: ClassVar[str] = "zz_early"
+        section: ClassVar[int] = 5
+        when: ClassVar[Literal["before_grid", "after_grid"]] = "before_grid"
+        figure: int
+
+        @classmethod
+        def from_json(cls, result: Any) -> Early:
+            return cls(int(result["figure"]))
+
+        def to_json(self) -> Any:
+            return {"figure": self.figure}
+
+        def render_md(self) -> str:
+            return f"## Early\n\nfigure {self.figure}"
+
+    grid = GridCoverage(("fifo-8k",), ("fifo-30k",))
+    calls = RealModelCalls({"reader openai:m": {"failures": {"timeout": 1}, "concurrency": 2, "decoding": {}}})
+    info = RunInfo(checks={"model_calls": calls, "zz_early": Early(3), "grid": grid})
+    sections = info.check_sections()
+    assert [s.splitlines()[0] for s in sections] == ["## Early", "## Grid coverage", "## Real model calls"]
+    assert info.to_json()["checks"]["grid"] == {"result": {"ran": ["fifo-8k"], "not_run": ["fifo-30k"]}}
+    back = RunInfo.from_json(info.to_json(), read_check)
+    assert back.checks["grid"] == grid and back.checks["model_calls"] == calls
+    assert back.checks["zz_early"] == RawCheck("zz_early", {"result": {"figure": 3}})  # not registered: kept as it was
+    assert back.to_json() == info.to_json()
+    assert len({c.name for c in CHECKS}) == len({c.section for c in CHECKS}) == len(CHECKS)
+
+
+def test_the_run_log_declares_every_key_a_run_writes(embedded_report: Path) -> None:
+    # summary.json is typed: every key the main job's run wrote is declared (a new one must be)
+    import json
+
+    from pytest_restore.report.inputs import DataDescription, RunLog, RunSection, RunSettings
+
+    summary = json.loads((embedded_report / "summary.json").read_text(encoding="utf-8"))
+    run = summary["run"]
+    assert set(summary) <= set(RunLog.__annotations__), set(summary) - set(RunLog.__annotations__)
+    assert set(run) <= set(RunSection.__annotations__)
+    assert set(run["settings"]) <= set(RunSettings.__annotations__), set(run["settings"]) - set(RunSettings.__annotations__)
+    assert set(run["dataset"]) <= set(DataDescription.__annotations__), set(run["dataset"]) - set(DataDescription.__annotations__)
+    assert {"settings", "dataset", "exclusions", "checks"} <= set(run) and run["checks"]["grid"]["result"]["ran"]

@@ -32,8 +32,8 @@ import pytest
 
 from pytest_restore.plugin.options import (
     AUTO_KEY,
+    MESSAGE_PROPERTY,
     ONE_PROCESS_KEY,
-    RECORDS_PROPERTY,
     RUN_KEY,
     SESSION_KEY,
     add_options,
@@ -175,8 +175,8 @@ class _Waiting:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """At the latest, the first report carrying records starts the session that gathers them."""
-        if SESSION_KEY not in self.config.stash and any(n == RECORDS_PROPERTY for n, _ in report.user_properties):
+        """At the latest, the first report carrying a grid item's message starts the session that gathers them."""
+        if SESSION_KEY not in self.config.stash and any(n == MESSAGE_PROPERTY for n, _ in report.user_properties):
             self._start("pytest_runtest_logreport", report=report)
 
 

@@ -20,19 +20,14 @@ from pytest_restore.run.settings import SettingsError
 if TYPE_CHECKING:
     from pytest_restore.audit.run import Audit, CellRun
 
-#: The item properties beside the records: the data's description and the process's model usage.
-META_PROPERTY = "restore_meta"
-USAGE_PROPERTY = "restore_usage"
-#: The item property that carries the exit status of a run an item stopped (74: a file could not be read or written).
-EXIT_PROPERTY = "restore_exit"
-
-
 class CellSession(Protocol):
     """What a grid item asks of the process running it (``plugin/runner.py``'s ``CellRunner``)."""
 
     parts: RunParts
 
     def ship(self, item: pytest.Item, audit: Audit, run: CellRun) -> None: ...
+
+    def stopped(self, item: pytest.Item, code: int) -> None: ...
 
 
 class RestoreCell:
@@ -64,7 +59,7 @@ class RestoreCell:
 
     def stop(self, line: str, code: int) -> NoReturn:
         """Fail this item with ``line`` (no traceback) and stop the session, whose exit status becomes ``code``."""
-        self.item.user_properties.append((EXIT_PROPERTY, code))
+        self.session.stopped(self.item, code)
         self.item.session.shouldstop = line
         pytest.fail(line, pytrace=False)
 

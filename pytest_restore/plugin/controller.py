@@ -32,11 +32,12 @@ from pytest_restore.plugin.finish import Outcome, ReportWaiter, partial_reason, 
 from pytest_restore.plugin.gather import Gathered
 from pytest_restore.plugin.options import ONE_PROCESS_KEY
 from pytest_restore.plugin.runner import CellRunner
+from pytest_restore.run.checks import Calibration, Check, CheckRun, run_checks
 from pytest_restore.run.options import small_data
 from pytest_restore.run.parts import RunParts
-from pytest_restore.run.phases import before_grid, dry_run_phase, prepare_data
+from pytest_restore.run.phases import dry_run_phase, prepare_data
 from pytest_restore.run.plan import Plan, check_before_work
-from pytest_restore.run.quality import RunStopped, judge_audit
+from pytest_restore.run.quality import RunStopped
 from pytest_restore.run.report import (
     Background,
     await_report,
@@ -75,9 +76,8 @@ class ControllerSession:
         self.runner = CellRunner(self.parts)
         #: The records, data description and model calls every item sent, and which items ran.
         self.gathered = Gathered()
-        #: The run's checks outside the grid (calibration, judge audit), for the report.
-        self.checks: dict[str, Any] = {}
-        self.calibration_json: str | None = None
+        #: The results of the run's checks outside the grid (``run/checks.py``), by name, for the report.
+        self.checks: dict[str, Check] = {}
         #: How the session ends, for the terminal summary.
         self.outcome = Outcome()
         self.started_utc = datetime.datetime.now(datetime.timezone.utc)
@@ -126,13 +126,17 @@ class ControllerSession:
             self.outcome.dry_run_lines = dry_run_phase(self.parts).lines
             return
         try:
-            self.calibration_json = before_grid(
-                self.parts, self.gathered.model_calls, self.checks, self.config.get_terminal_writer()
-            )
+            self.checks.update(run_checks("before_grid", self.check_run()))
         except RunStopped as stop:
             self.stop_before_grid(session, stop)
         if self.distributed():
             self._start_preload()  # the controller idles while the workers run the grid
+
+    def check_run(self, partial: str | None = None) -> CheckRun:
+        """What the run's checks run over (after the grid: the gathered records, and whether it ran whole)."""
+        return CheckRun(
+            self.parts, self.gathered.model_calls, self.config.get_terminal_writer(), self.gathered.records, partial
+        )
 
     def stop_before_grid(self, session: pytest.Session, stop: RunStopped) -> NoReturn:
         """End the run before its grid: its one line (unless said), then its exit status, with no traceback.
@@ -248,17 +252,16 @@ class ControllerSession:
         plan = self.parts.plan
         cells = grid_cells(got.records, plan.cells)
         why_partial = partial_reason(session, got.selected, got.ran, cells)  # beside the report dir, never in it
-        if self.settings.audit_judge and why_partial is None:
-            self.checks["judge_audit"] = judge_audit(self.parts, got.records, got.model_calls)
+        self.checks.update(run_checks("after_grid", self.check_run(why_partial)))
         target = Path(self.settings.report_dir) if why_partial is None else partial_dir(Path(self.settings.report_dir))
         if why_partial is not None:
             outcome.partial_path, outcome.partial_why = target, why_partial
-        info = run_info(
-            self.settings, plan.policies, got.records, got.run_meta, self.checks, got.model_calls, cells, plan.families
-        )
+        info = run_info(self.settings, plan.policies, got.records, got.run_meta, self.checks, got.model_calls, plan.families)
+        gate = self.checks.get(Calibration.name)
+        calibration_json = gate.result.to_json() if isinstance(gate, Calibration) else None
         self._report_target = target
         self._report = Background(
-            write_in_place, got.records, info, target, why_partial, self.calibration_json,
+            write_in_place, got.records, info, target, why_partial, calibration_json,
             self.started_utc, plan.session_id, self._cancel_report, plan.data.path(),
         )
 

@@ -1,27 +1,22 @@
 """What the grid's items send the controller: their records, the data's description, every process's model calls.
 
 A grid item's runner (``plugin/runner.py``; an xdist worker's in
-``plugin/worker.py``) attaches them to the item's report as user properties;
-the controller hands every report to :meth:`Gathered.take`, which reads them
-off it, whether the report came from its own process (records as they are)
-or from a worker through xdist (records as one JSON string).
+``plugin/worker.py``) attaches one :class:`~pytest_restore.run.message.ItemMessage`
+to the item's report; the controller hands every report to
+:meth:`Gathered.take`, which reads it off, whether the report came from its
+own process (the message as it is) or from a worker through xdist (one JSON string).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-from pytest_restore.plugin.cells import EXIT_PROPERTY, META_PROPERTY, USAGE_PROPERTY
-from pytest_restore.plugin.options import RECORDS_PROPERTY
+from pytest_restore.plugin.options import MESSAGE_PROPERTY
 from pytest_restore.record import Record
 from pytest_restore.run.calls import ModelCalls
-
-#: The item properties the plugin adds to a grid item's report.
-OURS = (RECORDS_PROPERTY, META_PROPERTY, USAGE_PROPERTY, EXIT_PROPERTY)
+from pytest_restore.run.message import ItemMessage
 
 
 class Gathered:
@@ -48,21 +43,22 @@ class Gathered:
         into the XML as a property.
         """
         properties = list(report.user_properties)
-        report.user_properties = [(n, v) for n, v in properties if n not in OURS]
+        report.user_properties = [(n, v) for n, v in properties if n != MESSAGE_PROPERTY]
         if report.when != "call":
             return
         for name, value in properties:
-            if name == RECORDS_PROPERTY:
-                self.ran.add(report.nodeid)
-                # records cross xdist as JSON: they become Records again here
-                received = json.loads(value) if isinstance(value, str) else value
-                self.records.extend(Record.of(r) for r in cast("list[Mapping[str, Any]]", received))
-            elif name == EXIT_PROPERTY:
-                self.exit_code = int(cast("int", value))
-            elif name == META_PROPERTY:
-                self.run_meta = dict(cast("dict[str, Any]", value))
-            elif name == USAGE_PROPERTY:
-                usage = cast("dict[str, Any]", value)
-                # cumulative per process: the latest report of each process wins
-                self.model_calls.usage_by_process[str(usage["process"])] = dict(usage["models"])
-                self.model_calls.calls_by_process[str(usage["process"])] = dict(usage.get("calls", {}))
+            if name == MESSAGE_PROPERTY:
+                self.receive(ItemMessage.of(value), report.nodeid)
+
+    def receive(self, message: ItemMessage, nodeid: str) -> None:
+        """One item's message: its records and data description, its process's model calls, or its exit status."""
+        if message.exit_code is not None:
+            self.exit_code = message.exit_code
+        if message.records is None:
+            return
+        self.ran.add(nodeid)
+        self.records.extend(message.records)
+        self.run_meta = dict(message.data)
+        # cumulative per process: the latest message of each process wins
+        self.model_calls.usage_by_process[message.process] = dict(message.usage)
+        self.model_calls.calls_by_process[message.process] = dict(message.calls)

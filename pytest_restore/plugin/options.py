@@ -16,8 +16,8 @@ import pytest
 
 from pytest_restore.run.options import OPTIONS, RawOptions, small_data
 
-#: The item property a grid cell's records travel in (from xdist workers too).
-RECORDS_PROPERTY = "restore_records"
+#: The item property a grid item's message to the controller travels in (``run/message.py``; from xdist workers too).
+MESSAGE_PROPERTY = "restore_message"
 
 #: The plugin's session object, once the run is an audit (see :func:`requested`).
 #: (a ``plugin.session.Role``; typed ``Any`` so that this module names nothing of plugin/session.py,

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_restore.plugin.cells import META_PROPERTY, USAGE_PROPERTY
-from pytest_restore.plugin.options import RECORDS_PROPERTY
+from pytest_restore.plugin.options import MESSAGE_PROPERTY
 from pytest_restore.record import Record
 from pytest_restore.run.cells import grid_records
+from pytest_restore.run.message import ItemMessage
 from pytest_restore.run.parts import RunParts
 from pytest_restore.run.settings import RestoreSettings
 
@@ -41,15 +41,20 @@ class CellRunner:
         return self.parts.settings
 
     def ship(self, item: pytest.Item, audit: Audit, run: CellRun) -> None:
-        """Attach a cell's records, the data's description and this process's model usage to the item's report."""
-        item.user_properties.append((RECORDS_PROPERTY, self.payload(audit, run)))
-        item.user_properties.append((META_PROPERTY, self.parts.meta()))
-        usage = {"process": self.process, "models": self.parts.usage(), "calls": self.parts.call_details()}
-        item.user_properties.append((USAGE_PROPERTY, usage))
+        """Attach the item's message (its cell's records, the data's description, this process's model calls)
+        to the item's report."""
+        message = ItemMessage(
+            self.process, tuple(run.records), self.parts.meta(), self.parts.usage(), self.parts.call_details()
+        )
+        item.user_properties.append((MESSAGE_PROPERTY, self.send(message, audit, run)))
 
-    def payload(self, audit: Audit, run: CellRun) -> str | list[Record]:
-        """The records as they travel to the controller: in one process, as they are."""
-        return run.records
+    def stopped(self, item: pytest.Item, code: int) -> None:
+        """Attach the exit status of a run this item stopped (74: a file could not be read or written)."""
+        item.user_properties.append((MESSAGE_PROPERTY, self.send(ItemMessage(self.process, exit_code=code))))
+
+    def send(self, message: ItemMessage, audit: Audit | None = None, run: CellRun | None = None) -> ItemMessage | str:
+        """The message as it travels to the controller: in one process, as it is."""
+        return message
 
     # -- the grid -------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_restore.plugin.runner import CellRunner
+from pytest_restore.run.message import ItemMessage
 from pytest_restore.run.parts import RunParts
 from pytest_restore.run.plan import Plan
 
@@ -33,15 +34,17 @@ class WorkerRunner(CellRunner):
         super().__init__(parts)
         self.process = process
 
-    def payload(self, audit: Audit, run: CellRun) -> str:
-        """One JSON string, left in the shared cells too (another worker's check may read it).
+    def send(self, message: ItemMessage, audit: Audit | None = None, run: CellRun | None = None) -> str:
+        """One JSON string; a cell's records are left in the shared cells too (another worker's check may read them).
 
-        Not a list of dicts: xdist's serializer is pure Python and would take
+        Not nested values: xdist's serializer is pure Python and would take
         seconds over a full grid's records (each phase's report carries them).
         """
-        payload = json.dumps([r.to_json() for r in run.records])
-        self.parts.shared_cells().share(audit, run, payload)
-        return payload
+        if audit is None or run is None:
+            return message.to_text()
+        records = json.dumps([r.to_json() for r in run.records])
+        self.parts.shared_cells().share(audit, run, records)
+        return message.to_text(records)
 
 
 class WorkerSession:

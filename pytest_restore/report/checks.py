@@ -1,18 +1,14 @@
-"""report.md's sections for the run's checks outside the grid, rendered from their structured results.
+"""report.md's sections for the run's checks outside the grid, rendered from their results.
 
-The session hands the report each check's result (grid coverage, real
-model calls, calibration gate, judge audit, batch rounds, embeddings) as plain values
-(``RunInfo.checks``: ``{name: {"result": ...}}``, as ``summary.json`` keeps
-them); the words are made here only, so ``python -m pytest_restore report``
-renders the same sections from ``summary.json``. Older files also carry a
-pre-rendered ``"markdown"`` entry per check: it is kept in ``summary.json``
-and not read.
+Each check (``run/checks.py``: grid coverage, real model calls, calibration
+gate, judge audit, batch rounds, embeddings) renders its section with one of
+these functions, from the figures ``summary.json`` keeps, so ``python -m
+pytest_restore report`` renders the same sections from ``summary.json``.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_restore.audit.calibration import GATE_REGIME, PROBE_KINDS, CalibrationResult
@@ -205,23 +201,3 @@ def render_embeddings_md(result: Mapping[str, Mapping[str, Any]]) -> str:
                 "halves each (rather than whole), until the server answered in time."
             )]
     return "\n".join(lines) + "\n"
-
-
-#: Each check's renderer, by the name the session files its result under.
-RENDERERS: dict[str, Callable[[Any], str]] = {
-    "grid": render_grid_md,
-    "model_calls": render_real_calls_md,
-    "calibration": lambda result: render_calibration_md(CalibrationResult.from_dict(result)),
-    "judge_audit": lambda result: render_judge_audit_md(JudgeAuditResult.from_dict(result)),
-    "batch": render_batch_md,
-    "embeddings": render_embeddings_md,
-}
-
-
-def render_check_md(name: str, check: Mapping[str, Any]) -> str:
-    """One check's section of report.md from its result (a check without a renderer: its figures as JSON)."""
-    result = check.get("result")
-    renderer = RENDERERS.get(name)
-    if renderer is not None:
-        return renderer(result)
-    return f"## Check: {name}\n\n```json\n{json.dumps(result, indent=2, sort_keys=True)}\n```\n"

@@ -7,10 +7,10 @@ checking that they belong to the run ``summary.json`` describes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypedDict, cast
 
 from pytest_restore import record as record_module
 from pytest_restore.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
@@ -43,7 +43,7 @@ class Provenance:
     partial: str | None = None
     package: str = "pytest-restore"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ProvenanceJSON:
         """``summary.json``'s ``provenance`` object."""
         return {
             "package": self.package,
@@ -65,39 +65,217 @@ class Provenance:
         )
 
 
+class RunSettings(TypedDict, total=False):
+    """``summary.json``'s ``run.settings``: what ran, as the options that set it (every one optional in an older file).
+
+    The report's settings table shows every key; the statistics pass reads
+    the bootstrap's (``bootstrap``, ``bootstrap_seed``, ``equivalence_margin``, ``caliper``).
+    """
+
+    data: str
+    budgets: list[int]
+    policies: list[str]
+    seeds: list[int]
+    granularity: str
+    questions: int | None
+    subset_seed: int
+    reader: str
+    judge: str
+    scorer: str
+    ranker: str
+    rankers: list[str]
+    embedded_questions: int
+    bootstrap: int
+    bootstrap_seed: int
+    equivalence_margin: float
+    caliper: float
+    family_checks: str
+    base_url: str | None
+    cache: str | None
+    max_concurrency: int
+    rpm: float | None
+    tpm: float | None
+    max_tries: int
+    timeout: float
+    max_retry_after: float
+    prompts: str | None
+    robustness_reader: str | None
+    audit_judge: str | None
+    audit_judge_sample: int
+    calibration: str
+    dry_run: bool
+    embed_limits: list[int] | None
+    ablations: bool
+    prices: list[list[Any]]
+    batch: bool
+    batch_poll: float
+    batch_resubmit: int
+    batch_export: str | None
+    batch_round: str | None
+    #: the records' run id (a digest of what shapes them)
+    run_id: str | None
+    #: real models' use, summed over processes, by role and name
+    model_usage: dict[str, dict[str, Any]]
+
+
+class DataDescription(TypedDict, total=False):
+    """``summary.json``'s ``run.dataset``: the data a run read, as the process that loaded it describes it."""
+
+    sha256: str
+    #: whether the file is the official LongMemEval-S (its sha256)
+    official: bool
+    #: the loader that read it
+    dataset: str
+    #: questions in the file (those left out by the loader included) / audited
+    questions: int
+    audited: int
+    #: flawed evidence references handled by the loader's rule, by kind
+    repairs: dict[str, int]
+    #: ``--restore-errata``: the corrections applied, counted by type
+    errata: dict[str, Any]
+    #: histories audited (questions sharing one are evicted once)
+    histories: int
+    #: per budget (as text), the share of histories it binds for
+    budget_binding: dict[str, float]
+
+
+class RunSection(TypedDict, total=False):
+    """``summary.json``'s ``run``: the settings, the data, the questions left out and the checks outside the grid."""
+
+    settings: RunSettings
+    dataset: DataDescription
+    exclusions: dict[str, int]
+    #: ``{name: {"result": figures}}``, each read back by its check (``run/checks.py``)
+    checks: dict[str, dict[str, Any]]
+
+
+class ProvenanceJSON(TypedDict):
+    """``summary.json``'s ``provenance``: which session wrote the report."""
+
+    package: str
+    version: str
+    started_utc: str
+    session_id: str
+    partial: str | None
+
+
+class RunLog(TypedDict, total=False):
+    """``summary.json``: the run log without its records, versioned with them (``record_schema``).
+
+    Written by the report's writer from a :class:`RunInfo` and the analysis;
+    ``python -m pytest_restore report`` reads ``run`` and ``provenance`` back
+    (:func:`read_run_log`), so a rebuilt report is the session's, byte for byte.
+    """
+
+    #: the records' schema version (``record.SCHEMA_VERSION``): a file of another version is refused in one line
+    record_schema: int
+    run: RunSection
+    provenance: ProvenanceJSON
+    #: records, cells, questions, excluded records, bins
+    counts: dict[str, Any]
+    record_exclusions: dict[str, int]
+    model_calls: dict[str, Any]
+    simulated: bool
+    simulated_note: str
+    hypotheses: list[dict[str, Any]]
+    failures: list[str]
+    not_testable: list[str]
+
+
+class CheckResult(Protocol):
+    """One check outside the grid as a report reads it: its typed result, its JSON form, its section.
+
+    The checks themselves (when they run, over what) are the run core's
+    (``run/checks.py``, one class each, in a registry); the report renders
+    their sections in the order of ``section``, and ``summary.json`` keeps
+    ``{name: {"result": to_json()}}``.
+    """
+
+    @property
+    def name(self) -> str:
+        """The key ``summary.json``'s ``run.checks`` files it under."""
+        ...
+
+    @property
+    def section(self) -> int:
+        """Its place among the report's check sections (lower first)."""
+        ...
+
+    def to_json(self) -> Any:
+        """The result's figures as plain JSON values."""
+        ...
+
+    def render_md(self) -> str:
+        """The check's section of ``report.md``."""
+        ...
+
+
+@dataclass(frozen=True)
+class RawCheck:
+    """A check ``summary.json`` names but no registered check reads: its entry kept, its figures shown as JSON."""
+
+    name: str
+    entry: Mapping[str, Any]
+    #: after every known check's section
+    section: int = 1_000
+
+    def to_json(self) -> Any:
+        """The figures as they were."""
+        return self.entry.get("result")
+
+    def render_md(self) -> str:
+        """Its figures as a JSON block under the check's name."""
+        return f"## Check: {self.name}\n\n```json\n{json.dumps(self.to_json(), indent=2, sort_keys=True)}\n```\n"
+
+
+#: How a ``summary.json`` check entry is read back: name and entry -> its typed result.
+ReadCheck = Callable[[str, Mapping[str, Any]], CheckResult]
+
+
+def read_raw_check(name: str, entry: Mapping[str, Any]) -> CheckResult:
+    """Any check, read as :class:`RawCheck` (without the run core's registry)."""
+    return RawCheck(name, entry)
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """What a report says about the run besides its records."""
 
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    dataset: Mapping[str, Any] = field(default_factory=dict)
+    settings: RunSettings = field(default_factory=lambda: RunSettings())
+    dataset: DataDescription = field(default_factory=lambda: DataDescription())
+    #: questions left out before the audit, by reason
     exclusions: Mapping[str, int] = field(default_factory=dict)
-    #: the run's checks outside the grid (grid coverage, real model calls, calibration gate,
-    #: judge audit): ``{name: {"result": figures}}``, plain values; report/checks.py renders them
-    checks: Mapping[str, Any] = field(default_factory=dict)
+    #: the run's checks outside the grid (grid coverage, real model calls, calibration gate, judge
+    #: audit, batch rounds, embeddings) by name, each its typed result (``run/checks.py``)
+    checks: Mapping[str, CheckResult] = field(default_factory=dict)
     #: the hypothesis families the statistics pass runs (the session's registry; not
     #: written to ``summary.json``: the report CLI takes the built-ins and entry points)
     families: tuple[Family, ...] = FAMILIES
     #: the session that wrote the report (``summary.json``'s ``provenance``; ``None``: not written)
     provenance: Provenance | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RunSection:
         """The run section of ``summary.json``."""
-        out = {
-            "settings": dict(self.settings),
-            "dataset": dict(self.dataset),
-            "exclusions": dict(sorted(self.exclusions.items())),
-        }
+        out = RunSection(settings=self.settings, dataset=self.dataset, exclusions=dict(sorted(self.exclusions.items())))
         if self.checks:
-            out["checks"] = dict(sorted(self.checks.items()))
+            out["checks"] = {name: {"result": check.to_json()} for name, check in sorted(self.checks.items())}
         return out
 
+    def check_sections(self) -> list[str]:
+        """The checks' sections of ``report.md``, in their declared order."""
+        return [check.render_md() for check in sorted(self.checks.values(), key=lambda c: (c.section, c.name))]
+
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunInfo:
-        """Read the run section back."""
-        return cls(
-            data.get("settings", {}), data.get("dataset", {}), data.get("exclusions", {}), data.get("checks", {})
-        )
+    def from_json(cls, data: Mapping[str, Any], read_check: ReadCheck = read_raw_check) -> RunInfo:
+        """Read the run section back; ``read_check`` reads each check (the run core's registry, ``run/checks.py``).
+
+        An older file's pre-rendered ``"markdown"`` entry of a check is not read (nor kept).
+        """
+        checks = {str(name): read_check(str(name), entry) for name, entry in dict(data.get("checks", {})).items()}
+        settings, dataset, exclusions = (data.get(key, {}) for key in ("settings", "dataset", "exclusions"))
+        if not all(isinstance(part, dict) for part in (settings, dataset, exclusions)):
+            raise RecordsError("the run section's settings, dataset and exclusions are not all objects")
+        return cls(cast(RunSettings, settings), cast(DataDescription, dataset), exclusions, checks)
 
 
 def record_order(r: Record) -> tuple[tuple[int, str], int, str, int, str, str]:
@@ -117,7 +295,7 @@ def analyse_records(records: Sequence[Record], info: RunInfo | None = None) -> A
     ``equivalence_margin`` and ``caliper``; missing keys take the paper's values.
     The hypothesis families are ``info.families`` (the built-ins without ``info``).
     """
-    settings = info.settings if info is not None else {}
+    settings = info.settings if info is not None else RunSettings()
     return analyse(
         records,
         resamples=int(settings.get("bootstrap", DEFAULT_RESAMPLES)),
@@ -155,48 +333,59 @@ def rankers_of(records: Iterable[Record]) -> list[str]:
     return sorted({ranker_of(r) for r in records})
 
 
+def read_run_log(records_path: str | Path) -> RunLog | None:
+    """The ``summary.json`` beside ``records_path`` (``None``: there is none), its version and its
+    sections' shapes checked; a problem is one :class:`RecordsError` line naming the file."""
+    summary = Path(records_path).with_name("summary.json")
+    if not summary.exists():
+        return None
+    try:
+        data = json.loads(summary.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RecordsError(f"{summary}: cannot read: {exc}") from None
+    if not isinstance(data, dict):
+        raise RecordsError(f"{summary}: not a JSON object")
+    record_module.check_schema_version(data.get("record_schema"), str(summary))
+    run = data.get("run")
+    if run is not None and not isinstance(run, dict):
+        raise RecordsError(f"{summary}: 'run' is not an object")
+    provenance = data.get("provenance")
+    if provenance is not None and not isinstance(provenance, dict):
+        raise RecordsError(f"{summary}: 'provenance' is not an object")
+    return cast(RunLog, data)
+
+
 def read_records(path: str | Path) -> list[Record]:
     """Read and validate ``records.jsonl`` (see :func:`pytest_restore.record.read_records`).
 
     Records of several rankers (a run of ``--restore-rankers``) are compared in one report.
     The records are read at the schema version their ``summary.json`` (beside
     them) names, version 1 migrated as read; a version this package does not
-    read is refused before a record is read
-    (:func:`pytest_restore.record.check_schema_version`). Without a summary,
-    or one written before versions, each record's shape says its version.
+    read is refused before a record is read (:func:`read_run_log`). Without a
+    summary, or one written before versions, each record's shape says its version.
     """
-    summary = Path(path).with_name("summary.json")
-    version = None
-    if summary.exists():
-        try:
-            data = json.loads(summary.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RecordsError(f"{summary}: cannot read: {exc}") from None
-        if isinstance(data, dict):
-            version = data.get("record_schema")
-            record_module.check_schema_version(version, str(summary))
-    return record_module.read_records(path, version)
+    log = read_run_log(path)
+    return record_module.read_records(path, log.get("record_schema") if log is not None else None)
 
 
-def read_run_info(records_path: str | Path) -> RunInfo:
+def read_run_info(records_path: str | Path, read_check: ReadCheck = read_raw_check) -> RunInfo:
     """The run section and provenance of the ``summary.json`` beside ``records_path``; empty when absent.
 
+    ``read_check`` reads each check outside the grid back into its typed result.
     A report rebuilt from them is the session's, byte for byte (its provenance and partial mark included).
     """
-    summary = Path(records_path).with_name("summary.json")
-    if not summary.exists():
+    log = read_run_log(records_path)
+    if log is None:
         return RunInfo()
-    try:
-        data = json.loads(summary.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RecordsError(f"{summary}: cannot read the run section: {exc}") from None
-    run = data.get("run") if isinstance(data, dict) else None
-    if not isinstance(run, dict):
+    summary = Path(records_path).with_name("summary.json")
+    if "run" not in log:
         raise RecordsError(f"{summary}: no 'run' object")
-    provenance = data.get("provenance")
-    if provenance is not None and not isinstance(provenance, dict):
-        raise RecordsError(f"{summary}: 'provenance' is not an object")
-    return replace(RunInfo.from_json(run), provenance=Provenance.from_json(provenance) if provenance else None)
+    try:
+        info = RunInfo.from_json(log["run"], read_check)
+    except RecordsError as err:
+        raise RecordsError(f"{summary}: {err}") from None
+    provenance = log.get("provenance")
+    return replace(info, provenance=Provenance.from_json(provenance) if provenance else None)
 
 
 def check_run_info(records: Sequence[Record], info: RunInfo, records_path: str | Path) -> None:

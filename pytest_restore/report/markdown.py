@@ -11,7 +11,6 @@ from typing import Any
 
 from pytest_restore.record import Record
 from pytest_restore.report.cases import render_ablations_md, render_cases_md
-from pytest_restore.report.checks import render_check_md
 from pytest_restore.report.inputs import (
     RunInfo,
     dataset_label,
@@ -414,9 +413,9 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
             out.append(f"| histories audited (questions sharing one are evicted once) | {ds['histories']} |")
     used = rankers_of(records)
     out.append(f"| ranker | {', '.join(used)} ({'compared in one run' if len(used) > 1 else 'one per run'}; named in every record) |")
-    for key in sorted(info.settings):
+    for key, value in sorted(info.settings.items()):
         label = _SETTING_LABELS.get(key, f"--restore-{key.replace('_', '-')}")
-        out.append(f"| {label} | {_setting_value(key, info.settings[key])} |")
+        out.append(f"| {label} | {_setting_value(key, value)} |")
     out += ["", "## Exclusions", "", "| reason | questions |", "|---|---:|"]
     if info.exclusions:
         for reason, count in sorted(info.exclusions.items()):
@@ -472,8 +471,8 @@ def render_report_md(
     comparison = compare_readers(analysis)
     if comparison is not None:
         out += ["", render_comparison_md(comparison)]
-    for name in sorted(info.checks):
-        out += ["", render_check_md(name, info.checks[name])]
+    for section in info.check_sections():
+        out += ["", section]
     out += ["", render_cases_md(records), render_ablations_md(analysis)]
     reader_model = simulated_reader_md(records)
     if reader_model:

@@ -46,6 +46,7 @@ from pytest_restore.record import SCHEMA_VERSION, Record
 from pytest_restore.record import dumps as records_text
 from pytest_restore.report.inputs import (
     RunInfo,
+    RunLog,
     analyse_records,
     dataset_label,
     fmt,
@@ -124,22 +125,23 @@ def summary_json(
     info: RunInfo,
     analysis: Analysis,
     calls: Mapping[str, Mapping[str, Any]],
-) -> dict[str, Any]:
-    """``summary.json``: the run section, the analysis's counts and the hypothesis summary."""
+) -> RunLog:
+    """``summary.json`` (:class:`~pytest_restore.report.inputs.RunLog`): the run section, the analysis's
+    counts and the hypothesis summary."""
     counts = analysis.counts
-    out: dict[str, Any] = {
-        "run": info.to_json(),
-        "counts": {
+    out = RunLog(
+        run=info.to_json(),
+        counts={
             "records": counts.records,
             "cells": len(counts.cells),
             "questions": len(counts.question_ids),
             "excluded_records": counts.excluded,
             "bins": counts.bins(),
         },
-        "record_exclusions": counts.exclusions(),
-        "record_schema": SCHEMA_VERSION,
-        "model_calls": dict(calls),
-    }
+        record_exclusions=counts.exclusions(),
+        record_schema=SCHEMA_VERSION,
+        model_calls=dict(calls),
+    )
     note = simulated_note(records, info.dataset.get("official"))
     out["simulated"] = note is not None
     if note:

@@ -104,13 +104,12 @@ def run_grid_rounds(
     return None
 
 
-def batch_rounds(parts: RunParts, say: Callable[[str], None], checks: dict[str, Any]) -> None:
-    """The controller's step before the grid: every grid call answered by batch, or :class:`RunStopped` (one line).
+def batch_rounds(parts: RunParts, say: Callable[[str], None], rounds: list[dict[str, Any]]) -> None:
+    """The step before the grid: every grid call answered by batch, or :class:`RunStopped` (one line).
 
-    The rounds' summary joins ``checks`` (``summary.json`` and a section of ``report.md``).
+    ``rounds`` receives each round's summary (``run/checks.py``'s ``BatchRounds``).
     """
     s = parts.settings
-    rounds: list[dict[str, Any]] = []
     try:
         reason = run_grid_rounds(
             s, parts.audit, parts.plan.policies, parts.plan.registries.policies, parts.plan.registries.providers,
@@ -118,6 +117,5 @@ def batch_rounds(parts: RunParts, say: Callable[[str], None], checks: dict[str, 
         )
     except (BatchError, CacheError) as err:  # the provider refused or is unreachable, a full disk: one line
         reason = f"--restore-batch: {err}"
-    checks["batch"] = {"result": {"rounds": rounds}}
     if reason is not None:
         raise RunStopped(reason)

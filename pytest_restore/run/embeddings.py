@@ -80,7 +80,7 @@ def embedding_check(sources: Sequence[TextVectors], dataset: Dataset, config: Au
             "dimensions": vectors.store.dimensions,
             "store_bytes": vectors.store.nbytes(),
         }
-    return {"result": result}  # report/checks.py renders it
+    return result  # run/checks.py's Embeddings
 
 
 def embedding_dry_run(vectors: TextVectors, dataset: Dataset, config: AuditConfig) -> list[str]:

@@ -1,10 +1,11 @@
 """The run's phases around the grid, as functions over its parts: what the controller does, in order.
 
 Before the grid: the dry run's count (:func:`dry_run_phase`, which ends the
-run), or the embeddings, the calibration gate and the batch rounds
-(:func:`before_grid`); the data prepared once for other processes
-(:func:`prepare_data`). After it: the judge audit (``run/quality.py``) and the
-report (``run/report.py``). The plugin calls them from pytest's hooks, the
+run), or the checks that run before it (``run/checks.py``: the embeddings,
+the calibration gate, the batch rounds); the data prepared once for other
+processes (:func:`prepare_data`). After it: the checks over the gathered
+records (the judge audit, grid coverage, real model calls) and the report
+(``run/report.py``). The plugin calls them from pytest's hooks, the
 command line (``batch export``) calls the dry run directly.
 """
 
@@ -12,16 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pytest_restore.audit.run import count_tokens_ahead
 from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
 from pytest_restore.models.providers import missing_key_problem
-from pytest_restore.run.batch import batch_rounds
-from pytest_restore.run.calls import ModelCalls, dry_run, export_batch_round
-from pytest_restore.run.embeddings import embed_ahead, embedding_check, embedding_dry_run
+from pytest_restore.run.calls import dry_run, export_batch_round
+from pytest_restore.run.embeddings import embedding_dry_run
 from pytest_restore.run.parts import COMPILING, RunParts
-from pytest_restore.run.quality import Console, RunStopped, calibration_gate
 
 
 @dataclass(frozen=True)
@@ -49,28 +47,6 @@ def dry_run_phase(parts: RunParts) -> DryRun:
     for vectors in parts.ranker_vectors():
         lines += embedding_dry_run(vectors, parts.dataset(), parts.audit_config())
     return DryRun(lines, written)
-
-
-def before_grid(parts: RunParts, model_calls: ModelCalls, checks: dict[str, Any], console: Console) -> str | None:
-    """Every text the grid ranks embedded, the calibration gate, the batch rounds, in that order.
-
-    Their results join ``checks``; the gate's JSON is returned (written with the
-    report). A phase that stops the run raises :class:`RunStopped` (its one line).
-    """
-    s = parts.settings
-    for vectors in parts.ranker_vectors():
-        # every text the grid ranks, embedded once here: the workers only read the store
-        failed = embed_ahead(vectors, parts.dataset(), parts.audit_config())
-        if failed is not None:
-            raise RunStopped(failed)
-    if parts.ranker_vectors():
-        checks["embeddings"] = embedding_check(parts.ranker_vectors(), parts.dataset(), parts.audit_config())
-    calibration_json = None
-    if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
-        calibration_json = calibration_gate(parts, model_calls, checks, console)
-    if s.batch:
-        batch_rounds(parts, parts.say, checks)  # the grid then runs from the cache
-    return calibration_json
 
 
 def prepare_data(parts: RunParts, workers: int) -> None:

@@ -8,10 +8,10 @@ themselves (a fresh judge, the second judge) to the run's model calls.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
-from pytest_restore.audit.calibration import calibrate
-from pytest_restore.audit.judge_audit import audit_judge
+from pytest_restore.audit.calibration import CalibrationResult, calibrate
+from pytest_restore.audit.judge_audit import JudgeAuditResult, audit_judge
 from pytest_restore.exits import FAILED, os_cause
 from pytest_restore.models.providers import close_model, make_model
 from pytest_restore.record import Record
@@ -42,12 +42,12 @@ class RunStopped(Exception):
         self.said = said
 
 
-def calibration_gate(parts: RunParts, model_calls: ModelCalls, checks: dict[str, Any], writer: Console) -> str:
+def calibration_gate(parts: RunParts, model_calls: ModelCalls, writer: Console) -> CalibrationResult:
     """The calibration gate (docs/PROTOCOL.md section 9): stop the run before the grid when it fails.
 
-    The gate's result joins ``checks``; the returned JSON is written with the
-    report (into the new report directory, never beside an old one), or
-    beside it, marked partial, when the gate fails and the run stops here
+    The gate's result is returned (its JSON, ``calibration.json``, is written
+    with the report, into the new report directory, never beside an old
+    one), or written beside it, marked partial, when the gate fails and the run stops here
     (:class:`RunStopped`: a wrong key, an unreachable server or a full disk
     under the cache stop it in their one line, a missed threshold with the
     gate's reasons).
@@ -59,7 +59,6 @@ def calibration_gate(parts: RunParts, model_calls: ModelCalls, checks: dict[str,
         result = calibrate(parts.audit(), fresh_judge=fresh_judge, seed=s.subset_seed)
     finally:
         close_model(fresh_judge)
-    checks["calibration"] = {"result": result.to_dict()}
     calibration_json = result.to_json()
     model_calls.side_calls[f"judge {s.judge} (calibration repeats)"] = call_detail(fresh_judge)
     fatal = parts.fatal_error()
@@ -91,11 +90,11 @@ def calibration_gate(parts: RunParts, model_calls: ModelCalls, checks: dict[str,
         f"oracle-answerable {result.oracle_answerable_rate:.2f}, "
         f"negative restore gain {result.negative_gain_rate:.2f}"
     )
-    return calibration_json
+    return result
 
 
-def judge_audit(parts: RunParts, records: Sequence[Record], model_calls: ModelCalls) -> dict[str, Any]:
-    """Re-grade a stratified sample of recorded answers with the second judge; the check's entry for the report."""
+def judge_audit(parts: RunParts, records: Sequence[Record], model_calls: ModelCalls) -> JudgeAuditResult:
+    """Re-grade a stratified sample of recorded answers with the second judge."""
     s = parts.settings
     assert s.audit_judge is not None
     judge = make_model(s.audit_judge, "judge", s.model_options(parts.plan.cache_root), providers=parts.plan.registries.providers)
@@ -105,4 +104,4 @@ def judge_audit(parts: RunParts, records: Sequence[Record], model_calls: ModelCa
     finally:
         close_model(judge)
     model_calls.side_calls[f"judge {s.audit_judge} (judge audit)"] = call_detail(judge)
-    return {"result": result.to_dict()}
+    return result

@@ -21,14 +21,20 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pytest_restore import __version__
 from pytest_restore.exits import INTERRUPTED
 from pytest_restore.memory.eviction import Policy
 from pytest_restore.models.fake import simulated_models
 from pytest_restore.record import Record, ranker_of
-from pytest_restore.report.inputs import Provenance, RunInfo
+from pytest_restore.report.inputs import (
+    CheckResult,
+    DataDescription,
+    Provenance,
+    RunInfo,
+    RunSettings,
+)
 from pytest_restore.report.writer import ReportFiles, write_report
 from pytest_restore.run.calls import ModelCalls
 from pytest_restore.run.grid import CellSpec
@@ -52,16 +58,16 @@ def run_info(
     policies: Sequence[Policy],
     records: Sequence[Record],
     run_meta: dict[str, Any],
-    checks: dict[str, Any],
+    checks: Mapping[str, CheckResult],
     model_calls: ModelCalls,
-    cells: dict[str, list[str]],
     families: Sequence[Family] = FAMILIES,
 ) -> RunInfo:
     """Settings, dataset, exclusions and the run's checks for the report.
 
     The settings show what ran (the policies, budgets and readers of the
-    records), not what was configured; ``cells`` names the grid cells that
-    ran and those that did not; ``families`` are the session's hypothesis families.
+    records), not what was configured; ``checks`` are the results of the
+    run's checks outside the grid (``run/checks.py``); ``families`` are the
+    session's hypothesis families.
     """
     shown = asdict(settings)
     for unshown in ("report_dir", "real_models", "sources", "dataset"):
@@ -77,12 +83,11 @@ def run_info(
     meta.pop("path", None)
     if model_calls.usage_by_process:
         shown["model_usage"] = model_calls.total_usage()
-    checks = dict(checks)
-    checks["grid"] = {"result": cells}
-    details = model_calls.all_details()
-    if details:
-        checks["model_calls"] = {"result": details}
-    return RunInfo(settings=shown, dataset=meta, exclusions=exclusions, checks=checks, families=tuple(families))
+    # the declarations of what summary.json's run section holds (tests/test_run.py keeps them whole)
+    return RunInfo(
+        settings=cast(RunSettings, shown), dataset=cast(DataDescription, meta), exclusions=exclusions,
+        checks=dict(checks), families=tuple(families),
+    )
 
 
 def grid_cells(records: Sequence[Record], cells: Sequence[CellSpec]) -> dict[str, list[str]]:
