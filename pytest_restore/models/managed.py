@@ -384,6 +384,11 @@ class ManagedCalls:
 
     def _stop_run(self, error: str, *, io: bool = False) -> str:
         """Fail this call and every later one unsent (``fatal_error`` tells the caller to stop)."""
+        self._claim_stop(error, io=io)
+        return error
+
+    def _claim_stop(self, error: str, *, io: bool = False) -> bool:
+        """Set the fatal state; whether this call set it (``False``: another call stopped the model first)."""
         with self._changed:
             first = self.fatal_error is None
             if first:
@@ -392,7 +397,7 @@ class ManagedCalls:
             self._changed.notify_all()
         if first:
             logger.error("%s: %s; failing the rest of its calls unsent", self.name, error)
-        return error
+        return first
 
     def _unanswered(self) -> str | None:
         """Count an attempt that got no answer in time; why the model stops, once ``stall_after`` are in a row."""
@@ -516,8 +521,14 @@ class ManagedCalls:
                             # would not change that, for this call or any other. Say it now.
                             if len(self.replicas) > 1:
                                 reasons = "; ".join(r.down or "" for r in self.replicas)
-                                return _Outcome(error=self._stop_run(f"no replica of {self.name} can be reached: {reasons}"))
-                            return _Outcome(error=self._stop_run(f"{last_error} (not retried: {api.where} is unreachable)"))
+                                message = f"no replica of {self.name} can be reached: {reasons}"
+                            else:
+                                message = f"{last_error} (not retried: {api.where} is unreachable)"
+                            if self._claim_stop(message):
+                                return _Outcome(error=message)
+                            # Calls sent at once all find the server gone; the first says so. A
+                            # refused connection carried nothing: the others are unsent, not failed.
+                            return _Outcome(error=self.fatal_error or message, unsent=True)
                         elif failure.kind == "malformed":
                             last_error = f"malformed response: {detail}"
                             keep = True
