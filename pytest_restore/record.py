@@ -144,6 +144,14 @@ _BIN = (lambda v: v is None or v in BINS, "'irreversible', 'recoverable', 'resid
 _GRANULARITY = (lambda v: v is None or v in ("turn", "session"), "'turn', 'session' or null")
 _INT_LIST = (_list_of(_is_int), "a list of integers or null")
 _OPT_INT_LIST = (_list_of(_optional(_is_int)), "a list of integers and nulls, or null")
+_OPT_SHARE = (
+    lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1),
+    "a number in [0, 1] or null",
+)
+_SCORE_COUNTS = (
+    lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) == 10 and all(_is_int(x) and x >= 0 for x in v)),
+    "a list of 10 counts or null",
+)
 _STR_LIST = (_list_of(_is_str), "a list of strings or null")
 _STR_MAP_REQUIRED = (
     lambda v: isinstance(v, dict) and all(_is_str(x) for x in v.values()),
@@ -188,6 +196,11 @@ class Condition:
         _INT_LIST, "the injected units by position in the history (their id), in the order the reader saw them",
         required=False,
     )
+    f1: float | None = _field(
+        _OPT_SHARE, "LoCoMo's token F1 of the answer against the reference, by its category's rule (null: no answer)",
+        required=False,
+    )
+    bleu1: float | None = _field(_OPT_SHARE, "BLEU-1 of the answer against the reference (null: no answer)", required=False)
 
 
 @dataclass(frozen=True)
@@ -288,6 +301,17 @@ class Record:
     store_units: int | None = _field(_OPT_INT, "size of the store S_P in units", required=False)
     ablations: Ablations | None = _object(
         Ablations, "null: the ablations did not run on this record (see audit.ablations)", required=False
+    )
+    top_k: int | None = _field(
+        _OPT_INT,
+        "regime (b): the ranker's read-time k, beside gold_ranks for recall@k and NDCG@k (null: regime a, no "
+        "store, or some kept gold held only through a memory system's derived memory)",
+        required=False,
+    )
+    importance_scores: tuple[int, ...] | None = _field(
+        _SCORE_COUNTS,
+        "units of the question's history scored 1, 2, ..., 10 by the importance scorer (null: the policy reads none)",
+        required=False,
     )
 
     # -- the counting rule --------------------------------------------------------

@@ -98,6 +98,7 @@ def test_a_raw_turn_memory_system_audits_as_the_store_it_is(tiny: Dataset) -> No
         fifo, memories = audit.run_cell(Fifo(), budget), audit.run_cell(FifoMemories(), budget)
         assert without_policy(memories.records) == without_policy(fifo.records)
         assert all(not any(r.gold_evicted_after or ()) for r in memories.records)
+        assert all((r.top_k is not None) == (r.regime == "b") for r in memories.records)  # raw turns: ranked as units
         for key, mask in fifo.stores.items():
             assert np.array_equal(memories.stores[key], mask)
 
@@ -120,6 +121,8 @@ def test_derived_memories_are_read_through_their_sources(tiny: Dataset) -> None:
     run = audit.run_cell(Verbatim(), BUDGETS[0])
     for r in run.records:
         assert r.gold_evicted == 0  # every gold turn is cited by its memory
+        # held only through derived memories, the gold has no rank of its own: no retrieval figures
+        assert r.top_k is None and not any(r.gold_ranks or ())
     p = audit.questions[0]
     view, mask = audit.held(Verbatim(), p, BUDGETS[0], 0, {})
     n = len(p.history.units)

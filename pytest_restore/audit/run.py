@@ -45,6 +45,7 @@ import numpy as np
 
 from pytest_restore.audit import ablations
 from pytest_restore.audit.memo import MemoModel, prompt_id
+from pytest_restore.data.answer_metrics import bleu1, category_of, locomo_f1
 from pytest_restore.data.dataset import Dataset, Question
 from pytest_restore.data.units import (
     Granularity,
@@ -542,10 +543,13 @@ class Audit:
                 continue
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
             fate = fates[(qid, seed)]
+            scores = score_counts(p, importance) if policy.needs_importance else None
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
-                records.append(
-                    self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None, ranker, fate)
-                )
+                record = self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None, ranker, fate)
+                # regime (b) reads the ranker's top k: its retrieval figures need k beside gold_ranks, which
+                # rank gold held as itself (a gold unit held only through a derived memory has no rank)
+                top_k = self.config.top_k if regime == "b" and _held_as_units(p, kept) else None
+                records.append(replace(record, top_k=top_k, importance_scores=scores))
         if ablate and self.config.ablations:
             records = self.ablate(records, {(p.question.question_id, seed): p for p, seed, _ in plan}, stores)
         return CellRun(policy.name, budget, records, stores)
@@ -802,9 +806,9 @@ class Audit:
             judge=self.judge.name,
             scorer=self.scorer.name if policy.needs_importance else None,
             conditions=Conditions(
-                oracle=Condition(oracle.correct, oracle.answer, oracle.prompt, injected_positions=oracle.injected),
-                policy=_condition(outcome),
-                restored=_condition(restored),
+                oracle=_condition(oracle, history.question, oracle=True),
+                policy=_condition(outcome, history.question),
+                restored=_condition(restored, history.question),
             ),
             negative_restore_gain=bool(excluded is None and policy_correct and restored_correct is False),
             ranker=ranker,
@@ -830,18 +834,48 @@ class Audit:
         )
 
 
-def _condition(outcome: Outcome | None) -> Condition:
-    """A condition of the record from its outcome (all null when the condition did not run)."""
+def _condition(outcome: Outcome | None, question: Question, *, oracle: bool = False) -> Condition:
+    """A condition of the record from its outcome (all null when the condition did not run; the oracle has no sizes)."""
     if outcome is None:
         return Condition(None)
+    f1, bleu = answer_scores(outcome.answer, question)
     return Condition(
         outcome.correct,
         outcome.answer,
         outcome.prompt,
-        outcome.injected_tokens,
-        outcome.injected_units,
+        None if oracle else outcome.injected_tokens,
+        None if oracle else outcome.injected_units,
         outcome.injected,
+        f1,
+        bleu,
     )
+
+
+def _held_as_units(prepared: Prepared, store: Mask) -> bool:
+    """Whether every gold unit the store keeps is held as itself, not only through a memory citing it."""
+    if prepared.sources is None:
+        return True
+    evicted = set(prepared.evicted(store))
+    return all(bool(store[g]) for g in prepared.history.gold if g not in evicted)
+
+
+def answer_scores(answer: str | None, question: Question) -> tuple[float | None, float | None]:
+    """LoCoMo's token F1 (by the question's category) and BLEU-1 of an answer, rounded to 6 places; nulls for no answer."""
+    if answer is None:
+        return None, None
+    f1 = locomo_f1(answer, question.answer, category_of(question.question_type))
+    return round(f1, 6) + 0.0, round(bleu1(answer, question.answer), 6) + 0.0
+
+
+def score_counts(prepared: Prepared, importance: Mapping[str, int]) -> tuple[int, ...] | None:
+    """How many units of the question's history the scorer gave each score 1-10 (``None``: not all scored)."""
+    counts = [0] * 10
+    for unit in prepared.history.units:
+        score = importance.get(unit.content)
+        if score is None or not 1 <= score <= 10:
+            return None
+        counts[score - 1] += 1
+    return tuple(counts)
 
 
 def unit_label(unit: Unit) -> str:

@@ -18,6 +18,13 @@ from pytest_restore.report.inputs import (
     rankers_of,
     short,
 )
+from pytest_restore.report.numbers import (
+    render_answers_md,
+    render_importance_md,
+    render_retrieval_md,
+    share_ci,
+    ties_findings,
+)
 from pytest_restore.report.rankers import rankers_findings, render_rankers_md
 from pytest_restore.report.simulated import simulated_note, simulated_reader_md
 from pytest_restore.stats.analysis import Analysis
@@ -29,13 +36,7 @@ from pytest_restore.stats.results import (
 )
 from pytest_restore.stats.robustness import compare_readers, render_comparison_md
 
-
-def _share_with_interval(point: float | None, lo: float | None, hi: float | None) -> str:
-    if point is None:
-        return "-"
-    if lo is None or hi is None:
-        return f"{point:.2f}"
-    return f"{point:.2f} ({short(lo)}-{short(hi)})"
+_share_with_interval = share_ci
 
 
 def render_cell_table(analysis: Analysis, regime: str) -> str:
@@ -219,6 +220,7 @@ def render_findings_md(analysis: Analysis) -> str:
     """
     out = ["## Findings", ""]
     out += rankers_findings(analysis)
+    out += ties_findings(analysis)
     readers = analysis.readers
     for reader in readers:
         tag = f" (reader {reader})" if len(readers) > 1 else ""
@@ -319,6 +321,11 @@ def render_tables_md(analysis: Analysis) -> str:
         ),
         "",
         render_cell_table(analysis, "b"),
+        *[
+            section
+            for section in (render_retrieval_md(analysis), render_answers_md(analysis), render_importance_md(analysis))
+            if section
+        ],
         "## Regime (a): forced surviving gold (construct reference)",
         "",
         (

@@ -6,16 +6,12 @@ Formatting only: the figures, tests and orders come from the analysis
 
 from __future__ import annotations
 
-from pytest_restore.report.inputs import short
+from pytest_restore.report.numbers import share_ci
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.rankers import RankerRow, orderings, ranker_rows
 from pytest_restore.stats.results import budget_label
 
-
-def _share(point: float | None, lo: float | None, hi: float | None) -> str:
-    if point is None:
-        return "-"
-    return f"{point:.2f}" + ("" if lo is None or hi is None else f" ({short(lo)}-{short(hi)})")
+_share = share_ci
 
 
 def _diff(row: RankerRow, figure: str) -> str:
@@ -79,11 +75,13 @@ def render_rankers_md(analysis: Analysis) -> str:
             f"{analysis.baseline_ranker} (the other tables of this report are its). Recoverable share = rec / err, "
             "two-bin share = irr / (irr + rec), each with its 95% question-cluster bootstrap interval; the "
             "difference from the baseline is paired by question (one resample matrix), Holm within the "
-            "rankers family."
+            "rankers family. Recall any@cap (some surviving gold in the reader's context) and NDCG@k of the "
+            "ranked list say why the recoverable share moves: see the retrieval section."
         ),
         "",
-        "| policy | budget | ranker | N | err | irr | rec | recoverable share | difference | two-bin share | difference |",
-        "|---|---|---|---:|---:|---:|---:|---|---|---|---|",
+        ("| policy | budget | ranker | N | err | irr | rec | recoverable share | difference | two-bin share | difference "
+        "| recall any@cap | NDCG@k |"),
+        "|---|---|---|---:|---:|---:|---:|---|---|---|---|---|---|",
     ]
     for r in rows:
         c = r.cell
@@ -91,7 +89,9 @@ def render_rankers_md(analysis: Analysis) -> str:
         out.append(
             f"| {r.policy} | {budget_label(r.budget)} | {r.ranker} | {c.N} | {c.err} | {c.irr} | {c.rec} | "
             f"{_share(share.share, share.lo, share.hi) if share else '-'} | {_diff(r, 'recoverable share')} | "
-            f"{_share(c.two_bin_share, c.two_bin_lo, c.two_bin_hi)} | {_diff(r, 'two-bin share')} |"
+            f"{_share(c.two_bin_share, c.two_bin_lo, c.two_bin_hi)} | {_diff(r, 'two-bin share')} | "
+            f"{share_ci(*c.retrieval.shares['recall_any_cap']) if c.retrieval else '-'} | "
+            f"{share_ci(*c.retrieval.shares['ndcg_k']) if c.retrieval else '-'} |"
         )
     out += ["", "Policies by recoverable share, highest first:", ""]
     for o in orderings(analysis):

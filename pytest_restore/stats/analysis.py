@@ -41,6 +41,7 @@ from pytest_restore.bootstrap import (
 )
 from pytest_restore.record import BINS, REGIMES, CellKey, Record, baseline_ranker, ranker_of
 from pytest_restore.stats import ablations
+from pytest_restore.stats.answers import AnswerFigures, answer_figures, answers_by_type
 from pytest_restore.stats.engine import _CORRECT, _ERR, _IRR, _N, _REC, Engine
 from pytest_restore.stats.families import (
     POWER,
@@ -64,7 +65,9 @@ from pytest_restore.stats.results import (
     _round,
     cell_order,
 )
+from pytest_restore.stats.retrieval import retrieval_figures
 from pytest_restore.stats.tally import N_ROW, CellTally, tally_by
+from pytest_restore.stats.ties import ScoreDistribution, score_distributions
 
 #: Decisions that count as a rejection of the family's null.
 _REJECTIONS = frozenset({"reject", "equivalent", "majority"})
@@ -208,6 +211,10 @@ class Analysis:
     ranker_cells: tuple[CellStats, ...] = ()
     baseline_ranker: str | None = None
     recoverable: tuple[RecoverableShare, ...] = ()
+    #: each importance policy's score distribution over its questions' units, and whether its decisions are mostly ties
+    importance: tuple[ScoreDistribution, ...] = ()
+    #: LoCoMo's answer metrics per (reader, question type), regime b pooled (the baseline ranker's records)
+    answers_by_type: tuple[tuple[tuple[str, str], AnswerFigures], ...] = ()
 
     @property
     def readers(self) -> list[str]:
@@ -446,8 +453,17 @@ def analyse(
     )
     counts = count(records)
     engine = Engine({**counts.cells, **counts.ranked}, counts.question_ids, settings)
-    cells = tuple(_cell_figures(engine, key, tally) for key, tally in counts.cells.items())
-    ranked = tuple(_cell_figures(engine, key, tally) for key, tally in counts.ranked.items())
+    keyed = [(CellKey.of(r, counts.baseline_ranker), r) for r in records]
+    answers = answer_figures(keyed)
+    found = retrieval_figures(keyed, counts.question_ids, engine.resampler, confidence)
+    cells = tuple(
+        replace(_cell_figures(engine, key, tally), answers=answers.get(key), retrieval=found.get(key))
+        for key, tally in counts.cells.items()
+    )
+    ranked = tuple(
+        replace(_cell_figures(engine, key, tally), answers=answers.get(key), retrieval=found.get(key))
+        for key, tally in counts.ranked.items()
+    )
 
     raw: list[HypothesisTest] = []
     matching: list[PairMatch] = []
@@ -471,6 +487,8 @@ def analyse(
         ranker_cells=ranked,
         baseline_ranker=counts.baseline_ranker,
         recoverable=tuple(_recoverable(engine, key) for key in [*counts.cells, *counts.ranked] if key.regime == "b"),
+        answers_by_type=tuple(answers_by_type(r for key, r in keyed if not key.ranker).items()),
+        importance=tuple(score_distributions(records)),
     )
 
 

@@ -18,6 +18,8 @@ from pytest_restore.bootstrap import (
     DEFAULT_SEED,
 )
 from pytest_restore.record import CellKey
+from pytest_restore.stats.answers import ANSWER_COLUMNS, AnswerFigures
+from pytest_restore.stats.retrieval import RETRIEVAL_COLUMNS, RetrievalFigures
 
 DEFAULT_CALIPER = 0.05
 DEFAULT_EQUIVALENCE_MARGIN = 0.03
@@ -79,6 +81,8 @@ CELL_COLUMNS: tuple[str, ...] = (
     "res_share",
     "negative_restore_gain",
     "excluded",
+    *ANSWER_COLUMNS,
+    *RETRIEVAL_COLUMNS,
 )
 
 _ROUND = 6  # decimals in JSON/CSV output: hides BLAS/thread noise, keeps 4 significant p digits
@@ -187,6 +191,10 @@ class CellStats:
     two_bin_undefined: int  # resamples dropped from the two-bin interval (0/0)
     #: the ranker of a compared one's cell (``--restore-rankers``); "" for the baseline ranker's
     ranker: str = ""
+    #: LoCoMo's answer metrics of the cell's answers, per condition (:mod:`pytest_restore.stats.answers`)
+    answers: AnswerFigures | None = None
+    #: regime (b): where the ranker put the surviving gold (:mod:`pytest_restore.stats.retrieval`)
+    retrieval: RetrievalFigures | None = None
 
     @property
     def key(self) -> CellKey:
@@ -199,7 +207,13 @@ class CellStats:
 
     def as_row(self) -> dict[str, Any]:
         """One ``cells.csv`` row's values keyed by :data:`CELL_COLUMNS` (unformatted)."""
-        return {column: getattr(self, column) for column in CELL_COLUMNS}
+        row: dict[str, Any] = dict.fromkeys(CELL_COLUMNS)
+        row.update({column: getattr(self, column) for column in CELL_COLUMNS if hasattr(self, column)})
+        if self.answers is not None:
+            row.update(self.answers.row())
+        if self.retrieval is not None:
+            row.update(self.retrieval.row())
+        return row
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,138 @@
+"""report.md's sections of the numbers beside the bins: retrieval of the surviving gold, LoCoMo's answer metrics.
+
+Rendered from the :class:`~pytest_restore.stats.analysis.Analysis` alone
+(each cell's ``retrieval`` and ``answers``, the recoverable shares and
+``answers_by_type``); nothing is counted here.
+"""
+
+from __future__ import annotations
+
+from pytest_restore.report.inputs import fmt, short
+from pytest_restore.stats.analysis import Analysis
+from pytest_restore.stats.results import budget_label
+from pytest_restore.stats.ties import TIE_SHARE
+
+__all__ = ["render_answers_md", "render_importance_md", "render_retrieval_md", "share_ci", "ties_findings"]
+
+
+def share_ci(point: float | None, lo: float | None, hi: float | None) -> str:
+    """``0.62 (.55-.70)``; ``-`` when undefined."""
+    if point is None:
+        return "-"
+    if lo is None or hi is None:
+        return f"{point:.2f}"
+    return f"{point:.2f} ({short(lo)}-{short(hi)})"
+
+
+def render_retrieval_md(analysis: Analysis) -> str:
+    """Per regime-(b) cell: the recoverable share beside how often the ranker found the surviving gold."""
+    cells = [c for c in analysis.cells if c.regime == "b" and c.retrieval is not None]
+    if not cells:
+        return ""
+    recoverable = {r.key: r for r in analysis.recoverable}
+    k = max(c.retrieval.k for c in cells if c.retrieval is not None)
+    out = [
+        "## Retrieval of the surviving gold (regime b)",
+        "",
+        (
+            f"Over each cell's records whose store kept some gold: the share whose top-{k} ranked list holds some "
+            "(any) or all of the surviving gold, the same for what fit under the injection cap (what the reader "
+            "saw), NDCG@k of the ranked list, and the mean best rank of the gold over the whole store; 95% question-cluster "
+            "intervals. A recoverable error is the reader failing with the gold in reach: read the recoverable "
+            "share beside recall at the cap (low recall: a retrieval miss; high recall: the reader missed it). "
+            "No-evict keeps all the gold: its row is the ranker's ceiling."
+        ),
+        "",
+        ("| policy | budget | reader | records | recoverable share | recall any@k | recall all@k | recall any@cap | "
+        "recall all@cap | NDCG@k | gold rank |"),
+        "|---|---|---|---:|---|---|---|---|---|---|---:|",
+    ]
+    for c in cells:
+        found = c.retrieval
+        assert found is not None
+        rec = recoverable.get(c.key)
+        shares = [share_ci(*found.shares[name]) for name in ("recall_any_k", "recall_all_k", "recall_any_cap", "recall_all_cap", "ndcg_k")]
+        out.append(
+            f"| {c.policy} | {budget_label(c.budget)} | {c.reader} | {found.records} | "
+            f"{share_ci(rec.share, rec.lo, rec.hi) if rec else '-'} | {' | '.join(shares)} | {fmt(found.gold_rank, 1) or '-'} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def render_answers_md(analysis: Analysis) -> str:
+    """LoCoMo's token F1 and BLEU-1 of the answers per regime-(b) cell and per question type, each condition."""
+    cells = [c for c in analysis.cells if c.regime == "b" and c.answers is not None and c.answers.scored]
+    if not cells:  # records written before the answer metrics: nothing to show
+        return ""
+    out = [
+        "## Answers beside the verdict: LoCoMo's F1 and BLEU-1 (regime b)",
+        "",
+        (
+            "Mean token F1 by LoCoMo's rules (its normalisation, Porter stemming, per-category rules) and mean "
+            "BLEU-1 of the reader's answers against the reference, per condition; excluded records left out. "
+            "They describe the answers for comparison with published tables; the bins and tests are the judge's."
+        ),
+        "",
+        "| policy | budget | reader | answers | F1 oracle | F1 policy | F1 restored | BLEU-1 oracle | BLEU-1 policy | BLEU-1 restored |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in cells:
+        assert c.answers is not None
+        row = c.answers.row()
+        shown = " | ".join(fmt(row[col], 3) or "-" for col in row)
+        out.append(f"| {c.policy} | {budget_label(c.budget)} | {c.reader} | {c.answers.answers} | {shown} |")
+    by_type = [(key, figures) for key, figures in analysis.answers_by_type if figures.scored]
+    if by_type:
+        out += [
+            "",
+            "By question type (every policy, budget and seed pooled):",
+            "",
+            "| reader | question type | answers | F1 oracle | F1 policy | F1 restored | BLEU-1 oracle | BLEU-1 policy | BLEU-1 restored |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for (reader, question_type), figures in by_type:
+            row = figures.row()
+            out.append(
+                f"| {reader} | {question_type} | {figures.answers} | {' | '.join(fmt(row[col], 3) or '-' for col in row)} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def ties_findings(analysis: Analysis) -> list[str]:
+    """A finding per importance policy whose decisions are mostly ties (the rule of :mod:`pytest_restore.stats.ties`)."""
+    out = []
+    for d in analysis.importance:
+        if not d.mostly_ties:
+            continue
+        top = ", ".join(f"{s}: {d.share(s):.0%}" for s in d.top)
+        out.append(
+            f"- **Ties.** {d.policy} (scorer {d.scorer}): two scores hold {d.top_share:.0%} of the {d.units:,} units "
+            f"({top}), at least the {TIE_SHARE:.0%} that makes its decisions mostly ties: it evicts oldest first "
+            "among equal scores, so its cells measure FIFO within a score more than the scorer's judgement."
+        )
+    return out
+
+
+def render_importance_md(analysis: Analysis) -> str:
+    """Each importance policy's score distribution over its questions' units (one row per policy and scorer)."""
+    if not analysis.importance:
+        return ""
+    out = [
+        "## Importance scores",
+        "",
+        (
+            "The share of units at each score (1-10) over the audited questions' histories (each question once). "
+            f"When the two most common scores hold {TIE_SHARE:.0%} or more of the units, the policy's evictions are "
+            "mostly ties broken oldest first (said in the findings)."
+        ),
+        "",
+        "| policy | scorer | questions | units | " + " | ".join(str(s) for s in range(1, 11)) + " | top two | mostly ties |",
+        "|---|---|---:|---:|" + "---:|" * 10 + "---:|---|",
+    ]
+    for d in analysis.importance:
+        shares = " | ".join(f"{d.share(s):.2f}" for s in range(1, 11))
+        out.append(
+            f"| {d.policy} | {d.scorer} | {d.questions} | {d.units:,} | {shares} | {d.top_share:.2f} | "
+            f"{'yes' if d.mostly_ties else 'no'} |"
+        )
+    return "\n".join(out) + "\n"

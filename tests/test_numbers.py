@@ -1,0 +1,158 @@
+"""The numbers beside the bins: retrieval figures per cell, LoCoMo's answer metrics per cell and type, in records and cells.csv."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.data.dataset import Dataset
+from pytest_restore.data.loaders import load_data
+from pytest_restore.data.units import History
+from pytest_restore.memory.eviction import default_registry
+from pytest_restore.memory.retrieval import Ranker, Recency
+from pytest_restore.models.base import ChatRequest, ChatResult
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.record import Record
+from pytest_restore.report.markdown import render_findings_md
+from pytest_restore.report.numbers import render_importance_md, render_retrieval_md
+from pytest_restore.stats.analysis import analyse
+from pytest_restore.stats.results import CELL_COLUMNS
+from pytest_restore.stats.retrieval import RETRIEVAL_COLUMNS, Found, found, ndcg
+
+LOCOMO = Path(__file__).resolve().parent.parent / "fixtures" / "locomo_tiny.json"
+
+
+class GoldFirst(Ranker):
+    """An oracle ranker for the test: the stored gold first (in position order), then the rest newest first."""
+
+    name = "gold-first"
+
+    def rank(self, history: History, store: Any, k: int, state: Any) -> list[int]:
+        gold = [g for g in history.gold if store[g]]
+        rest = [int(p) for p in np.flatnonzero(store)[::-1] if int(p) not in history.gold]
+        return (gold + rest)[:k]
+
+
+@pytest.fixture(scope="module")
+def locomo() -> Dataset:
+    return load_data(LOCOMO)
+
+
+def grid(dataset: Dataset, ranker: Ranker, budgets: tuple[int, ...] = (250, 120)) -> list[Record]:
+    reader = FakeReader()
+    audit = Audit(dataset, AuditConfig(budgets=budgets), reader=reader, judge=FakeJudge(), scorer=FakeScorer(), rankers=[ranker])
+    reader.learn(p.history for p in audit.questions)
+    return [r for policy in default_registry().values() for b in budgets for r in audit.run_cell(policy, b).records]
+
+
+def test_a_ranker_putting_gold_first_has_recall_and_ndcg_1_on_every_question_with_surviving_gold(locomo: Dataset) -> None:
+    records = grid(locomo, GoldFirst())
+    measured = [(r, where) for r in records if r.regime == "b" and (where := found(r)) is not None and where.surviving]
+    assert len(measured) > 50
+    for r, where in measured:
+        assert where.ranks == tuple(range(1, where.surviving + 1)) and ndcg(where) == 1.0, r.question_id
+        # the ranks are the record's gold_ranks (one per gold unit, null where evicted), not a copy
+        assert r.gold_ranks is not None and sorted(x for x in r.gold_ranks if x is not None) == list(where.ranks)
+    # regime (a) carries none
+    assert all(found(r) is None and r.top_k is None for r in records if r.regime == "a")
+    analysis = analyse(records, resamples=200)
+    cells = [c for c in analysis.cells if c.regime == "b" and c.retrieval is not None]
+    assert {c.policy for c in cells} >= {"no-evict", "fifo", "control"}
+    for cell in cells:
+        assert cell.retrieval is not None
+        for name in ("recall_any_k", "recall_all_k", "ndcg_k"):
+            assert cell.retrieval.shares[name] == (1.0, 1.0, 1.0), (cell.key, name)
+        assert cell.retrieval.gold_rank == 1.0
+
+
+def test_recency_misses_gold_and_the_figures_say_so(locomo: Dataset) -> None:
+    records = grid(locomo, Recency(), budgets=(250,))
+    analysis = analyse(records, resamples=200)
+    ceiling = analysis.cell("no-evict", 250, "b", "fake")
+    assert ceiling is not None and ceiling.retrieval is not None
+    # no-evict keeps all the gold: the ranker's ceiling. Recency returns every stored unit, newest first,
+    # and each tiny history fits under the cap whole: all of it reaches the reader, at ranks past the first
+    any_cap, lo, hi = ceiling.retrieval.shares["recall_any_cap"]
+    assert (any_cap, lo, hi) == (1.0, 1.0, 1.0)
+    assert ceiling.retrieval.gold_rank is not None and ceiling.retrieval.gold_rank > 1
+    ndcg_k = ceiling.retrieval.shares["ndcg_k"][0]
+    assert ndcg_k is not None and 0 < ndcg_k < 1
+    assert ceiling.retrieval.records == 10  # every audited question keeps its gold under no-evict
+    table = render_retrieval_md(analysis)
+    assert "| no-evict | 250 | fake | 10 | " in table and "recall any@cap" in table
+    row = ceiling.as_row()
+    assert set(RETRIEVAL_COLUMNS) <= set(CELL_COLUMNS) and row["recall_any_cap"] == any_cap
+    forced = analysis.cell("no-evict", 250, "a", "fake")
+    assert forced is not None and all(forced.as_row()[c] is None for c in RETRIEVAL_COLUMNS)  # regime (a): none
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        (Found(surviving=2, ranks=(1, 2), k=60, injected=2), 1.0),
+        (Found(surviving=1, ranks=(3,), k=60, injected=1), 0.5),  # 1/log2(4) over 1/log2(2)
+        (Found(surviving=2, ranks=(2,), k=60, injected=0), (1 / np.log2(3)) / (1 + 1 / np.log2(3))),
+        (Found(surviving=1, ranks=(), k=60, injected=0), 0.0),
+        (Found(surviving=1, ranks=(61,), k=60, injected=0), 0.0),  # ranked, but past the top k
+    ],
+)
+def test_ndcg(where: Found, expected: float) -> None:
+    assert ndcg(where) == pytest.approx(expected)
+
+
+def test_answer_metrics_per_record_cell_and_type(locomo: Dataset) -> None:
+    records = grid(locomo, Recency(), budgets=(250,))
+    first = next(r for r in records if r.question_id == "fx-1:q0" and r.policy == "no-evict" and r.regime == "b")
+    oracle = first.conditions.oracle
+    assert oracle.answer is not None and oracle.f1 is not None and oracle.bleu1 is not None
+    analysis = analyse(records, resamples=200)
+    cell = analysis.cell("fifo", 250, "b", "fake")
+    assert cell is not None and cell.answers is not None
+    counted = [r for r in records if r.policy == "fifo" and r.regime == "b" and r.excluded is None]
+    f1s = [r.conditions.policy.f1 for r in counted if r.conditions.policy.f1 is not None]
+    assert cell.as_row()["f1_policy"] == pytest.approx(sum(f1s) / len(f1s))
+    types = dict(analysis.answers_by_type)
+    assert ("fake", "multi-hop (1)") in types and types[("fake", "single-hop (4)")].answers > 0
+    # llm-importance records carry the scorer's score counts of their history; others none
+    scored = [r for r in records if r.policy == "llm-importance"]
+    assert all(r.importance_scores is not None and sum(r.importance_scores) > 0 for r in scored)
+    assert all(r.importance_scores is None for r in records if r.policy == "fifo")
+
+
+class OneOrTen:
+    """A weak importance scorer: 1 for most snippets (four in five, by the snippet's hash), 10 for the rest."""
+
+    name = "one-or-ten"
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        out = []
+        for request in requests:
+            text = "\n".join(c for role, c in request.messages if role == "user")
+            digest = int(hashlib.sha256(text.encode()).hexdigest(), 16)
+            out.append(ChatResult("10" if digest % 5 == 0 else "1"))
+        return out
+
+
+def test_a_scorer_answering_mostly_1_makes_the_findings_warn_of_ties(locomo: Dataset) -> None:
+    reader = FakeReader()
+    audit = Audit(locomo, AuditConfig(budgets=(250,)), reader=reader, judge=FakeJudge(), scorer=OneOrTen())
+    reader.learn(p.history for p in audit.questions)
+    records = audit.run_cell(default_registry()["llm-importance"], 250).records + audit.run_cell(default_registry()["fifo"], 250).records
+    analysis = analyse(records, resamples=200)
+    (scores,) = analysis.importance
+    assert (scores.policy, scores.scorer, scores.questions) == ("llm-importance", "one-or-ten", 10)
+    assert scores.counts[1:9] == (0,) * 8 and scores.top == [1, 10] and scores.top_share == 1.0 and scores.mostly_ties
+    assert 0.6 < scores.share(1) < 0.95
+    findings = render_findings_md(analysis)
+    assert "- **Ties.** llm-importance (scorer one-or-ten): two scores hold 100% of the" in findings
+    assert f"(1: {scores.share(1):.0%}, 10: {scores.share(10):.0%})" in findings
+    assert "| llm-importance | one-or-ten | 10 |" in render_importance_md(analysis)
+    # the fake scorer spreads its scores: no warning
+    fake = analyse(grid(locomo, Recency(), budgets=(250,)), resamples=200)
+    assert fake.importance and not fake.importance[0].mostly_ties and "**Ties.**" not in render_findings_md(fake)
