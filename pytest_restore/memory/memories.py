@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -42,7 +43,7 @@ class Memory:
     #: the role its snippet names: ``memory`` for a derived one, the unit's for a raw turn
     role: str = MEMORY_ROLE
 
-    @property
+    @cached_property
     def snippet(self) -> str:
         """What the reader sees: the date and role line, then the text (a raw turn's is its unit's snippet)."""
         return turn_header(self.date, self.role) + self.text

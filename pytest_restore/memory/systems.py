@@ -33,7 +33,7 @@ from typing import ClassVar
 from pytest_restore.data.tokens import count_tokens
 from pytest_restore.data.units import Unit
 from pytest_restore.memory.eviction import EvictionContext, Mask, Policy, Sizes
-from pytest_restore.memory.memories import Memory, memory_tokens
+from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
 
 
 class MemorySystem(Policy):
@@ -70,11 +70,13 @@ class MemorySystem(Policy):
         held: list[Memory] = []
         for pos, unit in enumerate(units):
             self.add(unit)
-            held = self._checked(pos, budget, ctx, f"after unit {pos} arrived")
+            held = self._checked(units, pos, budget, ctx, f"after unit {pos} arrived")
         self.finish()
-        return self._checked(len(units) - 1, budget, ctx, "after the history ended") if units else held
+        return self._checked(units, len(units) - 1, budget, ctx, "after the history ended") if units else held
 
-    def _checked(self, arrived: int, budget: int, ctx: EvictionContext, when: str) -> list[Memory]:
+    def _checked(
+        self, units: Sequence[Unit], arrived: int, budget: int, ctx: EvictionContext, when: str
+    ) -> list[Memory]:
         where = f"memory system {self.name!r} on {ctx.question_id} {when}"
         held = list(self.memories())
         for memory in held:
@@ -86,7 +88,10 @@ class MemorySystem(Policy):
             if bad is not None:
                 raise ValueError(f"{where}: holds a memory citing unit {bad}, which it has not received")
         if self.budgeted:
-            total = sum(memory_tokens(held))
+            # a raw-turn memory's size is its unit's (the same count: memory_view reads it so)
+            raw = [m.role != MEMORY_ROLE and m.is_raw(units) for m in held]
+            total = sum(units[m.sources[0]].tokens for m, r in zip(held, raw) if r)
+            total += sum(memory_tokens([m for m, r in zip(held, raw) if not r]))
             if total > budget:
                 raise ValueError(f"{where}: holds {total} tokens, over its budget of {budget}")
         return held

@@ -22,6 +22,18 @@ the :class:`ReaderKnobs` values):
    gold snippet is needed; otherwise it says ``I don't know.``, except that
    a question offering two options ("Which did I do first: A, or B?") draws a
    guess with probability ``guess``, right half the time.
+   A gold snippet is in the context when it is there verbatim (a raw turn)
+   or when a memory holds its fact (a derived memory: a snippet whose role
+   line says ``memory``). A gold turn's fact is what its most fact-dense
+   sentence (:func:`pytest_restore.memory.derived.key_sentence`) asserts:
+   its numbers and its names (capitalised words that do not open the
+   sentence, ``I`` aside), or, when it has neither, its content words. A
+   memory holds the fact when every one of those words is among its own
+   (case, punctuation and articles aside: :func:`normalise`). So a summary
+   that keeps the sentence, or rewords it around the same numbers and
+   names, holds the evidence; one that drops a number or a name does not.
+   Contexts of raw turns hold no memory: the rule for them is the verbatim
+   search alone, as before.
 3. With the evidence it needs, it still misuses it now and then (a
    *utilisation error*: the first number off by one, or half a list). The
    error's probability is ``1 - exp(-h)`` with the hazard
@@ -60,6 +72,9 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from pytest_restore.data.units import History
+from pytest_restore.data.words import words
+from pytest_restore.memory.derived import key_sentence
+from pytest_restore.memory.memories import MEMORY_ROLE
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.prompts import DONT_KNOW
 from pytest_restore.record import Record
@@ -98,6 +113,8 @@ class KnownQuestion:
     question_type: str
     answer: str
     gold_snippets: tuple[str, ...]  #: in chronological order
+    #: each gold turn's fact as the words a memory must hold (:func:`evidence_words`), in the same order
+    gold_facts: tuple[frozenset[str], ...] = ()
 
 
 def _unit_draw(*parts: str) -> float:
@@ -211,7 +228,8 @@ class FakeReader(_Named):
         for history in histories:
             q = history.question
             snippets = tuple(history.units[p].snippet for p in sorted(history.gold))
-            known = KnownQuestion(q.question_id, q.question_type, q.answer, snippets)
+            facts = tuple(evidence_words(history.units[p].content) for p in sorted(history.gold))
+            known = KnownQuestion(q.question_id, q.question_type, q.answer, snippets, facts)
             self._known[(q.question, q.question_date)] = known
 
     def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
@@ -227,6 +245,14 @@ class FakeReader(_Named):
             return DONT_KNOW
         block = _between(prompt, "Memory snippets:\n", "\n\nQuestion: ") or prompt
         found = [block.find(g) for g in known.gold_snippets]
+        lengths = [len(g) for g in known.gold_snippets]
+        if MEMORY_HEADER in block:  # derived memories: read each for the facts not found verbatim
+            memories = memory_snippets(block)
+            for k, fact in enumerate(known.gold_facts):
+                if found[k] < 0:
+                    hit = next(((start, text) for start, text, held in memories if fact <= held), None)
+                    if hit is not None:
+                        found[k], lengths[k] = hit[0], len(hit[1])
         present = [i >= 0 for i in found]
         total = len(present)
         if not total:
@@ -236,14 +262,14 @@ class FakeReader(_Named):
                 # an older value without the update: the reader reports what it sees
                 return wrong_answer(known.answer) if any(present) else DONT_KNOW
             used = [found[-1]]
-            used_snippets = [known.gold_snippets[-1]]
+            used_lengths = [lengths[-1]]
         elif not all(present):
             if known.question_type == "multi-session" and any(present):
                 return partial_aggregate(known.answer, sum(present), total)
             return self._guess(known, question or "", block)
         else:
-            used, used_snippets = found, list(known.gold_snippets)
-        if self._misused(known, block, used, used_snippets):
+            used, used_lengths = found, lengths
+        if self._misused(known, block, used, used_lengths):
             return wrong_answer(known.answer)
         return known.answer
 
@@ -264,9 +290,12 @@ class FakeReader(_Named):
         hazard = k.scale * factor * (h0 + k.crowding * other_chars / CHARS_PER_KTOKEN + k.position * depth)
         return 1.0 - math.exp(-hazard)
 
-    def _misused(self, known: KnownQuestion, block: str, found: Sequence[int], snippets: Sequence[str]) -> bool:
-        """Whether the reader misuses evidence it has (a utilisation error), drawn per question and context."""
-        gold_chars = sum(len(g) for g in snippets)
+    def _misused(self, known: KnownQuestion, block: str, found: Sequence[int], lengths: Sequence[int]) -> bool:
+        """Whether the reader misuses evidence it has (a utilisation error), drawn per question and context.
+
+        ``found`` are where the evidence it uses starts in the context, ``lengths`` how long each piece is.
+        """
+        gold_chars = sum(lengths)
         other = max(0, len(block) - gold_chars)
         depth = sum(i / max(1, len(block)) for i in found) / len(found)
         p_error = self.error_probability(known.question_type, other, depth)
@@ -275,6 +304,42 @@ class FakeReader(_Named):
             _unit_draw("context", known.question_id, block)
         )
         return _NORMAL.cdf(z) < p_error
+
+
+#: How a derived memory's snippet opens, after its date: the reader reads these for facts.
+MEMORY_HEADER = f"] {MEMORY_ROLE}:\n"
+_SNIPPET_HEAD = re.compile(r"(?:\A|\n\n)\[[^\]\n]*\] ([a-z]+):\n")
+
+
+def memory_snippets(block: str) -> list[tuple[int, str, frozenset[str]]]:
+    """Each derived memory of a context: where its snippet starts, the snippet, and its words (normalised)."""
+    heads = list(_SNIPPET_HEAD.finditer(block))
+    out = []
+    for k, head in enumerate(heads):
+        if head.group(1) != MEMORY_ROLE:
+            continue
+        start = head.start() + (2 if block.startswith("\n\n", head.start()) else 0)
+        end = heads[k + 1].start() if k + 1 < len(heads) else len(block)
+        out.append((start, block[start:end], frozenset(normalise(block[head.end() : end]).split())))
+    return out
+
+
+_NAME = re.compile(r"[A-Z][A-Za-z]*")
+_I_FORMS = frozenset({"I", "I'm", "I've", "I'd", "I'll"})
+
+
+def evidence_words(content: str) -> frozenset[str]:
+    """The words a memory must hold for the fake reader to find a gold turn's fact in it (module docstring)."""
+    sentence = key_sentence(content)
+    tokens = sentence.split()
+    found: set[str] = set()
+    for i, tok in enumerate(tokens):
+        bare = tok.strip("\"'()[]*_,.;:!?")
+        if any(c.isdigit() for c in tok):
+            found.update(w for w in normalise(tok).split() if w.isdigit() or any(c.isdigit() for c in w))
+        elif i > 0 and bare not in _I_FORMS and _NAME.match(bare) and not tokens[i - 1].endswith((".", "!", "?")):
+            found.update(normalise(bare).split())
+    return frozenset(found) if found else frozenset(normalise(" ".join(words(sentence))).split())
 
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

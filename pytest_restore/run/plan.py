@@ -27,7 +27,8 @@ from pytest_restore.data.loaders import (
     load_data,
 )
 from pytest_restore.exits import out_file_problem
-from pytest_restore.memory.eviction import Policy, PolicyRegistry, default_registry
+from pytest_restore.memory.derived import OPT_IN, default_policies
+from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.memory.retrieval import RankerRegistry, default_rankers
 from pytest_restore.models.cache import cache_problem
 from pytest_restore.models.embeddings import embedder_of
@@ -63,7 +64,7 @@ class Registries:
 def default_registries() -> Registries:
     """The built-in policies, rankers, loaders, errata formats, families and providers, and installed packages' entry points."""
     return Registries(
-        default_registry(), default_rankers(), default_datasets(), default_families(), default_providers(),
+        default_policies(), default_rankers(), default_datasets(), default_families(), default_providers(),
         default_errata_formats(),
     )
 
@@ -177,7 +178,8 @@ def build_plan(
     errata = ErrataOption.of(options, registries.errata)
     settings = RestoreSettings.parse(options, registries.providers, data_budgets)
     policies = registries.policies
-    names = settings.policies or tuple(policies)
+    # the built-in memory systems run when named (--restore-policies); everything else registered by default
+    names = settings.policies or tuple(n for n in policies if n not in OPT_IN)
     unknown = [n for n in names if n not in policies]
     if unknown:
         raise SettingsError(

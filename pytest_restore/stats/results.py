@@ -33,7 +33,8 @@ CONTROL = "control"
 #: The zero-destruction reference; never part of a test family.
 REFERENCE = "no-evict"
 #: The order of the built-in policies (the paper's; ``memory.eviction.BUILTIN_POLICIES`` is
-#: declared in it, which a test keeps so); user policies follow alphabetically.
+#: declared in it, which a test keeps so), then the built-in memory systems
+#: (``memory.derived.BUILTIN_SYSTEMS``); user policies follow alphabetically.
 POLICY_ORDER: tuple[str, ...] = (
     "no-evict",
     "fifo",
@@ -41,6 +42,8 @@ POLICY_ORDER: tuple[str, ...] = (
     "redundancy",
     "llm-importance",
     "control",
+    "session-summary",
+    "fact-extract",
 )
 
 #: The interval columns ``cells.csv`` gains from the bootstrap.

@@ -1,0 +1,113 @@
+"""The reference memory systems that summarise and extract, and the fake reader reading what they hold."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pytest_restore.data.units import Unit
+from pytest_restore.memory.derived import (
+    ExtractiveSummary,
+    FactExtract,
+    SentenceFacts,
+    SessionSummary,
+    default_policies,
+    key_sentence,
+    sentences,
+)
+from pytest_restore.memory.eviction import EvictionContext
+from pytest_restore.memory.memories import Memory
+from pytest_restore.models.fake import FakeReader, KnownQuestion, evidence_words
+from pytest_restore.models.prompts import DONT_KNOW, PromptSet
+
+CTX = EvictionContext(question_id="q")
+
+
+def turn(pos: int, session: int, content: str, role: str = "user", tokens: int = 20) -> Unit:
+    date = f"2024/01/{session + 1:02d}"
+    return Unit(pos, session, pos, date, role, content, f"[{date}] {role}:\n{content}", tokens)
+
+
+SESSIONS = [
+    turn(0, 0, "I moved to Lisbon in 2019. The weather is mild. We talk a lot."),
+    turn(1, 0, "That sounds lovely. Tell me more.", "assistant"),
+    turn(2, 1, "My rent is 950 euros a month. It is fine."),
+    turn(3, 1, "Good to know.", "assistant"),
+    turn(4, 2, "Nothing much happened today."),
+]
+
+
+def test_sentences_and_the_key_sentence() -> None:
+    assert sentences("One. Two!\nThree?  Four") == ("One.", "Two!", "Three?", "Four")
+    # the most fact-dense sentence: numbers, names, first-person words per word
+    assert key_sentence("The weather is mild. I moved to Lisbon in 2019. It rains.") == "I moved to Lisbon in 2019."
+    assert evidence_words("Oh, by the way: my rent at Orchard Street is $3,850.") == {"orchard", "street", "3", "850"}
+    # no number and no name: its content words
+    assert evidence_words("Side note, I bought a rubber plant today.") >= {"rubber", "plant"}
+
+
+def test_a_closed_session_becomes_one_summary_citing_its_turns() -> None:
+    system = SessionSummary(ExtractiveSummary(keep=0.2))
+    held = system.hold(SESSIONS, np.full(5, 20), 10_000, CTX)
+    assert [m.sources for m in held] == [(0, 1), (2, 3), (4,)]
+    # a fifth of each session's sentences (at least one), the densest
+    assert [m.text for m in held] == ["I moved to Lisbon in 2019.", "My rent is 950 euros a month.", SESSIONS[4].content]
+    assert all(m.role == "memory" for m in held)
+    # everything kept: every sentence, in order
+    whole = SessionSummary(ExtractiveSummary(keep=1.0)).hold(SESSIONS, np.full(5, 20), 10_000, CTX)
+    assert whole[0].text == " ".join(sentences(SESSIONS[0].content) + sentences(SESSIONS[1].content))
+
+
+def test_summaries_are_evicted_oldest_first_and_the_open_session_is_held_raw() -> None:
+    system = SessionSummary(ExtractiveSummary(keep=1.0))
+    system.reset(10_000, CTX)
+    for unit in SESSIONS[:3]:
+        system.add(unit)
+    assert system.memories()[-1] == Memory.of(SESSIONS[2])  # session 1 is open: its turn as it is
+    sizes = [system.tokens(m) for m in SessionSummary(ExtractiveSummary(1.0)).hold(SESSIONS, np.full(5, 20), 10_000, CTX)]
+    budget = sizes[1] + max(sizes[2], 20)  # room for the last two summaries only (or the open session's turn)
+    held = SessionSummary(ExtractiveSummary(keep=1.0)).hold(SESSIONS, np.full(5, 20), budget, CTX)
+    assert [m.sources for m in held] == [(2, 3), (4,)]
+
+
+def test_a_restating_fact_replaces_the_held_one_and_cites_both_turns() -> None:
+    units = [
+        turn(0, 0, "My monthly rent at Orchard Street is $950."),
+        turn(1, 0, "I adopted a cat named Noor."),
+        turn(2, 1, "Update: my monthly rent at Orchard Street is $3,850 now."),
+        turn(3, 1, "the sky is blue and so on and so forth."),
+    ]
+    held = FactExtract().hold(units, np.full(4, 20), 10_000, CTX)
+    assert {m.text: m.sources for m in held} == {
+        "user: I adopted a cat named Noor.": (1,),
+        "user: Update: my monthly rent at Orchard Street is $3,850 now.": (0, 2),
+    }
+    short = FactExtract(SentenceFacts(max_words=4)).hold(units, np.full(4, 20), 10_000, CTX)
+    # cut to four words: the numbers and names are gone
+    assert {m.text for m in short} == {"user: I adopted a cat", "user: Update: my monthly rent"}
+
+
+def test_the_registry_holds_both_systems_after_the_policies() -> None:
+    names = list(default_policies())
+    assert names[-2:] == ["session-summary", "fact-extract"]
+    assert all(default_policies()[n].derived for n in names[-2:])
+
+
+def reader_prompt(snippets: str) -> str:
+    request = PromptSet().reader(question="What is my rent?", question_date="2024/02/01", snippets=snippets)
+    return "\n".join(c for role, c in request.messages if role == "user")
+
+
+def test_the_fake_reader_finds_a_fact_a_memory_holds_and_misses_one_it_lost() -> None:
+    gold = "Oh, by the way: my monthly rent at the place on Orchard Street is $950. How are you?"
+    reader = FakeReader(knobs=None, utilisation_scale=0.0)
+    reader._known[("What is my rent?", "2024/02/01")] = KnownQuestion(
+        "q1", "single-session-user", "$950", (f"[2024/01/01] user:\n{gold}",), (evidence_words(gold),)
+    )
+    kept = "[2024/01/01] memory:\nuser: my monthly rent on Orchard Street is $950"
+    lost = "[2024/01/01] memory:\nuser: my monthly rent on Orchard Street is $"
+    other = "[2024/01/02] user:\nSomething else entirely."
+    assert reader.answer(reader_prompt(f"{other}\n\n{kept}")) == "$950"
+    assert reader.answer(reader_prompt(f"{other}\n\n{lost}")) == DONT_KNOW
+    # a raw turn that happens to hold the words is not read as a memory: raw turns are found verbatim
+    assert reader.answer(reader_prompt("[2024/01/01] user:\nmy rent on Orchard Street is $950")) == DONT_KNOW
+    assert reader.answer(reader_prompt(f"[2024/01/01] user:\n{gold}")) == "$950"
