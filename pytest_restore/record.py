@@ -31,7 +31,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from pytest_restore import jsonl
 
-BINS: tuple[str, ...] = ("irreversible", "recoverable", "residual")
+BINS: tuple[str, ...] = ("irreversible", "recoverable", "distorted", "residual")
 REGIMES: tuple[str, ...] = ("a", "b")
 #: The ranker of records written before records named theirs.
 DEFAULT_RANKER = "bm25-lite"
@@ -140,7 +140,7 @@ _STR, _OPT_STR, _INT, _OPT_INT = (
 _VERDICT = (_is_verdict, "true, false or null")
 _BOOL = (lambda v: isinstance(v, bool), "true or false")
 _REGIME = (lambda v: v in REGIMES, "'a' or 'b'")
-_BIN = (lambda v: v is None or v in BINS, "'irreversible', 'recoverable', 'residual' or null")
+_BIN = (lambda v: v is None or v in BINS, "'irreversible', 'recoverable', 'distorted', 'residual' or null")
 _GRANULARITY = (lambda v: v is None or v in ("turn", "session"), "'turn', 'session' or null")
 _INT_LIST = (_list_of(_is_int), "a list of integers or null")
 _OPT_INT_LIST = (_list_of(_optional(_is_int)), "a list of integers and nulls, or null")
@@ -153,6 +153,7 @@ _SCORE_COUNTS = (
     "a list of 10 counts or null",
 )
 _STR_LIST = (_list_of(_is_str), "a list of strings or null")
+_BOOL_LIST = (_list_of(lambda v: isinstance(v, bool)), "a list of true/false or null")
 _STR_MAP_REQUIRED = (
     lambda v: isinstance(v, dict) and all(_is_str(x) for x in v.values()),
     "an object of strings",
@@ -239,6 +240,24 @@ class Ablations:
 
 
 @dataclass(frozen=True)
+class GoldMemories:
+    """What a memory system holding derived memories kept of the gold: the held memories that cite it.
+
+    Null on a record of a store of raw units, where they are the surviving gold units themselves.
+    """
+
+    positions: tuple[int, ...] | None = _field(
+        _INT_LIST, "each held memory citing a gold unit: its position (after the history's units)"
+    )
+    where: tuple[str, ...] | None = _field(_STR_LIST, "each as 'memory of session S, turns T-U (date)'")
+    texts: tuple[str, ...] | None = _field(_STR_LIST, "each one's text, as the reader sees it")
+    injected: tuple[bool, ...] | None = _field(_BOOL_LIST, "whether each was in the policy condition's context")
+    forced: Condition = _object(
+        Condition, "the reader with these memories forced and the store ranked (regime a's context)"
+    )
+
+
+@dataclass(frozen=True)
 class Record:
     """One question under one policy, budget, seed, regime and reader.
 
@@ -312,6 +331,9 @@ class Record:
         _SCORE_COUNTS,
         "units of the question's history scored 1, 2, ..., 10 by the importance scorer (null: the policy reads none)",
         required=False,
+    )
+    memories: GoldMemories | None = _object(
+        GoldMemories, "the held memories citing gold (null: a store of raw units)", required=False
     )
 
     # -- the counting rule --------------------------------------------------------
@@ -412,8 +434,9 @@ MEANINGS: dict[str, str] = {path: f.metadata["meaning"] for path, f in _declared
 _OBJECTS: tuple[tuple[type, str], ...] = (
     (Record, "one line of `records.jsonl`"),
     (Conditions, "`conditions`"),
-    (Condition, "`conditions.oracle`, `conditions.policy`, `conditions.restored`"),
+    (Condition, "`conditions.oracle`, `conditions.policy`, `conditions.restored`, `memories.forced`"),
     (Ablations, "`ablations`"),
+    (GoldMemories, "`memories`"),
 )
 
 
@@ -427,16 +450,25 @@ def enters_n(record: Record) -> bool:
 
 
 def bin_of(*, oracle_correct: bool | None, policy_correct: bool | None,
-           restored_correct: bool | None, gold_evicted: int | None) -> str | None:
+           restored_correct: bool | None, gold_evicted: int | None,
+           forced_correct: bool | None = None) -> str | None:
     """The bin of a not-excluded record: only oracle-answerable policy errors are binned.
 
-    Restore fixes it and gold was evicted: irreversible; restore fixes it and
-    no gold was evicted: recoverable; restore does not fix it: residual.
+    Restore fixes it and some gold unit is cited by no held memory (evicted):
+    irreversible; restore fixes it, every gold unit is kept, and forcing the
+    held memories that cite it (``forced_correct``, regime (a)'s verdict)
+    fixes it too: recoverable; restore fixes it, every gold unit is kept, but
+    forcing those memories does not: distorted (the trace survived without
+    the answer); restore does not fix it: residual. For a store of raw units
+    the forced memories are the surviving gold, regime (a)'s context is then
+    the restored one, and distorted stays empty.
     """
     if not oracle_correct or policy_correct is not False:
         return None
     if restored_correct:
-        return "irreversible" if gold_evicted else "recoverable"
+        if gold_evicted:
+            return "irreversible"
+        return "distorted" if forced_correct is False else "recoverable"
     return "residual"
 
 
@@ -502,6 +534,9 @@ def check(record: Mapping[str, Any]) -> tuple[str, str] | None:
         return "conditions.policy.correct", "null on an oracle-answerable record that is not excluded"
     if record["bin"] is not None and not (counted and verdicts["policy"] is False):
         return "bin", f"{record['bin']!r} on a record that is not an oracle-answerable policy error"
+    memories = record.get("memories")
+    if record["bin"] == "distorted" and not (memories and memories["forced"]["correct"] is False):
+        return "bin", "'distorted' on a record whose forced memories were not read wrong (memories.forced.correct)"
     return None
 
 

@@ -2,22 +2,38 @@
 
 from __future__ import annotations
 
-import numpy as np
+import re
+from collections.abc import Sequence
+from pathlib import Path
 
+import numpy as np
+import pytest
+
+from pytest_restore.audit.checks import construct_checks
+from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.data.loaders import load_data
 from pytest_restore.data.units import Unit
 from pytest_restore.memory.derived import (
     ExtractiveSummary,
     FactExtract,
     SentenceFacts,
     SessionSummary,
+    Summarizer,
     default_policies,
     key_sentence,
     sentences,
 )
-from pytest_restore.memory.eviction import EvictionContext
+from pytest_restore.memory.eviction import EvictionContext, Policy
 from pytest_restore.memory.memories import Memory
-from pytest_restore.models.fake import FakeReader, KnownQuestion, evidence_words
+from pytest_restore.models.fake import (
+    FakeJudge,
+    FakeReader,
+    FakeScorer,
+    KnownQuestion,
+    evidence_words,
+)
 from pytest_restore.models.prompts import DONT_KNOW, PromptSet
+from pytest_restore.record import Record
 
 CTX = EvictionContext(question_id="q")
 
@@ -111,3 +127,54 @@ def test_the_fake_reader_finds_a_fact_a_memory_holds_and_misses_one_it_lost() ->
     # a raw turn that happens to hold the words is not read as a memory: raw turns are found verbatim
     assert reader.answer(reader_prompt("[2024/01/01] user:\nmy rent on Orchard Street is $950")) == DONT_KNOW
     assert reader.answer(reader_prompt(f"[2024/01/01] user:\n{gold}")) == "$950"
+
+
+# -- the audit over derived memories: the distorted bin -------------------------------------
+
+
+class Verbatim(Summarizer):
+    """Keeps every turn of a closed session word for word (each turn its own raw memory)."""
+
+    def summarize(self, turns: Sequence[Unit]) -> list[Memory]:
+        return [Memory.of(t) for t in turns]
+
+
+class DropDigits(Summarizer):
+    """Keeps every turn of a closed session, each as a memory with its digits removed."""
+
+    def summarize(self, turns: Sequence[Unit]) -> list[Memory]:
+        return [Memory(re.sub(r"\d", "", t.content), t.date, (t.position,)) for t in turns]
+
+
+@pytest.fixture(scope="module")
+def embedded_audit(embedded_data: Path) -> Audit:
+    dataset = load_data(embedded_data)
+    reader = FakeReader()
+    config = AuditConfig(budgets=(80_000,), questions=20, seeds=(0,))
+    audit = Audit(dataset, config, reader=reader, judge=FakeJudge(), scorer=FakeScorer())
+    reader.learn(p.history for p in audit.questions)
+    return audit
+
+
+def distorted(audit: Audit, system: Policy) -> list[Record]:
+    run = audit.run_cell(system, 80_000)
+    assert construct_checks(run, audit) == []
+    return [r for r in run.records if r.bin == "distorted"]
+
+
+def test_a_verbatim_summary_distorts_nothing_and_one_without_digits_does(embedded_audit: Audit) -> None:
+    verbatim = embedded_audit.run_cell(SessionSummary(Verbatim()), 80_000)
+    assert {r.bin for r in verbatim.records} - {None} and not [r for r in verbatim.records if r.bin == "distorted"]
+    lost = distorted(embedded_audit, SessionSummary(DropDigits()))
+    assert any(re.search(r"\d", r.reference or "") for r in lost)
+    for r in lost:
+        assert r.memories is not None and r.memories.forced.correct is False and r.gold_evicted == 0
+        assert r.conditions.restored.correct is True and all("memory of session" in w for w in r.memories.where)
+        assert len(r.memories.injected or ()) == len(r.memories.positions or ()) > 0
+
+
+def test_the_distorted_share_moves_with_compression(embedded_audit: Audit) -> None:
+    short, long = (len(distorted(embedded_audit, FactExtract(SentenceFacts(max_words=w)))) for w in (6, 40))
+    assert short > long
+    terse, fuller = (len(distorted(embedded_audit, SessionSummary(ExtractiveSummary(keep=k)))) for k in (0.05, 0.25))
+    assert terse != fuller

@@ -1,6 +1,7 @@
 """The record-level construct checks of one grid cell (PROTOCOL section 5), each failure one readable line.
 
-Only oracle-answerable records are binned, and FIFO's store at a tighter
+Only oracle-answerable records are binned, a store of raw units has no
+distorted error, and FIFO's store at a tighter
 budget lies inside its store at every looser one. The checks on a cell's
 counts (the bins add up to the errors, the forced-gold regime has no
 recoverable error, ``no-evict`` no irreversible one) read the cell's
@@ -24,6 +25,10 @@ def construct_checks(run: CellRun, audit: Audit | None = None) -> list[str]:
         stray = [r.question_id for r in recs if r.bin is not None and not r.enters_n]
         if stray:
             failures.append(f"{label}: {len(stray)} binned records are not oracle-answerable, e.g. {stray[0]}")
+        # a store of raw units: regime (a)'s context is the restored one once no gold is evicted
+        raw = [r.question_id for r in recs if r.bin == "distorted" and r.memories is None]
+        if raw:
+            failures.append(f"{label}: {len(raw)} distorted errors on a store of raw units (must be 0), e.g. {raw[0]}")
     if run.policy == "fifo" and audit is not None:
         failures.extend(fifo_containment(run, audit))
     return failures

@@ -76,6 +76,7 @@ from pytest_restore.record import (
     Ablations,
     Condition,
     Conditions,
+    GoldMemories,
     Record,
     bin_of,
 )
@@ -532,6 +533,7 @@ class Audit:
             self._stores[(policy.name, budget)] = (policy, stores)
         outcomes = iter(self.evaluate(contexts))
         fates = self.gold_fates(policy, budget, plan, importance, ranker)
+        injected = iter(positions for _, positions in contexts)
         records: list[Record] = []
         for p, seed, kept in plan:
             qid = p.question.question_id
@@ -544,8 +546,13 @@ class Audit:
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
             fate = fates[(qid, seed)]
             scores = score_counts(p, importance) if policy.needs_importance else None
+            read = {"a": next(injected), "b": next(injected)}
+            next(injected)  # the restored context's
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
-                record = self._record(p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None, ranker, fate)
+                forced = Forced(regime_a, read[regime])
+                record = self._record(
+                    p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None, ranker, fate, forced
+                )
                 # regime (b) reads the ranker's top k: its retrieval figures need k beside gold_ranks, which
                 # rank gold held as itself (a gold unit held only through a derived memory has no rank)
                 top_k = self.config.top_k if regime == "b" and _held_as_units(p, kept) else None
@@ -771,8 +778,11 @@ class Audit:
         scorer_failure: Failure | None,
         ranker: str,
         fate: GoldFate | None = None,
+        forced: Forced | None = None,
     ) -> Record:
         history = p.history
+        # a derived store's regime-(a) verdict decides its bin: a failed call there excludes the record
+        derived = forced is not None and p.sources is not None and mask is not None
         gold = history.gold
         evicted_units = p.evicted(mask) if mask is not None else None
         evicted = len(evicted_units) if evicted_units is not None else None
@@ -780,7 +790,10 @@ class Audit:
         if scorer_failure is not None:  # no store without the scores: every condition is out
             excluded, error = scorer_failure.reason(), f"api_error: {scorer_failure.error}"
         else:
-            for name, o in (("oracle", oracle), ("policy", outcome), ("restored", restored)):
+            checked = [("oracle", oracle), ("policy", outcome), ("restored", restored)]
+            if derived and forced is not None:
+                checked.append(("forced", forced.outcome))
+            for name, o in checked:
                 if o is not None and o.failure is not None:
                     # the reason names the condition and the model; the message goes in "error"
                     excluded, error = o.failure.reason(name), o.failure.error
@@ -794,6 +807,7 @@ class Audit:
                 policy_correct=policy_correct,
                 restored_correct=restored_correct,
                 gold_evicted=evicted,
+                forced_correct=forced.outcome.correct if forced is not None else None,
             )
         return Record(
             question_id=history.question.question_id,
@@ -831,6 +845,21 @@ class Audit:
             error=error,
             store_tokens=int(history.sizes[mask].sum()) if mask is not None else None,
             store_units=int(mask.sum()) if mask is not None else None,
+            memories=self._gold_memories(p, mask, forced) if derived and mask is not None and forced else None,
+        )
+
+    @staticmethod
+    def _gold_memories(p: Prepared, mask: Mask, forced: Forced) -> GoldMemories:
+        """The held memories of a derived store that cite gold, whether each was read, and regime (a)'s verdict."""
+        citing = p.citing(mask)
+        read = set(forced.injected)
+        units = p.history.units
+        return GoldMemories(
+            positions=tuple(citing),
+            where=tuple(memory_label(units[c], p.sources[c] if p.sources else (c,), units) for c in citing),
+            texts=tuple(units[c].content for c in citing),
+            injected=tuple(c in read for c in citing),
+            forced=_condition(forced.outcome),
         )
 
 
@@ -876,6 +905,26 @@ def score_counts(prepared: Prepared, importance: Mapping[str, int]) -> tuple[int
             return None
         counts[score - 1] += 1
     return tuple(counts)
+
+
+@dataclass(frozen=True)
+class Forced:
+    """Regime (a)'s outcome (the held memories citing gold forced) and what a record's own condition injected."""
+
+    outcome: Outcome
+    injected: Sequence[int]
+
+
+def memory_label(memory: Unit, sources: Sequence[int], units: Sequence[Unit]) -> str:
+    """Where a derived memory came from: ``memory of session S, turns T-U (date)`` (sessions joined when several)."""
+    by_session: dict[int, list[int]] = {}
+    for s in sources:
+        by_session.setdefault(units[s].session, []).append(units[s].turn)
+    parts = []
+    for session, turns in by_session.items():
+        span = f"turn {turns[0]}" if len(turns) == 1 else f"turns {min(turns)}-{max(turns)}"
+        parts.append(f"session {session}, {span}")
+    return f"memory of {'; '.join(parts)} ({memory.date})"
 
 
 def unit_label(unit: Unit) -> str:

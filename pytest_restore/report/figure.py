@@ -1,4 +1,4 @@
-"""The report's figure: the findings' headline quantity with its intervals, then the three bins.
+"""The report's figure: the findings' headline quantity with its intervals, then the bins.
 
 Two panels per reader, both of the top-k regime (b) by default:
 
@@ -58,6 +58,7 @@ class BinStyle:
 #: The bins' styles. Greyscale luminance: irreversible ~117, recoverable ~55, residual ~204.
 IRREVERSIBLE = BinStyle("irreversible (gold evicted; restore fixes)", "#BB5566", "////", "white")
 RECOVERABLE = BinStyle("recoverable (gold kept; not retrieved)", "#004488", "....", "white")
+DISTORTED = BinStyle("distorted (gold kept in a memory without the answer)", "#DDAA33", "xxxx", "black")
 RESIDUAL = BinStyle("residual (wrong with gold restored)", "#DDDDDD", "", "black")
 
 _BAR_WIDTH = 0.8
@@ -135,10 +136,10 @@ def draw_figure(analysis: Analysis, *, regime: str = "b", dataset: str = "") -> 
         figure.legend(
             handles=[
                 Patch(facecolor=s.colour, hatch=s.hatch, edgecolor=_hatch_colour(s), label=s.label)
-                for s in (IRREVERSIBLE, RECOVERABLE, RESIDUAL)
+                for s in (IRREVERSIBLE, RECOVERABLE, DISTORTED, RESIDUAL)
             ],
             loc="outside upper center",
-            ncols=3,
+            ncols=2,
             frameon=False,
             handleheight=1.4,
             handlelength=2.2,
@@ -310,7 +311,7 @@ def _draw_headline(ax: Axes, bars: Sequence[HeadlineBar]) -> None:
 
 
 def _draw_decomposition(ax: Axes, cells: Sequence[CellStats]) -> None:
-    """Stacked three-bin bars for one reader's cells (in the analysis's cell order), grouped by policy."""
+    """Stacked bin bars for one reader's cells (in the analysis's cell order), grouped by policy."""
     seeds: dict[str, list[int]] = {}
     for cell in cells:
         seeds.setdefault(cell.policy, [])
@@ -324,6 +325,7 @@ def _draw_decomposition(ax: Axes, cells: Sequence[CellStats]) -> None:
         for share, style in (
             (cell.irr_share, IRREVERSIBLE),
             (cell.rec_share, RECOVERABLE),
+            (cell.dis_share, DISTORTED),
             (cell.res_share, RESIDUAL),
         ):
             _segment(ax, x, bottom, share or 0.0, style)

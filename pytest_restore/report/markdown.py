@@ -46,11 +46,14 @@ def render_cell_table(analysis: Analysis, regime: str) -> str:
     """
     full = regime != "a"
     if full:
-        header = "| policy | budget | reader | N | err | irr | rec | res | two-bin (95% CI) | irr-rate | accuracy | gold evicted |"
-        rule = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        header = (
+            "| policy | budget | reader | N | err | irr | rec | dis | res | two-bin (95% CI) | destruction "
+            "| irr-rate | accuracy | gold evicted |"
+        )
+        rule = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     else:
-        header = "| policy | budget | reader | N | err | irr | res | irr-rate | accuracy | gold evicted |"
-        rule = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
+        header = "| policy | budget | reader | N | err | irr | dis | res | irr-rate | accuracy | gold evicted |"
+        rule = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     lines = [header, rule]
     previous = None
     for cell in analysis.cells:
@@ -59,7 +62,11 @@ def render_cell_table(analysis: Analysis, regime: str) -> str:
         two_bin = _share_with_interval(cell.two_bin_share, cell.two_bin_lo, cell.two_bin_hi)
         name = cell.policy if cell.policy != previous else ""
         previous = cell.policy
-        middle = f"{cell.rec} | {cell.res} | {two_bin}" if full else f"{cell.res}"
+        middle = (
+            f"{cell.rec} | {cell.dis} | {cell.res} | {two_bin} | {fmt(cell.destruction_share, 2) or '-'}"
+            if full
+            else f"{cell.dis} | {cell.res}"
+        )
         lines.append(
             f"| {name} | {budget_label(cell.budget)} | {cell.reader} | {cell.N} | {cell.err} | {cell.irr} | {middle} | "
             f"{fmt(cell.irr_rate, 2) or '-'} | {fmt(cell.accuracy, 2) or '-'} | {fmt(cell.gold_evicted_rate, 2) or '-'} |"
@@ -185,16 +192,17 @@ def render_bins_by_type_md(analysis: Analysis) -> str:
         ),
         "",
         (
-            "| reader | regime | question type | N | err | irr | rec | res | irr share | rec share "
-            "| res share | two-bin |"
+            "| reader | regime | question type | N | err | irr | rec | dis | res | irr share | rec share "
+            "| dis share | res share | two-bin |"
         ),
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in analysis.by_type:
         out.append(
             f"| {row.reader} | {row.regime} | {row.question_type} | {row.N} | {row.err} | "
-            f"{row.irr} | {row.rec} | {row.res} | {_num(row.irr_share, 2)} | "
-            f"{_num(row.rec_share, 2)} | {_num(row.res_share, 2)} | {_num(row.two_bin_share, 2)} |"
+            f"{row.irr} | {row.rec} | {row.dis} | {row.res} | {_num(row.irr_share, 2)} | "
+            f"{_num(row.rec_share, 2)} | {_num(row.dis_share, 2)} | {_num(row.res_share, 2)} | "
+            f"{_num(row.two_bin_share, 2)} |"
         )
     return "\n".join(out) + "\n"
 
@@ -208,6 +216,38 @@ def evicting_policies(analysis: Analysis) -> list[str]:
 
 def _ci(lo: float | None, hi: float | None) -> str:
     return "" if lo is None or hi is None else f" (95% CI {short(lo)}-{short(hi)})"
+
+
+def distortion_findings(analysis: Analysis, reader: str, tag: str) -> list[str]:
+    """The findings line on memory systems holding derived memories: how much of each one's loss is distortion.
+
+    Per system and budget, under top-k retrieval: distorted errors as a share of those a restore fixes,
+    dis / (irr + rec + dis), and the destruction share, (irr + dis) / (irr + rec + dis).
+    """
+    parts = []
+    for policy in analysis.counts.derived:
+        cells = [c for c in analysis.cells if c.policy == policy and c.reader == reader and c.regime == "b"]
+        shown = []
+        for cell in sorted(cells, key=lambda c: -c.budget):
+            fixed = cell.irr + cell.rec + cell.dis
+            if not fixed:
+                shown.append(f"{budget_label(cell.budget)} no restorable error")
+                continue
+            shown.append(
+                f"{budget_label(cell.budget)} {cell.dis / fixed:.2f} ({cell.dis} of {fixed}; "
+                f"destruction {fmt(cell.destruction_share, 2)})"
+            )
+        if shown:
+            parts.append(f"{policy} " + ", ".join(shown))
+    if not parts:
+        return []
+    return [
+        f"- **Distortion{tag}.** Of the errors a restore fixes under top-k retrieval, the share a memory "
+        "system kept a trace of (every gold turn cited by a held memory) without the answer, "
+        "dis / (irr + rec + dis), with the destruction share (irr + dis) / (irr + rec + dis): "
+        + "; ".join(parts)
+        + "."
+    ]
 
 
 def render_findings_md(analysis: Analysis) -> str:
@@ -245,6 +285,7 @@ def render_findings_md(analysis: Analysis) -> str:
             "share of those a restore fixes, irr / (irr + rec) (a majority where the lower bound clears "
             "0.5): " + ("; ".join(parts) if parts else "no evicting policy in the run") + "."
         )
+        out += distortion_findings(analysis, reader, tag)
         h3 = [t for t in analysis.family("H3", reader) if t.decision != "empty"]
         moved = [t for t in h3 if t.decision == "reject"]
         shown = ", ".join(

@@ -13,7 +13,8 @@ report directory:
   the restore-tightness ablations, one real case per bin and policy, the
   exclusions, the dataset's sha256 and the run's ranker;
 - ``figure.png``/``figure.svg``: the findings' headline (the two-bin share with
-  its intervals) over the three-bin shares, per policy and budget;
+  its intervals) over the bin shares (irreversible, recoverable, distorted,
+  residual), per policy and budget;
 - ``report.html``: the findings, the figure and the cells tables in one
   self-contained page, with every record's story (what each condition's
   reader saw, from the data file's texts) filterable and one click away;
@@ -234,13 +235,13 @@ def _write_html(
 def terminal_lines(analysis: Analysis) -> list[str]:
     """A short summary for the end of the pytest run: regime (b) per cell, in the analysis's order."""
     lines = [
-        f"{'policy':<16}{'budget':>8}{'N':>7}{'err':>6}{'irr':>6}{'rec':>6}{'res':>6}{'two-bin':>9}{'acc':>7}"
+        f"{'policy':<16}{'budget':>8}{'N':>7}{'err':>6}{'irr':>6}{'rec':>6}{'dis':>6}{'res':>6}{'two-bin':>9}{'acc':>7}"
     ]
     for cell in analysis.cells:
         if cell.regime != "b":
             continue
         lines.append(
             f"{cell.policy:<16}{budget_label(cell.budget):>8}{cell.N:>7}{cell.err:>6}{cell.irr:>6}{cell.rec:>6}"
-            f"{cell.res:>6}{fmt(cell.two_bin_share, 2) or '-':>9}{fmt(cell.accuracy, 2) or '-':>7}"
+            f"{cell.dis:>6}{cell.res:>6}{fmt(cell.two_bin_share, 2) or '-':>9}{fmt(cell.accuracy, 2) or '-':>7}"
         )
     return lines

@@ -64,6 +64,7 @@ from pytest_restore.stats.results import (
     StatsSettings,
     _round,
     cell_order,
+    policy_order,
 )
 from pytest_restore.stats.retrieval import retrieval_figures
 from pytest_restore.stats.tally import N_ROW, CellTally, tally_by
@@ -95,6 +96,8 @@ class Counts:
     ranked: Mapping[CellKey, CellTally] = field(default_factory=dict)
     #: the ranker ``cells`` were read with: the baseline of several, else the records' one ranker
     ranker: str = ""
+    #: the policies whose stores hold derived memories (records with ``memories``), in the policy order
+    derived: tuple[str, ...] = ()
 
     @property
     def records(self) -> int:
@@ -122,10 +125,11 @@ class Counts:
 
     def bins(self) -> dict[str, int]:
         """Records per bin, over every cell."""
-        totals = {"irreversible": 0, "recoverable": 0, "residual": 0}
+        totals = {"irreversible": 0, "recoverable": 0, "distorted": 0, "residual": 0}
         for t in self.cells.values():
             totals["irreversible"] += t.irr
             totals["recoverable"] += t.rec
+            totals["distorted"] += t.dis
             totals["residual"] += t.res
         return {b: totals[b] for b in BINS}
 
@@ -147,6 +151,7 @@ def count(records: Sequence[Record]) -> Counts:
         baseline_ranker=baseline,
         ranked={k: ranked[k] for k in sorted(ranked, key=cell_order)},
         ranker=baseline or (ranker_of(records[0]) if records else ""),
+        derived=tuple(sorted({r.policy for r in records if r.memories is not None}, key=policy_order)),
     )
 
 
@@ -166,6 +171,8 @@ class TypeBins:
     rec_share: float | None
     res_share: float | None
     two_bin_share: float | None
+    dis: int = 0
+    dis_share: float | None = None
 
 
 def _type_bins(key: TypeKey, tally: CellTally) -> TypeBins:
@@ -183,6 +190,8 @@ def _type_bins(key: TypeKey, tally: CellTally) -> TypeBins:
         rec_share=_round(tally.share("recoverable")),
         res_share=_round(tally.share("residual")),
         two_bin_share=_round(tally.two_bin_share),
+        dis=tally.dis,
+        dis_share=_round(tally.share("distorted")),
     )
 
 
@@ -233,8 +242,10 @@ class Analysis:
             if cell is None:
                 continue
             label = f"{policy} @ {budget} regime ({regime})"
-            if cell.irr + cell.rec + cell.res != cell.err:
-                failures.append(f"{label}: irr {cell.irr} + rec {cell.rec} + res {cell.res} != err {cell.err}")
+            if cell.irr + cell.rec + cell.dis + cell.res != cell.err:
+                failures.append(
+                    f"{label}: irr {cell.irr} + rec {cell.rec} + dis {cell.dis} + res {cell.res} != err {cell.err}"
+                )
             if regime == "a" and cell.rec:
                 failures.append(f"{label}: forced-gold regime has {cell.rec} recoverable errors (must be 0)")
             if policy == self.settings.reference and cell.irr:
@@ -384,6 +395,9 @@ def _cell_figures(engine: Engine, key: CellKey, cell: CellTally) -> CellStats:
         gold_evicted_rate=cell.gold_evicted_rate,
         two_bin_undefined=two_bin.undefined,
         ranker=key.ranker,
+        dis=cell.dis,
+        dis_share=cell.share("distorted"),
+        destruction_share=cell.destruction_share,
     )
 
 

@@ -29,19 +29,21 @@ from pytest_restore.bootstrap import (
 from pytest_restore.record import CellKey, Record, ranker_of
 from pytest_restore.stats.analysis import count
 from pytest_restore.stats.results import budget_label, cell_order
-from pytest_restore.stats.tally import CORRECT_ROW, IRR_ROW, N_ROW, REC_ROW
+from pytest_restore.stats.tally import CORRECT_ROW, DIS_ROW, IRR_ROW, N_ROW, REC_ROW
 
 #: The figures compared: name -> (numerator bins, denominator, whether up is worse).
-#: Per-question rows: N, irr, rec, correct.
+#: Per-question rows: N, irr, rec, correct, dis.
 FIGURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool]] = {
     "two_bin_share": (("irr",), ("irr", "rec"), True),
     "irr_rate": (("irr",), ("N",), True),
     "rec_rate": (("rec",), ("N",), True),
+    "dis_rate": (("dis",), ("N",), True),
+    "destruction_share": (("irr", "dis"), ("irr", "rec", "dis"), True),
     "accuracy": (("correct",), ("N",), False),
 }
-_ROW = {"N": 0, "irr": 1, "rec": 2, "correct": 3}
+_ROW = {"N": 0, "irr": 1, "rec": 2, "correct": 3, "dis": 4}
 #: The tally's rows behind ``_ROW``'s columns.
-_TALLY_ROWS = [N_ROW, IRR_ROW, REC_ROW, CORRECT_ROW]
+_TALLY_ROWS = [N_ROW, IRR_ROW, REC_ROW, CORRECT_ROW, DIS_ROW]
 
 
 @dataclass(frozen=True)
@@ -192,8 +194,8 @@ def _change(
     if not shared:  # nothing to pair: every figure undefined, said as 0 questions
         undefined = tuple(FigureChange(name, None, None, None, None, None, None) for name in FIGURES)
         return CellChange(key.policy, key.budget, key.regime, key.reader, 0, undefined, key.ranker)
-    old_counts = np.array([old[q] for q in shared], dtype=np.float64).reshape(len(shared), 4)
-    new_counts = np.array([new[q] for q in shared], dtype=np.float64).reshape(len(shared), 4)
+    old_counts = np.array([old[q] for q in shared], dtype=np.float64).reshape(len(shared), len(_ROW))
+    new_counts = np.array([new[q] for q in shared], dtype=np.float64).reshape(len(shared), len(_ROW))
     resampler = Resampler.draw(shared, resamples, seed)
     old_totals = resampler.totals(old_counts)
     new_totals = resampler.totals(new_counts)

@@ -82,6 +82,9 @@ CELL_COLUMNS: tuple[str, ...] = (
     "irr_share",
     "rec_share",
     "res_share",
+    "dis",
+    "dis_share",
+    "destruction_share",
     "negative_restore_gain",
     "excluded",
     *ANSWER_COLUMNS,
@@ -198,6 +201,11 @@ class CellStats:
     answers: AnswerFigures | None = None
     #: regime (b): where the ranker put the surviving gold (:mod:`pytest_restore.stats.retrieval`)
     retrieval: RetrievalFigures | None = None
+    #: distorted errors (a memory system's derived memories kept every gold unit, without the answer)
+    dis: int = 0
+    dis_share: float | None = None
+    #: ``(irr + dis) / (irr + rec + dis)``: what the store destroyed among the errors restore fixes
+    destruction_share: float | None = None
 
     @property
     def key(self) -> CellKey:

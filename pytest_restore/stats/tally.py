@@ -23,9 +23,9 @@ from pytest_restore.record import CellKey, Record
 _G = TypeVar("_G")
 
 #: Rows of a tally's per-question count matrix.
-ROWS: tuple[str, ...] = ("N", "err", "irr", "rec", "res", "correct", "gold_evicted")
-N_ROW, ERR_ROW, IRR_ROW, REC_ROW, RES_ROW, CORRECT_ROW, GOLD_ROW = range(len(ROWS))
-_BIN_ROW = {"irreversible": IRR_ROW, "recoverable": REC_ROW, "residual": RES_ROW}
+ROWS: tuple[str, ...] = ("N", "err", "irr", "rec", "res", "correct", "gold_evicted", "dis")
+N_ROW, ERR_ROW, IRR_ROW, REC_ROW, RES_ROW, CORRECT_ROW, GOLD_ROW, DIS_ROW = range(len(ROWS))
+_BIN_ROW = {"irreversible": IRR_ROW, "recoverable": REC_ROW, "distorted": DIS_ROW, "residual": RES_ROW}
 
 
 @dataclass
@@ -101,6 +101,11 @@ class CellTally:
         return self.total(REC_ROW)
 
     @property
+    def dis(self) -> int:
+        """Distorted errors: every gold unit kept by a derived memory, but forcing those memories does not fix it."""
+        return self.total(DIS_ROW)
+
+    @property
     def res(self) -> int:
         """Residual errors."""
         return self.total(RES_ROW)
@@ -119,6 +124,12 @@ class CellTally:
     def two_bin_share(self) -> float | None:
         """``irr / (irr + rec)``, ``None`` when both are zero."""
         return _share(self.irr, self.irr + self.rec)
+
+    @property
+    def destruction_share(self) -> float | None:
+        """``(irr + dis) / (irr + rec + dis)``: the share of the errors restore fixes that the store destroyed
+        (evicted, or kept in a form that lost the answer); ``None`` when all three are zero."""
+        return _share(self.irr + self.dis, self.irr + self.rec + self.dis)
 
     @property
     def irr_rate(self) -> float | None:
