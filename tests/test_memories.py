@@ -88,8 +88,8 @@ def audit_of(dataset: Dataset) -> Audit:
 
 
 def without_policy(records: Any) -> list[dict[str, Any]]:
-    # a memory system says what it holds, not when it let a unit go: its records name no arrival
-    return [{k: v for k, v in r.to_json().items() if k not in ("policy", "gold_evicted_after")} for r in records]
+    """The records but their policy and the memories citing gold (a memory system names them, a policy does not)."""
+    return [{k: v for k, v in r.to_json().items() if k not in ("policy", "memories")} for r in records]
 
 
 def test_a_raw_turn_memory_system_audits_as_the_store_it_is(tiny: Dataset) -> None:
@@ -97,8 +97,12 @@ def test_a_raw_turn_memory_system_audits_as_the_store_it_is(tiny: Dataset) -> No
     for budget in BUDGETS:
         fifo, memories = audit.run_cell(Fifo(), budget), audit.run_cell(FifoMemories(), budget)
         assert without_policy(memories.records) == without_policy(fifo.records)
-        assert all(not any(r.gold_evicted_after or ()) for r in memories.records)
         assert all((r.top_k is not None) == (r.regime == "b") for r in memories.records)  # raw turns: ranked as units
+        for r in memories.records:
+            # its memories citing gold are the surviving gold turns, and forcing them is regime (a)
+            assert r.memories is not None and r.memories.positions == tuple(
+                g for g in audit.history(r.question_id).gold if g not in (r.gold_evicted_units or ())
+            )
         for key, mask in fifo.stores.items():
             assert np.array_equal(memories.stores[key], mask)
 

@@ -196,7 +196,7 @@ def test_tally_cells_share_one_universe_and_pool_seeds() -> None:
     cells = tally_cells(records, ["q1", "q2", "q3"])
     random = cells[CellKey("random", 8000, "b", "fake")]
     assert random.question_ids == ("q1", "q2", "q3")
-    assert random.counts[:, 0].tolist() == [2, 1, 0, 0, 1, 1, 0]  # N, err, irr, rec, res, correct, gold
+    assert random.counts[:, 0].tolist() == [2, 1, 0, 0, 1, 1, 0, 0]  # N, err, irr, rec, res, correct, gold, dis
     assert random.seeds == {0, 1} and random.N == 2
     assert cells[CellKey("fifo", 8000, "b", "fake")].counts[0].tolist() == [0, 1, 0]
 
