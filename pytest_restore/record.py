@@ -306,13 +306,15 @@ class Record:
     )
     gold_evicted_after: tuple[int | None, ...] | None = _field(
         _OPT_INT_LIST,
-        "per gold unit (as gold_positions), the position of the unit whose arrival evicted it; null where kept",
+        "per gold unit (as gold_positions), the position of the unit whose arrival evicted it (a memory "
+        "system's: after which no held memory cited it, its own if none ever did); null where kept, or where a "
+        "memory system lost it when the history ended",
         required=False,
     )
     gold_ranks: tuple[int | None, ...] | None = _field(
         _OPT_INT_LIST,
-        "per gold unit (as gold_positions), its rank (1 = first) under the ranker over the store; null where "
-        "evicted or not ranked (no match)",
+        "per gold unit (as gold_positions), its rank (1 = first) under the ranker over the store (held through "
+        "memories citing it: the best of their ranks); null where evicted or not ranked (no match)",
         required=False,
     )
     error: str | None = _field(_OPT_STR, "the failed call's message (the reason is in excluded)", required=False)

@@ -25,6 +25,7 @@ from pytest_restore.memory.derived import (
 )
 from pytest_restore.memory.eviction import EvictionContext, Policy
 from pytest_restore.memory.memories import Memory
+from pytest_restore.memory.systems import MemorySystem
 from pytest_restore.models.fake import (
     FakeJudge,
     FakeReader,
@@ -34,6 +35,8 @@ from pytest_restore.models.fake import (
 )
 from pytest_restore.models.prompts import DONT_KNOW, PromptSet
 from pytest_restore.record import Record
+from pytest_restore.report.html import DERIVED_KEYS, Strings, story_payload
+from pytest_restore.report.story import render_story_text, tell
 
 CTX = EvictionContext(question_id="q")
 
@@ -100,6 +103,35 @@ def test_a_restating_fact_replaces_the_held_one_and_cites_both_turns() -> None:
     short = FactExtract(SentenceFacts(max_words=4)).hold(units, np.full(4, 20), 10_000, CTX)
     # cut to four words: the numbers and names are gone
     assert {m.text for m in short} == {"user: I adopted a cat", "user: Update: my monthly rent"}
+
+
+class KeepTwoUserTurns(MemorySystem):
+    """Holds the last two user turns as they are; at the history's end, only the last."""
+
+    name = "keep-two"
+
+    def reset(self, budget: int, ctx: EvictionContext) -> None:
+        self.kept: list[Memory] = []
+
+    def add(self, unit: Unit) -> None:
+        if unit.role == "user":
+            self.kept = [*self.kept, Memory.of(unit)][-2:]
+
+    def finish(self) -> None:
+        self.kept = self.kept[-1:]
+
+    def memories(self) -> list[Memory]:
+        return self.kept
+
+
+def test_the_trace_says_when_each_unit_lost_its_last_citing_memory() -> None:
+    held = KeepTwoUserTurns().trace(SESSIONS, np.full(5, 20), 10_000, CTX)
+    assert [m.sources for m in held.memories] == [(4,)]
+    # 0 went when 4 arrived; the assistant's turns were never held (their own arrival); 2 went at the close
+    assert held.lost == {0: 4, 1: 1, 2: None, 3: 3}
+    budget = 10_000
+    summaries = SessionSummary(ExtractiveSummary(keep=1.0)).trace(SESSIONS, np.full(5, 20), budget, CTX)
+    assert summaries.lost == {} and [m.sources for m in summaries.memories] == [(0, 1), (2, 3), (4,)]
 
 
 def test_the_registry_holds_both_systems_after_the_policies() -> None:
@@ -171,6 +203,18 @@ def test_a_verbatim_summary_distorts_nothing_and_one_without_digits_does(embedde
         assert r.memories is not None and r.memories.forced.correct is False and r.gold_evicted == 0
         assert r.conditions.restored.correct is True and all("memory of session" in w for w in r.memories.where)
         assert len(r.memories.injected or ()) == len(r.memories.positions or ()) > 0
+    # the story of a distorted record: the gold cited by held memories, regime (a)'s context told beside its own
+    r = next(r for r in lost if r.regime == "b")
+    story = tell([r], embedded_audit.history(r.question_id).question)
+    assert all(g.fate.startswith("cited by a held memory") for g in story.cells[0].gold)
+    text = render_story_text(story)
+    assert "DISTORTED" in text and "forced: the store with its memories citing gold forced" in text
+    forced = story.cells[0].conditions[-1]
+    assert [s.unit.label for s in forced.seen or () if s.forced] == list(r.memories.where or ())
+    # report.html keys a derived memory apart from the data's units (another cell's memory may share its position)
+    entry, rows = story_payload(story, 0, Strings())
+    keys = rows[0][-1][-1][-1]  # the forced condition's forced units
+    assert keys and all(k >= DERIVED_KEYS and entry["units"][str(k)][5].startswith("memory of session") for k in keys)
 
 
 def test_the_distorted_share_moves_with_compression(embedded_audit: Audit) -> None:

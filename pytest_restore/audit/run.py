@@ -68,6 +68,7 @@ from pytest_restore.memory.retrieval import (
     inject,
     render_context,
 )
+from pytest_restore.memory.systems import MemorySystem
 from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.prompts import PromptSet, parse_score, parse_verdict
 from pytest_restore.record import (
@@ -119,6 +120,8 @@ class Prepared:
     #: what each unit of ``history`` cites when it holds a memory system's derived memories
     #: (:func:`memory_view`); ``None``: raw units, each citing itself
     sources: Sources | None = None
+    #: a memory system's record of when each unit it lost left it (:attr:`Held.lost`); ``None``: not traced
+    lost: Mapping[int, int | None] | None = None
 
     @property
     def question(self) -> Question:
@@ -140,6 +143,17 @@ class Prepared:
             return [g for g in gold if not store[g]]
         cited = {s for p in np.flatnonzero(store) for s in self.sources[p]}
         return [g for g in gold if g not in cited]
+
+    def citing_each(self, store: Mask) -> list[list[int]]:
+        """Per gold unit (in ``History.gold``'s order), the held units citing it (raw units: itself, if held)."""
+        if self.sources is None:
+            return [[g] if store[g] else [] for g in self.history.gold]
+        by_gold: dict[int, list[int]] = {g: [] for g in self.history.gold}
+        for p in np.flatnonzero(store):
+            for s in self.sources[p]:
+                if s in by_gold:
+                    by_gold[s].append(int(p))
+        return [by_gold[g] for g in self.history.gold]
 
 
 def select_questions(questions: Sequence[Question], n: int, seed: int) -> list[Question]:
@@ -212,10 +226,11 @@ class Outcome:
 class GoldFate:
     """What became of each gold unit (in ``History.gold``'s order) in one store: when it left, its rank."""
 
-    #: the position of the unit whose arrival evicted it; ``None``: kept (or a memory system's: not a unit's)
+    #: the position of the unit whose arrival evicted it (a memory system's: after which no held memory
+    #: cited it); ``None``: kept, or a memory system lost it when the history ended
     evicted_after: tuple[int | None, ...]
-    #: its rank (1 = first) under the ranker over the store; ``None``: evicted, not ranked (no match), or
-    #: held only through a memory that cites it
+    #: its rank (1 = first) under the ranker over the store (held through memories citing it: the best of
+    #: theirs); ``None``: evicted, or not ranked (no match)
     ranks: tuple[int | None, ...]
 
 
@@ -331,7 +346,7 @@ class Audit:
         # whole-grid stores by (policy, budget): evicted once, read by every ranker of the cell
         self._stores: dict[tuple[str, int], tuple[Policy, dict[tuple[str, int], Mask]]] = {}
         # a memory system's view of each history by (policy, budget, history, seed): fed once per process
-        self._views: dict[tuple[int, int, str, int], tuple[Policy, History, Mask, Sources]] = {}
+        self._views: dict[tuple[int, int, str, int], tuple[Policy, History, Mask, Sources, Mapping[int, int | None] | None]] = {}
 
     def _prepare(self, history: History, sources: Sources | None = None) -> Prepared:
         index = LexicalIndex.build(history)
@@ -478,14 +493,19 @@ class Audit:
         entry = self._views.get(key)
         if entry is None or entry[0] is not policy:
             ctx = EvictionContext(question_id=history.question.history_key, seed=seed, importance=importance)
-            memories = policy.hold(history.units, history.sizes, budget, ctx)
+            lost: Mapping[int, int | None] | None = None
+            if isinstance(policy, MemorySystem):  # traced as it is fed: when each unit lost its last citing memory
+                held = policy.trace(history.units, history.sizes, budget, ctx)
+                memories, lost = held.memories, held.lost
+            else:
+                memories = policy.hold(history.units, history.sizes, budget, ctx)
             view, mask, sources = memory_view(history, memories)
-            entry = self._views[key] = (policy, view, mask, sources)
-        _, view, mask, sources = entry
+            entry = self._views[key] = (policy, view, mask, sources, lost)
+        _, view, mask, sources, lost = entry
         own = History(history.question, history.granularity, view.units, view.sizes, history.gold)
         for ranker in self.rankers.values():
             ranker.prepare_all([own])  # a dense ranker embeds the derived memories' texts here
-        return self._prepare(own, sources), mask
+        return replace(self._prepare(own, sources), lost=lost), mask
 
     # -- one cell ------------------------------------------------------------
 
@@ -701,31 +721,36 @@ class Audit:
     ) -> dict[tuple[str, int], GoldFate]:
         """Each planned store's :class:`GoldFate` per (question, seed), for the records' stories.
 
-        The arrivals come from the policy (:meth:`Policy.eviction_arrivals`), asked
-        once per shared store for the evicted gold of every question asking it;
-        the ranks from the ranker over the whole store (no cut at top-k).
+        For a store of units the arrivals come from the policy
+        (:meth:`Policy.eviction_arrivals`), asked once per shared store for the
+        evicted gold of every question asking it; for a memory system's, from
+        what it recorded as it was fed (:attr:`Prepared.lost`: no second pass).
+        The ranks come from the ranker over the whole store (no cut at top-k);
+        a gold unit held through memories citing it has the best of their ranks.
         """
         evicted_gold: dict[tuple[str, int], set[int]] = {}
         for p, seed, mask in plan:
             if mask is not None:
                 evicted_gold.setdefault((p.question.history_key, seed), set()).update(p.evicted(mask))
-        arrivals: dict[tuple[str, int], dict[int, int]] = {}
+        arrivals: dict[tuple[str, int], Mapping[int, int | None]] = {}
         out: dict[tuple[str, int], GoldFate] = {}
         for p, seed, mask in plan:
             if mask is None:
                 continue
             history, shared = p.history, (p.question.history_key, seed)
-            if shared not in arrivals:
+            if policy.derived:
+                # a memory system that was not traced (a Policy holding memories of its own) names no arrival
+                arrivals[shared] = p.lost if p.lost is not None else {}
+            elif shared not in arrivals:
                 ctx = EvictionContext(question_id=p.question.history_key, seed=seed, importance=importance)
                 wanted = sorted(evicted_gold[shared])
-                # a memory system's derived memories are not a subset of the units: no arrival to name
-                asked = wanted and not policy.derived
-                arrivals[shared] = policy.eviction_arrivals(history.units, history.sizes, budget, ctx, wanted) if asked else {}
+                arrivals[shared] = policy.eviction_arrivals(history.units, history.sizes, budget, ctx, wanted) if wanted else {}
             evicted = set(p.evicted(mask))
             order = {pos: i + 1 for i, pos in enumerate(self.rank(p, mask, ranker, k=int(mask.sum())))}
+            ranks = [min((order[c] for c in citing if c in order), default=None) for citing in p.citing_each(mask)]
             out[(p.question.question_id, seed)] = GoldFate(
                 tuple(arrivals[shared].get(g) if g in evicted else None for g in history.gold),
-                tuple(order.get(g) if g not in evicted else None for g in history.gold),
+                tuple(rank if g not in evicted else None for g, rank in zip(history.gold, ranks)),
             )
         return out
 

@@ -28,12 +28,23 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from pytest_restore.data.tokens import count_tokens
 from pytest_restore.data.units import Unit
 from pytest_restore.memory.eviction import EvictionContext, Mask, Policy, Sizes
 from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a memory system holds at a history's end, and when each unit it lost left it (:meth:`MemorySystem.trace`)."""
+
+    memories: list[Memory]
+    #: each unit no held memory cites: the position of the unit whose arrival left it cited by no memory
+    #: for good (its own when no memory ever cited it); ``None``: lost when the history ended (``finish``)
+    lost: Mapping[int, int | None]
 
 
 class MemorySystem(Policy):
@@ -66,13 +77,32 @@ class MemorySystem(Policy):
 
     def hold(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> list[Memory]:
         """Feed the history in order and return what is held at its end, checked after every arrival."""
+        return self.trace(units, sizes, budget, ctx).memories
+
+    def trace(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Held:
+        """:meth:`hold`, and when each unit no memory cites at the end lost its last citing memory (one pass)."""
         self.reset(budget, ctx)
         held: list[Memory] = []
+        cited_until: dict[int, int] = {}  # unit -> the last arrival after which a held memory cited it
         for pos, unit in enumerate(units):
             self.add(unit)
             held = self._checked(units, pos, budget, ctx, f"after unit {pos} arrived")
+            for memory in held:
+                for source in memory.sources:
+                    cited_until[source] = pos
         self.finish()
-        return self._checked(units, len(units) - 1, budget, ctx, "after the history ended") if units else held
+        if units:
+            held = self._checked(units, len(units) - 1, budget, ctx, "after the history ended")
+        cited = {s for memory in held for s in memory.sources}
+        last = len(units) - 1
+        lost: dict[int, int | None] = {}
+        for pos in range(len(units)):
+            if pos in cited:
+                continue
+            until = cited_until.get(pos)
+            # never cited: its own arrival left nothing of it; cited to the last arrival: lost at the close
+            lost[pos] = pos if until is None else None if until == last else until + 1
+        return Held(held, lost)
 
     def _checked(
         self, units: Sequence[Unit], arrived: int, budget: int, ctx: EvictionContext, when: str

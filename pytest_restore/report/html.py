@@ -69,8 +69,13 @@ class Strings:
         return list(self.index)
 
 
+#: The page's keys of derived memories start here (past any history's units).
+DERIVED_KEYS = 10**9
+
+
 def _unit_row(unit: UnitText, with_text: bool) -> list[Any]:
-    return [unit.session, unit.turn, unit.date, unit.role, unit.content if with_text else None]
+    row = [unit.session, unit.turn, unit.date, unit.role, unit.content if with_text else None]
+    return row + [unit.label] if unit.label else row
 
 
 def _bin_filter(record: Record) -> str:
@@ -93,6 +98,15 @@ def story_payload(story: Story, q: int, s: Strings) -> tuple[dict[str, Any], lis
     as the arrival that evicted a gold unit keeps its place and date.
     """
     units: dict[int, list[Any]] = {}
+    # a derived memory's position is its cell's own (another system's memory may sit there): it gets a key
+    # of the page, one per distinct memory, past every unit of the data
+    derived: dict[tuple[str, str], int] = {}
+
+    def key(unit: UnitText) -> int:
+        if unit.session >= 0:
+            return unit.position
+        return derived.setdefault((unit.label, unit.content), DERIVED_KEYS + len(derived))
+
     for unit in story.gold:
         units[unit.position] = _unit_row(unit, True)
     rows = []
@@ -100,12 +114,12 @@ def story_payload(story: Story, q: int, s: Strings) -> tuple[dict[str, Any], lis
         conditions = []
         for cond in cell.conditions:
             for seen in cond.seen or ():
-                units[seen.unit.position] = _unit_row(seen.unit, True)
+                units[key(seen.unit)] = _unit_row(seen.unit, True)
             conditions.append(
                 [
                     s(cond.name), s(cond.about), s(cond.answer), cond.correct, cond.tokens,
-                    None if cond.seen is None else [x.unit.position for x in cond.seen],
-                    None if cond.seen is None else [x.unit.position for x in cond.seen if x.forced],
+                    None if cond.seen is None else [key(x.unit) for x in cond.seen],
+                    None if cond.seen is None else [key(x.unit) for x in cond.seen if x.forced],
                 ]
             )
         gold = []
@@ -114,7 +128,7 @@ def story_payload(story: Story, q: int, s: Strings) -> tuple[dict[str, Any], lis
             if after is not None and after.position not in units:
                 units[after.position] = _unit_row(after, False)
             rank = fate.rank if fate.rank_known else "?"
-            gold.append([fate.unit.position, fate.evicted, after.position if after is not None else None, rank])
+            gold.append([fate.unit.position, fate.evicted, after.position if after is not None else None, rank, s(fate.fate)])
         rows.append(_row(cell.record, q, cell.outcome, gold, conditions, s))
     question = story.question
     entry = {
@@ -309,7 +323,7 @@ code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
 #filters label{display:flex;flex-direction:column;font-size:12px;color:#444}
 #rows tbody tr{cursor:pointer}#rows tbody tr:hover{background:#eef4fb}#rows tr.open{background:#dde8f6}
 .bin-irreversible{color:#8a2a3a;font-weight:600}.bin-recoverable{color:#004488;font-weight:600}
-.bin-residual{color:#555;font-weight:600}
+.bin-distorted{color:#8a6500;font-weight:600}.bin-residual{color:#555;font-weight:600}
 #story{border:1px solid #bbb;border-radius:4px;padding:.6em 1em;margin:1em 0;background:#fafafa}
 #story:empty{display:none}
 .unit{margin:.15em 0;padding:.2em .4em;border-left:3px solid #ccc;background:#fff}
@@ -359,7 +373,7 @@ const budgetLabel = (b) => b % 1000 === 0 && b > 0 ? (b / 1000) + "k" : String(b
 function where(q, pos) {
   const u = q.units[String(pos)];
   if (!u) return "#" + pos;
-  if (u[0] < 0) return "#" + pos + " derived memory";
+  if (u[0] < 0) return u[5] || "a derived memory";
   return "#" + pos + " session " + u[0] + (u[1] >= 0 ? ", turn " + u[1] : "") + " (" + u[2] + ", " + u[3] + ")";
 }
 
@@ -432,11 +446,8 @@ function renderStory(i) {
     "; store " + (r.store_units === null ? "?" : r.store_units) + " units, " +
     (r.store_tokens === null ? "?" : r.store_tokens) + " tokens</p>");
   out.push("<h4>Gold (" + q.gold.length + ")</h4><div id=\"story-gold\">");
-  for (const [pos, evicted, after, rank] of r.gold) {
+  for (const [pos, evicted, after, rank, fate] of r.gold) {
     const u = q.units[String(pos)];
-    let fate = evicted === null ? "eviction not recorded" : !evicted ?
-      "kept in the store; " + (rank === "?" ? "its rank not recorded" : rank === null ? "not ranked by the ranker (no match)" : "rank " + rank + " under the ranker") :
-      after === null ? "evicted (when: not recorded)" : "evicted when " + where(q, after) + " arrived";
     out.push('<div class="unit gold" data-pos="' + pos + '" data-evicted="' + evicted + '"><span class="where">' +
       esc(where(q, pos)) + ": arrived at #" + pos + "; <span class=\"fate\">" + esc(fate) + "</span></span>" +
       '<div class="text">' + esc(u ? u[4] : "") + "</div></div>");
@@ -481,6 +492,7 @@ async function load() {
   const records = raw.records.map((row) => {
     const r = named(raw.record_fields, row);
     for (const f of ["policy", "reader", "judge", "ranker", "cell", "bin", "outcome"]) r[f] = str(r[f]);
+    r.gold = r.gold.map((g) => [g[0], g[1], g[2], g[3], str(g[4])]);
     r.conditions = r.conditions.map((c) => {
       const o = named(raw.condition_fields, c);
       for (const f of ["name", "about", "answer"]) o[f] = str(o[f]);

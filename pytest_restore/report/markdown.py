@@ -357,8 +357,9 @@ def render_tables_md(analysis: Analysis) -> str:
         "",
         (
             "Oracle-answerable denominator N (random pooled over its seeds); errors binned irreversible, "
-            "recoverable or residual; two-bin = irr / (irr + rec) with its 95% question-cluster bootstrap "
-            "interval; irr-rate = irr / N."
+            "recoverable, distorted (a memory system of derived memories only; 0 for a store of raw units) or "
+            "residual; two-bin = irr / (irr + rec) with its 95% question-cluster bootstrap interval; "
+            "destruction = (irr + dis) / (irr + rec + dis); irr-rate = irr / N."
         ),
         "",
         render_cell_table(analysis, "b"),

@@ -10,8 +10,11 @@ viewers read the story from here: ``python -m pytest_restore show`` prints it
 
 A context's units are marked the way the audit built it: **forced** units go
 in whatever their rank (the oracle's and the restored condition's gold,
-regime (a)'s surviving gold), **ranked** ones were picked by the ranker over
-the store, and **gold** units are the question's evidence.
+regime (a)'s surviving gold, or a memory system's held memories citing
+gold), **ranked** ones were picked by the ranker over the store, and
+**gold** units are the question's evidence. A memory system's regime-(b)
+record also tells regime (a)'s context (``forced``): it is what tells a
+distorted error from a recoverable one.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ CONDITIONS: tuple[tuple[str, str], ...] = (
     ("policy", "the policy's store"),
     ("restored", "the store with the evicted gold restored"),
 )
+#: A memory system's regime-(b) record also tells regime (a)'s context: it tells distorted from recoverable.
+FORCED = ("forced", "the store with its memories citing gold forced (regime a's context)")
 
 
 class StoryError(ValueError):
@@ -54,12 +59,14 @@ class UnitText:
     date: str
     role: str
     content: str
+    #: a derived memory's origin, ``memory of session 3, turns 2-5 (2023/05/20)`` (the record's ``memories.where``)
+    label: str = ""
 
     @property
     def where(self) -> str:
-        """``#12 session 3, turn 2 (2023/05/20, user)``."""
+        """``#12 session 3, turn 2 (2023/05/20, user)``; a derived memory: ``#412 memory of session 3, turns 2-5 (...)``."""
         if self.session < 0:
-            return f"#{self.position} derived memory"
+            return f"#{self.position} {self.label or 'derived memory'}"
         turn = f", turn {self.turn}" if self.turn >= 0 else ""
         return f"#{self.position} session {self.session}{turn} ({self.date}, {self.role})"
 
@@ -155,6 +162,33 @@ class GoldView:
     evicted: bool | None  #: ``None``: the record does not say
     rank: int | None  #: 1-based, under the ranker over the store; ``None``: evicted, not ranked or not said
     rank_known: bool = True  #: ``False``: the record does not say (older records)
+    through_memories: bool = False  #: a memory system's store: kept means cited by a held memory
+
+    @property
+    def fate(self) -> str:
+        """What became of it, in words (``kept in the store; rank 3 under the ranker``)."""
+        if self.evicted is None:
+            return "eviction not recorded"
+        if not self.evicted:
+            rank = (
+                "its rank not recorded"
+                if not self.rank_known
+                else f"rank {self.rank} under the ranker"
+                if self.rank is not None
+                else "not ranked by the ranker (no match)"
+            )
+            if self.through_memories:
+                return f"cited by a held memory; the best-ranked one citing it: {rank}"
+            return f"kept in the store; {rank}"
+        if self.through_memories:
+            if self.evicted_after is None:
+                return "no held memory cites it: its last citing memory went when the history ended"
+            if self.evicted_after.position == self.unit.position:
+                return "no memory ever cited it (nothing of it was kept as it arrived)"
+            return f"no held memory cites it since {self.evicted_after.where} arrived"
+        if self.evicted_after is None:
+            return "evicted (when: not recorded)"
+        return f"evicted when {self.evicted_after.where} arrived"
 
 
 @dataclass(frozen=True)
@@ -213,21 +247,31 @@ def gold_positions(record: Record, question: Question, units: Sequence[UnitText]
     return gold_of(question, Granularity(record.granularity or "turn"), units)  # type: ignore[arg-type]
 
 
-def _forced(name: str, regime: str, gold: Sequence[int], evicted: Iterable[int]) -> set[int]:
-    """The units a condition forces in: the gold (oracle, restored), regime (a)'s surviving gold, else none."""
+def _forced(record: Record, name: str, gold: Sequence[int], evicted: Iterable[int]) -> set[int]:
+    """The units a condition forces in: the gold (oracle, restored), regime (a)'s held units citing gold, else none."""
     if name in ("oracle", "restored"):
         return set(gold)
-    return set(gold) - set(evicted) if regime == "a" else set()
+    if name == "forced" or record.regime == "a":
+        if record.memories is not None:  # a memory system: the held memories citing gold
+            return set(record.memories.positions or ())
+        return set(gold) - set(evicted)
+    return set()
 
 
 class _Units(list[UnitText]):
     """A history's units; a position past them is a memory a memory system derived (not in the data file)."""
 
-    def at(self, position: int) -> UnitText:
-        """The unit at ``position``, or a stand-in for a derived memory."""
+    def at(self, position: int, record: Record | None = None) -> UnitText:
+        """The unit at ``position``; past them, a derived memory as ``record`` names it (if it cites gold)."""
         if position < len(self):
             return self[position]
-        return UnitText(position, -1, -1, "", "memory", "(a memory the memory system derived: not in the data file)")
+        memories = record.memories if record is not None else None
+        if memories is not None and position in (memories.positions or ()):
+            i = (memories.positions or ()).index(position)
+            label = memories.where[i] if memories.where else ""
+            text = memories.texts[i] if memories.texts else ""
+            return UnitText(position, -1, -1, "", "memory", text, label)
+        return UnitText(position, -1, -1, "", "memory", "(a memory the memory system derived that cites no gold: its text is not recorded)")
 
 
 def tell(records: Sequence[Record], question: Question) -> Story:
@@ -243,18 +287,21 @@ def tell(records: Sequence[Record], question: Question) -> Story:
         fates = tuple(
             GoldView(
                 units[g],
-                units.at(a) if a is not None else None,
+                units.at(a, r) if a is not None else None,
                 None if r.gold_evicted_units is None else g in evicted,
                 rank,
                 r.gold_ranks is not None,
+                r.memories is not None,
             )
             for g, a, rank in zip(gold, after, ranks)
         )
         conditions = []
-        for name, about in CONDITIONS:
+        # a memory system's regime-(b) record: its bin also reads regime (a)'s context (distorted or recoverable)
+        forced_too = r.memories is not None and r.regime == "b"
+        for name, about in CONDITIONS + ((FORCED,) if forced_too else ()):
             answer, correct, tokens, injected = _condition(r, name)
-            forced = _forced(name, r.regime, gold, evicted)
-            seen = None if injected is None else tuple(Seen(units.at(p), p in gold, p in forced) for p in injected)
+            forced = _forced(r, name, gold, evicted)
+            seen = None if injected is None else tuple(Seen(units.at(p, r), p in gold, p in forced) for p in injected)
             conditions.append(
                 ConditionView(
                     name if name != "policy" else f"policy (regime {r.regime})",
@@ -271,12 +318,18 @@ def tell(records: Sequence[Record], question: Question) -> Story:
 
 def _condition(record: Record, name: str) -> tuple[str | None, bool | None, int | None, tuple[int, ...] | None]:
     """One condition's answer, verdict, injected tokens and injected positions."""
-    c = getattr(record.conditions, name)
+    if name == "forced":
+        assert record.memories is not None
+        c = record.memories.forced
+    else:
+        c = getattr(record.conditions, name)
     return c.answer, c.correct, c.injected_tokens, c.injected_positions
 
 
 def _policy_about(record: Record) -> str:
     ranker = ranker_of(record)
+    if record.regime == "a" and record.memories is not None:
+        return f"the store: its memories citing gold forced, the rest ranked by {ranker}"
     if record.regime == "a":
         return f"the store: its surviving gold forced, the rest ranked by {ranker}"
     return f"the store, ranked by {ranker} (top-k under the cap)"
@@ -336,7 +389,7 @@ def render_story_text(story: Story, *, width: int = 100, full: bool = False) -> 
             f"{r.store_tokens if r.store_tokens is not None else '?'} tokens"
         )
         for fate in cell.gold:
-            out.append(f"  gold {fate.unit.where}: arrived at #{fate.unit.position}; {_fate(fate)}")
+            out.append(f"  gold {fate.unit.where}: arrived at #{fate.unit.position}; {fate.fate}")
         for cond in cell.conditions:
             tokens = f", {cond.tokens} tokens" if cond.tokens is not None else ""
             count = _units(len(cond.seen)) if cond.seen is not None else "units not recorded"
@@ -353,20 +406,3 @@ def render_story_text(story: Story, *, width: int = 100, full: bool = False) -> 
 
 def _units(n: int) -> str:
     return f"{n} unit" if n == 1 else f"{n} units"
-
-
-def _fate(fate: GoldView) -> str:
-    if fate.evicted is None:
-        return "eviction not recorded"
-    if not fate.evicted:
-        rank = (
-            "its rank not recorded"
-            if not fate.rank_known
-            else f"rank {fate.rank} under the ranker"
-            if fate.rank is not None
-            else "not ranked by the ranker (no match)"
-        )
-        return f"kept in the store; {rank}"
-    if fate.evicted_after is None:
-        return "evicted (when: not recorded)"
-    return f"evicted when {fate.evicted_after.where} arrived"
