@@ -884,7 +884,7 @@ class Audit:
             where=tuple(memory_label(units[c], p.sources[c] if p.sources else (c,), units) for c in citing),
             texts=tuple(units[c].content for c in citing),
             injected=tuple(c in read for c in citing),
-            forced=_condition(forced.outcome),
+            forced=_condition(forced.outcome, p.question),
         )
 
 
