@@ -148,6 +148,10 @@ _OPT_SHARE = (
     lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1),
     "a number in [0, 1] or null",
 )
+_TOKEN_PAIR = (
+    lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_int(x) and x >= 0 for x in v)),
+    "a list [input, output] of two token counts, or null",
+)
 _SCORE_COUNTS = (
     lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) == 10 and all(_is_int(x) and x >= 0 for x in v)),
     "a list of 10 counts or null",
@@ -202,6 +206,17 @@ class Condition:
         required=False,
     )
     bleu1: float | None = _field(_OPT_SHARE, "BLEU-1 of the answer against the reference (null: no answer)", required=False)
+    reader_tokens: tuple[int, int] | None = _field(
+        _TOKEN_PAIR, "tokens [in, out] of the reader's call for this answer (null: the call failed)", required=False
+    )
+    judge_tokens: tuple[int, int] | None = _field(
+        _TOKEN_PAIR, "tokens [in, out] of the judge's call on this answer (null: no verdict)", required=False
+    )
+    tokens_estimated: bool | None = _field(
+        _VERDICT,
+        "true: a model reported no usage and its tokens are estimated (o200k counts); null: no reader call",
+        required=False,
+    )
 
 
 @dataclass(frozen=True)

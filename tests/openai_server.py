@@ -88,6 +88,7 @@ MODES: tuple[str, ...] = (
     "echo-key",  # a 200 whose answer contains the bearer key
     "echo-key-forms",  # a 200 whose answer has the key in other forms: cut short, upper case, base64, %-encoded
     "reset",  # the connection is reset (TCP RST) once the request is read, as a crashed proxy does
+    "no-usage",  # a 200 without a usage object, as some local servers answer
 )
 
 
@@ -574,6 +575,8 @@ class OpenAIServer:
             del completion["choices"]
         elif mode == "null-content":
             completion["choices"][0]["message"]["content"] = None
+        elif mode == "no-usage":
+            del completion["usage"]
         return 200, _render(200, completion)
 
     def _embeddings(

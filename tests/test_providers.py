@@ -16,6 +16,7 @@ milliseconds (test speed; ``Retry-After`` is still honoured).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -24,7 +25,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,8 @@ from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, fa
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import History, build_history
 from pytest_restore.models.cache import ResponseCache
-from pytest_restore.models.prompts import READER_SYSTEM
-from pytest_restore.record import Record, read_records
+from pytest_restore.models.prompts import READER_SYSTEM, SCORER_SYSTEM
+from pytest_restore.record import Conditions, Record, read_records
 
 DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
 SMALL = [*small_args(), "--restore-calibration", "off"]
@@ -179,9 +180,20 @@ def clean_run(histories: list[History], tmp_path_factory: pytest.TempPathFactory
         yield CleanRun(server, project / "cache", project / "restore-report", bodies, sent)
 
 
-def _records(report: Path) -> list[Record]:
-    """The records without their run id: the reference ran the in-process fakes, another run."""
-    return [replace(r, run_id=None) for r in read_records(report / "records.jsonl")]
+def _records(report: Path, *, usage: bool = False) -> list[Record]:
+    """The records without their run id: the reference ran the in-process fakes, another run.
+
+    Without their token usage too unless ``usage``: the fakes in process report none (it is estimated),
+    the server reports its own.
+    """
+    records = [replace(r, run_id=None) for r in read_records(report / "records.jsonl")]
+    return records if usage else [replace(r, conditions=_without_usage(r.conditions)) for r in records]
+
+
+def _without_usage(conditions: Conditions) -> Conditions:
+    return Conditions(*(
+        replace(c, reader_tokens=None, judge_tokens=None, tokens_estimated=None) for _, c in conditions.by_name()
+    ))
 
 
 def _summary(report: Path) -> dict[str, Any]:
@@ -449,6 +461,121 @@ def test_records_and_summary_name_the_models_and_their_usage(clean_run: CleanRun
         assert u["output_tokens"] == sum(e["output_tokens"] for e in mine) > 0
         assert u["served"] == [model + SNAPSHOT_SUFFIX]
     assert "model usage (real models)" in (report / "report.md").read_text()
+
+
+def _answer_tokens(records: list[Record], condition: str) -> list[tuple[int, int, int, int]]:
+    """Reader and judge tokens (in, out) of ``condition``'s answers in the regime-(b) records counted."""
+    out = []
+    for r in records:
+        c = dict(r.conditions.by_name())[condition]
+        if r.regime == "b" and r.excluded is None and c.reader_tokens is not None and c.judge_tokens is not None:
+            out.append((*c.reader_tokens, *c.judge_tokens))
+    return out
+
+
+def test_cost_per_question_is_the_usage_the_server_reported(clean_run: CleanRun) -> None:
+    records = _records(clean_run.report, usage=True)
+    entries = [json.loads(p.read_text()) for p in clean_run.cache.glob("??/*.json")]
+    reported = {
+        model: {(e["input_tokens"], e["output_tokens"]) for e in entries if e["model"] == model and "usage" not in e}
+        for model in ("fake-reader", "fake-judge")
+    }
+    policy = _answer_tokens(records, "policy")
+    assert policy and all(t[:2] in reported["fake-reader"] and t[2:] in reported["fake-judge"] for t in policy)
+    assert not any(c.tokens_estimated for r in records for _, c in r.conditions.by_name())
+    cost = _summary(clean_run.report)["cost"]
+    assert cost["estimated"] == 0 and cost["prices"] == {MODELS["reader"]: None, MODELS["judge"]: None}
+    row = next(c for c in cost["per_condition"] if c["condition"] == "policy")
+    assert row["answers"] == len(policy) and row["usd"] is None  # no price declared for these model names
+    assert row["tokens_in"] == round(sum(t[0] + t[2] for t in policy) / len(policy), 2)
+    report = (clean_run.report / "report.md").read_text()
+    assert "## Cost per question" in report and "Every answer's tokens are as the models reported them." in report
+    assert f"| {MODELS['reader']} | policy | {len(policy):,} | " in report and "| unknown |" in report
+
+
+#: The prices the local run is given, USD per million tokens in and out.
+LOCAL_PRICES = {MODELS["reader"]: (0.15, 0.6), MODELS["judge"]: (2.5, 10.0)}
+
+
+def one_or_ten(histories: list[History]) -> Callable[[list[dict[str, Any]]], str]:
+    """The fake models, but a weak importance scorer: 1 for four snippets in five (by the snippet's hash), 10 for the rest."""
+    fake = fake_models_responder(histories)
+
+    def respond(messages: list[dict[str, Any]]) -> str:
+        if messages and messages[0].get("content") == SCORER_SYSTEM:
+            digest = int(hashlib.sha256(messages[-1]["content"].encode()).hexdigest(), 16)
+            return "10" if digest % 5 == 0 else "1"
+        return fake(messages)
+
+    return respond
+
+
+@pytest.fixture(scope="module")
+def local_run(histories: list[History], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four cells through a server that reports no usage (as many local servers) and scores importance 1 or 10.
+
+    Returns the project: its ``restore-report`` and the ``cache`` the run filled.
+    """
+
+    def build(project: Path) -> None:
+        (project / "test_grid.py").write_text(GRID)
+        (project / "conftest.py").write_text(FAST_RETRIES)
+        priced = [arg for spec, (i, o) in LOCAL_PRICES.items() for arg in ("--restore-price", f"{spec}={i},{o}")]
+        with OpenAIServer(one_or_ten(histories), latency=0.002) as server:
+            server.mode = "no-usage"
+            run = run_child(
+                ["-p", "no:xdist", *model_args(server, project / "cache"), *FEW_CELLS, *priced],
+                project,
+                project / "restore-report",
+                env={"OPENAI_API_KEY": DUMMY_KEY},
+            )
+            run.assert_passed(4)
+
+    return shared_run(tmp_path_factory, "providers-local-run", build)
+
+
+def test_cost_per_question_is_estimated_and_said_so_when_the_server_reports_no_usage(local_run: Path) -> None:
+    report = local_run / "restore-report"
+    records = _records(report, usage=True)
+    entries = [json.loads(p.read_text()) for p in (local_run / "cache").glob("??/*.json")]
+    # the managed layer estimates what the server did not report, says so, and the cache keeps both
+    assert entries and all(e["usage"] == "estimated" and e["input_tokens"] > 0 for e in entries)
+    assert all(c.tokens_estimated for r in records if r.excluded is None for _, c in r.conditions.by_name())
+    summary = _summary(report)
+    usage = summary["run"]["settings"]["model_usage"]
+    assert usage[f"reader {MODELS['reader']}"]["input_tokens"] > 0
+    cost = summary["cost"]
+    assert cost["estimated"] == cost["answers"] > 0
+    assert cost["prices"] == {spec: list(p) for spec, p in LOCAL_PRICES.items()}
+    (reader_in, reader_out), (judge_in, judge_out) = LOCAL_PRICES.values()
+    counted = [r for r in records if r.regime == "b" and r.excluded is None]
+    for condition in ("oracle", "policy", "restored"):
+        row = next(c for c in cost["per_condition"] if c["condition"] == condition)
+        answers = _answer_tokens(counted, condition)
+        if condition == "oracle":  # each question once
+            answers = list({r.question_id: t for r, t in zip(counted, answers)}.values())
+        usd = sum(a * reader_in + b * reader_out + c * judge_in + d * judge_out for a, b, c, d in answers) / 1e6
+        assert row["answers"] == row["estimated"] == len(answers), condition
+        assert row["usd"] == pytest.approx(usd / len(answers), abs=1e-8), condition  # kept to 8 places
+    text = (report / "report.md").read_text()
+    assert f"{cost['estimated']:,} of the {cost['answers']:,} answers counted have estimated tokens" in text
+    assert f"{MODELS['reader']} $0.15 in, $0.6 out" in text
+
+
+def test_a_scorer_server_answering_mostly_1_makes_the_findings_warn_of_ties(local_run: Path) -> None:
+    report = local_run / "restore-report"
+    records = [r for r in _records(report) if r.policy == "llm-importance"]
+    # each question's history once: the units it scored 1 and 10, none in between
+    counts = {r.question_id: r.importance_scores for r in records}
+    assert counts and all(c is not None and not any(c[1:9]) for c in counts.values())
+    ones, tens = (sum(c[i] for c in counts.values() if c is not None) for i in (0, 9))
+    assert 0.6 < ones / (ones + tens) < 0.95
+    text = (report / "report.md").read_text()
+    findings = text.split("## Findings", 1)[1].split("\n## ", 1)[0]
+    assert (
+        f"- **Ties.** llm-importance (scorer {MODELS['scorer']}): two scores hold 100% of the {ones + tens:,} units "
+        f"(1: {ones / (ones + tens):.0%}, 10: {tens / (ones + tens):.0%})"
+    ) in findings
 
 
 # -- 8. a call that fails for good excludes its records -----------------------------------------

@@ -70,6 +70,7 @@ from pytest_restore.memory.retrieval import (
 )
 from pytest_restore.memory.systems import MemorySystem
 from pytest_restore.models.base import ChatModel, ChatRequest
+from pytest_restore.models.decoding import is_estimated, with_usage
 from pytest_restore.models.prompts import PromptSet, parse_score, parse_verdict
 from pytest_restore.record import (
     ABLATIONS,
@@ -215,6 +216,11 @@ class Outcome:
     prompt: str | None = None
     #: the injected units' positions, in the order the reader saw them
     injected: tuple[int, ...] = ()
+    #: tokens (in, out) of the reader's call and of the judge's (``None``: the call failed or was not made)
+    reader_tokens: tuple[int, int] | None = None
+    judge_tokens: tuple[int, int] | None = None
+    #: whether a model reported no usage and its tokens are estimated (``models.decoding.with_usage``)
+    tokens_estimated: bool = False
 
     @property
     def error(self) -> str | None:
@@ -396,7 +402,9 @@ class Audit:
                 request = self.reader_request(history, injected)
                 built[key] = (request, prompt_id(request))
         distinct = list(built)
-        answered = dict(zip(distinct, self.reader.run([built[k][0] for k in distinct])))
+        answered = {
+            k: with_usage(result, built[k][0]) for k, result in zip(distinct, self.reader.run([built[k][0] for k in distinct]))
+        }
         prompts = [built[k][1] for k in keys]
         answers = [answered[k] for k in keys]
         judge_requests: list[ChatRequest] = []
@@ -405,7 +413,7 @@ class Audit:
                 q = history.question
                 assert answer.text is not None
                 judge_requests.append(self.prompts.judge(question=q.question, answer=q.answer, prediction=answer.text))
-        verdicts = iter(self.judge.run(judge_requests))
+        verdicts = iter([with_usage(v, r) for v, r in zip(self.judge.run(judge_requests), judge_requests)])
         outcomes = []
         for (history, injected), answer, prompt in zip(items, answers, prompts):
             tokens = int(history.sizes[list(injected)].sum()) if injected else 0
@@ -418,7 +426,12 @@ class Audit:
             failure = None
             if correct is None:
                 failure = Failure("judge", str(verdict.error) if not verdict.ok else f"not a verdict: {verdict.text!r}")
-            outcomes.append(Outcome(answer.text, correct, failure, tokens, len(injected), prompt, tuple(injected)))
+            outcomes.append(Outcome(
+                answer.text, correct, failure, tokens, len(injected), prompt, tuple(injected),
+                reader_tokens=(answer.input_tokens, answer.output_tokens),
+                judge_tokens=(verdict.input_tokens, verdict.output_tokens) if verdict.ok else None,
+                tokens_estimated=is_estimated(answer) or (verdict.ok and is_estimated(verdict)),
+            ))
         return outcomes
 
     def oracle(self, questions: Sequence[Prepared]) -> dict[str, Outcome]:
@@ -902,6 +915,9 @@ def _condition(outcome: Outcome | None, question: Question, *, oracle: bool = Fa
         outcome.injected,
         f1,
         bleu,
+        outcome.reader_tokens,
+        outcome.judge_tokens,
+        outcome.tokens_estimated if outcome.reader_tokens is not None else None,
     )
 
 

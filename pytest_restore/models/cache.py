@@ -306,6 +306,8 @@ class ResponseCache:
             extra={
                 "model": str(entry.get("served_model", "")),
                 "finish_reason": str(entry.get("finish_reason", "")),
+                # "estimated": the model reported no usage (models.decoding.with_usage)
+                **({"usage": str(entry["usage"])} if entry.get("usage") else {}),
             },
         )
 
@@ -332,6 +334,7 @@ class ResponseCache:
             "text": result.text,
             "input_tokens": result.input_tokens,
             "output_tokens": result.output_tokens,
+            **({"usage": result.extra["usage"]} if result.extra.get("usage") else {}),
             "created": time.time(),
         }
         self._write(self.entry_path(key), entry)

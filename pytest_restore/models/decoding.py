@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from pytest_restore.data.tokens import count_tokens
-from pytest_restore.models.base import ChatRequest
+from pytest_restore.models.base import ChatRequest, ChatResult
 
 #: Output tokens a reasoning model may spend thinking, on top of the reply's budget.
 REASONING_ALLOWANCE = 2048
 #: The reasoning effort asked of reasoning families (every one of them accepts "low").
 REASONING_EFFORT = "low"
+
+#: ``ChatResult.extra["usage"]`` of a result whose tokens were estimated: the model reported none.
+ESTIMATED = "estimated"
 
 # How tokens of the chat format add up (OpenAI's cookbook accounting for the
 # gpt-4o family): each message costs its content plus a few tokens for the
@@ -84,3 +88,23 @@ def estimate_tokens(requests: Sequence[ChatRequest], model: str = "") -> tuple[i
     extra = REASONING_ALLOWANCE if is_reasoning_model(model) else 0
     output_tokens = sum(request.max_tokens + extra for request in distinct)
     return input_tokens, output_tokens
+
+
+def with_usage(result: ChatResult, request: ChatRequest) -> ChatResult:
+    """``result`` with its token usage: as the model reported it, else estimated and marked so.
+
+    A model that reports no usage (no ``usage`` object, or zeros: a local
+    server, a fake) gets the request's input tokens as :func:`estimate_tokens`
+    counts them and the reply's o200k tokens as its output, with
+    ``extra["usage"] = "estimated"``. A failed call is returned as it is.
+    """
+    if result.text is None or result.input_tokens or result.output_tokens:
+        return result
+    tokens_in = estimate_tokens([request])[0]
+    tokens_out = count_tokens([result.text])[0]
+    return replace(result, input_tokens=tokens_in, output_tokens=tokens_out, extra={**result.extra, "usage": ESTIMATED})
+
+
+def is_estimated(result: ChatResult) -> bool:
+    """Whether ``result``'s token usage is an estimate (:func:`with_usage`)."""
+    return result.extra.get("usage") == ESTIMATED

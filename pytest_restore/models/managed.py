@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pytest_restore.models.api import FAIL, FATAL, OVERLOADED, CallFailure, ModelAPI
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.cache import CacheError, KeyLock, ResponseCache, request_key
-from pytest_restore.models.decoding import estimate_tokens
+from pytest_restore.models.decoding import estimate_tokens, with_usage
 from pytest_restore.models.pacing import AdaptiveLimit, Clock, RateMeter
 from pytest_restore.models.progress import Progress
 from pytest_restore.models.redact import redact_keys
@@ -756,7 +756,9 @@ class ManagedChatModel(ManagedCalls):
                 shown = text if len(text) <= 80 else text[:77] + "..."
                 return None, f"reply rejected by validator: {shown!r}"
         extra = {name: redact_keys(value) for name, value in read.extra.items()}
-        return ChatResult(text=text, input_tokens=read.input_tokens, output_tokens=read.output_tokens, extra=extra), ""
+        # the usage the server reported, else an estimate said so (a local server often reports none)
+        result = ChatResult(text=text, input_tokens=read.input_tokens, output_tokens=read.output_tokens, extra=extra)
+        return with_usage(result, request), ""
 
 
 def failure_cause(error: str) -> str:

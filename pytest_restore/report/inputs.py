@@ -116,6 +116,8 @@ class RunSettings(TypedDict, total=False):
     run_id: str | None
     #: real models' use, summed over processes, by role and name
     model_usage: dict[str, dict[str, Any]]
+    #: each reader's and the judge's price, USD per million tokens [in, out] (null: unknown; fakes are free)
+    model_prices: dict[str, list[float] | None]
 
 
 class DataDescription(TypedDict, total=False):
@@ -180,6 +182,8 @@ class RunLog(TypedDict, total=False):
     hypotheses: list[dict[str, Any]]
     failures: list[str]
     not_testable: list[str]
+    #: what each answer cost, per condition and regime-(b) cell (``stats.cost.CostFigures.to_json``)
+    cost: dict[str, Any]
 
 
 class CheckResult(Protocol):

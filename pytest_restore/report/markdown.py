@@ -20,6 +20,7 @@ from pytest_restore.report.inputs import (
 )
 from pytest_restore.report.numbers import (
     render_answers_md,
+    render_cost_md,
     render_importance_md,
     render_retrieval_md,
     share_ci,
@@ -28,6 +29,7 @@ from pytest_restore.report.numbers import (
 from pytest_restore.report.rankers import rankers_findings, render_rankers_md
 from pytest_restore.report.simulated import simulated_note, simulated_reader_md
 from pytest_restore.stats.analysis import Analysis
+from pytest_restore.stats.cost import CostFigures, cost_figures
 from pytest_restore.stats.families import POSITIVE_CONTROL, POWER, families_of, family_of
 from pytest_restore.stats.results import (
     HypothesisTest,
@@ -526,11 +528,16 @@ def render_report_md(
     reader_model = simulated_reader_md(records)
     if reader_model:
         out += ["", reader_model]
-    section = render_model_calls_md(calls)
-    if section:
-        out += ["", section]
+    for section in (render_model_calls_md(calls), render_cost_md(cost_of(records, info))):
+        if section:
+            out += ["", section]
     out += ["", render_settings_md(records, info, analysis)]
     return "\n".join(out)
+
+
+def cost_of(records: Sequence[Record], info: RunInfo) -> CostFigures | None:
+    """The run's cost per answer at the prices its summary names (:mod:`pytest_restore.stats.cost`)."""
+    return cost_figures(records, info.settings.get("model_prices") or {})
 
 
 def partial_mark(info: RunInfo) -> str:

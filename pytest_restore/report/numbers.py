@@ -1,4 +1,4 @@
-"""report.md's sections of the numbers beside the bins: retrieval of the surviving gold, LoCoMo's answer metrics.
+"""report.md's sections of the numbers beside the bins: retrieval of the surviving gold, LoCoMo's answer metrics, cost.
 
 Rendered from the :class:`~pytest_restore.stats.analysis.Analysis` alone
 (each cell's ``retrieval`` and ``answers``, the recoverable shares and
@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from pytest_restore.report.inputs import fmt, short
 from pytest_restore.stats.analysis import Analysis
+from pytest_restore.stats.cost import CELL_CONDITIONS, CostFigures
 from pytest_restore.stats.results import budget_label
 from pytest_restore.stats.ties import TIE_SHARE
 
-__all__ = ["render_answers_md", "render_importance_md", "render_retrieval_md", "share_ci", "ties_findings"]
+__all__ = [
+    "render_answers_md", "render_cost_md", "render_importance_md", "render_retrieval_md", "share_ci", "ties_findings",
+]
 
 
 def share_ci(point: float | None, lo: float | None, hi: float | None) -> str:
@@ -134,5 +137,68 @@ def render_importance_md(analysis: Analysis) -> str:
         out.append(
             f"| {d.policy} | {d.scorer} | {d.questions} | {d.units:,} | {shares} | {d.top_share:.2f} | "
             f"{'yes' if d.mostly_ties else 'no'} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def _usd(value: float | None) -> str:
+    """Dollars per answer, to a millionth of a dollar; ``unknown`` without a price."""
+    return "unknown" if value is None else f"${value:.6f}"
+
+
+def render_cost_md(cost: CostFigures | None) -> str:
+    """What each answer cost: per condition and reader, then per regime-(b) cell (:mod:`pytest_restore.stats.cost`)."""
+    if cost is None:
+        return ""
+    prices = "; ".join(
+        f"{model} " + (f"${p[0]:g} in, ${p[1]:g} out" if p is not None else "unknown") for model, p in cost.prices
+    ) or "none known"
+    estimated = (
+        f" {cost.estimated:,} of the {cost.answers:,} answers counted have estimated tokens: a model reported no "
+        "usage, so its input is counted as the request's o200k tokens (with the chat format's overhead) and its "
+        "output as the reply's."
+        if cost.estimated
+        else " Every answer's tokens are as the models reported them."
+    )
+    out = [
+        "## Cost per question",
+        "",
+        (
+            "What one answer costs: the reader's call that wrote it plus the judge's call that graded it, mean "
+            "tokens in and out per answer and their price in USD (per million tokens: " + prices + "). The oracle "
+            "counts each question once; the policy and restored conditions every regime-(b) record. An answer's "
+            "cost is counted whether or not the run shared its call with another condition: the run's bill is the "
+            "model usage, lower where calls were shared. The importance scorer's calls are not included." + estimated
+        ),
+        "",
+        "| reader | condition | answers | tokens in | tokens out | USD per question | estimated |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for (reader, condition), c in cost.by_condition:
+        out.append(
+            f"| {reader} | {condition} | {c.answers:,} | {c.tokens_in:,.0f} | {c.tokens_out:,.0f} | {_usd(c.usd)} | "
+            f"{c.estimated:,} |"
+        )
+    out += [
+        "",
+        "Per regime-(b) cell:",
+        "",
+        (
+            "| policy | budget | reader | answers | policy tokens in | policy tokens out | policy USD | "
+            "restored tokens in | restored tokens out | restored USD |"
+        ),
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    several = len({cell.ranker for cell in cost.cells}) > 1
+    for cell in cost.cells:
+        found = dict(cell.conditions)
+        shown = []
+        for name in CELL_CONDITIONS:
+            one = found.get(name)
+            shown += ["-"] * 3 if one is None else [f"{one.tokens_in:,.0f}", f"{one.tokens_out:,.0f}", _usd(one.usd)]
+        answers = max(c.answers for c in found.values())
+        ranker = f" ({cell.ranker})" if several else ""
+        out.append(
+            f"| {cell.policy}{ranker} | {budget_label(cell.budget)} | {cell.reader} | {answers:,} | {' | '.join(shown)} |"
         )
     return "\n".join(out) + "\n"

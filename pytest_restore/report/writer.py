@@ -54,6 +54,7 @@ from pytest_restore.report.inputs import (
     sort_records,
 )
 from pytest_restore.report.markdown import (
+    cost_of,
     render_report_md,
     session_failures,
     untestable_lines,
@@ -152,6 +153,9 @@ def summary_json(
     out["not_testable"] = untestable_lines(analysis)
     if info.provenance is not None:
         out["provenance"] = info.provenance.to_json()
+    cost = cost_of(records, info)
+    if cost is not None:
+        out["cost"] = cost.to_json()
     return out
 
 

@@ -27,6 +27,7 @@ from pytest_restore import __version__
 from pytest_restore.exits import INTERRUPTED
 from pytest_restore.memory.eviction import Policy
 from pytest_restore.models.fake import simulated_models
+from pytest_restore.models.providers import ProviderRegistry, price_of
 from pytest_restore.record import Record, ranker_of
 from pytest_restore.report.inputs import (
     CheckResult,
@@ -61,13 +62,16 @@ def run_info(
     checks: Mapping[str, CheckResult],
     model_calls: ModelCalls,
     families: Sequence[Family] = FAMILIES,
+    providers: ProviderRegistry | None = None,
 ) -> RunInfo:
     """Settings, dataset, exclusions and the run's checks for the report.
 
     The settings show what ran (the policies, budgets and readers of the
     records), not what was configured; ``checks`` are the results of the
     run's checks outside the grid (``run/checks.py``); ``families`` are the
-    session's hypothesis families.
+    session's hypothesis families. Each reader's and the judge's price (USD
+    per million tokens in and out: ``--restore-price``, else the provider's
+    declaration; ``None``: unknown) goes in ``model_prices`` for the cost per question.
     """
     shown = asdict(settings)
     for unshown in ("report_dir", "real_models", "sources", "dataset"):
@@ -83,6 +87,9 @@ def run_info(
     meta.pop("path", None)
     if model_calls.usage_by_process:
         shown["model_usage"] = model_calls.total_usage()
+    given = {model: (in_price, out_price) for model, in_price, out_price in settings.prices}
+    priced = {spec: price_of(spec, given, providers, batch=settings.batch) for spec in (*settings.readers, settings.judge)}
+    shown["model_prices"] = {spec: list(price) if price is not None else None for spec, price in priced.items()}
     # the declarations of what summary.json's run section holds (tests/test_run.py keeps them whole)
     return RunInfo(
         settings=cast(RunSettings, shown), dataset=cast(DataDescription, meta), exclusions=exclusions,

@@ -1,0 +1,171 @@
+"""What each answer cost: tokens in and out and dollars per question, per condition.
+
+An answer costs the reader's call that wrote it and the judge's call that
+graded it. Each record's conditions carry both calls' tokens
+(``reader_tokens``, ``judge_tokens``: as the model reported its usage, or
+estimated where it reported none, ``tokens_estimated``). The dollars are
+those tokens at the run's prices (``summary.json``'s ``run.settings.model_prices``,
+USD per million tokens in and out: ``--restore-price``, else the provider's
+declared list price; fake models are free; unknown when neither is known).
+
+Figures are means per answer over the records that are not excluded:
+
+- per condition and reader: the oracle once per question (it is the same in
+  every cell), the policy and restored conditions over every regime-(b)
+  record (all cells, seeds and rankers);
+- per regime-(b) cell: the policy and restored conditions.
+
+They say what one answer costs, whether or not the run shared its call with
+another condition or cell (the run sends each distinct request once: its bill
+is the model usage in ``summary.json``). The importance scorer's calls serve
+every question of a history at once and are not in these figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_restore.record import CONDITIONS, Condition, Record, ranker_of
+
+__all__ = ["CellCost", "ConditionCost", "CostFigures", "cost_figures"]
+
+#: The conditions a regime-(b) cell's answers differ in (the oracle is the same in every cell).
+CELL_CONDITIONS: tuple[str, ...] = ("policy", "restored")
+
+
+@dataclass(frozen=True)
+class ConditionCost:
+    """Mean tokens and dollars per answer over some answers of one condition."""
+
+    answers: int
+    tokens_in: float
+    tokens_out: float
+    #: ``None``: a model's price is unknown
+    usd: float | None
+    #: answers whose tokens are (partly) estimated: a model reported no usage
+    estimated: int
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain values (``summary.json``)."""
+        return {
+            "answers": self.answers,
+            "tokens_in": round(self.tokens_in, 2),
+            "tokens_out": round(self.tokens_out, 2),
+            "usd": round(self.usd, 8) if self.usd is not None else None,
+            "estimated": self.estimated,
+        }
+
+
+@dataclass(frozen=True)
+class CellCost:
+    """A regime-(b) cell's cost per answer of its policy and restored conditions."""
+
+    policy: str
+    budget: int
+    reader: str
+    ranker: str
+    conditions: tuple[tuple[str, ConditionCost], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain values (``summary.json``)."""
+        return {
+            "policy": self.policy,
+            "budget": self.budget,
+            "reader": self.reader,
+            "ranker": self.ranker,
+            **{name: cost.to_json() for name, cost in self.conditions},
+        }
+
+
+@dataclass(frozen=True)
+class CostFigures:
+    """The run's cost per answer (module docstring)."""
+
+    #: (reader, condition) -> cost, conditions in :data:`CONDITIONS` order
+    by_condition: tuple[tuple[tuple[str, str], ConditionCost], ...]
+    cells: tuple[CellCost, ...]
+    #: the prices the dollars are at: model -> (in, out) USD per million tokens, ``None``: unknown
+    prices: tuple[tuple[str, tuple[float, float] | None], ...]
+
+    @property
+    def answers(self) -> int:
+        """Answers counted over the conditions (the oracle once per question)."""
+        return sum(c.answers for _, c in self.by_condition)
+
+    @property
+    def estimated(self) -> int:
+        """Of :attr:`answers`, those whose tokens are (partly) estimated."""
+        return sum(c.estimated for _, c in self.by_condition)
+
+    def to_json(self) -> dict[str, Any]:
+        """``summary.json``'s ``cost``."""
+        return {
+            "per_condition": [
+                {"reader": reader, "condition": condition, **cost.to_json()}
+                for (reader, condition), cost in self.by_condition
+            ],
+            "per_cell": [cell.to_json() for cell in self.cells],
+            "prices": {model: list(price) if price is not None else None for model, price in self.prices},
+            "answers": self.answers,
+            "estimated": self.estimated,
+        }
+
+
+def _usd(c: Condition, reader: tuple[float, float] | None, judge: tuple[float, float] | None) -> float | None:
+    """One answer's dollars (``None``: a price is unknown)."""
+    if reader is None or c.reader_tokens is None:
+        return None
+    usd = c.reader_tokens[0] * reader[0] + c.reader_tokens[1] * reader[1]
+    if c.judge_tokens is not None:
+        if judge is None:
+            return None
+        usd += c.judge_tokens[0] * judge[0] + c.judge_tokens[1] * judge[1]
+    return usd / 1e6
+
+
+def _mean(answers: Sequence[tuple[Record, Condition]], prices: Mapping[str, tuple[float, float] | None]) -> ConditionCost:
+    n = len(answers)
+    tokens_in = sum(c.reader_tokens[0] + (c.judge_tokens or (0, 0))[0] for _, c in answers if c.reader_tokens)
+    tokens_out = sum(c.reader_tokens[1] + (c.judge_tokens or (0, 0))[1] for _, c in answers if c.reader_tokens)
+    dollars = [_usd(c, prices.get(r.reader), prices.get(r.judge or "")) for r, c in answers]
+    usd = None if any(d is None for d in dollars) else sum(d for d in dollars if d is not None) / n
+    return ConditionCost(n, tokens_in / n, tokens_out / n, usd, sum(1 for _, c in answers if c.tokens_estimated))
+
+
+def cost_figures(records: Iterable[Record], prices: Mapping[str, Sequence[float] | None]) -> CostFigures | None:
+    """The run's cost per answer; ``None`` when no record carries tokens (written before they were recorded)."""
+    priced = {m: (float(p[0]), float(p[1])) if p is not None else None for m, p in prices.items()}
+    oracle: dict[tuple[str, str], tuple[Record, Condition]] = {}
+    pooled: dict[tuple[str, str], list[tuple[Record, Condition]]] = {}
+    cells: dict[tuple[str, int, str, str], dict[str, list[tuple[Record, Condition]]]] = {}
+    for r in records:
+        if r.excluded is not None or r.regime != "b":
+            continue
+        conditions = dict(r.conditions.by_name())
+        if conditions["oracle"].reader_tokens is not None:
+            oracle.setdefault((r.reader, r.question_id), (r, conditions["oracle"]))
+        cell = cells.setdefault((r.policy, r.budget, r.reader, ranker_of(r)), {})
+        for name in CELL_CONDITIONS:
+            c = conditions[name]
+            if c.reader_tokens is not None:
+                pooled.setdefault((r.reader, name), []).append((r, c))
+                cell.setdefault(name, []).append((r, c))
+    for (reader, _qid), answer in oracle.items():
+        pooled.setdefault((reader, "oracle"), []).append(answer)
+    if not pooled:
+        return None
+    order = {name: i for i, name in enumerate(CONDITIONS)}
+    by_condition = tuple(
+        (key, _mean(answers, priced)) for key, answers in sorted(pooled.items(), key=lambda kv: (kv[0][0], order[kv[0][1]]))
+    )
+    return CostFigures(
+        by_condition=by_condition,
+        cells=tuple(
+            CellCost(*key, tuple((name, _mean(found[name], priced)) for name in CELL_CONDITIONS if name in found))
+            for key, found in cells.items()
+            if found
+        ),
+        prices=tuple(sorted(priced.items())),
+    )
