@@ -1,0 +1,167 @@
+"""mem0 audited as a memory system, against a loopback server that answers mem0's calls in its formats.
+
+The real ``mem0ai`` package runs here (the dev extra installs it): its
+``add`` turn by turn, its Qdrant in memory, its model calls to
+:class:`~openai_server.OpenAIServer` on 127.0.0.1, answered by
+:class:`~mem0_model.Mem0Model` (extraction and update by rule; answers cut
+off in their JSON, or of the wrong shape, where its rules say) and the
+server's fake embeddings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mem0_model import LONG, Mem0Model
+from openai_server import OpenAIServer
+
+from pytest_restore.audit.run import Audit, AuditConfig, Prepared
+from pytest_restore.data.dataset import Dataset
+from pytest_restore.data.loaders import load_data
+from pytest_restore.data.units import Unit
+from pytest_restore.memory.eviction import EvictionContext
+from pytest_restore.memory.mem0_adapter import Mem0Endpoints, Mem0Ranker, Mem0System, tallies
+from pytest_restore.memory.retrieval import Bm25Lite
+from pytest_restore.models.embeddings import FakeEmbedder
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+
+LOCOMO = Path(__file__).resolve().parent.parent / "fixtures" / "locomo_tiny.json"
+EMBEDDER, DIMS = "nomic-embed-text", 768
+#: a budget no store of the fixture reaches, and one that makes the adapter evict
+ALL, SMALL = 5000, 120
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer(Mem0Model()) as running:
+        yield running
+
+
+def mem0_of(server: OpenAIServer, **options: object) -> Mem0System:
+    return Mem0System(Mem0Endpoints(server.base_url, "small-model", EMBEDDER, DIMS), **options)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def locomo() -> Dataset:
+    return load_data(LOCOMO)
+
+
+@pytest.fixture(scope="module")
+def audited(server: OpenAIServer, locomo: Dataset, tmp_path_factory: pytest.TempPathFactory) -> tuple[Audit, Mem0System]:
+    """One audit of the fixture's two conversations with mem0 under both budgets, read by BM25-lite and mem0."""
+    reader = FakeReader()
+    audit = Audit(
+        locomo, AuditConfig(budgets=(ALL, SMALL)), reader=reader, judge=FakeJudge(), scorer=FakeScorer(),
+        rankers=[Bm25Lite(), Mem0Ranker()],
+    )
+    reader.learn(p.history for p in audit.questions)
+    system = mem0_of(server, tally_path=tmp_path_factory.mktemp("mem0") / "tallies.jsonl")
+    for budget in (ALL, SMALL):
+        audit.run_cell(system, budget)
+    return audit, system
+
+
+def view_of(audit: Audit, system: Mem0System, question: str, budget: int = ALL) -> tuple[Prepared, np.ndarray]:
+    p = next(p for p in audit.questions if p.history.question.question == question)
+    return audit.held(system, p, budget, 0, {})
+
+
+def test_every_memory_cites_the_turns_it_came_from(audited: tuple[Audit, Mem0System]) -> None:
+    audit, system = audited
+    view, mask = view_of(audit, system, "Which evening is Ines's pottery class on now?")
+    units = view.history.units
+    n = len(units) - int(mask.sum())
+    memories = [(units[p], view.sources[p]) for p in np.flatnonzero(mask)]
+    assert memories and all(p >= n for p in np.flatnonzero(mask))  # mem0 keeps no raw turn
+    for memory, sources in memories:
+        # the model writes a fact as "Speaker: sentence" of the turn it read: the newest source said it
+        speaker, _, sentence = memory.content.partition(": ")
+        newest = units[max(sources)]
+        assert speaker == newest.role and sentence in newest.content, (memory.content, sources)
+    # Ines moved her class (D2:1, turn 6): the model updated the memory of her signing up (D1:1, turn 0)
+    moved = [s for m, s in memories if "Wednesdays" in m.content]
+    assert moved == [(0, 6)]
+    assert not any("signed up" in m.content for m, _ in memories)  # the update replaced the old text
+
+
+def test_an_answer_mem0_cannot_parse_is_counted_and_its_turn_cited_by_nothing(
+    audited: tuple[Audit, Mem0System], server: OpenAIServer
+) -> None:
+    audit, system = audited
+    view, mask = view_of(audit, system, "What colour is the bowl Ines made?")
+    long_turns = [u.position for u in view.history.units[: len(view.sources) - int(mask.sum())] if len(u.content) > LONG]
+    assert long_turns == [7]  # D2:2, the bowl's photo: its extraction answer was cut off
+    first = next(t for t in system.tallies if t.question == view.history.question.history_key and t.budget == ALL)
+    assert first.rejected == {"fact-extraction answer rejected": 1}
+    assert server.responder.answered["malformed"] == sum(t.rejected["fact-extraction answer rejected"] for t in system.tallies)
+    # the gold turn mem0 lost is cited by no memory: evicted, in the audit's words; the other is kept
+    assert view.evicted(mask) == [7] and len(view.citing(mask)) == 1
+    records = [r for r in audit.run_cell(system, ALL).records if r.question_id == view.history.question.question_id]
+    assert {r.gold_evicted for r in records} == {1}
+
+
+def test_deletes_and_rejected_shapes_from_add_events() -> None:
+    model = Mem0Model()
+    lines = [
+        "I keep a red bicycle in the garage.",
+        "I no longer keep the bicycle, I sold it last week.",
+        "FORMAT trouble: this answer comes back in the wrong shape.",
+        "My garden has seven tomato plants this year.",
+    ]
+    units = [Unit(i, 0, i, f"2024/01/0{i + 1}", "Ines", c, f"Ines: {c}", 10) for i, c in enumerate(lines)]
+    with OpenAIServer(model) as local:
+        system = mem0_of(local, budgeted=False)
+        held = system.hold(units, np.full(len(units), 10), 10**6, EvictionContext(question_id="h"))
+    assert [(m.sources, m.text, m.date) for m in held] == [((3,), f"Ines: {lines[3]}", "2024/01/04")]
+    tally = system.tallies[0]
+    assert tally.events == {"ADD": 2, "DELETE": 1}
+    assert tally.rejected == {"fact-extraction answer rejected": 1} and model.answered["wrong_shape"] == 1
+    assert tally.calls["chat"] == 4 + 3  # four extractions, three updates (the rejected turn has none)
+
+
+def test_the_budget_evicts_the_oldest_memories_through_mem0(audited: tuple[Audit, Mem0System]) -> None:
+    audit, system = audited
+    question = "How many tarts were left over?"
+    full, full_mask = view_of(audit, system, question, ALL)
+    small, small_mask = view_of(audit, system, question, SMALL)
+    tokens = int(small.history.sizes[small_mask].sum())
+    assert tokens <= SMALL < int(full.history.sizes[full_mask].sum())
+    tally = next(t for t in system.tallies if t.question == small.history.question.history_key and t.budget == SMALL)
+    assert tally.evicted > 0 and tally.held == int(small_mask.sum()) and tally.held_tokens == tokens
+    # the oldest went: what is left holds the newest memory, and nothing from the first session's start
+    kept = [small.sources[p] for p in np.flatnonzero(small_mask)]
+    assert max(max(s) for s in kept) == max(max(full.sources[p]) for p in np.flatnonzero(full_mask))
+    assert min(max(s) for s in kept) > min(max(full.sources[p]) for p in np.flatnonzero(full_mask))
+    written = tallies(system.tally_path or "")
+    assert [(t["question"], t["budget"]) for t in written] == [(t.question, t.budget) for t in system.tallies]
+
+
+def test_the_mem0_ranker_is_mem0s_search(audited: tuple[Audit, Mem0System]) -> None:
+    audit, system = audited
+    view, mask = view_of(audit, system, "Where does Paula live?")
+    ranked = audit.rank(view, mask, "mem0")
+    assert ranked and all(mask[p] for p in ranked)
+    # mem0 ranks by cosine to the question over the server's vectors (its text with newlines as spaces)
+    embed = FakeEmbedder(DIMS)
+    vectors = embed.embed([view.history.question.question] + [view.history.units[p].content for p in ranked])
+    cosines = vectors[1:] @ vectors[0] / (np.linalg.norm(vectors[1:], axis=1) * np.linalg.norm(vectors[0]))
+    assert list(cosines) == sorted(cosines, reverse=True)
+    assert len(ranked) == int(mask.sum())  # mem0's search has no threshold: every memory is ranked
+    records = audit.run_cell(system, ALL, ranker="mem0").records
+    assert records and {r.ranker for r in records} == {"mem0"}
+
+
+def test_the_mem0_ranker_reads_only_mem0_stores(audited: tuple[Audit, Mem0System]) -> None:
+    audit, _ = audited
+    p = audit.questions[0]
+    with pytest.raises(ValueError, match="ranker 'mem0' reads only the stores of the memory system 'mem0'"):
+        audit.rank(p, np.ones(len(p.history.units), dtype=bool), "mem0")
+
+
+def test_mem0_runs_with_its_telemetry_off(audited: tuple[Audit, Mem0System]) -> None:
+    from mem0.memory import telemetry
+
+    assert telemetry.MEM0_TELEMETRY is False
