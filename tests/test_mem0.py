@@ -165,3 +165,13 @@ def test_mem0_runs_with_its_telemetry_off(audited: tuple[Audit, Mem0System]) -> 
     from mem0.memory import telemetry
 
     assert telemetry.MEM0_TELEMETRY is False
+
+
+def test_mem0_calls_the_runs_reader_or_says_why_it_cannot(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    e = Mem0Endpoints.of_reader("openai:gemma", "http://127.0.0.1:8081/v1", embedding_model=EMBEDDER, embedding_dims=DIMS)
+    assert (e.base_url, e.llm_model, e.embedding_model, e.embedding_dims) == ("http://127.0.0.1:8081/v1", "gemma", EMBEDDER, DIMS)
+    with pytest.raises(ValueError, match=r"--restore-reader: mem0 calls an OpenAI-compatible model .* got 'fake'"):
+        Mem0Endpoints.of_reader("fake", "http://127.0.0.1:8081/v1", embedding_model=EMBEDDER, embedding_dims=DIMS)
+    with pytest.raises(ValueError, match="--restore-base-url: mem0 needs the base URL"):
+        Mem0Endpoints.of_reader("openai:gemma", None, embedding_model=EMBEDDER, embedding_dims=DIMS)

@@ -61,7 +61,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -70,9 +70,6 @@ from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
 from pytest_restore.memory.retrieval import Ranker, Store
 from pytest_restore.memory.systems import MemorySystem
-
-if TYPE_CHECKING:
-    import pytest
 
 #: The logger mem0's ``Memory`` reports a dropped answer to, and what each of its error lines means.
 MEM0_LOGGER = "mem0.memory.main"
@@ -115,18 +112,18 @@ class Mem0Endpoints:
     max_tokens: int = 1000
 
     @classmethod
-    def of_run(cls, config: pytest.Config, *, embedding_model: str, embedding_dims: int) -> Mem0Endpoints:
-        """The run's reader (``--restore-reader openai:MODEL``) at the run's base URL (``--restore-base-url``)."""
-        from pytest_restore.plugin.options import raw_options
-
-        options = raw_options(config)
-        reader, base_url = options.value("reader"), options.value("base-url") or os.environ.get("OPENAI_BASE_URL")
-        provider, _, model = reader.partition(":")
+    def of_reader(
+        cls, reader: str | None, base_url: str | None, *, embedding_model: str, embedding_dims: int
+    ) -> Mem0Endpoints:
+        """The run's reader (``--restore-reader openai:MODEL``) at its base URL (``--restore-base-url``,
+        else ``OPENAI_BASE_URL``), with the embeddings model named, at the same server."""
+        provider, _, model = (reader or "").partition(":")
         if provider != "openai" or not model:
-            raise ValueError(f"{options.source('reader')}: mem0 calls an OpenAI-compatible model; got {reader!r}")
-        if not base_url:
-            raise ValueError(f"{options.source('base-url')}: mem0 needs the base URL of its model's server")
-        return cls(base_url, model, embedding_model, embedding_dims)
+            raise ValueError(f"--restore-reader: mem0 calls an OpenAI-compatible model (openai:MODEL); got {reader!r}")
+        url = base_url or os.environ.get("OPENAI_BASE_URL")
+        if not url:
+            raise ValueError("--restore-base-url: mem0 needs the base URL of its model's server")
+        return cls(url, model, embedding_model, embedding_dims)
 
 
 @dataclass
