@@ -518,3 +518,41 @@ def test_subset_config_excludes_the_rest(tiny: Dataset) -> None:
         p.question.question_id for p in audit.questions
     }
     assert construct_checks(run, audit) == []
+
+
+def test_one_pass_and_one_ranking_per_store(tiny: Dataset) -> None:
+    """A cell runs the policy's loop once per (history, seed) store, asking nothing of it again for the gold's
+    fates, and ranks each store once (plus the restored store where gold was evicted)."""
+    audit, _, _ = make_audit(tiny, AuditConfig(budgets=(300,)))
+    asked: Counter[str] = Counter()
+    rank = audit.rank
+
+    def counted_rank(*args: Any, **kwargs: Any) -> list[int]:
+        asked["rank"] += 1
+        return rank(*args, **kwargs)
+
+    audit.rank = counted_rank  # type: ignore[method-assign]
+    inside: list[str] = []  # a call the audit made, not one a policy's method makes inside another
+
+    def counting(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            asked[name] += not inside
+            inside.append(name)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                inside.pop()
+
+        return counted
+
+    for name in ("fifo", "random", "redundancy", "control"):
+        policy = default_registry()[name]
+        for method in ("retain", "evict", "eviction_arrivals"):
+            setattr(policy, method, counting(getattr(policy, method), method))
+        asked.clear()
+        run = audit.run_cell(policy, 300)
+        shared = {(audit.history(qid).question.history_key, seed) for qid, seed in run.stores}
+        assert asked["evict"] == len(shared) and asked["retain"] == asked["eviction_arrivals"] == 0, name
+        restored = sum(bool(r.gold_evicted) for r in run.records if r.regime == "a")
+        assert asked["rank"] == len(run.stores) + restored, name
+        assert any(r.gold_evicted_after and any(a is not None for a in r.gold_evicted_after) for r in run.records)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from pytest_restore.data.dataset import Dataset, load_dataset
@@ -18,6 +19,7 @@ from pytest_restore.memory.eviction import (
     EvictionContext,
     Fifo,
     LlmImportance,
+    Mask,
     MemoryStore,
     NoEvict,
     Policy,
@@ -412,6 +414,11 @@ def test_eviction_arrivals_match_a_replay_of_every_arrival(histories: list[Histo
                 evicted = [int(p) for p in np.flatnonzero(~final)]
                 got = policy.eviction_arrivals(h.units, h.sizes, budget, ctx, evicted)
                 assert got == Policy.eviction_arrivals(policy, h.units, h.sizes, budget, ctx, evicted)  # the bisection
+                # one pass gives the store and the same arrivals (the audit's way)
+                eviction = policy.evict(h.units, h.sizes, budget, ctx)
+                assert np.array_equal(eviction.mask, final)
+                assert eviction.arrivals(policy, h.units, h.sizes, budget, ctx, evicted) == got
+                assert (eviction.left is None) == isinstance(policy, NoEvict)
                 replay = [policy.retain(h.units[: t + 1], h.sizes[: t + 1], budget, ctx) for t in range(len(h.units))]
                 for p in evicted:
                     assert got[p] == next(t for t in range(p, len(h.units)) if not replay[t][p]), (h.question.question_id, p)
@@ -419,3 +426,22 @@ def test_eviction_arrivals_match_a_replay_of_every_arrival(histories: list[Histo
                 found += len(evicted)
     assert found > 0 or policy.name == "no-evict"
 
+
+
+class SlowFifo(Fifo):
+    """FIFO with its own retain (a user's subclass): the default pass, arrivals asked separately."""
+
+    name = "slow-fifo"
+
+    def retain(self, units: Sequence[Unit], sizes: npt.NDArray[np.int64], budget: int, ctx: EvictionContext) -> Mask:
+        return Fifo.retain(self, units, sizes, budget, ctx)
+
+
+def test_a_subclass_that_changes_retain_gets_the_default_pass(histories: list[History]) -> None:
+    h = histories[0]
+    eviction = SlowFifo().evict(h.units, h.sizes, 100, ctx_for(h))
+    assert eviction.left is None and np.array_equal(eviction.mask, Fifo().retain(h.units, h.sizes, 100, ctx_for(h)))
+    evicted = [int(p) for p in np.flatnonzero(~eviction.mask)]
+    assert eviction.arrivals(SlowFifo(), h.units, h.sizes, 100, ctx_for(h), evicted) == Fifo().eviction_arrivals(
+        h.units, h.sizes, 100, ctx_for(h), evicted
+    )

@@ -56,7 +56,7 @@ from pytest_restore.data.units import (
     counts_file_name,
     has_gold,
 )
-from pytest_restore.memory.eviction import EvictionContext, Mask, Policy, stable_seed
+from pytest_restore.memory.eviction import Eviction, EvictionContext, Mask, Policy, stable_seed
 from pytest_restore.memory.memories import Sources, memory_view
 from pytest_restore.memory.retrieval import (
     INJECT_CAP,
@@ -241,6 +241,23 @@ class GoldFate:
 
 
 @dataclass
+class Planned:
+    """What :meth:`Audit.conditions` built for one cell under one ranker: the plan, the contexts, the stores."""
+
+    ranker: str
+    #: (question, seed, store) in order; a ``None`` store: the question's importance scoring failed
+    plan: list[tuple[Prepared, int, Mask | None]] = field(default_factory=list)
+    #: three per planned store: regime (a), regime (b), restored
+    contexts: list[tuple[History, list[int]]] = field(default_factory=list)
+    #: the store by (question, seed)
+    stores: dict[tuple[str, int], Mask] = field(default_factory=dict)
+    #: the policy's pass by (history, seed), which each store of a raw-unit policy came from
+    evictions: dict[tuple[str, int], Eviction] = field(default_factory=dict)
+    #: the ranker's whole order of each store by (question, seed)
+    rankings: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+
+
+@dataclass
 class CellRun:
     """What one policy x budget cell produced."""
 
@@ -350,7 +367,7 @@ class Audit:
         # whole-grid cells already run in this process (the control's check reads the baselines')
         self._cells: dict[tuple[str, int, str], tuple[Policy, CellRun]] = {}
         # whole-grid stores by (policy, budget): evicted once, read by every ranker of the cell
-        self._stores: dict[tuple[str, int], tuple[Policy, dict[tuple[str, int], Mask]]] = {}
+        self._stores: dict[tuple[str, int], tuple[Policy, Planned]] = {}
         # a memory system's view of each history by (policy, budget, history, seed): fed once per process
         self._views: dict[tuple[int, int, str, int], tuple[Policy, History, Mask, Sources, Mapping[int, int | None] | None]] = {}
 
@@ -472,14 +489,22 @@ class Audit:
     # -- eviction ------------------------------------------------------------
 
     def retain(self, policy: Policy, prepared: Prepared, budget: int, seed: int, importance: Mapping[str, int]) -> Mask:
-        """``S_P`` of one question's history, checked for shape and budget.
+        """``S_P`` of one question's history, checked for shape and budget (:meth:`evict`'s store)."""
+        return self.evict(policy, prepared, budget, seed, importance).mask
+
+    def evict(
+        self, policy: Policy, prepared: Prepared, budget: int, seed: int, importance: Mapping[str, int]
+    ) -> Eviction:
+        """One pass of ``policy`` over a question's history: ``S_P``, checked for shape and budget, and
+        when each unit left where the pass records it (:meth:`Policy.evict`).
 
         The policy sees the history's id (the question's own, or the
         conversation it shares): every question of one history gets the same store.
         """
         history = prepared.history
         ctx = EvictionContext(question_id=history.question.history_key, seed=seed, importance=importance)
-        mask = np.asarray(policy.retain(history.units, history.sizes, budget, ctx))
+        eviction = policy.evict(history.units, history.sizes, budget, ctx)
+        mask = np.asarray(eviction.mask)
         if mask.shape != (len(history.units),) or mask.dtype != np.bool_:
             raise TypeError(
                 f"policy {policy.name!r} returned a store of shape {mask.shape} and dtype {mask.dtype}; "
@@ -490,7 +515,7 @@ class Audit:
                 f"policy {policy.name!r} kept {int(history.sizes[mask].sum())} tokens of "
                 f"{history.question.question_id} under a budget of {budget}"
             )
-        return mask
+        return replace(eviction, mask=mask)
 
     def held(
         self, policy: Policy, prepared: Prepared, budget: int, seed: int, importance: Mapping[str, int]
@@ -561,11 +586,12 @@ class Audit:
         oracle = self.oracle(questions)
         shared = self._stores.get((policy.name, budget)) if ablate and not scorer_failed else None
         known = shared[1] if shared is not None and shared[0] is policy else None
-        plan, contexts, stores = self.conditions(policy, budget, questions, importance, scorer_failed, ranker, known)
+        planned = self.conditions(policy, budget, questions, importance, scorer_failed, ranker, known)
+        plan, contexts, stores = planned.plan, planned.contexts, planned.stores
         if ablate and not scorer_failed and len(self.rankers) > 1:
-            self._stores[(policy.name, budget)] = (policy, stores)
+            self._stores[(policy.name, budget)] = (policy, planned)
         outcomes = iter(self.evaluate(contexts))
-        fates = self.gold_fates(policy, budget, plan, importance, ranker)
+        fates = self.gold_fates(policy, budget, planned, importance)
         injected = iter(positions for _, positions in contexts)
         records: list[Record] = []
         for p, seed, kept in plan:
@@ -673,43 +699,47 @@ class Audit:
         importance: Mapping[str, int],
         skip: Mapping[str, Failure],
         ranker: str | None = None,
-        known: Mapping[tuple[str, int], Mask] | None = None,
-    ) -> tuple[list[tuple[Prepared, int, Mask | None]], list[tuple[History, list[int]]], dict[tuple[str, int], Mask]]:
+        known: Planned | None = None,
+    ) -> Planned:
         """Evict, then build each question's regime (a), regime (b) and restored contexts.
 
         Pure: no model is called. Questions in ``skip`` get no store (their
         importance scoring failed). ``ranker`` reads the stores (the first by
-        default); ``known`` are stores this cell already evicted (under another
-        ranker), taken as they are. Returns the plan (question, seed, store),
-        the contexts three per planned store, and the stores by (question, seed).
-        Questions that share a history share its store: it is evicted once per seed.
+        default); ``known`` is what this cell already planned under another
+        ranker: its stores and evictions are taken as they are. Questions that
+        share a history share its store: the policy passes over it once per
+        seed (:meth:`evict`, which also records when each unit left). Each
+        store is ranked once, whole: regimes (a) and (b) read its top k, the
+        gold's fates its whole order.
         """
         seeds = self.config.seeds if policy.seeded else (0,)
-        cap = self.config.cap
-        stores: dict[tuple[str, int], Mask] = {}
-        evicted: dict[tuple[str, int], Mask] = {}  # by (history, seed)
-        plan: list[tuple[Prepared, int, Mask | None]] = []
-        contexts: list[tuple[History, list[int]]] = []
+        cap, top_k = self.config.cap, self.config.top_k
+        name = ranker or self.ranker.name
+        planned = Planned(ranker=name)
+        if known is not None:
+            planned.evictions.update(known.evictions)
         for seed in seeds:
             for p in questions:
                 qid = p.question.question_id
                 if qid in skip:
-                    plan.append((p, seed, None))
+                    planned.plan.append((p, seed, None))
                     continue
                 if policy.derived:
                     p, mask = self.held(policy, p, budget, seed, importance)
                 elif known is not None:
-                    mask = known[(qid, seed)]
+                    mask = known.stores[(qid, seed)]
                 else:
                     shared = (p.question.history_key, seed)
-                    if shared not in evicted:
-                        evicted[shared] = self.retain(policy, p, budget, seed, importance)
-                    mask = evicted[shared]
-                stores[(qid, seed)] = mask
+                    if shared not in planned.evictions:
+                        planned.evictions[shared] = self.evict(policy, p, budget, seed, importance)
+                    mask = planned.evictions[shared].mask
+                planned.stores[(qid, seed)] = mask
                 gold = list(p.history.gold)
                 # regime (a) forces the held units that cite gold: for raw units, the surviving gold
                 citing = p.citing(mask)
-                ranked = self.rank(p, mask, ranker)
+                whole = self.rank(p, mask, name, k=int(mask.sum()))
+                planned.rankings[(qid, seed)] = whole
+                ranked = whole[:top_k]  # a ranker's top k is the head of its whole order (Ranker.rank)
                 sizes = p.history.sizes
                 regime_a = inject(citing, ranked, sizes, cap)
                 if p.sources is None and len(citing) == len(gold):
@@ -717,37 +747,33 @@ class Audit:
                 else:
                     restored_store = mask.copy()
                     restored_store[gold] = True
-                    restored = inject(gold, self.rank(p, restored_store, ranker), sizes, cap)
-                contexts.append((p.history, regime_a))
-                contexts.append((p.history, inject([], ranked, sizes, cap)))  # regime b
-                contexts.append((p.history, restored))
-                plan.append((p, seed, mask))
-        return plan, contexts, stores
+                    restored = inject(gold, self.rank(p, restored_store, name), sizes, cap)
+                planned.contexts.append((p.history, regime_a))
+                planned.contexts.append((p.history, inject([], ranked, sizes, cap)))  # regime b
+                planned.contexts.append((p.history, restored))
+                planned.plan.append((p, seed, mask))
+        return planned
 
     def gold_fates(
-        self,
-        policy: Policy,
-        budget: int,
-        plan: Sequence[tuple[Prepared, int, Mask | None]],
-        importance: Mapping[str, int],
-        ranker: str,
+        self, policy: Policy, budget: int, planned: Planned, importance: Mapping[str, int]
     ) -> dict[tuple[str, int], GoldFate]:
         """Each planned store's :class:`GoldFate` per (question, seed), for the records' stories.
 
-        For a store of units the arrivals come from the policy
-        (:meth:`Policy.eviction_arrivals`), asked once per shared store for the
-        evicted gold of every question asking it; for a memory system's, from
-        what it recorded as it was fed (:attr:`Prepared.lost`: no second pass).
-        The ranks come from the ranker over the whole store (no cut at top-k);
+        For a store of units the arrivals come from the pass that evicted it
+        (:meth:`Eviction.arrivals`: recorded as the built-in policies evict;
+        else asked of :meth:`Policy.eviction_arrivals`, once per shared store,
+        for the evicted gold of every question of it); for a memory system's,
+        from what it recorded as it was fed (:attr:`Prepared.lost`). The ranks
+        are the store's whole ranking (:meth:`conditions`), no second one;
         a gold unit held through memories citing it has the best of their ranks.
         """
         evicted_gold: dict[tuple[str, int], set[int]] = {}
-        for p, seed, mask in plan:
+        for p, seed, mask in planned.plan:
             if mask is not None:
                 evicted_gold.setdefault((p.question.history_key, seed), set()).update(p.evicted(mask))
         arrivals: dict[tuple[str, int], Mapping[int, int | None]] = {}
         out: dict[tuple[str, int], GoldFate] = {}
-        for p, seed, mask in plan:
+        for p, seed, mask in planned.plan:
             if mask is None:
                 continue
             history, shared = p.history, (p.question.history_key, seed)
@@ -757,9 +783,10 @@ class Audit:
             elif shared not in arrivals:
                 ctx = EvictionContext(question_id=p.question.history_key, seed=seed, importance=importance)
                 wanted = sorted(evicted_gold[shared])
-                arrivals[shared] = policy.eviction_arrivals(history.units, history.sizes, budget, ctx, wanted) if wanted else {}
+                eviction = planned.evictions[shared]
+                arrivals[shared] = eviction.arrivals(policy, history.units, history.sizes, budget, ctx, wanted)
             evicted = set(p.evicted(mask))
-            order = {pos: i + 1 for i, pos in enumerate(self.rank(p, mask, ranker, k=int(mask.sum())))}
+            order = {pos: i + 1 for i, pos in enumerate(planned.rankings[(p.question.question_id, seed)])}
             ranks = [min((order[c] for c in citing if c in order), default=None) for citing in p.citing_each(mask)]
             out[(p.question.question_id, seed)] = GoldFate(
                 tuple(arrivals[shared].get(g) if g in evicted else None for g in history.gold),
@@ -784,12 +811,12 @@ class Audit:
         oracle = [(p.history, list(p.history.gold)) for p in self.questions]
         contexts: list[tuple[History, list[int]]] = []
         extra: list[tuple[History, list[int]]] = []
-        stores = None
+        planned = None
         for ranker in self.rankers:  # every ranker of the audit reads the cell's stores
-            plan, read, stores = self.conditions(policy, budget, self.questions, importance, {}, ranker, stores)
-            contexts += read
+            planned = self.conditions(policy, budget, self.questions, importance, {}, ranker, planned)
+            contexts += planned.contexts
             if self.config.ablations:
-                for p, _seed, mask in plan:
+                for p, _seed, mask in planned.plan:
                     if mask is not None and not all(mask[g] for g in p.history.gold):
                         for injected in self.ablation_contexts(p, mask, ranker).values():
                             if injected is not None:

@@ -48,6 +48,25 @@ class EvictionContext:
     importance: Mapping[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Eviction:
+    """One pass of a policy over a history (:meth:`Policy.evict`): the store, and when each unit left it."""
+
+    #: ``S_P``, as :meth:`Policy.retain` returns it
+    mask: Mask
+    #: per unit, the position of the arrival that evicted it (-1: kept); ``None``: the pass did not
+    #: record it (:meth:`arrivals` asks :meth:`Policy.eviction_arrivals`)
+    left: npt.NDArray[np.int64] | None = None
+
+    def arrivals(
+        self, policy: Policy, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
+    ) -> dict[int, int]:
+        """When each of ``evicted`` left: from this pass's record, else from the policy (another pass)."""
+        if self.left is not None:
+            return _arrivals(self.left, evicted)
+        return policy.eviction_arrivals(units, sizes, budget, ctx, evicted) if evicted else {}
+
+
 class Policy(ABC):
     """An eviction policy. Subclasses set ``name`` and implement :meth:`retain`."""
 
@@ -64,6 +83,20 @@ class Policy(ABC):
     @abstractmethod
     def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
         """``S_P``: which units survive online eviction under ``budget`` tokens."""
+
+    def evict(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Eviction:
+        """:meth:`retain` and, where the policy records it in the same pass, when each evicted unit left.
+
+        The audit asks this once per store. The default is :meth:`retain`
+        alone (the arrivals are asked of :meth:`eviction_arrivals` when wanted);
+        the built-in loops record both in one pass. A subclass that overrides
+        ``retain`` or ``eviction_arrivals`` gets the default.
+        """
+        return Eviction(self.retain(units, sizes, budget, ctx))
+
+    def _own_pass(self, retain: object, eviction_arrivals: object) -> bool:
+        """Whether this class's ``retain`` and ``eviction_arrivals`` are the ones given (no subclass changed either)."""
+        return type(self).retain is retain and type(self).eviction_arrivals is eviction_arrivals
 
     def hold(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> list[Memory]:
         """The memories held at the history's end: for a store of units, one per kept unit, citing itself."""
@@ -129,6 +162,11 @@ class VictimPolicy(Policy):
     def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
         return self._loop(units, sizes, budget, ctx)[0]
 
+    def evict(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Eviction:
+        if not self._own_pass(VictimPolicy.retain, VictimPolicy.eviction_arrivals):
+            return super().evict(units, sizes, budget, ctx)
+        return Eviction(*self._loop(units, sizes, budget, ctx))
+
     def eviction_arrivals(
         self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
     ) -> dict[int, int]:
@@ -193,6 +231,11 @@ class MemoryStore(Policy):
     def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
         return self._drive(units, sizes, budget, ctx)[0]
 
+    def evict(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Eviction:
+        if not self._own_pass(MemoryStore.retain, MemoryStore.eviction_arrivals):
+            return super().evict(units, sizes, budget, ctx)
+        return Eviction(*self._drive(units, sizes, budget, ctx))
+
     def eviction_arrivals(
         self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
     ) -> dict[int, int]:
@@ -239,12 +282,17 @@ def _evict_lowest_key(sizes: Sizes, budget: int, key: Sequence[float]) -> Mask:
 
 def _lowest_key_arrivals(sizes: Sizes, budget: int, key: Sequence[float], evicted: Sequence[int]) -> dict[int, int]:
     """:func:`_evict_lowest_key`'s arrival that evicted each of ``evicted``."""
+    left = _lowest_key_eviction(sizes, budget, key).left
+    assert left is not None
+    return _arrivals(left, evicted)
+
+
+def _lowest_key_eviction(sizes: Sizes, budget: int, key: Sequence[float]) -> Eviction:
+    """:func:`_evict_lowest_key`'s store and the arrival that evicted each unit, in one pass."""
     from pytest_restore.memory import kernels
 
-    _, left = kernels.lowest_key_left(
-        np.asarray(sizes, dtype=np.int64), int(budget), np.asarray(key, dtype=np.float64)
-    )
-    return _arrivals(left, evicted)
+    mask, left = kernels.lowest_key_left(np.asarray(sizes, dtype=np.int64), int(budget), np.asarray(key, dtype=np.float64))
+    return Eviction(np.asarray(mask), np.asarray(left))
 
 
 class NoEvict(Policy):
@@ -277,6 +325,17 @@ class Fifo(Policy):
         total = np.cumsum(np.asarray(sizes, dtype=np.int64))
         before = np.concatenate(([0], total[:-1]))
         return {int(p): int(np.searchsorted(total, before[p] + budget, side="right")) for p in evicted}
+
+    def evict(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Eviction:
+        if not self._own_pass(Fifo.retain, Fifo.eviction_arrivals):
+            return super().evict(units, sizes, budget, ctx)
+        mask = self.retain(units, sizes, budget, ctx)
+        total = np.cumsum(np.asarray(sizes, dtype=np.int64))
+        before = np.concatenate(([0], total[:-1]))
+        # every unit's leaving arrival at once, as eviction_arrivals finds it for one
+        left = np.searchsorted(total, before + budget, side="right").astype(np.int64)
+        left[mask] = -1
+        return Eviction(mask, left)
 
 
 def stable_seed(*parts: object) -> int:
@@ -314,6 +373,14 @@ class RandomPolicy(VictimPolicy):
         if cls.choose_victim is not RandomPolicy.choose_victim or cls.start is not RandomPolicy.start:
             return super().eviction_arrivals(units, sizes, budget, ctx, evicted)
         return _arrivals(self._victims(units, sizes, budget, ctx)[1], evicted)
+
+    def evict(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Eviction:
+        cls = type(self)
+        if not self._own_pass(RandomPolicy.retain, RandomPolicy.eviction_arrivals):
+            return Policy.evict(self, units, sizes, budget, ctx)
+        if cls.choose_victim is not RandomPolicy.choose_victim or cls.start is not RandomPolicy.start:
+            return Eviction(*self._loop(units, sizes, budget, ctx))  # a subclass changed the choice
+        return Eviction(*self._victims(units, sizes, budget, ctx))
 
     def _victims(
         self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext
@@ -425,6 +492,18 @@ class Redundancy(Policy):
         _, left = kernels.redundancy_victims_left(overlap, root, np.asarray(sizes, dtype=np.int64), int(budget))
         return _arrivals(left, evicted)
 
+    def evict(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Eviction:
+        if not self._own_pass(Redundancy.retain, Redundancy.eviction_arrivals):
+            return super().evict(units, sizes, budget, ctx)
+        if int(sizes.sum()) <= budget:
+            return Eviction(np.ones(len(units), dtype=bool), np.full(len(units), -1, dtype=np.int64))
+        from pytest_restore.memory import kernels
+
+        overlap, lengths = _OVERLAPS.get(units)
+        root = np.sqrt(np.maximum(lengths, 1.0))
+        mask, left = kernels.redundancy_victims_left(overlap, root, np.asarray(sizes, dtype=np.int64), int(budget))
+        return Eviction(np.asarray(mask), np.asarray(left))
+
 
 class LlmImportance(Policy):
     """Evicts the unit with the lowest importance score (1-10), ties to the older unit.
@@ -445,6 +524,11 @@ class LlmImportance(Policy):
         if type(self).retain is not LlmImportance.retain:
             return super().eviction_arrivals(units, sizes, budget, ctx, evicted)
         return _lowest_key_arrivals(sizes, budget, self._key(units, ctx), evicted)
+
+    def evict(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Eviction:
+        if not self._own_pass(LlmImportance.retain, LlmImportance.eviction_arrivals):
+            return super().evict(units, sizes, budget, ctx)
+        return _lowest_key_eviction(sizes, budget, self._key(units, ctx))
 
     @staticmethod
     def _key(units: Sequence[Unit], ctx: EvictionContext) -> list[float]:
@@ -508,6 +592,11 @@ class Control(Policy):
         if type(self).retain is not Control.retain:
             return super().eviction_arrivals(units, sizes, budget, ctx, evicted)
         return _lowest_key_arrivals(sizes, budget, [-fact_density(u.content) for u in units], evicted)
+
+    def evict(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Eviction:
+        if not self._own_pass(Control.retain, Control.eviction_arrivals):
+            return super().evict(units, sizes, budget, ctx)
+        return _lowest_key_eviction(sizes, budget, [-fact_density(u.content) for u in units])
 
 
 class PolicyRegistry(Registry[Policy]):

@@ -170,7 +170,11 @@ class Ranker(ABC):
 
     @abstractmethod
     def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
-        """At most ``k`` distinct positions of units in ``store``, best first."""
+        """At most ``k`` distinct positions of units in ``store``, best first.
+
+        The first ``k`` of its whole order: the audit ranks each store once,
+        whole (``k`` = the store's size), and reads the top k as its head.
+        """
 
 
 class ScoringRanker(Ranker):
