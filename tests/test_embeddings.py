@@ -330,16 +330,16 @@ def test_rankers_of_one_audit_share_each_cells_stores_and_match_their_own_audits
     both = audit(Bm25Lite(), Hybrid(vectors))
     policy = default_registry()["random"]
     calls = Counter[str]()
-    retain = both.retain
+    evict = both.evict
 
     def counted(*args: object, **kwargs: object) -> object:
-        calls["retain"] += 1
-        return retain(*args, **kwargs)  # type: ignore[arg-type]
+        calls["evict"] += 1
+        return evict(*args, **kwargs)  # type: ignore[arg-type]
 
-    both.retain = counted  # type: ignore[method-assign]
+    both.evict = counted  # type: ignore[method-assign]
     lexical = both.run_cell(policy, 300)
     fused = both.run_cell(policy, 300, ranker="hybrid:fake")
-    assert calls["retain"] == len(both.questions) * len(config.seeds)  # evicted once for both rankers
+    assert calls["evict"] == len(both.questions) * len(config.seeds)  # evicted once for both rankers
     assert {r.ranker for r in lexical.records} == {"bm25-lite"} and {r.ranker for r in fused.records} == {"hybrid:fake"}
     assert lexical.records == audit(Bm25Lite()).run_cell(policy, 300).records
     assert fused.records == audit(Hybrid(vectors)).run_cell(policy, 300).records

@@ -329,15 +329,16 @@ def test_a_conversation_is_evicted_once_per_seed_and_shared_by_its_questions(loc
     calls: list[str] = []
     registry = default_registry()
     policy = registry["random"]
-    original = policy.retain
+    original = policy.evict
 
     def counting(units: Any, sizes: Any, budget: int, ctx: Any) -> Any:
         calls.append(ctx.question_id)
         return original(units, sizes, budget, ctx)
 
     audit = Audit(locomo, AuditConfig(seeds=(0, 1)), reader=FakeReader(), judge=FakeJudge(), scorer=FakeScorer())
-    object.__setattr__(policy, "retain", counting)
-    plan, _contexts, stores = audit.conditions(policy, 60, audit.questions, {}, {})
+    object.__setattr__(policy, "evict", counting)
+    planned = audit.conditions(policy, 60, audit.questions, {}, {})
+    plan, stores = planned.plan, planned.stores
     assert sorted(calls) == ["fx-1", "fx-1", "fx-2", "fx-2"]  # 2 conversations x 2 seeds, not 10 questions x 2
     assert len(plan) == 20
     assert stores[("fx-1:q0", 0)] is stores[("fx-1:q3", 0)]
