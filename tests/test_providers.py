@@ -576,6 +576,8 @@ def test_a_scorer_server_answering_mostly_1_makes_the_findings_warn_of_ties(loca
         f"- **Ties.** llm-importance (scorer {MODELS['scorer']}): two scores hold 100% of the {ones + tens:,} units "
         f"(1: {ones / (ones + tens):.0%}, 10: {tens / (ones + tens):.0%})"
     ) in findings
+    (scores,) = _summary(report)["importance_scores"]
+    assert scores["counts"] == [ones, *[0] * 8, tens] and scores["top_share"] == 1.0 and scores["mostly_ties"]
 
 
 # -- 8. a call that fails for good excludes its records -----------------------------------------

@@ -184,6 +184,8 @@ class RunLog(TypedDict, total=False):
     not_testable: list[str]
     #: what each answer cost, per condition and regime-(b) cell (``stats.cost.CostFigures.to_json``)
     cost: dict[str, Any]
+    #: each importance policy's score counts and whether its decisions are mostly ties (``stats.ties``)
+    importance_scores: list[dict[str, Any]]
 
 
 class CheckResult(Protocol):

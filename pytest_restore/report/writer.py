@@ -156,6 +156,8 @@ def summary_json(
     cost = cost_of(records, info)
     if cost is not None:
         out["cost"] = cost.to_json()
+    if analysis.importance:
+        out["importance_scores"] = [d.to_json() for d in analysis.importance]
     return out
 
 
