@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from grid_helpers import TINY, ChildRun, flat_record, report_file
 
+from pytest_restore.__main__ import main
 from pytest_restore.data.dataset import QUESTION_TYPES
 from pytest_restore.record import Record
 from pytest_restore.report.inputs import RecordsError, RunInfo, analyse_records, read_records
@@ -321,10 +323,19 @@ def test_read_records_rejects_non_json_and_empty_files(tmp_path: Path) -> None:
         read_records(tmp_path / "absent.jsonl")
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest_restore *args`` in a process of its own, as a user runs it."""
     return subprocess.run(
         [sys.executable, "-m", "pytest_restore", *args], check=False, capture_output=True, text=True
     )
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The same command through its ``main`` in this process (the process's start costs ~2 s of CPU)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        returncode = main(list(args))
+    return subprocess.CompletedProcess(["pytest_restore", *args], returncode, out.getvalue(), err.getvalue())
 
 
 def test_report_cli_error_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -332,7 +343,7 @@ def test_report_cli_error_is_one_line_exit_2(tmp_path: Path) -> None:
     del records[0]["gold_evicted"]
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    result = _cli("report", str(path), "--out", str(tmp_path / "out"))
+    result = _process("report", str(path), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
     assert (
         result.stderr.strip()
@@ -456,7 +467,6 @@ def test_a_version_1_records_file_is_migrated_and_rebuilds_the_report_of_version
 def test_report_refuses_another_record_schema_and_reads_an_unversioned_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pytest_restore.__main__ import main
     from pytest_restore.record import SCHEMA_VERSION
 
     path = tmp_path / "records.jsonl"
