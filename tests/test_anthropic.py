@@ -166,10 +166,10 @@ def test_the_real_model_recipe_with_anthropic_models_live_faulted_and_cached(
     with AnthropicServer(fake_models_responder(histories), latency=0.002, faults=faults, expected_key=KEY) as server:
         monkeypatch.setenv(API_KEY_ENV, KEY)
         monkeypatch.setenv(BASE_URL_ENV, server.base_url)
-        live = pytester.runpytest_subprocess(*args, "--restore-report-dir", "live", timeout=120)
+        live = pytester.runpytest_inprocess(*args, "--restore-report-dir", "live")
         live.assert_outcomes(passed=4)
         sent = server.total_requests
-        cached = pytester.runpytest_subprocess(*args, "--restore-report-dir", "cached", timeout=120)
+        cached = pytester.runpytest_inprocess(*args, "--restore-report-dir", "cached")
         cached.assert_outcomes(passed=4)
         assert server.total_requests == sent  # the rerun sent nothing
         injected = Counter(entry.fault for entry in server.log if entry.fault)
@@ -195,12 +195,11 @@ def test_an_anthropic_audit_judge_beside_openai_models(
     ):
         monkeypatch.setenv(API_KEY_ENV, KEY)
         monkeypatch.setenv(BASE_URL_ENV, anthropic_server.base_url)
-        result = pytester.runpytest_subprocess(
+        result = pytester.runpytest_inprocess(
             *small_args(), *FEW_CELLS, "-p", "no:xdist",
             "--restore-reader", "openai:fake-reader", "--restore-judge", "openai:fake-judge",
             "--restore-scorer", "openai:fake-scorer", "--restore-base-url", openai_server.base_url,
             "--restore-audit-judge", f"anthropic:{MODEL}", "--restore-report-dir", "report",
-            timeout=120,
         )
         result.assert_outcomes(passed=4)
         judged = [entry for entry in anthropic_server.log if entry.status == 200]

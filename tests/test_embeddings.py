@@ -239,9 +239,9 @@ def _embeddings_check(project: pytest.Pytester) -> dict[str, Any]:
 
 
 def _run(project: pytest.Pytester, server: OpenAIServer, cache: Path, *extra: str) -> pytest.RunResult:
-    return project.runpytest_subprocess(
+    return project.runpytest_inprocess(
         *GRID_ARGS, f"--restore-ranker=hybrid:openai:{MODEL}", f"--restore-base-url={server.base_url}",
-        f"--restore-cache={cache}", *extra, timeout=180,
+        f"--restore-cache={cache}", *extra,
     )
 
 

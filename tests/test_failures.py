@@ -175,10 +175,9 @@ def test_a_server_failing_every_call_fails_the_run_with_the_cause(
         raise RuntimeError("the model is down")  # the server's 500
 
     with OpenAIServer(broken) as server:
-        result = project.runpytest_subprocess(
+        result = project.runpytest_inprocess(
             *processes, *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}",
             f"--restore-cache={tmp_path / 'cache'}", "--restore-max-tries=2", f"--restore-calibration={calibration}",
-            timeout=120,
         )
         attempts = server.attempts
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.outlines
@@ -259,7 +258,7 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
 
     cutter = INTERNAL_ERROR_SECOND_CELL if exc == "internal" else INTERRUPT_SECOND_CELL.format(exc=exc)
     project.makeconftest(FAST_RETRIES + cutter)
-    cut = project.runpytest_subprocess(*args, *extra, timeout=120)
+    cut = project.runpytest_inprocess(*args, *extra, no_reraise_ctrlc=True)
     assert cut.ret != 0
     if exc == "internal":  # pytest prints no summary after it: the plugin says where the report went
         assert cut.ret == pytest.ExitCode.INTERNAL_ERROR
@@ -283,7 +282,7 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
 
     # a whole run then replaces the report as a whole: no file of the old one survives
     project.makeconftest(FAST_RETRIES)
-    again = project.runpytest_subprocess(*args, timeout=120)
+    again = project.runpytest_inprocess(*args)
     assert again.ret == 0
     assert set(_files(report)) == set(before)
     assert not partial.exists()  # superseded by the whole report
@@ -389,10 +388,9 @@ def test_k_on_a_three_ranker_grid_names_the_rankers_cells_that_ran(project: pyte
 def test_decoding_and_concurrency_are_recorded_per_model(
     project: pytest.Pytester, server: OpenAIServer, tmp_path: Path
 ) -> None:
-    result = project.runpytest_subprocess(
+    result = project.runpytest_inprocess(
         "-p", "no:xdist", *GRID_ARGS, "--restore-policies=fifo", *REAL[:2], "--restore-reader=openai:gpt-5.4-mini",
         f"--restore-base-url={server.base_url}", f"--restore-cache={tmp_path / 'cache'}", "--restore-calibration=off",
-        timeout=120,
     )
     # the fake reader does not know the name gpt-5.4-mini's system prompt? it does: the server tells models apart
     # by their system prompt, not by their name; the server enforces the reasoning family's parameters
@@ -410,9 +408,9 @@ def test_an_unreachable_server_is_reported_within_seconds(project: pytest.Pytest
     with OpenAIServer() as gone:
         base_url = gone.base_url  # nothing listens there once it stops
     started = time.monotonic()
-    result = project.runpytest_subprocess(
+    result = project.runpytest_inprocess(
         "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={base_url}",
-        f"--restore-cache={tmp_path / 'cache'}", timeout=120,  # default tries, backoff and calibration (on)
+        f"--restore-cache={tmp_path / 'cache'}",  # default tries, backoff and calibration (on)
     )
     elapsed = time.monotonic() - started
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -434,10 +432,9 @@ def test_a_one_slot_server_at_default_concurrency_completes_without_recomputing(
     # 1 s timeout, as 12 s calls against the default 60 s). Sixteen calls at once would queue
     # past the timeout there and be computed again.
     with OpenAIServer(fake_models_responder(histories), latency=0.2, slots=1) as server:
-        result = project.runpytest_subprocess(
+        result = project.runpytest_inprocess(
             "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}",
             f"--restore-cache={tmp_path / 'cache'}", "--restore-calibration=off", "--restore-timeout=1",
-            timeout=300,
         )
         computed = server.computed
     assert result.ret == 0, result.outlines[-30:]
@@ -509,7 +506,7 @@ def test_a_data_file_removed_after_its_check_stops_the_run_with_one_line_and_exi
         "import os\n\ndef pytest_sessionstart(session):\n"
         "    if not hasattr(session.config, 'workerinput'):\n        os.remove('data.json')\n"
     )
-    result = project.runpytest_subprocess("-n", "2", f"--restore-data={data}", *GRID_ARGS[1:], timeout=120)
+    result = project.runpytest_inprocess("-n", "2", f"--restore-data={data}", *GRID_ARGS[1:])
     assert result.ret == IO_ERROR, result.outlines[-20:]
     text = "\n".join(result.outlines + result.errlines)
     assert "data.json: cannot read the file: No such file or directory" in text

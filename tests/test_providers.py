@@ -1,8 +1,8 @@
 """The audit with real (``openai:``) models, end to end (``pytest_restore.models.providers``).
 
-Every test runs the real plugin on ``fixtures/tiny.json`` in a pytest
-subprocess (pytester), whose reader, judge and scorer are ``openai:`` models:
-the official ``openai`` client talks to an ``OpenAIServer`` this test starts
+Every test runs the real plugin on ``fixtures/tiny.json`` in a pytest run of
+its own (pytester; in this process, but for the run that is killed), whose
+reader, judge and scorer are ``openai:`` models: the official ``openai`` client talks to an ``OpenAIServer`` this test starts
 on 127.0.0.1, which serves the project's fake models (told apart by their
 system prompt). So the retries, the response cache, the cross-process
 dedupe, the usage totals and the exclusions are the real thing; only the
@@ -127,11 +127,9 @@ def run_grid(
     workers: int = 0,
     cells: int = CELLS,
 ) -> pytest.RunResult:
-    """Run the grid in a pytest subprocess; every cell (``cells`` of them) must pass."""
+    """Run the grid in a pytest run of its own; every cell (``cells`` of them) must pass."""
     xdist = ["-n", str(workers)] if workers else ["-p", "no:xdist"]
-    result = pytester.runpytest_subprocess(
-        *xdist, *grid_args(server, cache, report, *extra), timeout=120
-    )
+    result = pytester.runpytest_inprocess(*xdist, *grid_args(server, cache, report, *extra))
     result.assert_outcomes(passed=cells)
     return result
 
@@ -339,8 +337,8 @@ def test_api_key_is_in_no_file_the_run_writes(
         sent = server.total_requests
         # a rejected key, which the server's error message repeats: the key is in a reply now
         server.mode = "401-echo-key"
-        rejected = grid_dir.runpytest_subprocess(
-            "-p", "no:xdist", *grid_args(server, tmp_path / "other-cache", "rejected"), timeout=120
+        rejected = grid_dir.runpytest_inprocess(
+            "-p", "no:xdist", *grid_args(server, tmp_path / "other-cache", "rejected")
         )
         sent_rejected = server.total_requests - sent
     # the key was sent and accepted
@@ -371,9 +369,7 @@ def _dry_run(
     pytester: pytest.Pytester, server: OpenAIServer, cache: Path
 ) -> dict[str, tuple[int, int, int]]:
     """Run ``--restore-dry-run``; (unique calls, cached, to send) per role."""
-    result = pytester.runpytest_subprocess(
-        "-p", "no:xdist", *grid_args(server, cache, "dry", "--restore-dry-run"), timeout=120
-    )
+    result = pytester.runpytest_inprocess("-p", "no:xdist", *grid_args(server, cache, "dry", "--restore-dry-run"))
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*restore dry run*", "*unique calls*cached*to send*"])
     rows = {}
@@ -662,9 +658,9 @@ def test_two_replicas_share_the_grid_and_one_killed_mid_run_costs_no_record(
         killer = threading.Thread(target=kill)
         killer.start()
         models = [f"--restore-{role}={spec}" for role, spec in MODELS.items()]
-        result = grid_dir.runpytest_subprocess(
+        result = grid_dir.runpytest_inprocess(
             "-p", "no:xdist", *SMALL, *models, "--restore-base-url", f"{doomed.base_url},{survivor.base_url}",
-            "--restore-cache", str(tmp_path / "cache"), "--restore-report-dir", "replicas", timeout=120,
+            "--restore-cache", str(tmp_path / "cache"), "--restore-report-dir", "replicas",
         )
         killer.join()
         result.assert_outcomes(passed=CELLS)
