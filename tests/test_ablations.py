@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +12,7 @@ import numpy as np
 import pytest
 from grid_helpers import TINY, ChildRun, report_file
 
+from pytest_restore.__main__ import main
 from pytest_restore.audit import ablations
 from pytest_restore.audit.memo import model_calls
 from pytest_restore.audit.run import Audit, AuditConfig
@@ -253,13 +252,7 @@ def test_records_of_two_rankers_make_one_report_that_compares_them(tiny_records:
     records += [replace(r, ranker="recency") for r in records]
     path = tmp_path / "records.jsonl"
     path.write_text(dumps(records))
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest_restore", "report", str(path), "--out", str(tmp_path / "o")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    assert main(["report", str(path), "--out", str(tmp_path / "o")]) == 0
     report = (tmp_path / "o" / "report.md").read_text()
     assert "## Rankers compared (regime b)" in report and "the baseline is bm25-lite" in report
 

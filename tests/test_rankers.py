@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import numpy as np
 import pytest
 from grid_helpers import GRID, TINY, ChildRun, flat_record
 
+from pytest_restore.__main__ import main
 from pytest_restore.record import CellKey, Record, baseline_ranker, read_records
 from pytest_restore.run.grid import ranker_labels
 from pytest_restore.stats.analysis import analyse
@@ -72,11 +71,7 @@ def test_cells_csv_holds_every_rankers_cells_with_a_ranker_column(grid_run: Chil
 
 def test_the_report_cli_renders_a_comparison_run_again(grid_run: ChildRun, tmp_path: Path) -> None:
     out = tmp_path / "again"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest_restore", "report", str(grid_run.report / "records.jsonl"), "--out", str(out)],
-        capture_output=True, text=True, check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    assert main(["report", str(grid_run.report / "records.jsonl"), "--out", str(out)]) == 0
     assert "## Rankers compared (regime b)" in (out / "report.md").read_text()
 
 
