@@ -432,9 +432,11 @@ def test_a_one_slot_server_at_default_concurrency_completes_without_recomputing(
     # 1 s timeout, as 12 s calls against the default 60 s). Sixteen calls at once would queue
     # past the timeout there and be computed again.
     with OpenAIServer(fake_models_responder(histories), latency=0.2, slots=1) as server:
-        result = project.runpytest_inprocess(
+        # a process of its own: the run's threads and the server's then keep off each other's interpreter lock
+        result = project.runpytest_subprocess(
             "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}",
             f"--restore-cache={tmp_path / 'cache'}", "--restore-calibration=off", "--restore-timeout=1",
+            timeout=300,
         )
         computed = server.computed
     assert result.ret == 0, result.outlines[-30:]
