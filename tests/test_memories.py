@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import runpy
 from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
@@ -9,10 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pytest_restore.audit.checks import construct_checks
 from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import Dataset, load_dataset
 from pytest_restore.data.units import Unit, build_history
-from pytest_restore.memory.eviction import EvictionContext, Fifo
+from pytest_restore.memory.eviction import EvictionContext, Fifo, PolicyRegistry
 from pytest_restore.memory.memories import Memory, memory_tokens, memory_view
 from pytest_restore.memory.systems import CapturedMemorySystem, MemorySystem
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
@@ -189,3 +192,31 @@ def test_a_system_breaking_the_rules_is_stopped_in_one_line(tiny: Dataset, mode:
     history = build_history(tiny.questions[0])
     with pytest.raises(ValueError, match=message):
         Cheater(mode).hold(history.units, history.sizes, 100, EvictionContext(question_id="q"))
+
+
+def guide_examples() -> list[str]:
+    """The Python blocks of docs/GUIDE.md's section on auditing your own memory system, as written."""
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "GUIDE.md").read_text(encoding="utf-8")
+    section = guide.split("## 2b.", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^```python\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+
+
+@pytest.mark.parametrize("example", [0, 1], ids=["provenance-declared", "provenance-captured"])
+def test_the_guides_memory_systems_run_as_written(tiny: Dataset, example: int, tmp_path: Path) -> None:
+    """Each example of GUIDE section 2b, run as its conftest.py would be: registered by its hook, audited
+    cell by cell with the construct checks, its records naming the memories that cite gold."""
+    code = guide_examples()
+    assert len(code) == 2
+    conftest = tmp_path / "conftest.py"
+    conftest.write_text(code[example], encoding="utf-8")
+    namespace = runpy.run_path(str(conftest))
+    registry = PolicyRegistry()
+    namespace["pytest_restore_register_policies"](registry, None)
+    (system,) = [registry[name] for name in registry]
+    assert isinstance(system, CapturedMemorySystem if example else MemorySystem)
+    audit = audit_of(tiny)
+    for budget in BUDGETS:
+        run = audit.run_cell(system, budget)
+        assert construct_checks(run, audit) == []
+        assert all(r.memories is not None for r in run.records if r.excluded is None)
+        assert {r.bin for r in run.records} - {None}, "the example's cells bin some error"
