@@ -58,7 +58,13 @@ from urllib.parse import quote
 from pytest_restore.models.base import ChatRequest
 from pytest_restore.models.embeddings import FakeEmbedder
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.models.prompts import JUDGE_SYSTEM, READER_SYSTEM, SCORER_SYSTEM
+from pytest_restore.models.prompts import (
+    FACTS_SYSTEM,
+    JUDGE_SYSTEM,
+    READER_SYSTEM,
+    SCORER_SYSTEM,
+    SUMMARY_SYSTEM,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -146,10 +152,14 @@ def fake_models_responder(histories: Iterable[History]) -> Responder:
     the answers the in-process fake models give. An unknown system prompt is
     a responder error (the server's 500).
     """
+    reader = FakeReader(histories)
     models: dict[str, Any] = {
-        READER_SYSTEM: FakeReader(histories),
+        READER_SYSTEM: reader,
         JUDGE_SYSTEM: FakeJudge(),
         SCORER_SYSTEM: FakeScorer(),
+        # the memory systems' writers (session-summary-model, fact-extract-model) are the reader's model
+        SUMMARY_SYSTEM: reader,
+        FACTS_SYSTEM: reader,
     }
 
     def respond(messages: list[dict[str, Any]]) -> str:

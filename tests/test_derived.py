@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from openai_server import OpenAIServer, fake_models_responder
 
 from pytest_restore.audit.checks import construct_checks
 from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.loaders import load_data
-from pytest_restore.data.units import Unit
+from pytest_restore.data.units import Unit, build_history
 from pytest_restore.memory.derived import (
     ExtractiveSummary,
     FactExtract,
@@ -33,11 +34,26 @@ from pytest_restore.models.fake import (
     KnownQuestion,
     evidence_words,
 )
-from pytest_restore.models.prompts import DONT_KNOW, PromptSet
+from pytest_restore.models.openai_chat import OpenAIChatModel
+from pytest_restore.models.prompts import (
+    DONT_KNOW,
+    FACTS_SYSTEM,
+    SUMMARY_SYSTEM,
+    PromptSet,
+    parse_facts,
+)
+from pytest_restore.models.writers import (
+    OPT_IN,
+    FactExtractModel,
+    ModelSummary,
+    SessionSummaryModel,
+)
+from pytest_restore.models.writers import default_policies as every_policy
 from pytest_restore.record import Record
 from pytest_restore.report.html import DERIVED_KEYS, Strings, story_payload
 from pytest_restore.report.story import render_story_text, tell
 
+TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 CTX = EvictionContext(question_id="q")
 
 
@@ -135,9 +151,10 @@ def test_the_trace_says_when_each_unit_lost_its_last_citing_memory() -> None:
 
 
 def test_the_registry_holds_both_systems_after_the_policies() -> None:
-    names = list(default_policies())
-    assert names[-2:] == ["session-summary", "fact-extract"]
-    assert all(default_policies()[n].derived for n in names[-2:])
+    names = list(every_policy())
+    assert names[-4:] == ["session-summary", "fact-extract", "session-summary-model", "fact-extract-model"]
+    assert all(every_policy()[n].derived for n in names[-4:]) and list(default_policies()) == names[:-2]
+    assert set(names[-4:]) == OPT_IN  # run only when --restore-policies names them
 
 
 def reader_prompt(snippets: str) -> str:
@@ -222,3 +239,98 @@ def test_the_distorted_share_moves_with_compression(embedded_audit: Audit) -> No
     assert short > long
     terse, fuller = (len(distorted(embedded_audit, SessionSummary(ExtractiveSummary(keep=k)))) for k in (0.05, 0.25))
     assert terse != fuller
+
+
+# -- the real-model writers: through the model layer -------------------------------------------------
+
+
+def audited(records: Sequence[Record]) -> list[tuple[object, ...]]:
+    """What the audit found per record (the models' names and token counts aside)."""
+    return [
+        (
+            r.question_id, r.regime, r.bin, r.excluded, r.gold_evicted_after, r.gold_ranks, r.store_tokens,
+            r.memories and (r.memories.texts, r.memories.injected, r.memories.forced.answer),
+            *((c.answer, c.correct, c.injected_positions) for _, c in r.conditions.by_name()),
+        )
+        for r in records
+    ]
+
+
+def test_the_model_writers_prompts_and_their_replies() -> None:
+    summary = ModelSummary().request(SESSIONS[:2])
+    assert summary.messages[0] == ("system", SUMMARY_SYSTEM) and "user: I moved to Lisbon in 2019." in summary.messages[1][1]
+    assert parse_facts("- I live in Lisbon.\n2) My rent is 950 euros.\n\n") == ["I live in Lisbon.", "My rent is 950 euros."]
+    assert parse_facts("NONE") == [] and parse_facts(" none. ") == []
+    # a system that writes with a model asks one request per session (summaries) or per turn (facts)
+    assert len(SessionSummaryModel().requests(SESSIONS)) == 3 and len(FactExtractModel().requests(SESSIONS)) == 5
+    assert SessionSummary().requests(SESSIONS) == [] and FactExtract().requests(SESSIONS) == []
+    with pytest.raises(LookupError, match="no model reply for the summary of session 0"):
+        SessionSummaryModel().hold(SESSIONS, np.full(5, 20), 10_000, CTX)
+
+
+def test_the_model_variants_through_a_loopback_server_write_what_the_offline_ones_do(tmp_path: Path) -> None:
+    """The writers' calls go through the model layer (an OpenAI-compatible model on a loopback server answering
+    as the fake models do), asked once per session or turn in one batch; the records are the offline
+    variants' (the fake model writes as the offline writers do). A writer call that fails for good excludes
+    the records of its history, naming the writer, and is never scored."""
+    dataset = load_data(TINY)
+    histories = [build_history(q) for q in dataset.questions if not q.is_abstention]
+    config = AuditConfig(budgets=(300,))
+
+    def audit_with(reader: object) -> Audit:
+        audit = Audit(dataset, config, reader=reader, judge=FakeJudge(), scorer=FakeScorer())  # type: ignore[arg-type]
+        return audit
+
+    offline = audit_with(FakeReader(histories))
+    with OpenAIServer(fake_models_responder(histories), latency=0.001) as server:
+        model = OpenAIChatModel(model="fake-writer", base_url=server.base_url, cache=None, max_tries=2, backoff_base=0.005)
+        try:
+            online = audit_with(model)
+            for system, reference in ((SessionSummaryModel(), SessionSummary()), (FactExtractModel(), FactExtract())):
+                asked = len(online.writer_requests(system))
+                run = online.run_cell(system, 300)
+                prompt = SUMMARY_SYSTEM if isinstance(system, SessionSummary) else FACTS_SYSTEM
+                sent = [n for body, n in server.successes.items() if prompt in body]
+                assert asked and len(sent) == asked and set(sent) == {1}  # each request once
+                assert audited(run.records) == audited(offline.run_cell(reference, 300).records)
+                assert construct_checks(run, online) == []
+        finally:
+            model.close()
+
+    def refuse_summaries(messages: list[dict[str, object]]) -> str:
+        if messages[0]["content"] == SUMMARY_SYSTEM:
+            raise ValueError("the summariser is down")
+        return fake_models_responder(histories)(messages)
+
+    with OpenAIServer(refuse_summaries, latency=0.001) as server:
+        model = OpenAIChatModel(model="fake-writer", base_url=server.base_url, cache=None, max_tries=2, backoff_base=0.005)
+        try:
+            run = audit_with(model).run_cell(SessionSummaryModel(), 300)
+        finally:
+            model.close()
+    assert run.records and all(r.excluded == "api_error: writer" and r.bin is None for r in run.records)
+
+
+def test_the_dry_run_counts_and_prices_the_writer_calls(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grid naming a system that writes with the run's model: the dry run counts its writer requests (one per
+    distinct session) and prices them under the reader's model, before any call."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-DUMMY-KEY-0123456789")
+    args = [
+        f"--restore-data={TINY}", "--restore-budgets=300", "--restore-policies=fifo,session-summary-model",
+        "--restore-reader=openai:gpt-4o-mini", "--restore-calibration=off", "--restore-dry-run",
+    ]
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider", *args)
+    assert result.ret == 0, result.outlines
+    dataset = load_data(TINY)
+    histories = {q.history_key: build_history(q) for q in dataset.questions if not q.is_abstention}
+    by_session: dict[tuple[str, int], list[Unit]] = {}
+    for key, h in histories.items():
+        for u in h.units:
+            by_session.setdefault((key, u.session), []).append(u)
+    # a session two histories share is one request
+    sessions = len({(t[-1].date, tuple((u.role, u.content) for u in t)) for t in by_session.values()})
+    line = next(line for line in result.outlines if line.startswith("writer"))
+    assert line.split()[1] == "openai:gpt-4o-mini" and int(line.split()[2].replace(",", "")) == sessions
+    assert "estimated cost" in result.stdout.str()
+    reader = next(line for line in result.outlines if line.startswith("reader"))
+    assert reader.endswith("session-summary-model counted as written offline: estimate")

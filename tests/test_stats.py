@@ -618,10 +618,11 @@ def test_figure_written_and_deterministic(tmp_path: Path) -> None:
 def test_one_policy_order_for_the_builtins_and_the_cells() -> None:
     from pytest_restore.memory.derived import BUILTIN_SYSTEMS
     from pytest_restore.memory.eviction import BUILTIN_POLICIES
+    from pytest_restore.models.writers import MODEL_SYSTEMS
     from pytest_restore.record import CellKey
     from pytest_restore.stats.results import POLICY_ORDER, cell_order, policy_order
 
-    assert tuple(cls.name for cls in (*BUILTIN_POLICIES, *BUILTIN_SYSTEMS)) == POLICY_ORDER
+    assert tuple(cls.name for cls in (*BUILTIN_POLICIES, *BUILTIN_SYSTEMS, *MODEL_SYSTEMS)) == POLICY_ORDER
     keys = [CellKey("mine", 8_000, "b", "r"), CellKey("fifo", 8_000, "a", "r"), CellKey("fifo", 80_000, "b", "r")]
     assert sorted(keys, key=cell_order) == [keys[2], keys[1], keys[0]]
     assert policy_order("control") < policy_order("aaa-user-policy")

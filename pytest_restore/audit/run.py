@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -340,6 +340,7 @@ class Audit:
         prompts: PromptSet | None = None,
         ranker: Ranker | None = None,
         rankers: Sequence[Ranker] = (),
+        writer: ChatModel | None = None,
     ) -> None:
         self.dataset = dataset
         self.config = config
@@ -350,6 +351,8 @@ class Audit:
         self.reader = MemoModel(reader)
         self.judge = MemoModel(judge)
         self.scorer = MemoModel(scorer)
+        #: what a memory system that writes with a model asks (MemorySystem.requests): the reader unless named
+        self.writer = MemoModel(writer) if writer is not None else self.reader
         self.prompts = prompts or PromptSet()
         audited = audited_questions(dataset, config)
         self.exclusions = excluded_questions(dataset, config, audited)
@@ -486,6 +489,39 @@ class Audit:
                         break
         return self._importance, bad
 
+    def write(self, system: MemorySystem, questions: Sequence[Prepared]) -> dict[str, Failure]:
+        """Ask the writer model every request ``system`` needs for these questions' histories at once
+        (:meth:`MemorySystem.requests`), hand it the replies, and return the questions whose history lost
+        a call (their records are excluded, never scored). A system that calls no model asks nothing."""
+        needed: dict[str, list[ChatRequest]] = {}
+        for p in questions:
+            if p.question.history_key not in needed:  # a shared history is written once
+                needed[p.question.history_key] = _requests(system, p.history.units)
+        distinct = list(dict.fromkeys(r for requests in needed.values() for r in requests))
+        if not distinct:
+            return {}
+        replies: dict[Hashable, str] = {}
+        failed: dict[ChatRequest, str] = {}
+        for request, result in zip(distinct, self.writer.run(distinct)):
+            if result.ok and result.text is not None:
+                replies[request] = result.text
+            else:
+                failed[request] = result.error or "no reply"
+        system.supply(replies)
+        out = {}
+        for p in questions:
+            lost = next((failed[r] for r in needed[p.question.history_key] if r in failed), None)
+            if lost is not None:
+                out[p.question.question_id] = Failure("writer", lost)
+        return out
+
+    def writer_requests(self, system: Policy) -> list[ChatRequest]:
+        """Every request a memory system that writes with a model needs over the audited histories (a dry run's)."""
+        if not isinstance(system, MemorySystem):
+            return []
+        histories = {p.question.history_key: p.history for p in self.questions}
+        return list(dict.fromkeys(r for h in histories.values() for r in _requests(system, h.units)))
+
     # -- eviction ------------------------------------------------------------
 
     def retain(self, policy: Policy, prepared: Prepared, budget: int, seed: int, importance: Mapping[str, int]) -> Mask:
@@ -583,6 +619,8 @@ class Audit:
         scorer_failed: dict[str, Failure] = {}
         if policy.needs_importance:
             importance, scorer_failed = self.importance(questions)
+        if isinstance(policy, MemorySystem):
+            scorer_failed = {**scorer_failed, **self.write(policy, questions)}
         oracle = self.oracle(questions)
         shared = self._stores.get((policy.name, budget)) if ablate and not scorer_failed else None
         known = shared[1] if shared is not None and shared[0] is policy else None
@@ -946,6 +984,15 @@ def _condition(outcome: Outcome | None, question: Question, *, oracle: bool = Fa
         outcome.judge_tokens,
         outcome.tokens_estimated if outcome.reader_tokens is not None else None,
     )
+
+
+def _requests(system: MemorySystem, units: Sequence[Unit]) -> list[ChatRequest]:
+    """``system.requests(units)``, each checked to be a chat request the model layer can send."""
+    requests = system.requests(units)
+    bad = next((r for r in requests if not isinstance(r, ChatRequest)), None)
+    if bad is not None:
+        raise TypeError(f"memory system {system.name!r} asked for a {type(bad).__name__}, not a ChatRequest")
+    return [r for r in requests if isinstance(r, ChatRequest)]
 
 
 def _held_as_units(prepared: Prepared, store: Mask) -> bool:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -85,6 +85,13 @@ class Summarizer(ABC):
     def summarize(self, turns: Sequence[Unit]) -> list[Memory]:
         """The memories written for one closed session's held turns (in order, at least one)."""
 
+    def request(self, turns: Sequence[Unit]) -> Hashable | None:
+        """The model request that writes this session's summary (``None``: written without a model)."""
+        return None
+
+    def supply(self, replies: Mapping[Hashable, str]) -> None:
+        """The replies to :meth:`request` (a model writer keeps them; default: nothing to keep)."""
+
 
 @dataclass(frozen=True)
 class ExtractiveSummary(Summarizer):
@@ -124,6 +131,17 @@ class SessionSummary(MemorySystem):
         if self.open:
             self._close()
 
+    def requests(self, units: Sequence[Unit]) -> list[Hashable]:
+        sessions: list[list[Unit]] = []
+        for unit in units:  # a session closes when a unit of another arrives, as add does it
+            if not sessions or sessions[-1][-1].session != unit.session:
+                sessions.append([])
+            sessions[-1].append(unit)
+        return [r for turns in sessions if (r := self.summarizer.request(turns)) is not None]
+
+    def supply(self, replies: Mapping[Hashable, str]) -> None:
+        self.summarizer.supply(replies)
+
     def _close(self) -> None:
         written = self.summarizer.summarize([u for u, _ in self.open])
         self.summaries.extend((m, self.tokens(m)) for m in written)
@@ -149,6 +167,13 @@ class Extractor(ABC):
     @abstractmethod
     def extract(self, unit: Unit) -> list[str]:
         """The facts of one turn, in order."""
+
+    def request(self, unit: Unit) -> Hashable | None:
+        """The model request that writes this turn's facts (``None``: written without a model)."""
+        return None
+
+    def supply(self, replies: Mapping[Hashable, str]) -> None:
+        """The replies to :meth:`request` (a model writer keeps them; default: nothing to keep)."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +249,12 @@ class FactExtract(MemorySystem):
 
     def memories(self) -> list[Memory]:
         return [m for m, _, _ in self.facts.values()]
+
+    def requests(self, units: Sequence[Unit]) -> list[Hashable]:
+        return [r for unit in units if (r := self.extractor.request(unit)) is not None]
+
+    def supply(self, replies: Mapping[Hashable, str]) -> None:
+        self.extractor.supply(replies)
 
 
 #: The built-in memory systems that hold derived memories (after ``BUILTIN_POLICIES`` in every registry).

@@ -67,6 +67,19 @@ class MemorySystem(Policy):
     def finish(self) -> None:
         """Called once after the last unit arrived (a session-closing system closes the last one here)."""
 
+    def requests(self, units: Sequence[Unit]) -> list[Hashable]:
+        """The model requests (``models.base.ChatRequest``) the system needs to hold ``units`` (default: none).
+
+        A system that writes its memories with a model lists them here: the
+        audit sends every history's at once through the run's model layer
+        (cached, batched, priced; the dry run counts them) and gives the
+        replies to :meth:`supply` before it feeds the system.
+        """
+        return []
+
+    def supply(self, replies: Mapping[Hashable, str]) -> None:
+        """The replies to :meth:`requests` (default: nothing to keep)."""
+
     @staticmethod
     def tokens(memory: Memory) -> int:
         """A memory's size as the budget counts it: o200k_base tokens of its snippet."""

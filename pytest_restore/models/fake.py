@@ -76,7 +76,7 @@ from pytest_restore.data.words import words
 from pytest_restore.memory.derived import key_sentence
 from pytest_restore.memory.memories import MEMORY_ROLE
 from pytest_restore.models.base import ChatRequest, ChatResult
-from pytest_restore.models.prompts import DONT_KNOW
+from pytest_restore.models.prompts import DONT_KNOW, FACTS_SYSTEM, SUMMARY_SYSTEM, TURN_SEPARATOR
 from pytest_restore.record import Record
 
 #: Question types whose answer combines several pieces of evidence.
@@ -152,6 +152,39 @@ def _between(text: str, start: str, end: str | None, *, from_end: bool = False) 
 
 def _user_message(request: ChatRequest) -> str:
     return "\n".join(content for role, content in request.messages if role == "user")
+
+
+def _system_message(request: ChatRequest) -> str:
+    return "\n".join(content for role, content in request.messages if role == "system")
+
+
+#: The writers' system prompts (session-summary-model, fact-extract-model): the fake reader writes for them too.
+WRITER_SYSTEMS = frozenset({SUMMARY_SYSTEM, FACTS_SYSTEM})
+
+
+def write(request: ChatRequest) -> str:
+    """The fake model's reply to a writer's request, as the offline writers write it (no labels read).
+
+    A summary request gets the session's densest share of sentences
+    (``ExtractiveSummary``); a facts request gets the turn's densest
+    sentences cut short (``SentenceFacts``), one per line, or ``NONE``. The
+    turns are read back from the request as the prompt lays them out.
+    """
+    from pytest_restore.data.units import Unit
+    from pytest_restore.memory.derived import ExtractiveSummary, SentenceFacts
+
+    prompt = _user_message(request)
+    if _system_message(request) == SUMMARY_SYSTEM:
+        date = (_between(prompt, "Session date: ", None) or "").strip()
+        body = _between(prompt, "\n\n", "\n\nSummary:") or ""
+        turns = [turn.partition(": ") for turn in body.split(TURN_SEPARATOR)]
+        units = [Unit(i, 0, i, date, role, content, "", 0) for i, (role, _, content) in enumerate(turns)]
+        written = ExtractiveSummary().summarize(units)
+        return written[0].text if written else ""
+    date = (_between(prompt, "Date: ", None) or "").strip()
+    role, _, content = (_between(prompt, "\n", "\n\nFacts, one per line:") or "").partition(": ")
+    facts = SentenceFacts().extract(Unit(0, 0, 0, date, role, content, "", 0))
+    return "\n".join(facts) or "NONE"
 
 
 _NUMBER = re.compile(r"\d[\d,]*")
@@ -233,8 +266,8 @@ class FakeReader(_Named):
             self._known[(q.question, q.question_date)] = known
 
     def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        """Answer each reader request."""
-        return [ChatResult(self.answer(_user_message(r))) for r in requests]
+        """Answer each reader request; a derived memory system's writer request as :func:`write` does."""
+        return [ChatResult(write(r) if _system_message(r) in WRITER_SYSTEMS else self.answer(_user_message(r))) for r in requests]
 
     def answer(self, prompt: str) -> str:
         """The fake reader's answer to one reader prompt."""

@@ -165,3 +165,52 @@ def parse_score(reply: str) -> int | None:
     """The 1-10 integer of a scorer reply, ``None`` when there is none."""
     match = _SCORE.match(reply.strip())
     return int(match.group(1)) if match else None
+
+
+# -- the derived memory systems' writers (memory/derived.py: ModelSummary, ModelFacts) ------------------
+
+SUMMARY_MAX_TOKENS = 400
+FACTS_MAX_TOKENS = 200
+#: Between two turns of a session in the summary request (a turn's text may hold blank lines).
+TURN_SEPARATOR = "\n---\n"
+SUMMARY_SYSTEM = (
+    "You write the long-term memory of an assistant that chats with one user over many sessions. "
+    "A session has just ended; you get its turns. Write a short summary of it in plain sentences that "
+    "keeps every detail someone might ask about later: who did what, names, numbers, amounts, dates "
+    "and times, places, things the user owns, likes, plans or has decided. Drop greetings, thanks and "
+    "general advice that says nothing about the user. Reply with the summary alone."
+)
+SUMMARY_USER = "Session date: {date}\nTurns ({count}), each as speaker: text, separated by ---:\n\n{turns}\n\nSummary:"
+FACTS_SYSTEM = (
+    "You keep notes about the people in a chat. You get one message. Write down each fact in it that is "
+    "worth remembering later about its speaker or the people they mention (names, numbers, dates, places, "
+    "possessions, events, preferences, plans), one fact per line, each a short sentence that names who "
+    "it is about. Keep numbers and names exactly as written. If the message holds no such fact, reply NONE."
+)
+FACTS_USER = "Date: {date}\n{role}: {content}\n\nFacts, one per line:"
+_LIST_MARK = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s*")
+
+
+def summary_request(date: str, turns: list[tuple[str, str]]) -> ChatRequest:
+    """The request for one closed session's summary: its date and its turns as (speaker, text)."""
+    text = TURN_SEPARATOR.join(f"{speaker}: {content}" for speaker, content in turns)
+    user = SUMMARY_USER.format(date=date, count=len(turns), turns=text)
+    return ChatRequest((("system", SUMMARY_SYSTEM), ("user", user)), SUMMARY_MAX_TOKENS)
+
+
+def facts_request(date: str, role: str, content: str) -> ChatRequest:
+    """The request for the facts of one turn."""
+    user = FACTS_USER.format(date=date, role=role, content=content)
+    return ChatRequest((("system", FACTS_SYSTEM), ("user", user)), FACTS_MAX_TOKENS)
+
+
+def parse_facts(reply: str) -> list[str]:
+    """The facts of a facts reply: one per non-empty line, list marks removed; ``NONE`` (alone) is none."""
+    if reply.strip().strip(".").upper() == "NONE":
+        return []
+    out = []
+    for line in reply.splitlines():
+        fact = _LIST_MARK.sub("", line).strip()
+        if fact and fact.strip(".").upper() != "NONE":
+            out.append(fact)
+    return out

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_restore.audit.run import Audit
 from pytest_restore.data.dataset import Question
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
+from pytest_restore.memory.systems import MemorySystem
 from pytest_restore.models.base import ChatModel, ChatRequest, ServiceModel
 from pytest_restore.models.batch import BatchItem, Ledger, LedgerEntry, LedgerError, input_file
 from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.decoding import describe_decoding, estimate_tokens
-from pytest_restore.models.fake import FakeScorer
+from pytest_restore.models.fake import FakeScorer, write
 from pytest_restore.models.prompts import READER_MAX_TOKENS, parse_score
 from pytest_restore.models.providers import (
     CostLine,
@@ -32,6 +33,7 @@ from pytest_restore.models.providers import (
     is_real,
     render_cost,
 )
+from pytest_restore.models.writers import offline_variant
 from pytest_restore.record import Record
 from pytest_restore.run.settings import RestoreSettings
 
@@ -142,6 +144,24 @@ def known_importance(
     return importance
 
 
+def writer_round(primary: Audit, policies: Sequence[Policy]) -> list[ChatRequest]:
+    """The requests of the memory systems that write with the run's model (``session-summary-model``, ...)."""
+    return list(dict.fromkeys(r for p in policies for r in primary.writer_requests(p)))
+
+
+def known_writes(
+    settings: RestoreSettings, primary: Audit, policy: Policy, cache: ResponseCache | None, providers: ProviderRegistry
+) -> dict[Hashable, str] | None:
+    """Every reply ``policy``'s writer needs, from the fake model or the cache; ``None`` while one is unknown."""
+    replies: dict[Hashable, str] = {}
+    for request in primary.writer_requests(policy):
+        text = write(request) if settings.reader == "fake" else cached_text(cache, settings.reader, request, providers)
+        if text is None:
+            return None
+        replies[request] = text
+    return replies
+
+
 def reader_round(
     settings: RestoreSettings,
     audit_of: Callable[[str], Audit],
@@ -149,9 +169,12 @@ def reader_round(
     registry: PolicyRegistry,
     importance: dict[str, int] | None,
     tell: Callable[[str], None] = lambda _line: None,
+    writes: Callable[[Policy], dict[Hashable, str] | None] = lambda _policy: {},
 ) -> dict[str, list[tuple[Question, ChatRequest]]]:
     """Each reader's requests over the grid, each with its question; ``importance=None`` counts the
-    scored cells as ``fifo`` would (an upper bound before scoring). ``tell`` hears a line per policy."""
+    scored cells as ``fifo`` would (an upper bound before scoring), and a memory system whose writer's
+    replies ``writes`` does not know yet is counted as its offline variant (an estimate). ``tell``
+    hears a line per policy."""
     plans: dict[str, list[tuple[Question, ChatRequest]]] = {}
     for reader in settings.readers:
         audit = audit_of(reader)
@@ -159,8 +182,14 @@ def reader_round(
         tell(f"dry run: planning the reader requests of {len(policies) * len(settings.budgets)} cells under {reader} (no model is called) ...")
         for done, policy in enumerate(policies, 1):
             for budget in settings.budgets:
+                replies = writes(policy) if audit.writer_requests(policy) else {}
                 if policy.needs_importance and importance is None:
                     planned += audit.planned_reader_requests(registry["fifo"], budget, {})
+                elif replies is None:
+                    planned += audit.planned_reader_requests(offline_variant(policy), budget, {})
+                elif replies and isinstance(policy, MemorySystem):
+                    policy.supply(replies)
+                    planned += audit.planned_reader_requests(policy, budget, importance or {})
                 else:
                     planned += audit.planned_reader_requests(policy, budget, importance or {})
             tell(f"dry run: {policy.name} planned ({done}/{len(policies)} policies, {len(planned):,} requests so far)")
@@ -211,10 +240,16 @@ def grid_round(
     primary = audit_of(s.reader)
     if name == "scorer":
         return [(s.scorer, "scorer", r) for r in scorer_round(s, primary, policies)] if is_real(s.scorer, providers) else []
+    if name == "writer":  # the memory systems' writer is the run's reader model
+        return [(s.reader, "writer", r) for r in writer_round(primary, policies)] if is_real(s.reader, providers) else []
     importance = known_importance(s, primary, policies, cache, providers)
     if importance is None:
         raise RoundNotReady("the reader round needs every importance score: the scorer round is not in the cache yet")
-    plans = reader_round(s, audit_of, policies, registry, importance)
+    writes = {p.name: known_writes(s, primary, p, cache, providers) for p in policies}
+    unwritten = [name for name, replies in writes.items() if replies is None]
+    if unwritten:
+        raise RoundNotReady(f"the reader round needs what {', '.join(unwritten)} wrote: the writer round is not in the cache yet")
+    plans = reader_round(s, audit_of, policies, registry, importance, writes=lambda p: writes[p.name])
     if name == "reader":
         return [(reader, "reader", r) for reader, planned in plans.items() if is_real(reader, providers) for _, r in planned]
     requests, unknown = judge_round(s, audit_of, plans, cache, providers)
@@ -223,8 +258,11 @@ def grid_round(
     return [(s.judge, "judge", r) for r in requests] if is_real(s.judge, providers) else []
 
 
-def batch_round_count(settings: RestoreSettings, policies: Sequence[Policy], providers: ProviderRegistry) -> list[str]:
-    """The rounds a ``--restore-batch`` run needs, by name, in order."""
+def batch_round_count(
+    settings: RestoreSettings, policies: Sequence[Policy], providers: ProviderRegistry, writes: bool = False
+) -> list[str]:
+    """The rounds a ``--restore-batch`` run needs, by name, in order (``writes``: a memory system of the grid
+    writes with the reader's model)."""
     s = settings
     rounds = []
     if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
@@ -238,6 +276,8 @@ def batch_round_count(settings: RestoreSettings, policies: Sequence[Policy], pro
         rounds += [name for name, real in steps if real]
     if any(p.needs_importance for p in policies) and is_real(s.scorer, providers):
         rounds.append("scorer")
+    if writes and is_real(s.reader, providers):
+        rounds.append("writer")
     if any(is_real(r, providers) for r in s.readers):
         rounds.append("reader")
     if is_real(s.judge, providers):
@@ -272,11 +312,19 @@ def dry_run(
     scorer_requests = scorer_round(s, primary, policies)
     if scorer_requests:
         lines.append(cost_line("scorer", s.scorer, scorer_requests, cache, providers=providers))
+    writer_requests = writer_round(primary, policies)
+    if writer_requests:  # the memory systems' writer is the run's reader model
+        lines.append(cost_line("writer", s.reader, writer_requests, cache, providers=providers))
     importance = known_importance(s, primary, policies, cache, providers)
-    plans = reader_round(s, audit_of, policies, registry, importance, tell)
+    plans = reader_round(
+        s, audit_of, policies, registry, importance, tell, lambda p: known_writes(s, primary, p, cache, providers)
+    )
     note = "llm-importance cells counted after scoring: upper bound" if importance is None else ""
+    unwritten = [p.name for p in policies if primary.writer_requests(p) and known_writes(s, primary, p, cache, providers) is None]
     for reader, planned in plans.items():
         reader_note = note if any(p.needs_importance for p in policies) else ""
+        if unwritten:  # their contexts depend on what the writer will write
+            reader_note = "; ".join(x for x in (reader_note, f"{', '.join(unwritten)} counted as written offline: estimate") if x)
         lines.append(cost_line("reader", reader, [request for _, request in planned], cache, reader_note, providers))
     judge_requests, unknown_answers = judge_round(s, audit_of, plans, cache, providers)
     judge = cost_line("judge", s.judge, judge_requests, cache, providers=providers)
@@ -296,7 +344,7 @@ def dry_run(
     prices = {model: (i, o) for model, i, o in s.prices}
     out = render_cost(lines, prices, batch=s.batch, providers=providers)
     if s.batch:
-        rounds = batch_round_count(s, policies, providers)
+        rounds = batch_round_count(s, policies, providers, bool(writer_requests))
         out.append(f"batch rounds: {len(rounds)} ({', '.join(rounds)}), each within the API's 24 h window")
         try:
             entries = [e for e in Ledger(cache_dir).entries() if e.kind == "batch"]

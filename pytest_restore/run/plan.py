@@ -27,12 +27,12 @@ from pytest_restore.data.loaders import (
     load_data,
 )
 from pytest_restore.exits import out_file_problem
-from pytest_restore.memory.derived import OPT_IN, default_policies
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.memory.retrieval import RankerRegistry, default_rankers
 from pytest_restore.models.cache import cache_problem
 from pytest_restore.models.embeddings import embedder_of
 from pytest_restore.models.providers import ProviderRegistry, default_providers, missing_key_problem
+from pytest_restore.models.writers import OPT_IN, default_policies
 from pytest_restore.run.errata import ErrataOption, errata_line
 from pytest_restore.run.grid import CellSpec, grid
 from pytest_restore.run.options import RawOptions

@@ -356,7 +356,7 @@ class RestoreSettings:
 
 
 #: The rounds a grid's calls fall into, in the order they depend on each other.
-BATCH_ROUNDS = ("scorer", "reader", "judge")
+BATCH_ROUNDS = ("scorer", "writer", "reader", "judge")  # writer: the memory systems that write with the reader
 
 
 def _check_batch(batch: bool, raw: dict[str, str], where: dict[str, str], providers: ProviderRegistry) -> None:

@@ -44,6 +44,8 @@ POLICY_ORDER: tuple[str, ...] = (
     "control",
     "session-summary",
     "fact-extract",
+    "session-summary-model",
+    "fact-extract-model",
 )
 
 #: The interval columns ``cells.csv`` gains from the bootstrap.
