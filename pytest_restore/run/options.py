@@ -115,7 +115,7 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "with --restore-dry-run: write the batch input file of --restore-batch-round here, send nothing",
         "string",
     ),
-    ("batch-round", "", "the round --restore-batch-export writes: scorer, reader or judge", "string"),
+    ("batch-round", "", "the round --restore-batch-export writes: scorer, writer, reader or judge", "string"),
     (
         "family-checks",
         "fail",
