@@ -136,11 +136,32 @@ def test_the_provider_declares_its_key_price_and_capabilities(monkeypatch: pytes
     assert resolved is not None and resolved[0].capabilities == frozenset({"chat"})
     assert price_of(f"anthropic:{MODEL}-20251001") == (1.00, 5.00)
     assert price_of("anthropic:claude-unknown") is None
-    problem = missing_key_problem([f"anthropic:{MODEL}", "openai:gpt-4o-mini"], "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    problem = missing_key_problem([f"anthropic:{MODEL}", "openai:gpt-4o-mini"], None)
     assert problem == (
         f"anthropic:{MODEL} would call api.anthropic.com but ${API_KEY_ENV} is not set "
-        f"(set it, or point ${BASE_URL_ENV} at a server that needs no key)"
+        f"(set it, or point ${BASE_URL_ENV} or --restore-base-url at a server that needs no key)"
     )
+    # the run's base URL serves anthropic: models too (no Anthropic key is asked for it)
+    assert missing_key_problem([f"anthropic:{MODEL}"], "http://127.0.0.1:9") is None
+
+
+def test_the_base_url_is_anthropic_base_url_else_the_runs_option(
+    server: AnthropicServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    request = ChatRequest((("user", "where am I sent?"),), max_tokens=8)
+    with AnthropicServer(latency=0.002, expected_key=KEY) as other:
+        # both given: $ANTHROPIC_BASE_URL (the provider's own) wins over --restore-base-url
+        model = make(tmp_path, base_url=other.base_url)
+        assert model.run([request])[0].text == "echo: where am I sent?"
+        model.close()
+        assert (server.total_requests, other.total_requests) == (1, 0)
+        # the option alone: the run's base URL, replicas included
+        monkeypatch.delenv(BASE_URL_ENV)
+        model = make(tmp_path / "alone", base_url=f"{other.base_url}, {other.base_url}/")
+        assert model.run([request])[0].text == "echo: where am I sent?"
+        model.close()
+        assert (server.total_requests, other.total_requests) == (1, 1)
 
 
 def _records(report: Path) -> list[dict[str, Any]]:

@@ -2,9 +2,10 @@
 
 Everything that is Anthropic's lives in this module: the key
 (``ANTHROPIC_API_KEY`` only, sent as ``x-api-key``), the API version header,
-the base URL (``ANTHROPIC_BASE_URL``, commas for replicas, else Anthropic's
-API; ``--restore-base-url`` is the OpenAI-compatible server's and is not
-used here), the request (``max_tokens`` always sent; the system prompt as
+the base URL (commas for replicas: ``ANTHROPIC_BASE_URL``, which wins as
+the provider's own setting, else the run's ``--restore-base-url``, else
+Anthropic's API; a run that mixes providers and points ``--restore-base-url``
+at another provider's server sets ``ANTHROPIC_BASE_URL`` for this one), the request (``max_tokens`` always sent; the system prompt as
 the top-level ``system`` field, since the API refuses a ``system`` role
 among the messages), the answer (its ``text`` content blocks, ``usage`` and
 ``stop_reason``), its error body (``{"type": "error", "error": {"type",
@@ -135,7 +136,7 @@ class AnthropicProvider(ModelProvider):
         """A managed model over the Messages API with the run's pacing, retries and response cache."""
         if options.batch is not None:
             raise ValueError(f"--restore-batch: {PROVIDER}:{model} has no batch support here")
-        apis = [AnthropicAPI(model, url) for url in split_base_urls(os.environ.get(BASE_URL_ENV))]
+        apis = [AnthropicAPI(model, url) for url in split_base_urls(resolved_base_url(options.base_url))]
         pacing = {k: v for k, v in options.pacing().items() if k != "base_url"}
         return ManagedChatModel(
             apis,
@@ -155,10 +156,16 @@ class AnthropicProvider(ModelProvider):
         return price_by_family(model, PRICES)
 
     def key_problem(self, specs: Sequence[str], base_url: str | None) -> str | None:
-        """Anthropic's own API needs ``$ANTHROPIC_API_KEY``; ``$ANTHROPIC_BASE_URL`` may point at a server that does not."""
-        if os.environ.get(BASE_URL_ENV) or os.environ.get(API_KEY_ENV):
+        """Anthropic's own API needs ``$ANTHROPIC_API_KEY``; another base URL may point at a server that does not."""
+        if resolved_base_url(base_url) or os.environ.get(API_KEY_ENV):
             return None
         return (
             f"{', '.join(sorted(set(specs)))} would call api.anthropic.com but ${API_KEY_ENV} is not set "
-            f"(set it, or point ${BASE_URL_ENV} at a server that needs no key)"
+            f"(set it, or point ${BASE_URL_ENV} or --restore-base-url at a server that needs no key)"
         )
+
+
+def resolved_base_url(option: str | None) -> str | None:
+    """Where ``anthropic:`` models are sent: ``$ANTHROPIC_BASE_URL``, else the run's ``--restore-base-url``
+    (``option``), else ``None`` (Anthropic's API). The provider's own variable wins over the run-wide option."""
+    return os.environ.get(BASE_URL_ENV) or option or None
