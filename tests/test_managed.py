@@ -9,6 +9,7 @@ and loses nothing when one of them dies.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -16,9 +17,11 @@ from pathlib import Path
 import pytest
 from grid_helpers import GRID, small_args
 from openai_server import OpenAIServer
+from proxy_server import CERT, EchoServer, LoopbackProxy
 
 from pytest_restore.models.anthropic_messages import API_KEY_ENV as ANTHROPIC_KEY
 from pytest_restore.models.base import ChatRequest
+from pytest_restore.models.http import HTTPTransport, TransportError, _bypassed
 from pytest_restore.models.openai_chat import API_KEY_ENV as OPENAI_KEY
 from pytest_restore.models.openai_chat import OpenAIChatModel
 from pytest_restore.models.redact import REDACTED, redact_keys
@@ -145,3 +148,105 @@ def test_no_replica_left_stops_the_model_in_one_line(tmp_path: Path) -> None:
     model.close()
     assert all(not r.ok for r in results)
     assert model.fatal_error is not None and model.fatal_error.startswith("no replica of openai:m can be reached")
+
+
+# -- proxies from the environment (models/http.py), through a loopback proxy that counts what it relays ---------
+
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "REQUEST_METHOD")
+
+
+@pytest.fixture
+def no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No proxy variable of the machine's leaks in; the test sets its own."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return monkeypatch
+
+
+def _echo(transport: HTTPTransport) -> dict[str, str]:
+    reply = transport.post("/chat/completions", b'{"q": 1}', {"Content-Type": "application/json"}, timeout=5)
+    transport.close()
+    assert reply.status == 200, reply
+    answer: dict[str, str] = json.loads(reply.body)
+    return answer
+
+
+def test_an_http_base_url_is_forwarded_through_http_proxy_with_its_credentials(
+    no_proxy_settings: pytest.MonkeyPatch,
+) -> None:
+    with LoopbackProxy(credentials="user:p@ss") as proxy, EchoServer() as server:
+        no_proxy_settings.setenv("HTTP_PROXY", proxy.url("user:p%40ss"))  # percent-encoded in the URL, as users write it
+        transport = HTTPTransport(server.base_url)
+        assert str(transport.proxy) == f"proxy 127.0.0.1:{proxy.port}"  # said without its credentials
+        answer = _echo(transport)
+        assert answer == {"path": "/v1/chat/completions", "host": f"127.0.0.1:{server.port}", "body": '{"q": 1}'}
+        assert proxy.forwarded == {f"127.0.0.1:{server.port}": 1} and not proxy.tunnels and not proxy.refused
+        # HTTPS_PROXY is for https base URLs: this one goes direct
+        no_proxy_settings.delenv("HTTP_PROXY")
+        no_proxy_settings.setenv("HTTPS_PROXY", proxy.url("user:p%40ss"))
+        _echo(HTTPTransport(server.base_url))
+        assert sum(proxy.forwarded.values()) == 1 and server.requests == 2
+
+
+def test_an_https_base_url_goes_through_a_connect_tunnel(no_proxy_settings: pytest.MonkeyPatch) -> None:
+    no_proxy_settings.setenv("SSL_CERT_FILE", str(CERT))  # the loopback server's certificate, trusted for this test
+    with LoopbackProxy(credentials="user:secret") as proxy, EchoServer(tls=True) as server:
+        no_proxy_settings.setenv("https_proxy", proxy.url("user:secret"))
+        no_proxy_settings.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # the lower-case name wins, as for httpx
+        answer = _echo(HTTPTransport(server.base_url))
+        assert answer["host"] == f"127.0.0.1:{server.port}" and answer["path"] == "/v1/chat/completions"
+        assert proxy.tunnels == {f"127.0.0.1:{server.port}": 1} and not proxy.forwarded and not proxy.refused
+
+
+@pytest.mark.parametrize(
+    ("no_proxy", "direct"),
+    [
+        ("127.0.0.1", True),
+        ("example.com, 127.0.0.0/8", True),
+        ("*", True),
+        ("127.0.0.1:{port}", True),
+        ("127.0.0.1:1", False),  # another port of the host
+        ("localhost", False),  # a name, not the loopback address
+        ("127.0.0.10,0.0.1,.0.0.1", False),  # an address is matched whole, never as a suffix
+    ],
+)
+def test_no_proxy_sends_the_loopback_server_direct_as_its_rules_say(
+    no_proxy_settings: pytest.MonkeyPatch, no_proxy: str, direct: bool
+) -> None:
+    with LoopbackProxy() as proxy, EchoServer() as server:
+        no_proxy_settings.setenv("ALL_PROXY", proxy.url())
+        no_proxy_settings.setenv("NO_PROXY", no_proxy.format(port=server.port))
+        _echo(HTTPTransport(server.base_url))
+        assert server.requests == 1 and sum(proxy.forwarded.values()) == (0 if direct else 1)
+
+
+def test_no_proxy_rules_for_names_and_networks() -> None:
+    assert _bypassed("api.example.com", 443, "example.com") and _bypassed("api.example.com", 443, ".example.com")
+    assert _bypassed("api.example.com", 443, "*.example.com") and _bypassed("example.com", 443, "example.com")
+    assert not _bypassed("notexample.com", 443, "example.com")
+    assert _bypassed("::1", 80, "[::1]") and _bypassed("::1", 8000, "::1/128") and _bypassed("::1", 80, "[::1]:80")
+    assert not _bypassed("::1", 81, "[::1]:80") and not _bypassed("10.0.0.1", 80, "127.0.0.0/8")
+    assert _bypassed("LOCALHOST", 80, "localhost") and not _bypassed("localhost", 80, "")
+
+
+def test_a_proxy_that_is_gone_is_unreachable_and_said_without_its_credentials(
+    no_proxy_settings: pytest.MonkeyPatch,
+) -> None:
+    with LoopbackProxy() as gone:
+        url = gone.url("user:hunter2-secret")
+    no_proxy_settings.setenv("HTTP_PROXY", url)  # nothing listens there now
+    transport = HTTPTransport("http://127.0.0.1:9/v1")
+    with pytest.raises(TransportError) as failed:
+        transport.post("/chat/completions", b"{}", {}, timeout=5)
+    assert failed.value.kind == "unreachable"
+    assert failed.value.detail.endswith(f"(through proxy 127.0.0.1:{gone.port})") and "hunter2" not in failed.value.detail
+
+
+@pytest.mark.parametrize("url", ["socks5://127.0.0.1:1080", "https://proxy.example:3128"])
+def test_a_proxy_url_this_transport_cannot_use_is_refused_naming_the_variable(
+    no_proxy_settings: pytest.MonkeyPatch, url: str
+) -> None:
+    no_proxy_settings.setenv("HTTPS_PROXY", url)
+    with pytest.raises(ValueError, match=r"^\$HTTPS_PROXY: .* is not an http://HOST\[:PORT\] proxy$"):
+        HTTPTransport("https://api.example.com/v1")

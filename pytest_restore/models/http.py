@@ -17,19 +17,39 @@ idle ones beside it (a server that dropped one has usually dropped them all). Th
 bounds the whole exchange: each socket operation waits at most what is left
 of it, and the body is read in pieces with the clock checked between them,
 so a body that trickles in a byte at a time ends too.
+
+Proxies are read from the environment as the ``openai`` client (httpx) reads
+them: ``HTTPS_PROXY`` for an ``https`` base URL, ``HTTP_PROXY`` for an
+``http`` one, ``ALL_PROXY`` for either (lower-case names too, which win),
+and ``NO_PROXY`` for the hosts reached directly. An ``https`` base URL goes
+through the proxy in a ``CONNECT`` tunnel (TLS with the server itself); an
+``http`` one is forwarded (the request line names the whole URL). A proxy
+URL is ``http://[USER:PASSWORD@]HOST[:PORT]`` (the credentials go in
+``Proxy-Authorization``, never in a message). ``NO_PROXY`` is a comma list
+of: ``*`` (every host); a domain, which covers its subdomains (``example.com``,
+``.example.com`` and ``*.example.com`` alike); an IP address, matched as an
+address, never as a suffix (``127.0.0.1`` covers neither ``127.0.0.10`` nor a
+name ending in it); a network in CIDR
+form (``127.0.0.0/8``, ``::1/128``); any of these with ``:PORT`` to bypass the
+proxy for that port only. ``localhost`` names the host ``localhost``, not
+``127.0.0.1``: a base URL on the loopback address bypasses a proxy when
+``NO_PROXY`` names that address or a network holding it.
 """
 
 from __future__ import annotations
 
+import base64
 import errno
 import http.client
+import ipaddress
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+from urllib.request import getproxies_environment
 
 #: Bytes read at a time from a reply body (the deadline is checked between reads).
 READ_SIZE = 65536
@@ -53,8 +73,85 @@ class Reply:
     body: bytes
 
 
+@dataclass(frozen=True)
+class Proxy:
+    """An HTTP proxy from the environment: where it listens and the ``Proxy-Authorization`` it needs."""
+
+    host: str
+    port: int
+    #: the ``Proxy-Authorization`` header's value (``None``: the URL named no user)
+    authorization: str | None = None
+
+    def __str__(self) -> str:
+        return f"proxy {self.host}:{self.port}"  # never its credentials
+
+
+def proxy_for(scheme: str, host: str, port: int) -> Proxy | None:
+    """The proxy the environment names for ``scheme://host:port``, or ``None`` (see the module's notes).
+
+    The variables are read as the standard library reads them (lower-case
+    names win); a proxy URL that is not ``http://[USER:PASSWORD@]HOST[:PORT]``
+    is a ``ValueError`` naming the variable.
+    """
+    proxies = getproxies_environment()
+    if _bypassed(host, port, proxies.get("no", "")):
+        return None
+    url = proxies.get(scheme) or proxies.get("all")
+    if not url:
+        return None
+    name = f"${scheme.upper()}_PROXY" if proxies.get(scheme) else "$ALL_PROXY"
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"{name}: {parts.scheme}://{parts.hostname or ''} is not an http://HOST[:PORT] proxy")
+    authorization = None
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        authorization = "Basic " + base64.b64encode(pair).decode("ascii")
+    return Proxy(parts.hostname, parts.port or 80, authorization)
+
+
+def _bypassed(host: str, port: int, no_proxy: str) -> bool:
+    """Whether ``NO_PROXY`` sends requests to ``host:port`` directly."""
+    host = host.lower().strip("[]")
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in no_proxy.lower().split(","):
+        entry = entry.strip()
+        if entry == "*":
+            return True
+        name, entry_port = _host_port(entry)
+        if not name or (entry_port is not None and entry_port != port):
+            continue
+        try:
+            network = ipaddress.ip_network(name, strict=False)
+        except ValueError:
+            network = None
+        if address is not None or network is not None:  # addresses match addresses only, never as a suffix
+            if address is not None and network is not None and address in network:
+                return True
+            continue
+        domain = name.removeprefix("*").lstrip(".")
+        if domain and (host == domain or host.endswith("." + domain)):
+            return True
+    return False
+
+
+def _host_port(entry: str) -> tuple[str, int | None]:
+    """A ``NO_PROXY`` entry as (host or network, port or ``None``): ``h``, ``h:p``, ``[v6]``, ``[v6]:p``, a CIDR."""
+    if entry.startswith("["):
+        name, _, rest = entry[1:].partition("]")
+        port = rest.removeprefix(":")
+        return name, int(port) if port.isdigit() else None
+    if entry.count(":") == 1:
+        name, _, port = entry.partition(":")
+        return name, int(port) if port.isdigit() else None
+    return entry, None
+
+
 class HTTPTransport:
-    """Posts JSON bodies to one base URL over pooled keep-alive connections."""
+    """Posts JSON bodies to one base URL over pooled keep-alive connections, through the environment's proxy."""
 
     def __init__(self, base_url: str) -> None:
         """``base_url`` is ``http(s)://host[:port][/prefix]``; a path is posted under the prefix."""
@@ -66,6 +163,7 @@ class HTTPTransport:
         self.host = parts.hostname
         self.port = parts.port or (443 if self.https else 80)
         self.prefix = parts.path.rstrip("/")
+        self.proxy = proxy_for(parts.scheme, self.host, self.port)
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
         self._context = ssl.create_default_context() if self.https else None
@@ -79,9 +177,27 @@ class HTTPTransport:
                 if connection.sock is not None:
                     connection.sock.settimeout(timeout)
                 return connection, True
-        if self.https:
-            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self._context), False
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout), False
+        proxy = self.proxy
+        if proxy is None:
+            if self.https:
+                return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self._context), False
+            return http.client.HTTPConnection(self.host, self.port, timeout=timeout), False
+        if not self.https:  # forwarded: the request line names the whole URL (see _target)
+            return http.client.HTTPConnection(proxy.host, proxy.port, timeout=timeout), False
+        connection = http.client.HTTPSConnection(proxy.host, proxy.port, timeout=timeout, context=self._context)
+        tunnel_headers = {"Proxy-Authorization": proxy.authorization} if proxy.authorization else None
+        connection.set_tunnel(self.host, self.port, headers=tunnel_headers)
+        return connection, False
+
+    def _target(self, path: str, headers: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+        """The request target and headers: the path, or the whole URL (and the proxy's credentials) when forwarded."""
+        if self.proxy is None or self.https:
+            return self.prefix + path, dict(headers)
+        netloc = f"[{self.host}]" if ":" in self.host else self.host
+        forwarded = dict(headers)
+        if self.proxy.authorization:
+            forwarded["Proxy-Authorization"] = self.proxy.authorization
+        return f"http://{netloc}:{self.port}{self.prefix}{path}", forwarded
 
     def post(self, path: str, body: bytes, headers: Mapping[str, str], timeout: float) -> Reply:
         """POST ``body`` to ``path`` and read the whole reply within ``timeout`` seconds; raises :class:`TransportError`."""
@@ -103,7 +219,10 @@ class HTTPTransport:
             connection.close()
             # the server went away (or restarted): its other kept-alive connections are as dead
             self.close()
-            raise _classified(exc) from exc
+            error = _classified(exc)
+            if self.proxy is not None:  # said with the proxy's address, never its credentials
+                error = TransportError(error.kind, f"{error.detail} (through {self.proxy})")
+            raise error from exc
         if reply.headers.get("connection", "").lower() == "close":
             connection.close()
         else:
@@ -114,7 +233,8 @@ class HTTPTransport:
     def _exchange(
         self, connection: http.client.HTTPConnection, path: str, body: bytes, headers: Mapping[str, str], deadline: float
     ) -> Reply:
-        connection.request("POST", self.prefix + path, body, dict(headers))
+        target, sent_headers = self._target(path, headers)
+        connection.request("POST", target, body, sent_headers)
         _left(connection, deadline)
         response = connection.getresponse()
         pieces = []
