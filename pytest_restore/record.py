@@ -152,6 +152,15 @@ _TOKEN_PAIR = (
     lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_int(x) and x >= 0 for x in v)),
     "a list [input, output] of two token counts, or null",
 )
+_TOKEN_SHARE = (
+    lambda v: v is None
+    or (
+        isinstance(v, (list, tuple))
+        and len(v) == 2
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in v)
+    ),
+    "a list [input, output] of two non-negative token counts, or null",
+)
 _SCORE_COUNTS = (
     lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) == 10 and all(_is_int(x) and x >= 0 for x in v)),
     "a list of 10 counts or null",
@@ -348,6 +357,16 @@ class Record:
         _SCORE_COUNTS,
         "units of the question's history scored 1, 2, ..., 10 by the importance scorer (null: the policy reads none)",
         required=False,
+    )
+    memory_tokens: tuple[float, float] | None = _field(
+        _TOKEN_SHARE,
+        "this question's share of the tokens [in, out] the memory policy's own model calls spent building its "
+        "store (the importance scorer's, a memory system's writer's): each call split over the audited questions "
+        "whose history it served (null: the policy makes no model call)",
+        required=False,
+    )
+    memory_tokens_estimated: bool | None = _field(
+        _VERDICT, "true: some of memory_tokens are estimated (a model reported no usage)", required=False
     )
     memories: GoldMemories | None = _object(
         GoldMemories, "the held memories citing gold (null: a store of raw units)", required=False

@@ -294,6 +294,13 @@ def test_the_model_variants_through_a_loopback_server_write_what_the_offline_one
                 assert asked and len(sent) == asked and set(sent) == {1}  # each request once
                 assert audited(run.records) == audited(offline.run_cell(reference, 300).records)
                 assert construct_checks(run, online) == []
+                # the writer's calls are the memory's cost: each question carries its share of them, as reported
+                shares = {r.question_id: r.memory_tokens for r in run.records}
+                assert all(t is not None for t in shares.values()) and not any(r.memory_tokens_estimated for r in run.records)
+                spent = [(x.input_tokens, x.output_tokens) for x in model.run(online.writer_requests(system))]
+                for i in (0, 1):
+                    total = sum(t[i] for t in spent)
+                    assert total > 0 and sum(t[i] for t in shares.values() if t) == pytest.approx(total, abs=0.01 * len(shares))
         finally:
             model.close()
 

@@ -185,7 +185,12 @@ def _records(report: Path, *, usage: bool = False) -> list[Record]:
     the server reports its own.
     """
     records = [replace(r, run_id=None) for r in read_records(report / "records.jsonl")]
-    return records if usage else [replace(r, conditions=_without_usage(r.conditions)) for r in records]
+    if usage:
+        return records
+    return [
+        replace(r, conditions=_without_usage(r.conditions), memory_tokens=None, memory_tokens_estimated=None)
+        for r in records
+    ]
 
 
 def _without_usage(conditions: Conditions) -> Conditions:
@@ -480,7 +485,7 @@ def test_cost_per_question_is_the_usage_the_server_reported(clean_run: CleanRun)
     assert policy and all(t[:2] in reported["fake-reader"] and t[2:] in reported["fake-judge"] for t in policy)
     assert not any(c.tokens_estimated for r in records for _, c in r.conditions.by_name())
     cost = _summary(clean_run.report)["cost"]
-    assert cost["estimated"] == 0 and cost["prices"] == {MODELS["reader"]: None, MODELS["judge"]: None}
+    assert cost["estimated"] == 0 and cost["prices"] == {spec: None for spec in MODELS.values()}
     row = next(c for c in cost["per_condition"] if c["condition"] == "policy")
     assert row["answers"] == len(policy) and row["usd"] is None  # no price declared for these model names
     assert row["tokens_in"] == round(sum(t[0] + t[2] for t in policy) / len(policy), 2)
@@ -489,8 +494,35 @@ def test_cost_per_question_is_the_usage_the_server_reported(clean_run: CleanRun)
     assert f"| {MODELS['reader']} | policy | {len(policy):,} | " in report and "| unknown |" in report
 
 
+def test_the_scorers_tokens_are_shared_out_per_question_beside_the_answers_cost(clean_run: CleanRun) -> None:
+    # the importance scorer builds llm-importance's stores: each record carries its question's share of the
+    # calls that scored its history, and over the questions the shares add up to what the server reported
+    records = _records(clean_run.report, usage=True)
+    usage = _summary(clean_run.report)["run"]["settings"]["model_usage"][f"scorer {MODELS['scorer']}"]
+    scored = [r for r in records if r.policy == "llm-importance" and r.excluded is None]
+    assert scored and all(r.memory_tokens is not None and r.memory_tokens_estimated is False for r in scored)
+    assert all(r.memory_tokens is None for r in records if r.policy != "llm-importance")
+    for budget in {r.budget for r in scored}:
+        shares = {r.question_id: r.memory_tokens for r in scored if r.budget == budget and r.memory_tokens}
+        assert len(shares) == len({r.question_id for r in records})  # every question's history was scored
+        for i, usage_key in enumerate(("input_tokens", "output_tokens")):
+            assert sum(t[i] for t in shares.values()) == pytest.approx(usage[usage_key], abs=0.01 * len(shares))
+    cost = _summary(clean_run.report)["cost"]
+    for cell in cost["per_cell"]:
+        mine = [r for r in scored if r.regime == "b" and (r.policy, r.budget) == (cell["policy"], cell["budget"])]
+        if cell["policy"] != "llm-importance":
+            assert cell["memory"] is None, cell["policy"]
+            continue
+        memory = cell["memory"]
+        assert memory["answers"] == len(mine) and memory["estimated"] == 0 and memory["usd"] is None  # no price
+        assert memory["tokens_in"] == pytest.approx(sum(r.memory_tokens[0] for r in mine if r.memory_tokens) / len(mine), abs=0.01)
+        assert memory["tokens_in"] > 0
+    report = (clean_run.report / "report.md").read_text()
+    assert "| memory tokens in | memory tokens out | memory USD |" in report
+
+
 #: The prices the local run is given, USD per million tokens in and out.
-LOCAL_PRICES = {MODELS["reader"]: (0.15, 0.6), MODELS["judge"]: (2.5, 10.0)}
+LOCAL_PRICES = {MODELS["reader"]: (0.15, 0.6), MODELS["judge"]: (2.5, 10.0), MODELS["scorer"]: (0.1, 0.4)}
 
 
 def one_or_ten(histories: list[History]) -> Callable[[list[dict[str, Any]]], str]:
@@ -543,7 +575,7 @@ def test_cost_per_question_is_estimated_and_said_so_when_the_server_reports_no_u
     cost = summary["cost"]
     assert cost["estimated"] == cost["answers"] > 0
     assert cost["prices"] == {spec: list(p) for spec, p in LOCAL_PRICES.items()}
-    (reader_in, reader_out), (judge_in, judge_out) = LOCAL_PRICES.values()
+    (reader_in, reader_out), (judge_in, judge_out), (scorer_in, scorer_out) = LOCAL_PRICES.values()
     counted = [r for r in records if r.regime == "b" and r.excluded is None]
     for condition in ("oracle", "policy", "restored"):
         row = next(c for c in cost["per_condition"] if c["condition"] == condition)
@@ -553,8 +585,15 @@ def test_cost_per_question_is_estimated_and_said_so_when_the_server_reports_no_u
         usd = sum(a * reader_in + b * reader_out + c * judge_in + d * judge_out for a, b, c, d in answers) / 1e6
         assert row["answers"] == row["estimated"] == len(answers), condition
         assert row["usd"] == pytest.approx(usd / len(answers), abs=1e-8), condition  # kept to 8 places
+    # the scorer's share per question: estimated too, and priced at the scorer's price
+    (memory,) = [c["memory"] for c in cost["per_cell"] if c["memory"] is not None and c["budget"] == 100]
+    scored = [r for r in counted if r.policy == "llm-importance" and r.budget == 100 and r.memory_tokens]
+    assert memory["answers"] == memory["estimated"] == len(scored) > 0
+    usd = sum(r.memory_tokens[0] * scorer_in + r.memory_tokens[1] * scorer_out for r in scored if r.memory_tokens)
+    assert memory["usd"] == pytest.approx(usd / 1e6 / len(scored), abs=1e-8) and memory["usd"] > 0
     text = (report / "report.md").read_text()
     assert f"{cost['estimated']:,} of the {cost['answers']:,} answers counted have estimated tokens" in text
+    assert "records' memory shares are estimated" in text
     assert f"{MODELS['reader']} $0.15 in, $0.6 out" in text
 
 

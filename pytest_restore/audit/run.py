@@ -367,6 +367,13 @@ class Audit:
         self._oracle: dict[str, Outcome] = {}
         self._placebo: dict[str, list[int] | None] = {}
         self._importance: dict[str, int] = {}
+        # the tokens (in, out, estimated) of each call that built a store: the scorer's by the unit content it
+        # scored, a memory system's writer's by its request; how many audited questions each served, per
+        # policy; and a question's share of them, by (policy, question)
+        self._build_tokens: dict[Hashable, tuple[int, int, bool]] = {}
+        self._holders: dict[str, Counter[Hashable]] = {}
+        self._memory_shares: dict[tuple[str, str], tuple[float, float, bool] | None] = {}
+        self._keys: dict[tuple[str, str], list[Hashable]] = {}
         # whole-grid cells already run in this process (the control's check reads the baselines')
         self._cells: dict[tuple[str, int, str], tuple[Policy, CellRun]] = {}
         # whole-grid stores by (policy, budget): evicted once, read by every ranker of the cell
@@ -473,11 +480,13 @@ class Audit:
         )
         failed: dict[str, str] = {}
         if contents:
-            results = self.scorer.run([self.prompts.scorer(content=c) for c in contents])
+            requests = [self.prompts.scorer(content=c) for c in contents]
+            results = [with_usage(r, q) for r, q in zip(self.scorer.run(requests), requests)]
             for content, result in zip(contents, results):
                 score = parse_score(result.text) if result.ok and result.text is not None else None
                 if score is not None:
                     self._importance[content] = score
+                    self._build_tokens[content] = (result.input_tokens, result.output_tokens, is_estimated(result))
                 else:
                     failed[content] = result.error or f"not a score: {result.text!r}"
         bad = {}
@@ -505,6 +514,8 @@ class Audit:
         for request, result in zip(distinct, self.writer.run(distinct)):
             if result.ok and result.text is not None:
                 replies[request] = result.text
+                result = with_usage(result, request)
+                self._build_tokens[request] = (result.input_tokens, result.output_tokens, is_estimated(result))
             else:
                 failed[request] = result.error or "no reply"
         system.supply(replies)
@@ -521,6 +532,61 @@ class Audit:
             return []
         histories = {p.question.history_key: p.history for p in self.questions}
         return list(dict.fromkeys(r for h in histories.values() for r in _requests(system, h.units)))
+
+    def builds_with_a_model(self, policy: Policy) -> bool:
+        """Whether ``policy`` calls a model to build its store: the importance scorer, or a memory system's writer."""
+        if not (policy.needs_importance or isinstance(policy, MemorySystem)):
+            return False
+        return any(self._build_keys(policy, p.question.history_key, p.history.units) for p in self.questions)
+
+    def _build_keys(self, policy: Policy, history_key: str, units: Sequence[Unit]) -> list[Hashable]:
+        """The calls that build ``policy``'s store of a history, in the history's order (their tokens' keys)."""
+        cached = self._keys.get((policy.name, history_key))
+        if cached is None:
+            keys: dict[Hashable, None] = {}
+            if policy.needs_importance:
+                keys.update(dict.fromkeys(u.content for u in units))
+            if isinstance(policy, MemorySystem):
+                keys.update(dict.fromkeys(_requests(policy, units)))
+            cached = self._keys[(policy.name, history_key)] = list(keys)
+        return cached
+
+    def memory_share(self, policy: Policy, prepared: Prepared) -> tuple[float, float, bool] | None:
+        """The question's share of the tokens (in, out) of the model calls that built ``policy``'s store of its
+        history (the importance scorer's, a memory system's writer's), and whether any is estimated
+        (``None``: a call of it has no tokens: it failed).
+
+        Each call is made once for the whole run; its tokens are split equally over the audited questions
+        whose history it served, so a conversation's questions share its store's calls and the shares of
+        all questions add up to what the calls cost once.
+        """
+        qid = prepared.question.question_id
+        if (policy.name, qid) not in self._memory_shares:
+            holders = self._holders.get(policy.name)
+            if holders is None:
+                served = Counter(p.question.history_key for p in self.questions)
+                histories = {p.question.history_key: p.history for p in self.questions}
+                holders = Counter()
+                for key, history in histories.items():
+                    for call in self._build_keys(policy, key, history.units):
+                        holders[call] += served[key]
+                self._holders[policy.name] = holders
+            tokens_in = tokens_out = 0.0
+            estimated = False
+            share: tuple[float, float, bool] | None = None
+            # in the history's order: a float sum in set order would differ between processes (hash seeds)
+            # the calls of the audited history (its keys were listed above), not of a memory system's view of it
+            for call in self._build_keys(policy, prepared.question.history_key, prepared.history.units):
+                spent = self._build_tokens.get(call)
+                if spent is None:
+                    break
+                tokens_in += spent[0] / max(1, holders[call])
+                tokens_out += spent[1] / max(1, holders[call])
+                estimated = estimated or spent[2]
+            else:
+                share = (round(tokens_in, 2) + 0.0, round(tokens_out, 2) + 0.0, estimated)
+            self._memory_shares[(policy.name, qid)] = share
+        return self._memory_shares[(policy.name, qid)]
 
     # -- eviction ------------------------------------------------------------
 
@@ -621,6 +687,7 @@ class Audit:
             importance, scorer_failed = self.importance(questions)
         if isinstance(policy, MemorySystem):
             scorer_failed = {**scorer_failed, **self.write(policy, questions)}
+        builds = self.builds_with_a_model(policy)
         oracle = self.oracle(questions)
         shared = self._stores.get((policy.name, budget)) if ablate and not scorer_failed else None
         known = shared[1] if shared is not None and shared[0] is policy else None
@@ -643,6 +710,7 @@ class Audit:
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
             fate = fates[(qid, seed)]
             scores = score_counts(p, importance) if policy.needs_importance else None
+            memory = self.memory_share(policy, p) if builds else None
             read = {"a": next(injected), "b": next(injected)}
             next(injected)  # the restored context's
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
@@ -653,7 +721,11 @@ class Audit:
                 # regime (b) reads the ranker's top k: its retrieval figures need k beside gold_ranks, which
                 # rank gold held as itself (a gold unit held only through a derived memory has no rank)
                 top_k = self.config.top_k if regime == "b" and _held_as_units(p, kept) else None
-                records.append(replace(record, top_k=top_k, importance_scores=scores))
+                records.append(replace(
+                    record, top_k=top_k, importance_scores=scores,
+                    memory_tokens=memory[:2] if memory is not None else None,
+                    memory_tokens_estimated=memory[2] if memory is not None else None,
+                ))
         if ablate and self.config.ablations:
             records = self.ablate(records, {(p.question.question_id, seed): p for p, seed, _ in plan}, stores)
         return CellRun(policy.name, budget, records, stores)

@@ -168,7 +168,7 @@ def render_cost_md(cost: CostFigures | None) -> str:
             "tokens in and out per answer and their price in USD (per million tokens: " + prices + "). The oracle "
             "counts each question once; the policy and restored conditions every regime-(b) record. An answer's "
             "cost is counted whether or not the run shared its call with another condition: the run's bill is the "
-            "model usage, lower where calls were shared. The importance scorer's calls are not included." + estimated
+            "model usage, lower where calls were shared." + estimated
         ),
         "",
         "| reader | condition | answers | tokens in | tokens out | USD per question | estimated |",
@@ -179,16 +179,35 @@ def render_cost_md(cost: CostFigures | None) -> str:
             f"| {reader} | {condition} | {c.answers:,} | {c.tokens_in:,.0f} | {c.tokens_out:,.0f} | {_usd(c.usd)} | "
             f"{c.estimated:,} |"
         )
-    out += [
-        "",
-        "Per regime-(b) cell:",
-        "",
-        (
-            "| policy | budget | reader | answers | policy tokens in | policy tokens out | policy USD | "
-            "restored tokens in | restored tokens out | restored USD |"
-        ),
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    memory = [cell.memory for cell in cost.cells if cell.memory is not None]
+    out += ["", "Per regime-(b) cell:", ""]
+    if memory:
+        estimated_memory = sum(m.estimated for m in memory)
+        out += [
+            (
+                "The memory columns are what the policy's own model calls (the importance scorer's, a memory system's "
+                "writer's) cost per "
+                "question to build its store: a store serves every question of its history, so each call is split "
+                "over the questions whose history it served, and a cell's shares add up to the calls that built "
+                "its stores once. A question's full cost with memory is its policy answer plus its memory share."
+                + (
+                    f" {estimated_memory:,} of the {sum(m.answers for m in memory):,} records' memory shares are "
+                    "estimated (a model reported no usage)."
+                    if estimated_memory
+                    else ""
+                )
+            ),
+            "",
+        ]
+    header = (
+        "| policy | budget | reader | answers | policy tokens in | policy tokens out | policy USD | "
+        "restored tokens in | restored tokens out | restored USD |"
+    )
+    rule = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
+    if memory:
+        header += " memory tokens in | memory tokens out | memory USD |"
+        rule += "---:|---:|---:|"
+    out += [header, rule]
     several = len({cell.ranker for cell in cost.cells}) > 1
     for cell in cost.cells:
         found = dict(cell.conditions)
@@ -196,6 +215,9 @@ def render_cost_md(cost: CostFigures | None) -> str:
         for name in CELL_CONDITIONS:
             one = found.get(name)
             shown += ["-"] * 3 if one is None else [f"{one.tokens_in:,.0f}", f"{one.tokens_out:,.0f}", _usd(one.usd)]
+        if memory:  # a share of a call per question: a tenth of a token shows
+            m = cell.memory
+            shown += ["-"] * 3 if m is None else [f"{m.tokens_in:,.1f}", f"{m.tokens_out:,.1f}", _usd(m.usd)]
         answers = max(c.answers for c in found.values())
         ranker = f" ({cell.ranker})" if several else ""
         out.append(

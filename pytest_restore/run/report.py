@@ -71,7 +71,8 @@ def run_info(
     run's checks outside the grid (``run/checks.py``); ``families`` are the
     session's hypothesis families. Each reader's and the judge's price (USD
     per million tokens in and out: ``--restore-price``, else the provider's
-    declaration; ``None``: unknown) goes in ``model_prices`` for the cost per question.
+    declaration; ``None``: unknown), and the importance scorer's when a policy
+    called it, go in ``model_prices`` for the cost per question.
     """
     shown = asdict(settings)
     for unshown in ("report_dir", "real_models", "sources", "dataset"):
@@ -88,7 +89,10 @@ def run_info(
     if model_calls.usage_by_process:
         shown["model_usage"] = model_calls.total_usage()
     given = {model: (in_price, out_price) for model, in_price, out_price in settings.prices}
-    priced = {spec: price_of(spec, given, providers, batch=settings.batch) for spec in (*settings.readers, settings.judge)}
+    scorer = (settings.scorer,) if any(r.scorer is not None for r in records) else ()  # a policy called it
+    priced = {
+        spec: price_of(spec, given, providers, batch=settings.batch) for spec in (*settings.readers, settings.judge, *scorer)
+    }
     shown["model_prices"] = {spec: list(price) if price is not None else None for spec, price in priced.items()}
     # the declarations of what summary.json's run section holds (tests/test_run.py keeps them whole)
     return RunInfo(

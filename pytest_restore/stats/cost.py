@@ -17,8 +17,16 @@ Figures are means per answer over the records that are not excluded:
 
 They say what one answer costs, whether or not the run shared its call with
 another condition or cell (the run sends each distinct request once: its bill
-is the model usage in ``summary.json``). The importance scorer's calls serve
-every question of a history at once and are not in these figures.
+is the model usage in ``summary.json``).
+
+Beside them, per regime-(b) cell, what the memory policy's own model calls
+cost per question (``memory``): the importance scorer's, priced as the
+record's ``scorer``, and a memory system's writer's (session-summary-model,
+fact-extract-model), priced as its ``reader``, the model that writes. A store is built once per history and serves every
+question of it, so each record carries its question's share
+(``memory_tokens``: each call split over the audited questions whose history
+it served); over a cell's questions the shares add up to the calls that built
+its stores, once each, as a deployed memory system would pay them.
 """
 
 from __future__ import annotations
@@ -67,6 +75,8 @@ class CellCost:
     reader: str
     ranker: str
     conditions: tuple[tuple[str, ConditionCost], ...]
+    #: the memory policy's own calls per question (its share of building the store); ``None``: it makes none
+    memory: ConditionCost | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain values (``summary.json``)."""
@@ -75,7 +85,9 @@ class CellCost:
             "budget": self.budget,
             "reader": self.reader,
             "ranker": self.ranker,
-            **{name: cost.to_json() for name, cost in self.conditions},
+            # nested: the condition "policy" would otherwise overwrite the policy's name
+            "conditions": {name: cost.to_json() for name, cost in self.conditions},
+            "memory": self.memory.to_json() if self.memory is not None else None,
         }
 
 
@@ -134,19 +146,36 @@ def _mean(answers: Sequence[tuple[Record, Condition]], prices: Mapping[str, tupl
     return ConditionCost(n, tokens_in / n, tokens_out / n, usd, sum(1 for _, c in answers if c.tokens_estimated))
 
 
+def _memory_mean(records: Sequence[Record], prices: Mapping[str, tuple[float, float] | None]) -> ConditionCost:
+    """Mean tokens and dollars per question of the memory policy's own calls (records carrying ``memory_tokens``)."""
+    n = len(records)
+    tokens = [r.memory_tokens for r in records if r.memory_tokens is not None]
+    tokens_in = sum(t[0] for t in tokens)
+    tokens_out = sum(t[1] for t in tokens)
+    priced = [prices.get(r.scorer or r.reader) for r in records]
+    usd = None
+    if all(p is not None for p in priced):
+        usd = sum(t[0] * p[0] + t[1] * p[1] for t, p in zip(tokens, priced) if p is not None) / 1e6 / n
+    return ConditionCost(n, tokens_in / n, tokens_out / n, usd, sum(1 for r in records if r.memory_tokens_estimated))
+
+
 def cost_figures(records: Iterable[Record], prices: Mapping[str, Sequence[float] | None]) -> CostFigures | None:
     """The run's cost per answer; ``None`` when no record carries tokens (written before they were recorded)."""
     priced = {m: (float(p[0]), float(p[1])) if p is not None else None for m, p in prices.items()}
     oracle: dict[tuple[str, str], tuple[Record, Condition]] = {}
     pooled: dict[tuple[str, str], list[tuple[Record, Condition]]] = {}
     cells: dict[tuple[str, int, str, str], dict[str, list[tuple[Record, Condition]]]] = {}
+    memory: dict[tuple[str, int, str, str], list[Record]] = {}
     for r in records:
         if r.excluded is not None or r.regime != "b":
             continue
         conditions = dict(r.conditions.by_name())
         if conditions["oracle"].reader_tokens is not None:
             oracle.setdefault((r.reader, r.question_id), (r, conditions["oracle"]))
-        cell = cells.setdefault((r.policy, r.budget, r.reader, ranker_of(r)), {})
+        key = (r.policy, r.budget, r.reader, ranker_of(r))
+        if r.memory_tokens is not None:
+            memory.setdefault(key, []).append(r)
+        cell = cells.setdefault(key, {})
         for name in CELL_CONDITIONS:
             c = conditions[name]
             if c.reader_tokens is not None:
@@ -163,7 +192,11 @@ def cost_figures(records: Iterable[Record], prices: Mapping[str, Sequence[float]
     return CostFigures(
         by_condition=by_condition,
         cells=tuple(
-            CellCost(*key, tuple((name, _mean(found[name], priced)) for name in CELL_CONDITIONS if name in found))
+            CellCost(
+                *key,
+                tuple((name, _mean(found[name], priced)) for name in CELL_CONDITIONS if name in found),
+                _memory_mean(memory[key], priced) if key in memory else None,
+            )
             for key, found in cells.items()
             if found
         ),
