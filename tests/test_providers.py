@@ -1,7 +1,8 @@
 """The audit with real (``openai:``) models, end to end (``pytest_restore.models.providers``).
 
 Every test runs the real plugin on ``fixtures/tiny.json`` in a pytest run of
-its own (pytester; in this process, but for the run that is killed), whose
+its own (pytester; in this process, but for the runs killed or losing a
+replica mid-run), whose
 reader, judge and scorer are ``openai:`` models: the official ``openai`` client talks to an ``OpenAIServer`` this test starts
 on 127.0.0.1, which serves the project's fake models (told apart by their
 system prompt). So the retries, the response cache, the cross-process
@@ -703,9 +704,11 @@ def test_two_replicas_share_the_grid_and_one_killed_mid_run_costs_no_record(
         killer = threading.Thread(target=kill)
         killer.start()
         models = [f"--restore-{role}={spec}" for role, spec in MODELS.items()]
-        result = grid_dir.runpytest_inprocess(
+        # a process of its own: in this one, the run's threads and the two servers' share the interpreter
+        # lock, and the doomed replica could be left short of the requests it must answer before the kill
+        result = grid_dir.runpytest_subprocess(
             "-p", "no:xdist", *SMALL, *models, "--restore-base-url", f"{doomed.base_url},{survivor.base_url}",
-            "--restore-cache", str(tmp_path / "cache"), "--restore-report-dir", "replicas",
+            "--restore-cache", str(tmp_path / "cache"), "--restore-report-dir", "replicas", timeout=120,
         )
         killer.join()
         result.assert_outcomes(passed=CELLS)
