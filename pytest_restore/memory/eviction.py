@@ -144,7 +144,35 @@ def _arrivals(left: npt.NDArray[np.int64], evicted: Sequence[int]) -> dict[int, 
     return out
 
 
-class VictimPolicy(Policy):
+class _OnePass(Policy):
+    """A policy whose store and whose record of when each unit left come from one online pass (:meth:`_pass`).
+
+    :meth:`retain`, :meth:`evict` and :meth:`eviction_arrivals` are read off
+    that pass; a subclass that overrides ``retain`` or ``eviction_arrivals``
+    gets :meth:`Policy.evict`'s default.
+    """
+
+    @abstractmethod
+    def _pass(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext
+    ) -> tuple[Mask, npt.NDArray[np.int64]]:
+        """The store at the history's end, and for each unit the arrival that evicted it (-1: kept)."""
+
+    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+        return self._pass(units, sizes, budget, ctx)[0]
+
+    def evict(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Eviction:
+        if not self._own_pass(_OnePass.retain, _OnePass.eviction_arrivals):
+            return super().evict(units, sizes, budget, ctx)
+        return Eviction(*self._pass(units, sizes, budget, ctx))
+
+    def eviction_arrivals(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
+    ) -> dict[int, int]:
+        return _arrivals(self._pass(units, sizes, budget, ctx)[1], evicted)
+
+
+class VictimPolicy(_OnePass):
     """A policy given by its victim choice; the online loop is provided.
 
     Implement :meth:`choose_victim`; override :meth:`start` to prepare
@@ -159,20 +187,7 @@ class VictimPolicy(Policy):
     def choose_victim(self, stored: Sequence[int], units: Sequence[Unit]) -> int:
         """The position, among ``stored``, to evict next."""
 
-    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
-        return self._loop(units, sizes, budget, ctx)[0]
-
-    def evict(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Eviction:
-        if not self._own_pass(VictimPolicy.retain, VictimPolicy.eviction_arrivals):
-            return super().evict(units, sizes, budget, ctx)
-        return Eviction(*self._loop(units, sizes, budget, ctx))
-
-    def eviction_arrivals(
-        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
-    ) -> dict[int, int]:
-        return _arrivals(self._loop(units, sizes, budget, ctx)[1], evicted)
-
-    def _loop(
+    def _pass(
         self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext
     ) -> tuple[Mask, npt.NDArray[np.int64]]:
         """The online loop: the store, and for each unit the arrival that evicted it (-1: kept)."""
@@ -198,7 +213,7 @@ class VictimPolicy(Policy):
         return mask, left
 
 
-class MemoryStore(Policy):
+class MemoryStore(_OnePass):
     """Adapter for a memory system that decides retention itself, online.
 
     Where a :class:`VictimPolicy` only names victims, a store receives the
@@ -228,20 +243,7 @@ class MemoryStore(Policy):
     def retained(self) -> Iterable[int]:
         """Positions of the units held now."""
 
-    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
-        return self._drive(units, sizes, budget, ctx)[0]
-
-    def evict(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Eviction:
-        if not self._own_pass(MemoryStore.retain, MemoryStore.eviction_arrivals):
-            return super().evict(units, sizes, budget, ctx)
-        return Eviction(*self._drive(units, sizes, budget, ctx))
-
-    def eviction_arrivals(
-        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
-    ) -> dict[int, int]:
-        return _arrivals(self._drive(units, sizes, budget, ctx)[1], evicted)
-
-    def _drive(
+    def _pass(
         self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext
     ) -> tuple[Mask, npt.NDArray[np.int64]]:
         """The store over the history, checked after every arrival, and the arrival that dropped each unit (-1: kept)."""
@@ -356,31 +358,17 @@ class RandomPolicy(VictimPolicy):
     def choose_victim(self, stored: Sequence[int], units: Sequence[Unit]) -> int:
         return stored[int(self._rng.integers(len(stored)))]
 
-    def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
+    def _pass(
+        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext
+    ) -> tuple[Mask, npt.NDArray[np.int64]]:
         cls = type(self)
         if cls.choose_victim is not RandomPolicy.choose_victim or cls.start is not RandomPolicy.start:
-            return super().retain(units, sizes, budget, ctx)  # a subclass changed the choice
+            return super()._pass(units, sizes, budget, ctx)  # a subclass changed the choice: the generic loop
         # The same victims as ``choose_victim``, compiled: ``Generator.integers(h)``
         # consumes 32-bit draws (Lemire's method, see ``kernels.below``), so the
         # kernel gets the generator's 32-bit stream, drawn up front; it rarely
         # needs more than one draw per unit, and asks again with more if so.
-        return self._victims(units, sizes, budget, ctx)[0]
-
-    def eviction_arrivals(
-        self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
-    ) -> dict[int, int]:
-        cls = type(self)
-        if cls.choose_victim is not RandomPolicy.choose_victim or cls.start is not RandomPolicy.start:
-            return super().eviction_arrivals(units, sizes, budget, ctx, evicted)
-        return _arrivals(self._victims(units, sizes, budget, ctx)[1], evicted)
-
-    def evict(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Eviction:
-        cls = type(self)
-        if not self._own_pass(RandomPolicy.retain, RandomPolicy.eviction_arrivals):
-            return Policy.evict(self, units, sizes, budget, ctx)
-        if cls.choose_victim is not RandomPolicy.choose_victim or cls.start is not RandomPolicy.start:
-            return Eviction(*self._loop(units, sizes, budget, ctx))  # a subclass changed the choice
-        return Eviction(*self._victims(units, sizes, budget, ctx))
+        return self._victims(units, sizes, budget, ctx)
 
     def _victims(
         self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext
