@@ -593,6 +593,17 @@ def test_cost_per_question_is_estimated_and_said_so_when_the_server_reports_no_u
     usd = sum(r.memory_tokens[0] * scorer_in + r.memory_tokens[1] * scorer_out for r in scored if r.memory_tokens)
     assert memory["usd"] == pytest.approx(usd / 1e6 / len(scored), abs=1e-8) and memory["usd"] > 0
     text = (report / "report.md").read_text()
+    # one dollar figure per question and cell: the policy answer plus the memory share, the report's last column
+    for cell in cost["per_cell"]:
+        answer, share, total = cell["conditions"]["policy"], cell["memory"], cell["total"]
+        assert total["usd"] == pytest.approx(answer["usd"] + (share["usd"] if share else 0.0), abs=2e-8), cell["policy"]
+        assert total["tokens_in"] == pytest.approx(answer["tokens_in"] + (share["tokens_in"] if share else 0.0), abs=0.02)
+        assert total["estimated"] is True
+        assert f"| ${total['usd']:.6f} |" in text
+    assert (
+        "one figure per question: what answering a question under the policy costs, its policy answer (reader and "
+        "judge) plus its memory share" in text
+    )
     assert f"{cost['estimated']:,} of the {cost['answers']:,} answers counted have estimated tokens" in text
     assert "records' memory shares are estimated" in text
     assert f"{MODELS['reader']} $0.15 in, $0.6 out" in text

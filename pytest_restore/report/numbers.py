@@ -180,7 +180,16 @@ def render_cost_md(cost: CostFigures | None) -> str:
             f"{c.estimated:,} |"
         )
     memory = [cell.memory for cell in cost.cells if cell.memory is not None]
-    out += ["", "Per regime-(b) cell:", ""]
+    out += [
+        "",
+        (
+            "Per regime-(b) cell. The last column is one figure per question: what answering a question under "
+            "the policy costs, its policy answer (reader and judge)"
+            + (" plus its memory share" if memory else "")
+            + "; the restored answers and the oracle's are the audit's own calls and are not in it."
+        ),
+        "",
+    ]
     if memory:
         estimated_memory = sum(m.estimated for m in memory)
         out += [
@@ -189,7 +198,7 @@ def render_cost_md(cost: CostFigures | None) -> str:
                 "writer's) cost per "
                 "question to build its store: a store serves every question of its history, so each call is split "
                 "over the questions whose history it served, and a cell's shares add up to the calls that built "
-                "its stores once. A question's full cost with memory is its policy answer plus its memory share."
+                "its stores once."
                 + (
                     f" {estimated_memory:,} of the {sum(m.answers for m in memory):,} records' memory shares are "
                     "estimated (a model reported no usage)."
@@ -207,7 +216,7 @@ def render_cost_md(cost: CostFigures | None) -> str:
     if memory:
         header += " memory tokens in | memory tokens out | memory USD |"
         rule += "---:|---:|---:|"
-    out += [header, rule]
+    out += [header + " USD per question |", rule + "---:|"]
     several = len({cell.ranker for cell in cost.cells}) > 1
     for cell in cost.cells:
         found = dict(cell.conditions)
@@ -218,6 +227,8 @@ def render_cost_md(cost: CostFigures | None) -> str:
         if memory:  # a share of a call per question: a tenth of a token shows
             m = cell.memory
             shown += ["-"] * 3 if m is None else [f"{m.tokens_in:,.1f}", f"{m.tokens_out:,.1f}", _usd(m.usd)]
+        total = cell.total
+        shown.append("-" if total is None else _usd(total.usd))
         answers = max(c.answers for c in found.values())
         ranker = f" ({cell.ranker})" if several else ""
         out.append(

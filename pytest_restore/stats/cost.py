@@ -27,6 +27,11 @@ question of it, so each record carries its question's share
 (``memory_tokens``: each call split over the audited questions whose history
 it served); over a cell's questions the shares add up to the calls that built
 its stores, once each, as a deployed memory system would pay them.
+
+And one figure per question for each cell (``total``): what answering one
+question under the policy costs, its policy answer (the reader's call and the
+judge's) plus its memory share. The oracle's and the restored condition's
+calls are the audit's own and are not in it.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from typing import Any
 
 from pytest_restore.record import CONDITIONS, Condition, Record, ranker_of
 
-__all__ = ["CellCost", "ConditionCost", "CostFigures", "cost_figures"]
+__all__ = ["CellCost", "ConditionCost", "CostFigures", "QuestionTotal", "cost_figures"]
 
 #: The conditions a regime-(b) cell's answers differ in (the oracle is the same in every cell).
 CELL_CONDITIONS: tuple[str, ...] = ("policy", "restored")
@@ -67,6 +72,27 @@ class ConditionCost:
 
 
 @dataclass(frozen=True)
+class QuestionTotal:
+    """What one question costs under a cell's policy: its policy answer plus its memory share."""
+
+    tokens_in: float
+    tokens_out: float
+    #: ``None``: a model's price is unknown
+    usd: float | None
+    #: whether some of the tokens are estimated (a model reported no usage)
+    estimated: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain values (``summary.json``)."""
+        return {
+            "tokens_in": round(self.tokens_in, 2),
+            "tokens_out": round(self.tokens_out, 2),
+            "usd": round(self.usd, 8) if self.usd is not None else None,
+            "estimated": self.estimated,
+        }
+
+
+@dataclass(frozen=True)
 class CellCost:
     """A regime-(b) cell's cost per answer of its policy and restored conditions."""
 
@@ -78,8 +104,21 @@ class CellCost:
     #: the memory policy's own calls per question (its share of building the store); ``None``: it makes none
     memory: ConditionCost | None = None
 
+    @property
+    def total(self) -> QuestionTotal | None:
+        """One question's cost under the policy: the policy answer plus the memory share (``None``: no policy answer)."""
+        answer = dict(self.conditions).get("policy")
+        if answer is None:
+            return None
+        parts = [answer] + ([self.memory] if self.memory is not None else [])
+        usd = None if any(p.usd is None for p in parts) else sum(p.usd or 0.0 for p in parts)
+        return QuestionTotal(
+            sum(p.tokens_in for p in parts), sum(p.tokens_out for p in parts), usd, any(p.estimated for p in parts)
+        )
+
     def to_json(self) -> dict[str, Any]:
         """Plain values (``summary.json``)."""
+        total = self.total
         return {
             "policy": self.policy,
             "budget": self.budget,
@@ -88,6 +127,7 @@ class CellCost:
             # nested: the condition "policy" would otherwise overwrite the policy's name
             "conditions": {name: cost.to_json() for name, cost in self.conditions},
             "memory": self.memory.to_json() if self.memory is not None else None,
+            "total": total.to_json() if total is not None else None,
         }
 
 
