@@ -22,7 +22,8 @@ a test can predict, never by the audit's gold:
   instead; any other fact is *added*. Memories it does not touch are
   returned with ``NONE``, as the prompt asks.
 
-What it answered is counted (``answered``, ``malformed``, ``wrong_shape``).
+What it answered is counted (``answered``, ``malformed``, ``wrong_shape``);
+``Mem0Model(long=0)`` cuts off every extraction answer.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ BLOCKS = re.compile(r"```\n(.*?)\n\s*```", re.DOTALL)
 class Mem0Model:
     """The responder: mem0's extraction and update calls answered by rule (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, long: int = LONG) -> None:
+        #: a message longer than this gets an answer cut off midway (0: every message does)
+        self.long = long
         self.answered: Counter[str] = Counter()
 
     def __call__(self, messages: list[dict[str, Any]]) -> str:
@@ -65,7 +68,7 @@ class Mem0Model:
             for s in SENTENCE.findall(line)
             if not s.strip().endswith("?") and len(s.split()) >= 4
         ]
-        if len(line) > LONG:
+        if len(line) > self.long:
             self.answered["malformed"] += 1
             return '{"facts": ["' + (facts[0] if facts else line)[:20]
         if "FORMAT" in line:

@@ -10,11 +10,13 @@ server's fake embeddings.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from grid_helpers import GRID
 from mem0_model import LONG, Mem0Model
 from openai_server import OpenAIServer
 
@@ -23,7 +25,13 @@ from pytest_restore.data.dataset import Dataset
 from pytest_restore.data.loaders import load_data
 from pytest_restore.data.units import Unit
 from pytest_restore.memory.eviction import EvictionContext
-from pytest_restore.memory.mem0_adapter import Mem0Endpoints, Mem0Ranker, Mem0System, tallies
+from pytest_restore.memory.mem0_adapter import (
+    EXTRACTION,
+    UPDATE,
+    Mem0Endpoints,
+    Mem0Ranker,
+    Mem0System,
+)
 from pytest_restore.memory.retrieval import Bm25Lite
 from pytest_restore.models.embeddings import FakeEmbedder
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
@@ -50,7 +58,7 @@ def locomo() -> Dataset:
 
 
 @pytest.fixture(scope="module")
-def audited(server: OpenAIServer, locomo: Dataset, tmp_path_factory: pytest.TempPathFactory) -> tuple[Audit, Mem0System]:
+def audited(server: OpenAIServer, locomo: Dataset) -> tuple[Audit, Mem0System]:
     """One audit of the fixture's two conversations with mem0 under both budgets, read by BM25-lite and mem0."""
     reader = FakeReader()
     audit = Audit(
@@ -58,7 +66,7 @@ def audited(server: OpenAIServer, locomo: Dataset, tmp_path_factory: pytest.Temp
         rankers=[Bm25Lite(), Mem0Ranker()],
     )
     reader.learn(p.history for p in audit.questions)
-    system = mem0_of(server, tally_path=tmp_path_factory.mktemp("mem0") / "tallies.jsonl")
+    system = mem0_of(server)
     for budget in (ALL, SMALL):
         audit.run_cell(system, budget)
     return audit, system
@@ -95,12 +103,25 @@ def test_an_answer_mem0_cannot_parse_is_counted_and_its_turn_cited_by_nothing(
     long_turns = [u.position for u in view.history.units[: len(view.sources) - int(mask.sum())] if len(u.content) > LONG]
     assert long_turns == [7]  # D2:2, the bowl's photo: its extraction answer was cut off
     first = next(t for t in system.tallies if t.question == view.history.question.history_key and t.budget == ALL)
-    assert first.rejected == {"fact-extraction answer rejected": 1}
-    assert server.responder.answered["malformed"] == sum(t.rejected["fact-extraction answer rejected"] for t in system.tallies)
+    assert first.figures.rejected == {EXTRACTION: {"not valid JSON": 1}}
+    assert server.responder.answered["malformed"] == sum(t.figures.rejected_of(EXTRACTION) for t in system.tallies)
     # the gold turn mem0 lost is cited by no memory: evicted, in the audit's words; the other is kept
     assert view.evicted(mask) == [7] and len(view.citing(mask)) == 1
     records = [r for r in audit.run_cell(system, ALL).records if r.question_id == view.history.question.question_id]
     assert {r.gold_evicted for r in records} == {1}
+
+
+def test_a_cells_figures_are_its_stores_mem0_counted_once_each(audited: tuple[Audit, Mem0System]) -> None:
+    audit, system = audited
+    for budget in (ALL, SMALL):
+        figures = audit.run_cell(system, budget).memory
+        stores = [t for t in system.tallies if t.budget == budget]
+        assert figures is not None and figures.stores == len(stores) == 2  # the fixture's two conversations
+        assert figures.held == sum(t.held for t in stores) and figures.units == sum(t.figures.units for t in stores)
+        for kind in (EXTRACTION, UPDATE, "embeddings"):
+            assert figures.calls[kind] == sum(t.figures.calls[kind] for t in stores) > 0
+        assert figures.rejected_of(EXTRACTION) == sum(t.figures.rejected_of(EXTRACTION) for t in stores) > 0
+        assert figures.evicted == sum(t.figures.evicted for t in stores) and (figures.evicted > 0) == (budget == SMALL)
 
 
 def test_deletes_and_rejected_shapes_from_add_events() -> None:
@@ -116,10 +137,10 @@ def test_deletes_and_rejected_shapes_from_add_events() -> None:
         system = mem0_of(local, budgeted=False)
         held = system.hold(units, np.full(len(units), 10), 10**6, EvictionContext(question_id="h"))
     assert [(m.sources, m.text, m.date) for m in held] == [((3,), f"Ines: {lines[3]}", "2024/01/04")]
-    tally = system.tallies[0]
-    assert tally.events == {"ADD": 2, "DELETE": 1}
-    assert tally.rejected == {"fact-extraction answer rejected": 1} and model.answered["wrong_shape"] == 1
-    assert tally.calls["chat"] == 4 + 3  # four extractions, three updates (the rejected turn has none)
+    figures = system.figures()
+    assert figures.events == {"ADD": 2, "DELETE": 1}
+    assert figures.rejected == {EXTRACTION: {"JSON of the wrong shape ('facts')": 1}} and model.answered["wrong_shape"] == 1
+    assert figures.calls == {EXTRACTION: 4, UPDATE: 3, "embeddings": 3}  # the rejected turn has no update
 
 
 def test_the_budget_evicts_the_oldest_memories_through_mem0(audited: tuple[Audit, Mem0System]) -> None:
@@ -130,13 +151,11 @@ def test_the_budget_evicts_the_oldest_memories_through_mem0(audited: tuple[Audit
     tokens = int(small.history.sizes[small_mask].sum())
     assert tokens <= SMALL < int(full.history.sizes[full_mask].sum())
     tally = next(t for t in system.tallies if t.question == small.history.question.history_key and t.budget == SMALL)
-    assert tally.evicted > 0 and tally.held == int(small_mask.sum()) and tally.held_tokens == tokens
+    assert tally.figures.evicted > 0 and tally.held == int(small_mask.sum()) and tally.held_tokens == tokens
     # the oldest went: what is left holds the newest memory, and nothing from the first session's start
     kept = [small.sources[p] for p in np.flatnonzero(small_mask)]
     assert max(max(s) for s in kept) == max(max(full.sources[p]) for p in np.flatnonzero(full_mask))
     assert min(max(s) for s in kept) > min(max(full.sources[p]) for p in np.flatnonzero(full_mask))
-    written = tallies(system.tally_path or "")
-    assert [(t["question"], t["budget"]) for t in written] == [(t.question, t.budget) for t in system.tallies]
 
 
 def test_the_mem0_ranker_is_mem0s_search(audited: tuple[Audit, Mem0System]) -> None:
@@ -175,3 +194,55 @@ def test_mem0_calls_the_runs_reader_or_says_why_it_cannot(monkeypatch: pytest.Mo
         Mem0Endpoints.of_reader("fake", "http://127.0.0.1:8081/v1", embedding_model=EMBEDDER, embedding_dims=DIMS)
     with pytest.raises(ValueError, match="--restore-base-url: mem0 needs the base URL"):
         Mem0Endpoints.of_reader("openai:gemma", None, embedding_model=EMBEDDER, embedding_dims=DIMS)
+
+
+#: A conftest that audits mem0 against the loopback server at ``{url}``.
+MEM0_CONFTEST = """
+from pytest_restore.memory.mem0_adapter import Mem0Endpoints, Mem0System
+
+
+def pytest_restore_register_policies(registry, config):
+    registry.register(Mem0System(Mem0Endpoints("{url}", "small-model", "{embedder}", {dims})))
+"""
+
+
+def grid_with_mem0(pytester: pytest.Pytester, model: Mem0Model) -> tuple[pytest.RunResult, Path]:
+    """A grid run of mem0 on the LoCoMo fixture at one budget, its calls answered by ``model``."""
+    with OpenAIServer(model) as local:
+        pytester.makeconftest(MEM0_CONFTEST.format(url=local.base_url, embedder=EMBEDDER, dims=DIMS))
+        pytester.makepyfile(test_grid=GRID)
+        result = pytester.runpytest_inprocess(
+            "-p", "no:xdist", "-p", "no:cacheprovider", f"--restore-data={LOCOMO}", f"--restore-budgets={ALL}",
+            "--restore-policies=mem0", "--restore-bootstrap=200", "--restore-family-checks=report",
+        )
+    return result, pytester.path / "restore-report"
+
+
+def test_the_answers_mem0_rejected_reach_the_report_and_a_cell_that_used_none_fails(pytester: pytest.Pytester) -> None:
+    """summary.json and report.md count each memory system cell's calls, failures and rejected answers by cause
+    (through the item's message, as from an xdist worker); a cell where mem0 used no extraction answer fails
+    the run, saying so in one line, and its report is still written whole."""
+    model = Mem0Model()
+    result, report = grid_with_mem0(pytester, model)
+    assert result.ret == 0, result.outlines[-20:]
+    cells = json.loads((report / "summary.json").read_text())["run"]["checks"]["memory_systems"]["result"]["cells"]
+    [cell] = cells
+    figures = cell["figures"]
+    assert (cell["cell"], cell["policy"], figures["stores"]) == ("mem0-5k", "mem0", 2)  # the fixture's two conversations
+    assert figures["rejected"] == {EXTRACTION: {"not valid JSON": model.answered["malformed"]}} and model.answered["malformed"]
+    assert figures["calls"][EXTRACTION] == figures["units"] == model.answered["malformed"] + model.answered["facts"]
+    assert figures["calls"][UPDATE] == model.answered["update"] and figures["failed"] == {}
+    text = (report / "report.md").read_text()
+    section = text[text.index("## Memory systems"):]
+    row = next(line for line in section.splitlines() if line.startswith("| mem0-5k |"))
+    assert f"fact extraction: {model.answered['malformed']} not valid JSON" in row and "No answer used" not in section
+
+    cut = Mem0Model(long=0)  # every extraction answer cut off mid-JSON
+    result, report = grid_with_mem0(pytester, cut)
+    assert result.ret == 1
+    line = f"memory system 'mem0' in mem0-5k: every one of its {cut.answered['malformed']} fact extraction calls rejected or failed"
+    assert any(line in out for out in result.outlines), result.outlines[-30:]
+    summary = json.loads((report / "summary.json").read_text())
+    [cell] = summary["run"]["checks"]["memory_systems"]["result"]["cells"]
+    assert cell["figures"]["held"] == 0 and UPDATE not in cell["figures"]["calls"]
+    assert "**No answer used** in mem0-5k" in (report / "report.md").read_text()

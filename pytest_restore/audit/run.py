@@ -68,7 +68,7 @@ from pytest_restore.memory.retrieval import (
     inject,
     render_context,
 )
-from pytest_restore.memory.systems import MemorySystem
+from pytest_restore.memory.systems import MemorySystem, SystemFigures
 from pytest_restore.models.base import ChatModel, ChatRequest
 from pytest_restore.models.decoding import is_estimated, with_usage
 from pytest_restore.models.prompts import PromptSet, parse_score, parse_verdict
@@ -265,6 +265,8 @@ class CellRun:
     budget: int
     records: list[Record]
     stores: dict[tuple[str, int], Mask] = field(repr=False)
+    #: a memory system's cell: what it did building the cell's stores (``None``: the policy is no memory system)
+    memory: SystemFigures | None = None
 
 
 def _evidence(dataset: Dataset) -> list[Question]:
@@ -379,7 +381,7 @@ class Audit:
         # whole-grid stores by (policy, budget): evicted once, read by every ranker of the cell
         self._stores: dict[tuple[str, int], tuple[Policy, Planned]] = {}
         # a memory system's view of each history by (policy, budget, history, seed): fed once per process
-        self._views: dict[tuple[int, int, str, int], tuple[Policy, History, Mask, Sources, Mapping[int, int | None] | None]] = {}
+        self._views: dict[tuple[int, int, str, int], _View] = {}
 
     def _prepare(self, history: History, sources: Sources | None = None) -> Prepared:
         index = LexicalIndex.build(history)
@@ -498,17 +500,19 @@ class Audit:
                         break
         return self._importance, bad
 
-    def write(self, system: MemorySystem, questions: Sequence[Prepared]) -> dict[str, Failure]:
+    def write(self, system: MemorySystem, questions: Sequence[Prepared]) -> tuple[dict[str, Failure], SystemFigures]:
         """Ask the writer model every request ``system`` needs for these questions' histories at once
         (:meth:`MemorySystem.requests`), hand it the replies, and return the questions whose history lost
-        a call (their records are excluded, never scored). A system that calls no model asks nothing."""
+        a call (their records are excluded, never scored) and the writer's calls and failures (kind
+        ``writer``). A system that calls no model asks nothing."""
         needed: dict[str, list[ChatRequest]] = {}
         for p in questions:
             if p.question.history_key not in needed:  # a shared history is written once
                 needed[p.question.history_key] = _requests(system, p.history.units)
         distinct = list(dict.fromkeys(r for requests in needed.values() for r in requests))
+        figures = SystemFigures()
         if not distinct:
-            return {}
+            return {}, figures
         replies: dict[Hashable, str] = {}
         failed: dict[ChatRequest, str] = {}
         for request, result in zip(distinct, self.writer.run(distinct)):
@@ -518,13 +522,14 @@ class Audit:
                 self._build_tokens[request] = (result.input_tokens, result.output_tokens, is_estimated(result))
             else:
                 failed[request] = result.error or "no reply"
+        figures.calls[WRITER], figures.failed[WRITER] = len(distinct), len(failed)
         system.supply(replies)
         out = {}
         for p in questions:
             lost = next((failed[r] for r in needed[p.question.history_key] if r in failed), None)
             if lost is not None:
                 out[p.question.question_id] = Failure("writer", lost)
-        return out
+        return out, figures
 
     def writer_requests(self, system: Policy) -> list[ChatRequest]:
         """Every request a memory system that writes with a model needs over the audited histories (a dry run's)."""
@@ -634,14 +639,19 @@ class Audit:
         if entry is None or entry[0] is not policy:
             ctx = EvictionContext(question_id=history.question.history_key, seed=seed, importance=importance)
             lost: Mapping[int, int | None] | None = None
+            figures = SystemFigures(stores=1, units=len(history.units))
             if isinstance(policy, MemorySystem):  # traced as it is fed: when each unit lost its last citing memory
                 held = policy.trace(history.units, history.sizes, budget, ctx)
                 memories, lost = held.memories, held.lost
+                account = policy.figures()
+                if account is not None:  # the system's own: its calls, what it rejected (stores and units are ours)
+                    figures = figures + replace(account, stores=0, units=0, held=0)
             else:
                 memories = policy.hold(history.units, history.sizes, budget, ctx)
+            figures.held = len(memories)
             view, mask, sources = memory_view(history, memories)
-            entry = self._views[key] = (policy, view, mask, sources, lost)
-        _, view, mask, sources, lost = entry
+            entry = self._views[key] = (policy, view, mask, sources, lost, figures)
+        view, mask, sources, lost = entry[1:5]
         own = History(history.question, history.granularity, view.units, view.sizes, history.gold)
         for ranker in self.rankers.values():
             ranker.prepare_all([own])  # a dense ranker embeds the derived memories' texts here
@@ -685,8 +695,10 @@ class Audit:
         scorer_failed: dict[str, Failure] = {}
         if policy.needs_importance:
             importance, scorer_failed = self.importance(questions)
+        written = None
         if isinstance(policy, MemorySystem):
-            scorer_failed = {**scorer_failed, **self.write(policy, questions)}
+            lost, written = self.write(policy, questions)
+            scorer_failed = {**scorer_failed, **lost}
         builds = self.builds_with_a_model(policy)
         oracle = self.oracle(questions)
         shared = self._stores.get((policy.name, budget)) if ablate and not scorer_failed else None
@@ -728,7 +740,18 @@ class Audit:
                 ))
         if ablate and self.config.ablations:
             records = self.ablate(records, {(p.question.question_id, seed): p for p, seed, _ in plan}, stores)
-        return CellRun(policy.name, budget, records, stores)
+        figures = self._system_figures(policy, budget, plan, written) if policy.derived else None
+        return CellRun(policy.name, budget, records, stores, figures)
+
+    def _system_figures(
+        self, policy: Policy, budget: int, plan: Sequence[tuple[Prepared, int, Mask | None]], written: SystemFigures | None
+    ) -> SystemFigures:
+        """What a memory system did building a cell's stores: each store (history and seed) once, and its writer's calls."""
+        total = written or SystemFigures()
+        built = {(p.question.history_key, seed) for p, seed, mask in plan if mask is not None}
+        for history, seed in sorted(built):
+            total = total + self._views[(id(policy), budget, history, seed)][5]
+        return total
 
     # -- restore-tightness ablations (see pytest_restore.audit.ablations) ------------
 
@@ -1036,6 +1059,13 @@ class Audit:
             injected=tuple(c in read for c in citing),
             forced=_condition(forced.outcome, p.question),
         )
+
+
+#: The kind of call a model-written memory system's writer makes (:class:`SystemFigures`).
+WRITER = "writer"
+#: A memory system's store of one history: the policy, the view, what is held, what each unit cites,
+#: when each lost unit went, and what the system did building it.
+_View = tuple[Policy, History, Mask, Sources, "Mapping[int, int | None] | None", SystemFigures]
 
 
 def _condition(outcome: Outcome | None, question: Question, *, oracle: bool = False) -> Condition:

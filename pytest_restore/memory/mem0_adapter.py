@@ -28,9 +28,12 @@ is a :class:`~pytest_restore.memory.systems.MemorySystem` (the policy
 - **Answers mem0 rejects are counted.** mem0 drops a model answer it cannot
   parse (it logs the error and carries on as if the model had found
   nothing). That is mem0's behaviour and is audited as it is, but every such
-  answer is counted by kind in the store's :class:`Mem0Tally` (and, when
-  ``tally_path`` is set, written there as one JSON line per store), beside
-  the model calls mem0 made and the events it returned.
+  answer is counted, by the call it answered and the cause, in the store's
+  :class:`~pytest_restore.memory.systems.SystemFigures`
+  (:meth:`Mem0System.figures`), beside the model calls mem0 made by kind and
+  the events it returned; the audit sums them per cell and the report shows
+  them (its memory-systems section, ``summary.json``'s
+  ``run.checks.memory_systems``).
 - **Locality.** mem0's chat calls go to an OpenAI-compatible base URL (the
   run's reader's), its vectors to an embeddings endpoint; each store's
   vectors live in an in-memory Qdrant of its own and its history in an
@@ -51,16 +54,14 @@ is mem0 1.0's.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+import re
 import tempfile
 import warnings
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -69,17 +70,23 @@ from pytest_restore.data.units import History, Unit
 from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
 from pytest_restore.memory.retrieval import Ranker, Store
-from pytest_restore.memory.systems import MemorySystem
+from pytest_restore.memory.systems import MemorySystem, SystemFigures
 
-#: The logger mem0's ``Memory`` reports a dropped answer to, and what each of its error lines means.
+#: The logger mem0's ``Memory`` reports a dropped answer to.
 MEM0_LOGGER = "mem0.memory.main"
-REJECTIONS: tuple[tuple[str, str], ...] = (
-    ("Error in new_retrieved_facts", "fact-extraction answer rejected"),
-    ("Invalid JSON response", "memory-update answer rejected"),
-    ("Error iterating new_memories_with_actions", "memory-update answer rejected"),
-    ("Error in new memory actions response", "memory-update call failed"),
-    ("Error processing memory action", "memory action not applied"),
+#: mem0's two kinds of chat call: the facts of a message, then what they do to the memories held.
+EXTRACTION, UPDATE = "fact extraction", "memory update"
+#: What each of mem0's error lines means: the kind of call, and whether its answer was rejected
+#: (``True``: the cause is read from the error) or the call failed (``False``).
+REJECTIONS: tuple[tuple[str, str, bool], ...] = (
+    ("Error in new_retrieved_facts", EXTRACTION, True),
+    ("Invalid JSON response", UPDATE, True),
+    ("Error iterating new_memories_with_actions", UPDATE, True),
+    ("Error processing memory action", UPDATE, True),
+    ("Error in new memory actions response", UPDATE, False),
 )
+#: What Python's JSON parser's errors end with: where the text stopped parsing.
+_JSON_ERROR = re.compile(r"line \d+ column \d+")
 #: How many memories ``get_all`` is asked for (mem0's default is 100).
 GET_ALL_LIMIT = 100_000
 #: Roles mem0 reads as they are; any other role (a speaker's name) is sent as a user message.
@@ -128,48 +135,43 @@ class Mem0Endpoints:
 
 @dataclass
 class Mem0Tally:
-    """What one store's ingestion cost and what mem0 did with it."""
+    """One store mem0 built: the history, the budget, what mem0 did (:class:`SystemFigures`), the held size."""
 
     question: str
     budget: int
-    units: int = 0
-    #: model calls mem0 made: ``chat`` (extraction and update) and ``embeddings``
-    calls: Counter[str] = field(default_factory=Counter)
-    #: the events mem0's ``add`` returned, by kind (``ADD``, ``UPDATE``, ``DELETE``)
-    events: Counter[str] = field(default_factory=Counter)
-    #: answers mem0 dropped, by kind (:data:`REJECTIONS`)
-    rejected: Counter[str] = field(default_factory=Counter)
-    #: memories the adapter deleted to keep within the budget
-    evicted: int = 0
+    #: units fed, model calls by kind (``fact extraction``, ``memory update``, ``embeddings``), the answers
+    #: mem0 dropped by kind and cause, the events ``add`` returned, the memories deleted for the budget
+    figures: SystemFigures = field(default_factory=SystemFigures)
     held: int = 0
     held_tokens: int = 0
 
-    def to_json(self) -> dict[str, Any]:
-        """The tally as one JSON object (counters as plain, sorted mappings)."""
-        return {
-            "question": self.question,
-            "budget": self.budget,
-            "units": self.units,
-            "calls": dict(sorted(self.calls.items())),
-            "events": dict(sorted(self.events.items())),
-            "rejected": dict(sorted(self.rejected.items())),
-            "evicted": self.evicted,
-            "held": self.held,
-            "held_tokens": self.held_tokens,
-        }
+
+def rejection_cause(error: str) -> str:
+    """Why mem0 could not use an answer, from its error text: not JSON at all (a parser's error names
+    the line and column), or JSON of another shape (a missing key, a list where an object was due)."""
+    if _JSON_ERROR.search(error):
+        return "not valid JSON"
+    return f"JSON of the wrong shape ({error[:60]})"
 
 
 class _Rejections(logging.Handler):
-    """Counts the error lines mem0 logs when it drops an answer, by kind."""
+    """Reads the error lines mem0 logs when it drops an answer into the store's figures."""
 
-    def __init__(self) -> None:
+    def __init__(self, figures: SystemFigures) -> None:
         super().__init__(logging.ERROR)
-        self.counts: Counter[str] = Counter()
+        self.figures = figures
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        kind = next((k for prefix, k in REJECTIONS if message.startswith(prefix)), None)
-        self.counts[kind or f"other mem0 error: {message[:60]}"] += 1
+        found = next(((p, k, r) for p, k, r in REJECTIONS if message.startswith(p)), None)
+        if found is None:
+            self.figures.reject("other", f"mem0 error: {message[:60]}")
+            return
+        prefix, kind, rejected = found
+        if rejected:
+            self.figures.reject(kind, rejection_cause(message[len(prefix):].lstrip(": ")))
+        else:
+            self.figures.failed[kind] += 1
 
 
 def _import_mem0() -> Any:
@@ -210,12 +212,10 @@ class Mem0System(MemorySystem):
         endpoints: Mem0Endpoints,
         *,
         budgeted: bool = True,
-        tally_path: str | Path | None = None,
         api_key: str | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.budgeted = budgeted  # type: ignore[misc]  # per instance: mem0 with or without a budget
-        self.tally_path = Path(tally_path) if tally_path is not None else None
         self._api_key = api_key
         #: the tallies of the stores this instance built, in order
         self.tallies: list[Mem0Tally] = []
@@ -264,33 +264,32 @@ class Mem0System(MemorySystem):
         self._count_calls(memory)
         self.budget = budget
         self._where = f"memory system {self.name!r} on {ctx.question_id}"
-        self.store = _Store(memory, "audit", {}, {}, Mem0Tally(ctx.question_id, budget))
+        self.store = _Store(memory, "audit", {}, {}, Mem0Tally(ctx.question_id, budget, SystemFigures(stores=1)))
         self.tallies.append(self.store.tally)
         self._units: list[Unit] = []
 
     def _count_calls(self, memory: Any) -> None:
         """Count the model calls mem0 makes (its LLM and embedder are wrapped where they call out)."""
 
-        def counted(kind: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(kind: str | None, call: Callable[..., Any]) -> Callable[..., Any]:
             def wrapper(*args: Any, **kwargs: Any) -> Any:
-                self.store.tally.calls[kind] += 1
+                self.store.tally.figures.calls[kind or _chat_kind(args, kwargs)] += 1
                 return call(*args, **kwargs)
 
             return wrapper
 
-        memory.llm.generate_response = counted("chat", memory.llm.generate_response)
+        memory.llm.generate_response = counted(None, memory.llm.generate_response)
         memory.embedding_model.embed = counted("embeddings", memory.embedding_model.embed)
 
     def add(self, unit: Unit) -> None:
         store = self.store
         role, content = mem0_message(unit)
-        with _counting_rejections() as rejections:
+        with _counting_rejections(store.tally.figures):
             try:
                 result = store.memory.add([{"role": role, "content": content}], user_id=store.user_id)
             except Exception as err:
                 raise RuntimeError(f"{self._where}: mem0's add failed on unit {unit.position}: {err}") from err
-        store.tally.rejected.update(rejections)
-        store.tally.units += 1
+        store.tally.figures.units += 1
         self._units.append(unit)
         for event in result.get("results", []) if isinstance(result, Mapping) else []:
             self._apply(event, unit.position)
@@ -301,7 +300,7 @@ class Mem0System(MemorySystem):
     def _apply(self, event: Mapping[str, Any], position: int) -> None:
         kind, key = str(event.get("event")), str(event.get("id"))
         store = self.store
-        store.tally.events[kind] += 1
+        store.tally.figures.events[kind] += 1
         if kind == "ADD":
             store.sources[key] = (position,)
             store.order[key] = len(store.order)
@@ -339,7 +338,7 @@ class Mem0System(MemorySystem):
             store.sources.pop(key)
             del store.texts[key]
             total -= sizes[key]
-            store.tally.evicted += 1
+            store.tally.figures.evicted += 1
 
     def _held(self) -> dict[str, Memory]:
         """Each held memory by mem0 id: its text, the date of its newest source, its sources."""
@@ -358,19 +357,26 @@ class Mem0System(MemorySystem):
         held = self.memories()
         store.tally.held, store.tally.held_tokens = len(held), sum(memory_tokens(held))
         Mem0System.live[(store.tally.question, tuple(sorted(m.text for m in held)))] = store
-        if self.tally_path is not None:
-            with self.tally_path.open("a", encoding="utf-8") as out:
-                out.write(json.dumps(store.tally.to_json(), sort_keys=True) + "\n")
+
+    def figures(self) -> SystemFigures:
+        """What mem0 did building the store it last built: its calls by kind, the answers it dropped, its events."""
+        return self.store.tally.figures
+
+
+def _chat_kind(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """Which of mem0's chat calls this is: the extraction opens with its system prompt, the update has none."""
+    messages = kwargs.get("messages", args[0] if args else [])
+    return EXTRACTION if messages and messages[0].get("role") == "system" else UPDATE
 
 
 @contextmanager
-def _counting_rejections() -> Iterator[Counter[str]]:
-    """Count, by kind, the answers mem0 drops while the block runs (its add logs them from its own threads)."""
+def _counting_rejections(figures: SystemFigures) -> Iterator[None]:
+    """Count in ``figures`` the answers mem0 drops while the block runs (its add logs them from its own threads)."""
     logger = logging.getLogger(MEM0_LOGGER)
-    handler = _Rejections()
+    handler = _Rejections(figures)
     logger.addHandler(handler)
     try:
-        yield handler.counts
+        yield
     finally:
         logger.removeHandler(handler)
 
@@ -420,25 +426,3 @@ class Mem0Ranker(Ranker):
             state.results[k] = list(dict.fromkeys(ranked))
         members = np.asarray(store, dtype=bool)
         return [p for p in state.results[k] if members[p]][:k]
-
-
-def tallies(path: str | Path) -> list[dict[str, Any]]:
-    """The tallies a run's stores wrote to ``tally_path`` (one JSON object a line)."""
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def summed(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The tallies of several stores added up (counts of calls, events and rejected answers)."""
-    out: dict[str, Any] = {"stores": len(records), "units": 0, "evicted": 0, "held": 0}
-    calls: Counter[str] = Counter()
-    events: Counter[str] = Counter()
-    rejected: Counter[str] = Counter()
-    for r in records:
-        out["units"] += r["units"]
-        out["evicted"] += r["evicted"]
-        out["held"] += r["held"]
-        calls.update(r["calls"])
-        events.update(r["events"])
-        rejected.update(r["rejected"])
-    out.update(calls=dict(sorted(calls.items())), events=dict(sorted(events.items())), rejected=dict(sorted(rejected.items())))
-    return out

@@ -22,14 +22,21 @@ question and the arrival.
   cited before.
 
 A system sees units (content, date, role, size) and never the question or its gold.
+
+A system that calls a model of its own (mem0) accounts for it after each
+store in :meth:`MemorySystem.figures`: its calls by kind, the calls that got
+no answer, and the answers it could not use (:class:`SystemFigures`); the
+audit adds what every system's stores held, and the report shows them per
+cell (nothing a system drops goes uncounted).
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypedDict
 
 from pytest_restore.data.tokens import count_tokens
 from pytest_restore.data.units import Unit
@@ -45,6 +52,87 @@ class Held:
     #: each unit no held memory cites: the position of the unit whose arrival left it cited by no memory
     #: for good (its own when no memory ever cited it); ``None``: lost when the history ended (``finish``)
     lost: Mapping[int, int | None]
+
+
+class SystemFiguresJSON(TypedDict):
+    """:class:`SystemFigures` as ``summary.json`` keeps it (``run.checks.memory_systems``)."""
+
+    stores: int
+    units: int
+    held: int
+    calls: dict[str, int]
+    failed: dict[str, int]
+    rejected: dict[str, dict[str, int]]
+    events: dict[str, int]
+    evicted: int
+
+
+@dataclass
+class SystemFigures:
+    """What a memory system did building some stores: fed, held, its own model calls and what it dropped.
+
+    ``calls``, ``failed`` and ``rejected`` are by the kind of call (mem0's
+    ``fact extraction`` and ``memory update``; a model-written system's
+    ``writer``): ``failed`` counts calls that got no answer, ``rejected`` the
+    answers that came back and that the system could not use, by cause.
+    """
+
+    #: stores built (one per history and seed)
+    stores: int = 0
+    #: units fed to them
+    units: int = 0
+    #: memories held at the histories' ends
+    held: int = 0
+    calls: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)
+    rejected: dict[str, Counter[str]] = field(default_factory=dict)
+    #: what the system reported doing, by kind (mem0's ``ADD``, ``UPDATE``, ``DELETE``)
+    events: Counter[str] = field(default_factory=Counter)
+    #: memories let go to keep within the budget, where the system says so
+    evicted: int = 0
+
+    def reject(self, kind: str, cause: str, n: int = 1) -> None:
+        """Count ``n`` answers of a ``kind`` of call the system could not use, for ``cause``."""
+        self.rejected.setdefault(kind, Counter())[cause] += n
+
+    def rejected_of(self, kind: str) -> int:
+        """How many answers of ``kind`` were rejected, whatever the cause."""
+        return sum(self.rejected.get(kind, Counter()).values())
+
+    def __add__(self, other: SystemFigures) -> SystemFigures:
+        out = SystemFigures(
+            self.stores + other.stores, self.units + other.units, self.held + other.held,
+            self.calls + other.calls, self.failed + other.failed, {},
+            self.events + other.events, self.evicted + other.evicted,
+        )
+        for figures in (self, other):
+            for kind, causes in figures.rejected.items():
+                for cause, n in causes.items():
+                    out.reject(kind, cause, n)
+        return out
+
+    def to_json(self) -> SystemFiguresJSON:
+        """The figures as plain, sorted JSON values."""
+        return {
+            "stores": self.stores,
+            "units": self.units,
+            "held": self.held,
+            "calls": dict(sorted(self.calls.items())),
+            "failed": dict(sorted(self.failed.items())),
+            "rejected": {k: dict(sorted(c.items())) for k, c in sorted(self.rejected.items())},
+            "events": dict(sorted(self.events.items())),
+            "evicted": self.evicted,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SystemFigures:
+        """Read :meth:`to_json`'s form back."""
+        return cls(
+            int(data["stores"]), int(data["units"]), int(data["held"]),
+            Counter(data["calls"]), Counter(data["failed"]),
+            {k: Counter(c) for k, c in data["rejected"].items()},
+            Counter(data["events"]), int(data["evicted"]),
+        )
 
 
 class MemorySystem(Policy):
@@ -79,6 +167,12 @@ class MemorySystem(Policy):
 
     def supply(self, replies: Mapping[Hashable, str]) -> None:
         """The replies to :meth:`requests` (default: nothing to keep)."""
+
+    def figures(self) -> SystemFigures | None:
+        """The system's own account of the store it last built (after :meth:`finish`): the model calls it made
+        itself by kind, those that failed, the answers it rejected by cause, its events (default: ``None``,
+        it calls no model of its own). The audit counts the stores, units and memories held."""
+        return None
 
     @staticmethod
     def tokens(memory: Memory) -> int:

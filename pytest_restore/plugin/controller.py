@@ -135,7 +135,8 @@ class ControllerSession:
     def check_run(self, partial: str | None = None) -> CheckRun:
         """What the run's checks run over (after the grid: the gathered records, and whether it ran whole)."""
         return CheckRun(
-            self.parts, self.gathered.model_calls, self.config.get_terminal_writer(), self.gathered.records, partial
+            self.parts, self.gathered.model_calls, self.config.get_terminal_writer(), self.gathered.records, partial,
+            self.gathered.memory,
         )
 
     def stop_before_grid(self, session: pytest.Session, stop: RunStopped) -> NoReturn:

@@ -34,6 +34,8 @@ class Gathered:
         self.ran: set[str] = set()
         #: The exit status an item that stopped the run asked for (74: a file could not be read or written).
         self.exit_code: int | None = None
+        #: What each memory system's cell's stores cost and dropped, by cell id (``ItemMessage.memory``).
+        self.memory: dict[str, dict[str, Any]] = {}
 
     def take(self, report: pytest.TestReport) -> None:
         """Read a report's records, data description and model usage, and take them off the report.
@@ -62,3 +64,5 @@ class Gathered:
         # cumulative per process: the latest message of each process wins
         self.model_calls.usage_by_process[message.process] = dict(message.usage)
         self.model_calls.calls_by_process[message.process] = dict(message.calls)
+        if message.memory:
+            self.memory[str(message.memory["cell"])] = dict(message.memory)

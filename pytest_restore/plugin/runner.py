@@ -11,7 +11,7 @@ instead.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -43,8 +43,13 @@ class CellRunner:
     def ship(self, item: pytest.Item, audit: Audit, run: CellRun) -> None:
         """Attach the item's message (its cell's records, the data's description, this process's model calls)
         to the item's report."""
+        spec = getattr(getattr(item, "callspec", None), "params", {}).get("restore_cell")
+        memory: dict[str, Any] = {}
+        if run.memory is not None and spec is not None:
+            memory = {"cell": spec.id, "policy": run.policy, "figures": run.memory.to_json()}
         message = ItemMessage(
-            self.process, tuple(run.records), self.parts.meta(), self.parts.usage(), self.parts.call_details()
+            self.process, tuple(run.records), self.parts.meta(), self.parts.usage(), self.parts.call_details(),
+            memory=memory,
         )
         item.user_properties.append((MESSAGE_PROPERTY, self.send(message, audit, run)))
 

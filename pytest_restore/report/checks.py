@@ -46,6 +46,54 @@ def render_real_calls_md(details: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _counts(counts: Mapping[str, int]) -> str:
+    """``kind n, kind n`` (a table cell), or ``none``."""
+    return ", ".join(f"{kind} {n}" for kind, n in counts.items() if n) or "none"
+
+
+def render_memory_systems_md(cells: Sequence[Mapping[str, Any]]) -> str:
+    """report.md's account of the memory systems' cells: stores, memories held, the systems' own calls, what
+    failed and the answers they rejected, by cause; and the cells whose every answer of a kind was rejected."""
+    out = [
+        "## Memory systems",
+        "",
+        "What each memory system did building its cells' stores: the turns it was fed, the memories it held at the",
+        "histories' ends, the model calls it made by kind (a model-written system's writer goes through the run's",
+        "model layer; mem0's own calls do not, and are counted only here), the calls that got no answer and the",
+        "answers it received but could not use, by cause. A turn whose answer was rejected is cited by no memory:",
+        "what it held is lost to the system, in the irreversible bin. A cell where no answer of a kind of call was",
+        "used fails the run.",
+        "",
+        "| cell | stores | turns fed | memories held | model calls | failed calls | answers rejected | events | evicted |",
+        "|---|---:|---:|---:|---|---|---|---|---:|",
+    ]
+    emptied = []
+    for cell in cells:
+        f = cell["figures"]
+        rejected = "; ".join(
+            f"{kind}: " + ", ".join(f"{n} {cause}" for cause, n in causes.items()) for kind, causes in f["rejected"].items()
+        ) or "none"
+        out.append(
+            f"| {cell['cell']} | {f['stores']} | {f['units']} | {f['held']} | {_counts(f['calls'])} | "
+            f"{_counts(f['failed'])} | {rejected.replace('|', '/')} | {_counts(f['events'])} | {f['evicted']} |"
+        )
+        emptied += [f"{cell['cell']} ({line})" for line in unused_calls(f)]
+    if emptied:
+        out += ["", f"**No answer used** in {'; '.join(emptied)}."]
+    return "\n".join(out)
+
+
+def unused_calls(figures: Mapping[str, Any]) -> list[str]:
+    """Each kind of call of a memory system's figures none of whose answers it used: ``every one of its N
+    fact extraction calls rejected or failed`` (empty: every kind gave the system something)."""
+    out = []
+    for kind, n in figures["calls"].items():
+        lost = sum(figures["rejected"].get(kind, {}).values()) + figures["failed"].get(kind, 0)
+        if n and lost >= n:
+            out.append(f"every one of its {n} {kind} calls rejected or failed")
+    return out
+
+
 def _lenient_rows(r: CalibrationResult) -> list[str]:
     """One row per wrong probe kind: its acceptance rate against the limit (none for a result without them)."""
     rows = []

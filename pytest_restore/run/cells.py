@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pytest_restore.audit.checks import construct_checks
 from pytest_restore.audit.run import Audit, CellRun
 from pytest_restore.record import Record
+from pytest_restore.report.checks import unused_calls
 from pytest_restore.run.grid import CellSpec
 from pytest_restore.run.parts import RunParts
 from pytest_restore.stats.analysis import Analysis, analyse, cell_verdicts
@@ -36,6 +37,8 @@ def cell_failures(parts: RunParts, spec: CellSpec, run: CellRun) -> list[str]:
     records, fetch = item_records(audit, run, spec, parts)
     analysis = item_analysis(records, parts)
     failures = construct_checks(run, audit)
+    if run.memory is not None:  # a memory system that used no answer of some kind of call built its stores from nothing
+        failures += [f"memory system {run.policy!r} in {spec.id}: {line}" for line in unused_calls(run.memory.to_json())]
     failures += analysis.construct_failures(run.policy, run.budget, audit.reader.name)
     if parts.settings.family_checks == "fail":
         failures += [

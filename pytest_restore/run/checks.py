@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal, TypedDict
 
 from pytest_restore.audit.calibration import CalibrationResult
 from pytest_restore.audit.judge_audit import JudgeAuditResult
+from pytest_restore.memory.systems import SystemFigures, SystemFiguresJSON
 from pytest_restore.record import Record
 from pytest_restore.report.checks import (
     render_batch_md,
@@ -27,6 +28,7 @@ from pytest_restore.report.checks import (
     render_embeddings_md,
     render_grid_md,
     render_judge_audit_md,
+    render_memory_systems_md,
     render_real_calls_md,
 )
 from pytest_restore.report.inputs import CheckResult, RawCheck
@@ -50,6 +52,8 @@ class CheckRun:
     records: Sequence[Record] = ()
     #: why the grid did not run whole (``None``: it did), after it
     partial: str | None = None
+    #: after it, each memory system's cell: ``{"cell", "policy", "figures"}`` by cell id (``ItemMessage.memory``)
+    memory: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 class Check:
@@ -284,8 +288,50 @@ class RealModelCalls(Check):
         return render_real_calls_md(self.by_model)
 
 
+class SystemCell(TypedDict):
+    """One memory system's cell: its id, the system, and what it did building the cell's stores."""
+
+    cell: str
+    policy: str
+    figures: SystemFiguresJSON
+
+
+@dataclass(frozen=True)
+class MemorySystems(Check):
+    """What each memory system's cells cost and dropped: stores, memories held, the system's own model calls,
+    the calls that failed and the answers it rejected, by cause (``SystemFigures``), in the grid's order."""
+
+    name: ClassVar[str] = "memory_systems"
+    section: ClassVar[int] = 55
+    when: ClassVar[Literal["before_grid", "after_grid"]] = "after_grid"
+    cells: tuple[SystemCell, ...]
+
+    @classmethod
+    def run(cls, run: CheckRun) -> MemorySystems | None:
+        if not run.memory:
+            return None
+        order = {c.id: i for i, c in enumerate(run.parts.plan.cells)}
+        ids = sorted(run.memory, key=lambda cell: (order.get(cell, len(order)), cell))
+        return cls.from_json({"cells": [run.memory[cell] for cell in ids]})
+
+    @classmethod
+    def from_json(cls, result: Any) -> MemorySystems:
+        return cls(tuple(
+            SystemCell(cell=str(c["cell"]), policy=str(c["policy"]), figures=SystemFigures.from_json(c["figures"]).to_json())
+            for c in result["cells"]
+        ))
+
+    def to_json(self) -> Any:
+        return {"cells": [dict(c) for c in self.cells]}
+
+    def render_md(self) -> str:
+        return render_memory_systems_md(self.cells)
+
+
 #: The built-in checks, in the order they run (those before the grid: embeddings, then the gate, then the batch).
-CHECKS: tuple[type[Check], ...] = (Embeddings, Calibration, BatchRounds, GridCoverage, JudgeAudit, RealModelCalls)
+CHECKS: tuple[type[Check], ...] = (
+    Embeddings, Calibration, BatchRounds, GridCoverage, JudgeAudit, MemorySystems, RealModelCalls,
+)
 
 
 def run_checks(when: Literal["before_grid", "after_grid"], run: CheckRun) -> dict[str, Check]:

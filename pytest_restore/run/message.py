@@ -35,13 +35,19 @@ class ItemMessage:
     calls: Mapping[str, Any] = field(default_factory=dict)
     #: the exit status the item stopped the run with (74: a file could not be read or written)
     exit_code: int | None = None
+    #: a memory system's cell: what the system did building the cell's stores (``{"cell", "policy", "figures"}``,
+    #: figures as ``SystemFigures.to_json``); empty for a policy of raw units
+    memory: Mapping[str, Any] = field(default_factory=dict)
 
     def to_text(self, records_json: str | None = None) -> str:
         """The message as one JSON string; ``records_json``: the records' JSON when already made."""
         if records_json is None and self.records is not None:
             records_json = json.dumps([r.to_json() for r in self.records])
         rest = json.dumps(
-            {"process": self.process, "data": self.data, "usage": self.usage, "calls": self.calls, "exit_code": self.exit_code}
+            {
+                "process": self.process, "data": self.data, "usage": self.usage, "calls": self.calls,
+                "exit_code": self.exit_code, "memory": self.memory,
+            }
         )
         return rest[:-1] + f', "records": {records_json or "null"}}}'
 
@@ -61,4 +67,5 @@ class ItemMessage:
             usage=dict(data["usage"]),
             calls=dict(data["calls"]),
             exit_code=None if data["exit_code"] is None else int(data["exit_code"]),
+            memory=dict(data["memory"]),
         )
