@@ -14,7 +14,6 @@ from grid_helpers import TINY, ChildRun, report_file
 
 from pytest_restore.__main__ import main
 from pytest_restore.audit import ablations
-from pytest_restore.audit.memo import model_calls
 from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import Dataset, load_dataset
 from pytest_restore.memory.eviction import default_registry
@@ -25,7 +24,7 @@ from pytest_restore.record import ABLATIONS, Record, dumps
 from pytest_restore.report.cases import bin_cases
 from pytest_restore.report.inputs import RunInfo, analyse_records, read_records
 from pytest_restore.report.markdown import render_report_md
-from pytest_restore.report.writer import write_report
+from pytest_restore.report.writer import run_log, write_report
 from pytest_restore.stats.ablations import summarise
 
 BUDGETS = (600, 300, 100)
@@ -226,7 +225,8 @@ def test_report_sections_rebuild_from_records(tiny_records: list[Record], tmp_pa
     assert pooled["surviving"]["cases"] == pooled["gold"]["cases"] > 0
     # the report is a function of the records alone
     saved = read_records(files.records)
-    again = render_report_md(saved, info, analyse_records(saved, info), model_calls(saved))
+    analysis = analyse_records(saved, info)
+    again = render_report_md(saved, analysis, run_log(saved, info, analysis))
     assert again == report
 
 

@@ -194,11 +194,11 @@ def test_cells_run_once_per_process_and_records_carry_prompt_ids(small: Path) ->
             assert isinstance(condition.prompt, str) and len(condition.prompt) == 16
     # the two regimes of one store share the restored call, and the oracle is once per question
     calls = model_calls(run.records)["fake"]
-    assert calls["reader_naive"] == 3 * len(run.records)
+    assert calls.reader_naive == 3 * len(run.records)
     distinct = {c.prompt for r in run.records for _name, c in r.conditions.by_name()}
-    assert calls["reader_unique"] == len(distinct) <= 2 * len(run.records)
+    assert calls.reader_unique == len(distinct) <= 2 * len(run.records)
     section = render_model_calls_md(model_calls(run.records))
-    assert "## Model calls" in section and f"| {calls['reader_naive']} | {calls['reader_unique']} |" in section
+    assert "## Model calls" in section and f"| {calls.reader_naive} | {calls.reader_unique} |" in section
 
 
 def audit_policy(name: str) -> Any:

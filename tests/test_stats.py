@@ -514,7 +514,7 @@ def test_a_registered_family_is_analysed_decided_and_checked_like_a_built_in() -
     no_evict = tests["no-irr no-evict 80000"]
     assert (no_evict.statistic, no_evict.decision, no_evict.expectation_met) == (0.0, "retain", True)
     assert analysis.failures() == [tests["no-irr fifo 80000"]]
-    assert [row["family"] for row in analysis.summary()][-1] == "no-irr"
+    assert [row.family for row in analysis.summary()][-1] == "no-irr"
     assert list(analysis.to_json()["families"])[-1] == "no-irr"
     assert family_of("no-irr", families).describe(tests["no-irr fifo 80000"]).startswith(
         "no-irr: fifo at 80k: an irreversible error (irr rate 0.30"

@@ -36,15 +36,50 @@ def prompt_id(request: ChatRequest) -> str:
     return request_digest(request).hex()[:16]
 
 
-def model_calls(records: Iterable[Record]) -> dict[str, dict[str, Any]]:
-    """Reader and judge calls of the main conditions, unique against naive, from the records alone.
+@dataclass(frozen=True)
+class ReaderCalls:
+    """One reader's calls of the main conditions, unique against naive (:func:`model_calls`).
 
     Naive: one call per condition of every record (oracle, policy, restored),
-    as if nothing were shared. Unique: distinct reader requests (the records'
-    ``*_prompt`` ids) and distinct judge requests (question, reference and
-    answer), per reader. Records without prompt ids (older ones) are left out.
+    as if nothing were shared; unique: distinct requests. ``report.md``'s model
+    calls table and ``summary.json``'s ``model_calls`` read this one object.
     """
-    out: dict[str, dict[str, Any]] = {}
+
+    reader_naive: int
+    reader_unique: int
+    judge_naive: int
+    judge_unique: int
+
+    @property
+    def reader_ratio(self) -> float | None:
+        """Unique over naive reader calls (``None``: no call)."""
+        return self.reader_unique / self.reader_naive if self.reader_naive else None
+
+    @property
+    def judge_ratio(self) -> float | None:
+        """Unique over naive judge calls (``None``: no call)."""
+        return self.judge_unique / self.judge_naive if self.judge_naive else None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain values, the ratios beside the counts."""
+        return {
+            "reader_naive": self.reader_naive,
+            "reader_unique": self.reader_unique,
+            "reader_ratio": self.reader_ratio,
+            "judge_naive": self.judge_naive,
+            "judge_unique": self.judge_unique,
+            "judge_ratio": self.judge_ratio,
+        }
+
+
+def model_calls(records: Iterable[Record]) -> dict[str, ReaderCalls]:
+    """Reader and judge calls of the main conditions per reader, unique against naive, from the records alone.
+
+    Unique: distinct reader requests (the records' condition prompt ids) and
+    distinct judge requests (question, reference and answer). Records without
+    prompt ids (older ones) are left out.
+    """
+    out: dict[str, ReaderCalls] = {}
     for reader in sorted({r.reader for r in records if r.conditions.oracle.prompt is not None}):
         prompts: set[str] = set()
         graded: set[tuple[str, str, str]] = set()
@@ -60,14 +95,9 @@ def model_calls(records: Iterable[Record]) -> dict[str, dict[str, Any]]:
                 if condition.answer is not None:
                     judged += 1
                     graded.add((str(r.question), str(r.reference), condition.answer))
-        out[reader] = {
-            "reader_naive": naive,
-            "reader_unique": len(prompts),
-            "reader_ratio": len(prompts) / naive if naive else None,
-            "judge_naive": judged,
-            "judge_unique": len(graded),
-            "judge_ratio": len(graded) / judged if judged else None,
-        }
+        out[reader] = ReaderCalls(
+            reader_naive=naive, reader_unique=len(prompts), judge_naive=judged, judge_unique=len(graded)
+        )
     return out
 
 

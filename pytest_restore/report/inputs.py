@@ -13,15 +13,20 @@ from pathlib import Path
 from typing import Any, Protocol, TypedDict, cast
 
 from pytest_restore import record as record_module
+from pytest_restore.audit.memo import ReaderCalls
 from pytest_restore.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from pytest_restore.record import Record, RecordError, ranker_of
 from pytest_restore.stats.analysis import Analysis, analyse
+from pytest_restore.stats.cost import CostFigures
 from pytest_restore.stats.families import FAMILIES, Family
 from pytest_restore.stats.results import (
     DEFAULT_CALIPER,
     DEFAULT_EQUIVALENCE_MARGIN,
+    FamilySummary,
+    Totals,
     policy_order,
 )
+from pytest_restore.stats.ties import ScoreDistribution
 
 #: Saved records that cannot be turned into a report (the name this module always used).
 RecordsError = RecordError
@@ -162,24 +167,21 @@ class ProvenanceJSON(TypedDict):
     partial: str | None
 
 
-class RunLog(TypedDict, total=False):
-    """``summary.json``: the run log without its records, versioned with them (``record_schema``).
-
-    Written by the report's writer from a :class:`RunInfo` and the analysis;
-    ``python -m pytest_restore report`` reads ``run`` and ``provenance`` back
-    (:func:`read_run_log`), so a rebuilt report is the session's, byte for byte.
-    """
+class RunLogJSON(TypedDict, total=False):
+    """``summary.json`` as a file: :meth:`RunLog.to_json`, and what :func:`read_run_log` checks of a saved one."""
 
     #: the records' schema version (``record.SCHEMA_VERSION``): a file of another version is refused in one line
     record_schema: int
     run: RunSection
     provenance: ProvenanceJSON
-    #: records, cells, questions, excluded records, bins
+    #: records, cells, questions, excluded records, bins (``stats.results.Totals``)
     counts: dict[str, Any]
     record_exclusions: dict[str, int]
-    model_calls: dict[str, Any]
+    #: per reader, its calls unique against naive (``audit.memo.ReaderCalls``)
+    model_calls: dict[str, dict[str, Any]]
     simulated: bool
     simulated_note: str
+    #: per family and reader, its tests in counts (``stats.results.FamilySummary``)
     hypotheses: list[dict[str, Any]]
     failures: list[str]
     not_testable: list[str]
@@ -285,6 +287,68 @@ class RunInfo:
         return cls(cast(RunSettings, settings), cast(DataDescription, dataset), exclusions, checks)
 
 
+@dataclass(frozen=True)
+class RunLog:
+    """``summary.json``: the run log without its records, versioned with them (``record_schema``).
+
+    Made once per report from the run's :class:`RunInfo`, its records and the
+    analysis (``report.writer.run_log``); ``report.md``, the terminal's lines
+    and ``summary.json`` (:meth:`to_json`) read this one object. ``python -m
+    pytest_restore report`` reads ``run`` and ``provenance`` back
+    (:func:`read_run_info`), so a rebuilt report is the session's, byte for byte.
+    """
+
+    #: the run section, and the session's provenance
+    run: RunInfo
+    #: the records in totals
+    counts: Totals
+    #: excluded records by reason, reasons sorted
+    record_exclusions: Mapping[str, int]
+    #: per reader, its main conditions' calls unique against naive
+    model_calls: Mapping[str, ReaderCalls]
+    #: per family and reader, its tests in counts
+    hypotheses: tuple[FamilySummary, ...]
+    #: one line per expectation the run could test and did not meet (each fails the session)
+    failures: tuple[str, ...]
+    #: one line per family whose unmet expectations this run had no power to meet
+    not_testable: tuple[str, ...]
+    #: what the report opens with when a model was simulated (``None``: none was)
+    simulated_note: str | None = None
+    #: what each answer cost (``None``: no record carries tokens)
+    cost: CostFigures | None = None
+    #: each importance policy's score distribution
+    importance_scores: tuple[ScoreDistribution, ...] = ()
+    record_schema: int = record_module.SCHEMA_VERSION
+
+    @property
+    def simulated(self) -> bool:
+        """Whether a fake model took part."""
+        return self.simulated_note is not None
+
+    def to_json(self) -> RunLogJSON:
+        """``summary.json``'s object."""
+        out = RunLogJSON(
+            record_schema=self.record_schema,
+            run=self.run.to_json(),
+            counts=self.counts.to_json(),
+            record_exclusions=dict(self.record_exclusions),
+            model_calls={reader: calls.to_json() for reader, calls in self.model_calls.items()},
+            simulated=self.simulated,
+            hypotheses=[row.to_json() for row in self.hypotheses],
+            failures=list(self.failures),
+            not_testable=list(self.not_testable),
+        )
+        if self.simulated_note:
+            out["simulated_note"] = self.simulated_note
+        if self.run.provenance is not None:
+            out["provenance"] = self.run.provenance.to_json()
+        if self.cost is not None:
+            out["cost"] = self.cost.to_json()
+        if self.importance_scores:
+            out["importance_scores"] = [d.to_json() for d in self.importance_scores]
+        return out
+
+
 def record_order(r: Record) -> tuple[tuple[int, str], int, str, int, str, str]:
     """The canonical order of records: by cell, then seed, regime and question."""
     return (policy_order(r.policy), -r.budget, r.reader, r.seed, r.regime, r.question_id)
@@ -340,7 +404,7 @@ def rankers_of(records: Iterable[Record]) -> list[str]:
     return sorted({ranker_of(r) for r in records})
 
 
-def read_run_log(records_path: str | Path) -> RunLog | None:
+def read_run_log(records_path: str | Path) -> RunLogJSON | None:
     """The ``summary.json`` beside ``records_path`` (``None``: there is none), its version and its
     sections' shapes checked; a problem is one :class:`RecordsError` line naming the file."""
     summary = Path(records_path).with_name("summary.json")
@@ -359,7 +423,7 @@ def read_run_log(records_path: str | Path) -> RunLog | None:
     provenance = data.get("provenance")
     if provenance is not None and not isinstance(provenance, dict):
         raise RecordsError(f"{summary}: 'provenance' is not an object")
-    return cast(RunLog, data)
+    return cast(RunLogJSON, data)
 
 
 def read_records(path: str | Path) -> list[Record]:

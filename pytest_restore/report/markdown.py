@@ -9,10 +9,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_restore.audit.memo import ReaderCalls
 from pytest_restore.record import Record
 from pytest_restore.report.cases import render_ablations_md, render_cases_md
 from pytest_restore.report.inputs import (
     RunInfo,
+    RunLog,
     dataset_label,
     fmt,
     rankers_of,
@@ -27,7 +29,7 @@ from pytest_restore.report.numbers import (
     ties_findings,
 )
 from pytest_restore.report.rankers import rankers_findings, render_rankers_md
-from pytest_restore.report.simulated import simulated_note, simulated_reader_md
+from pytest_restore.report.simulated import simulated_reader_md
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.cost import CostFigures, cost_figures
 from pytest_restore.stats.families import POSITIVE_CONTROL, POWER, families_of, family_of
@@ -127,8 +129,8 @@ def render_hypotheses_md(analysis: Analysis) -> str:
     ]
     for row in analysis.summary():
         out.append(
-            f"| {row['family']} | {row['reader']} | {row['tests']} | {row['empty']} | {row['rejected']} | "
-            f"{row['expectation_unmet']} | {row['not_testable']} |"
+            f"| {row.family} | {row.reader} | {row.tests} | {row.empty} | {row.rejected} | "
+            f"{row.expectation_unmet} | {row.not_testable} |"
         )
     failures = session_failures(analysis)
     out += ["", "Expectations not met (each fails the session):" if failures else "Every testable expectation is met.", ""]
@@ -500,23 +502,18 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
     return "\n".join(out) + "\n"
 
 
-def render_report_md(
-    records: Sequence[Record],
-    info: RunInfo,
-    analysis: Analysis,
-    calls: Mapping[str, Mapping[str, Any]],
-) -> str:
-    """``report.md`` as text (``calls``: :func:`model_calls` of the records, when already counted).
+def render_report_md(records: Sequence[Record], analysis: Analysis, log: RunLog) -> str:
+    """``report.md`` as text, from the records, their analysis and the run log ``summary.json`` holds.
 
     The answer first (what was run, the simulated-models notice where it
     applies, the findings), then the tables, families, cases and ablations;
     the run's settings and exclusions last.
     """
+    info = log.run
     mark = partial_mark(info)
     out = ([mark] if mark else []) + ["# Restore-counterfactual audit", ""]
-    note = simulated_note(records, info.dataset.get("official"))
-    if note:  # the first thing a reader sees: what these figures are, when a model is simulated
-        out += [note, ""]
+    if log.simulated_note:  # the first thing a reader sees: what these figures are, when a model is simulated
+        out += [log.simulated_note, ""]
     out += [_run_line(records, info, analysis), ""]
     out += [render_tables_md(analysis)]
     comparison = compare_readers(analysis)
@@ -528,7 +525,7 @@ def render_report_md(
     reader_model = simulated_reader_md(records)
     if reader_model:
         out += ["", reader_model]
-    for section in (render_model_calls_md(calls), render_cost_md(cost_of(records, info))):
+    for section in (render_model_calls_md(log.model_calls), render_cost_md(log.cost)):
         if section:
             out += ["", section]
     out += ["", render_settings_md(records, info, analysis)]
@@ -551,7 +548,7 @@ def partial_mark(info: RunInfo) -> str:
     )
 
 
-def render_model_calls_md(calls: Mapping[str, Mapping[str, Any]]) -> str:
+def render_model_calls_md(calls: Mapping[str, ReaderCalls]) -> str:
     """The model calls section: unique reader and judge calls against naive, from the records' prompt ids."""
     if not calls:
         return ""
@@ -569,8 +566,8 @@ def render_model_calls_md(calls: Mapping[str, Mapping[str, Any]]) -> str:
     ]
     for reader, c in calls.items():
         out.append(
-            f"| {reader} | {c['reader_naive']} | {c['reader_unique']} | {_num(c['reader_ratio'], 2)} "
-            f"| {c['judge_naive']} | {c['judge_unique']} | {_num(c['judge_ratio'], 2)} |"
+            f"| {reader} | {c.reader_naive} | {c.reader_unique} | {_num(c.reader_ratio, 2)} "
+            f"| {c.judge_naive} | {c.judge_unique} | {_num(c.judge_ratio, 2)} |"
         )
     return "\n".join(out) + "\n"
 

@@ -37,13 +37,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_restore.audit.memo import model_calls
-from pytest_restore.record import SCHEMA_VERSION, Record
+from pytest_restore.record import Record
 from pytest_restore.record import dumps as records_text
 from pytest_restore.report.inputs import (
     RunInfo,
@@ -115,50 +115,30 @@ class ReportFiles:
     figure_png: Path
     figure_svg: Path
     html: Path
+    #: the run log's (:class:`RunLog`) expectations the run could test and did not meet (each fails the session)
     failures: tuple[str, ...] = ()
-    #: one line per family whose unmet expectations this run had no power to meet
+    #: the run log's lines, one per family whose unmet expectations this run had no power to meet
     untestable: tuple[str, ...] = ()
     #: the terminal's table of regime (b) (:func:`terminal_lines`)
     table: tuple[str, ...] = ()
 
 
-def summary_json(
-    records: Sequence[Record],
-    info: RunInfo,
-    analysis: Analysis,
-    calls: Mapping[str, Mapping[str, Any]],
-) -> RunLog:
-    """``summary.json`` (:class:`~pytest_restore.report.inputs.RunLog`): the run section, the analysis's
-    counts and the hypothesis summary."""
+def run_log(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> RunLog:
+    """The run log (``summary.json``, :class:`~pytest_restore.report.inputs.RunLog`), made once per report:
+    the run section, the analysis's counts and hypothesis summary, the model calls and cost from the records."""
     counts = analysis.counts
-    out = RunLog(
-        run=info.to_json(),
-        counts={
-            "records": counts.records,
-            "cells": len(counts.cells),
-            "questions": len(counts.question_ids),
-            "excluded_records": counts.excluded,
-            "bins": counts.bins(),
-        },
+    return RunLog(
+        run=info,
+        counts=counts.totals(),
         record_exclusions=counts.exclusions(),
-        record_schema=SCHEMA_VERSION,
-        model_calls=dict(calls),
+        model_calls=model_calls(records),
+        hypotheses=tuple(analysis.summary()),
+        failures=tuple(session_failures(analysis)),
+        not_testable=tuple(untestable_lines(analysis)),
+        simulated_note=simulated_note(records, info.dataset.get("official")),
+        cost=cost_of(records, info),
+        importance_scores=tuple(analysis.importance),
     )
-    note = simulated_note(records, info.dataset.get("official"))
-    out["simulated"] = note is not None
-    if note:
-        out["simulated_note"] = note
-    out["hypotheses"] = analysis.summary()
-    out["failures"] = session_failures(analysis)
-    out["not_testable"] = untestable_lines(analysis)
-    if info.provenance is not None:
-        out["provenance"] = info.provenance.to_json()
-    cost = cost_of(records, info)
-    if cost is not None:
-        out["cost"] = cost.to_json()
-    if analysis.importance:
-        out["importance_scores"] = [d.to_json() for d in analysis.importance]
-    return out
 
 
 def write_report(
@@ -176,6 +156,7 @@ def write_report(
     ordered = sort_records(Record.of(r) for r in records)
     out.mkdir(parents=True, exist_ok=True)
     analysis = analyse_records(ordered, info)
+    log = run_log(ordered, info, analysis)
     files = ReportFiles(
         out_dir=out,
         records=out / "records.jsonl",
@@ -186,20 +167,16 @@ def write_report(
         figure_png=out / "figure.png",
         figure_svg=out / "figure.svg",
         html=out / "report.html",
-        failures=tuple(session_failures(analysis)),
-        untestable=tuple(untestable_lines(analysis)),
+        failures=log.failures,
+        untestable=log.not_testable,
         table=tuple(terminal_lines(analysis)),
     )
     files.records.write_text(render_records_jsonl(ordered, ordered=True), encoding="utf-8")
     files.cells.write_text(render_cells_csv(analysis), encoding="utf-8")
     files.hypotheses.write_text(render_hypotheses_json(analysis), encoding="utf-8")
-    calls = model_calls(ordered)
-    report_md = render_report_md(ordered, info, analysis, calls)
+    report_md = render_report_md(ordered, analysis, log)
     files.report.write_text(report_md, encoding="utf-8")
-    files.summary.write_text(
-        json.dumps(summary_json(ordered, info, analysis, calls), indent=2, sort_keys=True) + "\n",
-        encoding="utf-8",
-    )
+    files.summary.write_text(json.dumps(log.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     from pytest_restore.report.figure import (
         write_figure,  # matplotlib loads when a report is written
     )

@@ -59,9 +59,11 @@ from pytest_restore.stats.results import (
     FAMILY_POLICIES,
     REFERENCE,
     CellStats,
+    FamilySummary,
     HypothesisTest,
     PairMatch,
     StatsSettings,
+    Totals,
     _round,
     cell_order,
     policy_order,
@@ -132,6 +134,16 @@ class Counts:
             totals["distorted"] += t.dis
             totals["residual"] += t.res
         return {b: totals[b] for b in BINS}
+
+    def totals(self) -> Totals:
+        """The records in totals, over every cell (``summary.json``'s ``counts``)."""
+        return Totals(
+            records=self.records,
+            cells=len(self.cells),
+            questions=len(self.question_ids),
+            excluded_records=self.excluded,
+            bins=self.bins(),
+        )
 
 
 def count(records: Sequence[Record]) -> Counts:
@@ -265,7 +277,7 @@ class Analysis:
             t for t in self.tests if t.family == name and (reader is None or t.reader == reader)
         ]
 
-    def summary(self) -> list[dict[str, Any]]:
+    def summary(self) -> list[FamilySummary]:
         """Per family and reader: tests, rejections after Holm, unmet expectations, untestable ones."""
         rows = []
         for reader in sorted({t.reader for t in self.tests}):
@@ -274,15 +286,15 @@ class Analysis:
                 if not tests:
                     continue
                 rows.append(
-                    {
-                        "family": family.name,
-                        "reader": reader,
-                        "tests": len(tests),
-                        "empty": sum(t.decision == "empty" for t in tests),
-                        "rejected": sum(t.decision in _REJECTIONS for t in tests),
-                        "expectation_unmet": sum(t.expectation_met is False and t.testable for t in tests),
-                        "not_testable": sum(not t.testable for t in tests),
-                    }
+                    FamilySummary(
+                        family=family.name,
+                        reader=reader,
+                        tests=len(tests),
+                        empty=sum(t.decision == "empty" for t in tests),
+                        rejected=sum(t.decision in _REJECTIONS for t in tests),
+                        expectation_unmet=sum(t.expectation_met is False and t.testable for t in tests),
+                        not_testable=sum(not t.testable for t in tests),
+                    )
                 )
         return rows
 
@@ -302,7 +314,7 @@ class Analysis:
             # the power rule: an unmet expectation fails only where the run could have met it
             "power": {"power": POWER, "effects": {f.name: f.effect for f in families if f.effect is not None}},
             "questions": self.questions,
-            "summary": self.summary(),
+            "summary": [row.to_json() for row in self.summary()],
             "families": {
                 family.name: [t.to_json() for t in self.family(family.name)]
                 for family in families

@@ -8,7 +8,8 @@ in every JSON/CSV form.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from pytest_restore.bootstrap import (
@@ -339,6 +340,48 @@ class HypothesisTest:
 
 #: The name the issue uses.
 Test = HypothesisTest
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The run's records in totals (``summary.json``'s ``counts``): records, cells, questions, excluded
+    records, and records per bin in the bins' order."""
+
+    records: int
+    cells: int
+    questions: int
+    excluded_records: int
+    #: bin -> records, every bin (``record.BINS``)
+    bins: Mapping[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain values, one key per field."""
+        return {
+            "records": self.records,
+            "cells": self.cells,
+            "questions": self.questions,
+            "excluded_records": self.excluded_records,
+            "bins": dict(self.bins),
+        }
+
+
+@dataclass(frozen=True)
+class FamilySummary:
+    """One family under one reader, in counts: its tests, how many were empty, rejected after Holm,
+    unmet where testable, and not testable at this N (``report.md``'s hypotheses table, ``summary.json``'s
+    ``hypotheses``, ``hypotheses.json``'s ``summary``)."""
+
+    family: str
+    reader: str
+    tests: int
+    empty: int
+    rejected: int
+    expectation_unmet: int
+    not_testable: int
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain values, one key per field."""
+        return asdict(self)
 
 
 
