@@ -48,7 +48,8 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from types import TracebackType
@@ -172,6 +173,20 @@ def fake_models_responder(histories: Iterable[History]) -> Responder:
         return text
 
     return respond
+
+
+@contextmanager
+def refused_port() -> Iterator[int]:
+    """A port on 127.0.0.1 where every connection is refused, for as long as the block runs.
+
+    The port is bound but never listened on, so a connection to it is
+    refused at once, and no other server (another xdist worker's loopback
+    server, say) can be given it meanwhile, nor can a client's own ephemeral
+    port land on it. A server stopped beforehand gives neither guarantee.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        yield int(held.getsockname()[1])
 
 
 def canonical_body(body: dict[str, Any]) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from grid_helpers import GRID, TINY, child_env, small_args
-from openai_server import OpenAIServer, echo_responder, fake_models_responder
+from openai_server import OpenAIServer, echo_responder, fake_models_responder, refused_port
 from test_providers import CleanRun, clean_run  # noqa: F401 - the live run the batch runs must match
 
 from pytest_restore.__main__ import main
@@ -476,11 +476,11 @@ def test_export_then_import_fills_the_cache_so_the_grid_sends_nothing(
 
 def test_an_unreachable_batch_api_stops_the_run_in_one_line(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_grid=GRID)
-    with OpenAIServer() as gone:
-        url = gone.base_url  # a port nothing listens on once the server stops
-    result = pytester.runpytest_inprocess(
-        "-p", "no:xdist", *GRID_ARGS, f"--restore-base-url={url}", f"--restore-cache={pytester.path / 'cache'}", *BATCH
-    )
+    with refused_port() as port:  # nothing listens there
+        result = pytester.runpytest_inprocess(
+            "-p", "no:xdist", *GRID_ARGS, f"--restore-base-url=http://127.0.0.1:{port}/v1",
+            f"--restore-cache={pytester.path / 'cache'}", *BATCH,
+        )
     output = "\n".join(result.outlines + result.errlines)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, output
     stop = [line for line in result.outlines if "--restore-batch: uploading the batch input file" in line]

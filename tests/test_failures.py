@@ -28,7 +28,7 @@ from grid_helpers import (
     run_child,
     shared_run,
 )
-from openai_server import OpenAIServer, fake_models_responder
+from openai_server import OpenAIServer, fake_models_responder, refused_port
 
 from pytest_restore.__main__ import main
 from pytest_restore.data.dataset import load_dataset
@@ -405,13 +405,12 @@ def test_decoding_and_concurrency_are_recorded_per_model(
 
 
 def test_an_unreachable_server_is_reported_within_seconds(project: pytest.Pytester, tmp_path: Path) -> None:
-    with OpenAIServer() as gone:
-        base_url = gone.base_url  # nothing listens there once it stops
     started = time.monotonic()
-    result = project.runpytest_inprocess(
-        "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={base_url}",
-        f"--restore-cache={tmp_path / 'cache'}",  # default tries, backoff and calibration (on)
-    )
+    with refused_port() as port:  # nothing listens there
+        result = project.runpytest_inprocess(
+            "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url=http://127.0.0.1:{port}/v1",
+            f"--restore-cache={tmp_path / 'cache'}",  # default tries, backoff and calibration (on)
+        )
     elapsed = time.monotonic() - started
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     text = "\n".join(result.outlines + result.errlines)

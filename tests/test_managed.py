@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from grid_helpers import GRID, small_args
-from openai_server import OpenAIServer
+from openai_server import OpenAIServer, refused_port
 from proxy_server import CERT, EchoServer, LoopbackProxy
 
 from pytest_restore.models.anthropic_messages import API_KEY_ENV as ANTHROPIC_KEY
@@ -233,14 +233,13 @@ def test_no_proxy_rules_for_names_and_networks() -> None:
 def test_a_proxy_that_is_gone_is_unreachable_and_said_without_its_credentials(
     no_proxy_settings: pytest.MonkeyPatch,
 ) -> None:
-    with LoopbackProxy() as gone:
-        url = gone.url("user:hunter2-secret")
-    no_proxy_settings.setenv("HTTP_PROXY", url)  # nothing listens there now
-    transport = HTTPTransport("http://127.0.0.1:9/v1")
-    with pytest.raises(TransportError) as failed:
-        transport.post("/chat/completions", b"{}", {}, timeout=5)
+    with refused_port() as port:
+        no_proxy_settings.setenv("HTTP_PROXY", f"http://user:hunter2-secret@127.0.0.1:{port}")  # nothing listens there
+        transport = HTTPTransport("http://127.0.0.1:9/v1")
+        with pytest.raises(TransportError) as failed:
+            transport.post("/chat/completions", b"{}", {}, timeout=5)
     assert failed.value.kind == "unreachable"
-    assert failed.value.detail.endswith(f"(through proxy 127.0.0.1:{gone.port})") and "hunter2" not in failed.value.detail
+    assert failed.value.detail.endswith(f"(through proxy 127.0.0.1:{port})") and "hunter2" not in failed.value.detail
 
 
 @pytest.mark.parametrize("url", ["socks5://127.0.0.1:1080", "https://proxy.example:3128"])

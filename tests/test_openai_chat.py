@@ -24,7 +24,14 @@ from typing import Any
 
 import pytest
 from grid_helpers import full_disk
-from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, canonical_body
+from openai_server import (
+    FAULT_KINDS,
+    SNAPSHOT_SUFFIX,
+    Faults,
+    OpenAIServer,
+    canonical_body,
+    refused_port,
+)
 
 from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
 from pytest_restore.models.cache import ResponseCache, cache_problem, request_key
@@ -719,16 +726,13 @@ def test_a_cache_that_cannot_be_written_is_said_in_one_line(tmp_path: Path, kind
 
 @pytest.mark.parametrize("where", ["refused", "unresolvable"])
 def test_unreachable_server_is_reported_within_seconds(where: str) -> None:
-    if where == "refused":
-        with OpenAIServer() as gone:
-            base_url = gone.base_url  # a port nobody listens on once the server stops
-    else:
-        base_url = "http://no-such-host.invalid/v1"
-    virtual = VirtualTime()
-    # default tries and backoff: a retried call would sleep seconds between tries
-    model = OpenAIChatModel(model=MODEL, base_url=base_url, timeout=30, clock=virtual.clock, sleep=virtual.sleep)
-    _OPEN_MODELS.append(model)
-    result = model.run(questions([1]))[0]
+    with refused_port() as port:  # nobody listens there
+        base_url = f"http://127.0.0.1:{port}/v1" if where == "refused" else "http://no-such-host.invalid/v1"
+        virtual = VirtualTime()
+        # default tries and backoff: a retried call would sleep seconds between tries
+        model = OpenAIChatModel(model=MODEL, base_url=base_url, timeout=30, clock=virtual.clock, sleep=virtual.sleep)
+        _OPEN_MODELS.append(model)
+        result = model.run(questions([1]))[0]
     assert virtual.slept == []  # one try, no backoff: said at once
     assert result.error is not None and "(not retried: " in result.error, result.error
     assert "is unreachable" in result.error
