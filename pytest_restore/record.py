@@ -371,6 +371,12 @@ class Record:
     memories: GoldMemories | None = _object(
         GoldMemories, "the held memories citing gold (null: a store of raw units)", required=False
     )
+    writer: str | None = _field(
+        _OPT_STR,
+        "the model a memory system wrote its memories with (--restore-writer-model, else the reader; null: the "
+        "policy writes with no model of the run's)",
+        required=False,
+    )
 
     # -- the counting rule --------------------------------------------------------
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
+from grid_helpers import GRID
 from openai_server import OpenAIServer, fake_models_responder
 
 from pytest_restore.audit.checks import construct_checks
@@ -341,3 +343,53 @@ def test_the_dry_run_counts_and_prices_the_writer_calls(pytester: pytest.Pyteste
     assert "estimated cost" in result.stdout.str()
     reader = next(line for line in result.outlines if line.startswith("reader"))
     assert reader.endswith("session-summary-model counted as written offline: estimate")
+
+    # --restore-writer-model: the writer is another model; the reader's line is the fake's, counted as written
+    result = pytester.runpytest_inprocess(
+        "-p", "no:xdist", "-p", "no:cacheprovider", *args[:3], "--restore-calibration=off", "--restore-dry-run",
+        "--restore-writer-model=openai:gpt-4o-mini",
+    )
+    assert result.ret == 0, result.outlines
+    line = next(line for line in result.outlines if line.startswith("writer"))
+    assert line.split()[1] == "openai:gpt-4o-mini" and int(line.split()[2].replace(",", "")) == sessions
+    reader = next(line for line in result.outlines if line.startswith("reader"))
+    assert reader.split()[1] == "fake" and reader.endswith("counted as written offline: estimate")
+
+
+def test_the_writer_model_writes_cached_priced_and_counted_as_its_own(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--restore-writer-model names the model the memory systems write with, apart from the reader: its calls
+    go to it (the reader asks none), the records name it, its usage and price are its own, and the memory's
+    cost per question is priced at it; a second run reads every write from the cache."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-DUMMY-KEY-0123456789")
+    dataset = load_data(TINY)
+    histories = [build_history(q) for q in dataset.questions if not q.is_abstention]
+    pytester.makepyfile(test_grid=GRID)
+    with OpenAIServer(fake_models_responder(histories), latency=0.001) as server:
+        args = [
+            "-p", "no:xdist", "-p", "no:cacheprovider", f"--restore-data={TINY}", "--restore-budgets=300",
+            "--restore-policies=session-summary-model", "--restore-writer-model=openai:summariser",
+            "--restore-reader=openai:reader", f"--restore-base-url={server.base_url}",
+            "--restore-price=openai:summariser=2,8", "--restore-price=openai:reader=1,1",
+            "--restore-calibration=off", "--restore-bootstrap=200", "--restore-family-checks=report",
+        ]
+        result = pytester.runpytest_inprocess(*args)
+        assert result.ret == 0, result.outlines[-20:]
+        sent = sum(server.successes.values())
+        report = pytester.path / "restore-report"
+        records = [json.loads(line) for line in (report / "records.jsonl").read_text().splitlines()]
+        summary = json.loads((report / "summary.json").read_text())
+        again = pytester.runpytest_inprocess(*args)
+        assert again.ret == 0 and sum(server.successes.values()) == sent  # every write from the cache
+    models = {body: json.loads(body)["model"] for body in server.successes}
+    written = {body for body in models if SUMMARY_SYSTEM in body}
+    assert written and {models[body] for body in written} == {"summariser"}  # each summary by the writer
+    assert {m for body, m in models.items() if body not in written} == {"reader"}
+    assert {(r["reader"], r["writer"]) for r in records} == {("openai:reader", "openai:summariser")}
+    settings = summary["run"]["settings"]
+    assert settings["writer"] == "openai:summariser" and settings["model_prices"]["openai:summariser"] == [2.0, 8.0]
+    assert sorted(settings["model_usage"]) == ["reader openai:reader", "writer openai:summariser"]
+    [cell] = summary["cost"]["per_cell"]
+    memory = cell["memory"]
+    assert memory["tokens_in"] > 0 and memory["usd"] == pytest.approx((2 * memory["tokens_in"] + 8 * memory["tokens_out"]) / 1e6, rel=1e-3)

@@ -186,7 +186,7 @@ def test_mem0_runs_with_its_telemetry_off(audited: tuple[Audit, Mem0System]) -> 
     assert telemetry.MEM0_TELEMETRY is False
 
 
-def test_mem0_calls_the_runs_reader_or_says_why_it_cannot(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mem0_calls_the_runs_writer_model_or_says_why_it_cannot(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     e = Mem0Endpoints.of_reader("openai:gemma", "http://127.0.0.1:8081/v1", embedding_model=EMBEDDER, embedding_dims=DIMS)
     assert (e.base_url, e.llm_model, e.embedding_model, e.embedding_dims) == ("http://127.0.0.1:8081/v1", "gemma", EMBEDDER, DIMS)
@@ -194,6 +194,25 @@ def test_mem0_calls_the_runs_reader_or_says_why_it_cannot(monkeypatch: pytest.Mo
         Mem0Endpoints.of_reader("fake", "http://127.0.0.1:8081/v1", embedding_model=EMBEDDER, embedding_dims=DIMS)
     with pytest.raises(ValueError, match="--restore-base-url: mem0 needs the base URL"):
         Mem0Endpoints.of_reader("openai:gemma", None, embedding_model=EMBEDDER, embedding_dims=DIMS)
+
+    class Config:  # pytest's config, as a conftest's hook gets it: the run's options
+        def __init__(self, **options: str | None) -> None:
+            self.options = options
+
+        def getoption(self, name: str) -> str | None:
+            return self.options[name]
+
+    url = "http://127.0.0.1:8081/v1"
+    # mem0 writes with the run's writer model (--restore-writer-model), else with its reader
+    writer = Config(restore_writer_model="openai:writer", restore_reader="openai:gemma", restore_base_url=url)
+    reader = Config(restore_writer_model="", restore_reader="openai:gemma", restore_base_url=url)
+    assert Mem0Endpoints.of_run(writer, embedding_model=EMBEDDER, embedding_dims=DIMS).llm_model == "writer"
+    assert Mem0Endpoints.of_run(reader, embedding_model=EMBEDDER, embedding_dims=DIMS).llm_model == "gemma"
+    with pytest.raises(ValueError, match="--restore-writer-model: mem0 calls an OpenAI-compatible model"):
+        Mem0Endpoints.of_run(
+            Config(restore_writer_model="fake", restore_reader="openai:gemma", restore_base_url=url),
+            embedding_model=EMBEDDER, embedding_dims=DIMS,
+        )
 
 
 #: A conftest that audits mem0 against the loopback server at ``{url}``.

@@ -699,6 +699,7 @@ class Audit:
         if isinstance(policy, MemorySystem):
             lost, written = self.write(policy, questions)
             scorer_failed = {**scorer_failed, **lost}
+        writer = self.writer.name if written is not None and written.calls[WRITER] else None
         builds = self.builds_with_a_model(policy)
         oracle = self.oracle(questions)
         shared = self._stores.get((policy.name, budget)) if ablate and not scorer_failed else None
@@ -715,9 +716,10 @@ class Audit:
             qid = p.question.question_id
             if kept is None:
                 for regime in REGIMES:
-                    records.append(
-                        self._record(p, policy, budget, seed, regime, oracle[qid], None, None, None, scorer_failed[qid], ranker)
-                    )
+                    records.append(replace(
+                        self._record(p, policy, budget, seed, regime, oracle[qid], None, None, None, scorer_failed[qid], ranker),
+                        writer=writer,
+                    ))
                 continue
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
             fate = fates[(qid, seed)]
@@ -736,7 +738,7 @@ class Audit:
                 records.append(replace(
                     record, top_k=top_k, importance_scores=scores,
                     memory_tokens=memory[:2] if memory is not None else None,
-                    memory_tokens_estimated=memory[2] if memory is not None else None,
+                    memory_tokens_estimated=memory[2] if memory is not None else None, writer=writer,
                 ))
         if ablate and self.config.ablations:
             records = self.ablate(records, {(p.question.question_id, seed): p for p, seed, _ in plan}, stores)

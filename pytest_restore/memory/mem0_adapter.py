@@ -35,7 +35,8 @@ is a :class:`~pytest_restore.memory.systems.MemorySystem` (the policy
   them (its memory-systems section, ``summary.json``'s
   ``run.checks.memory_systems``).
 - **Locality.** mem0's chat calls go to an OpenAI-compatible base URL (the
-  run's reader's), its vectors to an embeddings endpoint; each store's
+  run's writer model's, ``--restore-writer-model``, else the reader's:
+  :meth:`Mem0Endpoints.of_run`), its vectors to an embeddings endpoint; each store's
   vectors live in an in-memory Qdrant of its own and its history in an
   in-memory SQLite database, so nothing is shared between stores or left on
   disk. mem0's telemetry is switched off before mem0 is imported
@@ -119,14 +120,26 @@ class Mem0Endpoints:
     max_tokens: int = 1000
 
     @classmethod
+    def of_run(cls, config: Any, *, embedding_model: str, embedding_dims: int) -> Mem0Endpoints:
+        """The run's writer model, as for every memory system that writes with a model: ``config``'s
+        (pytest's) ``--restore-writer-model``, else its ``--restore-reader``, at ``--restore-base-url``."""
+        writer = config.getoption("restore_writer_model")
+        return cls.of_reader(
+            writer or config.getoption("restore_reader"), config.getoption("restore_base_url"),
+            embedding_model=embedding_model, embedding_dims=embedding_dims,
+            option="--restore-writer-model" if writer else "--restore-reader",
+        )
+
+    @classmethod
     def of_reader(
-        cls, reader: str | None, base_url: str | None, *, embedding_model: str, embedding_dims: int
+        cls, reader: str | None, base_url: str | None, *, embedding_model: str, embedding_dims: int,
+        option: str = "--restore-reader",
     ) -> Mem0Endpoints:
-        """The run's reader (``--restore-reader openai:MODEL``) at its base URL (``--restore-base-url``,
+        """The model ``reader`` (``openai:MODEL``, as ``option`` names it) at its base URL (``--restore-base-url``,
         else ``OPENAI_BASE_URL``), with the embeddings model named, at the same server."""
         provider, _, model = (reader or "").partition(":")
         if provider != "openai" or not model:
-            raise ValueError(f"--restore-reader: mem0 calls an OpenAI-compatible model (openai:MODEL); got {reader!r}")
+            raise ValueError(f"{option}: mem0 calls an OpenAI-compatible model (openai:MODEL); got {reader!r}")
         url = base_url or os.environ.get("OPENAI_BASE_URL")
         if not url:
             raise ValueError("--restore-base-url: mem0 needs the base URL of its model's server")

@@ -224,6 +224,7 @@ class ModelOptions:
 #: What a reply must look like before it is accepted (else it is retried, then failed).
 VALIDATORS: dict[str, Callable[[str], bool] | None] = {
     "reader": None,
+    "writer": None,  # a summary or a facts list: any text (``NONE`` included) is a writer's reply
     "judge": lambda text: parse_verdict(text) is not None,
     "scorer": lambda text: parse_score(text) is not None,
 }

@@ -123,7 +123,7 @@ def make_model(
             raise ModelSpecError(f"--restore-{role}: 'fake-strong' is a reader only")
         return FakeReader(name="fake-strong", utilisation_scale=0.4)
     if spec == "fake":
-        if role == "reader":
+        if role in ("reader", "writer"):  # the fake reader writes as the offline writers do
             return FakeReader()
         return FakeJudge() if role == "judge" else FakeScorer()
     resolved = _resolve(spec, providers)

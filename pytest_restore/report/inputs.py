@@ -121,7 +121,9 @@ class RunSettings(TypedDict, total=False):
     run_id: str | None
     #: real models' use, summed over processes, by role and name
     model_usage: dict[str, dict[str, Any]]
-    #: each reader's, the judge's and (when a policy called it) the scorer's price, USD per million tokens [in, out]
+    #: ``--restore-writer-model`` (absent: each reader wrote)
+    writer: str
+    #: each reader's, the judge's and (when a policy called it) the scorer's and the writer's price, USD per million tokens [in, out]
     #: (null: unknown; fakes are free)
     model_prices: dict[str, list[float] | None]
 

@@ -155,7 +155,8 @@ def known_writes(
     """Every reply ``policy``'s writer needs, from the fake model or the cache; ``None`` while one is unknown."""
     replies: dict[Hashable, str] = {}
     for request in primary.writer_requests(policy):
-        text = write(request) if settings.reader == "fake" else cached_text(cache, settings.reader, request, providers)
+        writer = settings.writer_model
+        text = write(request) if writer == "fake" else cached_text(cache, writer, request, providers)
         if text is None:
             return None
         replies[request] = text
@@ -240,8 +241,9 @@ def grid_round(
     primary = audit_of(s.reader)
     if name == "scorer":
         return [(s.scorer, "scorer", r) for r in scorer_round(s, primary, policies)] if is_real(s.scorer, providers) else []
-    if name == "writer":  # the memory systems' writer is the run's reader model
-        return [(s.reader, "writer", r) for r in writer_round(primary, policies)] if is_real(s.reader, providers) else []
+    if name == "writer":  # the memory systems' writer: --restore-writer-model, else the run's reader
+        writer = s.writer_model
+        return [(writer, "writer", r) for r in writer_round(primary, policies)] if is_real(writer, providers) else []
     importance = known_importance(s, primary, policies, cache, providers)
     if importance is None:
         raise RoundNotReady("the reader round needs every importance score: the scorer round is not in the cache yet")
@@ -262,7 +264,7 @@ def batch_round_count(
     settings: RestoreSettings, policies: Sequence[Policy], providers: ProviderRegistry, writes: bool = False
 ) -> list[str]:
     """The rounds a ``--restore-batch`` run needs, by name, in order (``writes``: a memory system of the grid
-    writes with the reader's model)."""
+    writes with a model)."""
     s = settings
     rounds = []
     if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
@@ -276,7 +278,7 @@ def batch_round_count(
         rounds += [name for name, real in steps if real]
     if any(p.needs_importance for p in policies) and is_real(s.scorer, providers):
         rounds.append("scorer")
-    if writes and is_real(s.reader, providers):
+    if writes and is_real(s.writer_model, providers):
         rounds.append("writer")
     if any(is_real(r, providers) for r in s.readers):
         rounds.append("reader")
@@ -313,8 +315,8 @@ def dry_run(
     if scorer_requests:
         lines.append(cost_line("scorer", s.scorer, scorer_requests, cache, providers=providers))
     writer_requests = writer_round(primary, policies)
-    if writer_requests:  # the memory systems' writer is the run's reader model
-        lines.append(cost_line("writer", s.reader, writer_requests, cache, providers=providers))
+    if writer_requests:  # the memory systems' writer: --restore-writer-model, else the run's reader
+        lines.append(cost_line("writer", s.writer_model, writer_requests, cache, providers=providers))
     importance = known_importance(s, primary, policies, cache, providers)
     plans = reader_round(
         s, audit_of, policies, registry, importance, tell, lambda p: known_writes(s, primary, p, cache, providers)

@@ -54,6 +54,12 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("reader", "fake", "reader model: fake or PROVIDER:MODEL (openai:MODEL built in)", "string"),
     ("judge", "fake", "judge model: fake or PROVIDER:MODEL (openai:MODEL built in)", "string"),
     ("scorer", "fake", "importance scorer model: fake or PROVIDER:MODEL (openai:MODEL built in)", "string"),
+    (
+        "writer-model",
+        "",
+        "model the memory systems that write (session-summary-model, fact-extract-model, mem0) write with: fake or PROVIDER:MODEL (default: the reader)",
+        "string",
+    ),
     ("ranker", "bm25-lite", "read-time ranker, one per run: bm25-lite, recency, dense:EMBEDDER, hybrid:EMBEDDER (EMBEDDER: fake or openai:MODEL) or a registered name", "string"),
     ("embedded-questions", "100", "size of the embedded synthetic dataset", "int"),
     ("bootstrap", "10000", "question-cluster bootstrap resamples", "int"),

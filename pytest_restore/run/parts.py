@@ -132,6 +132,8 @@ class RunParts:
                 scorer=self.model(s.scorer, "scorer"),
                 prompts=self.settings.prompt_set(),
                 rankers=self.grid_rankers(),
+                # the memory systems that write with a model: --restore-writer-model's, else this reader writes
+                writer=self.model(s.writer, "writer") if s.writer and s.writer != spec else None,
             )
             if isinstance(reader_model, FakeReader):
                 reader_model.learn(p.history for p in audit.questions)
@@ -165,7 +167,10 @@ class RunParts:
         """This process's cumulative use of each real model, by role and name."""
         seen: dict[str, Any] = {}
         for audit in self._audits.values():
-            for role, memo in (("reader", audit.reader), ("judge", audit.judge), ("scorer", audit.scorer)):
+            roles = [("reader", audit.reader), ("judge", audit.judge), ("scorer", audit.scorer)]
+            if audit.writer is not audit.reader:
+                roles.append(("writer", audit.writer))
+            for role, memo in roles:
                 if is_real(memo.name, self.plan.registries.providers):
                     seen[f"{role} {memo.name}"] = memo.usage.to_json()
         return seen

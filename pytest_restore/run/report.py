@@ -77,6 +77,8 @@ def run_info(
     shown = asdict(settings)
     for unshown in ("report_dir", "real_models", "sources", "dataset"):
         shown.pop(unshown)  # where the report goes, or how values were given: no setting the report shows
+    if settings.writer is None:
+        shown.pop("writer")  # each reader writes: a report as before the option
     shown["data"] = Path(settings.data).name if settings.data else "embedded synthetic"
     ran_policies = {r.policy for r in records}
     ran_budgets = {r.budget for r in records}
@@ -90,8 +92,10 @@ def run_info(
         shown["model_usage"] = model_calls.total_usage()
     given = {model: (in_price, out_price) for model, in_price, out_price in settings.prices}
     scorer = (settings.scorer,) if any(r.scorer is not None for r in records) else ()  # a policy called it
+    writers = tuple(dict.fromkeys(r.writer for r in records if r.writer is not None and r.writer not in settings.readers))
     priced = {
-        spec: price_of(spec, given, providers, batch=settings.batch) for spec in (*settings.readers, settings.judge, *scorer)
+        spec: price_of(spec, given, providers, batch=settings.batch)
+        for spec in dict.fromkeys((*settings.readers, settings.judge, *scorer, *writers))
     }
     shown["model_prices"] = {spec: list(price) if price is not None else None for spec, price in priced.items()}
     # the declarations of what summary.json's run section holds (tests/test_run.py keeps them whole)

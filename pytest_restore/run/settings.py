@@ -165,6 +165,8 @@ class RestoreSettings:
     batch_round: str | None = None
     #: ``--restore-dataset``: the loader ``data`` is read with (``None``: picked by the file's shape)
     dataset: str | None = None
+    #: ``--restore-writer-model``: what the memory systems that write with a model write with (``None``: each reader)
+    writer: str | None = None
     #: where each option's value came from (error messages name it; no setting of the run)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -179,6 +181,11 @@ class RestoreSettings:
         return (self.reader,) + ((self.robustness_reader,) if self.robustness_reader else ())
 
     @property
+    def writer_model(self) -> str:
+        """The model the memory systems that write with a model write with: ``--restore-writer-model``, else the reader."""
+        return self.writer or self.reader
+
+    @property
     def uses_real_models(self) -> bool:
         """Whether any model of the grid is a real one."""
         return self.real_models
@@ -189,7 +196,8 @@ class RestoreSettings:
 
         embedders = list(dict.fromkeys(e for e in map(embedder_of, self.grid_rankers) if e))
         extra = [self.audit_judge] if self.audit_judge else []
-        return [*self.readers, self.judge, self.scorer, *extra, *embedders]
+        writer = [self.writer] if self.writer and self.writer not in self.readers else []
+        return [*self.readers, self.judge, self.scorer, *writer, *extra, *embedders]
 
     @property
     def grid_rankers(self) -> tuple[str, ...]:
@@ -242,6 +250,8 @@ class RestoreSettings:
         asked = {name: getattr(s, name) for name in RECORD_SETTINGS}
         if not s.rankers:
             del asked["rankers"]  # a one-ranker run keeps the id it had before the option existed
+        if not s.writer:
+            del asked["writer"]  # nor does a run whose readers write
         asked["policies"] = list(policies)
         prompts = hashlib.sha256(Path(s.prompts).read_bytes()).hexdigest() if s.prompts else None
         text = json.dumps({"settings": asked, "dataset": dataset_sha256, "prompts": prompts}, sort_keys=True)
@@ -265,7 +275,7 @@ class RestoreSettings:
             raise SettingsError(f"{where['family-checks']}: {raw['family-checks']!r} is not fail or report")
         if raw["calibration"] not in ("auto", "on", "off"):
             raise SettingsError(f"{where['calibration']}: {raw['calibration']!r} is not auto, on or off")
-        for role in ("reader", "judge", "scorer", "robustness-reader", "audit-judge"):
+        for role in ("reader", "judge", "scorer", "robustness-reader", "audit-judge", "writer-model"):
             if raw[role] or role in ("reader", "judge", "scorer"):  # these three cannot be left empty
                 try:
                     check_spec(raw[role], where[role], providers)
@@ -340,7 +350,9 @@ class RestoreSettings:
             "embed_limits": (embed_limits[0], embed_limits[1]) if embed_limits is not None else None,
             "ablations": options.ablations,
             "real_models": any(
-                is_real(raw[role], providers) for role in ("reader", "judge", "scorer", "robustness-reader")
+                is_real(raw[role], providers)
+                for role in ("reader", "judge", "scorer", "robustness-reader", "writer-model")
+                if raw[role]
             ),
             "batch": batch,
             "batch_poll": _parse_positive(where["batch-poll"], raw["batch-poll"]),
@@ -348,6 +360,7 @@ class RestoreSettings:
             "batch_export": raw["batch-export"] or None,
             "batch_round": raw["batch-round"] or None,
             "dataset": dataset,
+            "writer": raw["writer-model"] or None,
             "sources": where,
         }
         if not budgets:
@@ -356,7 +369,7 @@ class RestoreSettings:
 
 
 #: The rounds a grid's calls fall into, in the order they depend on each other.
-BATCH_ROUNDS = ("scorer", "writer", "reader", "judge")  # writer: the memory systems that write with the reader
+BATCH_ROUNDS = ("scorer", "writer", "reader", "judge")  # writer: the memory systems that write with a model
 
 
 def _check_batch(batch: bool, raw: dict[str, str], where: dict[str, str], providers: ProviderRegistry) -> None:
@@ -367,7 +380,7 @@ def _check_batch(batch: bool, raw: dict[str, str], where: dict[str, str], provid
         raise SettingsError("--restore-batch-export and --restore-batch-round go together")
     if not batch:
         return
-    roles = ("reader", "judge", "scorer", "robustness-reader", "audit-judge")
+    roles = ("reader", "judge", "scorer", "robustness-reader", "audit-judge", "writer-model")
     real = [raw[role] for role in roles if raw[role] and is_real(raw[role], providers)]
     if not real:
         raise SettingsError("--restore-batch: no model of the run is a real one (the fakes need no batch)")
@@ -392,5 +405,6 @@ RECORD_SETTINGS: tuple[str, ...] = (
     "ranker",
     "rankers",
     "ablations",
+    "writer",
 )
 

@@ -22,7 +22,7 @@ is the model usage in ``summary.json``).
 Beside them, per regime-(b) cell, what the memory policy's own model calls
 cost per question (``memory``): the importance scorer's, priced as the
 record's ``scorer``, and a memory system's writer's (session-summary-model,
-fact-extract-model), priced as its ``reader``, the model that writes. A store is built once per history and serves every
+fact-extract-model), priced as its ``writer`` (``--restore-writer-model``, else the reader). A store is built once per history and serves every
 question of it, so each record carries its question's share
 (``memory_tokens``: each call split over the audited questions whose history
 it served); over a cell's questions the shares add up to the calls that built
@@ -192,7 +192,7 @@ def _memory_mean(records: Sequence[Record], prices: Mapping[str, tuple[float, fl
     tokens = [r.memory_tokens for r in records if r.memory_tokens is not None]
     tokens_in = sum(t[0] for t in tokens)
     tokens_out = sum(t[1] for t in tokens)
-    priced = [prices.get(r.scorer or r.reader) for r in records]
+    priced = [prices.get(r.scorer or r.writer or r.reader) for r in records]
     usd = None
     if all(p is not None for p in priced):
         usd = sum(t[0] * p[0] + t[1] * p[1] for t, p in zip(tokens, priced) if p is not None) / 1e6 / n
