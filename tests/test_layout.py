@@ -16,6 +16,7 @@ STAGE = {
     "bootstrap": 0,
     "exits": 0,
     "jsonl": 0,
+    "settings": 0,
     "data": 1,
     "synthetic": 2,
     "memory": 3,
@@ -225,4 +226,50 @@ def test_the_counting_check_finds_a_tally_and_a_resample() -> None:
         "m imports pytest_restore.stats.tally.tally_cells",
         "m imports pytest_restore.bootstrap.Resampler",
         "m line 3: tally_cells",
+    ]
+
+
+#: The settings a run is asked and its report shows are declared once, below every stage that reads them
+#: (``pytest_restore/settings.py``'s ``AuditSettings``): ``run/settings.py``'s ``RestoreSettings`` derives
+#: from it (a subclass adding only the run's own fields) and ``report/``'s ``run.settings`` is its JSON form.
+#: A class that annotates more than a quarter of those names again repeats the declaration.
+SETTINGS_MODULE = "pytest_restore/settings.py"
+
+
+def settings_declarations(sources: dict[str, str]) -> tuple[set[str], list[str]]:
+    """The declared settings' names, and every class (path: name) outside the declaration that repeats them."""
+    def annotated(node: ast.ClassDef) -> set[str]:
+        return {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+
+    classes = {
+        (path, node.name): node
+        for path, text in sources.items()
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.ClassDef)
+    }
+    names = annotated(classes[(SETTINGS_MODULE, "AuditSettings")])
+    repeats = [
+        f"{path}: {name} declares {len(annotated(node) & names)} of the {len(names)} settings again"
+        for (path, name), node in sorted(classes.items())
+        if path != SETTINGS_MODULE and len(annotated(node) & names) * 4 > len(names)
+    ]
+    return names, repeats
+
+
+def test_the_settings_are_declared_once_below_the_report_and_the_run_core() -> None:
+    sources = {
+        str(path.relative_to(ROOT)): path.read_text(encoding="utf-8") for path in (ROOT / "pytest_restore").rglob("*.py")
+    }
+    names, repeats = settings_declarations(sources)
+    assert len(names) > 30 and repeats == []
+    run_settings = next(
+        node for node in ast.walk(ast.parse(sources["pytest_restore/run/settings.py"]))
+        if isinstance(node, ast.ClassDef) and node.name == "RestoreSettings"
+    )
+    assert [ast.unparse(base) for base in run_settings.bases] == ["AuditSettings"]
+    assert stage("pytest_restore.settings") < stage("pytest_restore.report.inputs") < stage("pytest_restore.run.settings")
+    # the check finds a repeat: a report-side TypedDict spelling the settings out again
+    copy = "class Shown(TypedDict):\n" + "".join(f"    {name}: int\n" for name in sorted(names))
+    assert settings_declarations({**sources, "pytest_restore/report/x.py": copy})[1] == [
+        f"pytest_restore/report/x.py: Shown declares {len(names)} of the {len(names)} settings again"
     ]

@@ -16,6 +16,7 @@ from pytest_restore import record as record_module
 from pytest_restore.audit.memo import ReaderCalls
 from pytest_restore.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from pytest_restore.record import Record, RecordError, ranker_of
+from pytest_restore.settings import setting_names
 from pytest_restore.stats.analysis import Analysis, analyse
 from pytest_restore.stats.cost import CostFigures
 from pytest_restore.stats.families import FAMILIES, Family
@@ -70,62 +71,24 @@ class Provenance:
         )
 
 
-class RunSettings(TypedDict, total=False):
-    """``summary.json``'s ``run.settings``: what ran, as the options that set it (every one optional in an older file).
+#: ``summary.json``'s ``run.settings``: what ran, as the file holds it (any key may be missing in an older
+#: file). Its keys are declared once, below the report: the JSON form of
+#: :class:`~pytest_restore.settings.AuditSettings` (``data`` as the file's name, ``policies`` and
+#: ``budgets`` those that ran), and the report's own :data:`REPORT_SETTINGS`. The report's settings table
+#: shows every key; the statistics pass reads the bootstrap's (``bootstrap``, ``bootstrap_seed``,
+#: ``equivalence_margin``, ``caliper``).
+RunSettings = dict[str, Any]
 
-    The report's settings table shows every key; the statistics pass reads
-    the bootstrap's (``bootstrap``, ``bootstrap_seed``, ``equivalence_margin``, ``caliper``).
-    """
+#: What a report adds to the declared settings: the records' run id (a digest of what shapes them), real
+#: models' use (summed over processes, by role and name), each reader's, the judge's and (when a policy
+#: called it) the scorer's and the writer's price (USD per million tokens [in, out]; null: unknown, fakes are free), and the
+#: H2 matching's caliper (no option sets it: the paper's value unless a file names one).
+REPORT_SETTINGS = ("run_id", "model_usage", "model_prices", "caliper")
 
-    data: str
-    budgets: list[int]
-    policies: list[str]
-    seeds: list[int]
-    granularity: str
-    questions: int | None
-    subset_seed: int
-    reader: str
-    judge: str
-    scorer: str
-    ranker: str
-    rankers: list[str]
-    embedded_questions: int
-    bootstrap: int
-    bootstrap_seed: int
-    equivalence_margin: float
-    caliper: float
-    family_checks: str
-    base_url: str | None
-    cache: str | None
-    max_concurrency: int
-    rpm: float | None
-    tpm: float | None
-    max_tries: int
-    timeout: float
-    max_retry_after: float
-    prompts: str | None
-    robustness_reader: str | None
-    audit_judge: str | None
-    audit_judge_sample: int
-    calibration: str
-    dry_run: bool
-    embed_limits: list[int] | None
-    ablations: bool
-    prices: list[list[Any]]
-    batch: bool
-    batch_poll: float
-    batch_resubmit: int
-    batch_export: str | None
-    batch_round: str | None
-    #: the records' run id (a digest of what shapes them)
-    run_id: str | None
-    #: real models' use, summed over processes, by role and name
-    model_usage: dict[str, dict[str, Any]]
-    #: ``--restore-writer-model`` (absent: each reader wrote)
-    writer: str
-    #: each reader's, the judge's and (when a policy called it) the scorer's and the writer's price, USD per million tokens [in, out]
-    #: (null: unknown; fakes are free)
-    model_prices: dict[str, list[float] | None]
+
+def settings_keys() -> frozenset[str]:
+    """Every key ``run.settings`` may hold: the declared settings' and the report's own."""
+    return frozenset((*setting_names(), *REPORT_SETTINGS))
 
 
 class DataDescription(TypedDict, total=False):
@@ -252,7 +215,7 @@ def read_raw_check(name: str, entry: Mapping[str, Any]) -> CheckResult:
 class RunInfo:
     """What a report says about the run besides its records."""
 
-    settings: RunSettings = field(default_factory=lambda: RunSettings())
+    settings: RunSettings = field(default_factory=dict)
     dataset: DataDescription = field(default_factory=lambda: DataDescription())
     #: questions left out before the audit, by reason
     exclusions: Mapping[str, int] = field(default_factory=dict)
@@ -286,7 +249,7 @@ class RunInfo:
         settings, dataset, exclusions = (data.get(key, {}) for key in ("settings", "dataset", "exclusions"))
         if not all(isinstance(part, dict) for part in (settings, dataset, exclusions)):
             raise RecordsError("the run section's settings, dataset and exclusions are not all objects")
-        return cls(cast(RunSettings, settings), cast(DataDescription, dataset), exclusions, checks)
+        return cls(settings, cast(DataDescription, dataset), exclusions, checks)
 
 
 @dataclass(frozen=True)
@@ -368,7 +331,7 @@ def analyse_records(records: Sequence[Record], info: RunInfo | None = None) -> A
     ``equivalence_margin`` and ``caliper``; missing keys take the paper's values.
     The hypothesis families are ``info.families`` (the built-ins without ``info``).
     """
-    settings = info.settings if info is not None else RunSettings()
+    settings = info.settings if info is not None else {}
     return analyse(
         records,
         resamples=int(settings.get("bootstrap", DEFAULT_RESAMPLES)),

@@ -19,7 +19,6 @@ import shutil
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
@@ -34,7 +33,6 @@ from pytest_restore.report.inputs import (
     DataDescription,
     Provenance,
     RunInfo,
-    RunSettings,
 )
 from pytest_restore.report.writer import ReportFiles, write_report
 from pytest_restore.run.calls import ModelCalls
@@ -74,9 +72,7 @@ def run_info(
     declaration; ``None``: unknown), and the importance scorer's when a policy
     called it, go in ``model_prices`` for the cost per question.
     """
-    shown = asdict(settings)
-    for unshown in ("report_dir", "real_models", "sources", "dataset"):
-        shown.pop(unshown)  # where the report goes, or how values were given: no setting the report shows
+    shown = settings.to_json()  # the declared settings only: none of the run's own (where the report goes)
     if settings.writer is None:
         shown.pop("writer")  # each reader writes: a report as before the option
     shown["data"] = Path(settings.data).name if settings.data else "embedded synthetic"
@@ -100,7 +96,7 @@ def run_info(
     shown["model_prices"] = {spec: list(price) if price is not None else None for spec, price in priced.items()}
     # the declarations of what summary.json's run section holds (tests/test_run.py keeps them whole)
     return RunInfo(
-        settings=cast(RunSettings, shown), dataset=cast(DataDescription, meta), exclusions=exclusions,
+        settings=shown, dataset=cast(DataDescription, meta), exclusions=exclusions,
         checks=dict(checks), families=tuple(families),
     )
 

@@ -31,6 +31,7 @@ from pytest_restore.models.providers import (
     providers_with,
 )
 from pytest_restore.run.options import RawOptions
+from pytest_restore.settings import AuditSettings
 
 
 class SettingsError(ValueError):
@@ -112,62 +113,22 @@ def _parse_names(where: str, text: str) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-@dataclass(frozen=True)
-class RestoreSettings:
-    """The parsed options: plain values, the same on the controller and every worker."""
+@dataclass(frozen=True, kw_only=True)
+class RestoreSettings(AuditSettings):
+    """The parsed options: plain values, the same on the controller and every worker.
 
-    data: str | None
+    Every setting a report shows is declared once, on :class:`~pytest_restore.settings.AuditSettings`;
+    these fields are the run's own, which no report shows.
+    """
+
+    #: where the report goes
     report_dir: str
-    budgets: tuple[int, ...]
-    policies: tuple[str, ...] | None
-    seeds: tuple[int, ...]
-    granularity: str
-    questions: int | None
-    subset_seed: int
-    reader: str
-    judge: str
-    scorer: str
-    embedded_questions: int
-    bootstrap: int
-    bootstrap_seed: int
-    equivalence_margin: float
-    family_checks: str
-    base_url: str | None
-    cache: str | None
-    max_concurrency: int
-    rpm: float | None
-    tpm: float | None
-    max_tries: int
-    timeout: float
-    prompts: str | None
-    robustness_reader: str | None
-    audit_judge: str | None
-    audit_judge_sample: int
-    calibration: str
-    dry_run: bool
-    ranker: str = "bm25-lite"
-    #: ``--restore-rankers``: the rankers compared in one run (empty: the one ``ranker``)
-    rankers: tuple[str, ...] = ()
-    #: ``--restore-embed-limits``: (inputs per request, tokens per text) of the rankers' embedder
-    embed_limits: tuple[int, int] | None = None
-    ablations: bool = False
-    max_retry_after: float = 60.0
-    #: ``(model, input USD, output USD)`` per million tokens, from ``--restore-price``
-    prices: tuple[tuple[str, float, float], ...] = ()
-    #: whether any model of the grid is a real one (its provider says so); not a setting of the report
+    #: whether any model of the grid is a real one (its provider says so)
     real_models: bool = False
-    #: ``--restore-batch``: real models' calls go out as Batch API rounds, never live
-    batch: bool = False
-    batch_poll: float = 30.0
-    batch_resubmit: int = 0
-    #: ``--restore-batch-export`` / ``--restore-batch-round``: a dry run writes that round's input file
-    batch_export: str | None = None
-    batch_round: str | None = None
-    #: ``--restore-dataset``: the loader ``data`` is read with (``None``: picked by the file's shape)
+    #: ``--restore-dataset``: the loader ``data`` is read with (``None``: picked by the file's shape; the
+    #: report names the loader that read it, in ``run.dataset``)
     dataset: str | None = None
-    #: ``--restore-writer-model``: what the memory systems that write with a model write with (``None``: each reader)
-    writer: str | None = None
-    #: where each option's value came from (error messages name it; no setting of the run)
+    #: where each option's value came from (error messages name it)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def source(self, name: str) -> str:

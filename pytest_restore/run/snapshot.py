@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 
-from pytest_restore.report.inputs import RunInfo, RunSettings, analyse_records
+from pytest_restore.report.inputs import RunInfo, analyse_records
 from pytest_restore.report.markdown import render_decisions_md
 from pytest_restore.report.writer import render_cells_csv
 from pytest_restore.run.cells import grid_records
@@ -43,7 +43,7 @@ def cells_by_figure(cells_csv: str) -> str:
 def snapshot_tables(parts: RunParts) -> tuple[str, str]:
     """``(cells one figure a line, decisions)`` of the session's grid (its cells reused where this run has them)."""
     s = parts.settings
-    settings = RunSettings(bootstrap=s.bootstrap, bootstrap_seed=s.bootstrap_seed, equivalence_margin=s.equivalence_margin)
+    settings = {"bootstrap": s.bootstrap, "bootstrap_seed": s.bootstrap_seed, "equivalence_margin": s.equivalence_margin}
     records = grid_records(parts)
     analysis = analyse_records(records, RunInfo(settings=settings, families=parts.plan.families))
     return cells_by_figure(render_cells_csv(analysis)), render_decisions_md(analysis)
