@@ -279,6 +279,12 @@ class GoldMemories:
     forced: Condition = _object(
         Condition, "the reader with these memories forced and the store ranked (regime a's context)"
     )
+    gold_injected: tuple[bool, ...] | None = _field(
+        _BOOL_LIST,
+        "per gold unit (as gold_positions), whether some held memory citing it was in the policy condition's "
+        "context (the retrieval figures' at-the-cap recall)",
+        required=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -349,8 +355,8 @@ class Record:
     )
     top_k: int | None = _field(
         _OPT_INT,
-        "regime (b): the ranker's read-time k, beside gold_ranks for recall@k and NDCG@k (null: regime a, no "
-        "store, or some kept gold held only through a memory system's derived memory)",
+        "regime (b): the ranker's read-time k, beside gold_ranks for recall@k and NDCG@k (null: regime a, or no "
+        "store)",
         required=False,
     )
     importance_scores: tuple[int, ...] | None = _field(

@@ -128,9 +128,13 @@ def test_derived_memories_are_read_through_their_sources(tiny: Dataset) -> None:
     run = audit.run_cell(Verbatim(), BUDGETS[0])
     for r in run.records:
         assert r.gold_evicted == 0  # every gold turn is cited by its memory
-        # held only through derived memories, the gold has no rank of its own: no retrieval figures; its rank
-        # in the story is the best of the memories citing it (here one memory per gold turn, ranked by the ranker)
-        assert r.top_k is None and r.gold_ranks is not None
+        # held only through derived memories, the gold ranks as the best of the memories citing it (here one
+        # memory per gold turn, ranked by the ranker): regime b's records carry the retrieval figures' k
+        assert r.top_k == (audit.config.top_k if r.regime == "b" else None) and r.gold_ranks is not None
+        assert r.memories is not None and r.memories.gold_injected is not None
+        if r.regime == "b":  # a gold turn reached the reader when a memory citing it did
+            shown = set(r.conditions.policy.injected_positions or ())
+            assert r.memories.gold_injected == tuple(p in shown for p in r.memories.positions or ())
         assert r.memories is not None and len(r.memories.positions or ()) == r.gold_units
     p = audit.questions[0]
     view, mask = audit.held(Verbatim(), p, BUDGETS[0], 0, {})

@@ -18,6 +18,7 @@ from pytest_restore.memory.eviction import default_registry
 from pytest_restore.memory.retrieval import Ranker, Recency
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models.writers import default_policies as every_policy
 from pytest_restore.record import Record
 from pytest_restore.report.markdown import render_findings_md
 from pytest_restore.report.numbers import render_importance_md, render_retrieval_md
@@ -37,6 +38,26 @@ class GoldFirst(Ranker):
         gold = [g for g in history.gold if store[g]]
         rest = [int(p) for p in np.flatnonzero(store)[::-1] if int(p) not in history.gold]
         return (gold + rest)[:k]
+
+
+class CitingFirst(Ranker):
+    """An oracle ranker over a memory system's store: the held memories citing gold first, those carrying most
+    gold on top (then in position order), then the rest newest first. It finds what each memory cites in the
+    audit's views (the test's back door: a ranker is never told)."""
+
+    name = "citing-first"
+
+    def __init__(self) -> None:
+        self.audit: Audit | None = None
+
+    def rank(self, history: History, store: Any, k: int, state: Any) -> list[int]:
+        assert self.audit is not None
+        sources = next(v[3] for v in self.audit._views.values() if v[1].units is history.units)
+        gold = set(history.gold)
+        held = [int(p) for p in np.flatnonzero(store)]
+        carried = {p: len(gold.intersection(sources[p])) for p in held}
+        citing = sorted((p for p in held if carried[p]), key=lambda p: (-carried[p], p))
+        return (citing + [p for p in held[::-1] if not carried[p]])[:k]
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +92,35 @@ def test_a_ranker_putting_gold_first_has_recall_and_ndcg_1_on_every_question_wit
         assert cell.retrieval.gold_rank == 1.0
 
 
+def test_a_derived_store_ranks_gold_by_the_memories_citing_it(locomo: Dataset) -> None:
+    """A gold turn kept only inside a memory ranks as the best-ranked memory citing it: a ranker putting those
+    memories first (most gold first) has recall 1 and NDCG 1 on every question with kept gold; the at-the-cap
+    recall counts a gold turn shown through a memory citing it."""
+    ranker = CitingFirst()
+    reader = FakeReader()
+    audit = Audit(locomo, AuditConfig(budgets=(250, 120)), reader=reader, judge=FakeJudge(), scorer=FakeScorer(), rankers=[ranker])
+    reader.learn(p.history for p in audit.questions)
+    ranker.audit = audit
+    systems = [every_policy()[name] for name in ("session-summary", "fact-extract")]
+    records = [r for system in systems for b in (250, 120) for r in audit.run_cell(system, b).records]
+    measured = [(r, where) for r in records if r.regime == "b" and (where := found(r)) is not None and where.surviving]
+    inside = [r for r, _ in measured if r.memories is not None and not set(r.gold_positions or ()) & set(r.memories.positions or ())]
+    assert len(measured) > 15 and inside  # some keep their gold only inside derived memories
+    for r, where in measured:
+        assert r.top_k is not None and ndcg(where) == 1.0 and all(rank <= where.k for rank in where.ranks), r.question_id
+        assert r.memories is not None and r.memories.gold_injected is not None
+        assert where.injected == sum(r.memories.gold_injected) <= where.surviving
+    shared = [where for _, where in measured if len(set(where.ranks)) < len(where.ranks)]
+    assert shared  # a summary cites several gold turns: they share its rank
+    analysis = analyse(records, resamples=200)
+    cells = [c for c in analysis.cells if c.regime == "b" and c.retrieval is not None]
+    assert {c.policy for c in cells} == {"session-summary", "fact-extract"}
+    for cell in cells:
+        assert cell.retrieval is not None and cell.retrieval.gold_rank == 1.0
+        for name in ("recall_any_k", "recall_all_k", "ndcg_k"):
+            assert cell.retrieval.shares[name] == (1.0, 1.0, 1.0), (cell.key, name)
+
+
 def test_recency_misses_gold_and_the_figures_say_so(locomo: Dataset) -> None:
     records = grid(locomo, Recency(), budgets=(250,))
     analysis = analyse(records, resamples=200)
@@ -100,6 +150,10 @@ def test_recency_misses_gold_and_the_figures_say_so(locomo: Dataset) -> None:
         (Found(surviving=2, ranks=(2,), k=60, injected=0), (1 / np.log2(3)) / (1 + 1 / np.log2(3))),
         (Found(surviving=1, ranks=(), k=60, injected=0), 0.0),
         (Found(surviving=1, ranks=(61,), k=60, injected=0), 0.0),  # ranked, but past the top k
+        # two gold turns in one memory at rank 1, a third alone at rank 2: the ideal order
+        (Found(surviving=3, ranks=(1, 1, 2), k=60, injected=3), 1.0),
+        # the memory carrying two ranked second, the one carrying one first: the ideal puts the two first
+        (Found(surviving=3, ranks=(1, 2, 2), k=60, injected=3), (1 + 2 / np.log2(3)) / (2 + 1 / np.log2(3))),
     ],
 )
 def test_ndcg(where: Found, expected: float) -> None:

@@ -732,9 +732,9 @@ class Audit:
                 record = self._record(
                     p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None, ranker, fate, forced
                 )
-                # regime (b) reads the ranker's top k: its retrieval figures need k beside gold_ranks, which
-                # rank gold held as itself (a gold unit held only through a derived memory has no rank)
-                top_k = self.config.top_k if regime == "b" and _held_as_units(p, kept) else None
+                # regime (b) reads the ranker's top k: its retrieval figures need k beside gold_ranks (a gold
+                # unit held through derived memories ranks as the best-ranked memory citing it)
+                top_k = self.config.top_k if regime == "b" else None
                 records.append(replace(
                     record, top_k=top_k, importance_scores=scores,
                     memory_tokens=memory[:2] if memory is not None else None,
@@ -1060,6 +1060,7 @@ class Audit:
             texts=tuple(units[c].content for c in citing),
             injected=tuple(c in read for c in citing),
             forced=_condition(forced.outcome, p.question),
+            gold_injected=tuple(any(c in read for c in each) for each in p.citing_each(mask)),
         )
 
 
@@ -1097,14 +1098,6 @@ def _requests(system: MemorySystem, units: Sequence[Unit]) -> list[ChatRequest]:
     if bad is not None:
         raise TypeError(f"memory system {system.name!r} asked for a {type(bad).__name__}, not a ChatRequest")
     return [r for r in requests if isinstance(r, ChatRequest)]
-
-
-def _held_as_units(prepared: Prepared, store: Mask) -> bool:
-    """Whether every gold unit the store keeps is held as itself, not only through a memory citing it."""
-    if prepared.sources is None:
-        return True
-    evicted = set(prepared.evicted(store))
-    return all(bool(store[g]) for g in prepared.history.gold if g not in evicted)
 
 
 def answer_scores(answer: str | None, question: Question) -> tuple[float | None, float | None]:

@@ -20,14 +20,23 @@ records whose store kept some gold (the others have nothing to find):
 
 Each share has a question-cluster bootstrap interval from the analysis's
 resample matrix (all seeds of a question move together). No-evict's cells
-are the ranker's ceiling: its store keeps all the gold. A record with some
-kept gold held only through a memory system's derived memory carries no
-``top_k`` (that gold has no rank of its own): it has no retrieval figures.
+are the ranker's ceiling: its store keeps all the gold.
+
+A memory system's store holds memories, and the ranker ranks them. A gold
+turn it keeps (some held memory cites it) has the rank of the best-ranked
+memory citing it, and is in regime b's context when some memory citing it
+is (``memories.gold_injected``); the figures above then read the same.
+Several gold turns cited by one memory share its rank: for NDCG each counts
+at that rank (a memory's gain is the number of gold turns it carries), and
+the ideal ranking puts the same memories first, the one carrying most gold
+on top (:func:`ndcg`). A store of raw turns has no shared rank, and its
+figures are those of binary relevance.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -64,6 +73,7 @@ class Found:
 def found(record: Record) -> Found | None:
     """``record``'s :class:`Found`; ``None`` when it has none (regime a, no store, a memory system, older records)."""
     injected = record.conditions.policy.injected_positions
+    carried = record.memories.gold_injected if record.memories is not None else None
     if (
         record.top_k is None
         or record.gold_evicted is None
@@ -77,14 +87,22 @@ def found(record: Record) -> Found | None:
         surviving=record.gold_units - record.gold_evicted,
         ranks=tuple(sorted(r for r in record.gold_ranks if r is not None)),
         k=record.top_k,
-        # regime b injects from the store alone: a gold unit in its context survived
-        injected=sum(1 for g in record.gold_positions if g in shown),
+        # regime b injects from the store alone: a gold unit in its context survived (a memory system's
+        # gold is there through a memory citing it)
+        injected=sum(carried) if carried is not None else sum(1 for g in record.gold_positions if g in shown),
     )
 
 
 def ndcg(retrieval: Found) -> float:
-    """Binary-relevance NDCG@k of one ranked list against its surviving gold (0 when none was ranked)."""
-    ideal = sum(1 / math.log2(i + 1) for i in range(1, min(retrieval.surviving, retrieval.k) + 1))
+    """NDCG@k of one ranked list against its surviving gold (0 when none was ranked).
+
+    Each surviving gold unit counts at its rank. Units sharing a rank are carried by one memory (a
+    memory system's store), whose gain is how many it carries; the ideal list holds the same memories
+    best first (each unranked unit alone). With no shared rank: binary-relevance NDCG@k.
+    """
+    carried = sorted(Counter(retrieval.ranks).values(), reverse=True)
+    carried += [1] * (retrieval.surviving - len(retrieval.ranks))
+    ideal = sum(size / math.log2(i + 2) for i, size in enumerate(carried[: retrieval.k]))
     gain = sum(1 / math.log2(r + 1) for r in retrieval.at_k)
     return gain / ideal if ideal else 0.0
 
