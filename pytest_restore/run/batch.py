@@ -18,42 +18,30 @@ keeps what came back and stops the run in one line, unless
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from pytest_restore.audit.run import Audit
-from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.models.batch import BatchError, BatchItem, BatchRunner
 from pytest_restore.models.cache import CacheError
-from pytest_restore.models.providers import VALIDATORS, ProviderRegistry, cache_name
+from pytest_restore.models.providers import VALIDATORS, cache_name
 from pytest_restore.run.calls import grid_round
 from pytest_restore.run.parts import RunParts
 from pytest_restore.run.quality import RunStopped
-from pytest_restore.run.settings import BATCH_ROUNDS, RestoreSettings
+from pytest_restore.run.settings import BATCH_ROUNDS
 
 
-def run_grid_rounds(
-    settings: RestoreSettings,
-    audit_of: Callable[[str], Audit],
-    policies: Sequence[Policy],
-    registry: PolicyRegistry,
-    providers: ProviderRegistry,
-    cache_dir: Path,
-    say: Callable[[str], None],
-    rounds: list[dict[str, Any]] | None = None,
-) -> str | None:
-    """Run the scorer, reader and judge rounds into the cache; ``None``, or why the run must stop (one line).
+def run_grid_rounds(parts: RunParts, rounds: list[dict[str, Any]] | None = None) -> str | None:
+    """Run the scorer, writer, reader and judge rounds into the cache; ``None``, or why the run must stop (one line).
 
-    ``rounds`` receives one summary per round run (requests, batches, answers, failures by cause, tokens).
+    ``rounds`` receives one summary per round run (requests, batches, answers, failures by cause, tokens);
+    ``parts.say`` hears each round's progress.
     """
-    s = settings
+    s, say, providers = parts.settings, parts.say, parts.plan.registries.providers
     runner = BatchRunner(
-        cache_dir, VALIDATORS, base_url=s.base_url, poll=s.batch_poll, resubmit=s.batch_resubmit, say=say
+        parts.plan.cache_dir, VALIDATORS, base_url=s.base_url, poll=s.batch_poll, resubmit=s.batch_resubmit, say=say
     )
     try:
         for name in BATCH_ROUNDS:
-            planned = grid_round(name, s, audit_of, policies, registry, providers, runner.cache)
+            planned = grid_round(name, parts, runner.cache)
             items = [
                 BatchItem(role, model, request)
                 for spec, role, request in planned
@@ -104,17 +92,13 @@ def run_grid_rounds(
     return None
 
 
-def batch_rounds(parts: RunParts, say: Callable[[str], None], rounds: list[dict[str, Any]]) -> None:
+def batch_rounds(parts: RunParts, rounds: list[dict[str, Any]]) -> None:
     """The step before the grid: every grid call answered by batch, or :class:`RunStopped` (one line).
 
     ``rounds`` receives each round's summary (``run/checks.py``'s ``BatchRounds``).
     """
-    s = parts.settings
     try:
-        reason = run_grid_rounds(
-            s, parts.audit, parts.plan.policies, parts.plan.registries.policies, parts.plan.registries.providers,
-            s.model_options(parts.plan.cache_root).cache_dir, say, rounds,
-        )
+        reason = run_grid_rounds(parts, rounds)
     except (BatchError, CacheError) as err:  # the provider refused or is unreachable, a full disk: one line
         reason = f"--restore-batch: {err}"
     if reason is not None:

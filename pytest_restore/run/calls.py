@@ -4,6 +4,9 @@
 (xdist workers through their items' reports) with the models outside the
 grid (the calibration's fresh judge, the audit judge); :func:`dry_run`
 counts the calls a grid needs, and what is already cached, without making one.
+The dry run and the grid's rounds are functions over the run's parts
+(:class:`~pytest_restore.run.parts.RunParts`: the plan's settings, policies
+and registries, the audits under each reader, the response cache).
 """
 
 from __future__ import annotations
@@ -14,14 +17,13 @@ from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_restore.audit.run import Audit
 from pytest_restore.data.dataset import Question
-from pytest_restore.memory.eviction import Policy, PolicyRegistry
+from pytest_restore.memory.eviction import Policy
 from pytest_restore.memory.systems import MemorySystem
-from pytest_restore.models.base import ChatModel, ChatRequest, ServiceModel
+from pytest_restore.models.base import ChatRequest
 from pytest_restore.models.batch import BatchItem, Ledger, LedgerEntry, LedgerError, input_file
 from pytest_restore.models.cache import ResponseCache, request_key
-from pytest_restore.models.decoding import describe_decoding, estimate_tokens
+from pytest_restore.models.decoding import estimate_tokens
 from pytest_restore.models.fake import FakeScorer, write
 from pytest_restore.models.prompts import READER_MAX_TOKENS, parse_score
 from pytest_restore.models.providers import (
@@ -35,7 +37,7 @@ from pytest_restore.models.providers import (
 )
 from pytest_restore.models.writers import offline_variant
 from pytest_restore.record import Record
-from pytest_restore.run.settings import RestoreSettings
+from pytest_restore.run.parts import RunParts
 
 
 class ModelCalls:
@@ -117,26 +119,24 @@ class RoundNotReady(Exception):
     """A round whose requests depend on answers the cache does not hold yet (said in one line)."""
 
 
-def scorer_round(settings: RestoreSettings, primary: Audit, policies: Sequence[Policy]) -> list[ChatRequest]:
+def scorer_round(parts: RunParts) -> list[ChatRequest]:
     """The importance scorer's requests, when a policy of the grid needs importance (else none)."""
-    if not any(p.needs_importance for p in policies):
+    if not any(p.needs_importance for p in parts.plan.policies):
         return []
-    return list(primary.scorer_requests().values())
+    return list(parts.audit().scorer_requests().values())
 
 
-def known_importance(
-    settings: RestoreSettings, primary: Audit, policies: Sequence[Policy], cache: ResponseCache | None,
-    providers: ProviderRegistry,
-) -> dict[str, int] | None:
+def known_importance(parts: RunParts, cache: ResponseCache | None) -> dict[str, int] | None:
     """Every unit's importance score, from the fake scorer or the cache; ``None`` while one is unknown."""
     importance: dict[str, int] = {}
-    if not any(p.needs_importance for p in policies):
+    if not any(p.needs_importance for p in parts.plan.policies):
         return importance
-    for content, request in primary.scorer_requests().items():
-        if settings.scorer == "fake":
+    scorer = parts.settings.scorer
+    for content, request in parts.audit().scorer_requests().items():
+        if scorer == "fake":
             text: str | None = str(FakeScorer.score(content))
         else:
-            text = cached_text(cache, settings.scorer, request, providers)
+            text = cached_text(cache, scorer, request, parts.plan.registries.providers)
         score = parse_score(text) if text is not None else None
         if score is None:
             return None
@@ -144,19 +144,18 @@ def known_importance(
     return importance
 
 
-def writer_round(primary: Audit, policies: Sequence[Policy]) -> list[ChatRequest]:
+def writer_round(parts: RunParts) -> list[ChatRequest]:
     """The requests of the memory systems that write with the run's model (``session-summary-model``, ...)."""
-    return list(dict.fromkeys(r for p in policies for r in primary.writer_requests(p)))
+    primary = parts.audit()
+    return list(dict.fromkeys(r for p in parts.plan.policies for r in primary.writer_requests(p)))
 
 
-def known_writes(
-    settings: RestoreSettings, primary: Audit, policy: Policy, cache: ResponseCache | None, providers: ProviderRegistry
-) -> dict[Hashable, str] | None:
+def known_writes(parts: RunParts, policy: Policy, cache: ResponseCache | None) -> dict[Hashable, str] | None:
     """Every reply ``policy``'s writer needs, from the fake model or the cache; ``None`` while one is unknown."""
     replies: dict[Hashable, str] = {}
-    for request in primary.writer_requests(policy):
-        writer = settings.writer_model
-        text = write(request) if writer == "fake" else cached_text(cache, writer, request, providers)
+    writer = parts.settings.writer_model
+    for request in parts.audit().writer_requests(policy):
+        text = write(request) if writer == "fake" else cached_text(cache, writer, request, parts.plan.registries.providers)
         if text is None:
             return None
         replies[request] = text
@@ -164,10 +163,7 @@ def known_writes(
 
 
 def reader_round(
-    settings: RestoreSettings,
-    audit_of: Callable[[str], Audit],
-    policies: Sequence[Policy],
-    registry: PolicyRegistry,
+    parts: RunParts,
     importance: dict[str, int] | None,
     tell: Callable[[str], None] = lambda _line: None,
     writes: Callable[[Policy], dict[Hashable, str] | None] = lambda _policy: {},
@@ -176,16 +172,17 @@ def reader_round(
     scored cells as ``fifo`` would (an upper bound before scoring), and a memory system whose writer's
     replies ``writes`` does not know yet is counted as its offline variant (an estimate). ``tell``
     hears a line per policy."""
+    settings, policies, fifo = parts.settings, parts.plan.policies, parts.plan.registries.policies["fifo"]
     plans: dict[str, list[tuple[Question, ChatRequest]]] = {}
     for reader in settings.readers:
-        audit = audit_of(reader)
+        audit = parts.audit(reader)
         planned: list[tuple[Question, ChatRequest]] = []
         tell(f"dry run: planning the reader requests of {len(policies) * len(settings.budgets)} cells under {reader} (no model is called) ...")
         for done, policy in enumerate(policies, 1):
             for budget in settings.budgets:
                 replies = writes(policy) if audit.writer_requests(policy) else {}
                 if policy.needs_importance and importance is None:
-                    planned += audit.planned_reader_requests(registry["fifo"], budget, {})
+                    planned += audit.planned_reader_requests(fifo, budget, {})
                 elif replies is None:
                     planned += audit.planned_reader_requests(offline_variant(policy), budget, {})
                 elif replies and isinstance(policy, MemorySystem):
@@ -199,17 +196,14 @@ def reader_round(
 
 
 def judge_round(
-    settings: RestoreSettings,
-    audit_of: Callable[[str], Audit],
-    plans: dict[str, list[tuple[Question, ChatRequest]]],
-    cache: ResponseCache | None,
-    providers: ProviderRegistry,
+    parts: RunParts, plans: dict[str, list[tuple[Question, ChatRequest]]], cache: ResponseCache | None
 ) -> tuple[list[ChatRequest], int]:
     """The judge's requests for every reader answer the cache holds, and how many answers it lacks."""
+    providers = parts.plan.registries.providers
     judge_requests: list[ChatRequest] = []
     unknown_answers = 0
     for reader, planned in plans.items():
-        audit = audit_of(reader)
+        audit = parts.audit(reader)
         # identical requests are sent once (and hold the same question)
         for request, question in {r: q for q, r in planned}.items():
             answer = cached_text(cache, reader, request, providers)
@@ -222,50 +216,39 @@ def judge_round(
     return judge_requests, unknown_answers
 
 
-def grid_round(
-    name: str,
-    settings: RestoreSettings,
-    audit_of: Callable[[str], Audit],
-    policies: Sequence[Policy],
-    registry: PolicyRegistry,
-    providers: ProviderRegistry,
-    cache: ResponseCache,
-) -> list[Planned]:
+def grid_round(name: str, parts: RunParts, cache: ResponseCache) -> list[Planned]:
     """Every call of one round of the grid (``scorer``, ``reader`` or ``judge``), for its real models.
 
     A round needs the answers of the rounds before it in the cache
     (:class:`RoundNotReady` otherwise): the readers' contexts depend on the
     scores, the judge's requests on the answers.
     """
-    s = settings
-    primary = audit_of(s.reader)
+    s, policies, providers = parts.settings, parts.plan.policies, parts.plan.registries.providers
     if name == "scorer":
-        return [(s.scorer, "scorer", r) for r in scorer_round(s, primary, policies)] if is_real(s.scorer, providers) else []
+        return [(s.scorer, "scorer", r) for r in scorer_round(parts)] if is_real(s.scorer, providers) else []
     if name == "writer":  # the memory systems' writer: --restore-writer-model, else the run's reader
         writer = s.writer_model
-        return [(writer, "writer", r) for r in writer_round(primary, policies)] if is_real(writer, providers) else []
-    importance = known_importance(s, primary, policies, cache, providers)
+        return [(writer, "writer", r) for r in writer_round(parts)] if is_real(writer, providers) else []
+    importance = known_importance(parts, cache)
     if importance is None:
         raise RoundNotReady("the reader round needs every importance score: the scorer round is not in the cache yet")
-    writes = {p.name: known_writes(s, primary, p, cache, providers) for p in policies}
+    writes = {p.name: known_writes(parts, p, cache) for p in policies}
     unwritten = [name for name, replies in writes.items() if replies is None]
     if unwritten:
         raise RoundNotReady(f"the reader round needs what {', '.join(unwritten)} wrote: the writer round is not in the cache yet")
-    plans = reader_round(s, audit_of, policies, registry, importance, writes=lambda p: writes[p.name])
+    plans = reader_round(parts, importance, writes=lambda p: writes[p.name])
     if name == "reader":
         return [(reader, "reader", r) for reader, planned in plans.items() if is_real(reader, providers) for _, r in planned]
-    requests, unknown = judge_round(s, audit_of, plans, cache, providers)
+    requests, unknown = judge_round(parts, plans, cache)
     if unknown:
         raise RoundNotReady(f"the judge round needs every reader answer: {unknown:,} are not in the cache yet")
     return [(s.judge, "judge", r) for r in requests] if is_real(s.judge, providers) else []
 
 
-def batch_round_count(
-    settings: RestoreSettings, policies: Sequence[Policy], providers: ProviderRegistry, writes: bool = False
-) -> list[str]:
+def batch_round_count(parts: RunParts, writes: bool = False) -> list[str]:
     """The rounds a ``--restore-batch`` run needs, by name, in order (``writes``: a memory system of the grid
     writes with a model)."""
-    s = settings
+    s, policies, providers = parts.settings, parts.plan.policies, parts.plan.registries.providers
     rounds = []
     if s.calibration == "on" or (s.calibration == "auto" and s.uses_real_models):
         # the gate's oracle (reader, judge), its cell (reader, judge), each judge repeat alone, the judge
@@ -289,46 +272,37 @@ def batch_round_count(
     return rounds
 
 
-def dry_run(
-    settings: RestoreSettings,
-    audit_of: Callable[[str], Audit],
-    policies: Sequence[Policy],
-    registry: PolicyRegistry,
-    providers: ProviderRegistry,
-    cache_dir: Path,
-    say: Callable[[str], None] | None = None,
-) -> list[str]:
+def dry_run(parts: RunParts) -> list[str]:
     """Unique calls per model, what is already cached, and token estimates; no call is made.
 
-    ``audit_of`` gives the audit under a reader (built on first use), ``cache_dir``
-    is the response cache the real models would read. ``say`` hears a progress
-    line as each policy's requests are planned (seconds each on a large grid).
-    With ``--restore-batch`` the estimate is at batch prices and says how many
-    rounds the run needs (:func:`export_batch_round` writes a round's input file).
+    The audits are the parts' (each built on first use), the cache the one
+    the real models would read (:attr:`Plan.cache_dir`); ``parts.say``
+    hears a progress line as each policy's requests are planned (seconds each
+    on a large grid). With ``--restore-batch`` the estimate is at batch prices
+    and says how many rounds the run needs (:func:`export_batch_round` writes
+    a round's input file).
     """
-    s = settings
-    tell = say or (lambda _line: None)
+    s, policies, providers = parts.settings, parts.plan.policies, parts.plan.registries.providers
+    cache_dir = parts.plan.cache_dir
     cache = ResponseCache(cache_dir) if s.uses_real_models else None
-    primary = audit_of(s.reader)
+    primary = parts.audit()
     lines = []
-    scorer_requests = scorer_round(s, primary, policies)
+    scorer_requests = scorer_round(parts)
     if scorer_requests:
         lines.append(cost_line("scorer", s.scorer, scorer_requests, cache, providers=providers))
-    writer_requests = writer_round(primary, policies)
+    writer_requests = writer_round(parts)
     if writer_requests:  # the memory systems' writer: --restore-writer-model, else the run's reader
         lines.append(cost_line("writer", s.writer_model, writer_requests, cache, providers=providers))
-    importance = known_importance(s, primary, policies, cache, providers)
-    plans = reader_round(
-        s, audit_of, policies, registry, importance, tell, lambda p: known_writes(s, primary, p, cache, providers)
-    )
+    importance = known_importance(parts, cache)
+    plans = reader_round(parts, importance, parts.say, lambda p: known_writes(parts, p, cache))
     note = "llm-importance cells counted after scoring: upper bound" if importance is None else ""
-    unwritten = [p.name for p in policies if primary.writer_requests(p) and known_writes(s, primary, p, cache, providers) is None]
+    unwritten = [p.name for p in policies if primary.writer_requests(p) and known_writes(parts, p, cache) is None]
     for reader, planned in plans.items():
         reader_note = note if any(p.needs_importance for p in policies) else ""
         if unwritten:  # their contexts depend on what the writer will write
             reader_note = "; ".join(x for x in (reader_note, f"{', '.join(unwritten)} counted as written offline: estimate") if x)
         lines.append(cost_line("reader", reader, [request for _, request in planned], cache, reader_note, providers))
-    judge_requests, unknown_answers = judge_round(s, audit_of, plans, cache, providers)
+    judge_requests, unknown_answers = judge_round(parts, plans, cache)
     judge = cost_line("judge", s.judge, judge_requests, cache, providers=providers)
     if unknown_answers:
         empty = primary.prompts.judge(question="", answer="", prediction="")
@@ -346,7 +320,7 @@ def dry_run(
     prices = {model: (i, o) for model, i, o in s.prices}
     out = render_cost(lines, prices, batch=s.batch, providers=providers)
     if s.batch:
-        rounds = batch_round_count(s, policies, providers, bool(writer_requests))
+        rounds = batch_round_count(parts, bool(writer_requests))
         out.append(f"batch rounds: {len(rounds)} ({', '.join(rounds)}), each within the API's 24 h window")
         try:
             entries = [e for e in Ledger(cache_dir).entries() if e.kind == "batch"]
@@ -368,23 +342,16 @@ def dry_run(
     return out
 
 
-def export_batch_round(
-    settings: RestoreSettings,
-    audit_of: Callable[[str], Audit],
-    policies: Sequence[Policy],
-    registry: PolicyRegistry,
-    providers: ProviderRegistry,
-    cache_dir: Path,
-) -> tuple[list[str], list[Path]]:
+def export_batch_round(parts: RunParts) -> tuple[list[str], list[Path]]:
     """``--restore-batch-export``: the round ``--restore-batch-round`` names, written as batch input
     files (:func:`export_round`); the lines said, and the files written."""
-    s = settings
+    s, cache_dir = parts.settings, parts.plan.cache_dir
     assert s.batch_export and s.batch_round
     try:
-        planned = grid_round(s.batch_round, s, audit_of, policies, registry, providers, ResponseCache(cache_dir))
+        planned = grid_round(s.batch_round, parts, ResponseCache(cache_dir))
     except RoundNotReady as err:
         return [f"batch export: nothing written: {err}"], []
-    return export_round(s.batch_round, planned, Path(s.batch_export), cache_dir, providers)
+    return export_round(s.batch_round, planned, Path(s.batch_export), cache_dir, parts.plan.registries.providers)
 
 
 def export_round(
@@ -422,18 +389,6 @@ def export_round(
             f"({len(distinct) - len(todo):,} already cached, left out)"
         )
     return lines, written
-
-
-def call_detail(model: ChatModel) -> dict[str, Any]:
-    """A real model's failed calls by cause, the concurrency it reached and what it was sent (nothing for a fake)."""
-    if not isinstance(model, ServiceModel):
-        return {"failures": {}, "concurrency": 0, "decoding": {}}
-    name = model.model
-    return {
-        "failures": dict(sorted(model.failure_causes.items())),
-        "concurrency": int(model.concurrency_peak),
-        "decoding": describe_decoding(name) if name else {},
-    }
 
 
 def failed_count(detail: dict[str, Any]) -> int:

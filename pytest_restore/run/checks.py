@@ -113,7 +113,7 @@ class BatchRounds(Check):
         if not run.parts.settings.batch:
             return None
         rounds: list[dict[str, Any]] = []
-        batch_rounds(run.parts, run.parts.say, rounds)  # the grid then runs from the cache
+        batch_rounds(run.parts, rounds)  # the grid then runs from the cache
         return cls.from_json({"rounds": rounds})
 
     @classmethod

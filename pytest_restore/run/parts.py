@@ -19,14 +19,27 @@ from pytest_restore.exits import FAILED, IO_ERROR
 from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
 from pytest_restore.memory.retrieval import Bm25Lite, Ranker
 from pytest_restore.models.base import ChatModel, ServiceModel
+from pytest_restore.models.decoding import describe_decoding
 from pytest_restore.models.embeddings import TextVectors, embedder_of
 from pytest_restore.models.fake import FakeReader
 from pytest_restore.models.providers import close_model, is_real, make_model
-from pytest_restore.run.calls import call_detail
 from pytest_restore.run.embeddings import audited_texts, register_embedding_ranker
 from pytest_restore.run.plan import Plan, Say
 from pytest_restore.run.settings import RestoreSettings
 from pytest_restore.run.shared import SharedCells
+
+
+def call_detail(model: ChatModel) -> dict[str, Any]:
+    """A real model's failed calls by cause, the concurrency it reached and what it was sent (nothing for a fake)."""
+    if not isinstance(model, ServiceModel):
+        return {"failures": {}, "concurrency": 0, "decoding": {}}
+    name = model.model
+    return {
+        "failures": dict(sorted(model.failure_causes.items())),
+        "concurrency": int(model.concurrency_peak),
+        "decoding": describe_decoding(name) if name else {},
+    }
+
 
 #: Said when numba has not compiled the kernels yet (measured: ~9 s of a cold build on 2 busy cores).
 COMPILING = "compiling the numba kernels (once after an install or upgrade: about 10 s on 2 cores) ..."

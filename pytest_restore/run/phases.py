@@ -35,14 +35,12 @@ def dry_run_phase(parts: RunParts) -> DryRun:
 
     With ``--restore-batch-export`` the round's uncached requests are written as batch input files.
     """
-    s, plan = parts.settings, parts.plan
-    problem = missing_key_problem(s.all_models(), s.base_url, plan.registries.providers)
-    cache_dir = s.model_options(plan.cache_root).cache_dir
-    args = (s, parts.audit, plan.policies, plan.registries.policies, plan.registries.providers, cache_dir)
-    lines = ([f"warning: {problem}"] if problem else []) + dry_run(*args, parts.say)
+    s = parts.settings
+    problem = missing_key_problem(s.all_models(), s.base_url, parts.plan.registries.providers)
+    lines = ([f"warning: {problem}"] if problem else []) + dry_run(parts)
     written: list[Path] = []
     if s.batch_export and s.batch_round:
-        said, written = export_batch_round(*args)
+        said, written = export_batch_round(parts)
         lines += said
     for vectors in parts.ranker_vectors():
         lines += embedding_dry_run(vectors, parts.dataset(), parts.audit_config())

@@ -153,6 +153,11 @@ class Plan:
     #: the project's cache directory for pytest-restore (prepared data, responses, shared cells)
     cache_root: Path
 
+    @property
+    def cache_dir(self) -> Path:
+        """The response cache the run's real models read and write (``--restore-cache``, else under ``cache_root``)."""
+        return self.settings.model_options(self.cache_root).cache_dir
+
 
 def build_plan(
     options: RawOptions, registries: Registries, session_id: str, cache_root: Path, say: Say
@@ -233,7 +238,7 @@ def check_before_work(plan: Plan) -> None:
         # the cache must take its first entry: a file in its place, or a directory that takes
         # no file, would otherwise fail the first reply after it was paid for (and the dry
         # run's look into the cache with a traceback)
-        problem = cache_problem(settings.model_options(plan.cache_root).cache_dir)
+        problem = cache_problem(plan.cache_dir)
         if problem:
             raise SettingsError(f"{settings.source('cache')}: {problem}" if settings.cache else problem)
     if settings.data:

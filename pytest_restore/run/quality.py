@@ -15,8 +15,8 @@ from pytest_restore.audit.judge_audit import JudgeAuditResult, audit_judge
 from pytest_restore.exits import FAILED, os_cause
 from pytest_restore.models.providers import close_model, make_model
 from pytest_restore.record import Record
-from pytest_restore.run.calls import ModelCalls, call_detail, failed_count
-from pytest_restore.run.parts import RunParts
+from pytest_restore.run.calls import ModelCalls, failed_count
+from pytest_restore.run.parts import RunParts, call_detail
 from pytest_restore.run.report import write_partial
 
 
