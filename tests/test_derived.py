@@ -52,6 +52,7 @@ from pytest_restore.models.writers import (
 )
 from pytest_restore.models.writers import default_policies as every_policy
 from pytest_restore.record import Record
+from pytest_restore.report.checks import render_memory_systems_md, unbound_budgets
 from pytest_restore.report.html import DERIVED_KEYS, Strings, story_payload
 from pytest_restore.report.story import render_story_text, tell
 
@@ -234,6 +235,29 @@ def test_a_verbatim_summary_distorts_nothing_and_one_without_digits_does(embedde
     entry, rows = story_payload(story, 0, Strings())
     keys = rows[0][-1][-1][-1]  # the forced condition's forced units
     assert keys and all(k >= DERIVED_KEYS and entry["units"][str(k)][5].startswith("memory of session") for k in keys)
+
+
+def test_a_budget_that_never_binds_a_derived_store_is_said(embedded_audit: Audit) -> None:
+    """The cells' figures count what each store held; a tighter budget whose stores hold what the loosest's do
+    is named in the report's memory-systems section: its cell repeats the loosest's (the embedded default's
+    facts fit under 8k, so fact-extract's budgets read the same), while session-summary's 8k bites."""
+    cells = []
+    questions = embedded_audit.questions[:6]  # a history each
+    for system in (FactExtract(), SessionSummary()):
+        for budget in (80_000, 8_000):
+            figures = embedded_audit.run_cell(system, budget, questions).memory
+            assert figures is not None and figures.stores == 6 and figures.calls == {}
+            cells.append({
+                "cell": f"{system.name}-{budget // 1000}k", "policy": system.name, "budget": budget,
+                "reader": "fake", "ranker": "", "figures": figures.to_json(),
+            })
+    facts, summaries = cells[:2], cells[2:]
+    assert facts[0]["figures"] == facts[1]["figures"] and facts[0]["figures"]["held_tokens"] > 8_000
+    assert summaries[1]["figures"]["held_tokens"] < summaries[0]["figures"]["held_tokens"]
+    notes = unbound_budgets(cells)
+    assert len(notes) == 4 and notes[3].startswith("- fact-extract held the same at 8k as at 80k (")
+    assert "its cell repeats 80k's" in notes[3]
+    assert "Budgets that never bound" in render_memory_systems_md(cells)
 
 
 def test_the_distorted_share_moves_with_compression(embedded_audit: Audit) -> None:

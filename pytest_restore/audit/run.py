@@ -645,11 +645,11 @@ class Audit:
                 memories, lost = held.memories, held.lost
                 account = policy.figures()
                 if account is not None:  # the system's own: its calls, what it rejected (stores and units are ours)
-                    figures = figures + replace(account, stores=0, units=0, held=0)
+                    figures = figures + replace(account, stores=0, units=0, held=0, held_tokens=0)
             else:
                 memories = policy.hold(history.units, history.sizes, budget, ctx)
-            figures.held = len(memories)
             view, mask, sources = memory_view(history, memories)
+            figures.held, figures.held_tokens = len(memories), int(view.sizes[mask].sum())
             entry = self._views[key] = (policy, view, mask, sources, lost, figures)
         view, mask, sources, lost = entry[1:5]
         own = History(history.question, history.granularity, view.units, view.sizes, history.gold)

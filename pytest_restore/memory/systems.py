@@ -65,6 +65,7 @@ class SystemFiguresJSON(TypedDict):
     rejected: dict[str, dict[str, int]]
     events: dict[str, int]
     evicted: int
+    held_tokens: int
 
 
 @dataclass
@@ -90,6 +91,8 @@ class SystemFigures:
     events: Counter[str] = field(default_factory=Counter)
     #: memories let go to keep within the budget, where the system says so
     evicted: int = 0
+    #: the tokens of the memories held at the histories' ends, as the budget counts them
+    held_tokens: int = 0
 
     def reject(self, kind: str, cause: str, n: int = 1) -> None:
         """Count ``n`` answers of a ``kind`` of call the system could not use, for ``cause``."""
@@ -103,7 +106,7 @@ class SystemFigures:
         out = SystemFigures(
             self.stores + other.stores, self.units + other.units, self.held + other.held,
             self.calls + other.calls, self.failed + other.failed, {},
-            self.events + other.events, self.evicted + other.evicted,
+            self.events + other.events, self.evicted + other.evicted, self.held_tokens + other.held_tokens,
         )
         for figures in (self, other):
             for kind, causes in figures.rejected.items():
@@ -122,6 +125,7 @@ class SystemFigures:
             "rejected": {k: dict(sorted(c.items())) for k, c in sorted(self.rejected.items())},
             "events": dict(sorted(self.events.items())),
             "evicted": self.evicted,
+            "held_tokens": self.held_tokens,
         }
 
     @classmethod
@@ -131,7 +135,7 @@ class SystemFigures:
             int(data["stores"]), int(data["units"]), int(data["held"]),
             Counter(data["calls"]), Counter(data["failed"]),
             {k: Counter(c) for k, c in data["rejected"].items()},
-            Counter(data["events"]), int(data["evicted"]),
+            Counter(data["events"]), int(data["evicted"]), int(data.get("held_tokens", 0)),
         )
 
 

@@ -46,7 +46,10 @@ class CellRunner:
         spec = getattr(getattr(item, "callspec", None), "params", {}).get("restore_cell")
         memory: dict[str, Any] = {}
         if run.memory is not None and spec is not None:
-            memory = {"cell": spec.id, "policy": run.policy, "figures": run.memory.to_json()}
+            memory = {
+                "cell": spec.id, "policy": run.policy, "budget": run.budget, "reader": spec.reader,
+                "ranker": spec.ranker or "", "figures": run.memory.to_json(),
+            }
         message = ItemMessage(
             self.process, tuple(run.records), self.parts.meta(), self.parts.usage(), self.parts.call_details(),
             memory=memory,

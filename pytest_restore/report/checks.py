@@ -14,6 +14,7 @@ from typing import Any
 from pytest_restore.audit.calibration import GATE_REGIME, PROBE_KINDS, CalibrationResult
 from pytest_restore.audit.judge_audit import JudgeAuditResult
 from pytest_restore.models.prompts import DONT_KNOW
+from pytest_restore.stats.results import budget_label
 
 
 def _num(value: float | None) -> str:
@@ -64,8 +65,11 @@ def render_memory_systems_md(cells: Sequence[Mapping[str, Any]]) -> str:
         "what it held is lost to the system, in the irreversible bin. A cell where no answer of a kind of call was",
         "used fails the run.",
         "",
-        "| cell | stores | turns fed | memories held | model calls | failed calls | answers rejected | events | evicted |",
-        "|---|---:|---:|---:|---|---|---|---|---:|",
+        (
+            "| cell | stores | turns fed | memories held | tokens held | model calls | failed calls | answers rejected "
+            "| events | evicted, as it says |"
+        ),
+        "|---|---:|---:|---:|---:|---|---|---|---|---:|",
     ]
     emptied = []
     for cell in cells:
@@ -74,13 +78,37 @@ def render_memory_systems_md(cells: Sequence[Mapping[str, Any]]) -> str:
             f"{kind}: " + ", ".join(f"{n} {cause}" for cause, n in causes.items()) for kind, causes in f["rejected"].items()
         ) or "none"
         out.append(
-            f"| {cell['cell']} | {f['stores']} | {f['units']} | {f['held']} | {_counts(f['calls'])} | "
-            f"{_counts(f['failed'])} | {rejected.replace('|', '/')} | {_counts(f['events'])} | {f['evicted']} |"
+            f"| {cell['cell']} | {f['stores']} | {f['units']} | {f['held']} | {f.get('held_tokens', 0):,} | {_counts(f['calls'])} | "
+            f"{_counts(f['failed'])} | {rejected.replace('|', '/')} | {_counts(f['events'])} | {f['evicted'] if f['evicted'] or f['events'] else '-'} |"
         )
         emptied += [f"{cell['cell']} ({line})" for line in unused_calls(f)]
     if emptied:
         out += ["", f"**No answer used** in {'; '.join(emptied)}."]
+    out += unbound_budgets(cells)
     return "\n".join(out)
+
+
+def unbound_budgets(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A note for each memory system whose tighter budgets held what its loosest did (the same memories and
+    tokens over the same stores): those budgets never bound, and their cells repeat the loosest's."""
+    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    for cell in cells:
+        groups.setdefault((str(cell["policy"]), str(cell.get("reader", "")), str(cell.get("ranker", ""))), []).append(cell)
+    notes = []
+    for (policy, _, _), group in groups.items():
+        loose, *tighter = sorted(group, key=lambda c: -int(c.get("budget", 0)))
+        held = [loose["figures"][k] for k in ("stores", "held", "held_tokens")]
+        same = [c for c in tighter if [c["figures"][k] for k in ("stores", "held", "held_tokens")] == held]
+        if same and held[2]:
+            labels = [budget_label(int(c["budget"])) for c in same]
+            at = " and ".join([", ".join(labels[:-1]), labels[-1]] if len(labels) > 1 else labels)
+            notes.append(
+                f"- {policy} held the same at {at} as at {budget_label(int(loose['budget']))} ({held[1]:,} memories, "
+                f"{held[2]:,} tokens over {held[0]:,} stores): "
+                f"{'that budget' if len(same) == 1 else 'those budgets'} never bound its stores, so "
+                f"{'its cell repeats' if len(same) == 1 else 'their cells repeat'} {budget_label(int(loose['budget']))}'s."
+            )
+    return ["", "**Budgets that never bound.**", "", *notes] if notes else []
 
 
 def unused_calls(figures: Mapping[str, Any]) -> list[str]:

@@ -293,6 +293,10 @@ class SystemCell(TypedDict):
 
     cell: str
     policy: str
+    budget: int
+    reader: str
+    #: the cell's ranker under ``--restore-rankers`` (empty: the run's one ranker)
+    ranker: str
     figures: SystemFiguresJSON
 
 
@@ -317,7 +321,10 @@ class MemorySystems(Check):
     @classmethod
     def from_json(cls, result: Any) -> MemorySystems:
         return cls(tuple(
-            SystemCell(cell=str(c["cell"]), policy=str(c["policy"]), figures=SystemFigures.from_json(c["figures"]).to_json())
+            SystemCell(
+                cell=str(c["cell"]), policy=str(c["policy"]), budget=int(c["budget"]), reader=str(c["reader"]),
+                ranker=str(c["ranker"]), figures=SystemFigures.from_json(c["figures"]).to_json(),
+            )
             for c in result["cells"]
         ))
 

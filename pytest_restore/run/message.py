@@ -35,8 +35,8 @@ class ItemMessage:
     calls: Mapping[str, Any] = field(default_factory=dict)
     #: the exit status the item stopped the run with (74: a file could not be read or written)
     exit_code: int | None = None
-    #: a memory system's cell: what the system did building the cell's stores (``{"cell", "policy", "figures"}``,
-    #: figures as ``SystemFigures.to_json``); empty for a policy of raw units
+    #: a memory system's cell: what the system did building the cell's stores (``{"cell", "policy", "budget",
+    #: "reader", "ranker", "figures"}``, figures as ``SystemFigures.to_json``); empty for a policy of raw units
     memory: Mapping[str, Any] = field(default_factory=dict)
 
     def to_text(self, records_json: str | None = None) -> str:
