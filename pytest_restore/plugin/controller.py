@@ -257,10 +257,7 @@ class ControllerSession:
         target = Path(self.settings.report_dir) if why_partial is None else partial_dir(Path(self.settings.report_dir))
         if why_partial is not None:
             outcome.partial_path, outcome.partial_why = target, why_partial
-        info = run_info(
-            self.settings, plan.policies, got.records, got.run_meta, self.checks, got.model_calls, plan.families,
-            plan.registries.providers,
-        )
+        info = run_info(plan, got.records, got.run_meta, self.checks, got.model_calls)
         gate = self.checks.get(Calibration.name)
         calibration_json = gate.result.to_json() if isinstance(gate, Calibration) else None
         self._report_target = target

@@ -24,9 +24,8 @@ from typing import Any, cast
 
 from pytest_restore import __version__
 from pytest_restore.exits import INTERRUPTED
-from pytest_restore.memory.eviction import Policy
 from pytest_restore.models.fake import simulated_models
-from pytest_restore.models.providers import ProviderRegistry, price_of
+from pytest_restore.models.providers import price_of
 from pytest_restore.record import Record, ranker_of
 from pytest_restore.report.inputs import (
     CheckResult,
@@ -37,9 +36,8 @@ from pytest_restore.report.inputs import (
 from pytest_restore.report.writer import ReportFiles, write_report
 from pytest_restore.run.calls import ModelCalls
 from pytest_restore.run.grid import CellSpec
-from pytest_restore.run.settings import RestoreSettings
+from pytest_restore.run.plan import Plan
 from pytest_restore.run.staging import partial_dir, staging_dir, swap_into_place
-from pytest_restore.stats.families import FAMILIES, Family
 
 
 def partial_report_line(partial_path: Path, report_dir: str, why: str | None = None) -> str:
@@ -53,32 +51,30 @@ def simulated_roles(records: Sequence[Record]) -> list[tuple[str, str]]:
 
 
 def run_info(
-    settings: RestoreSettings,
-    policies: Sequence[Policy],
+    plan: Plan,
     records: Sequence[Record],
     run_meta: dict[str, Any],
     checks: Mapping[str, CheckResult],
     model_calls: ModelCalls,
-    families: Sequence[Family] = FAMILIES,
-    providers: ProviderRegistry | None = None,
 ) -> RunInfo:
     """Settings, dataset, exclusions and the run's checks for the report.
 
-    The settings show what ran (the policies, budgets and readers of the
-    records), not what was configured; ``checks`` are the results of the
-    run's checks outside the grid (``run/checks.py``); ``families`` are the
-    session's hypothesis families. Each reader's and the judge's price (USD
-    per million tokens in and out: ``--restore-price``, else the provider's
-    declaration; ``None``: unknown), and the importance scorer's when a policy
-    called it, go in ``model_prices`` for the cost per question.
+    The settings show what ran (the plan's policies and budgets the records
+    hold), not what was configured; ``checks`` are the results of the run's
+    checks outside the grid (``run/checks.py``); the hypothesis families are
+    the plan's. Each reader's and the judge's price (USD per million tokens
+    in and out: ``--restore-price``, else the provider's declaration;
+    ``None``: unknown), and the importance scorer's and the writer's when a
+    policy called them, go in ``model_prices`` for the cost per question.
     """
+    settings, providers = plan.settings, plan.registries.providers
     shown = settings.to_json()  # the declared settings only: none of the run's own (where the report goes)
     if settings.writer is None:
         shown.pop("writer")  # each reader writes: a report as before the option
     shown["data"] = Path(settings.data).name if settings.data else "embedded synthetic"
     ran_policies = {r.policy for r in records}
     ran_budgets = {r.budget for r in records}
-    shown["policies"] = [p.name for p in policies if p.name in ran_policies]
+    shown["policies"] = [p.name for p in plan.policies if p.name in ran_policies]
     shown["budgets"] = [b for b in settings.budgets if b in ran_budgets]
     shown["run_id"] = records[0].run_id if records else None
     meta = dict(run_meta)
@@ -97,7 +93,7 @@ def run_info(
     # the declarations of what summary.json's run section holds (tests/test_run.py keeps them whole)
     return RunInfo(
         settings=shown, dataset=cast(DataDescription, meta), exclusions=exclusions,
-        checks=dict(checks), families=tuple(families),
+        checks=dict(checks), families=plan.families,
     )
 
 
