@@ -20,6 +20,7 @@ from grid_helpers import GRID
 from mem0_model import LONG, Mem0Model
 from openai_server import OpenAIServer
 
+from pytest_restore.__main__ import main
 from pytest_restore.audit.run import Audit, AuditConfig, Prepared
 from pytest_restore.data.dataset import Dataset
 from pytest_restore.data.loaders import load_data
@@ -252,6 +253,9 @@ def test_the_answers_mem0_rejected_reach_the_report_and_a_cell_that_used_none_fa
     assert figures["calls"][EXTRACTION] == figures["units"] == model.answered["malformed"] + model.answered["facts"]
     assert figures["calls"][UPDATE] == model.answered["update"] and figures["failed"] == {}
     text = (report / "report.md").read_text()
+    # the section is rebuilt from summary.json as the session wrote it
+    assert main(["report", str(report / "records.jsonl"), "--out", str(pytester.path / "rebuilt")]) == 0
+    assert (pytester.path / "rebuilt" / "report.md").read_text() == text
     section = text[text.index("## Memory systems"):]
     row = next(line for line in section.splitlines() if line.startswith("| mem0-5k |"))
     assert f"fact extraction: {model.answered['malformed']} not valid JSON" in row and "No answer used" not in section

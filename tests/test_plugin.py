@@ -357,8 +357,12 @@ def test_the_controller_gathers_records_from_its_own_runner_and_from_a_worker() 
     gathered.take(_item_report("call", [(MESSAGE_PROPERTY, ItemMessage("main", (local,), {"sha256": "x"}))]))
     worker_call = _item_report("call", [(MESSAGE_PROPERTY, shipped)], "t.py::test_cell[fifo-80k]")
     gathered.take(worker_call)
-    later = ItemMessage("gw0", (), {"sha256": "x"}, {"reader openai:m": {"sent": 3}}).to_text()
+    # a memory system's cell: its figures arrive from the worker as they left it
+    memory = {"cell": "mem0-30k", "policy": "mem0", "budget": 30_000, "reader": "fake", "ranker": "",
+              "figures": {"stores": 2, "rejected": {"fact extraction": {"not valid JSON": 3}}}}
+    later = ItemMessage("gw0", (), {"sha256": "x"}, {"reader openai:m": {"sent": 3}}, memory=memory).to_text()
     gathered.take(_item_report("call", [(MESSAGE_PROPERTY, later)], "t.py::test_cell[fifo-30k]"))
+    assert gathered.memory == {"mem0-30k": memory}
     assert [r.question_id for r in gathered.records] == ["q1", "q2"] and gathered.records[0] is local
     assert gathered.records[1] == from_v1({**fields, "question_id": "q2"})
     assert worker_call.user_properties == []

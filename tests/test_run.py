@@ -51,6 +51,8 @@ def test_the_plan_refuses_names_it_does_not_know_in_one_line(tmp_path: Path) -> 
         (["--restore-dataset=locomo"], "--restore-dataset: names the loader of --restore-data, which is not given"),
         (["--restore-ranker=bm26"], "--restore-ranker: unknown ranker 'bm26'"),
         (["--restore-budgets=80k,80000"], "--restore-budgets: '80000' repeats '80k'"),
+        (["--restore-writer-model=fake-strong"], "--restore-writer-model: 'fake-strong' is a reader only"),
+        (["--restore-writer-model=nope:model"], "--restore-writer-model: unknown"),
     ]
     for args, said in cases:
         with pytest.raises(SettingsError) as err:

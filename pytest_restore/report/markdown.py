@@ -478,7 +478,7 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
     repairs = ds.get("repairs") or {}
     if repairs:
         out += ["", "Flawed evidence references, each handled by the loader's one rule:", "", "| kind | references |", "|---|---:|"]
-        out += [f"| {kind} | {count} |" for kind, count in repairs.items()]
+        out += [f"| {kind} | {count} |" for kind, count in sorted(repairs.items())]  # summary.json sorts its keys
     out += _errata_md(ds.get("errata"))
     failed = analysis.counts.exclusions()
     out += [

@@ -242,6 +242,8 @@ class RestoreSettings(AuditSettings):
                     check_spec(raw[role], where[role], providers)
                 except ModelSpecError as err:
                     raise SettingsError(str(err)) from None
+        if raw["writer-model"] == "fake-strong":  # the fake writes as the offline writers do: there is one
+            raise SettingsError(f"{where['writer-model']}: 'fake-strong' is a reader only; the fake writer is 'fake'")
         if raw["robustness-reader"] and raw["robustness-reader"] == raw["reader"]:
             raise SettingsError(f"{where['robustness-reader']}: must differ from --restore-reader")
         if raw["granularity"] not in ("turn", "session"):
