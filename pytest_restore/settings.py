@@ -65,6 +65,8 @@ class AuditSettings:
     batch_round: str | None = None
     #: ``--restore-writer-model``: what the memory systems that write with a model write with (``None``: each reader)
     writer: str | None = None
+    #: ``--restore-judge-format``: the judge's reply, one word (``text``) or a structured verdict in a style
+    judge_format: str = "text"
 
     def to_json(self) -> dict[str, Any]:
         """The declared settings as plain JSON values (tuples as lists), a subclass's own fields left out."""

@@ -56,15 +56,17 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from pytest_restore.models.base import ChatRequest
+from pytest_restore.models.base import ChatRequest, ReplyFormat
 from pytest_restore.models.embeddings import FakeEmbedder
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.prompts import (
     FACTS_SYSTEM,
+    JUDGE_JSON_SYSTEM,
     JUDGE_SYSTEM,
     READER_SYSTEM,
     SCORER_SYSTEM,
     SUMMARY_SYSTEM,
+    VERDICT_SCHEMA,
 )
 
 if TYPE_CHECKING:
@@ -139,6 +141,125 @@ def reasoning_parameter_error(body: dict[str, Any]) -> str | None:
     return None
 
 
+#: How the server takes ``response_format`` (``server.structured``): as OpenAI's API, or as
+#: llama-cpp-python's server (0.3.x: the types ``text`` and ``json_object``, a schema beside it).
+STRUCTURED_SERVERS = ("openai", "llama-cpp-python")
+#: OpenAI's models that refuse ``json_schema``, each with its dated and longer names (gpt-4 covers gpt-4-turbo):
+#: structured outputs came with gpt-4o-2024-08-06 ...
+NO_JSON_SCHEMA = ("gpt-3.5-turbo", "gpt-4", "gpt-4o-2024-05-13", "o1-mini", "o1-preview")
+#: ... and those that refuse ``json_object`` too, exactly these names (JSON mode came with the 1106 models).
+NO_JSON_OBJECT = ("gpt-4", "gpt-4-0613", "gpt-4-0314", "gpt-4-32k", "gpt-3.5-turbo-0613", "gpt-3.5-turbo-0301")
+
+
+def _refuses(model: str, kind: str) -> bool:
+    """Whether OpenAI's ``model`` refuses a ``response_format`` of type ``kind``."""
+    if kind == "json_object":
+        return model in NO_JSON_OBJECT
+    return any(model == f or model.startswith(f + "-") for f in NO_JSON_SCHEMA)
+
+
+def _strict_schema_problem(schema: Any, name: str) -> str | None:
+    """OpenAI's strict-mode rule: every object closes its properties and requires each of them."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return None
+    if schema.get("additionalProperties") is not False:
+        return f"Invalid schema for response_format '{name}': In context=(), 'additionalProperties' is required to be supplied and to be false."
+    properties = schema.get("properties") or {}
+    missing = [key for key in properties if key not in (schema.get("required") or [])]
+    if missing:
+        return (
+            f"Invalid schema for response_format '{name}': In context=(), 'required' is required to be supplied and to "
+            f"be an array including every key in properties. Missing '{missing[0]}'."
+        )
+    return next((p for p in (_strict_schema_problem(v, name) for v in properties.values()) if p), None)
+
+
+def response_format_error(body: dict[str, Any], server: str) -> tuple[int, dict[str, Any]] | None:
+    """The status and error body a real server gives a ``response_format`` it refuses (``None``: accepted).
+
+    ``server`` is one of :data:`STRUCTURED_SERVERS`. OpenAI: the types text,
+    json_object (not with a schema beside it, not for the models before JSON
+    mode, and only when a message says "json") and json_schema (a name, a
+    strict schema, only for the models with structured outputs).
+    llama-cpp-python's server (0.3.36) validates the request with pydantic,
+    and its error handler wraps the validation error in a 500 (an
+    ``internal_server_error`` whose message is the error and where it was
+    raised): a type other than text or json_object gets that.
+    """
+    found = body.get("response_format")
+    if found is None:
+        return None
+    kind = found.get("type") if isinstance(found, dict) else None
+    if server == "llama-cpp-python":
+        if kind in ("text", "json_object"):
+            return None
+        error = (
+            "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+            f"'msg': \"Input should be 'text' or 'json_object'\", 'input': {kind!r}, "
+            "'ctx': {'expected': \"'text' or 'json_object'\"}}\n\n  File \"llama_cpp/server/app.py\", line 376, "
+            "in create_chat_completion\n    POST /v1/chat/completions"
+        )
+        return 500, {"error": {"message": error, "type": "internal_server_error", "param": None, "code": None}}
+    model = str(body.get("model", ""))
+
+    def refused(message: str, param: str = "response_format") -> tuple[int, dict[str, Any]]:
+        return 400, {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}
+
+    if not isinstance(found, dict):
+        return refused(f"Invalid type for 'response_format': expected an object, but got {type(found).__name__} instead.")
+    if kind not in ("text", "json_object", "json_schema"):
+        return refused(f"Invalid value: '{kind}'. Supported values are: 'text', 'json_object', and 'json_schema'.", "response_format.type")
+    if kind == "text":
+        return None
+    unknown = [key for key in found if key not in ("type", kind)]
+    if unknown:
+        return refused(f"Unknown parameter: 'response_format.{unknown[0]}'.", f"response_format.{unknown[0]}")
+    if _refuses(model, kind):
+        tail = (
+            " Learn more about supported models at the Structured Outputs guide: "
+            "https://platform.openai.com/docs/guides/structured-outputs"
+        ) if kind == "json_schema" else ""
+        return refused(f"Invalid parameter: 'response_format' of type '{kind}' is not supported with this model.{tail}")
+    if kind == "json_object":
+        if not any("json" in str(m.get("content", "")).lower() for m in body.get("messages") or []):
+            return refused("'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'.", "messages")
+        return None
+    spec = found.get("json_schema")
+    if not isinstance(spec, dict) or not spec.get("name"):
+        return refused("Missing required parameter: 'response_format.json_schema.name'.", "response_format.json_schema.name")
+    if spec.get("strict"):
+        problem = _strict_schema_problem(spec.get("schema"), str(spec["name"]))
+        if problem:
+            return refused(problem, "response_format")
+    return None
+
+
+def reply_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The schema a request's ``response_format`` constrains the reply to (``{}``: any JSON object; ``None``: free text)."""
+    found = body.get("response_format")
+    if not isinstance(found, dict) or found.get("type") == "text":
+        return None
+    if found.get("type") == "json_schema":
+        return dict(found["json_schema"].get("schema") or {})
+    return dict(found.get("schema") or {})
+
+
+def follows(text: str, schema: dict[str, Any]) -> bool:
+    """Whether ``text`` is a JSON object the (flat) ``schema`` allows: its required keys, enums and closed properties."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(value, dict):
+        return False
+    properties = schema.get("properties") or {}
+    if any(key not in value for key in schema.get("required") or []):
+        return False
+    if schema.get("additionalProperties") is False and any(key not in properties for key in value):
+        return False
+    return all("enum" not in spec or value.get(key) in spec["enum"] for key, spec in properties.items() if key in value)
+
+
 def echo_responder(messages: list[dict[str, Any]]) -> str:
     """A deterministic default reply: an echo of the last message's content."""
     return f"echo: {messages[-1]['content']}" if messages else "echo:"
@@ -157,6 +278,7 @@ def fake_models_responder(histories: Iterable[History]) -> Responder:
     models: dict[str, Any] = {
         READER_SYSTEM: reader,
         JUDGE_SYSTEM: FakeJudge(),
+        JUDGE_JSON_SYSTEM: FakeJudge(),  # asked for a structured verdict (below)
         SCORER_SYSTEM: FakeScorer(),
         # the memory systems' writers (session-summary-model, fact-extract-model) are the reader's model
         SUMMARY_SYSTEM: reader,
@@ -168,7 +290,9 @@ def fake_models_responder(histories: Iterable[History]) -> Responder:
         model = models.get(system or "")
         if model is None:
             raise ValueError("no fake model has this system prompt")
-        request = ChatRequest(tuple((m["role"], m["content"]) for m in messages), max_tokens=1)
+        # the wire's response_format is the server's to check; the fake judge answers in its shape as a constrained model would
+        structured = ReplyFormat("verdict", VERDICT_SCHEMA) if system == JUDGE_JSON_SYSTEM else None
+        request = ChatRequest(tuple((m["role"], m["content"]) for m in messages), max_tokens=1, reply_format=structured)
         text: str = model.run([request])[0].text
         return text
 
@@ -282,6 +406,8 @@ class OpenAIServer:
         self.expected_key = expected_key
         #: One of ``MODES`` (or ``None``): how every chat request is misanswered.
         self.mode: str | None = None
+        #: One of ``STRUCTURED_SERVERS``: which ``response_format`` shapes it takes and how it refuses the others.
+        self.structured = "openai"
         #: Seconds an embeddings request takes per input text, on top of ``latency`` (a slow local
         #: server: a large request outlives the client's timeout where a small one does not).
         self.embed_seconds_per_input = 0.0
@@ -569,6 +695,9 @@ class OpenAIServer:
         problem = reasoning_parameter_error(body)
         if problem is not None:
             return 400, _render(400, {"error": {"message": problem, "type": "invalid_request_error"}})
+        refused = response_format_error(body, self.structured)
+        if refused is not None:
+            return refused[0], _render(*refused)
         bearer = headers.get("authorization", "").removeprefix("Bearer ")
         mode = self.mode
         if mode == "401-echo-key":
@@ -585,6 +714,10 @@ class OpenAIServer:
             text = self.responder(body.get("messages") or [])
         except Exception as exc:  # noqa: BLE001 - a responder bug is the test's 500
             return 500, _render(500, {"error": {"message": f"responder: {exc}"}})
+        schema = reply_schema(body)
+        if schema is not None and not follows(text, schema):
+            # a real server constrains its decoding to the schema: a reply outside it is the responder's bug
+            return 500, _render(500, {"error": {"message": f"responder: {text[:60]!r} does not follow the response_format"}})
         if mode == "echo-key":
             text = f"{text} (your key is {bearer})"
         elif mode == "echo-key-forms":

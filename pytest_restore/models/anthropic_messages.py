@@ -131,6 +131,8 @@ class AnthropicProvider(ModelProvider):
     name = PROVIDER
     capabilities = frozenset({"chat"})
     key_env = API_KEY_ENV
+    # no structured replies (reply_styles empty): the Messages API has no response_format; a run asking its
+    # judge for one stops at the settings (providers.reply_problem), before any call
 
     def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
         """A managed model over the Messages API with the run's pacing, retries and response cache."""

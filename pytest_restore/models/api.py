@@ -257,6 +257,8 @@ class ModelProvider(ABC):
     batch_discount: ClassVar[float | None] = None
     #: What follows ``NAME:`` in a model name, as error messages spell it.
     spelled: ClassVar[str] = "MODEL"
+    #: The structured replies its chat models can be asked for (``base.REPLY_STYLES``; ``--restore-judge-format``)
+    reply_styles: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -8,12 +8,47 @@ concurrently, while the fake models answer them one by one.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 #: One chat message as ``(role, content)``; roles are ``system`` and ``user``.
 Message = tuple[str, str]
+
+#: How a structured reply is asked of an OpenAI-compatible server (``ReplyFormat.style``):
+#: ``json-schema`` is OpenAI's structured outputs (``{"type": "json_schema", "json_schema": {...}}``,
+#: also vLLM's and llama.cpp's llama-server); ``json-object`` is JSON mode with the schema beside it
+#: (``{"type": "json_object", "schema": {...}}``, llama-cpp-python's server and llama-server).
+REPLY_STYLES = ("json-schema", "json-object")
+
+
+@dataclass(frozen=True)
+class ReplyFormat:
+    """A structured reply: one JSON object following ``schema``, asked for as ``style`` says.
+
+    The server constrains its decoding to the schema (OpenAI's structured
+    outputs, vLLM's guided decoding, llama.cpp's grammars), so even a model
+    that cannot follow the prompt's instructions replies in that shape.
+    """
+
+    #: the schema's name (OpenAI's ``json_schema.name``)
+    name: str
+    #: the JSON schema as compact JSON text (hashable; it keys the cache with the rest of the request)
+    schema: str
+    #: one of :data:`REPLY_STYLES`
+    style: str = "json-schema"
+
+    def as_openai(self) -> dict[str, Any]:
+        """The ``response_format`` of an OpenAI-compatible chat-completions body."""
+        schema = json.loads(self.schema)
+        if self.style == "json-object":
+            return {"type": "json_object", "schema": schema}
+        return {"type": "json_schema", "json_schema": {"name": self.name, "strict": True, "schema": schema}}
+
+    def to_json(self) -> dict[str, str]:
+        """Plain values (the cache key, a batch ledger)."""
+        return {"name": self.name, "schema": self.schema, "style": self.style}
 
 
 @dataclass(frozen=True)
@@ -23,10 +58,16 @@ class ChatRequest:
     messages: tuple[Message, ...]
     max_tokens: int
     temperature: float = 0.0
+    #: ``None``: a reply in free text
+    reply_format: ReplyFormat | None = None
 
     def as_openai_messages(self) -> list[dict[str, str]]:
         """The messages in the OpenAI chat-completions wire format."""
         return [{"role": role, "content": content} for role, content in self.messages]
+
+    def openai_extras(self) -> dict[str, Any]:
+        """What an OpenAI-compatible body adds for this request besides model, messages and decoding."""
+        return {"response_format": self.reply_format.as_openai()} if self.reply_format is not None else {}
 
 
 @dataclass(frozen=True)

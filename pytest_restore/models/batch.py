@@ -43,7 +43,7 @@ from typing import Any
 
 from pytest_restore import jsonl
 from pytest_restore.exits import os_cause
-from pytest_restore.models.base import ChatRequest, ChatResult
+from pytest_restore.models.base import ChatRequest, ChatResult, ReplyFormat
 from pytest_restore.models.cache import ResponseCache, request_key, try_flock
 from pytest_restore.models.decoding import decoding_parameters
 from pytest_restore.models.openai_chat import (
@@ -131,6 +131,7 @@ class BatchItem:
             "model": self.model,
             "messages": r.as_openai_messages(),
             **decoding_parameters(self.model, r.max_tokens, r.temperature),
+            **r.openai_extras(),
         }
 
     def input_line(self) -> str:
@@ -148,6 +149,7 @@ class BatchItem:
             "messages": [list(m) for m in r.messages],
             "max_tokens": r.max_tokens,
             "temperature": r.temperature,
+            **({"reply_format": r.reply_format.to_json()} if r.reply_format is not None else {}),
         }
 
     @classmethod
@@ -157,6 +159,7 @@ class BatchItem:
             messages=tuple((str(role), str(content)) for role, content in data["messages"]),
             max_tokens=int(data["max_tokens"]),
             temperature=float(data["temperature"]),
+            reply_format=ReplyFormat(**data["reply_format"]) if data.get("reply_format") else None,
         )
         return cls(str(data["role"]), str(data["model"]), request)
 

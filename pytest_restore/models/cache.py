@@ -7,7 +7,8 @@ workers share one directory.
 
 **Key.** The sha256 of a canonical JSON of everything that changes a reply:
 the model name as configured (``gpt-4o-mini``), the messages, ``max_tokens``
-and ``temperature``, plus a schema version. Deliberately *not* in the key:
+and ``temperature``, the reply format (a structured reply's schema and style;
+only when one is asked), plus a schema version. Deliberately *not* in the key:
 
 - the API key (a secret, and it does not change the reply);
 - the base URL: the same model reached through a proxy, a gateway or a
@@ -62,7 +63,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_restore.exits import os_cause
 from pytest_restore.models.base import ChatRequest, ChatResult
@@ -116,16 +117,21 @@ def request_key(model: str, request: ChatRequest) -> str:
     """The cache key of ``request`` sent to ``model``: a sha256 hex digest.
 
     Canonical JSON (sorted keys, no whitespace, UTF-8) of the model name,
-    the messages, ``max_tokens``, ``temperature`` and the schema version.
+    the messages, ``max_tokens``, ``temperature``, the reply format when one
+    is asked (a free-text request's key is the one it had before formats
+    existed) and the schema version.
     """
+    keyed: dict[str, Any] = {
+        "schema": CACHE_SCHEMA,
+        "model": model,
+        "messages": [[role, content] for role, content in request.messages],
+        "max_tokens": request.max_tokens,
+        "temperature": float(request.temperature),
+    }
+    if request.reply_format is not None:
+        keyed["reply_format"] = request.reply_format.to_json()
     canonical = json.dumps(
-        {
-            "schema": CACHE_SCHEMA,
-            "model": model,
-            "messages": [[role, content] for role, content in request.messages],
-            "max_tokens": request.max_tokens,
-            "temperature": float(request.temperature),
-        },
+        keyed,
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,

@@ -65,6 +65,7 @@ else, and a hash of the content adds jitter of up to three points either way
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -385,11 +386,20 @@ def normalise(text: str) -> str:
 
 
 class FakeJudge(_Named):
-    """Says CORRECT when the normalised candidate equals the normalised reference."""
+    """Says CORRECT when the normalised candidate equals the normalised reference.
+
+    Asked for a structured reply (``ChatRequest.reply_format``), it answers as
+    a server constraining its decoding would: ``{"verdict": "CORRECT"}``.
+    """
 
     def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Grade each judge request."""
-        return [ChatResult(self.grade(_user_message(r))) for r in requests]
+        return [ChatResult(self.reply(r)) for r in requests]
+
+    def reply(self, request: ChatRequest) -> str:
+        """The reply to one judge request: the verdict, as a JSON object when a structured reply is asked."""
+        verdict = self.grade(_user_message(request))
+        return verdict if request.reply_format is None else json.dumps({"verdict": verdict})
 
     def grade(self, prompt: str) -> str:
         """The verdict for one judge prompt."""

@@ -94,11 +94,12 @@ class OpenAIAPI(ModelAPI):
         return {"authorization": f"Bearer {self.key or PLACEHOLDER_KEY}"}
 
     def chat_request(self, request: ChatRequest) -> tuple[str, dict[str, Any]]:
-        """``/chat/completions`` with decoding by model family."""
+        """``/chat/completions`` with decoding by model family (and ``response_format`` for a structured reply)."""
         return "/chat/completions", {
             "model": self.model,
             "messages": request.as_openai_messages(),
             **decoding_parameters(self.model, request.max_tokens, request.temperature),
+            **request.openai_extras(),
         }
 
     def read_chat(self, reply: Any, request: ChatRequest) -> ChatResult | str:

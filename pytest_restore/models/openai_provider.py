@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from pytest_restore.models.api import VALIDATORS, ModelOptions, ModelProvider, price_by_family
-from pytest_restore.models.base import ChatModel
+from pytest_restore.models.base import REPLY_STYLES, ChatModel
 from pytest_restore.models.batch import BatchChatModel, BatchRunner
 from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.embeddings import EmbeddingLimits
@@ -51,6 +51,10 @@ class OpenAIProvider(ModelProvider):
     capabilities = frozenset({"chat", "embeddings", "batch"})
     key_env = API_KEY_ENV
     batch_discount = BATCH_DISCOUNT
+    # OpenAI's structured outputs (json-schema) and JSON mode with a schema (json-object, llama-cpp-python's
+    # server); which one a server takes is the user's choice: OpenAI refuses a schema in json_object and
+    # llama-cpp-python refuses the json_schema type
+    reply_styles = frozenset(REPLY_STYLES)
     api_host: ClassVar[str] = "api.openai.com"
 
     def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:

@@ -3,8 +3,10 @@
 The wording is ours; the constraints follow the paper's appendix D: the
 reader answers only from the snippets, gives complete list answers, computes
 dates from the question date and falls back to an exact "I don't know"; the
-judge replies with one word; the scorer replies with one integer from 1 to 10.
-Decoding is temperature 0 with at most 600 / 16 / 4 output tokens.
+judge replies with one word (or, asked for a structured reply, a JSON object
+whose one field is the verdict); the scorer replies with one integer from 1 to
+10. Decoding is temperature 0 with at most 600 / 16 (32 structured) / 4 output
+tokens.
 
 Every template can be replaced from a file (``{field}`` placeholders, as in
 :meth:`str.format`). The reader never sees session ids or labels: it gets
@@ -14,13 +16,14 @@ else.
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_restore.models.base import ChatRequest
+from pytest_restore.models.base import REPLY_STYLES, ChatRequest, ReplyFormat
 
 READER_MAX_TOKENS = 600
 JUDGE_MAX_TOKENS = 16
@@ -43,14 +46,29 @@ READER_USER = (
     "Question: {question}\n"
     "Answer:"
 )
-JUDGE_SYSTEM = (
-    "You check a candidate answer against a reference answer to the same question. "
-    "Reply with a single word: CORRECT or INCORRECT. It is CORRECT when it states the "
+_JUDGE_TASK = "You check a candidate answer against a reference answer to the same question. "
+_JUDGE_RULES = (
+    "It is CORRECT when it states the "
     "same key facts as the reference; wording, letter case, articles and additional "
     "detail do not matter. For a list, every item of the reference must be there (the "
     "order counts only when the question asks for an order). Numbers, amounts and "
     "dates must agree."
 )
+JUDGE_SYSTEM = _JUDGE_TASK + "Reply with a single word: CORRECT or INCORRECT. " + _JUDGE_RULES
+#: The judge's system prompt when its reply is structured (``--restore-judge-format``): the same rules.
+JUDGE_JSON_SYSTEM = (
+    _JUDGE_TASK + 'Reply with a JSON object holding one field, verdict, set to "CORRECT" or "INCORRECT", '
+    'e.g. {"verdict": "INCORRECT"}. ' + _JUDGE_RULES
+)
+#: The judge's structured reply (``--restore-judge-format``): one field whose value is a verdict.
+VERDICT_SCHEMA = (
+    '{"type":"object","properties":{"verdict":{"type":"string","enum":["CORRECT","INCORRECT"]}},'
+    '"required":["verdict"],"additionalProperties":false}'
+)
+#: How the judge may be asked to reply: free text, or one of ``base.REPLY_STYLES``.
+JUDGE_FORMATS = ("text", *REPLY_STYLES)
+#: A structured verdict is a dozen tokens; a server's grammar may let a model put whitespace between them.
+JUDGE_JSON_MAX_TOKENS = 32
 JUDGE_USER = (
     "Question: {question}\n"
     "Reference answer: {answer}\n"
@@ -70,6 +88,7 @@ PLACEHOLDERS: dict[str, frozenset[str]] = {
     "reader_system": frozenset(),
     "reader_user": frozenset({"question", "question_date", "snippets"}),
     "judge_system": frozenset(),
+    "judge_json_system": frozenset(),
     "judge_user": frozenset({"question", "answer", "prediction"}),
     "scorer_system": frozenset(),
     "scorer_user": frozenset({"content"}),
@@ -103,7 +122,7 @@ def check_template(text: str, allowed: frozenset[str], where: str) -> None:
 
 @dataclass(frozen=True)
 class PromptSet:
-    """The six templates. Replace any of them with :meth:`with_files`."""
+    """The templates (:data:`PLACEHOLDERS`' keys) and how the judge replies. Replace templates with :meth:`with_files`."""
 
     reader_system: str = READER_SYSTEM
     reader_user: str = READER_USER
@@ -111,6 +130,10 @@ class PromptSet:
     judge_user: str = JUDGE_USER
     scorer_system: str = SCORER_SYSTEM
     scorer_user: str = SCORER_USER
+    #: the judge's system prompt under a structured reply (``judge_format`` not ``text``)
+    judge_json_system: str = JUDGE_JSON_SYSTEM
+    #: one of :data:`JUDGE_FORMATS`: ``text`` (one word) or the style of a structured reply (``--restore-judge-format``)
+    judge_format: str = "text"
 
     def with_files(self, files: Mapping[str, str | Path]) -> PromptSet:
         """A copy with some templates read from files, keyed by field name.
@@ -119,7 +142,7 @@ class PromptSet:
         malformed placeholder is a ``ValueError`` naming the file and the
         placeholder, before any request is built.
         """
-        known = {f.name for f in fields(self)}
+        known = set(PLACEHOLDERS)
         for key in files:
             if key not in known:
                 raise ValueError(f"unknown prompt template {key!r}; known: {', '.join(sorted(known))}")
@@ -139,9 +162,15 @@ class PromptSet:
         return ChatRequest((("system", self.reader_system), ("user", user)), READER_MAX_TOKENS)
 
     def judge(self, *, question: str, answer: str, prediction: str) -> ChatRequest:
-        """The judge's request comparing a prediction with the reference."""
+        """The judge's request comparing a prediction with the reference (structured as ``judge_format`` says)."""
         user = self.judge_user.format(question=question, answer=answer, prediction=prediction)
-        return ChatRequest((("system", self.judge_system), ("user", user)), JUDGE_MAX_TOKENS)
+        if self.judge_format == "text":
+            return ChatRequest((("system", self.judge_system), ("user", user)), JUDGE_MAX_TOKENS)
+        return ChatRequest(
+            (("system", self.judge_json_system), ("user", user)),
+            JUDGE_JSON_MAX_TOKENS,
+            reply_format=ReplyFormat("verdict", VERDICT_SCHEMA, self.judge_format),
+        )
 
     def scorer(self, *, content: str) -> ChatRequest:
         """The importance scorer's request: one unit's content, nothing else."""
@@ -154,8 +183,22 @@ _SCORE = re.compile(r"^[^\d-]*?(10|[1-9])(?!\d)")
 
 
 def parse_verdict(reply: str) -> bool | None:
-    """``True`` for CORRECT, ``False`` for INCORRECT, ``None`` for anything else."""
-    match = _VERDICT.match(reply.strip())
+    """``True`` for CORRECT, ``False`` for INCORRECT, ``None`` for anything else.
+
+    The verdict is the reply's one word, or the ``verdict`` field of a reply
+    that is a JSON object holding that field alone (a structured reply,
+    :data:`VERDICT_SCHEMA`).
+    """
+    text = reply.strip()
+    if text.startswith("{"):
+        try:
+            found = json.loads(text)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(found, dict) or set(found) != {"verdict"} or not isinstance(found["verdict"], str):
+            return None
+        text = found["verdict"].strip()
+    match = _VERDICT.match(text)
     if match is None:
         return None
     return match.group(1).upper() == "CORRECT"

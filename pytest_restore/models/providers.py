@@ -107,6 +107,21 @@ def check_spec(spec: str, option: str, providers: ProviderRegistry | None = None
     raise ModelSpecError(f"{option}: unknown model {spec!r}; use 'fake', 'fake-strong' (a reader) or {names}")
 
 
+def reply_problem(spec: str, style: str, option: str, providers: ProviderRegistry | None = None) -> str | None:
+    """Why the model ``spec`` cannot be asked for a structured reply in ``style`` (``option``: where it was asked), in one line."""
+    if spec in FAKES:
+        return None  # the fake judge answers a structured request in its shape
+    resolved = _resolve(spec, providers)
+    if resolved is None or style in resolved[0].reply_styles:
+        return None
+    registry = providers if providers is not None else _builtin_providers()
+    able = ", ".join(f"{name}:" for name in registry if style in registry[name].reply_styles) or "none"
+    return (
+        f"{option} {style}: {spec} cannot be asked for a structured reply ({resolved[0].name}: declares no "
+        f"{style} replies; providers that do: {able}); use --restore-judge-format text"
+    )
+
+
 def is_real(spec: str, providers: ProviderRegistry | None = None) -> bool:
     """Whether a model name calls a real model."""
     resolved = _resolve(spec, providers)

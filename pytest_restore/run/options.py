@@ -53,6 +53,16 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("subset-seed", "0", "seed of the --restore-questions subset", "int"),
     ("reader", "fake", "reader model: fake or PROVIDER:MODEL (openai:MODEL built in)", "string"),
     ("judge", "fake", "judge model: fake or PROVIDER:MODEL (openai:MODEL built in)", "string"),
+    (
+        "judge-format",
+        "text",
+        (
+            "how the judge replies: text (one word), json-schema (a JSON verdict under response_format json_schema: "
+            "OpenAI's structured outputs, vLLM, llama.cpp's llama-server) or json-object (response_format json_object "
+            "with the schema: llama-cpp-python's server)"
+        ),
+        "string",
+    ),
     ("scorer", "fake", "importance scorer model: fake or PROVIDER:MODEL (openai:MODEL built in)", "string"),
     (
         "writer-model",

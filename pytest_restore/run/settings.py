@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_restore.models.batch import BatchOptions
-from pytest_restore.models.prompts import PromptSet
+from pytest_restore.models.prompts import JUDGE_FORMATS, PromptSet
 from pytest_restore.models.providers import (
     ModelOptions,
     ModelSpecError,
@@ -29,6 +29,7 @@ from pytest_restore.models.providers import (
     is_real,
     parse_price,
     providers_with,
+    reply_problem,
 )
 from pytest_restore.run.options import RawOptions
 from pytest_restore.settings import AuditSettings
@@ -185,7 +186,7 @@ class RestoreSettings(AuditSettings):
 
     def prompt_set(self) -> PromptSet:
         """The prompt templates: the defaults, or files from ``--restore-prompts``."""
-        prompts = PromptSet()
+        prompts = PromptSet(judge_format=self.judge_format)
         if self.prompts:
             folder = Path(self.prompts)
             if not folder.is_dir():
@@ -213,6 +214,8 @@ class RestoreSettings(AuditSettings):
             del asked["rankers"]  # a one-ranker run keeps the id it had before the option existed
         if not s.writer:
             del asked["writer"]  # nor does a run whose readers write
+        if s.judge_format == "text":
+            del asked["judge_format"]  # likewise a one-word judge
         asked["policies"] = list(policies)
         prompts = hashlib.sha256(Path(s.prompts).read_bytes()).hexdigest() if s.prompts else None
         text = json.dumps({"settings": asked, "dataset": dataset_sha256, "prompts": prompts}, sort_keys=True)
@@ -244,6 +247,13 @@ class RestoreSettings(AuditSettings):
                     raise SettingsError(str(err)) from None
         if raw["writer-model"] == "fake-strong":  # the fake writes as the offline writers do: there is one
             raise SettingsError(f"{where['writer-model']}: 'fake-strong' is a reader only; the fake writer is 'fake'")
+        if raw["judge-format"] not in JUDGE_FORMATS:
+            raise SettingsError(f"{where['judge-format']}: {raw['judge-format']!r} is not {', '.join(JUDGE_FORMATS)}")
+        if raw["judge-format"] != "text":
+            for role in ("judge", "audit-judge"):  # the judge audit re-grades with the same prompts
+                problem = raw[role] and reply_problem(raw[role], raw["judge-format"], where["judge-format"], providers)
+                if problem:
+                    raise SettingsError(problem)
         if raw["robustness-reader"] and raw["robustness-reader"] == raw["reader"]:
             raise SettingsError(f"{where['robustness-reader']}: must differ from --restore-reader")
         if raw["granularity"] not in ("turn", "session"):
@@ -324,6 +334,7 @@ class RestoreSettings(AuditSettings):
             "batch_round": raw["batch-round"] or None,
             "dataset": dataset,
             "writer": raw["writer-model"] or None,
+            "judge_format": raw["judge-format"],
             "sources": where,
         }
         if not budgets:
@@ -369,5 +380,6 @@ RECORD_SETTINGS: tuple[str, ...] = (
     "rankers",
     "ablations",
     "writer",
+    "judge_format",
 )
 
