@@ -165,6 +165,10 @@ _SCORE_COUNTS = (
     lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) == 10 and all(_is_int(x) and x >= 0 for x in v)),
     "a list of 10 counts or null",
 )
+_TIE_COUNTS = (
+    lambda v: v is None or (isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_int(x) and x >= 0 for x in v) and v[1] <= v[0]),
+    "a list [units, tied] of two counts (tied at most units), or null",
+)
 _STR_LIST = (_list_of(_is_str), "a list of strings or null")
 _BOOL_LIST = (_list_of(lambda v: isinstance(v, bool)), "a list of true/false or null")
 _STR_MAP_REQUIRED = (
@@ -362,6 +366,13 @@ class Record:
     importance_scores: tuple[int, ...] | None = _field(
         _SCORE_COUNTS,
         "units of the question's history scored 1, 2, ..., 10 by the importance scorer (null: the policy reads none)",
+        required=False,
+    )
+    score_ties: tuple[int, int] | None = _field(
+        _TIE_COUNTS,
+        "a policy deciding by its own per-unit score (memory.eviction.ScoredPolicy, importance scores aside): "
+        "[units of the question's history, of them those holding the history's two most common scores] "
+        "(null: the policy exposes no scores)",
         required=False,
     )
     memory_tokens: tuple[float, float] | None = _field(

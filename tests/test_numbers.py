@@ -13,8 +13,13 @@ import pytest
 from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import Dataset
 from pytest_restore.data.loaders import load_data
-from pytest_restore.data.units import History
-from pytest_restore.memory.eviction import default_registry
+from pytest_restore.data.units import History, Unit
+from pytest_restore.memory.eviction import (
+    EvictionContext,
+    ScoredPolicy,
+    VictimPolicy,
+    default_registry,
+)
 from pytest_restore.memory.retrieval import Ranker, Recency
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
@@ -210,3 +215,47 @@ def test_a_scorer_answering_mostly_1_makes_the_findings_warn_of_ties(locomo: Dat
     # the fake scorer spreads its scores: no warning
     fake = analyse(grid(locomo, Recency(), budgets=(250,)), resamples=200)
     assert fake.importance and not fake.importance[0].mostly_ties and "**Ties.**" not in render_findings_md(fake)
+
+
+class WordCount(VictimPolicy):
+    """A user's policy deciding by a score of its own (no base class for it): evicts the unit of fewest words
+    capped at three, ties to the older unit, so nearly every unit ties at 3."""
+
+    name = "word-count"
+
+    def unit_scores(self, units: Sequence[Unit], ctx: EvictionContext) -> list[float]:
+        return [float(min(len(u.content.split()), 3)) for u in units]
+
+    def start(self, units: Sequence[Unit], ctx: EvictionContext) -> None:
+        self._scores = self.unit_scores(units, ctx)
+
+    def choose_victim(self, stored: Sequence[int], units: Sequence[Unit]) -> int:
+        return min(stored, key=lambda p: (self._scores[p], p))
+
+
+def test_any_policy_deciding_by_a_score_is_checked_for_ties(locomo: Dataset) -> None:
+    reader = FakeReader()
+    audit = Audit(locomo, AuditConfig(budgets=(250,)), reader=reader, judge=FakeJudge(), scorer=FakeScorer())
+    reader.learn(p.history for p in audit.questions)
+    policies = [WordCount(), default_registry()["control"], default_registry()["fifo"]]
+    records = [r for policy in policies for r in audit.run_cell(policy, 250).records]
+    assert isinstance(policies[0], ScoredPolicy) and not isinstance(policies[2], ScoredPolicy)
+    by_policy = {p.name: [r for r in records if r.policy == p.name] for p in policies}
+    assert all(r.score_ties is None for r in by_policy["fifo"])
+    for name in ("word-count", "control"):  # each history's units, and those at its two top scores
+        for r in by_policy[name]:
+            assert r.score_ties is not None and r.score_ties[0] == len(audit.history(r.question_id).units) >= r.score_ties[1] > 0
+    analysis = analyse(records, resamples=200)
+    ties = {t.policy: t for t in analysis.ties}
+    assert set(ties) == {"word-count", "control"} and ties["word-count"].questions == 10
+    assert ties["word-count"].mostly_ties and not ties["control"].mostly_ties
+    assert ties["word-count"].top_share > 0.9 and ties["control"].top_share < 0.5
+    findings = render_findings_md(analysis)
+    assert (
+        f"- **Ties.** word-count: {ties['word-count'].top_share:.0%} of the {ties['word-count'].units:,} units hold their "
+        "history's two most common scores, at least the 80% that makes its decisions mostly ties" in findings
+    )
+    assert "**Ties.** control" not in findings
+    table = render_importance_md(analysis)
+    assert "## Ties among scores" in table and f"| control | 10 | {ties['control'].units:,} | {ties['control'].top_share:.2f} | no |" in table
+    assert "## Importance scores" not in table  # no importance policy ran

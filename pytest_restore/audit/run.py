@@ -56,7 +56,14 @@ from pytest_restore.data.units import (
     counts_file_name,
     has_gold,
 )
-from pytest_restore.memory.eviction import Eviction, EvictionContext, Mask, Policy, stable_seed
+from pytest_restore.memory.eviction import (
+    Eviction,
+    EvictionContext,
+    Mask,
+    Policy,
+    ScoredPolicy,
+    stable_seed,
+)
 from pytest_restore.memory.memories import Sources, memory_view
 from pytest_restore.memory.retrieval import (
     INJECT_CAP,
@@ -376,6 +383,8 @@ class Audit:
         self._holders: dict[str, Counter[Hashable]] = {}
         self._memory_shares: dict[tuple[str, str], tuple[float, float, bool] | None] = {}
         self._keys: dict[tuple[str, str], list[Hashable]] = {}
+        # a scored policy's ties on each history: (units, units at its two most common scores) by (policy, history, seed)
+        self._ties: dict[tuple[str, str, int], tuple[int, int]] = {}
         # whole-grid cells already run in this process (the control's check reads the baselines')
         self._cells: dict[tuple[str, int, str], tuple[Policy, CellRun]] = {}
         # whole-grid stores by (policy, budget): evicted once, read by every ranker of the cell
@@ -724,6 +733,7 @@ class Audit:
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
             fate = fates[(qid, seed)]
             scores = score_counts(p, importance) if policy.needs_importance else None
+            ties = self.score_ties(policy, p, seed)
             memory = self.memory_share(policy, p) if builds else None
             read = {"a": next(injected), "b": next(injected)}
             next(injected)  # the restored context's
@@ -736,7 +746,7 @@ class Audit:
                 # unit held through derived memories ranks as the best-ranked memory citing it)
                 top_k = self.config.top_k if regime == "b" else None
                 records.append(replace(
-                    record, top_k=top_k, importance_scores=scores,
+                    record, top_k=top_k, importance_scores=scores, score_ties=ties,
                     memory_tokens=memory[:2] if memory is not None else None,
                     memory_tokens_estimated=memory[2] if memory is not None else None, writer=writer,
                 ))
@@ -754,6 +764,23 @@ class Audit:
         for history, seed in sorted(built):
             total = total + self._views[(id(policy), budget, history, seed)][5]
         return total
+
+    def score_ties(self, policy: Policy, prepared: Prepared, seed: int) -> tuple[int, int] | None:
+        """A scored policy's ties on the question's history: its units, and those at its two most common scores.
+
+        ``None`` for a policy that exposes no scores (:class:`ScoredPolicy`) and
+        for one reading importance scores (their distribution is reported whole:
+        ``record.importance_scores``). Once per history and seed.
+        """
+        if policy.needs_importance or policy.derived or not isinstance(policy, ScoredPolicy):
+            return None
+        history = prepared.history
+        key = (policy.name, history.question.history_key, seed)
+        if key not in self._ties:
+            ctx = EvictionContext(question_id=history.question.history_key, seed=seed)
+            scores = [float(s) for s in policy.unit_scores(history.units, ctx)]
+            self._ties[key] = (len(scores), sum(n for _, n in Counter(scores).most_common(2)))
+        return self._ties[key]
 
     # -- restore-tightness ablations (see pytest_restore.audit.ablations) ------------
 

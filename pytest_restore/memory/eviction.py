@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import ClassVar
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -142,6 +142,23 @@ def _arrivals(left: npt.NDArray[np.int64], evicted: Sequence[int]) -> dict[int, 
     if kept:
         raise ValueError(f"unit {kept[0]} was not evicted")
     return out
+
+
+@runtime_checkable
+class ScoredPolicy(Protocol):
+    """A policy that decides by a score of each unit: it evicts the stored unit with the lowest score.
+
+    Implementing :meth:`unit_scores` (no base class needed) lets the report
+    check the policy's decisions: when most units share a few scores, most
+    evictions are ties, broken by another rule (the built-in ones: the older
+    unit first), and the policy's cells measure that rule more than its score
+    (``stats.ties``). Built in: ``llm-importance`` (the scorer's 1-10, whose
+    distribution the report shows) and ``control`` (minus the fact density).
+    """
+
+    def unit_scores(self, units: Sequence[Unit], ctx: EvictionContext) -> Sequence[float]:
+        """Each unit's score, as the policy ranks units for eviction (lowest first)."""
+        ...
 
 
 class _OnePass(Policy):
@@ -518,6 +535,10 @@ class LlmImportance(Policy):
             return super().evict(units, sizes, budget, ctx)
         return _lowest_key_eviction(sizes, budget, self._key(units, ctx))
 
+    def unit_scores(self, units: Sequence[Unit], ctx: EvictionContext) -> Sequence[float]:
+        """The scorer's score of each unit (:class:`ScoredPolicy`)."""
+        return self._key(units, ctx)
+
     @staticmethod
     def _key(units: Sequence[Unit], ctx: EvictionContext) -> list[float]:
         try:
@@ -572,19 +593,23 @@ class Control(Policy):
     name = "control"
 
     def retain(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Mask:
-        return _evict_lowest_key(sizes, budget, [-fact_density(u.content) for u in units])
+        return _evict_lowest_key(sizes, budget, self.unit_scores(units, ctx))
 
     def eviction_arrivals(
         self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext, evicted: Sequence[int]
     ) -> dict[int, int]:
         if type(self).retain is not Control.retain:
             return super().eviction_arrivals(units, sizes, budget, ctx, evicted)
-        return _lowest_key_arrivals(sizes, budget, [-fact_density(u.content) for u in units], evicted)
+        return _lowest_key_arrivals(sizes, budget, self.unit_scores(units, ctx), evicted)
 
     def evict(self, units: Sequence[Unit], sizes: Sizes, budget: int, ctx: EvictionContext) -> Eviction:
         if not self._own_pass(Control.retain, Control.eviction_arrivals):
             return super().evict(units, sizes, budget, ctx)
-        return _lowest_key_eviction(sizes, budget, [-fact_density(u.content) for u in units])
+        return _lowest_key_eviction(sizes, budget, self.unit_scores(units, ctx))
+
+    def unit_scores(self, units: Sequence[Unit], ctx: EvictionContext) -> Sequence[float]:
+        """Minus each unit's fact density: the densest is evicted first (:class:`ScoredPolicy`)."""
+        return [-fact_density(u.content) for u in units]
 
 
 class PolicyRegistry(Registry[Policy]):

@@ -27,7 +27,7 @@ from pytest_restore.stats.results import (
     Totals,
     policy_order,
 )
-from pytest_restore.stats.ties import ScoreDistribution
+from pytest_restore.stats.ties import ScoreDistribution, ScoreTies
 
 #: Saved records that cannot be turned into a report (the name this module always used).
 RecordsError = RecordError
@@ -154,6 +154,8 @@ class RunLogJSON(TypedDict, total=False):
     cost: dict[str, Any]
     #: each importance policy's score counts and whether its decisions are mostly ties (``stats.ties``)
     importance_scores: list[dict[str, Any]]
+    #: each other policy deciding by its own per-unit score: its ties and whether its decisions are mostly ties (``stats.ties``)
+    score_ties: list[dict[str, Any]]
 
 
 class CheckResult(Protocol):
@@ -283,6 +285,8 @@ class RunLog:
     cost: CostFigures | None = None
     #: each importance policy's score distribution
     importance_scores: tuple[ScoreDistribution, ...] = ()
+    #: each other policy deciding by its own per-unit score: how many units share their history's two top scores
+    score_ties: tuple[ScoreTies, ...] = ()
     record_schema: int = record_module.SCHEMA_VERSION
 
     @property
@@ -311,6 +315,8 @@ class RunLog:
             out["cost"] = self.cost.to_json()
         if self.importance_scores:
             out["importance_scores"] = [d.to_json() for d in self.importance_scores]
+        if self.score_ties:
+            out["score_ties"] = [t.to_json() for t in self.score_ties]
         return out
 
 

@@ -102,8 +102,16 @@ def render_answers_md(analysis: Analysis) -> str:
 
 
 def ties_findings(analysis: Analysis) -> list[str]:
-    """A finding per importance policy whose decisions are mostly ties (the rule of :mod:`pytest_restore.stats.ties`)."""
+    """A finding per policy whose decisions are mostly ties (the rule of :mod:`pytest_restore.stats.ties`)."""
     out = []
+    for t in analysis.ties:
+        if t.mostly_ties:
+            out.append(
+                f"- **Ties.** {t.policy}: {t.top_share:.0%} of the {t.units:,} units hold their history's two most "
+                f"common scores, at least the {TIE_SHARE:.0%} that makes its decisions mostly ties: among equal "
+                "scores another rule decides (the built-in policies: the older unit first), so its cells measure that "
+                "rule more than the policy's score."
+            )
     for d in analysis.importance:
         if not d.mostly_ties:
             continue
@@ -117,9 +125,32 @@ def ties_findings(analysis: Analysis) -> list[str]:
 
 
 def render_importance_md(analysis: Analysis) -> str:
-    """Each importance policy's score distribution over its questions' units (one row per policy and scorer)."""
-    if not analysis.importance:
+    """Each importance policy's score distribution over its questions' units (one row per policy and scorer),
+    then how many units share their history's two top scores for each other policy deciding by a score."""
+    if not analysis.importance and not analysis.ties:
         return ""
+    out = _importance_rows(analysis) if analysis.importance else []
+    if analysis.ties:
+        out += [""] if out else []
+        out += [
+            "## Ties among scores",
+            "",
+            (
+                "Policies that decide by a score of their own: the share of units at their history's two most common "
+                f"scores (each question once). At {TIE_SHARE:.0%} or more, most evictions are ties, decided by "
+                "another rule (said in the findings)."
+            ),
+            "",
+            "| policy | questions | units | top two | mostly ties |",
+            "|---|---:|---:|---:|---|",
+        ]
+        for t in analysis.ties:
+            out.append(f"| {t.policy} | {t.questions} | {t.units:,} | {t.top_share:.2f} | {'yes' if t.mostly_ties else 'no'} |")
+    return "\n".join(out) + "\n"
+
+
+def _importance_rows(analysis: Analysis) -> list[str]:
+    """The importance scores section's lines."""
     out = [
         "## Importance scores",
         "",
@@ -138,7 +169,7 @@ def render_importance_md(analysis: Analysis) -> str:
             f"| {d.policy} | {d.scorer} | {d.questions} | {d.units:,} | {shares} | {d.top_share:.2f} | "
             f"{'yes' if d.mostly_ties else 'no'} |"
         )
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _usd(value: float | None) -> str:

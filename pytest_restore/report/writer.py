@@ -138,6 +138,7 @@ def run_log(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> Run
         simulated_note=simulated_note(records, info.dataset.get("official")),
         cost=cost_of(records, info),
         importance_scores=tuple(analysis.importance),
+        score_ties=tuple(analysis.ties),
     )
 
 

@@ -70,7 +70,7 @@ from pytest_restore.stats.results import (
 )
 from pytest_restore.stats.retrieval import retrieval_figures
 from pytest_restore.stats.tally import N_ROW, CellTally, tally_by
-from pytest_restore.stats.ties import ScoreDistribution, score_distributions
+from pytest_restore.stats.ties import ScoreDistribution, ScoreTies, score_distributions, score_ties
 
 #: Decisions that count as a rejection of the family's null.
 _REJECTIONS = frozenset({"reject", "equivalent", "majority"})
@@ -234,6 +234,8 @@ class Analysis:
     recoverable: tuple[RecoverableShare, ...] = ()
     #: each importance policy's score distribution over its questions' units, and whether its decisions are mostly ties
     importance: tuple[ScoreDistribution, ...] = ()
+    #: each other policy deciding by its own per-unit score: how many units share their history's two top scores
+    ties: tuple[ScoreTies, ...] = ()
     #: LoCoMo's answer metrics per (reader, question type), regime b pooled (the baseline ranker's records)
     answers_by_type: tuple[tuple[tuple[str, str], AnswerFigures], ...] = ()
 
@@ -515,6 +517,7 @@ def analyse(
         recoverable=tuple(_recoverable(engine, key) for key in [*counts.cells, *counts.ranked] if key.regime == "b"),
         answers_by_type=tuple(answers_by_type(r for key, r in keyed if not key.ranker).items()),
         importance=tuple(score_distributions(records)),
+        ties=tuple(score_ties(records)),
     )
 
 

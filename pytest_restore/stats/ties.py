@@ -12,6 +12,15 @@ scorer), pooled over the questions:
 scores hold at least :data:`TIE_SHARE` (80%) of the units. (A scorer
 spreading its scores evenly over ten values puts 20% on the top two; one
 that answers 1 for most snippets and 10 for the rest puts 100% there.)
+
+The same rule for any other policy that decides by a score of its own
+(``memory.eviction.ScoredPolicy``: ``control`` among the built-in ones, or a
+user's). Its scores need not come from a 1-10 scale (control's are fact
+densities), so each record carries ``score_ties``: its history's units and
+how many of them hold the history's two most common scores, counted within
+the history, where the policy's decisions are made; pooled over the
+questions (each once), the decisions are mostly ties when those hold at
+least :data:`TIE_SHARE` of the units.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from dataclasses import dataclass
 
 from pytest_restore.record import Record
 
-__all__ = ["TIE_SHARE", "ScoreDistribution", "score_distributions"]
+__all__ = ["TIE_SHARE", "ScoreDistribution", "ScoreTies", "score_distributions", "score_ties"]
 
 #: The share of units the two most common scores must hold for the decisions to be mostly ties.
 TIE_SHARE = 0.80
@@ -86,3 +95,47 @@ def score_distributions(records: Iterable[Record]) -> list[ScoreDistribution]:
         counts = tuple(sum(c[i] for c in per.values()) for i in range(10))
         out.append(ScoreDistribution(policy, scorer, len(per), counts))
     return out
+
+
+@dataclass(frozen=True)
+class ScoreTies:
+    """A policy deciding by its own per-unit score: how many units share their history's two most common scores."""
+
+    policy: str
+    questions: int
+    units: int
+    #: of :attr:`units`, those at their history's two most common scores
+    tied: int
+
+    @property
+    def top_share(self) -> float:
+        """The share of units their history's two most common scores hold."""
+        return self.tied / self.units if self.units else 0.0
+
+    @property
+    def mostly_ties(self) -> bool:
+        """The rule of the module docstring."""
+        return self.units > 0 and self.top_share >= TIE_SHARE
+
+    def to_json(self) -> dict[str, object]:
+        """Plain values (``summary.json``)."""
+        return {
+            "policy": self.policy,
+            "questions": self.questions,
+            "units": self.units,
+            "tied": self.tied,
+            "top_share": round(self.top_share, 6),
+            "mostly_ties": self.mostly_ties,
+        }
+
+
+def score_ties(records: Iterable[Record]) -> list[ScoreTies]:
+    """One per policy whose records carry ``score_ties``, each question counted once (its first seed's)."""
+    seen: dict[str, dict[str, tuple[int, int]]] = {}
+    for record in records:
+        if record.score_ties is not None:
+            seen.setdefault(record.policy, {}).setdefault(record.question_id, record.score_ties)
+    return [
+        ScoreTies(policy, len(per), sum(u for u, _ in per.values()), sum(t for _, t in per.values()))
+        for policy, per in sorted(seen.items())
+    ]
