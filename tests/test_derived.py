@@ -52,7 +52,7 @@ from pytest_restore.models.writers import (
 )
 from pytest_restore.models.writers import default_policies as every_policy
 from pytest_restore.record import Record
-from pytest_restore.report.checks import render_memory_systems_md, unbound_budgets
+from pytest_restore.report.checks import render_memory_systems_md, unbound_budgets, unused_calls
 from pytest_restore.report.html import DERIVED_KEYS, Strings, story_payload
 from pytest_restore.report.story import render_story_text, tell
 
@@ -342,6 +342,25 @@ def test_the_model_variants_through_a_loopback_server_write_what_the_offline_one
         finally:
             model.close()
     assert run.records and all(r.excluded == "api_error: writer" and r.bin is None for r in run.records)
+
+    def blank_summaries(messages: list[dict[str, object]]) -> str:
+        if messages[0]["content"] == SUMMARY_SYSTEM:
+            return "  "
+        return fake_models_responder(histories)(messages)
+
+    with OpenAIServer(blank_summaries, latency=0.001) as server:
+        model = OpenAIChatModel(model="fake-writer", base_url=server.base_url, cache=None, max_tries=2, backoff_base=0.005)
+        try:
+            audit = audit_with(model)
+            run = audit.run_cell(SessionSummaryModel(), 300)
+            asked = len(audit.writer_requests(SessionSummaryModel()))
+        finally:
+            model.close()
+    # a blank summary is an answer the system can make nothing of: counted, by cause; with none used the cell fails
+    assert run.memory is not None and run.memory.calls == {"writer": asked} and not run.memory.failed
+    assert run.memory.rejected == {"writer": {"empty reply": asked}}
+    assert unused_calls(run.memory.to_json()) == [f"every one of its {asked} writer calls rejected or failed"]
+    assert all(r.excluded is None for r in run.records)  # scored as the system behaved: it held nothing of them
 
 
 def test_the_dry_run_counts_and_prices_the_writer_calls(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

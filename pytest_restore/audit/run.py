@@ -532,6 +532,10 @@ class Audit:
             else:
                 failed[request] = result.error or "no reply"
         figures.calls[WRITER], figures.failed[WRITER] = len(distinct), len(failed)
+        for asked, text in replies.items():  # an answer the system can make nothing of is counted, by cause
+            cause = system.unusable(asked, text)
+            if cause is not None:
+                figures.reject(WRITER, cause)
         system.supply(replies)
         out = {}
         for p in questions:

@@ -92,6 +92,10 @@ class Summarizer(ABC):
     def supply(self, replies: Mapping[Hashable, str]) -> None:
         """The replies to :meth:`request` (a model writer keeps them; default: nothing to keep)."""
 
+    def unusable(self, request: Hashable, reply: str) -> str | None:
+        """Why a reply to :meth:`request` writes no summary (``None``: it does)."""
+        return None
+
 
 @dataclass(frozen=True)
 class ExtractiveSummary(Summarizer):
@@ -142,6 +146,9 @@ class SessionSummary(MemorySystem):
     def supply(self, replies: Mapping[Hashable, str]) -> None:
         self.summarizer.supply(replies)
 
+    def unusable(self, request: Hashable, reply: str) -> str | None:
+        return self.summarizer.unusable(request, reply)
+
     def _close(self) -> None:
         written = self.summarizer.summarize([u for u, _ in self.open])
         self.summaries.extend((m, self.tokens(m)) for m in written)
@@ -174,6 +181,10 @@ class Extractor(ABC):
 
     def supply(self, replies: Mapping[Hashable, str]) -> None:
         """The replies to :meth:`request` (a model writer keeps them; default: nothing to keep)."""
+
+    def unusable(self, request: Hashable, reply: str) -> str | None:
+        """Why a reply to :meth:`request` is no answer (``None``: it is one, ``NONE`` included)."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -255,6 +266,9 @@ class FactExtract(MemorySystem):
 
     def supply(self, replies: Mapping[Hashable, str]) -> None:
         self.extractor.supply(replies)
+
+    def unusable(self, request: Hashable, reply: str) -> str | None:
+        return self.extractor.unusable(request, reply)
 
 
 #: The built-in memory systems that hold derived memories (after ``BUILTIN_POLICIES`` in every registry).

@@ -172,6 +172,14 @@ class MemorySystem(Policy):
     def supply(self, replies: Mapping[Hashable, str]) -> None:
         """The replies to :meth:`requests` (default: nothing to keep)."""
 
+    def unusable(self, request: Hashable, reply: str) -> str | None:
+        """Why the reply to one of :meth:`requests` gives the system nothing to hold (``None``: it is usable).
+
+        The audit counts such replies as the writer's rejected answers, by this cause; the system is
+        still given them and does with them what it does (default: every reply is usable).
+        """
+        return None
+
     def figures(self) -> SystemFigures | None:
         """The system's own account of the store it last built (after :meth:`finish`): the model calls it made
         itself by kind, those that failed, the answers it rejected by cause, its events (default: ``None``,

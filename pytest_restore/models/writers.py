@@ -39,6 +39,10 @@ class ModelWriter:
         """Keep the model's replies, by request."""
         self.replies.update(replies)
 
+    def unusable(self, request: Hashable, reply: str) -> str | None:
+        """An empty (or blank) reply writes nothing: a summary of nothing, facts that say not even ``NONE``."""
+        return None if reply.strip() else "empty reply"
+
     def reply(self, request: ChatRequest, what: str) -> str:
         """The model's reply to ``request``; a missing one is an error naming ``what`` (the audit supplies all)."""
         text = self.replies.get(request)
