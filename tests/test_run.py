@@ -44,6 +44,16 @@ def test_the_plan_resolves_the_budgets_from_the_data_s_loader_once(tmp_path: Pat
         locomo.settings.budgets = (1,)  # type: ignore[misc]
 
 
+def test_a_writer_model_is_another_model_than_the_reader(tmp_path: Path) -> None:
+    named = plan_of(["--restore-writer-model=openai:small", "--restore-reader=openai:large"], tmp_path).settings
+    assert (named.writer, named.writer_model) == ("openai:small", "openai:small") and named.uses_real_models
+    for args in ([], ["--restore-writer-model=fake"]):  # the reader named again: the default run, the same id
+        settings = plan_of(args, tmp_path).settings
+        assert (settings.writer, settings.writer_model) == (None, "fake")
+        assert settings.fingerprint(["fifo"], "data") == plan_of([], tmp_path).settings.fingerprint(["fifo"], "data")
+    assert named.fingerprint(["fifo"], "data") != plan_of(["--restore-reader=openai:large"], tmp_path).settings.fingerprint(["fifo"], "data")
+
+
 def test_the_plan_refuses_names_it_does_not_know_in_one_line(tmp_path: Path) -> None:
     cases = [
         (["--restore-policies=fifo,lru"], "--restore-policies: unknown policy 'lru'; registered: no-evict, fifo"),

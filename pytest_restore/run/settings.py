@@ -333,7 +333,8 @@ class RestoreSettings(AuditSettings):
             "batch_export": raw["batch-export"] or None,
             "batch_round": raw["batch-round"] or None,
             "dataset": dataset,
-            "writer": raw["writer-model"] or None,
+            # naming the reader is not naming another writer: the run (and its id) is the default's
+            "writer": raw["writer-model"] if raw["writer-model"] not in ("", raw["reader"]) else None,
             "judge_format": raw["judge-format"],
             "sources": where,
         }
