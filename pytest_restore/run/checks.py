@@ -322,8 +322,10 @@ class MemorySystems(Check):
     def from_json(cls, result: Any) -> MemorySystems:
         return cls(tuple(
             SystemCell(
-                cell=str(c["cell"]), policy=str(c["policy"]), budget=int(c["budget"]), reader=str(c["reader"]),
-                ranker=str(c["ranker"]), figures=SystemFigures.from_json(c["figures"]).to_json(),
+                # budget, reader and ranker: absent from the first files this section was written to
+                cell=str(c["cell"]), policy=str(c["policy"]), budget=int(c.get("budget", 0)),
+                reader=str(c.get("reader", "")), ranker=str(c.get("ranker", "")),
+                figures=SystemFigures.from_json(c["figures"]).to_json(),
             )
             for c in result["cells"]
         ))
