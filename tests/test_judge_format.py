@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from grid_helpers import SMALLEST_GRID
 from openai_server import OpenAIServer, fake_models_responder, response_format_error
 
 from pytest_restore.audit.calibration import calibrate
@@ -216,3 +217,52 @@ def test_the_gate_grades_with_a_structured_judge_through_the_server(structured: 
     else:  # the server refused every request: failed calls, never verdicts, and the gate says so
         assert not result.passed and result.oracle_failed == result.questions
         assert any("oracle calls failed" in reason for reason in result.reasons), result.reasons
+
+
+@pytest.mark.parametrize(
+    ("structured", "judge", "calibration", "status", "sent"),
+    [
+        # llama-cpp-python 0.3.36 takes no json_schema type: a 500 naming the validation error (measured);
+        # the gate's judge and its fresh copy (the repeats) each send their first call, then nothing more
+        ("llama-cpp-python", "gemma-3-270m", "on", 500, 2),
+        # OpenAI's models before structured outputs: a 400 invalid_request_error naming response_format
+        ("openai", "gpt-4-turbo", "off", 400, 1),
+    ],
+)
+def test_a_refused_reply_format_stops_the_run_at_the_first_call_in_one_line(
+    project: pytest.Pytester, tmp_path: Path, structured: str, judge: str, calibration: str, status: int, sent: int
+) -> None:
+    with OpenAIServer(fake_models_responder([])) as server:
+        server.structured = structured
+        result = project.runpytest_inprocess(
+            "-p", "no:xdist", *SMALLEST_GRID, f"--restore-judge=openai:{judge}", "--restore-judge-format=json-schema",
+            f"--restore-base-url={server.base_url}", f"--restore-cache={tmp_path / 'cache'}",
+            f"--restore-calibration={calibration}",
+        )
+        where, requests = server.base_url, server.total_requests
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.outlines
+    text = "\n".join(result.outlines + result.errlines)
+    said = (
+        f"judge openai:{judge}: HTTP {status} (not retried): {where} does not take the structured reply "
+        "--restore-judge-format json-schema asks for (response_format of type 'json_schema'); "
+        "try --restore-judge-format json-object (llama-cpp-python's server) or text; the server said: "
+    )
+    stop = "restore: run stopped before the grid: " if calibration == "on" else "! Interrupted: "  # the gate's, or the grid's
+    assert any(line.startswith(stop + said) for line in result.outlines), text[-3000:]
+    # the first refusal stops the model: one call per judge model, not one per question (the gate alone asks dozens)
+    assert requests == sent
+    assert "Traceback" not in text and "failed after" not in text and "x HTTP" not in text
+
+
+def test_only_a_refusal_naming_the_reply_format_is_fatal() -> None:
+    api = OpenAIChatModel(model="gemma-3-270m", base_url="http://127.0.0.1:9/v1").api
+    structured = PromptSet(judge_format="json-object").judge(**ASKED)
+    body, plain = api.chat_request(structured)[1], api.chat_request(PromptSet().judge(**ASKED))[1]
+    named = "Unknown parameter: 'response_format.schema'."
+    said = api.refused_shape(400, named, body)
+    assert said is not None and "try --restore-judge-format json-schema (OpenAI, vLLM, llama-server) or text" in said
+    # a 400 on anything else (a prompt over the context), a 500 that is not a validation error naming
+    # the format, and any refusal of a request asking no format fail their own call only
+    assert api.refused_shape(400, "This model's maximum context length is 8192 tokens.", body) is None
+    assert api.refused_shape(500, "response_format: upstream timed out", body) is None
+    assert api.refused_shape(400, named, plain) is None

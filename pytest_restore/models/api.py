@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
+from pytest_restore.models.base import REPLY_STYLES, ChatModel, ChatRequest, ChatResult
 from pytest_restore.models.http import HTTPTransport, TransportError
 from pytest_restore.models.pacing import parse_retry_after
 from pytest_restore.models.prompts import parse_score, parse_verdict
@@ -57,6 +57,9 @@ class CallFailure(Exception):
         self.status = status
         self.retry_after = retry_after
 
+
+#: Where each structured-reply style is taken, for the line a refusal stops the run with (docs/MODELS.md).
+_TAKEN_BY = {"json-schema": " (OpenAI, vLLM, llama-server)", "json-object": " (llama-cpp-python's server)"}
 
 #: How a managed model treats an error status (:meth:`ModelAPI.classify`).
 FATAL, OVERLOADED, RETRY, FAIL = "fatal", "overloaded", "retry", "fail"
@@ -135,6 +138,31 @@ class ModelAPI(ABC):
         if status in (408, 409) or status >= 500:
             return RETRY
         return FAIL
+
+    def refused_shape(self, status: int, detail: str, body: Mapping[str, Any]) -> str | None:
+        """The one line a server's refusal of the request's structured reply stops the run with (``None``: not that).
+
+        A server that does not take the ``response_format`` asked for refuses
+        every request carrying it alike, so the first refusal stops the run
+        rather than each call failing in turn. OpenAI's API answers 400
+        (``invalid_request_error``) naming ``response_format``, vLLM 400,
+        llama-cpp-python's server (0.3.x) a 500 whose message is the pydantic
+        validation error naming it. The line names the option to change.
+        """
+        found = body.get("response_format")
+        if not isinstance(found, dict) or "response_format" not in detail:
+            return None
+        if not (status in (400, 422) or (status == 500 and "validation error" in detail)):
+            return None
+        kind = str(found.get("type"))
+        style = kind.replace("_", "-")
+        others = " or ".join(f"{s}{_TAKEN_BY.get(s, '')}" for s in (*REPLY_STYLES, "text") if s != style)
+        said = " ".join(detail.split())
+        return (
+            f"HTTP {status} (not retried): {self.where} does not take the structured reply "
+            f"--restore-judge-format {style} asks for (response_format of type {kind!r}); "
+            f"try --restore-judge-format {others}; the server said: {said}"
+        )
 
     def fatal_message(self, status: int, detail: str) -> str:
         """The one line a fatal status stops the run with (the key never in it)."""

@@ -121,7 +121,8 @@ class ServiceModel(ChatModel, Protocol):
     @property
     def fatal_error(self) -> str | None:
         """The first error every later call would share (a rejected key, an unknown model, an
-        unreachable server, a cache that cannot be written): the run stops on it."""
+        unreachable server, a structured reply the server refuses, a cache that cannot be written):
+        the run stops on it."""
         ...
 
     @property

@@ -11,8 +11,8 @@ everything a run needs around a call is here, once, for chat and embeddings alik
   ``Retry-After`` longer than ``max_retry_after`` ends the call with that
   reason rather than being slept through.
 - **The fatal state.** An error every later request would share (a rejected
-  key, a model the server does not know, an unreachable server, a response
-  cache that cannot be written) is said once, kept in :attr:`fatal_error`, and
+  key, a model the server does not know, an unreachable server, a structured
+  reply the server does not take, a response cache that cannot be written) is said once, kept in :attr:`fatal_error`, and
   fails every later call of the model unsent, so the caller stops the run.
 - **Pacing.** Optional ``rpm``/``tpm`` meters, and an adaptive limit of calls
   in flight (``pacing.AdaptiveLimit``) that starts at one and grows while the
@@ -485,6 +485,9 @@ class ManagedCalls:
                         detail = redact_keys(failure.detail)
                         if failure.kind == "status":
                             status = failure.status
+                            refused = api.refused_shape(status, detail, body)
+                            if refused is not None:  # every request of this shape would be refused alike
+                                return _Outcome(error=self._stop_run(refused))
                             verdict = api.classify(status)
                             if verdict == FATAL:
                                 return _Outcome(error=self._stop_run(api.fatal_message(status, detail)))
