@@ -18,9 +18,9 @@ keeps what came back and stops the run in one line, unless
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
-from pytest_restore.models.batch import BatchError, BatchItem, BatchRunner
+from pytest_restore.models.batch import BatchError, BatchItem, BatchRunner, RoundOutcome
 from pytest_restore.models.cache import CacheError
 from pytest_restore.models.providers import VALIDATORS, cache_name
 from pytest_restore.run.calls import grid_round
@@ -29,7 +29,37 @@ from pytest_restore.run.quality import RunStopped
 from pytest_restore.run.settings import BATCH_ROUNDS
 
 
-def run_grid_rounds(parts: RunParts, rounds: list[dict[str, Any]] | None = None) -> str | None:
+class BatchRound(TypedDict):
+    """One batch round of the grid: requests, what the cache held, the batches, answers, failures, tokens."""
+
+    round: str
+    requests: int
+    cached: int
+    created: list[str]
+    attached: list[str]
+    answered: int
+    failed: dict[str, int]
+    input_tokens: int
+    output_tokens: int
+
+
+def round_summary(name: str, requests: int, sent: int, outcome: RoundOutcome) -> BatchRound:
+    """One round's summary: ``requests`` distinct, ``sent`` of them by batch (the rest were cached), what came back."""
+    answered = [r for r in outcome.results.values() if r.ok]
+    return BatchRound(
+        round=name,
+        requests=requests,
+        cached=requests - sent,
+        created=list(outcome.created),
+        attached=list(outcome.attached),
+        answered=len(answered),
+        failed=dict(sorted(outcome.failures().items())),
+        input_tokens=sum(r.input_tokens for r in answered),
+        output_tokens=sum(r.output_tokens for r in answered),
+    )
+
+
+def run_grid_rounds(parts: RunParts, rounds: list[BatchRound] | None = None) -> str | None:
     """Run the scorer, writer, reader and judge rounds into the cache; ``None``, or why the run must stop (one line).
 
     ``rounds`` receives one summary per round run (requests, batches, answers, failures by cause, tokens);
@@ -53,26 +83,14 @@ def run_grid_rounds(parts: RunParts, rounds: list[dict[str, Any]] | None = None)
                 if distinct:
                     say(f"batch {name} round: all {distinct:,} requests are in the cache, nothing to submit")
                     if rounds is not None:
-                        rounds.append({"round": name, "requests": distinct, "cached": distinct, "created": [],
-                                       "attached": [], "answered": 0, "failed": {}, "input_tokens": 0,
-                                       "output_tokens": 0})
+                        rounds.append(round_summary(name, distinct, 0, RoundOutcome()))
                 continue
             say(f"batch {name} round: {len(todo):,} of {distinct:,} requests to answer by batch")
             outcome = runner.run_round(name, todo)
             failures = outcome.failures()
-            answered = [r for r in outcome.results.values() if r.ok]
+            summary = round_summary(name, distinct, len(todo), outcome)
             if rounds is not None:
-                rounds.append({
-                    "round": name,
-                    "requests": distinct,
-                    "cached": distinct - len(todo),
-                    "created": list(outcome.created),
-                    "attached": list(outcome.attached),
-                    "answered": len(answered),
-                    "failed": dict(sorted(failures.items())),
-                    "input_tokens": sum(r.input_tokens for r in answered),
-                    "output_tokens": sum(r.output_tokens for r in answered),
-                })
+                rounds.append(summary)
             if failures:
                 failed = sum(failures.values())
                 causes = "; ".join(f"{n} x {cause}" for cause, n in failures.most_common(3))
@@ -81,18 +99,16 @@ def run_grid_rounds(parts: RunParts, rounds: list[dict[str, Any]] | None = None)
                     f"the {len(todo) - failed:,} answers that came back are kept in the cache: run again to "
                     "submit the rest (or pass --restore-batch-resubmit N)"
                 )
-            tokens_in = sum(r.input_tokens for r in answered)
-            tokens_out = sum(r.output_tokens for r in answered)
             say(
-                f"batch {name} round: {len(answered):,} answers checked and cached "
-                f"({tokens_in:,} input and {tokens_out:,} output tokens, billed at batch prices)"
+                f"batch {name} round: {summary['answered']:,} answers checked and cached ({summary['input_tokens']:,} "
+                f"input and {summary['output_tokens']:,} output tokens, billed at batch prices)"
             )
     finally:
         runner.close()
     return None
 
 
-def batch_rounds(parts: RunParts, rounds: list[dict[str, Any]]) -> None:
+def batch_rounds(parts: RunParts, rounds: list[BatchRound]) -> None:
     """The step before the grid: every grid call answered by batch, or :class:`RunStopped` (one line).
 
     ``rounds`` receives each round's summary (``run/checks.py``'s ``BatchRounds``).

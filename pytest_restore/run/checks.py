@@ -32,7 +32,7 @@ from pytest_restore.report.checks import (
     render_real_calls_md,
 )
 from pytest_restore.report.inputs import CheckResult, RawCheck
-from pytest_restore.run.batch import batch_rounds
+from pytest_restore.run.batch import BatchRound, batch_rounds
 from pytest_restore.run.calls import ModelCalls
 from pytest_restore.run.embeddings import embed_ahead, embedding_check
 from pytest_restore.run.grid import CellSpec
@@ -85,20 +85,6 @@ class Check:
         raise NotImplementedError
 
 
-class BatchRound(TypedDict):
-    """One batch round of the grid: requests, what the cache held, the batches, answers, failures, tokens."""
-
-    round: str
-    requests: int
-    cached: int
-    created: list[str]
-    attached: list[str]
-    answered: int
-    failed: dict[str, int]
-    input_tokens: int
-    output_tokens: int
-
-
 @dataclass(frozen=True)
 class BatchRounds(Check):
     """``--restore-batch``: the grid's calls answered by Batch API rounds before it ran from the cache."""
@@ -112,9 +98,9 @@ class BatchRounds(Check):
     def run(cls, run: CheckRun) -> BatchRounds | None:
         if not run.parts.settings.batch:
             return None
-        rounds: list[dict[str, Any]] = []
+        rounds: list[BatchRound] = []
         batch_rounds(run.parts, rounds)  # the grid then runs from the cache
-        return cls.from_json({"rounds": rounds})
+        return cls(tuple(rounds))
 
     @classmethod
     def from_json(cls, result: Any) -> BatchRounds:
