@@ -291,50 +291,66 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
     assert summary["provenance"]["started_utc"].endswith("Z") and len(summary["provenance"]["session_id"]) == 32
 
 
-#: Ctrl-C while the session waits for its report: the first wait is interrupted, and the writer,
-#: held back until then, goes on only once the session has taken the Ctrl-C.
+#: A real Ctrl-C (SIGINT) once every cell has run and the report is being written: the writer is held back
+#: until the session has taken the Ctrl-C (cancelled the report), so it is caught in the middle of its work.
+#: ``{where}``: "hook", in another plugin's ``pytest_sessionfinish`` (as pytest's own temporary-directory
+#: clean-up), between the report's start and the wait for it; "wait", while the session waits for it.
 CTRL_C_WHILE_WRITING = """
+import os
+import signal
 import threading
 
+from pytest_restore.plugin import controller
 from pytest_restore.run import report as finish
 
-_go = threading.Event()
-_write_report, _wait = finish.write_report, finish.Background.result
-_waits = []
+WHERE = "{where}"
+_cancelled = threading.Event()
+_write_report, _await_report = finish.write_report, controller.await_report
 
 
 def _held_back(*args, **kwargs):
-    _go.wait(60)
+    _cancelled.wait(60)
     return _write_report(*args, **kwargs)
 
 
-def _interrupted_once(self):
-    _waits.append(self)
-    if len(_waits) == 1:
-        raise KeyboardInterrupt
-    _go.set()
-    return _wait(self)
+def _awaited(report, cancelled, *args):
+    def _watch():
+        if WHERE == "wait":
+            os.kill(os.getpid(), signal.SIGINT)
+        if cancelled.wait(60):
+            _cancelled.set()
+
+    threading.Thread(target=_watch, daemon=True).start()
+    return _await_report(report, cancelled, *args)
+
+
+def pytest_sessionfinish(session):
+    if WHERE == "hook":
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 finish.write_report = _held_back
-finish.Background.result = _interrupted_once
+controller.await_report = _awaited
 """
 
 
+@pytest.mark.parametrize("where", ["hook", "wait"])
 def test_ctrl_c_while_the_report_is_written_leaves_the_complete_report_untouched(
-    project: pytest.Pytester, complete_report: Path
+    project: pytest.Pytester, complete_report: Path, where: str
 ) -> None:
     report = project.path / "restore-report"
     shutil.copytree(complete_report, report)  # what an earlier whole session left
     before = _files(report)
-    project.makeconftest(FAST_RETRIES + CTRL_C_WHILE_WRITING)
+    project.makeconftest(FAST_RETRIES + CTRL_C_WHILE_WRITING.format(where=where))
     cut = project.runpytest_subprocess("-p", "no:xdist", *INTERRUPTED_ARGS, timeout=120)
-    assert cut.ret == pytest.ExitCode.INTERRUPTED
+    output = cut.stdout.str() + cut.stderr.str()
+    assert cut.ret == pytest.ExitCode.INTERRUPTED, output
     assert _files(report) == before  # byte-identical: the new report was not swapped in
     assert not any(p.name.startswith(".restore-report") for p in project.path.iterdir())  # no staging left
     assert not (project.path / "restore-report.partial").exists()
-    cut.stdout.fnmatch_lines(["report not written (interrupted while writing it): restore-report was left as it was"])
-    assert "Traceback" not in cut.stdout.str() + cut.stderr.str()
+    said = [line for line in cut.outlines if "report not written" in line]
+    assert said == ["report not written (interrupted while writing it): restore-report was left as it was"], output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output
 
 
 def test_a_selected_part_of_the_grid_says_so_first_and_leaves_the_complete_report(
@@ -639,27 +655,36 @@ def test_orphaned_staging_directories_are_removed_and_a_live_sessions_kept(proje
     assert left == [live]
 
 
-#: The report's writer is busy for a long time (a large bootstrap in native code); Ctrl-C twice.
+#: The report's writer is busy for a long time (a large bootstrap in native code); a real Ctrl-C twice.
 CTRL_C_TWICE_WHILE_WRITING = """
+import os
+import signal
+import threading
 import time
 
+from pytest_restore.plugin import controller
 from pytest_restore.run import report as finish
 
-_write_report = finish.write_report
+_write_report, _await_report = finish.write_report, controller.await_report
 
 
-def _slow(*args):
+def _slow(*args, **kwargs):
     time.sleep(60)  # as a bootstrap deep in BLAS: not interruptible from the main thread
-    return _write_report(*args)
+    return _write_report(*args, **kwargs)
 
 
-def _interrupted(self):
-    time.sleep(0.5)  # the writer is under way (its staging directory made)
-    raise KeyboardInterrupt
+def _awaited(report, cancelled, *args):
+    def _twice():
+        os.kill(os.getpid(), signal.SIGINT)
+        if cancelled.wait(30):  # the first was taken: the writer was told to stop
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=_twice, daemon=True).start()
+    return _await_report(report, cancelled, *args)
 
 
 finish.write_report = _slow
-finish.Background.result = _interrupted
+controller.await_report = _awaited
 """
 
 

@@ -40,6 +40,7 @@ from pytest_restore.run.plan import Plan, check_before_work
 from pytest_restore.run.quality import RunStopped
 from pytest_restore.run.report import (
     Background,
+    HeldCtrlC,
     await_report,
     grid_cells,
     partial_report_line,
@@ -86,6 +87,7 @@ class ControllerSession:
         self._report: Background | None = None  # the report being written
         self._report_target = Path(plan.settings.report_dir)  # where it goes (beside it, when partial)
         self._cancel_report = threading.Event()  # set by Ctrl-C while it is written: nothing is swapped in
+        self._ctrl_c = HeldCtrlC()  # Ctrl-C from the report's start to its wait: counted, not raised in another hook
 
     def begin(self) -> None:
         """Register the session's hooks, then check what can be known before any model call."""
@@ -261,6 +263,8 @@ class ControllerSession:
         gate = self.checks.get(Calibration.name)
         calibration_json = gate.result.to_json() if isinstance(gate, Calibration) else None
         self._report_target = target
+        self._ctrl_c.hold()
+        self.config.add_cleanup(self._ctrl_c.release)
         self._report = Background(
             write_in_place, got.records, info, target, why_partial, calibration_json,
             self.started_utc, plan.session_id, self._cancel_report, plan.data.path(),
@@ -280,7 +284,9 @@ class ControllerSession:
             return
         target = self._report_target
         try:
-            files, cut = await_report(self._report, self._cancel_report, functools.partial(self._quit_unwritten, target))
+            files, cut = await_report(
+                self._report, self._cancel_report, functools.partial(self._quit_unwritten, target), self._ctrl_c
+            )
         except OSError as err:  # a full disk, a directory made read-only mid-run: the earlier report stays
             self._report = None
             self.outcome.report_error = (
@@ -289,6 +295,8 @@ class ControllerSession:
             self.outcome.partial_path = None
             session.exitstatus = IO_ERROR
             return
+        finally:
+            self._ctrl_c.release()  # Ctrl-C raises again: the report is written or given up
         self._report = None
         if cut:
             session.exitstatus = pytest.ExitCode.INTERRUPTED

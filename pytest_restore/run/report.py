@@ -16,10 +16,12 @@ import datetime
 import importlib
 import os
 import shutil
+import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any, cast
 
 from pytest_restore import __version__
@@ -212,34 +214,92 @@ class ReportCancelled(Exception):
     """The report was cut short before it was swapped into place (see :func:`write_in_place`)."""
 
 
+class HeldCtrlC:
+    """Ctrl-C (SIGINT) while the report is written, counted for :func:`await_report` instead of raised.
+
+    The report starts at the first ``pytest_sessionfinish`` and is waited for
+    at the last; other plugins' hooks run between (pytest's temporary
+    directories, its cache). Raised in one of them, a Ctrl-C would end the
+    process with pytest's traceback, the writer's staging directory left
+    behind. Held from :meth:`hold` to :meth:`release`, it is only counted,
+    and the wait acts on it. Only the main thread can hold it; elsewhere
+    Ctrl-C stays a ``KeyboardInterrupt`` (which the wait also takes).
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._previous: Any = None
+        self._held = False
+
+    def hold(self) -> None:
+        """Count Ctrl-C from now on rather than raise it (in the main thread only)."""
+        if self._held or threading.current_thread() is not threading.main_thread():
+            return
+        self._previous = signal.signal(signal.SIGINT, self._count)
+        self._held = True
+
+    def _count(self, signum: int, frame: FrameType | None) -> None:
+        self.count += 1
+
+    def release(self) -> None:
+        """Ctrl-C raises again, as it did before :meth:`hold`."""
+        if self._held:
+            signal.signal(signal.SIGINT, self._previous if self._previous is not None else signal.default_int_handler)
+            self._held = False
+
+
 def await_report(
-    report: Background, cancelled: threading.Event, on_quit: Callable[[], None] | None = None
+    report: Background,
+    cancelled: threading.Event,
+    on_quit: Callable[[], None] | None = None,
+    ctrl_c: HeldCtrlC | None = None,
 ) -> tuple[ReportFiles | None, bool]:
     """The files of the report ``report`` writes (``None`` when it was cut short), and whether Ctrl-C came.
 
-    Ctrl-C while waiting sets ``cancelled`` and waits again, for the writer
-    to stop before its swap (or to finish one already under way), so the
-    process never ends with the writer in the middle of its work and no
-    report directory is left half-replaced. A second Ctrl-C quits the process
-    at once (exit 2) after ``on_quit`` (say so, remove the staging directory):
+    Ctrl-C (held by ``ctrl_c`` since the report began, or raised while
+    waiting) sets ``cancelled`` and the wait goes on, for the writer to stop
+    before its swap (or to finish one already under way), so the process
+    never ends with the writer in the middle of its work and no report
+    directory is left half-replaced. A second Ctrl-C quits the process at
+    once (exit 2) after ``on_quit`` (say so, remove the staging directory):
     the writer is not waited for.
     """
+    held = ctrl_c if ctrl_c is not None else HeldCtrlC()
+    seen = 0
+    while True:
+        try:
+            report.join(0.05)
+        except KeyboardInterrupt:  # not held: raised in the wait
+            held.count += 1
+        if held.count > seen:
+            seen = held.count
+            if seen >= 2 and report.is_alive():
+                _quit_now(on_quit)
+            if not cancelled.is_set() and report.is_alive():
+                cancelled.set()
+                sys.stdout.write(
+                    "\nrestore: interrupted: the report writer stops before it replaces anything "
+                    "(Ctrl-C again quits at once)\n"
+                )
+                sys.stdout.flush()
+        if not report.is_alive():
+            break
     try:
-        return report.result(), False
-    except KeyboardInterrupt:
-        cancelled.set()
-        sys.stdout.write("\nrestore: interrupted: the report writer stops before it replaces anything (Ctrl-C again quits at once)\n")
-        sys.stdout.flush()
-    try:
-        return report.result(), True
+        return report.result(), seen > 0
     except ReportCancelled:
         return None, True
-    except KeyboardInterrupt:
-        # A second Ctrl-C: quit now. The writer may be deep in the bootstrap's native (BLAS)
-        # code; an interpreter exit would wait on it (or on BLAS's own threads) for as long as
-        # it takes. The earlier report was never touched; only this process's staging goes.
-        if on_quit is not None:
-            on_quit()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(INTERRUPTED)
+
+
+def _quit_now(on_quit: Callable[[], None] | None) -> None:
+    """A second Ctrl-C: quit now, exit 2.
+
+    The writer may be deep in the bootstrap's native (BLAS) code; an
+    interpreter exit would wait on it (or on BLAS's own threads) for as long
+    as it takes. The earlier report was never touched; only this process's
+    staging goes (``on_quit``).
+    """
+    if on_quit is not None:
+        on_quit()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(INTERRUPTED)
