@@ -279,19 +279,15 @@ def test_ctrl_c_while_the_report_is_written_leaves_the_earlier_report_whole(
     writer = finish.Background(finish.write_in_place, [], RunInfo(), target, None, None, now, "session", cancelled)
     assert writing.wait(30)
 
-    class CtrlC:
-        """The session's wait for the writer, interrupted once as a user's Ctrl-C interrupts it."""
+    ctrl_c = finish.HeldCtrlC()
+    ctrl_c.count = 1  # a user's Ctrl-C, held by the session while the writer writes
 
-        waits = 0
+    def go_on() -> None:  # the writer goes on only once the wait has taken the Ctrl-C
+        if cancelled.wait(30):
+            release.set()
 
-        def result(self) -> object:
-            self.waits += 1
-            if self.waits == 1:
-                raise KeyboardInterrupt
-            release.set()  # the writer goes on only now, after the Ctrl-C was taken
-            return writer.result()
-
-    files, cut = finish.await_report(CtrlC(), cancelled)  # type: ignore[arg-type]
+    threading.Thread(target=go_on, daemon=True).start()
+    files, cut = finish.await_report(writer, cancelled, None, ctrl_c)
     assert cut and files is None and cancelled.is_set()
     assert (target / "report.md").read_text() == "the earlier, complete report"
     assert [p.name for p in tmp_path.iterdir()] == ["restore-report"]  # no staging directory left
