@@ -417,11 +417,12 @@ def test_an_embeddings_server_that_never_answers_stops_the_run_within_its_deadli
 def test_a_request_slower_than_the_timeout_is_split_rather_than_sent_whole_again(
     server: OpenAIServer, tmp_path: Path
 ) -> None:
-    # 64 texts: 1.92 s; 32: 0.96 s (over the timeout: a server slowed by load only splits more); 16: 0.48 s,
-    # 0.42 s inside it, so a loaded machine still answers 16 in time and never resends a single text
-    server.embed_seconds_per_input = 0.03
+    # 64 texts: 3.2 s; 32: 1.6 s (over the timeout: a server slowed by load only splits more); 16: 0.8 s,
+    # 0.75 s inside it, so a loaded machine still answers 16 in time and never resends a single text
+    # (0.42 s inside it failed at load 7: six 16-text requests in a row unanswered stopped the run)
+    server.embed_seconds_per_input = 0.05
     texts = _texts(64, "slow")
-    model = embedder(server, limits=EmbeddingLimits(64, 512), timeout=0.9)
+    model = embedder(server, limits=EmbeddingLimits(64, 512), timeout=1.55)
     outcome, got = _within(30, lambda: model.embed(texts))
     assert outcome == "ok"
     np.testing.assert_allclose(got, FakeEmbedder(1536).embed(texts), atol=1e-6)
