@@ -419,6 +419,9 @@ def test_the_writer_model_writes_cached_priced_and_counted_as_its_own(
         ]
         result = pytester.runpytest_inprocess(*args)
         assert result.ret == 0, result.outlines[-20:]
+        header = next(line for line in result.outlines if line.startswith("policy "))
+        row = next(line for line in result.outlines if line.startswith("session-summary-model "))
+        assert len(row) == len(header) and row.split()[1] == "300"  # the long name keeps the table's columns
         sent = sum(server.successes.values())
         report = pytester.path / "restore-report"
         records = [json.loads(line) for line in (report / "records.jsonl").read_text().splitlines()]

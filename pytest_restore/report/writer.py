@@ -218,14 +218,14 @@ def _write_html(
 
 def terminal_lines(analysis: Analysis) -> list[str]:
     """A short summary for the end of the pytest run: regime (b) per cell, in the analysis's order."""
+    cells = [cell for cell in analysis.cells if cell.regime == "b"]
+    width = max([16] + [len(cell.policy) + 2 for cell in cells])  # a long name (session-summary-model) keeps its row
     lines = [
-        f"{'policy':<16}{'budget':>8}{'N':>7}{'err':>6}{'irr':>6}{'rec':>6}{'dis':>6}{'res':>6}{'two-bin':>9}{'acc':>7}"
+        f"{'policy':<{width}}{'budget':>8}{'N':>7}{'err':>6}{'irr':>6}{'rec':>6}{'dis':>6}{'res':>6}{'two-bin':>9}{'acc':>7}"
     ]
-    for cell in analysis.cells:
-        if cell.regime != "b":
-            continue
+    for cell in cells:
         lines.append(
-            f"{cell.policy:<16}{budget_label(cell.budget):>8}{cell.N:>7}{cell.err:>6}{cell.irr:>6}{cell.rec:>6}"
+            f"{cell.policy:<{width}}{budget_label(cell.budget):>8}{cell.N:>7}{cell.err:>6}{cell.irr:>6}{cell.rec:>6}"
             f"{cell.dis:>6}{cell.res:>6}{fmt(cell.two_bin_share, 2) or '-':>9}{fmt(cell.accuracy, 2) or '-':>7}"
         )
     return lines
