@@ -253,7 +253,7 @@ def test_users_provider_policy_ranker_and_family_from_one_conftest(pytester: pyt
     assert "### Accuracy above a coin (regime b)" in (pytester.path / "restore-report" / "report.md").read_text()
     unknown = pytester.runpytest(*args, "--restore-reader", "remote:shrug")
     assert unknown.ret == pytest.ExitCode.USAGE_ERROR
-    unknown.stderr.fnmatch_lines(["*--restore-reader: unknown model 'remote:shrug'*'openai:MODEL', 'anthropic:MODEL', 'f1:THRESHOLD', 'local:MODEL'*"])
+    unknown.stderr.fnmatch_lines(["*--restore-reader: unknown model 'remote:shrug'; use 'fake', 'fake-strong' or 'openai:MODEL', 'anthropic:MODEL', 'local:MODEL'"])
 
 
 def test_recency_ranker_is_built_in_and_moves_the_recoverable_share(

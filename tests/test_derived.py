@@ -257,7 +257,29 @@ def test_a_budget_that_never_binds_a_derived_store_is_said(embedded_audit: Audit
     notes = unbound_budgets(cells)
     assert len(notes) == 4 and notes[3].startswith("- fact-extract held the same at 8k as at 80k (")
     assert "its cell repeats 80k's" in notes[3]
-    assert "Budgets that never bound" in render_memory_systems_md(cells)
+    section = render_memory_systems_md(cells)
+    assert "Budgets that never bound" in section
+    units = cells[0]["figures"]["units"]
+    assert units >= 1000 and f"| {units:,} |" in section  # counts read as the tokens beside them do
+
+
+def test_a_budget_that_never_bound_is_said_under_the_table_in_the_terminal_and_the_page(project: pytest.Pytester) -> None:
+    """The terminal's and report.html's tables show a memory system's cells alike when its budget never bound:
+    each says so under the table (report.md in its memory-systems section), and the page points to report.md
+    for the sections it does not carry."""
+    result = project.runpytest_inprocess(
+        "-p", "no:xdist", f"--restore-data={TINY}", "--restore-policies=fact-extract", "--restore-budgets=600,300",
+        "--restore-bootstrap=200", "--restore-family-checks=report",
+    )
+    assert result.ret == 0, result.outlines
+    note = "fact-extract held the same at 300 as at 600 ("
+    said = [line for line in result.outlines if note in line]
+    assert len(said) == 1 and said[0].startswith("warning: ") and said[0].endswith("so its cell repeats 600's.")
+    report = project.path / "restore-report"
+    assert f"- {said[0].removeprefix('warning: ')}" in (report / "report.md").read_text()
+    page = (report / "report.html").read_text()
+    assert note in page and page.index(note) < page.index("Regime (a): forced surviving gold")
+    assert "report.md, beside this page, holds the run's other sections" in page
 
 
 def test_the_distorted_share_moves_with_compression(embedded_audit: Audit) -> None:

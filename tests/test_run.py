@@ -62,13 +62,17 @@ def test_the_plan_refuses_names_it_does_not_know_in_one_line(tmp_path: Path) -> 
         (["--restore-ranker=bm26"], "--restore-ranker: unknown ranker 'bm26'"),
         (["--restore-budgets=80k,80000"], "--restore-budgets: '80000' repeats '80k'"),
         (["--restore-writer-model=fake-strong"], "--restore-writer-model: 'fake-strong' is a reader only"),
-        (["--restore-writer-model=nope:model"], "--restore-writer-model: unknown"),
+        # each option lists what it takes: the writer no strong fake and no f1 judge, the reader both fakes
+        (["--restore-writer-model=nope:model"], "--restore-writer-model: unknown model 'nope:model'; use 'fake' or 'openai:MODEL', 'anthropic:MODEL'"),
+        (["--restore-reader=gpt-4o-mini"], "--restore-reader: unknown model 'gpt-4o-mini'; use 'fake', 'fake-strong' or 'openai:MODEL', 'anthropic:MODEL'"),
+        (["--restore-judge=nope"], "--restore-judge: unknown model 'nope'; use 'fake' or 'openai:MODEL', 'anthropic:MODEL', 'f1:THRESHOLD'"),
     ]
     for args, said in cases:
         with pytest.raises(SettingsError) as err:
             plan_of(args, tmp_path)
         assert str(err.value).startswith(said), (args, str(err.value))
         assert "\n" not in str(err.value)
+        assert ("f1:" in str(err.value)) == ("judge" in said), str(err.value)  # f1 is offered to a judge only
 
 
 def test_a_command_line_s_options_are_the_audit_s_and_the_rest_is_named() -> None:

@@ -313,6 +313,10 @@ class ModelProvider(ABC):
         """Why ``model`` cannot serve ``option`` (the option or ini key it came from), in one line; ``None``: it can."""
         return None
 
+    def serves(self, option: str) -> bool:
+        """Whether its models can serve ``option`` at all (an unknown model's error lists only those that can)."""
+        return True
+
     def price(self, model: str) -> tuple[float, float] | None:
         """USD per million input and output tokens of a chat model (``None``: unknown)."""
         return None

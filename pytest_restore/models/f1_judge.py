@@ -81,9 +81,13 @@ class F1Provider(ModelProvider):
     real = False
     spelled = "THRESHOLD"
 
+    def serves(self, option: str) -> bool:
+        """A judge option only (``--restore-judge``, ``--restore-audit-judge`` or their ini keys)."""
+        return "judge" in option
+
     def check(self, model: str, option: str) -> str | None:
         """A threshold in (0, 1], for a judge option only."""
-        if "judge" not in option:
+        if not self.serves(option):
             return f"{option}: f1:{model} is a judge only (token F1 against the reference)"
         try:
             parse_threshold(model)

@@ -103,8 +103,9 @@ def check_spec(spec: str, option: str, providers: ProviderRegistry | None = None
             raise ModelSpecError(problem)
         return
     registry = providers if providers is not None else _builtin_providers()
-    names = ", ".join(f"'{name}:{registry[name].spelled}'" for name in registry)
-    raise ModelSpecError(f"{option}: unknown model {spec!r}; use 'fake', 'fake-strong' (a reader) or {names}")
+    fakes = "'fake', 'fake-strong'" if "reader" in option else "'fake'"  # the strong fake is a reader only
+    names = ", ".join(f"'{name}:{registry[name].spelled}'" for name in registry if registry[name].serves(option))
+    raise ModelSpecError(f"{option}: unknown model {spec!r}; use {fakes} or {names}")
 
 
 def reply_problem(spec: str, style: str, option: str, providers: ProviderRegistry | None = None) -> str | None:

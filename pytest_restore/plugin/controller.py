@@ -310,6 +310,7 @@ class ControllerSession:
             self.say(partial_report_line(outcome.partial_path, self.settings.report_dir, outcome.partial_why))
         outcome.untestable = list(files.untestable)
         outcome.table = files.table
+        outcome.notes = files.notes
         if grid_cells(self.gathered.records, self.parts.plan.cells)["not_run"]:
             # Part of the grid (-k, --lf): a family is decided over the whole grid (its Holm
             # size, its power), so its verdict on a part is no verdict; the items that ran
@@ -349,4 +350,5 @@ class ControllerSession:
             partial_path=outcome.partial_path,
             partial_why=outcome.partial_why,
             cells=grid_cells(got.records, self.parts.plan.cells),
+            notes=outcome.notes,
         )

@@ -63,6 +63,8 @@ class Outcome:
     report_error: str | None = None
     #: The written report's regime-(b) table (empty: no report was written).
     table: tuple[str, ...] = ()
+    #: The written report's notes on what its table's rows mean (:attr:`ReportFiles.notes`).
+    notes: tuple[str, ...] = ()
     #: Where the report went (``None``: none was written).
     report_path: Path | None = None
     #: Where a partial report went (the complete one, if any, was left as it was).
@@ -88,6 +90,7 @@ def terminal_summary(
     undecided: Sequence[str] = (),
     report_error: str | None = None,
     partial_why: str | None = None,
+    notes: Sequence[str] = (),
 ) -> None:
     """A short table of regime (b), where the report is, and what failed (the dry run: its table).
 
@@ -128,7 +131,7 @@ def terminal_summary(
             f"simulated: fake models ({models}): these figures check the audit's pipeline, not any model", yellow=True
         )
     meta = run_meta
-    for line in budget_warnings(meta):
+    for line in [*budget_warnings(meta), *(f"warning: {note}" for note in notes)]:
         terminalreporter.write_line(line, yellow=True)
     if settings.data is None:
         terminalreporter.write_line(f"dataset: embedded synthetic LongMemEval-S, sha256 {meta.get('sha256')}")

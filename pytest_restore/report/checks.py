@@ -78,7 +78,7 @@ def render_memory_systems_md(cells: Sequence[Mapping[str, Any]]) -> str:
             f"{kind}: " + ", ".join(f"{n} {cause}" for cause, n in causes.items()) for kind, causes in f["rejected"].items()
         ) or "none"
         out.append(
-            f"| {cell['cell']} | {f['stores']} | {f['units']} | {f['held']} | {f.get('held_tokens', 0):,} | {_counts(f['calls'])} | "
+            f"| {cell['cell']} | {f['stores']:,} | {f['units']:,} | {f['held']:,} | {f.get('held_tokens', 0):,} | {_counts(f['calls'])} | "
             f"{_counts(f['failed'])} | {rejected.replace('|', '/')} | {_counts(f['events'])} | {f['evicted'] if f['evicted'] or f['events'] else '-'} |"
         )
         emptied += [f"{cell['cell']} ({line})" for line in unused_calls(f)]
@@ -89,8 +89,15 @@ def render_memory_systems_md(cells: Sequence[Mapping[str, Any]]) -> str:
 
 
 def unbound_budgets(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    """report.md's paragraph of :func:`unbound_notes`, a bullet each (empty: every budget bound)."""
+    notes = unbound_notes(cells)
+    return ["", "**Budgets that never bound.**", "", *(f"- {note}" for note in notes)] if notes else []
+
+
+def unbound_notes(cells: Sequence[Mapping[str, Any]]) -> list[str]:
     """A note for each memory system whose tighter budgets held what its loosest did (the same memories and
-    tokens over the same stores): those budgets never bound, and their cells repeat the loosest's."""
+    tokens over the same stores): those budgets never bound, and their cells repeat the loosest's (report.md,
+    report.html and the terminal say it: the cells' rows read the same)."""
     groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     for cell in cells:
         groups.setdefault((str(cell["policy"]), str(cell.get("reader", "")), str(cell.get("ranker", ""))), []).append(cell)
@@ -103,12 +110,12 @@ def unbound_budgets(cells: Sequence[Mapping[str, Any]]) -> list[str]:
             labels = [budget_label(int(c["budget"])) for c in same]
             at = " and ".join([", ".join(labels[:-1]), labels[-1]] if len(labels) > 1 else labels)
             notes.append(
-                f"- {policy} held the same at {at} as at {budget_label(int(loose['budget']))} ({held[1]:,} memories, "
+                f"{policy} held the same at {at} as at {budget_label(int(loose['budget']))} ({held[1]:,} memories, "
                 f"{held[2]:,} tokens over {held[0]:,} stores): "
                 f"{'that budget' if len(same) == 1 else 'those budgets'} never bound its stores, so "
                 f"{'its cell repeats' if len(same) == 1 else 'their cells repeat'} {budget_label(int(loose['budget']))}'s."
             )
-    return ["", "**Budgets that never bound.**", "", *notes] if notes else []
+    return notes
 
 
 def unused_calls(figures: Mapping[str, Any]) -> list[str]:

@@ -278,12 +278,14 @@ def render_html(
     dataset: Dataset | None,
     texts_note: str = "",
     opening: Sequence[str] = (),
+    notes: Sequence[str] = (),
 ) -> str:
     """``report.html`` as text: findings, figure, cells tables, then every record's story.
 
     ``opening`` are report.md's first lines (the run line, a simulated or
     partial notice), shown first; ``dataset`` gives the texts (``None``: the
-    page says why they are missing, ``texts_note``).
+    page says why they are missing, ``texts_note``); ``notes`` say what the
+    cells table's rows do not (``ReportFiles.notes``), under it.
     """
     data = page_data(records, dataset, texts_note)
     sections = [
@@ -294,8 +296,13 @@ def render_html(
         f'<figure id="figure">{_svg_inline(figure_svg)}</figure>',
         '<h2 id="cells">Regime (b): top-k retrieval</h2>',
         markdown_html(render_cell_table(analysis, "b")),
+        *([markdown_html("\n".join(["**Budgets that never bound.**", "", *(f"- {n}" for n in notes)]))] if notes else []),
         "<h2>Regime (a): forced surviving gold</h2>",
         markdown_html(render_cell_table(analysis, "a")),
+        markdown_html(
+            "report.md, beside this page, holds the run's other sections: retrieval, the hypothesis tests, "
+            "cost per question, the memory systems and scores, the run's checks and settings."
+        ),
     ]
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -45,6 +45,7 @@ from typing import Any
 from pytest_restore.audit.memo import model_calls
 from pytest_restore.record import Record
 from pytest_restore.record import dumps as records_text
+from pytest_restore.report.checks import unbound_notes
 from pytest_restore.report.inputs import (
     RunInfo,
     RunLog,
@@ -121,6 +122,9 @@ class ReportFiles:
     untestable: tuple[str, ...] = ()
     #: the terminal's table of regime (b) (:func:`terminal_lines`)
     table: tuple[str, ...] = ()
+    #: what the table's rows do not say themselves, for the terminal and report.html: a memory system's
+    #: budgets that never bound its stores (their rows repeat its loosest budget's; :func:`unbound_notes`)
+    notes: tuple[str, ...] = ()
 
 
 def run_log(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> RunLog:
@@ -171,6 +175,7 @@ def write_report(
         failures=log.failures,
         untestable=log.not_testable,
         table=tuple(terminal_lines(analysis)),
+        notes=tuple(memory_notes(info)),
     )
     files.records.write_text(render_records_jsonl(ordered, ordered=True), encoding="utf-8")
     files.cells.write_text(render_cells_csv(analysis), encoding="utf-8")
@@ -212,8 +217,15 @@ def _write_html(
         dataset=dataset,
         texts_note=note,
         opening=opening.splitlines(),
+        notes=files.notes,
     )
     files.html.write_text(page, encoding="utf-8")
+
+
+def memory_notes(info: RunInfo) -> list[str]:
+    """The memory systems' budgets that never bound (:func:`unbound_notes`), from the run's memory-systems check."""
+    found = info.checks.get("memory_systems")
+    return unbound_notes(found.to_json()["cells"]) if found is not None else []
 
 
 def terminal_lines(analysis: Analysis) -> list[str]:
