@@ -266,3 +266,19 @@ def test_only_a_refusal_naming_the_reply_format_is_fatal() -> None:
     assert api.refused_shape(400, "This model's maximum context length is 8192 tokens.", body) is None
     assert api.refused_shape(500, "response_format: upstream timed out", body) is None
     assert api.refused_shape(400, named, plain) is None
+
+
+def test_the_dry_run_says_what_a_schema_adds_to_a_structured_judge(project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-DUMMY-KEY-0123456789")
+    judge = {}
+    for style in ("text", "json-schema", "json-object"):
+        result = project.runpytest_inprocess(
+            "-p", "no:xdist", *SMALLEST_GRID, "--restore-judge=openai:gpt-4o-mini", f"--restore-judge-format={style}",
+            "--restore-calibration=off", "--restore-dry-run",
+        )
+        assert result.ret == 0, result.outlines
+        judge[style] = next(line for line in result.outlines if line.startswith("judge"))
+    # OpenAI's structured outputs put its rendering of the schema in the prompt: not counted, said; a grammar
+    # (llama-cpp-python's json_object, measured) adds no prompt token
+    assert judge["json-schema"].endswith("its schema in each prompt not counted (36 tokens as JSON): estimate")
+    assert "schema" not in judge["text"] + judge["json-object"]

@@ -11,6 +11,7 @@ and registries, the audits under each reader, the response cache).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_restore.data.dataset import Question
+from pytest_restore.data.tokens import count_tokens
 from pytest_restore.memory.eviction import Policy
 from pytest_restore.memory.systems import MemorySystem
 from pytest_restore.models.base import ChatRequest
@@ -25,7 +27,7 @@ from pytest_restore.models.batch import BatchItem, Ledger, LedgerEntry, LedgerEr
 from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.decoding import estimate_tokens
 from pytest_restore.models.fake import FakeScorer, write
-from pytest_restore.models.prompts import READER_MAX_TOKENS, parse_score
+from pytest_restore.models.prompts import READER_MAX_TOKENS, VERDICT_SCHEMA, parse_score
 from pytest_restore.models.providers import (
     CostLine,
     ProviderRegistry,
@@ -316,6 +318,10 @@ def dry_run(parts: RunParts) -> list[str]:
             judge.output_tokens + unknown_answers * tokens_out,
             f"{unknown_answers:,} answers not yet known: upper bound",
         )
+    if s.judge_format == "json-schema" and judge.calls:
+        # OpenAI bills its own rendering of the schema in the prompt, which cannot be counted here (docs/MODELS.md)
+        schema = f"its schema in each prompt not counted ({count_tokens([VERDICT_SCHEMA])[0]} tokens as JSON): estimate"
+        judge = dataclasses.replace(judge, note="; ".join(x for x in (judge.note, schema) if x))
     lines.append(judge)
     prices = {model: (i, o) for model, i, o in s.prices}
     out = render_cost(lines, prices, batch=s.batch, providers=providers)
