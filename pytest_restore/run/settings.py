@@ -239,7 +239,7 @@ class RestoreSettings(AuditSettings):
             raise SettingsError(f"{where['family-checks']}: {raw['family-checks']!r} is not fail or report")
         if raw["calibration"] not in ("auto", "on", "off"):
             raise SettingsError(f"{where['calibration']}: {raw['calibration']!r} is not auto, on or off")
-        for role in ("reader", "judge", "scorer", "robustness-reader", "audit-judge", "writer-model"):
+        for role in MODEL_OPTIONS:
             if raw[role] or role in ("reader", "judge", "scorer"):  # these three cannot be left empty
                 try:
                     check_spec(raw[role], where[role], providers)
@@ -343,6 +343,9 @@ class RestoreSettings(AuditSettings):
         return cls(**fields, budgets=tuple(sorted(budgets, reverse=True)))
 
 
+#: The options that name a model (``fake`` or ``PROVIDER:MODEL``; the last three may be left empty).
+MODEL_OPTIONS = ("reader", "judge", "scorer", "robustness-reader", "audit-judge", "writer-model")
+
 #: The rounds a grid's calls fall into, in the order they depend on each other.
 BATCH_ROUNDS = ("scorer", "writer", "reader", "judge")  # writer: the memory systems that write with a model
 
@@ -355,8 +358,7 @@ def _check_batch(batch: bool, raw: dict[str, str], where: dict[str, str], provid
         raise SettingsError("--restore-batch-export and --restore-batch-round go together")
     if not batch:
         return
-    roles = ("reader", "judge", "scorer", "robustness-reader", "audit-judge", "writer-model")
-    real = [raw[role] for role in roles if raw[role] and is_real(raw[role], providers)]
+    real = [raw[role] for role in MODEL_OPTIONS if raw[role] and is_real(raw[role], providers)]
     if not real:
         raise SettingsError("--restore-batch: no model of the run is a real one (the fakes need no batch)")
     other = [spec for spec in real if not can(spec, "batch", providers)]

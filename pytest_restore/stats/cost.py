@@ -48,6 +48,11 @@ __all__ = ["CellCost", "ConditionCost", "CostFigures", "QuestionTotal", "cost_fi
 CELL_CONDITIONS: tuple[str, ...] = ("policy", "restored")
 
 
+def _price_json(tokens_in: float, tokens_out: float, usd: float | None) -> dict[str, Any]:
+    """Mean tokens and dollars as ``summary.json`` keeps them: tokens to 2 places, dollars to 8 (``None``: unknown)."""
+    return {"tokens_in": round(tokens_in, 2), "tokens_out": round(tokens_out, 2), "usd": round(usd, 8) if usd is not None else None}
+
+
 @dataclass(frozen=True)
 class ConditionCost:
     """Mean tokens and dollars per answer over some answers of one condition."""
@@ -62,13 +67,7 @@ class ConditionCost:
 
     def to_json(self) -> dict[str, Any]:
         """Plain values (``summary.json``)."""
-        return {
-            "answers": self.answers,
-            "tokens_in": round(self.tokens_in, 2),
-            "tokens_out": round(self.tokens_out, 2),
-            "usd": round(self.usd, 8) if self.usd is not None else None,
-            "estimated": self.estimated,
-        }
+        return {"answers": self.answers, **_price_json(self.tokens_in, self.tokens_out, self.usd), "estimated": self.estimated}
 
 
 @dataclass(frozen=True)
@@ -84,12 +83,7 @@ class QuestionTotal:
 
     def to_json(self) -> dict[str, Any]:
         """Plain values (``summary.json``)."""
-        return {
-            "tokens_in": round(self.tokens_in, 2),
-            "tokens_out": round(self.tokens_out, 2),
-            "usd": round(self.usd, 8) if self.usd is not None else None,
-            "estimated": self.estimated,
-        }
+        return {**_price_json(self.tokens_in, self.tokens_out, self.usd), "estimated": self.estimated}
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,15 @@ from dataclasses import dataclass
 
 from pytest_restore.record import Record
 
-__all__ = ["TIE_SHARE", "ScoreDistribution", "ScoreTies", "score_distributions", "score_ties"]
+__all__ = ["TIE_SHARE", "ScoreDistribution", "ScoreTies", "is_mostly_ties", "score_distributions", "score_ties"]
 
 #: The share of units the two most common scores must hold for the decisions to be mostly ties.
 TIE_SHARE = 0.80
+
+
+def is_mostly_ties(units: int, top_share: float) -> bool:
+    """The rule of the module docstring: some units, and the two most common scores hold :data:`TIE_SHARE` of them."""
+    return units > 0 and top_share >= TIE_SHARE
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ class ScoreDistribution:
     @property
     def mostly_ties(self) -> bool:
         """The rule of the module docstring."""
-        return self.units > 0 and self.top_share >= TIE_SHARE
+        return is_mostly_ties(self.units, self.top_share)
 
     def to_json(self) -> dict[str, object]:
         """Plain values (``summary.json``)."""
@@ -115,7 +120,7 @@ class ScoreTies:
     @property
     def mostly_ties(self) -> bool:
         """The rule of the module docstring."""
-        return self.units > 0 and self.top_share >= TIE_SHARE
+        return is_mostly_ties(self.units, self.top_share)
 
     def to_json(self) -> dict[str, object]:
         """Plain values (``summary.json``)."""
