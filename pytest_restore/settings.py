@@ -17,7 +17,11 @@ from typing import Any
 
 @dataclass(frozen=True, kw_only=True)
 class AuditSettings:
-    """What a run was asked, one field per ``--restore-*`` option it shows (its name with ``_``), every default resolved."""
+    """What a run was asked, one field per ``--restore-*`` option it shows, every default resolved.
+
+    Each field is its option's name with ``_``, but two: ``prices`` is the repeated ``--restore-price``,
+    and ``writer`` is ``--restore-writer-model`` (``None`` when it names no model but the reader).
+    """
 
     data: str | None
     budgets: tuple[int, ...]

@@ -14,7 +14,14 @@ from grid_helpers import GRID, ROOT, small_args
 from pytest_restore.data.dataset import LONGMEMEVAL_BUDGETS
 from pytest_restore.data.locomo import LOCOMO_BUDGETS
 from pytest_restore.report.inputs import RawCheck, RunInfo
-from pytest_restore.run.checks import CHECKS, Check, GridCoverage, RealModelCalls, read_check
+from pytest_restore.run.checks import (
+    CHECKS,
+    Check,
+    GridCoverage,
+    MemorySystems,
+    RealModelCalls,
+    read_check,
+)
 from pytest_restore.run.options import OptionsError, parse_args
 from pytest_restore.run.parts import RunParts
 from pytest_restore.run.plan import build_plan, default_registries
@@ -164,6 +171,21 @@ def test_checks_come_out_in_their_declared_order_and_read_back_typed() -> None:
     assert back.checks["zz_early"] == RawCheck("zz_early", {"result": {"figure": 3}})  # not registered: kept as it was
     assert back.to_json() == info.to_json()
     assert len({c.name for c in CHECKS}) == len({c.section for c in CHECKS}) == len(CHECKS)
+
+
+def test_a_memory_systems_entry_of_the_section_s_first_form_reads_back() -> None:
+    # the first files this section was written to: no budget, reader, ranker nor held tokens
+    figures = {"stores": 2, "units": 40, "held": 9, "calls": {"fact extraction": 4}, "failed": {},
+               "rejected": {"fact extraction": {"not valid JSON": 4}}, "events": {"ADD": 9}, "evicted": 0}
+    first = {"result": {"cells": [{"cell": "mem0-30k", "policy": "mem0", "figures": figures}]}}
+    check = read_check("memory_systems", first)
+    assert isinstance(check, MemorySystems)
+    (cell,) = check.cells
+    assert (cell["budget"], cell["reader"], cell["ranker"], cell["figures"]["held_tokens"]) == (0, "", "", 0)
+    section = check.render_md()
+    assert "| mem0-30k | 2 | 40 | 9 | 0 | fact extraction 4 | none | fact extraction: 4 not valid JSON |" in section
+    assert "every one of its 4 fact extraction calls rejected or failed" in section
+    assert "never bound" not in section  # no budget known: nothing said of one
 
 
 def test_the_run_log_declares_every_key_a_run_writes(embedded_report: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from pytest_restore.plugin.options import MESSAGE_PROPERTY
 from pytest_restore.record import Record
 from pytest_restore.run.cells import grid_records
+from pytest_restore.run.checks import SystemCell
 from pytest_restore.run.message import ItemMessage
 from pytest_restore.run.parts import RunParts
 from pytest_restore.run.settings import RestoreSettings
@@ -44,12 +45,12 @@ class CellRunner:
         """Attach the item's message (its cell's records, the data's description, this process's model calls)
         to the item's report."""
         spec = getattr(getattr(item, "callspec", None), "params", {}).get("restore_cell")
-        memory: dict[str, Any] = {}
-        if run.memory is not None and spec is not None:
-            memory = {
-                "cell": spec.id, "policy": run.policy, "budget": run.budget, "reader": spec.reader,
-                "ranker": spec.ranker or "", "figures": run.memory.to_json(),
-            }
+        memory: SystemCell | dict[str, Any] = {}
+        if run.memory is not None and spec is not None:  # read back by run/checks.MemorySystems
+            memory = SystemCell(
+                cell=spec.id, policy=run.policy, budget=run.budget, reader=spec.reader,
+                ranker=spec.ranker or "", figures=run.memory.to_json(),
+            )
         message = ItemMessage(
             self.process, tuple(run.records), self.parts.meta(), self.parts.usage(), self.parts.call_details(),
             memory=memory,
