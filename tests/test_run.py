@@ -13,7 +13,7 @@ from grid_helpers import GRID, ROOT, small_args
 
 from pytest_restore.data.dataset import LONGMEMEVAL_BUDGETS
 from pytest_restore.data.locomo import LOCOMO_BUDGETS
-from pytest_restore.report.inputs import RawCheck, RunInfo
+from pytest_restore.report.inputs import RawCheck, RecordsError, RunInfo
 from pytest_restore.run.checks import (
     CHECKS,
     Check,
@@ -173,7 +173,7 @@ def test_checks_come_out_in_their_declared_order_and_read_back_typed() -> None:
     assert len({c.name for c in CHECKS}) == len({c.section for c in CHECKS}) == len(CHECKS)
 
 
-def test_a_memory_systems_entry_of_the_section_s_first_form_reads_back() -> None:
+def test_a_check_entry_reads_back_from_its_first_form_and_a_broken_one_is_named() -> None:
     # the first files this section was written to: no budget, reader, ranker nor held tokens
     figures = {"stores": 2, "units": 40, "held": 9, "calls": {"fact extraction": 4}, "failed": {},
                "rejected": {"fact extraction": {"not valid JSON": 4}}, "events": {"ADD": 9}, "evicted": 0}
@@ -186,6 +186,12 @@ def test_a_memory_systems_entry_of_the_section_s_first_form_reads_back() -> None
     assert "| mem0-30k | 2 | 40 | 9 | 0 | fact extraction 4 | none | fact extraction: 4 not valid JSON |" in section
     assert "every one of its 4 fact extraction calls rejected or failed" in section
     assert "never bound" not in section  # no budget known: nothing said of one
+    # a cell without its id, or a result that is not an object: one line naming the check and the field
+    broken = {"result": {"cells": [{"policy": "mem0", "figures": figures}]}}
+    with pytest.raises(RecordsError, match=r"^run.checks.memory_systems: no field 'cell' where its result holds one$"):
+        RunInfo.from_json({"checks": {"memory_systems": broken}}, read_check)
+    with pytest.raises(RecordsError, match=r"^run.checks.grid is not an object$"):
+        RunInfo.from_json({"checks": {"grid": ["fifo-8k"]}}, read_check)
 
 
 def test_the_run_log_declares_every_key_a_run_writes(embedded_report: Path) -> None:

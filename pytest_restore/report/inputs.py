@@ -247,11 +247,23 @@ class RunInfo:
 
         An older file's pre-rendered ``"markdown"`` entry of a check is not read (nor kept).
         """
-        checks = {str(name): read_check(str(name), entry) for name, entry in dict(data.get("checks", {})).items()}
+        checks = {str(name): _read_check(read_check, str(name), entry) for name, entry in dict(data.get("checks", {})).items()}
         settings, dataset, exclusions = (data.get(key, {}) for key in ("settings", "dataset", "exclusions"))
         if not all(isinstance(part, dict) for part in (settings, dataset, exclusions)):
             raise RecordsError("the run section's settings, dataset and exclusions are not all objects")
         return cls(settings, cast(DataDescription, dataset), exclusions, checks)
+
+
+def _read_check(read_check: ReadCheck, name: str, entry: Any) -> CheckResult:
+    """One check entry read back, a malformed one a :class:`RecordsError` naming the check and the field."""
+    if not isinstance(entry, Mapping):
+        raise RecordsError(f"run.checks.{name} is not an object")
+    try:
+        return read_check(name, entry)
+    except KeyError as err:
+        raise RecordsError(f"run.checks.{name}: no field {err} where its result holds one") from None
+    except (TypeError, ValueError, AttributeError) as err:
+        raise RecordsError(f"run.checks.{name}: a field of the wrong type ({err})") from None
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ class Found:
 
 
 def found(record: Record) -> Found | None:
-    """``record``'s :class:`Found`; ``None`` when it has none (regime a, no store, a memory system, older records)."""
+    """``record``'s :class:`Found`; ``None`` when it has none (regime a, no store, older records without ``top_k``)."""
     injected = record.conditions.policy.injected_positions
     carried = record.memories.gold_injected if record.memories is not None else None
     if (
