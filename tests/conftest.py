@@ -11,20 +11,26 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from grid_helpers import (
+    BACKGROUND_BUILDS,
     FAST_RETRIES,
     GRID,
     ROOT,
     TINY,
     ChildRun,
+    background_build,
     read_child,
     run_child,
     shared_run,
     small_args,
+    start_background_builds,
+    stop_background_builds,
 )
 
 from pytest_restore.memory import kernels
@@ -62,6 +68,14 @@ from numba import njit
 njit(cache=False)(lambda values, flag: values.sum() if flag else 0.0)(_np.zeros(2), True)
 
 
+def _build_embedded_report(out: Path) -> None:
+    run = run_child(["benches/", "-p", "no:xdist", "-q", "--restore-ablations"], ROOT, out / "report")
+    if not (run.report / "cells.csv").exists():
+        pytest.fail(f"the main job wrote no report:\n{run.output[-6000:]}")
+    (run.report / "pytest-output.txt").write_text(run.output)
+    (run.report / "pytest-exit-code.txt").write_text(str(run.ret))
+
+
 @pytest.fixture(scope="session")
 def embedded_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The report directory of ``pytest benches/ --restore-ablations`` on the embedded default, fake models.
@@ -70,15 +84,7 @@ def embedded_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess once per test run; its output and exit code are kept beside
     the report (``pytest-output.txt``, ``pytest-exit-code.txt``).
     """
-
-    def build(out: Path) -> None:
-        run = run_child(["benches/", "-p", "no:xdist", "-q", "--restore-ablations"], ROOT, out / "report")
-        if not (run.report / "cells.csv").exists():
-            pytest.fail(f"the main job wrote no report:\n{run.output[-6000:]}")
-        (run.report / "pytest-output.txt").write_text(run.output)
-        (run.report / "pytest-exit-code.txt").write_text(str(run.ret))
-
-    return shared_run(tmp_path_factory, "embedded-report", build) / "report"
+    return shared_run(tmp_path_factory, "embedded-report", _build_embedded_report) / "report"
 
 
 @pytest.fixture(scope="session")
@@ -95,6 +101,13 @@ def embedded_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 TINY_GRID_ARGS = [*small_args(), "--restore-ablations"]
 
 
+def _build_tiny_grid(project: Path) -> None:
+    (project / "test_grid.py").write_text(GRID)
+    run_child(["-p", "no:xdist", *TINY_GRID_ARGS, "--junitxml=serial.xml"], project, project / "serial")
+    # -v: which worker ran each item (the scheduling test reads it)
+    run_child(["-n", "2", "-v", *TINY_GRID_ARGS, "--junitxml=parallel.xml"], project, project / "parallel")
+
+
 @pytest.fixture(scope="session")
 def tiny_grid_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[ChildRun, ChildRun]:
     """The tiny fixture's whole grid with the ablations, run serially and with ``-n 2`` in one project.
@@ -106,13 +119,7 @@ def tiny_grid_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[ChildRun, 
     report sections and of the JUnit XML all read these two runs.
     """
 
-    def build(project: Path) -> None:
-        (project / "test_grid.py").write_text(GRID)
-        run_child(["-p", "no:xdist", *TINY_GRID_ARGS, "--junitxml=serial.xml"], project, project / "serial")
-        # -v: which worker ran each item (the scheduling test reads it)
-        run_child(["-n", "2", "-v", *TINY_GRID_ARGS, "--junitxml=parallel.xml"], project, project / "parallel")
-
-    project = shared_run(tmp_path_factory, "tiny-grid", build)
+    project = shared_run(tmp_path_factory, "tiny-grid", _build_tiny_grid)
     return read_child(project / "serial"), read_child(project / "parallel")
 
 
@@ -122,15 +129,47 @@ RANKERS_GRID_ARGS = [
 ]
 
 
+def _build_rankers_grid(project: Path) -> None:
+    (project / "test_grid.py").write_text(GRID)
+    run_child(["-p", "no:xdist", "-v", *RANKERS_GRID_ARGS], project, project / "report")
+
+
 @pytest.fixture(scope="session")
 def rankers_grid(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
     """The tiny fixture under three rankers in one run (``--restore-rankers``), serially, ``-v``."""
+    return read_child(shared_run(tmp_path_factory, "rankers-grid", _build_rankers_grid) / "report")
 
-    def build(project: Path) -> None:
-        (project / "test_grid.py").write_text(GRID)
-        run_child(["-p", "no:xdist", "-v", *RANKERS_GRID_ARGS], project, project / "report")
 
-    return read_child(shared_run(tmp_path_factory, "rankers-grid", build) / "report")
+# The child runs above start building in the background as the session's tests start (see
+# ``shared_runs_in_background``), the longest first: a worker asking for one then finds it built.
+background_build("embedded_report", "embedded-report", _build_embedded_report)
+background_build("tiny_grid_runs", "tiny-grid", _build_tiny_grid)
+background_build("rankers_grid", "rankers-grid", _build_rankers_grid)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_runs_in_background(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Start building the shared child runs this session's tests read (``grid_helpers.start_background_builds``).
+
+    Under xdist each worker starts its own thread at its own place in the
+    list, so the two build two runs at once while both run other tests.
+    """
+    fixtures = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
+    tmp_path_factory.getbasetemp()  # made here, not on the thread
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    thread = start_background_builds(tmp_path_factory, fixtures, first=int(worker.removeprefix("gw") or 0))
+    yield
+    stop_background_builds(thread)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The test modules that read a run built in the background go last (in their order), so it is built meanwhile.
+
+    Whole modules move, so their module-scoped fixtures are still set up once.
+    Every xdist worker collects the same order.
+    """
+    late = {item.path for item in items if BACKGROUND_BUILDS.keys() & set(getattr(item, "fixturenames", ()))}
+    items[:] = [item for item in items if item.path not in late] + [item for item in items if item.path in late]
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,8 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,9 +120,20 @@ def assert_progress_before_first_result(lines: list[str]) -> None:
     assert progress and progress[0] < first_result, "\n".join(lines)
 
 
+#: What a thread building shared runs in the background holds (:func:`start_background_builds`).
+_BACKGROUND = threading.local()
+#: The child runs of the background builds still running: stopped when the session ends.
+_BACKGROUND_CHILDREN: set[subprocess.Popen[str]] = set()
+
+
 def child_env() -> dict[str, str]:
-    """The environment of a child grid run: no xdist worker identity, no OpenAI settings leak in."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "PYTEST_XDIST"))}
+    """The environment of a child grid run: no xdist worker identity, no OpenAI settings leak in.
+
+    A background build takes the environment as it was when its thread began: a test running
+    meanwhile may have changed ``os.environ`` (a key, a proxy) for itself.
+    """
+    environ: Mapping[str, str] = getattr(_BACKGROUND, "environ", os.environ)
+    return {k: v for k, v in environ.items() if not k.startswith(("OPENAI_", "PYTEST_XDIST"))}
 
 
 def run_child(
@@ -135,15 +147,25 @@ def run_child(
     grid), which is then moved to ``report``.
     """
     named = ["--restore-report-dir", str(report)] if name_report_dir else []
-    result = subprocess.run(
+    with subprocess.Popen(
         [sys.executable, "-m", "pytest", *args, *named],
         cwd=cwd,
         env={**child_env(), **(env or {})},
-        capture_output=True,
-        check=False,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=600,
-    )
+    ) as child:
+        background = getattr(_BACKGROUND, "environ", None) is not None
+        if background:
+            _BACKGROUND_CHILDREN.add(child)
+        try:
+            stdout, stderr = child.communicate(timeout=600)
+        except BaseException:
+            child.kill()
+            raise
+        finally:
+            _BACKGROUND_CHILDREN.discard(child)
+    result = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     output = result.stdout + result.stderr
     # a run of part of the grid (-k) writes its report beside the report directory, marked partial
     for written in ("restore-report", "restore-report.partial"):
@@ -171,17 +193,83 @@ def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
     no ``done`` mark, so each caller that needs it tries again and fails
     with its own message.
     """
+    out = _shared_run(tmp_path_factory, name, build, wait=True)
+    assert out is not None
+    return out
+
+
+def _shared_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object], *, wait: bool
+) -> Path | None:
+    """:func:`shared_run`; ``wait=False``: ``None`` at once when another caller holds the lock (is building it)."""
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent  # the directory all workers of this run share
     out = shared / name
     with open(shared / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
         if not (out / "done").exists():
             out.mkdir(exist_ok=True)
             build(out)
             (out / "done").write_text("")
     return out
+
+
+#: The shared runs built in the background as a session's tests start: the fixture that reads each,
+#: and the run's name and build for :func:`shared_run` (registered by :func:`background_build`).
+BACKGROUND_BUILDS: dict[str, tuple[str, Callable[[Path], object]]] = {}
+
+
+def background_build(fixture: str, name: str, build: Callable[[Path], object]) -> Callable[[Path], object]:
+    """Register ``build``, the shared run ``name`` that the fixture ``fixture`` reads, to start in the background.
+
+    Only a build that runs child processes belongs here (:func:`run_child`,
+    no server or model of this process): the thread that runs it shares the
+    worker with the tests running meanwhile.
+    """
+    BACKGROUND_BUILDS[fixture] = (name, build)
+    return build
+
+
+def start_background_builds(
+    tmp_path_factory: pytest.TempPathFactory, fixtures: set[str], first: int = 0
+) -> threading.Thread:
+    """Build, on a thread, the registered shared runs that the ``fixtures`` of this session read.
+
+    A child run costs seconds to tens of seconds; started as the tests start,
+    it is done (or under way) by the time a test asks for it, instead of one
+    xdist worker building it while the other waits for it. ``first``: where
+    in the list this thread starts (each worker its own), so two workers'
+    threads build two runs at once; a run the other thread is building is
+    left to it (:func:`shared_run`'s lock builds each once).
+    A build that fails here leaves no ``done`` mark: the fixture builds it
+    again and fails with its own message.
+    """
+    builds = [run for fixture, run in BACKGROUND_BUILDS.items() if fixture in fixtures]
+    builds = builds[first % len(builds) :] + builds[: first % len(builds)] if builds else []
+    environ = dict(os.environ)
+
+    def build_all() -> None:
+        _BACKGROUND.environ = environ
+        for name, build in builds:  # one being built (by the other worker) is left to it
+            try:
+                _shared_run(tmp_path_factory, name, build, wait=False)
+            except BaseException:  # noqa: BLE001, S112 - the fixture builds it again and says why
+                continue
+
+    thread = threading.Thread(target=build_all, name="shared-runs", daemon=True)
+    thread.start()
+    return thread
+
+
+def stop_background_builds(thread: threading.Thread) -> None:
+    """Stop the child runs a background build still waits on (a session that ended early: ``-x``)."""
+    for child in list(_BACKGROUND_CHILDREN):
+        child.kill()
+    thread.join(timeout=30)
 
 
 #: A full disk under some directories, as the process sees it: files and directories can still be

@@ -24,6 +24,7 @@ from grid_helpers import (
     GRID,
     SMALLEST_GRID,
     TINY,
+    background_build,
     full_disk_conftest,
     run_child,
     shared_run,
@@ -227,17 +228,20 @@ def _files(report: Path) -> dict[str, bytes]:
 INTERRUPTED_ARGS = [*GRID_ARGS, "--restore-policies=fifo,no-evict,random", "--restore-seeds=0", "--restore-calibration=off"]
 
 
+def _build_complete_report(where: Path) -> None:
+    (where / "test_grid.py").write_text(GRID)
+    (where / "conftest.py").write_text(FAST_RETRIES)
+    first = run_child(["-p", "no:xdist", *INTERRUPTED_ARGS], where, where / "restore-report")
+    assert first.ret == 0, first.output[-3000:]
+
+
 @pytest.fixture(scope="module")
 def complete_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The complete report of a whole session of the interrupted test's grid, run once for both cases (also under xdist)."""
+    return shared_run(tmp_path_factory, "complete-report", _build_complete_report) / "restore-report"
 
-    def build(where: Path) -> None:
-        (where / "test_grid.py").write_text(GRID)
-        (where / "conftest.py").write_text(FAST_RETRIES)
-        first = run_child(["-p", "no:xdist", *INTERRUPTED_ARGS], where, where / "restore-report")
-        assert first.ret == 0, first.output[-3000:]
 
-    return shared_run(tmp_path_factory, "complete-report", build) / "restore-report"
+background_build("complete_report", "complete-report", _build_complete_report)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from grid_helpers import (
     GRID,
     ChildRun,
     assert_progress_before_first_result,
+    background_build,
     read_child,
     run_child,
     shared_run,
@@ -80,19 +81,22 @@ NO_OPTION_RUNS = {
 }
 
 
+def _build_no_option_runs(project: Path) -> None:
+    (project / "test_grid.py").write_text(GRID)
+    prepared = project / ".pytest_cache" / "d" / "restore" / "prepared"
+    for name, args in NO_OPTION_RUNS.items():
+        run_child(args, project, project / name, name_report_dir=False)
+        # what the project's prepared cache holds after this run (the next run adds to it)
+        (project / f"{name}-prepared.txt").write_text("\n".join(sorted(p.name for p in prepared.glob("*"))))
+
+
+background_build("no_option_runs", "no-option-runs", _build_no_option_runs)
+
+
 @pytest.fixture(scope="module")
 def no_option_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ChildRun]:
     """The ``NO_OPTION_RUNS``, run once per test run (also under xdist); each one's report, output and exit code."""
-
-    def build(project: Path) -> None:
-        (project / "test_grid.py").write_text(GRID)
-        prepared = project / ".pytest_cache" / "d" / "restore" / "prepared"
-        for name, args in NO_OPTION_RUNS.items():
-            run_child(args, project, project / name, name_report_dir=False)
-            # what the project's prepared cache holds after this run (the next run adds to it)
-            (project / f"{name}-prepared.txt").write_text("\n".join(sorted(p.name for p in prepared.glob("*"))))
-
-    project = shared_run(tmp_path_factory, "no-option-runs", build)
+    project = shared_run(tmp_path_factory, "no-option-runs", _build_no_option_runs)
     return {name: read_child(project / name) for name in NO_OPTION_RUNS}
 
 
