@@ -313,11 +313,17 @@ _write_report, _await_report = finish.write_report, controller.await_report
 
 
 def _held_back(*args, **kwargs):
-    _cancelled.wait(60)
+    if WHERE != "late":
+        _cancelled.wait(60)
     return _write_report(*args, **kwargs)
 
 
 def _awaited(report, cancelled, *args):
+    if WHERE == "late":  # the writer has swapped its report in before the Ctrl-C (held) comes
+        report.join(60)
+        os.kill(os.getpid(), signal.SIGINT)
+        return _await_report(report, cancelled, *args)
+
     def _watch():
         if WHERE == "wait":
             os.kill(os.getpid(), signal.SIGINT)
@@ -355,6 +361,25 @@ def test_ctrl_c_while_the_report_is_written_leaves_the_complete_report_untouched
     said = [line for line in cut.outlines if "report not written" in line]
     assert said == ["report not written (interrupted while writing it): restore-report was left as it was"], output
     assert "Traceback" not in output and "KeyboardInterrupt" not in output
+
+
+def test_ctrl_c_after_the_report_was_swapped_in_cuts_nothing_short_and_says_so(
+    project: pytest.Pytester, complete_report: Path
+) -> None:
+    """A Ctrl-C the session held while the writer finished: the new report is whole, the run's own status
+    stands, and one line says why the Ctrl-C changed nothing (it was an unexplained exit 2)."""
+    report = project.path / "restore-report"
+    shutil.copytree(complete_report, report)
+    (report / "report.md").write_text("the earlier report")
+    project.makeconftest(FAST_RETRIES + CTRL_C_WHILE_WRITING.format(where="late"))
+    late = project.runpytest_subprocess("-p", "no:xdist", *INTERRUPTED_ARGS, timeout=120)
+    output = late.stdout.str() + late.stderr.str()
+    assert late.ret == pytest.ExitCode.OK, output
+    assert (report / "report.md").read_text() == (complete_report / "report.md").read_text()  # the new one, whole
+    assert not any(p.name.startswith(".restore-report") for p in project.path.iterdir())
+    said = [line for line in late.outlines if line.startswith("Ctrl-C came")]
+    assert said == ["Ctrl-C came after the report was complete: restore-report is whole and nothing was cut short"]
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output and "report not written" not in output
 
 
 def test_a_selected_part_of_the_grid_says_so_first_and_leaves_the_complete_report(

@@ -298,12 +298,15 @@ class ControllerSession:
         finally:
             self._ctrl_c.release()  # Ctrl-C raises again: the report is written or given up
         self._report = None
-        if cut:
-            session.exitstatus = pytest.ExitCode.INTERRUPTED
         outcome = self.outcome
         if files is None:  # the terminal summary says so (report_path stays None)
+            if cut:
+                session.exitstatus = pytest.ExitCode.INTERRUPTED
             outcome.partial_path = None  # none was written either
             return
+        # A Ctrl-C that came once the writer was past its swap cut nothing short: the report is whole
+        # and the run's status stands; the terminal says why the Ctrl-C changed nothing.
+        outcome.late_ctrl_c = cut
         outcome.report_path = files.out_dir
         if session.exitstatus == pytest.ExitCode.INTERNAL_ERROR and outcome.partial_path is not None:
             # pytest prints no terminal summary after an internal error: say here where the report went
@@ -347,6 +350,7 @@ class ControllerSession:
             report_error=outcome.report_error,
             run_meta=got.run_meta,
             report_path=outcome.report_path,
+            late_ctrl_c=outcome.late_ctrl_c,
             partial_path=outcome.partial_path,
             partial_why=outcome.partial_why,
             cells=grid_cells(got.records, self.parts.plan.cells),

@@ -67,6 +67,8 @@ class Outcome:
     notes: tuple[str, ...] = ()
     #: Where the report went (``None``: none was written).
     report_path: Path | None = None
+    #: Ctrl-C came while the report was written, too late to stop it: the report is whole.
+    late_ctrl_c: bool = False
     #: Where a partial report went (the complete one, if any, was left as it was).
     partial_path: Path | None = None
     #: Why it is partial (cut short, or part of the grid selected), in words.
@@ -87,6 +89,7 @@ def terminal_summary(
     report_path: Path | None,
     partial_path: Path | None,
     cells: Mapping[str, Sequence[str]],
+    late_ctrl_c: bool = False,
     undecided: Sequence[str] = (),
     report_error: str | None = None,
     partial_why: str | None = None,
@@ -157,6 +160,11 @@ def terminal_summary(
         )
     else:
         terminalreporter.write_line(f"report: {report_path}")
+        if late_ctrl_c:
+            terminalreporter.write_line(
+                f"Ctrl-C came after the report was complete: {report_path} is whole and nothing was cut short",
+                yellow=True,
+            )
     if not_run:
         terminalreporter.write_line(
             f"grid cells not selected in this run ({len(not_run)}): {', '.join(not_run)}", yellow=True
