@@ -39,7 +39,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -649,7 +649,7 @@ class Audit:
         history = prepared.history
         key = (id(policy), budget, history.question.history_key, seed)
         entry = self._views.get(key)
-        if entry is None or entry[0] is not policy:
+        if entry is None or entry.policy is not policy:
             ctx = EvictionContext(question_id=history.question.history_key, seed=seed, importance=importance)
             lost: Mapping[int, int | None] | None = None
             figures = SystemFigures(stores=1, units=len(history.units))
@@ -663,12 +663,11 @@ class Audit:
                 memories = policy.hold(history.units, history.sizes, budget, ctx)
             view, mask, sources = memory_view(history, memories)
             figures.held, figures.held_tokens = len(memories), int(view.sizes[mask].sum())
-            entry = self._views[key] = (policy, view, mask, sources, lost, figures)
-        view, mask, sources, lost = entry[1:5]
-        own = History(history.question, history.granularity, view.units, view.sizes, history.gold)
+            entry = self._views[key] = _View(policy, view, mask, sources, lost, figures)
+        own = History(history.question, history.granularity, entry.view.units, entry.view.sizes, history.gold)
         for ranker in self.rankers.values():
             ranker.prepare_all([own])  # a dense ranker embeds the derived memories' texts here
-        return replace(self._prepare(own, sources), lost=lost), mask
+        return replace(self._prepare(own, entry.sources), lost=entry.lost), entry.mask
 
     # -- one cell ------------------------------------------------------------
 
@@ -766,7 +765,7 @@ class Audit:
         total = written or SystemFigures()
         built = {(p.question.history_key, seed) for p, seed, mask in plan if mask is not None}
         for history, seed in sorted(built):
-            total = total + self._views[(id(policy), budget, history, seed)][5]
+            total = total + self._views[(id(policy), budget, history, seed)].figures
         return total
 
     def score_ties(self, policy: Policy, prepared: Prepared, seed: int) -> tuple[int, int] | None:
@@ -1097,9 +1096,20 @@ class Audit:
 
 #: The kind of call a model-written memory system's writer makes (:class:`SystemFigures`).
 WRITER = "writer"
-#: A memory system's store of one history: the policy, the view, what is held, what each unit cites,
-#: when each lost unit went, and what the system did building it.
-_View = tuple[Policy, History, Mask, Sources, "Mapping[int, int | None] | None", SystemFigures]
+class _View(NamedTuple):
+    """A memory system's store of one history, fed once per process (:meth:`Audit.held`)."""
+
+    policy: Policy
+    #: the history extended by the derived memories
+    view: History
+    #: which of the view's units are held
+    mask: Mask
+    #: what each unit cites
+    sources: Sources
+    #: when each lost unit lost its last citing memory (``None``: not traced)
+    lost: Mapping[int, int | None] | None
+    #: what the system did building it
+    figures: SystemFigures
 
 
 def _condition(outcome: Outcome | None, question: Question, *, oracle: bool = False) -> Condition:
