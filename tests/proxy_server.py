@@ -48,7 +48,8 @@ class _Running:
 
     def start(self) -> _Running:
         self.server.daemon_threads = True
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # serve_forever looks for a shutdown every poll_interval: stopping a server waits for it (0.5 s by default)
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self._thread.start()
         return self
 
