@@ -177,8 +177,14 @@ class Cheater(MemorySystem):
             self.held = [Memory("later", unit.date, (unit.position + 1,))]
         elif self.mode == "unsourced":
             self.held = [Memory("nothing", unit.date, ())]
-        else:
+        elif self.mode == "string":
+            self.held = [unit.content]  # type: ignore[list-item]
+        elif self.mode != "finish" or not self.held:
             self.held.append(Memory(unit.content, unit.date, (unit.position,)))
+
+    def finish(self) -> None:
+        if self.mode == "finish":  # a memory held from the first arrival on, checked then, cites a later unit at the end
+            self.held = [Memory("later", self.held[0].date, (0, 10**6))]
 
     def memories(self) -> list[Memory]:
         return list(self.held)
@@ -190,11 +196,13 @@ class Cheater(MemorySystem):
         ("future", "memory system 'cheater' on q after unit 0 arrived: holds a memory citing unit 1, which it has not received"),
         ("unsourced", "memory system 'cheater' on q after unit 0 arrived: holds a memory that cites no unit"),
         ("over", "memory system 'cheater' on q after unit \\d+ arrived: holds \\d+ tokens, over its budget of 100"),
+        ("string", "memory system 'cheater' on q after unit 0 arrived: holds a str, not a Memory"),
+        ("finish", "memory system 'cheater' on q after the history ended: holds a memory citing unit 1000000, "),
     ],
 )
 def test_a_system_breaking_the_rules_is_stopped_in_one_line(tiny: Dataset, mode: str, message: str) -> None:
     history = build_history(tiny.questions[0])
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(TypeError if mode == "string" else ValueError, match=message):
         Cheater(mode).hold(history.units, history.sizes, 100, EvictionContext(question_id="q"))
 
 

@@ -123,12 +123,12 @@ class SessionSummary(MemorySystem):
     def reset(self, budget: int, ctx: EvictionContext) -> None:
         self.budget = budget
         self.summaries: list[tuple[Memory, int]] = []  # oldest first, with their sizes
-        self.open: list[tuple[Unit, int]] = []
+        self.open: list[tuple[Unit, int, Memory]] = []  # held as they are: each its own size, one Memory each
 
     def add(self, unit: Unit) -> None:
         if self.open and self.open[-1][0].session != unit.session:
             self._close()
-        self.open.append((unit, unit.tokens))  # held as it is: the unit's own size
+        self.open.append((unit, unit.tokens, Memory.of(unit)))
         self._fit()
 
     def finish(self) -> None:
@@ -150,19 +150,19 @@ class SessionSummary(MemorySystem):
         return self.summarizer.unusable(request, reply)
 
     def _close(self) -> None:
-        written = self.summarizer.summarize([u for u, _ in self.open])
+        written = self.summarizer.summarize([u for u, _, _ in self.open])
         self.summaries.extend((m, self.tokens(m)) for m in written)
         self.open = []
         self._fit()
 
     def _fit(self) -> None:
-        total = sum(size for _, size in self.summaries) + sum(size for _, size in self.open)
+        total = sum(size for _, size in self.summaries) + sum(size for _, size, _ in self.open)
         while total > self.budget and (self.summaries or self.open):
-            _, size = self.summaries.pop(0) if self.summaries else self.open.pop(0)
+            size = (self.summaries.pop(0) if self.summaries else self.open.pop(0))[1]
             total -= size
 
     def memories(self) -> list[Memory]:
-        return [m for m, _ in self.summaries] + [Memory.of(u) for u, _ in self.open]
+        return [m for m, _ in self.summaries] + [m for _, _, m in self.open]
 
 
 # -- fact-extract ------------------------------------------------------------------------
