@@ -43,36 +43,43 @@ from pytest_restore.synthetic.embedded import embedded_dataset
 # the tiny grid. The processes this session starts keep Python's default and cache their bytecode.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
-# The plugin imports its session (and numpy) only once a run is an audit. pytester's in-process
-# runs drop the modules first imported inside them, and numpy cannot be imported twice in one
-# process: load it here, in the outer session, as the plugin did at load time before. Likewise the
-# report's figure and page (matplotlib, its SVG backend, PIL's PNG writer): an in-process run that
-# writes a report would otherwise import them afresh, ~0.6 s of CPU each time.
-for _module in (
-    "pytest_restore.plugin.session",
-    "pytest_restore.report.figure",
-    "pytest_restore.report.html",
-    "pytest_restore.report.story",
-    "matplotlib.backends.backend_svg",
-    "PIL.PngImagePlugin",
-):
-    importlib.import_module(_module)
+def pytest_configure(config: pytest.Config) -> None:
+    """Load what in-process runs need before the first of them, in a process that runs tests.
 
-# numba imports its typing registries on the first compiled call. Make that call here, before
-# pytester's in-process runs snapshot sys.modules: a registry imported inside such a run is
-# dropped when the snapshot is restored, and importing it again later fails with
-# "cannot augment Function(...)".
-kernels.fact_counts("warm up")
-# That call may be served from numba's disk cache (another xdist worker compiled it first), which
-# imports none of the compiler's lazily imported modules: numba.core.boxing, imported on the first
-# real compile, would then be imported inside an in-process run, dropped with it, and registering
-# its boxers again on the next compile fails ("duplicate registration for ... Boolean"). So
-# compile one function for real here, whatever the disk cache holds, and import boxing by name.
-import numba.core.boxing  # noqa: F401
-import numpy as _np
-from numba import njit
+    An xdist controller runs none: it starts its workers without this (1.7 s of imports).
+    """
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    # The plugin imports its session (and numpy) only once a run is an audit. pytester's in-process
+    # runs drop the modules first imported inside them, and numpy cannot be imported twice in one
+    # process: load it here, in the outer session, as the plugin did at load time before. Likewise the
+    # report's figure and page (matplotlib, its SVG backend, PIL's PNG writer): an in-process run that
+    # writes a report would otherwise import them afresh, ~0.6 s of CPU each time.
+    for _module in (
+        "pytest_restore.plugin.session",
+        "pytest_restore.report.figure",
+        "pytest_restore.report.html",
+        "pytest_restore.report.story",
+        "matplotlib.backends.backend_svg",
+        "PIL.PngImagePlugin",
+    ):
+        importlib.import_module(_module)
 
-njit(cache=False)(lambda values, flag: values.sum() if flag else 0.0)(_np.zeros(2), True)
+    # numba imports its typing registries on the first compiled call. Make that call here, before
+    # pytester's in-process runs snapshot sys.modules: a registry imported inside such a run is
+    # dropped when the snapshot is restored, and importing it again later fails with
+    # "cannot augment Function(...)".
+    kernels.fact_counts("warm up")
+    # That call may be served from numba's disk cache (another xdist worker compiled it first), which
+    # imports none of the compiler's lazily imported modules: numba.core.boxing, imported on the first
+    # real compile, would then be imported inside an in-process run, dropped with it, and registering
+    # its boxers again on the next compile fails ("duplicate registration for ... Boolean"). So
+    # compile one function for real here, whatever the disk cache holds, and import boxing by name.
+    import numba.core.boxing  # noqa: F401
+    import numpy as np
+    from numba import njit
+
+    njit(cache=False)(lambda values, flag: values.sum() if flag else 0.0)(np.zeros(2), True)
 
 
 def _build_embedded_report(out: Path) -> None:
