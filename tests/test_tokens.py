@@ -120,3 +120,26 @@ def test_ranks_hash_check(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokens, "O200K_SHA256", "0" * 64)
     with pytest.raises(TokenizerError, match="sha256"):
         tokens._load_ranks()
+
+
+#: Characters that meet at the seams a long text is counted between: newlines, whitespace of every kind
+#: (Unicode's, and what only Python calls whitespace), ``/``, brackets, punctuation, letters, digits.
+SEAM_ALPHABET = ["\n", "\n", "\n", "\r", " ", " ", "\t", "/", "[", "]", ".", ":", "'", "s", "A", "é", "東", "😀", "7",
+                 "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u00a0", "\u3000", "ab", "Word", "'ll", "12345", "--"]
+
+
+def test_a_long_text_counted_part_by_part_is_counted_exactly() -> None:
+    """Counted between seams (``tokens._SEAM``), a text longer than ``tokens._LONG`` gets the count of the
+    whole: random texts dense in what meets at a seam, and prompts made as a grid makes them."""
+    import random
+
+    rng = random.Random(20261126)
+    encode = encoding().encode_ordinary
+    texts = ["".join(rng.choices(SEAM_ALPHABET, k=rng.randint(2100, 4000))) for _ in range(300)]
+    lines = [f"[2023/05/{d:02d} (Sat) 02:21] {role}:\n{body}" for d in range(1, 29) for role in ("user", "assistant")
+             for body in (f"I moved to apartment {d}.", "/etc/hosts again.\n\n  indented", "Sure!\r\nAnything else?")]
+    texts += ["Context:\n" + "\n\n".join(rng.sample(lines, 80)) + "\n\nQuestion: where?\nAnswer:" for _ in range(50)]
+    assert all(len(t) > tokens._LONG for t in texts)
+    counter = TokenCounter()
+    assert counter.count_many(texts) == [len(encode(t)) for t in texts]
+    assert len(counter) > len(texts)  # the parts are remembered: a later prompt's shared lines are not encoded again

@@ -11,8 +11,9 @@ from __future__ import annotations
 import binascii
 import gzip
 import hashlib
+import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
 
@@ -68,8 +69,20 @@ def encoding() -> tiktoken.Encoding:
     )
 
 
+#: Where o200k_base's pre-tokeniser never makes one piece of text before and after: a newline followed
+#: by a character that is neither whitespace nor ``/``. Of its alternatives (``_O200K_PATTERN``) only
+#: the whitespace runs and punctuation's ``[\r\n/]*`` tail take a newline, and neither goes on past
+#: such a character; no alternative looks behind, and the one that looks ahead (``\s+(?!\S)``) is
+#: never tried on a run that ends in a newline (``\s*[\r\n]+`` before it takes the run). So a text's
+#: count is the sum of its parts' counts between seams, exactly (``tests/test_tokens.py`` holds it).
+_SEAM = re.compile(r"(?<=\n)(?=[^\s/])")
+#: Longer texts than this (characters) are counted part by part between seams: a prompt is its
+#: context's lines, which the prompts of a grid share, so each line is encoded once, not once a prompt.
+_LONG = 2048
+
+
 class TokenCounter:
-    """Counts o200k_base tokens, each distinct text once (histories share sessions)."""
+    """Counts o200k_base tokens, each distinct text once (histories share sessions), a long text part by part."""
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
@@ -84,8 +97,20 @@ class TokenCounter:
                 # pool, which costs more than encoding the short texts of a history
                 encode = encoding().encode_ordinary
                 for text in missing:
-                    self._counts[text] = len(encode(text))
+                    self._counts[text] = self._count(text, encode)
             return [self._counts[t] for t in texts]
+
+    def _count(self, text: str, encode: Callable[[str], list[int]]) -> int:
+        """The count of one text not in the memo: a long one the sum of its parts between seams (``_SEAM``)."""
+        if len(text) <= _LONG:
+            return len(encode(text))
+        total = 0
+        for part in _SEAM.split(text):
+            count = self._counts.get(part)
+            if count is None:
+                count = self._counts[part] = len(encode(part))
+            total += count
+        return total
 
     def unknown(self, texts: Sequence[str]) -> list[str]:
         """The texts of ``texts`` not counted yet, once each."""
