@@ -43,6 +43,7 @@ from pytest_restore.synthetic.embedded import embedded_dataset
 # the tiny grid. The processes this session starts keep Python's default and cache their bytecode.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+
 def pytest_configure(config: pytest.Config) -> None:
     """Load what in-process runs need before the first of them, in a process that runs tests.
 

@@ -242,10 +242,10 @@ class MemorySystem(Policy):
         re-checked at every arrival: 60% of fact-extract's time over a history).
         """
         when = "after the history ended" if ended else f"after unit {arrived} arrived"
+        where = f"memory system {self.name!r} on {ctx.question_id} {when}"
         held = list(self.memories())
         new = [m for m in held if checked.get(id(m), (None,))[0] is not m]
         if new:
-            where = f"memory system {self.name!r} on {ctx.question_id} {when}"
             for memory in new:
                 if not isinstance(memory, Memory):
                     raise TypeError(f"{where}: holds a {type(memory).__name__}, not a Memory")
@@ -262,8 +262,7 @@ class MemorySystem(Policy):
         if self.budgeted:
             total = sum(checked[id(m)][1] for m in held)
             if total > budget:
-                raise ValueError(f"memory system {self.name!r} on {ctx.question_id} {when}: holds {total} tokens, "
-                                 f"over its budget of {budget}")
+                raise ValueError(f"{where}: holds {total} tokens, over its budget of {budget}")
         return held
 
 
