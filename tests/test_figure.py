@@ -6,9 +6,12 @@ import itertools
 import re
 from pathlib import Path
 
+import pytest
 from matplotlib.container import ErrorbarContainer
+from matplotlib.patches import PathPatch
 
 from pytest_restore.report.figure import (
+    DISTORTED,
     IRREVERSIBLE,
     RECOVERABLE,
     RESIDUAL,
@@ -62,6 +65,30 @@ def test_the_headline_is_the_findings_first_line(embedded_report: Path, tmp_path
 
     write_figure(analysis, tmp_path, dataset=dataset_label(info))
     assert (tmp_path / "figure.svg").read_bytes() == (embedded_report / "figure.svg").read_bytes()
+
+
+def test_each_bin_is_one_hatched_shape_of_its_cells_shares(embedded_report: Path) -> None:
+    """A panel draws each bin's fills as one shape (a hatch tile rendered once, not once per bar):
+    a rectangle per cell where the bin's share is above zero, as tall as that share."""
+    records = read_records(embedded_report / "records.jsonl")
+    analysis = analyse_records(records, read_run_info(embedded_report / "records.jsonl"))
+    decomposition = draw_figure(analysis).axes[1]
+    cells = [c for c in analysis.cells if c.regime == "b" and not c.ranker and c.err]
+    shapes = {p.get_hatch(): p for p in decomposition.patches if isinstance(p, PathPatch)}
+    shares = {
+        IRREVERSIBLE: [c.irr_share for c in cells], RECOVERABLE: [c.rec_share for c in cells],
+        DISTORTED: [c.dis_share for c in cells], RESIDUAL: [c.res_share for c in cells],
+    }
+    drawn = {style: sorted(s for s in values if s) for style, values in shares.items()}
+    assert sum(map(len, drawn.values())) > len(cells)  # cells with errors in more than one bin
+    for style, expected in drawn.items():
+        if not expected:
+            assert style.hatch not in shapes  # a bin no cell has draws nothing
+            continue
+        shape = shapes[style.hatch]
+        corners = shape.get_path().vertices.reshape(-1, 5, 2)
+        assert shape.get_facecolor()[:3] == pytest.approx(tuple(int(style.colour[i : i + 2], 16) / 255 for i in (1, 3, 5)))
+        assert sorted(corners[:, 2, 1] - corners[:, 0, 1]) == pytest.approx(expected)
 
 
 def test_bins_differ_in_hatching_and_in_grey() -> None:
