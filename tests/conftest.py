@@ -9,9 +9,15 @@ and the others read its outputs.
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,13 +49,21 @@ from pytest_restore.synthetic.embedded import embedded_dataset
 # the tiny grid. The processes this session starts keep Python's default and cache their bytecode.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+#: The lock an xdist controller holds while ``warm_kernels.py`` compiles the package's numba kernels
+#: into their disk cache; its path reaches the workers (and no one else) in this environment variable.
+KERNELS_LOCK = "RESTORE_TESTS_KERNELS_LOCK"
+#: The controller's warm-up: its process and its scratch directory (lock, log, response cache).
+_WARM: dict[str, Any] = {}
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Load what in-process runs need before the first of them, in a process that runs tests.
 
-    An xdist controller runs none: it starts its workers without this (1.7 s of imports).
+    An xdist controller runs none: it starts its workers without this (1.7 s of imports), and
+    starts compiling the kernels for them (:func:`_warm_kernels`).
     """
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        _warm_kernels(config)
         return
     # The plugin imports its session (and numpy) only once a run is an audit. pytester's in-process
     # runs drop the modules first imported inside them, and numpy cannot be imported twice in one
@@ -81,6 +95,50 @@ def pytest_configure(config: pytest.Config) -> None:
     from numba import njit
 
     njit(cache=False)(lambda values, flag: values.sum() if flag else 0.0)(np.zeros(2), True)
+
+
+def _warm_kernels(config: pytest.Config) -> None:
+    """Compile the kernels once, in a process of their own, while the workers start.
+
+    A clean checkout has no compiled kernels on disk, and the workers and the
+    shared child runs start together: each compiled the same kernels for itself,
+    about 30 s of CPU in all on two cores. The workers wait for this process
+    under :data:`KERNELS_LOCK` (:func:`_wait_for_kernels`) before their first
+    test; the children they start then find the kernels compiled. A failed
+    warm-up costs only that time: it is said in the summary.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="pytest-restore-warm-"))
+    lock = (scratch / "lock").open("w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    log = (scratch / "log").open("w")
+    script = Path(__file__).with_name("warm_kernels.py")
+    child = subprocess.Popen([sys.executable, str(script), str(scratch / "cache")], stdout=log, stderr=subprocess.STDOUT)
+    os.environ[KERNELS_LOCK] = lock.name  # the workers, started after this, inherit it
+
+    def release() -> None:
+        child.wait()
+        log.close()
+        lock.close()  # and with it the lock
+
+    _WARM.update(child=child, scratch=scratch)
+    threading.Thread(target=release, name="warm-kernels", daemon=True).start()
+    config.add_cleanup(lambda: shutil.rmtree(scratch, ignore_errors=True))
+
+
+def _wait_for_kernels() -> None:
+    """Wait (in a worker) until the controller's kernel warm-up has ended, if there is one."""
+    path = os.environ.pop(KERNELS_LOCK, None)
+    if path and Path(path).exists():
+        with open(path) as lock:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say so when the kernels' warm-up failed (the run is slower, not wrong)."""
+    child = _WARM.get("child")
+    if child is not None and child.poll() not in (0, None):
+        lines = (_WARM["scratch"] / "log").read_text(errors="replace").strip().splitlines() or ["(no output)"]
+        terminalreporter.write_line(f"tests/warm_kernels.py exited {child.returncode}: {lines[-1]}")
 
 
 def _build_embedded_report(out: Path) -> None:
@@ -170,6 +228,7 @@ def shared_runs_in_background(request: pytest.FixtureRequest, tmp_path_factory: 
     list, so the two build two runs at once while both run other tests.
     """
     fixtures = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
+    _wait_for_kernels()  # before the children start, so that they load the kernels, not compile them
     tmp_path_factory.getbasetemp()  # made here, not on the thread
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     thread = start_background_builds(tmp_path_factory, fixtures, first=int(worker.removeprefix("gw") or 0))
