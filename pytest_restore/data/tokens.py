@@ -13,7 +13,7 @@ import gzip
 import hashlib
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
 
@@ -75,7 +75,9 @@ def encoding() -> tiktoken.Encoding:
 #: such a character; no alternative looks behind, and the one that looks ahead (``\s+(?!\S)``) is
 #: never tried on a run that ends in a newline (``\s*[\r\n]+`` before it takes the run). So a text's
 #: count is the sum of its parts' counts between seams, exactly (``tests/test_tokens.py`` holds it).
-_SEAM = re.compile(r"(?<=\n)(?=[^\s/])")
+#: The pattern is the seam's newline (a part keeps its newline): a pattern that starts with a literal is
+#: searched for, where a zero-width one is tried at every position (5x slower on a 250k-character prompt).
+_SEAM = re.compile(r"\n(?=[^\s/])")
 #: Longer texts than this (characters) are counted part by part between seams: a prompt is its
 #: context's lines, which the prompts of a grid share, so each line is encoded once, not once a prompt.
 _LONG = 2048
@@ -105,7 +107,7 @@ class TokenCounter:
         if len(text) <= _LONG:
             return len(encode(text))
         total = 0
-        for part in _SEAM.split(text):
+        for part in _parts(text):
             count = self._counts.get(part)
             if count is None:
                 count = self._counts[part] = len(encode(part))
@@ -131,6 +133,15 @@ class TokenCounter:
 
 
 _COUNTER = TokenCounter()
+
+
+def _parts(text: str) -> Iterator[str]:
+    """``text`` cut after each seam's newline (``_SEAM``): parts that join to ``text``."""
+    start = 0
+    for seam in _SEAM.finditer(text):
+        yield text[start : seam.end()]
+        start = seam.end()
+    yield text[start:]
 
 
 def count_tokens(texts: Iterable[str]) -> list[int]:
