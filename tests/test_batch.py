@@ -253,7 +253,7 @@ def batch_grid(pytester: pytest.Pytester, server: OpenAIServer, report: str, *ex
     return result
 
 
-def test_a_batch_grid_writes_the_live_records_and_sends_no_live_call(
+def test_a_batch_grid_writes_the_live_records_sends_no_live_call_and_a_rerun_submits_nothing(
     histories: list[History], pytester: pytest.Pytester, live: CleanRun
 ) -> None:
     pytester.makepyfile(test_grid=GRID)
@@ -264,7 +264,13 @@ def test_a_batch_grid_writes_the_live_records_and_sends_no_live_call(
         assert len(server.batches.created) == 3 and set(server.batches.lines_by_body.values()) == {1}
         # and they are exactly the requests the live grid sent
         assert set(server.batches.lines_by_body) == live.bodies
+        # the same grid again, through the cache the batches filled: nothing to submit, nothing sent
+        created = list(server.batches.created)
+        again = batch_grid(pytester, server, "again").stdout.str()
+        assert server.batches.created == created and chat_requests(server) == 0
+    assert "nothing to submit" in again and "submitted" not in again
     assert records_of(pytester.path / "batch") == records_of(live.report)
+    assert records_of(pytester.path / "again") == records_of(live.report)
     # the report says what the rounds did, for a person and for a program
     summary = json.loads((pytester.path / "batch" / "summary.json").read_text())
     rounds = summary["run"]["checks"]["batch"]["result"]["rounds"]
@@ -275,17 +281,6 @@ def test_a_batch_grid_writes_the_live_records_and_sends_no_live_call(
     for name in ("scorer", "reader", "judge"):
         assert f"restore: batch {name} round: " in output and f"restore: batch {name}: submitted batch_" in output
     assert re.search(r"restore: batch judge batch_\w+: completed, \d+/\d+ completed, 0 failed, \dm\d\ds elapsed", output)
-
-
-def test_a_rerun_submits_nothing(histories: list[History], pytester: pytest.Pytester, live: CleanRun) -> None:
-    pytester.makepyfile(test_grid=GRID)
-    with OpenAIServer(fake_models_responder(histories), expected_key=DUMMY_KEY) as server:
-        batch_grid(pytester, server, "first")
-        created = server.batches.created
-        output = batch_grid(pytester, server, "again").stdout.str()
-        assert server.batches.created == created and chat_requests(server) == 0
-    assert "nothing to submit" in output and "submitted" not in output
-    assert records_of(pytester.path / "again") == records_of(live.report)
 
 
 def _estimate(output: str) -> float:
