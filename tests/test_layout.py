@@ -7,6 +7,7 @@ The stages are those of docs/DESIGN.md's module table. Imports inside functions
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 
 #: The pipeline's stages, in order; a module may import from its own stage or an earlier one.
@@ -31,6 +32,13 @@ STAGE = {
 }
 
 
+@functools.cache
+def parsed(source: str) -> ast.Module:
+    """``source``'s syntax tree, parsed once in a session: the checks below walk the package's modules
+    (each one only reads the tree), several of them the same ones."""
+    return ast.parse(source)
+
+
 def modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
     """Dotted module name -> file, for every module of the package."""
     found = {}
@@ -47,7 +55,7 @@ def import_graph(mods: dict[str, pathlib.Path]) -> dict[str, set[str]]:
     graph = {}
     for name, path in mods.items():
         deps = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path.read_text(encoding="utf-8"))):
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
@@ -119,7 +127,7 @@ READS_WORKERINPUT = {"session.py", "worker.py", "__init__.py"}
 
 def runtime_imports(source: str) -> list[str]:
     """The package modules a module imports, outside ``if TYPE_CHECKING:`` blocks (lazy imports included)."""
-    tree = ast.parse(source)
+    tree = parsed(source)
     typing_only = {
         id(inner)
         for node in ast.walk(tree)
@@ -191,7 +199,7 @@ READERS = ("report", "run", "plugin", "compare")
 def counting(module: str, source: str) -> list[str]:
     """Where a module of report/ or plugin/ builds a tally or calls the bootstrap (its defaults are fine)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parsed(source)):
         if isinstance(node, ast.ImportFrom) and node.module in COUNTING_MODULES:
             found += [
                 f"{module} imports {node.module}.{a.name}" for a in node.names if not a.name.startswith("DEFAULT_")
@@ -244,7 +252,7 @@ def settings_declarations(sources: dict[str, str]) -> tuple[set[str], list[str]]
     classes = {
         (path, node.name): node
         for path, text in sources.items()
-        for node in ast.walk(ast.parse(text))
+        for node in ast.walk(parsed(text))
         if isinstance(node, ast.ClassDef)
     }
     names = annotated(classes[(SETTINGS_MODULE, "AuditSettings")])
@@ -263,7 +271,7 @@ def test_the_settings_are_declared_once_below_the_report_and_the_run_core() -> N
     names, repeats = settings_declarations(sources)
     assert len(names) > 30 and repeats == []
     run_settings = next(
-        node for node in ast.walk(ast.parse(sources["pytest_restore/run/settings.py"]))
+        node for node in ast.walk(parsed(sources["pytest_restore/run/settings.py"]))
         if isinstance(node, ast.ClassDef) and node.name == "RestoreSettings"
     )
     assert [ast.unparse(base) for base in run_settings.bases] == ["AuditSettings"]
