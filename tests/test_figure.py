@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from matplotlib.colors import to_rgb
 from matplotlib.container import ErrorbarContainer
 from matplotlib.patches import PathPatch
 
@@ -87,7 +88,7 @@ def test_each_bin_is_one_hatched_shape_of_its_cells_shares(embedded_report: Path
             continue
         shape = shapes[style.hatch]
         corners = shape.get_path().vertices.reshape(-1, 5, 2)
-        assert shape.get_facecolor()[:3] == pytest.approx(tuple(int(style.colour[i : i + 2], 16) / 255 for i in (1, 3, 5)))
+        assert shape.get_facecolor()[:3] == pytest.approx(to_rgb(style.colour))
         assert sorted(corners[:, 2, 1] - corners[:, 0, 1]) == pytest.approx(expected)
 
 
