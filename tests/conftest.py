@@ -106,7 +106,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto`` runs this suite on one worker more than the machine has CPUs.
+    """``-n auto`` runs this suite on one worker more than xdist's own count (the machine's CPUs).
 
     Many of its tests wait rather than compute: on a loopback server's latency or a timeout, on a child
     run (a process of its own), on a kill. With a worker per CPU, the 2-core machine's CPUs stood idle
@@ -115,9 +115,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     for the same CPU time. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still sets the number where it is set.
     """
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return cpus + 1
+        return None  # xdist's own hook answers with it
+    # only xdist calls this hook, so its plugin is there to ask
+    from xdist.plugin import pytest_xdist_auto_num_workers as xdist_count
+
+    return xdist_count(config) + 1
 
 
 def _warm_kernels(config: pytest.Config) -> None:
