@@ -22,13 +22,14 @@ STAGE = {
     "synthetic": 2,
     "memory": 3,
     "models": 4,
-    "audit": 5,
-    "stats": 6,
-    "report": 7,
-    "compare": 8,
-    "run": 9,
-    "plugin": 10,
-    "__main__": 11,
+    "libraries": 5,
+    "audit": 6,
+    "stats": 7,
+    "report": 8,
+    "compare": 9,
+    "run": 10,
+    "plugin": 11,
+    "__main__": 12,
 }
 
 

@@ -1,0 +1,151 @@
+"""What every library adapter shares: where its model calls go, its environment, its failures, its loop.
+
+- :class:`LibraryEndpoints`: the OpenAI-compatible endpoint a library is
+  configured with (the run's gateway in a run; a loopback server in a test).
+  An adapter takes the endpoints, or a callable that gives them, and resolves
+  it when its first store is made, so a run that never asks for the library
+  starts no gateway.
+- :func:`quiet_environment`: telemetry switched off before a library is
+  imported (the variables each library reads once, at import).
+- :func:`library_version`: the installed distribution's version, for the report.
+- :class:`GuestFailure` / :func:`guest_failure`: a library's exception as one
+  line naming the library, the question and the unit, its text redacted.
+- :class:`StoreLoop`: one event loop per store, on a thread of its own, for
+  the async libraries (graphiti, cognee): a coroutine is run to completion
+  with a deadline, and the loop is closed with the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Coroutine
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, TypeVar
+
+from pytest_restore.models.redact import redact_keys
+
+T = TypeVar("T")
+
+#: Environment variables that switch the libraries' telemetry (and litellm's cost-map download) off;
+#: each is read by its library when it is first imported, so they are set before any import.
+TELEMETRY_OFF: dict[str, str] = {
+    "MEM0_TELEMETRY": "False",
+    "GRAPHITI_TELEMETRY_ENABLED": "false",
+    "TELEMETRY_DISABLED": "1",
+    "ANONYMIZED_TELEMETRY": "False",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "POSTHOG_DISABLED": "1",
+    "DO_NOT_TRACK": "1",
+    "LANGCHAIN_TRACING_V2": "false",
+    "LANGSMITH_TRACING": "false",
+}
+
+#: The longest a library's one call (an ``add``, a ``search``) may take by default, in seconds.
+DEFAULT_GUEST_DEADLINE = 600.0
+
+
+@dataclass(frozen=True)
+class LibraryEndpoints:
+    """Where a library's model calls go: one OpenAI-compatible base URL for chat and embeddings.
+
+    In a run this is the gateway's (a port the OS picked on 127.0.0.1 and a
+    bearer token made for the run, never a provider's key); the model names
+    are the names the gateway answers to.
+    """
+
+    #: ``http://127.0.0.1:PORT/v1``
+    base_url: str
+    #: the bearer token the endpoint takes (the gateway's run token)
+    api_key: str
+    #: the chat model's name as the endpoint knows it
+    chat_model: str
+    #: the embeddings model's name as the endpoint knows it
+    embedding_model: str
+    #: the embeddings' dimension (vector stores are made for it)
+    embedding_dims: int
+
+
+#: What an adapter is given: the endpoints, or how to get them when its first store is made.
+EndpointsSource = LibraryEndpoints | Callable[[], LibraryEndpoints]
+
+
+def resolve_endpoints(source: EndpointsSource) -> LibraryEndpoints:
+    """The endpoints ``source`` names (calling it when it is a callable)."""
+    return source if isinstance(source, LibraryEndpoints) else source()
+
+
+def quiet_environment() -> None:
+    """Switch every known library's telemetry off (before the library is imported; a user's own
+    setting of one of these variables is kept)."""
+    for name, value in TELEMETRY_OFF.items():
+        os.environ.setdefault(name, value)
+
+
+def library_version(distribution: str) -> str:
+    """The installed version of ``distribution`` (``"not installed"`` where it is not)."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+class GuestFailure(RuntimeError):
+    """A library failed inside a store: the message is one line, names the library, the question
+    and the unit, and carries no key."""
+
+
+def guest_failure(library: str, question_id: str, what: str, err: BaseException | str) -> GuestFailure:
+    """One line for a library's failure: ``library``'s ``what`` on ``question_id`` and the cause,
+    redacted and cut to its first line."""
+    text = str(err) if isinstance(err, str) else (str(err) or type(err).__name__)
+    first = redact_keys(text).strip().splitlines()[0] if text.strip() else type(err).__name__
+    if len(first) > 300:
+        first = first[:297] + "..."
+    kind = "" if isinstance(err, str) else f"{type(err).__name__}: "
+    return GuestFailure(f"memory library {library!r} on {question_id}: {what} failed: {kind}{first}")
+
+
+class StoreLoop:
+    """One event loop on a thread of its own, for one store of an async library.
+
+    :meth:`run` runs a coroutine to completion on it within ``deadline``
+    seconds (a coroutine past it is cancelled and ``TimeoutError`` raised);
+    :meth:`close` cancels what is left and stops the thread.
+    """
+
+    def __init__(self, name: str = "library") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=f"restore-{name}-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T], deadline: float = DEFAULT_GUEST_DEADLINE) -> T:
+        """The coroutine's result, run on this store's loop; ``TimeoutError`` past ``deadline`` seconds."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result(timeout=deadline)
+        except FutureTimeout:
+            future.cancel()
+            raise TimeoutError(f"no answer within {deadline:g} s") from None
+
+    def close(self) -> None:
+        """Cancel the loop's remaining tasks and stop its thread."""
+        if self.loop.is_closed():
+            return
+
+        async def _cancel_rest() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):  # a loop that will not settle is stopped all the same
+            asyncio.run_coroutine_threadsafe(_cancel_rest(), self.loop).result(timeout=5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self.loop.close()
