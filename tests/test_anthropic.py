@@ -31,6 +31,10 @@ from pytest_restore.models.api import ModelOptions
 from pytest_restore.models.base import ChatRequest
 from pytest_restore.models.managed import ManagedChatModel
 from pytest_restore.models.providers import missing_key_problem, price_of, resolve
+from pytest_restore.run.options import parse_args
+from pytest_restore.run.parts import RunParts
+from pytest_restore.run.plan import build_plan, check_before_work, default_registries
+from pytest_restore.run.settings import SettingsError
 
 KEY = "sk-ant-test-0123456789abcdefXYZ"
 MODEL = "claude-haiku-4-5"
@@ -228,3 +232,27 @@ def test_an_anthropic_audit_judge_beside_openai_models(
         assert openai_server.total_requests > 0
     report = (pytester.path / "report" / "report.md").read_text()
     assert f"anthropic:{MODEL}" in report
+
+
+def test_openai_s_base_url_never_sends_an_anthropic_model_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # only OpenAI's variables set: the anthropic: reader is Anthropic's to reach, and its missing key is said
+    for name in (API_KEY_ENV, BASE_URL_ENV, "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    raw, _ = parse_args([f"--restore-reader=anthropic:{MODEL}", "--restore-judge=fake", "--restore-scorer=fake"])
+    plan = build_plan(raw, default_registries(), "session", tmp_path, lambda _line: None)
+    with pytest.raises(SettingsError, match=rf"anthropic:{MODEL} would call api.anthropic.com but \${API_KEY_ENV}"):
+        check_before_work(plan)
+    monkeypatch.setenv(API_KEY_ENV, KEY)
+    check_before_work(plan)
+    parts = RunParts(plan, lambda _line: None)
+    model = parts.model(f"anthropic:{MODEL}", "reader")
+    assert isinstance(model, ManagedChatModel)
+    assert [api.base_url for api in model.apis] == ["https://api.anthropic.com"]
+    parts.close()
+    # an openai: model still reads its own variable
+    raw, _ = parse_args(["--restore-reader=openai:gpt-4o-mini", "--restore-judge=fake", "--restore-scorer=fake"])
+    parts = RunParts(build_plan(raw, default_registries(), "session", tmp_path, lambda _line: None), lambda _line: None)
+    model = parts.model("openai:gpt-4o-mini", "reader")
+    assert isinstance(model, ManagedChatModel) and [api.base_url for api in model.apis] == ["http://127.0.0.1:9/v1"]
+    parts.close()

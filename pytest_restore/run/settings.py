@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -304,7 +303,9 @@ class RestoreSettings(AuditSettings):
             "bootstrap_seed": _parse_int(where["bootstrap-seed"], raw["bootstrap-seed"]),
             "equivalence_margin": _parse_float(where["equivalence-margin"], raw["equivalence-margin"]),
             "family_checks": raw["family-checks"],
-            "base_url": raw["base-url"] or os.environ.get("OPENAI_BASE_URL") or None,
+            # the option alone: each provider reads its own variable (OPENAI_BASE_URL, ANTHROPIC_BASE_URL)
+            # where its models are made, so one provider's server never receives another's models
+            "base_url": raw["base-url"] or None,
             "cache": raw["cache"] or None,
             "max_concurrency": _parse_int(where["max-concurrency"], raw["max-concurrency"], minimum=1),
             "rpm": _parse_positive(where["rpm"], raw["rpm"]) if raw["rpm"] else None,
