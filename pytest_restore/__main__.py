@@ -594,6 +594,85 @@ def _batch_import(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- data
+
+
+def _add_data(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from pytest_restore.data.catalogue import DATA_DIR_ENV, catalogue
+
+    parser = subparsers.add_parser(
+        "data",
+        help="the public datasets the audit knows: list them, fetch one (checked against its sha256)",
+        description=(
+            "The datasets --restore-data=NAME and --restore-errata=NAME name: where each comes from, its license, "
+            "size and sha256, and whether it is here (list); a download from the official location, or --from a "
+            "mirror or a local copy, checked against the sha256 before it is kept (fetch). Exit codes of fetch: "
+            "0 stored (or already here), 65 refused (wrong size or sha256; nothing kept), 69 not reached or not "
+            "served (offline, a 404, a download cut short: the same command resumes it), 74 the data directory "
+            "cannot be written, 2 a bad argument."
+        ),
+    )
+    actions = parser.add_subparsers(dest="action", metavar="<action>")
+    actions.required = True
+    where = f"where datasets are stored (default: ${DATA_DIR_ENV}, else ~/.cache/pytest-restore/data)"
+    listing = actions.add_parser("list", help="the known datasets, and whether each is here")
+    listing.add_argument("--dir", default=None, help=where)
+    listing.add_argument("--verify", action="store_true", help="hash the files that are here against their sha256")
+    fetching = actions.add_parser(
+        "fetch", help="download a dataset from its official location (or --from), check it, store it"
+    )
+    fetching.add_argument("name", metavar="NAME", choices=sorted(catalogue()), help=", ".join(catalogue()))
+    fetching.add_argument(
+        "--from", dest="source", metavar="URL_OR_PATH", default=None,
+        help="a mirror's URL or a local copy of the same file (still checked against the sha256)",
+    )
+    fetching.add_argument("--dir", default=None, help=where)
+    fetching.add_argument(
+        "--timeout", type=at_least(1), default=60, help="seconds to wait for the server at each step (default: 60)"
+    )
+    parser.set_defaults(func=_run_data)
+
+
+def _run_data(args: argparse.Namespace) -> int:
+    from pytest_restore.data.catalogue import (
+        FetchError,
+        catalogue,
+        data_dir,
+        fetch,
+        say_stderr,
+        state,
+    )
+
+    directory = data_dir(args.dir)
+    known = catalogue()
+    if args.action == "list":
+        print(f"data directory: {directory}")
+        for entry in known.values():
+            print(
+                f"\n{entry.name}: {entry.title}\n"
+                f"  file:    {entry.filename}, {entry.size:,} bytes, sha256 {entry.sha256}\n"
+                f"  from:    {entry.url}\n"
+                f"  about:   {entry.page}\n"
+                f"  license: {entry.license}\n"
+                f"  here:    {state(entry, directory, verify=args.verify)}\n"
+                f"  use:     {entry.option}={entry.name}  (get it: python -m pytest_restore data fetch {entry.name})"
+            )
+        return 0
+    entry = known[args.name]
+    try:
+        done = fetch(entry, directory, source=args.source, say=say_stderr, timeout=float(args.timeout))
+    except FetchError as err:
+        print(f"error: data fetch {entry.name}: {err}", file=sys.stderr)
+        return err.code
+    if not done.downloaded:
+        print(f"data: {entry.name} is already here, sha256 checked: {done.path}")
+    else:
+        resumed = f", resumed at byte {done.resumed_from:,}" if done.resumed_from else ""
+        print(f"data: {entry.name} fetched, {entry.size:,} bytes, sha256 checked{resumed}: {done.path}")
+    print(f"data: use it with {entry.option}={entry.name}")
+    return 0
+
+
 # --------------------------------------------------------------------------- entry point
 
 _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
@@ -602,6 +681,7 @@ _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     _add_show,
     _add_compare,
     _add_batch,
+    _add_data,
 )
 
 

@@ -11,9 +11,12 @@ says why in one line. The codes:
 | 3 | internal error | - |
 | 4 | usage error, before any work: a bad option, ini key, data file or prompt template, or a report directory or response cache that cannot be written | - |
 | 5 | no test collected | - |
-| 74 | during the run, a file or directory it needs could not be written or read (a full disk under the response cache or the report, a data file removed after it was checked) | ``--out`` cannot be written (before the work or during it) |
+| 65 | - | ``data fetch``: the file was served whole but is not the catalogue's (size or sha256); nothing kept |
+| 69 | - | ``data fetch``: the source could not be reached or did not serve the file (offline, a 404, a cut download) |
+| 74 | during the run, a file or directory it needs could not be written or read (a full disk under the response cache or the report, a data file removed after it was checked) | ``--out`` cannot be written (before the work or during it); ``data fetch``'s data directory |
 
-74 is ``EX_IOERR`` of the BSD ``sysexits.h`` convention.
+65, 69 and 74 are ``EX_DATAERR``, ``EX_UNAVAILABLE`` and ``EX_IOERR`` of the BSD ``sysexits.h`` convention
+(65 and 69 are :mod:`pytest_restore.data.catalogue`'s).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pytest_restore.data.catalogue import NotFetched, resolve_name
 from pytest_restore.data.dataset import Dataset
 from pytest_restore.data.errata import (
     ErrataRegistry,
@@ -49,6 +50,10 @@ class ErrataOption:
             return None
         if not options.values.get("data"):
             raise SettingsError("--restore-errata: corrects --restore-data, which is not given (the embedded dataset has no errata)")
+        try:  # a known corrections file's name (--restore-errata=locomo-errata) is the file `data fetch` stored
+            path = resolve_name(path, "--restore-errata")
+        except NotFetched as err:
+            raise SettingsError(str(err)) from None
         try:
             parts = parse_parts(apply or "evidence")
         except ValueError as err:

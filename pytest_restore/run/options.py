@@ -25,7 +25,8 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     (
         "data",
         "",
-        ("data file to audit, LongMemEval-S or LoCoMo (.json or .json.gz; the loader is picked from its shape) "
+        ("data file to audit, LongMemEval-S or LoCoMo (.json or .json.gz; the loader is picked from its shape), "
+        "or a fetched dataset's name: locomo, longmemeval-s (python -m pytest_restore data list) "
         "(default: the embedded synthetic dataset)"),
         "string",
     ),
@@ -33,7 +34,8 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     (
         "errata",
         "",
-        "corrections file applied to --restore-data as it loads (e.g. the LoCoMo audit's errors.json); its sha256 joins the run id",
+        ("corrections file applied to --restore-data as it loads (e.g. the LoCoMo audit's errors.json, fetched as "
+        "locomo-errata: --restore-errata=locomo-errata); its sha256 joins the run id"),
         "string",
     ),
     ("errata-apply", "evidence", "parts of each correction applied: evidence, answers or evidence,answers", "string"),

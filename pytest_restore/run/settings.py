@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_restore.data.catalogue import NotFetched, resolve_name
 from pytest_restore.models.batch import BatchOptions
 from pytest_restore.models.prompts import JUDGE_FORMATS, PromptSet
 from pytest_restore.models.providers import (
@@ -279,6 +280,12 @@ class RestoreSettings(AuditSettings):
         dataset = raw["dataset"] or None
         if dataset is not None and not raw["data"]:
             raise SettingsError(f"{where['dataset']}: names the loader of --restore-data, which is not given")
+        data = raw["data"] or None
+        if data is not None:  # a known dataset's name (--restore-data=locomo) is the file `data fetch` stored
+            try:
+                data = resolve_name(data, "--restore-data")
+            except NotFetched as err:
+                raise SettingsError(str(err)) from None
         prices = []
         for text in options.prices:
             try:
@@ -288,7 +295,7 @@ class RestoreSettings(AuditSettings):
             prices.append((model, in_price, out_price))
         fields: dict[str, Any] = {
             "prices": tuple(prices),
-            "data": raw["data"] or None,
+            "data": data,
             "report_dir": raw["report-dir"],
             "policies": _parse_names(where["policies"], raw["policies"]),
             "seeds": _parse_ints(where["seeds"], raw["seeds"]),
