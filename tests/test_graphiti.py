@@ -1,0 +1,270 @@
+"""graphiti audited as a memory system, its model calls answered by the fake writer's graphiti shapes.
+
+The real graphiti-core runs here (the dev extra installs it with Kuzu): an
+episode per turn into a Kuzu database in memory, its chat and embedding
+calls to :class:`~openai_server.OpenAIServer` on 127.0.0.1, answered by
+:class:`~graphiti_model.GraphitiModel` (the package's graphiti shapes;
+answers cut off in their JSON, or of the wrong shape, where its rules say)
+and the server's fake embeddings.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from graphiti_model import GraphitiModel
+from openai_server import OpenAIServer
+
+from pytest_restore.audit.run import Audit, AuditConfig, Prepared
+from pytest_restore.data.dataset import Dataset
+from pytest_restore.data.loaders import load_data
+from pytest_restore.data.units import Unit
+from pytest_restore.libraries import graphiti as adapter
+from pytest_restore.libraries.graphiti import (
+    ADDED,
+    INVALIDATED,
+    GraphitiRanker,
+    GraphitiSystem,
+)
+from pytest_restore.libraries.graphiti_shapes import graphiti_answer
+from pytest_restore.libraries.guest import GuestFailure, LibraryEndpoints
+from pytest_restore.memory.eviction import EvictionContext
+from pytest_restore.memory.retrieval import Bm25Lite
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.synthetic.generator import generate, write_dataset
+
+pytest.importorskip("graphiti_core", reason="the graphiti extra is not installed")
+
+LOCOMO = Path(__file__).resolve().parent.parent / "fixtures" / "locomo_tiny.json"
+EMBEDDER, DIMS = "nomic-embed-text", 768
+#: a budget no store of the fixture reaches, and one that makes the adapter evict
+ALL, SMALL = 5000, 120
+#: the fixture's one turn longer than this (D2:2, the bowl and its photo) gets its entities cut off
+LONG = 85
+#: a question of the fixture's second conversation, the one audited under both budgets
+RUTHS = "How far does Ruth run?"
+#: an invalidated fact's text ends with the date it stopped being true
+UNTIL = re.compile(r" \(until (\d{4}-\d{2}-\d{2})\)$")
+
+
+def endpoints(server: OpenAIServer) -> LibraryEndpoints:
+    return LibraryEndpoints(server.base_url, "run-token", "small-model", EMBEDDER, DIMS)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[OpenAIServer]:
+    with OpenAIServer(GraphitiModel(long=LONG)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def locomo() -> Dataset:
+    return load_data(LOCOMO)
+
+
+@pytest.fixture(scope="module")
+def audited(server: OpenAIServer, locomo: Dataset) -> tuple[Audit, GraphitiSystem]:
+    """The fixture's two conversations under graphiti, the second (Ruth's twelve turns) also under a budget that evicts."""
+    reader = FakeReader()
+    audit = Audit(
+        locomo, AuditConfig(budgets=(ALL, SMALL)), reader=reader, judge=FakeJudge(), scorer=FakeScorer(),
+        rankers=[Bm25Lite(), GraphitiRanker()],
+    )
+    reader.learn(p.history for p in audit.questions)
+    system = GraphitiSystem(endpoints(server))
+    audit.run_cell(system, ALL)
+    ruths = next(p for p in audit.questions if p.history.question.question == RUTHS).history.question.history_key
+    audit.run_cell(system, SMALL, questions=[p for p in audit.questions if p.history.question.history_key == ruths])
+    return audit, system
+
+
+def view_of(audit: Audit, system: GraphitiSystem, question: str, budget: int = ALL) -> tuple[Prepared, np.ndarray]:
+    p = next(p for p in audit.questions if p.history.question.question == question)
+    return audit.held(system, p, budget, 0, {})
+
+
+def held_facts(view: Prepared, mask: np.ndarray) -> list[tuple[str, tuple[int, ...], int]]:
+    """Each held memory's text, its sources and its position in the view."""
+    return [(view.history.units[p].content, view.sources[p], int(p)) for p in np.flatnonzero(mask)]
+
+
+def test_every_fact_cites_the_turns_of_its_episodes(audited: tuple[Audit, GraphitiSystem]) -> None:
+    audit, system = audited
+    view, mask = view_of(audit, system, "Which evening is Ines's pottery class on now?")
+    units = view.history.units
+    n = len(units) - int(mask.sum())
+    facts = held_facts(view, mask)
+    assert facts and all(p >= n for _, _, p in facts)  # graphiti keeps facts, no raw turn
+    for text, sources, _ in facts:
+        # the writer states a fact as "Speaker: sentence" of the turn its episode was made from
+        speaker, _, sentence = UNTIL.sub("", text).partition(": ")
+        said = units[max(sources)]
+        assert speaker == said.role and sentence in said.content, (text, sources)
+    tally = next(t for t in system.tallies if t.question == view.history.question.history_key and t.budget == ALL)
+    assert tally.figures.events[ADDED] == tally.held == int(mask.sum())
+    # graphiti's calls, counted by kind: entities and facts once per episode, a date per new fact
+    calls = tally.figures.calls
+    assert calls["entities"] == tally.figures.units == n and calls["facts"] == n - tally.figures.rejected_of("entities")
+    assert calls["fact dates"] == tally.figures.events[ADDED] and calls["embeddings"] > 0
+
+
+def test_a_contradicted_fact_is_held_with_the_date_it_ended(audited: tuple[Audit, GraphitiSystem]) -> None:
+    """Ines moved her class (D2:1, turn 6): graphiti invalidated the fact of her signing up (D1:1, turn 0)
+    and keeps it, dated; the fact that replaced it cites the later turn."""
+    audit, system = audited
+    view, mask = view_of(audit, system, "Which evening is Ines's pottery class on now?")
+    facts = {sources: text for text, sources, _ in held_facts(view, mask)}
+    assert UNTIL.search(facts[(0,)]) and UNTIL.search(facts[(0,)]).group(1) == "2023-03-17"  # type: ignore[union-attr]
+    assert "signed up for the pottery class" in facts[(0,)]
+    assert "Wednesdays" in facts[(6,)] and not UNTIL.search(facts[(6,)])
+    tally = next(t for t in system.tallies if t.question == view.history.question.history_key and t.budget == ALL)
+    assert tally.figures.events[INVALIDATED] == sum(1 for t in facts.values() if UNTIL.search(t)) >= 1
+
+
+def test_the_graphiti_ranker_is_graphitis_search_without_invalidated_facts(audited: tuple[Audit, GraphitiSystem]) -> None:
+    audit, system = audited
+    view, mask = view_of(audit, system, "Which evening is Ines's pottery class on now?")
+    ranked = audit.rank(view, mask, "graphiti")
+    invalidated = [p for text, _, p in held_facts(view, mask) if UNTIL.search(text)]
+    assert ranked and all(mask[p] for p in ranked)
+    assert invalidated and not set(invalidated) & set(ranked)  # graphiti's search, filtered to facts still true
+    assert set(invalidated) <= set(audit.rank(view, mask, "bm25-lite"))  # the audit's rankers read every held fact
+    records = audit.run_cell(system, ALL, ranker="graphiti").records
+    assert records and {r.ranker for r in records} == {"graphiti"}
+
+
+def test_the_graphiti_ranker_reads_only_graphiti_stores(audited: tuple[Audit, GraphitiSystem]) -> None:
+    audit, _ = audited
+    p = audit.questions[0]
+    with pytest.raises(ValueError, match="ranker 'graphiti' reads only the stores of the memory system 'graphiti'"):
+        audit.rank(p, np.ones(len(p.history.units), dtype=bool), "graphiti")
+
+
+def test_an_answer_graphiti_cannot_parse_is_counted_and_its_turn_cited_by_nothing(
+    audited: tuple[Audit, GraphitiSystem], server: OpenAIServer
+) -> None:
+    audit, system = audited
+    view, mask = view_of(audit, system, "What colour is the bowl Ines made?")
+    units = view.history.units[: len(view.sources) - int(mask.sum())]
+    assert [u.position for u in units if len(f"{u.role}: {u.content}") > LONG] == [7]  # D2:2, the bowl's photo
+    tally = next(t for t in system.tallies if t.question == view.history.question.history_key and t.budget == ALL)
+    assert tally.figures.rejected == {"entities": {"not valid JSON": 1}}
+    assert server.responder.answered["malformed"] == sum(t.figures.rejected_of("entities") for t in system.tallies)
+    assert 7 in view.evicted(mask)  # the episode graphiti gave up: no fact cites its turn
+
+
+def test_a_cells_figures_are_its_stores_graphiti_counted_once_each(audited: tuple[Audit, GraphitiSystem]) -> None:
+    audit, system = audited
+    figures = audit.run_cell(system, ALL).memory
+    stores = [t for t in system.tallies if t.budget == ALL]
+    assert figures is not None and figures.stores == len(stores) == 2  # the fixture's two conversations
+    assert figures.held == sum(t.held for t in stores) and figures.units == sum(t.figures.units for t in stores)
+    for kind in ("entities", "facts", "fact dates", "embeddings"):
+        assert figures.calls[kind] == sum(t.figures.calls[kind] for t in stores) > 0
+    assert figures.rejected_of("entities") == sum(t.figures.rejected_of("entities") for t in stores) > 0
+
+
+def test_the_budget_deletes_the_oldest_facts_through_graphiti(audited: tuple[Audit, GraphitiSystem]) -> None:
+    audit, system = audited
+    full, full_mask = view_of(audit, system, RUTHS, ALL)
+    small, small_mask = view_of(audit, system, RUTHS, SMALL)
+    tokens = int(small.history.sizes[small_mask].sum())
+    assert tokens <= SMALL < int(full.history.sizes[full_mask].sum())
+    tally = next(t for t in system.tallies if t.question == small.history.question.history_key and t.budget == SMALL)
+    assert tally.figures.evicted > 0 and tally.held == int(small_mask.sum()) and tally.held_tokens == tokens
+    kept = [small.sources[p] for p in np.flatnonzero(small_mask)]
+    everything = [full.sources[p] for p in np.flatnonzero(full_mask)]
+    assert max(max(s) for s in kept) == max(max(s) for s in everything)  # the newest fact stays
+    assert min(max(s) for s in kept) > min(max(s) for s in everything)  # the oldest went
+    # deleted in graphiti itself: its own search finds no fact the adapter let go
+    store = GraphitiSystem.live[(tally.question, tuple(sorted(small.history.units[p].content for p in np.flatnonzero(small_mask))))]
+    assert len(store.facts) == tally.held
+
+
+def turns(*lines: str) -> list[Unit]:
+    return [Unit(i, 0, i, f"2024/01/0{i + 1} (Mon) 10:00", "Ines", c, f"Ines: {c}", 10) for i, c in enumerate(lines)]
+
+
+def test_an_answer_of_the_wrong_shape_is_counted_by_its_cause(server: OpenAIServer) -> None:
+    units = turns(
+        "I keep a red bicycle in the garage.",
+        "FORMAT trouble: this answer comes back in the wrong shape.",
+        "My garden has seven tomato plants this year.",
+    )
+    system = GraphitiSystem(endpoints(server), budgeted=False)
+    held = system.hold(units, np.full(len(units), 10), 10**6, EvictionContext(question_id="h"))
+    assert [m.sources for m in held] == [(0,), (2,)]
+    figures = system.figures()
+    assert figures.rejected == {"entities": {"JSON of the wrong shape (extracted_entities: missing)": 1}}
+    assert figures.units == 3 and figures.calls["entities"] == 3 and figures.calls["facts"] == 2
+
+
+def test_graphiti_answers_only_its_own_schemas_from_the_requests_text() -> None:
+    prompt = [{"role": "user", "content": "<CURRENT MESSAGE>\nPaula: I moved to Lisbon last spring with my cat.\n</CURRENT MESSAGE>"}]
+    assert graphiti_answer("ExtractedEntities", prompt) == {"extracted_entities": [
+        {"name": "Paula", "entity_type_id": 0, "episode_indices": [0]},
+        {"name": "Lisbon", "entity_type_id": 0, "episode_indices": [0]},
+    ]}
+    timing = [{"role": "user", "content": "<FACT>\nx\n</FACT>\n\n<REFERENCE TIME>\n2023-03-17T18:40:00+00:00\n</REFERENCE TIME>"}]
+    assert graphiti_answer("EdgeTimestamps", timing) == {"valid_at": "2023-03-17T18:40:00Z", "invalid_at": None}
+    assert graphiti_answer("verdict", prompt) is None
+
+
+def test_a_failure_inside_graphiti_is_one_line_naming_the_question_and_the_unit() -> None:
+    with OpenAIServer(GraphitiModel()) as broken:
+        broken.mode = "404-model"
+        system = GraphitiSystem(endpoints(broken))
+        with pytest.raises(GuestFailure) as failed:
+            system.hold(turns("I keep a red bicycle in the garage."), np.full(1, 10), 1000, EvictionContext(question_id="q-9"))
+    message = str(failed.value)
+    assert "\n" not in message and "run-token" not in message
+    assert message.startswith("memory library 'graphiti' on q-9: add of unit 0 failed: NotFoundError: ")
+    assert system.figures().failed == {"entities": 1}
+
+
+def test_without_graphiti_the_policy_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "graphiti_core", None)
+    adapter._graphiti.cache_clear()
+    try:
+        with pytest.raises(ImportError, match=r"pip install 'pytest-restore\[graphiti\]'"):
+            GraphitiSystem(endpoints=LibraryEndpoints("http://127.0.0.1:9/v1", "t", "m", EMBEDDER, DIMS)).reset(
+                100, EvictionContext(question_id="q")
+            )
+    finally:
+        monkeypatch.undo()
+        adapter._graphiti.cache_clear()
+
+
+def test_graphiti_runs_with_its_telemetry_off_and_reports_its_version(audited: tuple[Audit, GraphitiSystem]) -> None:
+    from graphiti_core.telemetry import telemetry
+
+    assert telemetry.is_telemetry_enabled() is False
+    assert re.fullmatch(r"\d+\.\d+\.\d+.*", GraphitiSystem.version())
+
+
+def test_graphiti_on_the_embedded_defaults_data(tmp_path: Path) -> None:
+    """A question of the embedded default's kind (the synthetic LongMemEval-S generator, a short history):
+    the user's and the assistant's turns become facts citing their turns, and the gold turn is among them."""
+    records = generate(2, 0, tokens_per_history=1000)[1:]  # its ten turns: graphiti makes ~7 calls a turn
+    write_dataset(records, tmp_path / "embedded.json")
+    reader = FakeReader()
+    audit = Audit(load_data(tmp_path / "embedded.json"), AuditConfig(budgets=(ALL,)), reader=reader, judge=FakeJudge(),
+                  scorer=FakeScorer())
+    reader.learn(p.history for p in audit.questions)
+    with OpenAIServer(GraphitiModel()) as server:  # the synthetic turns are long: none is cut off here
+        system = GraphitiSystem(endpoints(server))
+        cell = audit.run_cell(system, ALL)
+    [p] = audit.questions
+    view, mask = audit.held(system, p, ALL, 0, {})
+    facts = held_facts(view, mask)
+    assert facts and cell.records and cell.memory is not None and cell.memory.held == len(facts)
+    for text, sources, _ in facts:
+        speaker, _, sentence = UNTIL.sub("", text).partition(": ")
+        said = view.history.units[max(sources)]
+        assert speaker == said.role in ("user", "assistant") and sentence in said.content
+    assert set(view.history.gold) <= {s for _, sources, _ in facts for s in sources}  # the gold turn is cited
