@@ -33,6 +33,8 @@ class Registry(Mapping[str, T], Generic[T]):
 
     def __init__(self) -> None:
         self._items: dict[str, T] = {}
+        #: names whose item is made when first looked up (:meth:`register_lazy`)
+        self._lazy: dict[str, Callable[[], T]] = {}
 
     @classmethod
     def default(cls, builtins: Iterable[Callable[[], Any]]) -> Self:
@@ -57,12 +59,32 @@ class Registry(Mapping[str, T], Generic[T]):
         name = getattr(item, "name", "")
         if not isinstance(name, str) or not name or "," in name:
             raise ValueError(f"{self.kind} {item!r} needs a non-empty name without commas")
-        if name in self._items and not replace:
+        if name in self._items and name not in self._lazy and not replace:
             raise ValueError(f"a {self.kind} named {name!r} is already registered")
+        # an item registered by hand takes the place of a lazy built-in of its name (a conftest's own mem0)
+        self._lazy.pop(name, None)
         self._items[name] = item
 
+    def register_lazy(self, name: str, make: Callable[[], T]) -> None:
+        """Register ``name`` now and make its item (``make()``) when it is first looked up.
+
+        A built-in whose module imports a library (a memory library's
+        adapter) costs nothing until a run names it; ``make`` may raise
+        ``ImportError`` with the line that says what to install.
+        """
+        if name in self._items or name in self._lazy:
+            raise ValueError(f"a {self.kind} named {name!r} is already registered")
+        self._lazy[name] = make
+        self._items[name] = None  # type: ignore[assignment]  # a placeholder keeps the registration order
+
     def __getitem__(self, name: str) -> T:
+        make = self._lazy.get(name)
+        if make is not None:
+            self.register(make(), replace=True)
         return self._items[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items  # without making a lazy item
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)

@@ -89,6 +89,7 @@ MODES: tuple[str, ...] = (
     "missing-choices",  # a 200 completion object without "choices"
     "null-content",  # a 200 whose message content is null
     "401-echo-key",  # a 401 whose message repeats the bearer key it was sent
+    "500-echo-key",  # a 500 whose message repeats the bearer key it was sent (chat and embeddings)
     "404-model",  # "The model ... does not exist"
     "429-huge-retry-after",  # a 429 asking to wait a day
     "slow-drip",  # a 200 whose body trickles in a byte every ``drip_interval`` seconds
@@ -676,6 +677,8 @@ class OpenAIServer:
         mode = self.mode
         if mode == "401-echo-key":
             return 401, _render(401, {"error": {"message": f"Incorrect API key provided: {bearer}."}})
+        if mode == "500-echo-key":
+            return 500, _render(500, {"error": {"message": f"internal error handling key {bearer}"}})
         if mode == "404-model":
             message = f"The model `{body.get('model')}` does not exist or you do not have access to it."
             return 404, _render(404, {"error": {"message": message, "code": "model_not_found"}})
@@ -726,6 +729,8 @@ class OpenAIServer:
         bearer = headers.get("authorization", "").removeprefix("Bearer ")
         if self.mode == "401-echo-key":
             return 401, _render(401, {"error": {"message": f"Incorrect API key provided: {bearer}."}})
+        if self.mode == "500-echo-key":
+            return 500, _render(500, {"error": {"message": f"internal error handling key {bearer}"}})
         if self.mode == "429-huge-retry-after":
             return 429, _render(429, {"error": {"message": "Rate limit reached"}}, {"Retry-After": "86400"})
         model = str(body.get("model", ""))

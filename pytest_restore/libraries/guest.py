@@ -13,6 +13,14 @@
 - :class:`StoreLoop`: one event loop per store, on a thread of its own, for
   the async libraries (graphiti, cognee): a coroutine is run to completion
   with a deadline, and the loop is closed with the store.
+- :func:`run_endpoints`: the default :data:`EndpointsSource` of every
+  adapter: the run's gateway (:mod:`pytest_restore.models.gateway`), started
+  on first use in the process that builds stores and closed at its end
+  (:func:`configure_gateway` / :func:`close_gateway`, called by the run). With
+  no run configuring one (a test, a script), a gateway over the fake writer
+  and the fake embedder: offline and deterministic.
+- :class:`CallTally`: what the gateway was asked while one store was built
+  (the figures a report compares libraries by: calls per turn by kind).
 """
 
 from __future__ import annotations
@@ -21,12 +29,14 @@ import asyncio
 import contextlib
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, TypeVar
 
+from pytest_restore.models.gateway import Gateway
 from pytest_restore.models.redact import redact_keys
 
 T = TypeVar("T")
@@ -77,6 +87,96 @@ EndpointsSource = LibraryEndpoints | Callable[[], LibraryEndpoints]
 def resolve_endpoints(source: EndpointsSource) -> LibraryEndpoints:
     """The endpoints ``source`` names (calling it when it is a callable)."""
     return source if isinstance(source, LibraryEndpoints) else source()
+
+
+#: How the run makes its gateway (``None``: the offline default, :func:`offline_gateway`).
+GatewayFactory = Callable[[], Gateway]
+
+
+def offline_gateway() -> Gateway:
+    """A gateway over the fake writer and the fake embedder (no network, no model, deterministic)."""
+    from pytest_restore.models.embeddings import FakeEmbedder
+    from pytest_restore.models.fake_writer import FakeWriter
+
+    return Gateway(FakeWriter(), FakeEmbedder(), chat_name="fake", embedding_name="fake")
+
+
+class _RunGateway:
+    """This process's gateway: how to make it, and the one made (started on first use)."""
+
+    def __init__(self) -> None:
+        self.factory: GatewayFactory | None = None
+        self.gateway: Gateway | None = None
+        self.endpoints: LibraryEndpoints | None = None
+        self.lock = threading.Lock()
+
+
+_RUN = _RunGateway()
+
+
+def configure_gateway(factory: GatewayFactory | None) -> None:
+    """How this process's gateway is made when a library first needs it (``None``: :func:`offline_gateway`).
+
+    Called by the run with its writer model and embedder; a gateway already
+    started under another factory is closed first.
+    """
+    with _RUN.lock:
+        if _RUN.factory is factory:
+            return
+    close_gateway()
+    with _RUN.lock:
+        _RUN.factory = factory
+
+
+def run_gateway() -> Gateway | None:
+    """The gateway this process started (``None``: no library has asked for one)."""
+    return _RUN.gateway
+
+
+def run_endpoints() -> LibraryEndpoints:
+    """The endpoints of this process's gateway, started on the first call (the default :data:`EndpointsSource`)."""
+    with _RUN.lock:
+        if _RUN.endpoints is None:
+            gateway = (_RUN.factory or offline_gateway)()
+            try:
+                gateway.start()
+                dims = gateway.probe_dimensions()
+            except BaseException:
+                gateway.close()
+                raise
+            _RUN.gateway = gateway
+            _RUN.endpoints = LibraryEndpoints(gateway.base_url, gateway.token, gateway.chat_name, gateway.embedding_name, dims)
+        return _RUN.endpoints
+
+
+def close_gateway() -> None:
+    """Close this process's gateway, if one was started (the next :func:`run_endpoints` starts another)."""
+    with _RUN.lock:
+        gateway, _RUN.gateway, _RUN.endpoints = _RUN.gateway, None, None
+    if gateway is not None:
+        gateway.close()
+
+
+class CallTally:
+    """The gateway's calls by kind while one store is built: ``CallTally()`` before, :meth:`calls` after.
+
+    Counts the calls of every library of the process (stores are built one at
+    a time in a process, so they are the store's); nothing when no gateway runs.
+    """
+
+    def __init__(self) -> None:
+        gateway = run_gateway()
+        self._start = Counter(gateway.calls) if gateway is not None else Counter()
+
+    def calls(self) -> Counter[str]:
+        """The calls made since this tally began, by kind (``json_schema NAME``, ``tools``, ``json_object``,
+        ``text``, ``embeddings``)."""
+        gateway = run_gateway()
+        if gateway is None:
+            return Counter()
+        now = Counter(gateway.calls)
+        now.subtract(self._start)
+        return Counter({k: v for k, v in now.items() if v > 0})
 
 
 def quiet_environment() -> None:

@@ -36,7 +36,13 @@ from pytest_restore.models.api import (
     ModelProvider,
     price_by_family,
 )
-from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
+from pytest_restore.models.base import (
+    ChatModel,
+    ChatRequest,
+    ChatResult,
+    canonical_json,
+    wire_reply,
+)
 from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.managed import ManagedChatModel, split_base_urls
 from pytest_restore.models.progress import Progress
@@ -76,6 +82,8 @@ class AnthropicAPI(ModelAPI):
 
     def chat_request(self, request: ChatRequest) -> tuple[str, dict[str, Any]]:
         """System messages joined into the top-level ``system`` field; the others as messages."""
+        if request.wire is not None:
+            return "/v1/messages", {"model": self.model, **translated_request(request)}
         system = "\n\n".join(content for role, content in request.messages if role == "system")
         messages = [{"role": role, "content": content} for role, content in request.messages if role != "system"]
         body: dict[str, Any] = {
@@ -94,6 +102,8 @@ class AnthropicAPI(ModelAPI):
             if reply.get("type") != "message":
                 return f"malformed response: type {reply.get('type')!r}, not a message"
             blocks = reply["content"]
+            if request.wire is not None:
+                blocks = [{"type": "text", "text": translated_reply(blocks, request)}]
             texts = [block["text"] for block in blocks if block.get("type") == "text"]
             stop_reason = str(reply.get("stop_reason") or "")
             usage = reply.get("usage") or {}
@@ -171,3 +181,110 @@ def resolved_base_url(option: str | None) -> str | None:
     """Where ``anthropic:`` models are sent: ``$ANTHROPIC_BASE_URL``, else the run's ``--restore-base-url``
     (``option``), else ``None`` (Anthropic's API). The provider's own variable wins over the run-wide option."""
     return os.environ.get(BASE_URL_ENV) or option or None
+
+
+# -- a library's request through the gateway: OpenAI's tools and formats in Anthropic's terms ----------
+
+
+def _text_of(content: Any) -> str:
+    """An OpenAI message's content as text (a list of parts: their ``text`` joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return "" if content is None else str(content)
+
+
+def format_tool(request: ChatRequest) -> tuple[str, dict[str, Any]] | None:
+    """The tool a structured reply is asked through (Anthropic has no ``response_format``): its name and schema."""
+    if request.reply_format is not None:
+        return request.reply_format.name or "reply", json.loads(request.reply_format.schema)
+    found = request.wire_fields().get("response_format")
+    if isinstance(found, dict) and found.get("type") == "json_schema":
+        spec = found.get("json_schema") or {}
+        return str(spec.get("name") or "reply"), dict(spec.get("schema") or {"type": "object"})
+    return None
+
+
+def translated_request(request: ChatRequest) -> dict[str, Any]:
+    """An OpenAI-shaped request of the gateway (tools, tool calls, tool results, a JSON format) as a Messages body.
+
+    System messages go to ``system``; an assistant's ``tool_calls`` become
+    ``tool_use`` blocks and a ``tool`` message a ``tool_result`` block in a
+    user turn (consecutive turns of one role merged, as the API wants them
+    alternating); ``tools`` take their ``parameters`` as ``input_schema``;
+    ``tool_choice`` ``required`` is ``any``, a named function ``tool``; a
+    ``json_schema`` format is a tool of that schema the model must call, a
+    ``json_object`` one an instruction in the system prompt.
+    """
+    wire = request.wire_fields()
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+
+    def put(role: str, blocks: list[dict[str, Any]]) -> None:
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+
+    for message in request.as_openai_messages():
+        role, content = message.get("role"), message.get("content")
+        if role in ("system", "developer"):
+            system.append(_text_of(content))
+        elif role == "tool":
+            put("user", [{"type": "tool_result", "tool_use_id": str(message.get("tool_call_id", "")), "content": _text_of(content)}])
+        elif role == "assistant":
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": _text_of(content)}] if _text_of(content) else []
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                try:
+                    arguments = json.loads(function.get("arguments") or "{}")
+                except ValueError:
+                    arguments = {}
+                blocks.append({"type": "tool_use", "id": str(call.get("id", "")), "name": str(function.get("name", "")), "input": arguments})
+            put("assistant", blocks or [{"type": "text", "text": ""}])
+        else:
+            put("user", [{"type": "text", "text": _text_of(content)}])
+    body: dict[str, Any] = {"max_tokens": request.max_tokens, "temperature": request.temperature, "messages": turns}
+    tools = [
+        {"name": str(t["function"]["name"]), "description": str(t["function"].get("description", "")),
+         "input_schema": t["function"].get("parameters") or {"type": "object", "properties": {}}}
+        for t in wire.get("tools") or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)
+    ]
+    choice = wire.get("tool_choice")
+    fmt = format_tool(request)
+    if fmt is not None and not tools:
+        tools = [{"name": fmt[0], "description": "Reply with this JSON object.", "input_schema": fmt[1]}]
+        body["tool_choice"] = {"type": "tool", "name": fmt[0]}
+    elif isinstance(choice, dict):
+        body["tool_choice"] = {"type": "tool", "name": str((choice.get("function") or {}).get("name", ""))}
+    elif choice == "required":
+        body["tool_choice"] = {"type": "any"}
+    elif choice == "none":
+        tools = []
+    if tools:
+        body["tools"] = tools
+    response_format = wire.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") == "json_object":
+        system.append("Reply with one JSON object and nothing else.")
+    if system:
+        body["system"] = "\n\n".join(system)
+    return body
+
+
+def translated_reply(blocks: Sequence[Any], request: ChatRequest) -> str:
+    """An answer's content blocks as the gateway's reply (``base.wire_reply``): text, and ``tool_use`` as tool calls
+    (the structured reply's own tool as the text of the reply)."""
+    fmt = format_tool(request)
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in blocks:
+        if block.get("type") == "text":
+            texts.append(str(block["text"]))
+        elif block.get("type") == "tool_use":
+            if fmt is not None and block.get("name") == fmt[0] and not request.wire_fields().get("tools"):
+                texts.append(canonical_json(block.get("input") or {}))
+            else:
+                calls.append({"id": str(block.get("id", "")), "type": "function",
+                              "function": {"name": str(block.get("name", "")), "arguments": canonical_json(block.get("input") or {})}})
+    return wire_reply("".join(texts) if texts else None, calls)

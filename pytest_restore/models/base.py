@@ -60,14 +60,56 @@ class ChatRequest:
     temperature: float = 0.0
     #: ``None``: a reply in free text
     reply_format: ReplyFormat | None = None
+    #: ``None``: a request of the audit's own. Set: a third-party library's request through the run's
+    #: gateway, as the canonical JSON of what OpenAI's wire carries beyond ``messages`` (:data:`WIRE_FIELDS`:
+    #: the messages in full, with assistant ``tool_calls`` and ``tool`` results, ``tools``, ``tool_choice``,
+    #: a ``response_format`` that is no :class:`ReplyFormat`). It keys the cache with the rest; the reply
+    #: to such a request is an assistant message as JSON (:func:`wire_reply`), not free text.
+    wire: str | None = None
 
-    def as_openai_messages(self) -> list[dict[str, str]]:
-        """The messages in the OpenAI chat-completions wire format."""
+    def wire_fields(self) -> dict[str, Any]:
+        """:attr:`wire` decoded (empty for a request of the audit's own)."""
+        return dict(json.loads(self.wire)) if self.wire is not None else {}
+
+    def as_openai_messages(self) -> list[dict[str, Any]]:
+        """The messages in the OpenAI chat-completions wire format (in full for a gateway's request)."""
+        full = self.wire_fields().get("messages")
+        if full is not None:
+            return list(full)
         return [{"role": role, "content": content} for role, content in self.messages]
 
     def openai_extras(self) -> dict[str, Any]:
         """What an OpenAI-compatible body adds for this request besides model, messages and decoding."""
-        return {"response_format": self.reply_format.as_openai()} if self.reply_format is not None else {}
+        extras: dict[str, Any] = {"response_format": self.reply_format.as_openai()} if self.reply_format is not None else {}
+        extras.update({k: v for k, v in self.wire_fields().items() if k != "messages"})
+        return extras
+
+
+#: What a gateway's request keeps of OpenAI's wire in :attr:`ChatRequest.wire`.
+WIRE_FIELDS = ("messages", "tools", "tool_choice", "response_format", "parallel_tool_calls")
+
+
+def canonical_json(value: Any) -> str:
+    """Compact JSON with sorted keys: one text for one value (hashable, a cache key's part)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def wire_reply(content: str | None, tool_calls: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The reply text of a gateway's request: the assistant message (its text and its tool calls) as JSON.
+
+    Each tool call is ``{"id", "type": "function", "function": {"name", "arguments"}}``, ``arguments``
+    a JSON text, as OpenAI's wire has it.
+    """
+    return canonical_json({"content": content, "tool_calls": [dict(call) for call in tool_calls]})
+
+
+def read_wire_reply(text: str) -> tuple[str | None, list[dict[str, Any]]]:
+    """The text and tool calls of :func:`wire_reply`'s form (``ValueError`` for anything else)."""
+    decoded = json.loads(text)
+    if not isinstance(decoded, dict) or not isinstance(decoded.get("tool_calls", []), list):
+        raise ValueError("not an assistant message")  # noqa: TRY004 - a reply that does not parse, as json.loads says
+    content = decoded.get("content")
+    return (content if isinstance(content, str) else None), [dict(c) for c in decoded.get("tool_calls", [])]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ workers share one directory.
 **Key.** The sha256 of a canonical JSON of everything that changes a reply:
 the model name as configured (``gpt-4o-mini``), the messages, ``max_tokens``
 and ``temperature``, the reply format (a structured reply's schema and style;
-only when one is asked), plus a schema version. Deliberately *not* in the key:
+only when one is asked), the wire extras of a library's request through the
+gateway (its tools, tool calls and tool results; only when there are any),
+plus a schema version. Deliberately *not* in the key:
 
 - the API key (a secret, and it does not change the reply);
 - the base URL: the same model reached through a proxy, a gateway or a
@@ -118,7 +120,7 @@ def request_key(model: str, request: ChatRequest) -> str:
 
     Canonical JSON (sorted keys, no whitespace, UTF-8) of the model name,
     the messages, ``max_tokens``, ``temperature``, the reply format when one
-    is asked (a free-text request's key is the one it had before formats
+    is asked, the wire extras of a gateway's request when set (a free-text request's key is the one it had before formats
     existed) and the schema version.
     """
     keyed: dict[str, Any] = {
@@ -130,6 +132,8 @@ def request_key(model: str, request: ChatRequest) -> str:
     }
     if request.reply_format is not None:
         keyed["reply_format"] = request.reply_format.to_json()
+    if request.wire is not None:  # a library's request through the gateway: tools, tool messages, formats
+        keyed["wire"] = request.wire
     canonical = json.dumps(
         keyed,
         sort_keys=True,

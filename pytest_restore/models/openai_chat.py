@@ -27,7 +27,7 @@ from typing import Any
 from pytest_restore.models.api import (
     ModelAPI,
 )
-from pytest_restore.models.base import ChatRequest, ChatResult
+from pytest_restore.models.base import ChatRequest, ChatResult, wire_reply
 from pytest_restore.models.decoding import decoding_parameters
 from pytest_restore.models.embeddings import EmbeddingLimits, ManagedEmbedder
 from pytest_restore.models.managed import (
@@ -112,8 +112,18 @@ class OpenAIAPI(ModelAPI):
             usage = reply.get("usage") or {}
             input_tokens = int(usage.get("prompt_tokens") or 0)
             output_tokens = int(usage.get("completion_tokens") or 0)
+            tool_calls = choice["message"].get("tool_calls") or []
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
             return f"malformed response: {type(exc).__name__}: {exc}"
+        if request.wire is not None:  # a library's request through the gateway: the whole assistant message
+            if not isinstance(tool_calls, list) or (not isinstance(text, str) and not tool_calls):
+                return f"empty reply (finish_reason={finish_reason or 'none'})"
+            calls = [
+                {"id": str(c.get("id", "")), "type": "function",
+                 "function": {"name": str(c["function"]["name"]), "arguments": str(c["function"].get("arguments") or "{}")}}
+                for c in tool_calls if isinstance(c, dict) and isinstance(c.get("function"), dict) and "name" in c["function"]
+            ]
+            text = wire_reply(text if isinstance(text, str) else None, calls)
         if not isinstance(text, str):
             return f"empty reply (finish_reason={finish_reason or 'none'})"
         return ChatResult(

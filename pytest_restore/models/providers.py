@@ -133,6 +133,10 @@ def make_model(
     spec: str, role: str, options: ModelOptions, *, use_cache: bool = True, providers: ProviderRegistry | None = None
 ) -> ChatModel:
     """The model a name stands for, in a role (reader, judge or scorer)."""
+    if spec == "fake-malformed" and role == "writer":  # the fake writer with every answer broken (models.fake_writer)
+        from pytest_restore.models.fake_writer import FakeWriter
+
+        return FakeWriter(malformed=1.0)
     check_spec(spec, f"--restore-{role}", providers)
     if spec == "fake-strong":
         if role != "reader":

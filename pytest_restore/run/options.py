@@ -72,6 +72,12 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "model the memory systems that write (session-summary-model, fact-extract-model, mem0) write with: fake or PROVIDER:MODEL (default: the reader)",
         "string",
     ),
+    (
+        "writer-embedder",
+        "",
+        "embeddings model the memory libraries (mem0, ...) embed with through the run's gateway: fake or PROVIDER:MODEL (default: fake)",
+        "string",
+    ),
     ("ranker", "bm25-lite", "read-time ranker, one per run: bm25-lite, recency, dense:EMBEDDER, hybrid:EMBEDDER (EMBEDDER: fake or openai:MODEL) or a registered name", "string"),
     ("embedded-questions", "100", "size of the embedded synthetic dataset", "int"),
     ("bootstrap", "10000", "question-cluster bootstrap resamples", "int"),

@@ -16,12 +16,14 @@ from pytest_restore.audit.run import Audit, AuditConfig, audited_questions
 from pytest_restore.data.dataset import Dataset
 from pytest_restore.data.units import Granularity
 from pytest_restore.exits import FAILED, IO_ERROR
+from pytest_restore.libraries.guest import close_gateway, configure_gateway, run_gateway
 from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
 from pytest_restore.memory.retrieval import Bm25Lite, Ranker
 from pytest_restore.models.base import ChatModel, ServiceModel
 from pytest_restore.models.decoding import describe_decoding
 from pytest_restore.models.embeddings import TextVectors, embedder_of
 from pytest_restore.models.fake import FakeReader
+from pytest_restore.models.gateway import Gateway, gateway_for
 from pytest_restore.models.providers import close_model, is_real, make_model
 from pytest_restore.run.embeddings import audited_texts, register_embedding_ranker
 from pytest_restore.run.plan import Plan, Say
@@ -56,6 +58,14 @@ class RunParts:
         self.vectors: dict[str, TextVectors] | None = None
         self._audits: dict[str, Audit] = {}
         self._models: dict[tuple[str, str], ChatModel] = {}
+        # the memory libraries' model calls go to the run's gateway, made when a library's store first needs it
+        configure_gateway(self.gateway)
+
+    def gateway(self) -> Gateway:
+        """The run's gateway for memory libraries (not started): the writer model upstream, the writer embedder's vectors."""
+        s = self.settings
+        options = s.model_options(self.plan.cache_root, run=self.plan.session_id)
+        return gateway_for(s.writer_model, s.writer_embedder, options, self.plan.registries.providers)
 
     @property
     def settings(self) -> RestoreSettings:
@@ -186,6 +196,13 @@ class RunParts:
             for role, memo in roles:
                 if is_real(memo.name, self.plan.registries.providers):
                     seen[f"{role} {memo.name}"] = memo.usage.to_json()
+        gateway = run_gateway()
+        if gateway is not None and is_real(self.settings.writer_model, self.plan.registries.providers):
+            u = gateway.usage  # the memory libraries' own calls, through the gateway
+            seen[f"library-writer {self.settings.writer_model}"] = {
+                "sent": u.sent, "cached": u.cached, "failed": u.failed, "input_tokens": u.input_tokens,
+                "output_tokens": u.output_tokens, "served": [],
+            }
         return seen
 
     def fatal_error(self) -> str | None:
@@ -213,5 +230,6 @@ class RunParts:
         for model in self._models.values():
             close_model(model)
         self._models.clear()
+        close_gateway()
         for vectors in (self.vectors or {}).values():
             vectors.close()

@@ -27,6 +27,7 @@ from pytest_restore.data.loaders import (
     load_data,
 )
 from pytest_restore.exits import out_file_problem
+from pytest_restore.libraries.registry import LIBRARY_POLICIES, register_libraries
 from pytest_restore.memory.eviction import Policy, PolicyRegistry
 from pytest_restore.memory.retrieval import RankerRegistry, default_rankers
 from pytest_restore.models.cache import cache_problem
@@ -63,9 +64,10 @@ class Registries:
 
 def default_registries() -> Registries:
     """The built-in policies, rankers, loaders, errata formats, families and providers, and installed packages' entry points."""
+    policies, rankers = default_policies(), default_rankers()
+    register_libraries(policies, rankers)  # lazily: a library is imported when a run names it
     return Registries(
-        default_policies(), default_rankers(), default_datasets(), default_families(), default_providers(),
-        default_errata_formats(),
+        policies, rankers, default_datasets(), default_families(), default_providers(), default_errata_formats(),
     )
 
 
@@ -184,7 +186,7 @@ def build_plan(
     settings = RestoreSettings.parse(options, registries.providers, data_budgets)
     policies = registries.policies
     # the built-in memory systems run when named (--restore-policies); everything else registered by default
-    names = settings.policies or tuple(n for n in policies if n not in OPT_IN)
+    names = settings.policies or tuple(n for n in policies if n not in OPT_IN and n not in LIBRARY_POLICIES)
     unknown = [n for n in names if n not in policies]
     if unknown:
         raise SettingsError(
@@ -200,7 +202,13 @@ def build_plan(
     problem = settings.batch_export and out_file_problem(settings.batch_export, settings.source("batch-export"))
     if problem:  # before any work, as a report directory that cannot be written is
         raise SettingsError(problem)
-    selected = tuple(policies[n] for n in names)
+    try:  # a memory library's adapter is made here, when named: one line when it is not installed
+        selected = tuple(policies[n] for n in names)
+        for name in settings.grid_rankers:
+            if name in rankers:
+                rankers[name]
+    except ImportError as err:
+        raise SettingsError(f"{settings.source('policies')}: {err}") from None
     data = sources[0] if sources else DataSource(
         settings.data, settings.dataset, settings.embedded_questions, registries.datasets, cache_root, say, errata
     )

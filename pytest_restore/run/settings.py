@@ -126,6 +126,8 @@ class RestoreSettings(AuditSettings):
     report_dir: str
     #: whether any model of the grid is a real one (its provider says so)
     real_models: bool = False
+    #: ``--restore-writer-embedder``: what the memory libraries embed with through the gateway (``None``: the fake)
+    writer_embedder: str | None = None
     #: ``--restore-dataset``: the loader ``data`` is read with (``None``: picked by the file's shape; the
     #: report names the loader that read it, in ``run.dataset``)
     dataset: str | None = None
@@ -240,6 +242,8 @@ class RestoreSettings(AuditSettings):
         if raw["calibration"] not in ("auto", "on", "off"):
             raise SettingsError(f"{where['calibration']}: {raw['calibration']!r} is not auto, on or off")
         for role in MODEL_OPTIONS:
+            if role == "writer-model" and raw[role] == "fake-malformed":  # the libraries' fake writer, every answer broken
+                continue
             if raw[role] or role in ("reader", "judge", "scorer"):  # these three cannot be left empty
                 try:
                     check_spec(raw[role], where[role], providers)
@@ -270,6 +274,11 @@ class RestoreSettings(AuditSettings):
                     check_embedder(embedder, where["rankers" if rankers else "ranker"], providers)
                 except ValueError as err:
                     raise SettingsError(str(err)) from None
+        if raw["writer-embedder"]:
+            try:
+                check_embedder(raw["writer-embedder"], where["writer-embedder"], providers)
+            except ValueError as err:
+                raise SettingsError(str(err)) from None
         embed_limits = _parse_ints(where["embed-limits"], raw["embed-limits"], minimum=1) if raw["embed-limits"] else None
         if embed_limits is not None and len(embed_limits) != 2:
             raise SettingsError(f"{where['embed-limits']}: {raw['embed-limits']!r} is not INPUTS,TOKENS")
@@ -344,6 +353,7 @@ class RestoreSettings(AuditSettings):
             # naming the reader is not naming another writer: the run (and its id) is the default's
             "writer": raw["writer-model"] if raw["writer-model"] not in ("", raw["reader"]) else None,
             "judge_format": raw["judge-format"],
+            "writer_embedder": raw["writer-embedder"] or None,
             "sources": where,
         }
         if not budgets:
