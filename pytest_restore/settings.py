@@ -11,7 +11,8 @@ file holds it. Imports nothing from the package.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 
@@ -76,10 +77,24 @@ class AuditSettings:
         """The declared settings as plain JSON values (tuples as lists), a subclass's own fields left out."""
         return {f.name: _plain(getattr(self, f.name)) for f in fields(AuditSettings)}
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AuditSettings:
+        """The declared settings back from :meth:`to_json`'s form (lists as tuples); a field the file
+        lacks takes its declared default, and a missing field without one is a ``KeyError`` naming it."""
+        given = {f.name: _tupled(data[f.name]) for f in fields(AuditSettings) if f.name in data}
+        missing = [f.name for f in fields(AuditSettings) if f.name not in given and f.default is MISSING]
+        if missing:
+            raise KeyError(missing[0])
+        return cls(**given)
+
 
 def setting_names() -> tuple[str, ...]:
     """The declared settings' names, in declaration order."""
     return tuple(f.name for f in fields(AuditSettings))
+
+
+def _tupled(value: Any) -> Any:
+    return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
 def _plain(value: Any) -> Any:

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from pytest_restore.record import Record, from_v1
+from pytest_restore.report.inputs import RunSettings
+from pytest_restore.settings import AuditSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The small hand-checkable dataset (seven evidence questions and one abstention question).
@@ -346,3 +348,16 @@ def full_disk_conftest(*roots: Path) -> str:
     """A conftest that makes the disk under ``roots`` full for the whole child run."""
     listed = ", ".join(repr(str(r)) for r in roots)
     return FULL_DISK + f"\nfor _obj, _name, _new in full_disk_patches({listed}):\n    setattr(_obj, _name, _new)\n"
+
+
+def bootstrap_settings(bootstrap: int) -> RunSettings:
+    """A report's settings: a default run's, with the bootstrap's resamples given."""
+    import tempfile
+
+    from pytest_restore.run.options import parse_args
+    from pytest_restore.run.plan import build_plan, default_registries
+
+    raw, _ = parse_args([f"--restore-bootstrap={bootstrap}"])
+    settings = build_plan(raw, default_registries(), "helper", Path(tempfile.gettempdir()), lambda _line: None).settings
+    shown = settings.to_json()
+    return RunSettings(audit=AuditSettings.from_json(shown), keys=tuple(shown))

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from grid_helpers import TINY, ChildRun, report_file
+from grid_helpers import TINY, ChildRun, bootstrap_settings, report_file
 
 from pytest_restore.__main__ import main
 from pytest_restore.audit import ablations
@@ -214,7 +214,7 @@ def test_flips_are_counted_when_the_reader_can_be_flipped(tiny: Dataset) -> None
 
 
 def test_report_sections_rebuild_from_records(tiny_records: list[Record], tmp_path: Path) -> None:
-    info = RunInfo(settings={"bootstrap": 500})
+    info = RunInfo(settings=bootstrap_settings(500))
     files = write_report(tiny_records, info, tmp_path / "out")
     report = files.report.read_text()
     assert "## Restore-tightness ablations" in report and "## One case per bin (regime b)" in report

@@ -6,7 +6,7 @@ import csv
 import json
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 from grid_helpers import (
@@ -344,7 +344,10 @@ def test_the_controller_gathers_records_from_its_own_runner_and_from_a_worker() 
         "negative_restore_gain": False, "gold_units": 2, "gold_evicted": 1, "bin": "irreversible", "excluded": None,
     }
     local = from_v1(fields)
-    usage = {"reader openai:m": {"sent": 1}}
+    def used(sent: int) -> dict[str, Any]:
+        return {"sent": sent, "cached": 0, "failed": 0, "input_tokens": 0, "output_tokens": 0, "served": []}
+
+    usage = {"reader openai:m": used(1)}
     shipped = ItemMessage("gw0", (from_v1({**fields, "question_id": "q2"}),), usage=usage).to_text()
     gathered = Gathered()
     setup = _item_report("setup", [(MESSAGE_PROPERTY, ItemMessage("main", (local,))), ("mine", 1)])
@@ -356,7 +359,7 @@ def test_the_controller_gathers_records_from_its_own_runner_and_from_a_worker() 
     # a memory system's cell: its figures arrive from the worker as they left it
     memory = {"cell": "mem0-30k", "policy": "mem0", "budget": 30_000, "reader": "fake", "ranker": "",
               "figures": {"stores": 2, "rejected": {"fact extraction": {"not valid JSON": 3}}}}
-    later = ItemMessage("gw0", (), {"sha256": "x"}, {"reader openai:m": {"sent": 3}}, memory=memory).to_text()
+    later = ItemMessage("gw0", (), {"sha256": "x"}, {"reader openai:m": used(3)}, memory=memory).to_text()
     gathered.take(_item_report("call", [(MESSAGE_PROPERTY, later)], "t.py::test_cell[fifo-30k]"))
     assert gathered.memory == {"mem0-30k": memory}
     assert [r.question_id for r in gathered.records] == ["q1", "q2"] and gathered.records[0] is local
@@ -364,7 +367,7 @@ def test_the_controller_gathers_records_from_its_own_runner_and_from_a_worker() 
     assert worker_call.user_properties == []
     assert gathered.ran == {"test_grid.py::test_cell[fifo-8k]", "t.py::test_cell[fifo-80k]", "t.py::test_cell[fifo-30k]"}
     assert gathered.run_meta == {"sha256": "x"}
-    assert gathered.model_calls.usage_by_process == {"gw0": {"reader openai:m": {"sent": 3}}, "main": {}}
+    assert gathered.model_calls.usage_by_process == {"gw0": {"reader openai:m": used(3)}, "main": {}}
     assert gathered.exit_code is None
     gathered.take(_item_report("call", [(MESSAGE_PROPERTY, ItemMessage("gw1", exit_code=74).to_text())], "t.py::x"))
     assert gathered.exit_code == 74 and "t.py::x" not in gathered.ran

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import TINY, ChildRun, flat_record, report_file
+from grid_helpers import TINY, ChildRun, bootstrap_settings, flat_record, report_file
 
 from pytest_restore.__main__ import main
 from pytest_restore.data.dataset import QUESTION_TYPES
@@ -135,7 +135,7 @@ def record(
 
 
 INFO = RunInfo(
-    settings={"bootstrap": 2000}, dataset={"sha256": "0" * 64}, exclusions={"no gold units": 1}
+    settings=bootstrap_settings(2000), dataset={"sha256": "0" * 64}, exclusions={"no gold units": 1}
 )
 
 
@@ -387,7 +387,8 @@ def test_report_cli_refuses_records_of_another_run_than_the_summary(
     records = [replace(r, run_id="abc", granularity="turn") for r in fixed_records(questions=2)]
     path = tmp_path / "records.jsonl"
     path.write_text(render_records_jsonl(records))
-    settings = {"run_id": "abc", "granularity": "turn", "ranker": "bm25-lite"} | change
+    saved = json.loads((RECORDS_V2 / "summary.json").read_text())["run"]["settings"]  # a whole run's settings
+    settings = saved | {"run_id": "abc", "granularity": "turn", "ranker": "bm25-lite"} | change
     (tmp_path / "summary.json").write_text(json.dumps({"run": {"settings": settings}}))
     result = _cli("report", str(path), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
@@ -462,6 +463,30 @@ def test_a_version_1_records_file_is_migrated_and_rebuilds_the_report_of_version
         assert rebuilt_v1.read_bytes() == rebuilt_v2.read_bytes(), name
     summary = json.loads((tmp_path / RECORDS_V1.name / "summary.json").read_text())
     assert summary["record_schema"] == SCHEMA_VERSION  # rewritten in the current version
+
+
+def test_a_saved_run_log_of_either_version_reads_back_typed() -> None:
+    import inspect
+
+    from pytest_restore.report import inputs
+    from pytest_restore.run.checks import GridCoverage, read_check
+    from pytest_restore.settings import AuditSettings
+
+    for source, version in ((RECORDS_V1, 1), (RECORDS_V2, 2)):
+        saved = json.loads((source / "summary.json").read_text())
+        log = inputs.read_run_log(source / "records.jsonl", read_check)
+        assert log is not None and log.record_schema == version
+        settings = log.run.settings
+        assert isinstance(settings, inputs.RunSettings) and isinstance(settings.audit, AuditSettings)
+        assert settings.audit.budgets == (100,) and settings.audit.policies == ("fifo",) and settings.audit.bootstrap == 200
+        assert settings.run_id == saved["run"]["settings"]["run_id"] and settings.model_usage == {}
+        assert isinstance(log.run.checks["grid"], GridCoverage) and log.run.dataset["audited"] == 7
+        assert log.run.provenance is not None and log.run.provenance.session_id == saved["provenance"]["session_id"]
+        # written back as it was read: the run section whole, every key kept
+        assert log.run.to_json() == saved["run"]
+    # the read path builds each part typed: no cast of a dict stands in for a check
+    for function in (inputs.read_run_log, inputs.RunInfo.from_json, inputs.RunSettings.from_json, inputs.data_description):
+        assert "cast(" not in inspect.getsource(function), function
 
 
 def test_report_refuses_another_record_schema_and_reads_an_unversioned_one(

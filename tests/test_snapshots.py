@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from grid_helpers import bootstrap_settings
 from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from test_report import fixed_records
@@ -43,7 +44,7 @@ class MarkdownSnapshot(SingleFileSnapshotExtension):
 def test_rendering_from_fixed_records(snapshot: SnapshotAssertion) -> None:
     """``cells.csv`` and the markdown tables of a small fixed grid."""
     records = fixed_records()
-    analysis = analyse_records(records, RunInfo(settings={"bootstrap": 2000}))
+    analysis = analyse_records(records, RunInfo(settings=bootstrap_settings(2000)))
     assert render_cells_csv(analysis) == snapshot(
         name="cells", extension_class=CsvSnapshot
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from pytest_restore.models.base import ChatModel, ChatRequest, ChatResult
 from pytest_restore.record import Record
@@ -101,6 +101,18 @@ def model_calls(records: Iterable[Record]) -> dict[str, ReaderCalls]:
     return out
 
 
+class UsageJSON(TypedDict):
+    """One model's :class:`Usage` as plain values (a grid item's message, ``run.settings.model_usage``)."""
+
+    sent: int
+    cached: int
+    failed: int
+    input_tokens: int
+    output_tokens: int
+    #: the base URLs (replicas) that answered
+    served: list[str]
+
+
 @dataclass
 class Usage:
     """What one model cost this process: calls sent, cache hits, failures and tokens."""
@@ -112,7 +124,7 @@ class Usage:
     output_tokens: int = 0
     served: set[str] = field(default_factory=set)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> UsageJSON:
         """Plain values, for a report property."""
         return {
             "sent": self.sent,

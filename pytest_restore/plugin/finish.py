@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_restore.record import Record, baseline_ranker
+from pytest_restore.run.parts import DataMeta
 from pytest_restore.run.report import part_of_grid, partial_report_line, simulated_roles
 from pytest_restore.run.settings import RestoreSettings
 
@@ -85,7 +86,7 @@ def terminal_summary(
     table: Sequence[str],
     failures: Sequence[str],
     untestable: Sequence[str],
-    run_meta: dict[str, Any],
+    run_meta: DataMeta,
     report_path: Path | None,
     partial_path: Path | None,
     cells: Mapping[str, Sequence[str]],

@@ -9,14 +9,14 @@ own process (the message as it is) or from a worker through xdist (one JSON stri
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from pytest_restore.plugin.options import MESSAGE_PROPERTY
 from pytest_restore.record import Record
 from pytest_restore.run.calls import ModelCalls
+from pytest_restore.run.checks import SystemCell
 from pytest_restore.run.message import ItemMessage
+from pytest_restore.run.parts import DataMeta
 
 
 class Gathered:
@@ -25,7 +25,7 @@ class Gathered:
     def __init__(self) -> None:
         self.records: list[Record] = []
         #: The data's description, from the process that loaded it (``RunParts.meta``).
-        self.run_meta: dict[str, Any] = {}
+        self.run_meta: DataMeta = DataMeta()
         #: Real model calls of every process: usage, failures by cause, concurrency reached.
         self.model_calls = ModelCalls()
         #: The grid items pytest selected (node ids; ``None`` until collection is known).
@@ -35,7 +35,7 @@ class Gathered:
         #: The exit status an item that stopped the run asked for (74: a file could not be read or written).
         self.exit_code: int | None = None
         #: What each memory system's cell's stores cost and dropped, by cell id (``ItemMessage.memory``).
-        self.memory: dict[str, dict[str, Any]] = {}
+        self.memory: dict[str, SystemCell] = {}
 
     def take(self, report: pytest.TestReport) -> None:
         """Read a report's records, data description and model usage, and take them off the report.
@@ -60,9 +60,9 @@ class Gathered:
             return
         self.ran.add(nodeid)
         self.records.extend(message.records)
-        self.run_meta = dict(message.data)
+        self.run_meta = message.data
         # cumulative per process: the latest message of each process wins
         self.model_calls.usage_by_process[message.process] = dict(message.usage)
         self.model_calls.calls_by_process[message.process] = dict(message.calls)
-        if message.memory:
-            self.memory[str(message.memory["cell"])] = dict(message.memory)
+        if message.memory is not None:
+            self.memory[message.memory["cell"]] = message.memory

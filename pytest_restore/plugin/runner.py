@@ -11,7 +11,7 @@ instead.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -45,7 +45,7 @@ class CellRunner:
         """Attach the item's message (its cell's records, the data's description, this process's model calls)
         to the item's report."""
         spec = getattr(getattr(item, "callspec", None), "params", {}).get("restore_cell")
-        memory: SystemCell | dict[str, Any] = {}
+        memory: SystemCell | None = None
         if run.memory is not None and spec is not None:  # read back by run/checks.MemorySystems
             memory = SystemCell(
                 cell=spec.id, policy=run.policy, budget=run.budget, reader=spec.reader,

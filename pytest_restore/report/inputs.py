@@ -10,13 +10,13 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, TypedDict, cast
+from typing import Any, Protocol, TypedDict
 
 from pytest_restore import record as record_module
-from pytest_restore.audit.memo import ReaderCalls
+from pytest_restore.audit.memo import ReaderCalls, UsageJSON
 from pytest_restore.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from pytest_restore.record import Record, RecordError, ranker_of
-from pytest_restore.settings import setting_names
+from pytest_restore.settings import AuditSettings, setting_names
 from pytest_restore.stats.analysis import Analysis, analyse
 from pytest_restore.stats.cost import CostFigures
 from pytest_restore.stats.families import FAMILIES, Family
@@ -71,14 +71,6 @@ class Provenance:
         )
 
 
-#: ``summary.json``'s ``run.settings``: what ran, as the file holds it (any key may be missing in an older
-#: file). Its keys are declared once, below the report: the JSON form of
-#: :class:`~pytest_restore.settings.AuditSettings` (``data`` as the file's name, ``policies`` and
-#: ``budgets`` those that ran), and the report's own :data:`REPORT_SETTINGS`. The report's settings table
-#: shows every key; the statistics pass reads the bootstrap's (``bootstrap``, ``bootstrap_seed``,
-#: ``equivalence_margin``, ``caliper``).
-RunSettings = dict[str, Any]
-
 #: What a report adds to the declared settings: the records' run id (a digest of what shapes them), real
 #: models' use (summed over processes, by role and name), each reader's, the judge's and (when a policy
 #: called it) the scorer's and the writer's price (USD per million tokens [in, out]; null: unknown, fakes are free), and the
@@ -89,6 +81,79 @@ REPORT_SETTINGS = ("run_id", "model_usage", "model_prices", "caliper")
 def settings_keys() -> frozenset[str]:
     """Every key ``run.settings`` may hold: the declared settings' and the report's own."""
     return frozenset((*setting_names(), *REPORT_SETTINGS))
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """``summary.json``'s ``run.settings``, typed: what ran and the report's own figures.
+
+    The declared settings are :class:`~pytest_restore.settings.AuditSettings`
+    as the run shows them (``data`` as the file's name, ``policies`` and
+    ``budgets`` those that ran); the report adds :data:`REPORT_SETTINGS`.
+    ``keys`` are the keys the file holds (an older file holds fewer, a run
+    whose writer is each reader leaves ``writer`` out): the settings table shows
+    those, and :meth:`to_json` writes them back as they were. A key this
+    version does not declare is kept in ``extra``, shown and written as read.
+    """
+
+    audit: AuditSettings
+    keys: tuple[str, ...]
+    #: the records' run id (a digest of what shapes them; ``None``: a run without records)
+    run_id: str | None = None
+    #: real models' use summed over processes, by role and name (``None``: not in the file)
+    model_usage: Mapping[str, UsageJSON] | None = None
+    #: each reader's, the judge's (the scorer's, the writer's) price in USD per million tokens [in, out]
+    model_prices: Mapping[str, tuple[float, float] | None] | None = None
+    #: the H2 matching's caliper, when a file names one (the paper's value otherwise)
+    caliper: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``run.settings`` object: every key in :attr:`keys`, as plain JSON values."""
+        declared = self.audit.to_json()
+        report: dict[str, Any] = {
+            "run_id": self.run_id,
+            "model_usage": None if self.model_usage is None else dict(self.model_usage),
+            "model_prices": None if self.model_prices is None else {
+                spec: None if price is None else list(price) for spec, price in self.model_prices.items()
+            },
+            "caliper": self.caliper,
+        }
+        return {key: declared[key] if key in declared else report[key] if key in report else self.extra[key] for key in self.keys}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunSettings:
+        """Read ``run.settings`` back; a declared setting without a default that the file lacks is a
+        ``KeyError`` naming it."""
+        prices = data.get("model_prices")
+        usage = data.get("model_usage")
+        known = settings_keys()
+        return cls(
+            audit=AuditSettings.from_json(data),
+            keys=tuple(data),
+            run_id=None if data.get("run_id") is None else str(data["run_id"]),
+            model_usage=None if usage is None else {str(name): usage_json(u) for name, u in usage.items()},
+            model_prices=None if prices is None else {
+                str(spec): None if price is None else (price[0], price[1]) for spec, price in prices.items()
+            },
+            caliper=None if data.get("caliper") is None else float(data["caliper"]),
+            extra={key: value for key, value in data.items() if key not in known},
+        )
+
+    @property
+    def data_label(self) -> str:
+        """The data's name as the report says it (empty: none named)."""
+        name = self.audit.data or ""
+        return "embedded synthetic LongMemEval-S" if name == "embedded synthetic" else name
+
+
+def usage_json(data: Mapping[str, Any]) -> UsageJSON:
+    """One model's usage (``Usage.to_json``) read back."""
+    return {
+        "sent": int(data["sent"]), "cached": int(data["cached"]), "failed": int(data["failed"]),
+        "input_tokens": int(data["input_tokens"]), "output_tokens": int(data["output_tokens"]),
+        "served": [str(url) for url in data.get("served", [])],
+    }
 
 
 class DataDescription(TypedDict, total=False):
@@ -112,10 +177,35 @@ class DataDescription(TypedDict, total=False):
     budget_binding: dict[str, float]
 
 
+def data_description(data: Mapping[str, Any], out: DataDescription | None = None) -> DataDescription:
+    """``run.dataset`` (or a grid item's description of the data) read back, each field typed, into ``out``
+    (a new one when ``None``); a key this version does not know is left out."""
+    out = DataDescription() if out is None else out
+    if "sha256" in data:
+        out["sha256"] = str(data["sha256"])
+    if "official" in data:
+        out["official"] = bool(data["official"])
+    if "dataset" in data:
+        out["dataset"] = str(data["dataset"])
+    if "questions" in data:
+        out["questions"] = int(data["questions"])
+    if "audited" in data:
+        out["audited"] = int(data["audited"])
+    if "repairs" in data:
+        out["repairs"] = {str(kind): int(n) for kind, n in data["repairs"].items()}
+    if "errata" in data:
+        out["errata"] = dict(data["errata"])
+    if "histories" in data:
+        out["histories"] = int(data["histories"])
+    if "budget_binding" in data:
+        out["budget_binding"] = {str(budget): share for budget, share in data["budget_binding"].items()}
+    return out
+
+
 class RunSection(TypedDict, total=False):
     """``summary.json``'s ``run``: the settings, the data, the questions left out and the checks outside the grid."""
 
-    settings: RunSettings
+    settings: dict[str, Any]
     dataset: DataDescription
     exclusions: dict[str, int]
     #: ``{name: {"result": figures}}``, each read back by its check (``run/checks.py``)
@@ -217,7 +307,8 @@ def read_raw_check(name: str, entry: Mapping[str, Any]) -> CheckResult:
 class RunInfo:
     """What a report says about the run besides its records."""
 
-    settings: RunSettings = field(default_factory=dict)
+    #: what ran (``None``: records without a ``summary.json``)
+    settings: RunSettings | None = None
     dataset: DataDescription = field(default_factory=lambda: DataDescription())
     #: questions left out before the audit, by reason
     exclusions: Mapping[str, int] = field(default_factory=dict)
@@ -232,7 +323,10 @@ class RunInfo:
 
     def to_json(self) -> RunSection:
         """The run section of ``summary.json``."""
-        out = RunSection(settings=self.settings, dataset=self.dataset, exclusions=dict(sorted(self.exclusions.items())))
+        out = RunSection(
+            settings=self.settings.to_json() if self.settings is not None else {},
+            dataset=self.dataset, exclusions=dict(sorted(self.exclusions.items())),
+        )
         if self.checks:
             out["checks"] = {name: {"result": check.to_json()} for name, check in sorted(self.checks.items())}
         return out
@@ -251,7 +345,11 @@ class RunInfo:
         settings, dataset, exclusions = (data.get(key, {}) for key in ("settings", "dataset", "exclusions"))
         if not all(isinstance(part, dict) for part in (settings, dataset, exclusions)):
             raise RecordsError("the run section's settings, dataset and exclusions are not all objects")
-        return cls(settings, cast(DataDescription, dataset), exclusions, checks)
+        try:
+            typed = RunSettings.from_json(settings) if settings else None
+        except KeyError as err:
+            raise RecordsError(f"run.settings: no field {err} where a run's settings hold one") from None
+        return cls(typed, data_description(dataset), {str(k): int(n) for k, n in exclusions.items()}, checks)
 
 
 def _read_check(read_check: ReadCheck, name: str, entry: Any) -> CheckResult:
@@ -345,19 +443,19 @@ def sort_records(records: Iterable[Record]) -> list[Record]:
 def analyse_records(records: Sequence[Record], info: RunInfo | None = None) -> Analysis:
     """The statistics pass with the run's bootstrap settings (defaults where unset).
 
-    ``info.settings`` may carry ``bootstrap`` (resamples), ``bootstrap_seed``,
-    ``equivalence_margin`` and ``caliper``; missing keys take the paper's values.
+    ``info.settings`` gives ``bootstrap`` (resamples), ``bootstrap_seed``,
+    ``equivalence_margin`` and ``caliper``; without settings (or a caliper) the paper's values.
     The hypothesis families are ``info.families`` (the built-ins without ``info``).
     """
-    settings = info.settings if info is not None else {}
+    settings = info.settings if info is not None else None
+    audit = settings.audit if settings is not None else None
+    caliper = settings.caliper if settings is not None else None
     return analyse(
         records,
-        resamples=int(settings.get("bootstrap", DEFAULT_RESAMPLES)),
-        seed=int(settings.get("bootstrap_seed", DEFAULT_SEED)),
-        equivalence_margin=float(
-            settings.get("equivalence_margin", DEFAULT_EQUIVALENCE_MARGIN)
-        ),
-        caliper=float(settings.get("caliper", DEFAULT_CALIPER)),
+        resamples=audit.bootstrap if audit is not None else DEFAULT_RESAMPLES,
+        seed=audit.bootstrap_seed if audit is not None else DEFAULT_SEED,
+        equivalence_margin=audit.equivalence_margin if audit is not None else DEFAULT_EQUIVALENCE_MARGIN,
+        caliper=caliper if caliper is not None else DEFAULT_CALIPER,
         families=info.families if info is not None else FAMILIES,
     )
 
@@ -375,9 +473,7 @@ def short(value: float) -> str:
 
 def dataset_label(info: RunInfo) -> str:
     """The dataset in a few words: its name and how many questions were audited."""
-    name = str(info.settings.get("data") or "")
-    if not name or name == "embedded synthetic":
-        name = "embedded synthetic LongMemEval-S" if name else ""
+    name = info.settings.data_label if info.settings is not None else ""
     audited = info.dataset.get("audited")
     return ", ".join(x for x in (name, f"{audited} questions" if audited else "") if x)
 
@@ -387,9 +483,26 @@ def rankers_of(records: Iterable[Record]) -> list[str]:
     return sorted({ranker_of(r) for r in records})
 
 
-def read_run_log(records_path: str | Path) -> RunLogJSON | None:
-    """The ``summary.json`` beside ``records_path`` (``None``: there is none), its version and its
-    sections' shapes checked; a problem is one :class:`RecordsError` line naming the file."""
+@dataclass(frozen=True)
+class SavedRunLog:
+    """A saved ``summary.json`` read back, typed: the records' schema version and the run section with the
+    session's provenance.
+
+    What else the file holds (counts, families, cost, score ties) is what the
+    statistics pass makes from the records; a report rebuilt from them makes it
+    again, byte for byte, so it is not read back.
+    """
+
+    path: Path
+    #: the records' schema version (``None``: a file written before versions)
+    record_schema: int | None
+    run: RunInfo
+
+
+def read_run_log(records_path: str | Path, read_check: ReadCheck = read_raw_check) -> SavedRunLog | None:
+    """The ``summary.json`` beside ``records_path`` (``None``: there is none), its version checked and its run
+    section read typed (``read_check`` reads each check outside the grid); a problem is one
+    :class:`RecordsError` line naming the file."""
     summary = Path(records_path).with_name("summary.json")
     if not summary.exists():
         return None
@@ -399,14 +512,22 @@ def read_run_log(records_path: str | Path) -> RunLogJSON | None:
         raise RecordsError(f"{summary}: cannot read: {exc}") from None
     if not isinstance(data, dict):
         raise RecordsError(f"{summary}: not a JSON object")
-    record_module.check_schema_version(data.get("record_schema"), str(summary))
+    schema = data.get("record_schema")
+    record_module.check_schema_version(schema, str(summary))
     run = data.get("run")
     if run is not None and not isinstance(run, dict):
         raise RecordsError(f"{summary}: 'run' is not an object")
     provenance = data.get("provenance")
     if provenance is not None and not isinstance(provenance, dict):
         raise RecordsError(f"{summary}: 'provenance' is not an object")
-    return cast(RunLogJSON, data)
+    if run is None:
+        raise RecordsError(f"{summary}: no 'run' object")
+    try:
+        info = RunInfo.from_json(run, read_check)
+    except RecordsError as err:
+        raise RecordsError(f"{summary}: {err}") from None
+    info = replace(info, provenance=Provenance.from_json(provenance) if provenance else None)
+    return SavedRunLog(summary, None if schema is None else int(schema), info)
 
 
 def read_records(path: str | Path) -> list[Record]:
@@ -419,7 +540,7 @@ def read_records(path: str | Path) -> list[Record]:
     summary, or one written before versions, each record's shape says its version.
     """
     log = read_run_log(path)
-    return record_module.read_records(path, log.get("record_schema") if log is not None else None)
+    return record_module.read_records(path, log.record_schema if log is not None else None)
 
 
 def read_run_info(records_path: str | Path, read_check: ReadCheck = read_raw_check) -> RunInfo:
@@ -428,18 +549,8 @@ def read_run_info(records_path: str | Path, read_check: ReadCheck = read_raw_che
     ``read_check`` reads each check outside the grid back into its typed result.
     A report rebuilt from them is the session's, byte for byte (its provenance and partial mark included).
     """
-    log = read_run_log(records_path)
-    if log is None:
-        return RunInfo()
-    summary = Path(records_path).with_name("summary.json")
-    if "run" not in log:
-        raise RecordsError(f"{summary}: no 'run' object")
-    try:
-        info = RunInfo.from_json(log["run"], read_check)
-    except RecordsError as err:
-        raise RecordsError(f"{summary}: {err}") from None
-    provenance = log.get("provenance")
-    return replace(info, provenance=Provenance.from_json(provenance) if provenance else None)
+    log = read_run_log(records_path, read_check)
+    return RunInfo() if log is None else log.run
 
 
 def check_run_info(records: Sequence[Record], info: RunInfo, records_path: str | Path) -> None:
@@ -450,11 +561,18 @@ def check_run_info(records: Sequence[Record], info: RunInfo, records_path: str |
     """
     first = records[0]
     summary = Path(records_path).with_name("summary.json")
-    for name, ours in (("run_id", first.run_id), ("granularity", first.granularity), ("ranker", first.ranker)):
-        theirs = info.settings.get(name)
-        if name == "ranker" and info.settings.get("rankers"):
-            theirs = ours if ours in info.settings["rankers"] else ", ".join(info.settings["rankers"])
-        if ours is not None and theirs is not None and ours != theirs:
+    settings = info.settings
+    if settings is None:
+        return
+    for name, ours, theirs in (
+        ("run_id", first.run_id, settings.run_id),
+        ("granularity", first.granularity, settings.audit.granularity),
+        ("ranker", first.ranker, settings.audit.ranker),
+    ):
+        if name == "ranker" and settings.audit.rankers:
+            rankers = settings.audit.rankers
+            theirs = ours if ours in rankers else ", ".join(rankers)
+        if ours is not None and name in settings.keys and theirs is not None and ours != theirs:
             raise RecordsError(
                 f"{records_path}: line 1: question {first.question_id!r}: field {name!r}: "
                 f"{ours!r} but {summary} says {theirs!r} (records of another run)"

@@ -394,7 +394,7 @@ def _run_line(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> s
     st, ds = info.settings, info.dataset
     data = dataset_label(info) or "records without run settings"
     readers = analysis.readers
-    judges = sorted({r.judge for r in records if r.judge}) or [str(st.get("judge", "?"))]
+    judges = sorted({r.judge for r in records if r.judge}) or [st.audit.judge if st is not None else "?"]
     answerable = analysis.counts.answerable()
     audited = ds.get("audited") or analysis.questions
     return (
@@ -466,7 +466,7 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
             out.append(f"| histories audited (questions sharing one are evicted once) | {ds['histories']} |")
     used = rankers_of(records)
     out.append(f"| ranker | {', '.join(used)} ({'compared in one run' if len(used) > 1 else 'one per run'}; named in every record) |")
-    for key, value in sorted(info.settings.items()):
+    for key, value in sorted((info.settings.to_json() if info.settings is not None else {}).items()):
         label = _SETTING_LABELS.get(key, f"--restore-{key.replace('_', '-')}")
         out.append(f"| {label} | {_setting_value(key, value)} |")
     out += ["", "## Exclusions", "", "| reason | questions |", "|---|---:|"]
@@ -534,7 +534,8 @@ def render_report_md(records: Sequence[Record], analysis: Analysis, log: RunLog)
 
 def cost_of(records: Sequence[Record], info: RunInfo) -> CostFigures | None:
     """The run's cost per answer at the prices its summary names (:mod:`pytest_restore.stats.cost`)."""
-    return cost_figures(records, info.settings.get("model_prices") or {})
+    prices = info.settings.model_prices if info.settings is not None else None
+    return cost_figures(records, prices or {})
 
 
 def partial_mark(info: RunInfo) -> str:

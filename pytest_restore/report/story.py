@@ -95,11 +95,12 @@ def open_data(info: RunInfo, data: str | os.PathLike[str] | None = None) -> Data
     """
     from pytest_restore.data.loaders import load_data
 
-    name = str(info.settings.get("data") or "")
+    settings = info.settings.audit if info.settings is not None else None
+    name = (settings.data if settings is not None else None) or ""
     if data is not None:
         path = Path(data)
     elif not name or name == "embedded synthetic":
-        path = _embedded(int(info.settings.get("embedded_questions") or 100))
+        path = _embedded(settings.embedded_questions if settings is not None else 100)
     else:
         path = Path(name)
         if not path.exists():

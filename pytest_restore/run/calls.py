@@ -16,8 +16,8 @@ import hashlib
 import time
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
-from typing import Any
 
+from pytest_restore.audit.memo import UsageJSON
 from pytest_restore.data.dataset import Question
 from pytest_restore.data.tokens import count_tokens
 from pytest_restore.memory.eviction import Policy
@@ -39,7 +39,7 @@ from pytest_restore.models.providers import (
 )
 from pytest_restore.models.writers import offline_variant
 from pytest_restore.record import Record
-from pytest_restore.run.parts import RunParts
+from pytest_restore.run.parts import CallDetail, RunParts
 
 
 class ModelCalls:
@@ -47,31 +47,31 @@ class ModelCalls:
 
     def __init__(self) -> None:
         #: Each process's cumulative usage of each real model (the latest report of a process wins).
-        self.usage_by_process: dict[str, dict[str, Any]] = {}
+        self.usage_by_process: dict[str, dict[str, UsageJSON]] = {}
         #: Real-model call details per process (failure causes, concurrency reached, decoding).
-        self.calls_by_process: dict[str, dict[str, Any]] = {}
+        self.calls_by_process: dict[str, dict[str, CallDetail]] = {}
         #: Failure causes of models outside the grid's (the calibration's fresh judge, the audit judge).
-        self.side_calls: dict[str, dict[str, Any]] = {}
+        self.side_calls: dict[str, CallDetail] = {}
 
-    def all_details(self) -> dict[str, dict[str, Any]]:
+    def all_details(self) -> dict[str, CallDetail]:
         """Call details summed over processes, plus the models outside the grid."""
-        total: dict[str, dict[str, Any]] = {}
+        total: dict[str, CallDetail] = {}
         for details in self.calls_by_process.values():
             for name, d in details.items():
-                t = total.setdefault(name, {"failures": {}, "concurrency": 0, "decoding": d.get("decoding", {})})
-                for cause, n in d.get("failures", {}).items():
+                t = total.setdefault(name, {"failures": {}, "concurrency": 0, "decoding": d["decoding"]})
+                for cause, n in d["failures"].items():
                     t["failures"][cause] = t["failures"].get(cause, 0) + int(n)
-                t["concurrency"] = max(t["concurrency"], int(d.get("concurrency", 0)))
+                t["concurrency"] = max(t["concurrency"], int(d["concurrency"]))
         total.update(self.side_calls)
         return total
 
-    def summarise_failures(self, by_process: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    def summarise_failures(self, by_process: dict[str, dict[str, CallDetail]] | None = None) -> list[str]:
         """One line per model whose calls failed: how many and why, grouped by cause."""
         if by_process is not None:
             self.calls_by_process.update(by_process)
         lines = []
         for name, detail in sorted(self.all_details().items()):
-            failures = detail.get("failures", {})
+            failures = detail["failures"]
             if not failures:
                 continue
             causes = "; ".join(f"{n} x {cause}" for cause, n in sorted(failures.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -101,14 +101,17 @@ class ModelCalls:
             return f"model calls failed: {lowered} records excluded, so cells lost N"
         return None
 
-    def total_usage(self) -> dict[str, Any]:
+    def total_usage(self) -> dict[str, UsageJSON]:
         """Real model usage summed over processes (sent calls, cache hits, failures, tokens)."""
-        total: dict[str, Any] = {}
+        total: dict[str, UsageJSON] = {}
         for models in self.usage_by_process.values():
             for name, u in sorted(models.items()):
                 t = total.setdefault(name, {"sent": 0, "cached": 0, "failed": 0, "input_tokens": 0, "output_tokens": 0, "served": []})
-                for k in ("sent", "cached", "failed", "input_tokens", "output_tokens"):
-                    t[k] += int(u[k])
+                t["sent"] += int(u["sent"])
+                t["cached"] += int(u["cached"])
+                t["failed"] += int(u["failed"])
+                t["input_tokens"] += int(u["input_tokens"])
+                t["output_tokens"] += int(u["output_tokens"])
                 t["served"] = sorted(set(t["served"]) | set(u["served"]))
         return total
 
@@ -397,6 +400,6 @@ def export_round(
     return lines, written
 
 
-def failed_count(detail: dict[str, Any]) -> int:
+def failed_count(detail: CallDetail) -> int:
     """How many calls of one model failed, whatever the cause."""
-    return sum(int(n) for n in detail.get("failures", {}).values())
+    return sum(int(n) for n in detail["failures"].values())

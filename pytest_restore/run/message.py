@@ -16,7 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_restore.audit.memo import UsageJSON
+from pytest_restore.memory.systems import SystemFiguresJSON
 from pytest_restore.record import Record
+from pytest_restore.report.inputs import data_description, usage_json
+from pytest_restore.run.checks import SystemCell
+from pytest_restore.run.parts import CallDetail, DataMeta
 
 
 @dataclass(frozen=True)
@@ -28,16 +33,15 @@ class ItemMessage:
     #: the cell's records (``None``: the item ran no cell, it stopped the run)
     records: tuple[Record, ...] | None = None
     #: the data's description, from the process that loaded it (``RunParts.meta``)
-    data: Mapping[str, Any] = field(default_factory=dict)
+    data: DataMeta = field(default_factory=lambda: DataMeta())
     #: the process's cumulative use of each real model, by role and name (``RunParts.usage``)
-    usage: Mapping[str, Any] = field(default_factory=dict)
+    usage: Mapping[str, UsageJSON] = field(default_factory=dict)
     #: the process's real-model calls: failures by cause, concurrency reached, decoding (``RunParts.call_details``)
-    calls: Mapping[str, Any] = field(default_factory=dict)
+    calls: Mapping[str, CallDetail] = field(default_factory=dict)
     #: the exit status the item stopped the run with (74: a file could not be read or written)
     exit_code: int | None = None
-    #: a memory system's cell: what the system did building the cell's stores (``{"cell", "policy", "budget",
-    #: "reader", "ranker", "figures"}``, figures as ``SystemFigures.to_json``); empty for a policy of raw units
-    memory: Mapping[str, Any] = field(default_factory=dict)
+    #: a memory system's cell: what the system did building the cell's stores (``None``: a policy of raw units)
+    memory: SystemCell | None = None
 
     def to_text(self, records_json: str | None = None) -> str:
         """The message as one JSON string; ``records_json``: the records' JSON when already made."""
@@ -46,7 +50,7 @@ class ItemMessage:
         rest = json.dumps(
             {
                 "process": self.process, "data": self.data, "usage": self.usage, "calls": self.calls,
-                "exit_code": self.exit_code, "memory": self.memory,
+                "exit_code": self.exit_code, "memory": self.memory or {},
             }
         )
         return rest[:-1] + f', "records": {records_json or "null"}}}'
@@ -63,9 +67,42 @@ class ItemMessage:
         return cls(
             process=str(data["process"]),
             records=None if records is None else tuple(Record.from_json(r) for r in records),
-            data=dict(data["data"]),
-            usage=dict(data["usage"]),
-            calls=dict(data["calls"]),
+            data=data_meta(data["data"]),
+            usage={str(name): usage_json(u) for name, u in data["usage"].items()},
+            calls={str(name): call_detail_json(d) for name, d in data["calls"].items()},
             exit_code=None if data["exit_code"] is None else int(data["exit_code"]),
-            memory=dict(data["memory"]),
+            memory=system_cell(data["memory"]) if data["memory"] else None,
         )
+
+
+# A message's parts read back from JSON, each field typed as its sender made it (one process's own
+# JSON: a field of another type is a bug in the sender, and ``int``/``str`` raise on it).
+
+
+def data_meta(data: Mapping[str, Any]) -> DataMeta:
+    """``RunParts.meta`` read back."""
+    out = DataMeta()
+    data_description(data, out)
+    if "path" in data:
+        out["path"] = str(data["path"])
+    if "exclusions" in data:
+        out["exclusions"] = {str(k): int(n) for k, n in data["exclusions"].items()}
+    return out
+
+
+def call_detail_json(data: Mapping[str, Any]) -> CallDetail:
+    """``call_detail`` read back."""
+    return {
+        "failures": {str(k): int(n) for k, n in data["failures"].items()},
+        "concurrency": int(data["concurrency"]),
+        "decoding": {str(k): str(v) for k, v in data["decoding"].items()},
+    }
+
+
+def system_cell(data: Mapping[str, Any]) -> SystemCell:
+    """A memory system's cell read back (its figures as ``SystemFigures.to_json`` made them)."""
+    figures: SystemFiguresJSON = data["figures"]
+    return {
+        "cell": str(data["cell"]), "policy": str(data["policy"]), "budget": int(data["budget"]),
+        "reader": str(data["reader"]), "ranker": str(data["ranker"]), "figures": figures,
+    }

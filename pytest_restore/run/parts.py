@@ -10,8 +10,9 @@ to decide (``say``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
+from pytest_restore.audit.memo import UsageJSON
 from pytest_restore.audit.run import Audit, AuditConfig, audited_questions
 from pytest_restore.data.dataset import Dataset
 from pytest_restore.data.units import Granularity
@@ -25,13 +26,30 @@ from pytest_restore.models.embeddings import TextVectors, embedder_of
 from pytest_restore.models.fake import FakeReader
 from pytest_restore.models.gateway import Gateway, gateway_for
 from pytest_restore.models.providers import close_model, is_real, make_model
+from pytest_restore.report.inputs import DataDescription
 from pytest_restore.run.embeddings import audited_texts, register_embedding_ranker
 from pytest_restore.run.plan import Plan, Say
 from pytest_restore.run.settings import RestoreSettings
 from pytest_restore.run.shared import SharedCells
 
 
-def call_detail(model: ChatModel) -> dict[str, Any]:
+class CallDetail(TypedDict):
+    """One real model's calls in one process: failures by cause, the concurrency reached, the decoding sent."""
+
+    failures: dict[str, int]
+    concurrency: int
+    decoding: dict[str, str]
+
+
+class DataMeta(DataDescription, total=False):
+    """The data's description as the process that loaded it sends it: ``run.dataset``, with where it is
+    and the questions left out before the audit (``run.exclusions``)."""
+
+    path: str
+    exclusions: dict[str, int]
+
+
+def call_detail(model: ChatModel) -> CallDetail:
     """A real model's failed calls by cause, the concurrency it reached and what it was sent (nothing for a fake)."""
     if not isinstance(model, ServiceModel):
         return {"failures": {}, "concurrency": 0, "decoding": {}}
@@ -83,12 +101,12 @@ class RunParts:
         if not self._audits:
             self.plan.data.release()
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> DataMeta:
         """What the controller needs to know about the data, from the process that loaded it."""
         ds = self.dataset()
         audit = self.audit()
         errata = self.plan.data.errata
-        return {
+        meta: DataMeta = {
             "sha256": ds.sha256,
             "official": ds.is_official,
             "path": str(ds.path),
@@ -97,10 +115,12 @@ class RunParts:
             "audited": len(audit.questions),
             "exclusions": audit.exclusion_counts(),
             "repairs": dict(ds.repairs),
-            **({"errata": errata.summary.to_json()} if errata is not None and errata.summary else {}),
             "histories": len({p.question.history_key for p in audit.questions}),
             "budget_binding": {str(b): share for b, share in audit.budget_binding(self.settings.budgets).items()},
         }
+        if errata is not None and errata.summary:
+            meta["errata"] = errata.summary.to_json()
+        return meta
 
     def shared_cells(self) -> SharedCells:
         """Where this run's processes leave their cells' records for each other."""
@@ -186,9 +206,9 @@ class RunParts:
 
     # -- this process's model calls --------------------------------------------------------
 
-    def usage(self) -> dict[str, Any]:
+    def usage(self) -> dict[str, UsageJSON]:
         """This process's cumulative use of each real model, by role and name."""
-        seen: dict[str, Any] = {}
+        seen: dict[str, UsageJSON] = {}
         for audit in self._audits.values():
             roles = [("reader", audit.reader), ("judge", audit.judge), ("scorer", audit.scorer)]
             if audit.writer is not audit.reader:
@@ -217,7 +237,7 @@ class RunParts:
         io = any(isinstance(m, ServiceModel) and m.fatal_error and m.fatal_io for m in self._models.values())
         return IO_ERROR if io else FAILED
 
-    def call_details(self) -> dict[str, Any]:
+    def call_details(self) -> dict[str, CallDetail]:
         """Per real model of this process: failed calls by cause, the concurrency reached, the decoding sent."""
         return {
             f"{role} {spec}": call_detail(model)

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, cast
+from typing import Any
 
 from pytest_restore import __version__
 from pytest_restore.exits import INTERRUPTED
@@ -31,15 +31,18 @@ from pytest_restore.models.providers import price_of
 from pytest_restore.record import Record, ranker_of
 from pytest_restore.report.inputs import (
     CheckResult,
-    DataDescription,
     Provenance,
     RunInfo,
+    RunSettings,
+    data_description,
 )
 from pytest_restore.report.writer import ReportFiles, write_report
 from pytest_restore.run.calls import ModelCalls
 from pytest_restore.run.grid import CellSpec
+from pytest_restore.run.parts import DataMeta
 from pytest_restore.run.plan import Plan
 from pytest_restore.run.staging import partial_dir, staging_dir, swap_into_place
+from pytest_restore.settings import AuditSettings
 
 
 def partial_report_line(partial_path: Path, report_dir: str, why: str | None = None) -> str:
@@ -55,7 +58,7 @@ def simulated_roles(records: Sequence[Record]) -> list[tuple[str, str]]:
 def run_info(
     plan: Plan,
     records: Sequence[Record],
-    run_meta: dict[str, Any],
+    run_meta: DataMeta,
     checks: Mapping[str, CheckResult],
     model_calls: ModelCalls,
 ) -> RunInfo:
@@ -71,19 +74,14 @@ def run_info(
     """
     settings, providers = plan.settings, plan.registries.providers
     shown = settings.to_json()  # the declared settings only: none of the run's own (where the report goes)
-    if settings.writer is None:
-        shown.pop("writer")  # each reader writes: a report as before the option
     shown["data"] = Path(settings.data).name if settings.data else "embedded synthetic"
     ran_policies = {r.policy for r in records}
     ran_budgets = {r.budget for r in records}
     shown["policies"] = [p.name for p in plan.policies if p.name in ran_policies]
     shown["budgets"] = [b for b in settings.budgets if b in ran_budgets]
-    shown["run_id"] = records[0].run_id if records else None
-    meta = dict(run_meta)
-    exclusions = meta.pop("exclusions", {})
-    meta.pop("path", None)
-    if model_calls.usage_by_process:
-        shown["model_usage"] = model_calls.total_usage()
+    # each reader writes (no --restore-writer-model): a report as before the option, without the key
+    keys = [key for key in shown if key != "writer" or settings.writer is not None]
+    keys += ["run_id", "model_prices"] + (["model_usage"] if model_calls.usage_by_process else [])
     given = {model: (in_price, out_price) for model, in_price, out_price in settings.prices}
     scorer = (settings.scorer,) if any(r.scorer is not None for r in records) else ()  # a policy called it
     writers = tuple(dict.fromkeys(r.writer for r in records if r.writer is not None and r.writer not in settings.readers))
@@ -91,10 +89,13 @@ def run_info(
         spec: price_of(spec, given, providers, batch=settings.batch)
         for spec in dict.fromkeys((*settings.readers, settings.judge, *scorer, *writers))
     }
-    shown["model_prices"] = {spec: list(price) if price is not None else None for spec, price in priced.items()}
+    shown_settings = RunSettings(
+        audit=AuditSettings.from_json(shown), keys=tuple(keys), run_id=records[0].run_id if records else None,
+        model_usage=model_calls.total_usage() if model_calls.usage_by_process else None, model_prices=priced,
+    )
     # the declarations of what summary.json's run section holds (tests/test_run.py keeps them whole)
     return RunInfo(
-        settings=shown, dataset=cast(DataDescription, meta), exclusions=exclusions,
+        settings=shown_settings, dataset=data_description(run_meta), exclusions=dict(run_meta.get("exclusions", {})),
         checks=dict(checks), families=plan.families,
     )
 

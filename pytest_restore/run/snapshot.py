@@ -10,11 +10,11 @@ from __future__ import annotations
 import csv
 import io
 
-from pytest_restore.report.inputs import RunInfo, analyse_records
 from pytest_restore.report.markdown import render_decisions_md
 from pytest_restore.report.writer import render_cells_csv
 from pytest_restore.run.cells import grid_records
 from pytest_restore.run.parts import RunParts
+from pytest_restore.stats.analysis import analyse
 from pytest_restore.stats.results import budget_label
 
 #: The columns of ``cells.csv`` that name a cell (the rest are its figures).
@@ -43,7 +43,8 @@ def cells_by_figure(cells_csv: str) -> str:
 def snapshot_tables(parts: RunParts) -> tuple[str, str]:
     """``(cells one figure a line, decisions)`` of the session's grid (its cells reused where this run has them)."""
     s = parts.settings
-    settings = {"bootstrap": s.bootstrap, "bootstrap_seed": s.bootstrap_seed, "equivalence_margin": s.equivalence_margin}
-    records = grid_records(parts)
-    analysis = analyse_records(records, RunInfo(settings=settings, families=parts.plan.families))
+    analysis = analyse(
+        grid_records(parts), resamples=s.bootstrap, seed=s.bootstrap_seed,
+        equivalence_margin=s.equivalence_margin, families=parts.plan.families,
+    )
     return cells_by_figure(render_cells_csv(analysis)), render_decisions_md(analysis)
