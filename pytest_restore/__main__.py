@@ -9,7 +9,8 @@ Every argument is checked before any work: a bad value is argparse's
 one-line usage error, exit 2; an output directory that cannot be written
 (:func:`pytest_restore.exits.out_dir_problem`, before the work, or a full disk
 during it) is one line and exit 74 (``exits.IO_ERROR``). ``compare
---fail-if-worse`` keeps 1 for "worse".
+--fail-if-worse`` keeps 1 for "worse". ``run`` keeps pytest's codes, as the
+plugin's run does (4: a wrong option).
 """
 
 from __future__ import annotations
@@ -55,6 +56,62 @@ def _io_error(label: str, where: object, err: OSError) -> int:
     return IO_ERROR
 
 # --------------------------------------------------------------------------- generate
+
+
+def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run the audit without pytest: the same grid, checks and report as 'pytest --restore'",
+        description=(
+            "Run the audit the --restore-* options ask for, with no pytest session: the checks before the "
+            "grid (calibration gate, batch rounds), the grid's cells (in this process, or in --workers "
+            "processes), the checks after it and the report. The records, cells.csv, report.md and exit "
+            "status are those of 'pytest benches/ -n auto' with the same options. No conftest.py is read: "
+            "policies, rankers and providers come built in or from installed packages' entry points."
+        ),
+    )
+    parser.add_argument(
+        "--workers", default="1", metavar="N",
+        help="processes that run the grid's cells: a number, or 'auto' (one per CPU; default: 1, this process)",
+    )
+    # the --restore-* options follow, as pytest takes them: read by the run core's own parser (main)
+    parser.set_defaults(func=_run_run, options=[])
+
+
+def _run_run(args: argparse.Namespace) -> int:
+    import os
+
+    from pytest_restore.plugin.finish import terminal_summary
+    from pytest_restore.run.local import PlainTerminal, run_audit
+    from pytest_restore.run.options import OptionsError, parse_args
+    from pytest_restore.run.settings import SettingsError
+
+    # a wrong option is pytest's usage error: one line, exit 4 (pytest.ExitCode.USAGE_ERROR)
+    usage_error = 4
+    given = [a for a in args.options if a != "--"]
+    if args.workers != "auto" and not (args.workers.isdigit() and int(args.workers) >= 1):
+        print(f"ERROR: --workers: {args.workers!r} is neither a number of processes nor 'auto'", file=sys.stderr)
+        return usage_error
+    workers = (os.cpu_count() or 1) if args.workers == "auto" else int(args.workers)
+    try:
+        raw, ignored = parse_args(given)
+    except OptionsError as err:
+        print(f"ERROR: {err}", file=sys.stderr)
+        return usage_error
+    if ignored:
+        print(f"ERROR: run: not --restore-* options: {' '.join(ignored)}", file=sys.stderr)
+        return usage_error
+    terminal = PlainTerminal()
+    try:
+        session, status = run_audit(raw, workers, terminal, DEFAULT_CACHE.parent)
+    except SettingsError as err:
+        print(f"ERROR: {err}", file=sys.stderr)
+        return usage_error
+    try:
+        terminal_summary(terminal, session.settings, session.outcome)
+    finally:
+        session.close()
+    return status
 
 
 def _add_generate(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -676,6 +733,7 @@ def _run_data(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- entry point
 
 _SUBCOMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
+    _add_run,
     _add_generate,
     _add_report,
     _add_show,
@@ -709,7 +767,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand; return its exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # only ``run`` takes options of its own kind (--restore-*), wherever they stand
+        if args.command != "run":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.options = extra
     func: Callable[[argparse.Namespace], int] = args.func
     return func(args)
 

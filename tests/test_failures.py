@@ -304,12 +304,12 @@ import os
 import signal
 import threading
 
-from pytest_restore.plugin import controller
+from pytest_restore.run import session as run_session  # the run session waits for its report
 from pytest_restore.run import report as finish
 
 WHERE = "{where}"
 _cancelled = threading.Event()
-_write_report, _await_report = finish.write_report, controller.await_report
+_write_report, _await_report = finish.write_report, run_session.await_report
 
 
 def _held_back(*args, **kwargs):
@@ -340,7 +340,7 @@ def pytest_sessionfinish(session):
 
 
 finish.write_report = _held_back
-controller.await_report = _awaited
+run_session.await_report = _awaited
 """
 
 
@@ -691,10 +691,10 @@ import signal
 import threading
 import time
 
-from pytest_restore.plugin import controller
+from pytest_restore.run import session as run_session  # the run session waits for its report
 from pytest_restore.run import report as finish
 
-_write_report, _await_report = finish.write_report, controller.await_report
+_write_report, _await_report = finish.write_report, run_session.await_report
 
 
 def _slow(*args, **kwargs):
@@ -713,7 +713,7 @@ def _awaited(report, cancelled, *args):
 
 
 finish.write_report = _slow
-controller.await_report = _awaited
+run_session.await_report = _awaited
 """
 
 

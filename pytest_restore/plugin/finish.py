@@ -1,23 +1,22 @@
-"""The session's end on the controller, in pytest's words: why it ended early or is partial, the terminal summary.
+"""The session's end on the controller, in pytest's words: why it ended early, the terminal summary.
 
-The report itself is the run core's (``run/report.py``: written whole into
-place, or partial beside it, on a thread); :class:`ReportWaiter`, the last
-``pytest_sessionfinish``, waits for it, and :func:`terminal_summary` says the
-outcome in the terminal.
+The run's end is the run core's (``run/session.py``: the report written
+whole into place, or partial beside it, on a thread); :class:`ReportWaiter`,
+the last ``pytest_sessionfinish``, waits for it, and :func:`terminal_summary`
+says the run's :class:`~pytest_restore.run.session.RunOutcome`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_restore.record import Record, baseline_ranker
-from pytest_restore.run.parts import DataMeta
-from pytest_restore.run.report import part_of_grid, partial_report_line, simulated_roles
+from pytest_restore.record import baseline_ranker
+from pytest_restore.run.report import partial_report_line, simulated_roles
+from pytest_restore.run.session import RunOutcome
 from pytest_restore.run.settings import RestoreSettings
 
 
@@ -35,74 +34,18 @@ def interrupted(session: pytest.Session, selected: set[str] | None, ran: set[str
     return None
 
 
-def partial_reason(
-    session: pytest.Session, selected: set[str] | None, ran: set[str], cells: Mapping[str, Sequence[str]]
-) -> str | None:
-    """Why the report is partial: the session was cut short, else it ran part of the grid (``-k``, ``--lf``).
-
-    ``None`` for a whole grid run whole. A partial report goes beside the report
-    directory, never in it, so a complete report is never replaced by a part.
-    """
-    return interrupted(session, selected, ran) or part_of_grid(cells)
-
-
-@dataclasses.dataclass
-class Outcome:
-    """How the session ends, as the terminal summary says it."""
-
-    #: The dry run's table (the run made no call).
-    dry_run_lines: list[str] = dataclasses.field(default_factory=list)
-    #: Lines said once at the end: the failed model calls by cause, per model.
-    failure_summary: list[str] = dataclasses.field(default_factory=list)
-    #: Why the run does not pass (failed model calls, unmet family expectations).
-    failures: list[str] = dataclasses.field(default_factory=list)
-    #: The family expectations this run had no power to test.
-    untestable: list[str] = dataclasses.field(default_factory=list)
-    #: Family expectations not met on the part of the grid that ran (-k, --lf): said, not failing.
-    undecided: list[str] = dataclasses.field(default_factory=list)
-    #: Why the report could not be written (a full disk), in one line.
-    report_error: str | None = None
-    #: The written report's regime-(b) table (empty: no report was written).
-    table: tuple[str, ...] = ()
-    #: The written report's notes on what its table's rows mean (:attr:`ReportFiles.notes`).
-    notes: tuple[str, ...] = ()
-    #: Where the report went (``None``: none was written).
-    report_path: Path | None = None
-    #: Ctrl-C came while the report was written, too late to stop it: the report is whole.
-    late_ctrl_c: bool = False
-    #: Where a partial report went (the complete one, if any, was left as it was).
-    partial_path: Path | None = None
-    #: Why it is partial (cut short, or part of the grid selected), in words.
-    partial_why: str | None = None
-
-
-def terminal_summary(
-    terminalreporter: Any,
-    settings: RestoreSettings,
-    *,
-    dry_run_lines: Sequence[str],
-    failure_summary: Sequence[str],
-    records: Sequence[Record],
-    table: Sequence[str],
-    failures: Sequence[str],
-    untestable: Sequence[str],
-    run_meta: DataMeta,
-    report_path: Path | None,
-    partial_path: Path | None,
-    cells: Mapping[str, Sequence[str]],
-    late_ctrl_c: bool = False,
-    undecided: Sequence[str] = (),
-    report_error: str | None = None,
-    partial_why: str | None = None,
-    notes: Sequence[str] = (),
-) -> None:
+def terminal_summary(terminalreporter: Any, settings: RestoreSettings, outcome: RunOutcome) -> None:
     """A short table of regime (b), where the report is, and what failed (the dry run: its table).
 
-    ``table`` is the written report's regime-(b) table (:attr:`ReportFiles.table`;
-    empty when no report was written); ``cells`` names the grid cells this run ran and those
-    it did not select (:func:`grid_cells`). The title says when a model is simulated and when only part of
-    the grid ran.
+    ``terminalreporter`` is pytest's (or anything with its ``write_sep`` and
+    ``write_line``: ``python -m pytest_restore run`` says the same). The title
+    says when a model is simulated and when only part of the grid ran.
     """
+    dry_run_lines, failure_summary, records = outcome.dry_run_lines, outcome.failure_summary, outcome.records
+    table, failures, untestable, undecided = outcome.table, outcome.failures, outcome.untestable, outcome.undecided
+    report_error, report_path, late_ctrl_c = outcome.report_error, outcome.report_path, outcome.late_ctrl_c
+    partial_path, partial_why, cells, notes = outcome.partial_path, outcome.partial_why, outcome.cells, outcome.notes
+    run_meta = outcome.run_meta  # (the outcome's parts by name: the lines below say each as before)
     if dry_run_lines:
         terminalreporter.write_sep("=", "restore dry run: model calls the grid needs")
         for line in dry_run_lines:

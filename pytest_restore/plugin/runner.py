@@ -17,8 +17,8 @@ import pytest
 
 from pytest_restore.plugin.options import MESSAGE_PROPERTY
 from pytest_restore.record import Record
-from pytest_restore.run.cells import grid_records
-from pytest_restore.run.checks import SystemCell
+from pytest_restore.run.cells import cell_message, grid_records
+from pytest_restore.run.grid import CellSpec
 from pytest_restore.run.message import ItemMessage
 from pytest_restore.run.parts import RunParts
 from pytest_restore.run.settings import RestoreSettings
@@ -45,16 +45,8 @@ class CellRunner:
         """Attach the item's message (its cell's records, the data's description, this process's model calls)
         to the item's report."""
         spec = getattr(getattr(item, "callspec", None), "params", {}).get("restore_cell")
-        memory: SystemCell | None = None
-        if run.memory is not None and spec is not None:  # read back by run/checks.MemorySystems
-            memory = SystemCell(
-                cell=spec.id, policy=run.policy, budget=run.budget, reader=spec.reader,
-                ranker=spec.ranker or "", figures=run.memory.to_json(),
-            )
-        message = ItemMessage(
-            self.process, tuple(run.records), self.parts.meta(), self.parts.usage(), self.parts.call_details(),
-            memory=memory,
-        )
+        assert isinstance(spec, CellSpec), f"{item.nodeid} is not parametrized with a grid cell"
+        message = cell_message(self.parts, self.process, spec, run)
         item.user_properties.append((MESSAGE_PROPERTY, self.send(message, audit, run)))
 
     def stopped(self, item: pytest.Item, code: int) -> None:

@@ -125,6 +125,8 @@ class ReportFiles:
     #: what the table's rows do not say themselves, for the terminal and report.html: a memory system's
     #: budgets that never bound its stores (their rows repeat its loosest budget's; :func:`unbound_notes`)
     notes: tuple[str, ...] = ()
+    #: the typed run log ``summary.json`` holds (``None``: a caller that made the files otherwise)
+    log: RunLog | None = None
 
 
 def run_log(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> RunLog:
@@ -176,6 +178,7 @@ def write_report(
         untestable=log.not_testable,
         table=tuple(terminal_lines(analysis)),
         notes=tuple(memory_notes(info)),
+        log=log,
     )
     files.records.write_text(render_records_jsonl(ordered, ordered=True), encoding="utf-8")
     files.cells.write_text(render_cells_csv(analysis), encoding="utf-8")

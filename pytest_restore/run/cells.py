@@ -14,7 +14,9 @@ from pytest_restore.audit.checks import construct_checks
 from pytest_restore.audit.run import Audit, CellRun
 from pytest_restore.record import Record
 from pytest_restore.report.checks import unused_calls
+from pytest_restore.run.checks import SystemCell
 from pytest_restore.run.grid import CellSpec
+from pytest_restore.run.message import ItemMessage
 from pytest_restore.run.parts import RunParts
 from pytest_restore.stats.analysis import Analysis, analyse, cell_verdicts
 from pytest_restore.stats.families import family_of
@@ -26,6 +28,18 @@ RecordsOf = Callable[[Sequence[tuple[str, int]]], list[Record]]
 def run_cell(parts: RunParts, spec: CellSpec, audit: Audit) -> CellRun:
     """Run one grid cell in this process, under its reader's ``audit`` (each cell once per process)."""
     return audit.run_cell(parts.plan.registries.policies[spec.policy], spec.budget, ranker=spec.ranker)
+
+
+def cell_message(parts: RunParts, process: str, spec: CellSpec, run: CellRun) -> ItemMessage:
+    """A cell's message to the session: its records, the data's description, this process's model calls
+    and, for a memory system, what it did building the cell's stores (read back by ``run/checks.MemorySystems``)."""
+    memory: SystemCell | None = None
+    if run.memory is not None:
+        memory = SystemCell(
+            cell=spec.id, policy=run.policy, budget=run.budget, reader=spec.reader,
+            ranker=spec.ranker or "", figures=run.memory.to_json(),
+        )
+    return ItemMessage(process, tuple(run.records), parts.meta(), parts.usage(), parts.call_details(), memory=memory)
 
 
 def cell_failures(parts: RunParts, spec: CellSpec, run: CellRun) -> list[str]:
