@@ -33,7 +33,7 @@ from pathlib import Path
 
 from pytest_restore.bootstrap import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, DEFAULT_SEED
 from pytest_restore.record import Record
-from pytest_restore.report.inputs import read_records, read_run_info
+from pytest_restore.report.inputs import interval, num, read_records, read_run_info
 from pytest_restore.stats.comparison import FIGURES, Comparison, cell_name, compare_records
 
 
@@ -126,22 +126,14 @@ def worse_cells(comparison: Comparison, thresholds: Sequence[tuple[str, float]])
             if f.worse_by is not None and f.worse_by > threshold:
                 lines.append(
                     f"{cell_name(cell.key)}: {name} "
-                    f"{_num(f.old)} -> {_num(f.new)} ({_signed(f.difference)}, 95% CI {_interval(f.lo, f.hi)}), "
+                    f"{num(f.old)} -> {num(f.new)} ({_signed(f.difference)}, 95% CI {interval(f.lo, f.hi, signed=True)}), "
                     f"worse by more than {threshold:g}"
                 )
     return lines
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
 def _signed(value: float | None) -> str:
     return "-" if value is None else f"{value:+.3f}"
-
-
-def _interval(lo: float | None, hi: float | None) -> str:
-    return "-" if lo is None or hi is None else f"[{lo:+.3f}, {hi:+.3f}]"
 
 
 def render_markdown(comparison: Comparison) -> str:
@@ -159,7 +151,7 @@ def render_markdown(comparison: Comparison) -> str:
     ]
     for cell in comparison.cells:
         parts = [
-            f"{_num(f.old)} -> {_num(f.new)} ({_signed(f.difference)}, {_interval(f.lo, f.hi)})" for f in cell.figures
+            f"{num(f.old)} -> {num(f.new)} ({_signed(f.difference)}, {interval(f.lo, f.hi, signed=True)})" for f in cell.figures
         ]
         name = cell_name(cell.key)
         out.append(f"| {name} | {cell.shared_questions} | " + " | ".join(parts) + " |")

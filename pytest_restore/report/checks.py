@@ -14,11 +14,11 @@ from typing import Any
 from pytest_restore.audit.calibration import GATE_REGIME, PROBE_KINDS, CalibrationResult
 from pytest_restore.audit.judge_audit import JudgeAuditResult
 from pytest_restore.models.prompts import DONT_KNOW
+from pytest_restore.report.inputs import num
 from pytest_restore.stats.results import budget_label
 
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+#: What the checks' tables show for a rate that could not be measured.
+NA = "n/a"
 
 
 def _at_least(value: float | None, threshold: float) -> bool:
@@ -138,7 +138,7 @@ def _lenient_rows(r: CalibrationResult) -> list[str]:
             continue
         ok = "pass" if rate is not None and rate <= r.max_wrong_acceptance else "**fail**"
         rows.append(
-            f"| judge probes: {said.strip(chr(39) + chr(34))} accepted | {_num(rate)} | "
+            f"| judge probes: {said.strip(chr(39) + chr(34))} accepted | {num(rate, missing=NA)} | "
             f"{r.probe_accepted.get(kind, 0)} of {r.probe_asked[kind]} | <= {r.max_wrong_acceptance:.2f} | {ok} |"
         )
     return rows
@@ -163,31 +163,31 @@ def render_calibration_md(r: CalibrationResult) -> str:
         "| check | value | counts | threshold | result |",
         "|---|---:|---|---:|---|",
         (
-            f"| judge repeat self-consistency | {_num(r.judge_consistency)} | "
+            f"| judge repeat self-consistency | {num(r.judge_consistency, missing=NA)} | "
             f"{r.judge_consistent} of {r.judge_items} items agree over "
             f"1 + {r.repeats} gradings; {r.judge_not_a_verdict} not a verdict, "
             f"{r.judge_failed_calls} failed calls | "
             f">= {r.min_consistency:.2f} | {ok[consistency_ok]} |"
         ),
         (
-            f"| judge probes: references graded CORRECT | {_num(r.probe_reference_rate)} | "
+            f"| judge probes: references graded CORRECT | {num(r.probe_reference_rate, missing=NA)} | "
             f"{r.probe_reference_correct} of {r.probe_reference} | "
             f">= {r.min_probe_rate:.2f} | {ok[_at_least(r.probe_reference_rate, r.min_probe_rate)]} |"
         ),
         (
-            f"| judge probes: wrong answers graded INCORRECT | {_num(r.probe_wrong_rate)} | "
+            f"| judge probes: wrong answers graded INCORRECT | {num(r.probe_wrong_rate, missing=NA)} | "
             f"{r.probe_wrong_incorrect} of {r.probe_wrong} ({r.probe_dont_know_incorrect} of "
             f"{r.probe_dont_know} {DONT_KNOW!r}); {r.probe_unreadable} unreadable | "
             f">= {r.min_probe_rate:.2f} | {ok[_at_least(r.probe_wrong_rate, r.min_probe_rate)]} |"
         ),
         *_lenient_rows(r),
         (
-            f"| oracle-answerable rate | {_num(r.oracle_answerable_rate)} | "
+            f"| oracle-answerable rate | {num(r.oracle_answerable_rate, missing=NA)} | "
             f"{r.oracle_correct} of {r.oracle_graded}; {r.oracle_failed} failed calls | "
             f"reported | {'n/a' if r.oracle_answerable_rate is None else 'ok'} |"
         ),
         (
-            f"| negative-restore-gain rate | {_num(r.negative_gain_rate)} | "
+            f"| negative-restore-gain rate | {num(r.negative_gain_rate, missing=NA)} | "
             f"{r.negative_restore_gain} of {r.policy_correct} policy-correct records; "
             f"{r.cell_excluded} excluded | <= {r.max_negative_gain:.2f} | "
             f"{ok[negative_ok]} |"
@@ -220,7 +220,7 @@ def render_judge_audit_md(r: JudgeAuditResult) -> str:
     ]
     rows = [("all", r.overall)] + [(s, a) for s, a in sorted(r.by_source.items())]
     for label, a in rows:
-        lines.append(f"| {label} | {a.graded} | {_num(a.agreement)} | {_num(a.kappa)} |")
+        lines.append(f"| {label} | {a.graded} | {num(a.agreement, missing=NA)} | {num(a.kappa, missing=NA)} |")
     lines += [
         "",
         "| first \\ second | CORRECT | INCORRECT |",

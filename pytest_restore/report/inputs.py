@@ -465,6 +465,20 @@ def fmt(value: float | None, digits: int = 4) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
+def num(value: float | None, digits: int = 3, missing: str = "-") -> str:
+    """A figure of a table to ``digits`` decimals; ``missing`` when undefined (report.md, compare.md)."""
+    return missing if value is None else f"{value:.{digits}f}"
+
+
+def interval(lo: float | None, hi: float | None, digits: int = 3, *, signed: bool = False) -> str:
+    """An interval as ``[lo, hi]`` to ``digits`` decimals, each bound with its sign when ``signed`` (a
+    difference's); ``-`` when undefined."""
+    if lo is None or hi is None:
+        return "-"
+    sign = "+" if signed else ""
+    return f"[{lo:{sign}.{digits}f}, {hi:{sign}.{digits}f}]"
+
+
 def short(value: float) -> str:
     """``0.61 -> ".61"`` (the paper's interval style); 1.00 stays ``1.00``."""
     text = f"{value:.2f}"

@@ -17,6 +17,8 @@ from pytest_restore.report.inputs import (
     RunLog,
     dataset_label,
     fmt,
+    interval,
+    num,
     rankers_of,
     short,
 )
@@ -78,14 +80,6 @@ def render_cell_table(analysis: Analysis, regime: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _num(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _interval(lo: float | None, hi: float | None, digits: int = 3) -> str:
-    return "-" if lo is None or hi is None else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
 def _expectation(test: HypothesisTest) -> str:
     if not test.testable:
         return f"not testable at this N ({test.power_note})"
@@ -101,8 +95,8 @@ def render_family_table(tests: Sequence[HypothesisTest]) -> str:
     ]
     for t in tests:
         lines.append(
-            f"| {t.name} | {t.reader} | {t.n_questions} | {_num(t.statistic)} | {_interval(t.ci_lo, t.ci_hi)} | "
-            f"{_num(t.p_raw, 4)} | {_num(t.p_holm, 4)} | {t.decision} | {_expectation(t)} |"
+            f"| {t.name} | {t.reader} | {t.n_questions} | {num(t.statistic)} | {interval(t.ci_lo, t.ci_hi)} | "
+            f"{num(t.p_raw, 4)} | {num(t.p_holm, 4)} | {t.decision} | {_expectation(t)} |"
         )
     if not tests:
         lines.append("| (no test: the grid holds none of this family's cells) | | | | | | | | |")
@@ -176,9 +170,9 @@ def render_pairs_md(analysis: Analysis) -> str:
     for m in analysis.matching:
         half = resolution.get((m.reader, m.budget, m.policy, m.other))
         out.append(
-            f"| {m.reader} | {budget_label(m.budget)} | {m.policy} vs {m.other} | {_num(m.accuracy)} | "
-            f"{_num(m.other_accuracy)} | {_num(m.gap)} | {'yes' if m.matched else 'no'} | {m.reason} | "
-            f"{_num(m.irr_rate_difference)} | {'±' + _num(half) if half is not None else '-'} |"
+            f"| {m.reader} | {budget_label(m.budget)} | {m.policy} vs {m.other} | {num(m.accuracy)} | "
+            f"{num(m.other_accuracy)} | {num(m.gap)} | {'yes' if m.matched else 'no'} | {m.reason} | "
+            f"{num(m.irr_rate_difference)} | {'±' + num(half) if half is not None else '-'} |"
         )
     if not analysis.matching:
         out.append("| (no candidate pair) | | | | | | | | | |")
@@ -204,9 +198,9 @@ def render_bins_by_type_md(analysis: Analysis) -> str:
     for row in analysis.by_type:
         out.append(
             f"| {row.reader} | {row.regime} | {row.question_type} | {row.N} | {row.err} | "
-            f"{row.irr} | {row.rec} | {row.dis} | {row.res} | {_num(row.irr_share, 2)} | "
-            f"{_num(row.rec_share, 2)} | {_num(row.dis_share, 2)} | {_num(row.res_share, 2)} | "
-            f"{_num(row.two_bin_share, 2)} |"
+            f"{row.irr} | {row.rec} | {row.dis} | {row.res} | {num(row.irr_share, 2)} | "
+            f"{num(row.rec_share, 2)} | {num(row.dis_share, 2)} | {num(row.res_share, 2)} | "
+            f"{num(row.two_bin_share, 2)} |"
         )
     return "\n".join(out) + "\n"
 
@@ -567,8 +561,8 @@ def render_model_calls_md(calls: Mapping[str, ReaderCalls]) -> str:
     ]
     for reader, c in calls.items():
         out.append(
-            f"| {reader} | {c.reader_naive} | {c.reader_unique} | {_num(c.reader_ratio, 2)} "
-            f"| {c.judge_naive} | {c.judge_unique} | {_num(c.judge_ratio, 2)} |"
+            f"| {reader} | {c.reader_naive} | {c.reader_unique} | {num(c.reader_ratio, 2)} "
+            f"| {c.judge_naive} | {c.judge_unique} | {num(c.judge_ratio, 2)} |"
         )
     return "\n".join(out) + "\n"
 

@@ -64,7 +64,7 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(float(value), 6) + 0.0
 
 
-def _interval(
+def _resampled_interval(
     resampler: Resampler, num: np.ndarray[Any, Any], den: np.ndarray[Any, Any], confidence: float
 ) -> tuple[float | None, float | None]:
     if not den.sum():
@@ -108,7 +108,7 @@ def summarise(
         den = np.zeros(len(universe))
         for r, _a in mine:
             den[column[r.question_id]] += 1
-        lo, hi = _interval(resampler, den, den, confidence)
+        lo, hi = _resampled_interval(resampler, den, den, confidence)
         rows.append(
             AblationRow(
                 reader,
@@ -140,7 +140,7 @@ def summarise(
                 den[column[r.question_id]] += 1
                 num[column[r.question_id]] += bool(verdict)
             scored, flipped = int(den.sum()), int(num.sum())
-            lo, hi = _interval(resampler, num, den, confidence)
+            lo, hi = _resampled_interval(resampler, num, den, confidence)
             note = ""
             if key == "surviving":
                 none_left = [a for r, a in mine if r.gold_evicted == r.gold_units]
