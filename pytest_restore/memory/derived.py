@@ -53,7 +53,7 @@ from pytest_restore.memory.eviction import (
     fact_density,
 )
 from pytest_restore.memory.memories import Memory
-from pytest_restore.memory.systems import MemorySystem
+from pytest_restore.memory.systems import MemorySystem, ReplyHooks
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
 _EMPHASIS = re.compile(r"[*_`]+")
@@ -78,7 +78,7 @@ def key_sentence(text: str) -> str:
 # -- session-summary ---------------------------------------------------------------------
 
 
-class Summarizer(ABC):
+class Summarizer(ReplyHooks, ABC):
     """What a closed session becomes: the memories that replace its turns (each citing the turns it came from)."""
 
     @abstractmethod
@@ -87,13 +87,6 @@ class Summarizer(ABC):
 
     def request(self, turns: Sequence[Unit]) -> Hashable | None:
         """The model request that writes this session's summary (``None``: written without a model)."""
-        return None
-
-    def supply(self, replies: Mapping[Hashable, str]) -> None:
-        """The replies to :meth:`request` (a model writer keeps them; default: nothing to keep)."""
-
-    def unusable(self, request: Hashable, reply: str) -> str | None:
-        """Why a reply to :meth:`request` writes no summary (``None``: it does)."""
         return None
 
 
@@ -168,7 +161,7 @@ class SessionSummary(MemorySystem):
 # -- fact-extract ------------------------------------------------------------------------
 
 
-class Extractor(ABC):
+class Extractor(ReplyHooks, ABC):
     """What one turn becomes: the texts of zero or more short facts."""
 
     @abstractmethod
@@ -177,13 +170,6 @@ class Extractor(ABC):
 
     def request(self, unit: Unit) -> Hashable | None:
         """The model request that writes this turn's facts (``None``: written without a model)."""
-        return None
-
-    def supply(self, replies: Mapping[Hashable, str]) -> None:
-        """The replies to :meth:`request` (a model writer keeps them; default: nothing to keep)."""
-
-    def unusable(self, request: Hashable, reply: str) -> str | None:
-        """Why a reply to :meth:`request` is no answer (``None``: it is one, ``NONE`` included)."""
         return None
 
 

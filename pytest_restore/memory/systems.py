@@ -139,7 +139,29 @@ class SystemFigures:
         )
 
 
-class MemorySystem(Policy):
+class ReplyHooks:
+    """How a writer of memories takes the model's replies to its requests, declared once.
+
+    A memory system (:meth:`MemorySystem.requests`) and the writers it may
+    hand its writing to (``memory.derived``'s ``Summarizer`` and
+    ``Extractor``, each with its own ``request``) list model requests; the
+    audit sends them through the run's model layer and gives the replies to
+    :meth:`supply` before the system is fed, counting those :meth:`unusable`
+    calls useless as the writer's rejected answers.
+    """
+
+    def supply(self, replies: Mapping[Hashable, str]) -> None:
+        """The replies to the requests, by request (default: nothing to keep)."""
+
+    def unusable(self, request: Hashable, reply: str) -> str | None:
+        """Why the reply to one request gives nothing to hold (``None``: it is usable; default: every reply is).
+
+        The system is still given such a reply and does with it what it does.
+        """
+        return None
+
+
+class MemorySystem(ReplyHooks, Policy):
     """A memory system that holds memories with declared provenance (module docstring)."""
 
     derived: ClassVar[bool] = True
@@ -168,17 +190,6 @@ class MemorySystem(Policy):
         replies to :meth:`supply` before it feeds the system.
         """
         return []
-
-    def supply(self, replies: Mapping[Hashable, str]) -> None:
-        """The replies to :meth:`requests` (default: nothing to keep)."""
-
-    def unusable(self, request: Hashable, reply: str) -> str | None:
-        """Why the reply to one of :meth:`requests` gives the system nothing to hold (``None``: it is usable).
-
-        The audit counts such replies as the writer's rejected answers, by this cause; the system is
-        still given them and does with them what it does (default: every reply is usable).
-        """
-        return None
 
     def figures(self) -> SystemFigures | None:
         """The system's own account of the store it last built (after :meth:`finish`): the model calls it made

@@ -25,11 +25,12 @@ from pytest_restore.memory.derived import (
 )
 from pytest_restore.memory.eviction import BUILTIN_POLICIES, Policy, PolicyRegistry
 from pytest_restore.memory.memories import Memory
+from pytest_restore.memory.systems import ReplyHooks
 from pytest_restore.models.base import ChatRequest
 from pytest_restore.models.prompts import facts_request, parse_facts, summary_request
 
 
-class ModelWriter:
+class ModelWriter(ReplyHooks):
     """A writer whose texts come from a model: the replies to its requests, supplied by the audit before use."""
 
     def __init__(self) -> None:
