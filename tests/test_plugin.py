@@ -371,3 +371,47 @@ def test_the_controller_gathers_records_from_its_own_runner_and_from_a_worker() 
     assert gathered.exit_code is None
     gathered.take(_item_report("call", [(MESSAGE_PROPERTY, ItemMessage("gw1", exit_code=74).to_text())], "t.py::x"))
     assert gathered.exit_code == 74 and "t.py::x" not in gathered.ran
+
+
+class _Worker:
+    """A stand-in for xdist's ``WorkerController``: what the scheduler sends it."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = type("Gateway", (), {"id": name})()
+        self.sent: list[int] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent += indices
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def test_the_grid_scheduler_implements_xdist_s_scheduling_protocol(pytester: pytest.Pytester) -> None:
+    from xdist.scheduler.protocol import Scheduling  # type: ignore[import-untyped]
+
+    from pytest_restore.plugin.scheduling import GridScheduling
+
+    members = {name for name in vars(Scheduling) if not name.startswith("_")}
+    assert members and all(hasattr(GridScheduling, name) for name in members), members
+    log = type("Log", (), {"loadsched": staticmethod(lambda *args: None)})()
+    config = pytester.parseconfig("-p", "xdist")
+    config.option.tx = ["2*popen"]  # two workers, as -n 2 sets them up
+    scheduler = GridScheduling(config, log)
+    one, two = _Worker("gw0"), _Worker("gw1")
+    for node in (one, two):
+        scheduler.add_node(node)
+    collection = [f"t.py::test_{i}" for i in range(20)]
+    scheduler.add_node_collection(one, collection)
+    assert not scheduler.collection_is_completed
+    scheduler.add_node_collection(two, collection)
+    scheduler.schedule()  # no audit in this session: xdist's load scheduling, chunks of 20 // 2 // 4
+    assert (one.sent, two.sent) == ([0, 1], [2, 3]) and scheduler.has_pending and not scheduler.tests_finished
+    for index in (0, 1):
+        scheduler.mark_test_complete(one, index)
+    assert one.sent[2:] and set(one.sent).isdisjoint(two.sent)  # refilled from what is left
+    assert scheduler.remove_node(two) == "t.py::test_2"  # the item it crashed in; the rest goes back
+    while scheduler.pending or scheduler.node2pending[one]:
+        scheduler.mark_test_complete(one, scheduler.node2pending[one][0])
+    assert sorted(set(one.sent)) == [i for i in range(20) if i != 2] and one.shutting_down and scheduler.tests_finished
