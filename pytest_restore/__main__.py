@@ -72,14 +72,14 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--workers", default="1", metavar="N",
-        help="processes that run the grid's cells: a number, or 'auto' (one per CPU; default: 1, this process)",
+        help="processes that run the grid's cells: a number, or 'auto' (one per CPU, one for small data as "
+        "pytest -n auto; default: 1, this process)",
     )
     # the --restore-* options follow, as pytest takes them: read by the run core's own parser (main)
     parser.set_defaults(func=_run_run, options=[])
 
 
 def _run_run(args: argparse.Namespace) -> int:
-    import os
 
     from pytest_restore.plugin.finish import terminal_summary
     from pytest_restore.run.local import PlainTerminal, run_audit
@@ -92,7 +92,7 @@ def _run_run(args: argparse.Namespace) -> int:
     if args.workers != "auto" and not (args.workers.isdigit() and int(args.workers) >= 1):
         print(f"ERROR: --workers: {args.workers!r} is neither a number of processes nor 'auto'", file=sys.stderr)
         return usage_error
-    workers = (os.cpu_count() or 1) if args.workers == "auto" else int(args.workers)
+    workers = None if args.workers == "auto" else int(args.workers)
     try:
         raw, ignored = parse_args(given)
     except OptionsError as err:

@@ -29,8 +29,9 @@ CASES = {
     "embedded": ["--restore-questions=12", "--restore-budgets=30k,8k", "--restore-bootstrap=300"],
     "locomo": [f"--restore-data={LOCOMO_TINY}", "--restore-bootstrap=300"],
 }
-#: ``run``'s processes per case: the embedded audit in the command's own process, LoCoMo's over a pool.
-WORKERS = {"embedded": "1", "locomo": "2"}
+#: ``run``'s processes per case: the embedded audit as ``-n auto`` (small data: the command's own process),
+#: LoCoMo's over a pool of two.
+WORKERS = {"embedded": "auto", "locomo": "2"}
 
 
 def run_command(args: list[str], cwd: Path, report: Path) -> ChildRun:
@@ -79,6 +80,7 @@ def test_run_writes_pytest_s_report_byte_for_byte(project: Path, case: str) -> N
     table = [line for line in pytest_output.splitlines() if line.startswith(("policy ", "fifo ", "control "))]
     assert table and all(line in output.splitlines() for line in table)
     assert f"report: {by_run}" in output and "Traceback" not in output
+    assert ("--workers auto: this small audit runs in one process" in output) == (WORKERS[case] == "auto")
 
 
 def test_a_wrong_option_is_pytest_s_usage_error(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
@@ -29,7 +30,7 @@ from pytest_restore.exits import FAILED, IO_ERROR
 from pytest_restore.run.cells import cell_failures, cell_message, run_cell
 from pytest_restore.run.grid import CellSpec
 from pytest_restore.run.message import ItemMessage
-from pytest_restore.run.options import RawOptions
+from pytest_restore.run.options import RawOptions, small_data
 from pytest_restore.run.parts import RunParts
 from pytest_restore.run.phases import prepare_data
 from pytest_restore.run.plan import build_plan, check_before_work, default_registries
@@ -176,8 +177,13 @@ def say(line: str) -> None:
     print(f"restore: {line}", flush=True)
 
 
-def run_audit(raw: RawOptions, workers: int, terminal: PlainTerminal, cache_root: Path) -> tuple[RunSession, int]:
+def run_audit(
+    raw: RawOptions, workers: int | None, terminal: PlainTerminal, cache_root: Path
+) -> tuple[RunSession, int]:
     """The audit ``raw`` asks for, with no pytest session: its session (its outcome) and its exit status.
+
+    ``workers`` processes run the grid (``None``: one per CPU, or this process alone for small data, as
+    ``pytest -n auto`` does).
 
     A bad option value is a :class:`~pytest_restore.run.settings.SettingsError` (the caller's usage error,
     as pytest's); the run stopped before its grid says its line and ends with its status.
@@ -185,6 +191,11 @@ def run_audit(raw: RawOptions, workers: int, terminal: PlainTerminal, cache_root
     plan = build_plan(raw, default_registries(), uuid.uuid4().hex, cache_root, say)
     check_before_work(plan)
     session = RunSession(plan, say, lambda: terminal)
+    if workers is None:
+        workers = os.cpu_count() or 1
+        if small_data(plan.settings.data, plan.settings.embedded_questions):
+            say("--workers auto: this small audit runs in one process (a pool's processes would take longer to start)")
+            workers = 1
     status = 0
     try:
         session.before_grid()
