@@ -15,6 +15,7 @@ import importlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         _warm_kernels(config)
         return
+    # A suite started as a background job (``cmd &`` in a script) inherits Ctrl-C ignored, and Python
+    # leaves it so: the tests that send their own process a Ctrl-C (test_batch) need Python's handler,
+    # and the child runs the tests start inherit it (a handler set here is the default in a child).
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # The plugin imports its session (and numpy) only once a run is an audit. pytester's in-process
     # runs drop the modules first imported inside them, and numpy cannot be imported twice in one
     # process: load it here, in the outer session, as the plugin did at load time before. Likewise the
