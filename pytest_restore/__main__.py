@@ -62,6 +62,7 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "run",
         help="run the audit without pytest: the same grid, checks and report as 'pytest --restore'",
+        usage="%(prog)s [--workers N] [--restore-* options]",
         description=(
             "Run the audit the --restore-* options ask for, with no pytest session: the checks before the "
             "grid (calibration gate, batch rounds), the grid's cells (in this process, or in --workers "
