@@ -268,3 +268,26 @@ def test_graphiti_on_the_embedded_defaults_data(tmp_path: Path) -> None:
         said = view.history.units[max(sources)]
         assert speaker == said.role in ("user", "assistant") and sentence in said.content
     assert set(view.history.gold) <= {s for _, sources, _ in facts for s in sources}  # the gold turn is cited
+
+
+def test_a_process_opens_more_kuzu_databases_than_kuzus_defaults_allow() -> None:
+    """graphiti makes Kuzu's database with Kuzu's defaults, which reserve 8 TB of address space each: the 16th
+    store of a process failed ("Mmap for size 8796093022208 failed"). The adapter's stores are sized."""
+    kuzu = pytest.importorskip("kuzu")
+    with adapter._sized_kuzu(kuzu):
+        databases = [kuzu.Database(":memory:") for _ in range(20)]
+    assert kuzu.Database is not None and len(databases) == 20
+    for database in databases:
+        database.close()
+
+
+def test_only_the_newest_stores_stay_open(monkeypatch: pytest.MonkeyPatch, server: OpenAIServer) -> None:
+    monkeypatch.setattr(adapter, "LIVE_STORES", 1)
+    system = GraphitiSystem(endpoints(server))
+    units = turns("I keep a red bicycle in the garage.")
+    system.hold(units, np.full(1, 10), 1000, EvictionContext(question_id="first"))
+    first = system.store
+    system.hold(units, np.full(1, 10), 1000, EvictionContext(question_id="second"))
+    assert first.loop.loop.is_closed() and first.graphiti is None  # its loop stopped, its database released
+    assert [key[0] for key in GraphitiSystem.live] == ["second"]
+    assert "first" in {key[0] for key in GraphitiSystem.closed}  # the ranker says so, rather than "another's store"

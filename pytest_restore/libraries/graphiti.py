@@ -10,10 +10,14 @@ graphiti keeps it, with ``invalid_at``/``expired_at`` set).
 :class:`GraphitiSystem` is a :class:`~pytest_restore.memory.systems.MemorySystem`
 (the policy ``graphiti``):
 
-- **One store per history**: a Kuzu database in memory and an event loop
-  of its own (:class:`~pytest_restore.libraries.guest.StoreLoop`; graphiti is
-  async only), made at :meth:`~GraphitiSystem.reset`. Nothing is written to
-  disk.
+- **One store per history**: a Kuzu database in memory (256 MB of buffer
+  pool, not Kuzu's default 80% of the machine; 4 GB of address space, not
+  8 TB, which allowed 15 per process) with the full-text indexes graphiti's
+  searches here read, and an event loop of its own
+  (:class:`~pytest_restore.libraries.guest.StoreLoop`; graphiti is async
+  only), made at :meth:`~GraphitiSystem.reset`. Nothing is written to disk.
+  The newest :data:`LIVE_STORES` finished stores stay open for the ranker;
+  older ones are closed and their memory given back.
 - **Ingestion.** Each unit is one ``add_episode``, in order: the body
   ``"Speaker: text"`` (a ``user``/``assistant`` turn names its role), the
   reference time the unit's date plus its position in microseconds (turns of
@@ -60,12 +64,17 @@ asking for what is true now filters them out.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import datetime as dt
 import functools
+import gc
 import json
 import logging
+import threading
 import warnings
-from collections.abc import Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -109,6 +118,16 @@ CALL_KINDS: dict[str, str] = {
     "extract_edges.extract_attributes": "attributes",
 }
 EMBEDDINGS = "embeddings"
+#: Finished stores kept open for the ranker ``graphiti`` (the newest; each Kuzu database in memory holds
+#: ~90 MB and a thread or two): older ones are closed.
+LIVE_STORES = 4
+#: Each store's Kuzu database: its buffer pool and the address space it reserves. Kuzu's defaults (80% of the
+#: machine's memory, 8 TB) let a process open only 15 databases: the 16th store failed with "Mmap ... failed".
+KUZU_BUFFER_POOL = 256 * 2**20
+KUZU_MAX_DB_SIZE = 2**32
+#: The full-text indexes graphiti's searches here read: facts' and entities' (episodes' and communities'
+#: are searched by no path the adapter takes; each costs ~40 MB and ~0.3 s a store).
+FULLTEXT_INDEXES = ("'RelatesToNode_'", "'Entity'")
 #: What the figures' events count: facts graphiti made, facts a later turn repeated, facts it invalidated.
 ADDED, REPEATED, INVALIDATED = "fact added", "fact repeated", "fact invalidated"
 
@@ -156,6 +175,15 @@ class _Store:
     #: the history has ended: later calls (the ranker's) are not the store's
     finished: bool = False
 
+    def close(self) -> None:
+        """Stop the store's loop and release its Kuzu database."""
+        self.loop.close()
+        driver = getattr(self.graphiti, "driver", None)
+        for part in (getattr(driver, "client", None), getattr(driver, "db", None)):
+            with contextlib.suppress(Exception):  # a database already gone is released all the same
+                part.close()  # type: ignore[union-attr]
+        self.graphiti = None  # its clients and driver go with it, not at the next full collection
+
     def run(self, what: str, make: Callable[[], Awaitable[Any]]) -> Any:
         """``make()`` awaited on the store's loop; any failure is one line naming graphiti, the question and ``what``."""
 
@@ -165,7 +193,7 @@ class _Store:
         try:
             return self.loop.run(call(), self.deadline)
         except Exception as err:
-            self.loop.close()  # the audit stops here for this history: nothing will run on the store again
+            self.close()  # the audit stops here for this history: nothing will run on the store again
             raise guest_failure(LIBRARY, self.tally.question, what, err) from err
 
 
@@ -174,12 +202,15 @@ def _graphiti() -> Any:
     """graphiti's module namespace, imported with its telemetry off (once per process)."""
     quiet_environment()
     try:
+        import kuzu
         from graphiti_core import Graphiti
         from graphiti_core.cross_encoder.client import CrossEncoderClient
+        from graphiti_core.driver.driver import GraphProvider
         from graphiti_core.driver.kuzu_driver import KuzuDriver
         from graphiti_core.edges import EntityEdge
         from graphiti_core.embedder.openai import OpenAIEmbedder, OpenAIEmbedderConfig
         from graphiti_core.errors import GroupsEdgesNotFoundError
+        from graphiti_core.graph_queries import get_fulltext_indices
         from graphiti_core.llm_client.config import LLMConfig
         from graphiti_core.llm_client.openai_generic_client import OpenAIGenericClient
         from graphiti_core.nodes import EpisodeType
@@ -208,8 +239,40 @@ def _graphiti() -> Any:
         OpenAIEmbedderConfig=OpenAIEmbedderConfig, LLMConfig=LLMConfig, OpenAIGenericClient=OpenAIGenericClient,
         EpisodeType=EpisodeType, GroupsEdgesNotFoundError=GroupsEdgesNotFoundError,
         EDGE_HYBRID_SEARCH_RRF=EDGE_HYBRID_SEARCH_RRF, ComparisonOperator=ComparisonOperator, DateFilter=DateFilter,
-        SearchFilters=SearchFilters, NoCrossEncoder=NoCrossEncoder,
+        SearchFilters=SearchFilters, NoCrossEncoder=NoCrossEncoder, kuzu=kuzu,
+        fulltext=[q for q in get_fulltext_indices(GraphProvider.KUZU) if any(t in q for t in FULLTEXT_INDEXES)],
     )
+
+
+def _release_memory() -> None:
+    """Give back what closed stores held: graphiti's objects hold each other in cycles (a collection frees
+    them now, not at the next full one), and glibc keeps the pages Kuzu's threads freed unless trimmed.
+    Measured over 30 stores of 3 turns with 4 open: resident memory +14 MB a store without, flat with."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+_KUZU_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _sized_kuzu(kuzu: Any) -> Iterator[None]:
+    """While the block runs, a Kuzu database is made with the adapter's sizes (graphiti's driver makes its
+    own with Kuzu's defaults and takes no size)."""
+    with _KUZU_LOCK:
+        made = kuzu.Database
+
+        def sized(path: str, **options: Any) -> Any:
+            options.setdefault("buffer_pool_size", KUZU_BUFFER_POOL)
+            options.setdefault("max_db_size", KUZU_MAX_DB_SIZE)
+            return made(path, **options)
+
+        kuzu.Database = sized
+        try:
+            yield
+        finally:
+            kuzu.Database = made
 
 
 def episode_body(unit: Unit) -> str:
@@ -250,8 +313,11 @@ class GraphitiSystem(MemorySystem):
 
     name = "graphiti"
 
-    #: every finished store of the process, by (history key, held texts): what :class:`GraphitiRanker` searches
-    live: ClassVar[dict[tuple[str, tuple[str, ...]], _Store]] = {}
+    #: the newest finished stores of the process (:data:`LIVE_STORES`), by (history key, held texts): what
+    #: :class:`GraphitiRanker` searches; an older one is closed
+    live: ClassVar[OrderedDict[tuple[str, tuple[str, ...]], _Store]] = OrderedDict()
+    #: the keys of the stores closed so (the ranker says so rather than mistake them for another system's)
+    closed: ClassVar[set[tuple[str, tuple[str, ...]]]] = set()
 
     def __init__(
         self, endpoints: EndpointsSource, *, budgeted: bool = True, deadline: float = DEFAULT_GUEST_DEADLINE,
@@ -287,15 +353,20 @@ class GraphitiSystem(MemorySystem):
                 api_key=e.api_key, base_url=e.base_url, embedding_model=e.embedding_model, embedding_dim=e.embedding_dims,
             ))
             _count_calls(llm, embedder, store)
-            with warnings.catch_warnings():  # graphiti warns that its Kuzu backend is deprecated: known, and the one in memory
-                warnings.simplefilter("ignore", DeprecationWarning)
+            with warnings.catch_warnings(), _sized_kuzu(g.kuzu):
+                warnings.simplefilter("ignore", DeprecationWarning)  # graphiti's Kuzu backend is deprecated: known
                 driver = g.KuzuDriver(db=":memory:")
             store.graphiti = g.Graphiti(graph_driver=driver, llm_client=llm, embedder=embedder, cross_encoder=g.NoCrossEncoder())
         except Exception as err:
             loop.close()
             raise guest_failure(LIBRARY, ctx.question_id, "making a store", err) from err
-        # Kuzu's full-text indexes: Graphiti.build_indices_and_constraints does nothing on Kuzu, its graph_ops do
-        store.run("building its indexes", lambda: driver.graph_ops.build_indices_and_constraints(driver))
+        # Kuzu's full-text indexes: Graphiti.build_indices_and_constraints does nothing on Kuzu
+
+        async def indexes() -> None:
+            for statement in g.fulltext:
+                await driver.execute_query(statement)
+
+        store.run("building its indexes", indexes)
 
     def add(self, unit: Unit) -> None:
         g = _graphiti()
@@ -393,7 +464,17 @@ class GraphitiSystem(MemorySystem):
         held = self.memories()
         store.tally.held, store.tally.held_tokens = len(held), sum(memory_tokens(held))
         store.tally.figures.held, store.tally.figures.held_tokens = store.tally.held, store.tally.held_tokens
-        GraphitiSystem.live[(store.tally.question, tuple(sorted(m.text for m in held)))] = store
+        key = (store.tally.question, tuple(sorted(m.text for m in held)))
+        live = GraphitiSystem.live
+        live[key] = store
+        live.move_to_end(key)
+        GraphitiSystem.closed.discard(key)
+        if len(live) > LIVE_STORES:
+            while len(live) > LIVE_STORES:
+                old, gone = live.popitem(last=False)
+                gone.close()
+                GraphitiSystem.closed.add(old)
+            _release_memory()
 
     def figures(self) -> SystemFigures:
         """What graphiti did building the store it last built: its calls by kind, the answers it could not use, its facts."""
@@ -451,13 +532,13 @@ def _count_calls(llm: Any, embedder: Any, store: _Store) -> None:
 # -- graphiti's own search, as a ranker ----------------------------------------------------------------
 
 
-@dataclass
-class _Search:
-    """A question's graphiti store, the positions of its view's memories by text, and each fact's text by uuid."""
+@dataclass(frozen=True)
+class _Ranking:
+    """A question's view of a ``graphiti`` store, ranked whole by graphiti's search (``None``: the store was
+    closed before this question asked; ``closed`` says so)."""
 
-    store: _Store
-    positions: dict[str, list[int]]
-    results: dict[int, list[int]] = field(default_factory=dict)
+    order: tuple[int, ...] | None
+    closed: bool = False
 
 
 class GraphitiRanker(Ranker):
@@ -465,23 +546,37 @@ class GraphitiRanker(Ranker):
 
     graphiti's hybrid search (BM25 over the facts, cosine over their
     embeddings, fused by reciprocal rank), restricted to facts not
-    invalidated. A result is placed at the view's unit holding its text;
-    units graphiti does not hold (the raw gold turns the restore adds) are
-    not ranked: the restore forces them anyway.
+    invalidated, asked once per question for every fact held: regime (b)
+    reads its top k. A result is placed at the view's unit holding its
+    text; facts graphiti's search does not return (no word in common with
+    the question and a cosine under its threshold) and units graphiti does
+    not hold (the raw gold turns the restore adds) are not ranked.
+
+    The question is searched when the audit prepares it, right after its
+    store is built (:data:`LIVE_STORES` stay open for that), and the order is
+    kept, so the ranker can read a cell long after its stores were closed.
     """
 
     name = "graphiti"
 
-    def prepare(self, history: History) -> _Search | None:
+    def __init__(self) -> None:
+        self._orders: dict[tuple[str, str, tuple[str, ...]], tuple[int, ...]] = {}
+
+    def prepare(self, history: History) -> _Ranking | None:
         derived = [u for u in history.units if u.role == MEMORY_ROLE]
         key = (history.question.history_key, tuple(sorted(u.content for u in derived)))
+        mine = (history.question.question_id, *key)
+        if mine in self._orders:
+            return _Ranking(self._orders[mine])
         store = GraphitiSystem.live.get(key)
-        if store is None:
-            return None  # a raw history, or another system's memories: ranking it is the error
+        if store is None:  # a raw history, or another system's memories: ranking it is the error
+            return _Ranking(None, closed=True) if key in GraphitiSystem.closed else None
+        GraphitiSystem.live.move_to_end(key)
         positions: dict[str, list[int]] = {}
         for unit in derived:
             positions.setdefault(unit.content, []).append(unit.position)
-        return _Search(store, positions)
+        order = self._orders[mine] = self._search(store, positions, history.question.question, max(len(derived), 1))
+        return _Ranking(order)
 
     def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
         if state is None:
@@ -489,15 +584,17 @@ class GraphitiRanker(Ranker):
                 f"ranker {self.name!r} reads only the stores of the memory system 'graphiti'; "
                 f"{history.question.question_id} was given another's"
             )
-        if k not in state.results:
-            state.results[k] = self._search(state, history.question.question, max(k, 1))
+        if state.order is None:
+            raise ValueError(
+                f"ranker {self.name!r}: the graphiti store of {history.question.question_id} was closed before the "
+                f"question was searched (the newest {LIVE_STORES} stay open)"
+            )
         members = np.asarray(store, dtype=bool)
-        return [p for p in state.results[k] if members[p]][:k]
+        return [p for p in state.order if members[p]][:k]
 
     @staticmethod
-    def _search(state: _Search, question: str, limit: int) -> list[int]:
+    def _search(store: _Store, positions: dict[str, list[int]], question: str, limit: int) -> tuple[int, ...]:
         g = _graphiti()
-        store = state.store
         # a copy of graphiti's recipe: Graphiti.search sets the shared recipe's limit, which its own
         # ingestion searches then use (a rank of 50 here would change the candidates every later store sees)
         config = g.EDGE_HYBRID_SEARCH_RRF.model_copy(deep=True)
@@ -510,5 +607,5 @@ class GraphitiRanker(Ranker):
         for edge in found.edges:
             fact = store.facts.get(str(edge.uuid))
             if fact is not None:
-                ranked.extend(state.positions.get(fact.text, []))
-        return list(dict.fromkeys(ranked))
+                ranked.extend(positions.get(fact.text, []))
+        return tuple(dict.fromkeys(ranked))
