@@ -507,3 +507,44 @@ def test_report_refuses_another_record_schema_and_reads_an_unversioned_one(
     summary.write_text(json.dumps({"run": {}}))  # written before versions: each record's shape says its version
     assert main(["report", str(path), "--out", str(out)]) == 0
     assert json.loads((out / "summary.json").read_text())["record_schema"] == SCHEMA_VERSION
+
+
+# -- hostile names (issue 44): a name a user chose is text wherever it is drawn or written ----------
+
+#: A policy name holding what matplotlib reads as mathtext (not valid TeX, so a parsed one fails the
+#: draw), a markdown table's bar, emphasis, HTML and code.
+HOSTILE_NAME = r"$\x^$ a|b *c* <i>d</i> `e`"
+
+
+def test_a_policy_name_is_text_in_the_figure_markdown_html_and_csv(tmp_path: Path) -> None:
+    """The report of a run whose policy is named as above is written whole (the figure once failed
+    on the "$", and no report was left); the name is drawn as written, stays one cell of every
+    markdown table, shows as written in report.html and is the CSV's field."""
+    source = tmp_path / "run"
+    source.mkdir()
+    for name in ("records.jsonl", "summary.json"):
+        text = (RECORDS_V2 / name).read_text(encoding="utf-8")
+        (source / name).write_text(text.replace('"fifo"', json.dumps(HOSTILE_NAME)), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["report", str(source / "records.jsonl"), "--out", str(out)]) == 0
+    assert (out / "figure.svg").stat().st_size and (out / "figure.png").stat().st_size
+
+    from pytest_restore.report.figure import draw_figure
+    from pytest_restore.report.inputs import read_run_info
+
+    analysis = analyse_records(read_records(out / "records.jsonl"), read_run_info(out / "records.jsonl"))
+    texts = {t.get_text() for ax in draw_figure(analysis).axes for t in ax.texts + ax.get_xticklabels()}
+    assert any(HOSTILE_NAME in t for t in texts), texts
+
+    report = (out / "report.md").read_text(encoding="utf-8")
+    header = next(line for line in report.splitlines() if line.startswith("| policy | budget | reader | N |"))
+    rows = [line for line in report.splitlines() if line.startswith(r"| $\\x^$ a\|b")]
+    assert rows
+    assert rows[0].replace("\\|", "").count("|") == header.count("|")  # one cell, its bar escaped
+    assert "<i>" not in report
+
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "<td>$\\x^$ a|b *c* &lt;i&gt;d&lt;/i&gt; `e`</td>" in page
+
+    with (out / "cells.csv").open(encoding="utf-8", newline="") as f:
+        assert HOSTILE_NAME in {row["policy"] for row in csv.DictReader(f)}

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from pytest_restore.audit.ablations import PLACEBO_MAX_RATIO
 from pytest_restore.record import ABLATIONS, BINS, Record
-from pytest_restore.report.inputs import short
+from pytest_restore.report.inputs import md_text, short
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.results import budget_label, policy_order
 
@@ -39,7 +39,7 @@ def render_ablations_md(analysis: Analysis) -> str:
         if r.share is not None and r.ci_lo is not None and r.ci_hi is not None:
             share += f" ({short(r.ci_lo)}-{short(r.ci_hi)})"
         out.append(
-            f"| {r.title} | {r.reader} | {r.cases} | {r.scored} | {r.flipped} | {share} | "
+            f"| {r.title} | {md_text(r.reader)} | {r.cases} | {r.scored} | {r.flipped} | {share} | "
             f"{r.not_constructible} | {r.failed} | {r.note} |"
         )
     out += [
@@ -51,7 +51,7 @@ def render_ablations_md(analysis: Analysis) -> str:
     ]
     for c in cells:
         out.append(
-            f"| {c['reader']} | {c['policy']} | {budget_label(c['budget'])} | {c['cases']} | "
+            f"| {md_text(c['reader'])} | {md_text(c['policy'])} | {budget_label(c['budget'])} | {c['cases']} | "
             + " | ".join(f"{c[k]}/{c[f'{k}_scored']}" for k, _t in ABLATIONS)
             + " |"
         )
@@ -119,7 +119,7 @@ def render_cases_md(records: Sequence[Record]) -> str:
     readers = {r.reader for r in cases}
     heading = None
     for r in cases:
-        title = f"### {r.policy}" + (f" (reader {r.reader})" if len(readers) > 1 else "")
+        title = f"### {md_text(r.policy)}" + (f" (reader {md_text(r.reader)})" if len(readers) > 1 else "")
         if title != heading:
             out += [title, ""] if heading is None else ["", title, ""]
             heading = title

@@ -14,7 +14,7 @@ from typing import Any
 from pytest_restore.audit.calibration import GATE_REGIME, PROBE_KINDS, CalibrationResult
 from pytest_restore.audit.judge_audit import JudgeAuditResult
 from pytest_restore.models.prompts import DONT_KNOW
-from pytest_restore.report.inputs import num
+from pytest_restore.report.inputs import md_text, num
 from pytest_restore.stats.results import budget_label
 
 #: What the checks' tables show for a rate that could not be measured.
@@ -43,7 +43,7 @@ def render_real_calls_md(details: Mapping[str, Mapping[str, Any]]) -> str:
     for name, d in sorted(details.items()):
         decoding = ", ".join(f"{k}: {v}" for k, v in d.get("decoding", {}).items())
         failures = "; ".join(f"{n} x {cause}" for cause, n in sorted(d.get("failures", {}).items())) or "none"
-        out.append(f"| {name} | {decoding} | {d.get('concurrency', 0)} | {failures.replace('|', '/')} |")
+        out.append(f"| {md_text(name)} | {decoding} | {d.get('concurrency', 0)} | {failures.replace('|', '/')} |")
     return "\n".join(out)
 
 
@@ -78,10 +78,10 @@ def render_memory_systems_md(cells: Sequence[Mapping[str, Any]]) -> str:
             f"{kind}: " + ", ".join(f"{n} {cause}" for cause, n in causes.items()) for kind, causes in f["rejected"].items()
         ) or "none"
         out.append(
-            f"| {cell['cell']} | {f['stores']:,} | {f['units']:,} | {f['held']:,} | {f.get('held_tokens', 0):,} | {_counts(f['calls'])} | "
+            f"| {md_text(cell['cell'])} | {f['stores']:,} | {f['units']:,} | {f['held']:,} | {f.get('held_tokens', 0):,} | {_counts(f['calls'])} | "
             f"{_counts(f['failed'])} | {rejected.replace('|', '/')} | {_counts(f['events'])} | {f['evicted'] if f['evicted'] or f['events'] else '-'} |"
         )
-        emptied += [f"{cell['cell']} ({line})" for line in unused_calls(f)]
+        emptied += [f"{md_text(cell['cell'])} ({line})" for line in unused_calls(f)]
     if emptied:
         out += ["", f"**No answer used** in {'; '.join(emptied)}."]
     out += unbound_budgets(cells)
@@ -274,13 +274,13 @@ def render_embeddings_md(result: Mapping[str, Mapping[str, Any]]) -> str:
     ]
     for name, row in result.items():
         lines.append(
-            f"| {name} | {row['distinct_texts']:,} | {row['embedded_this_run']:,} | {row['truncated']:,} | "
+            f"| {md_text(name)} | {row['distinct_texts']:,} | {row['embedded_this_run']:,} | {row['truncated']:,} | "
             f"{row['requests']:,} | {row['tokens']:,} | {row['dimensions']} | {row['store_bytes']:,} |"
         )
     for name, row in result.items():
         if row.get("split"):  # a summary.json from before the figure existed has none
             lines += ["", (
-                f"{name}: {row['split']:,} requests took longer than the timeout and were sent again as two "
+                f"{md_text(name)}: {row['split']:,} requests took longer than the timeout and were sent again as two "
                 "halves each (rather than whole), until the server answered in time."
             )]
     return "\n".join(lines) + "\n"

@@ -179,6 +179,9 @@ def _style() -> AbstractContextManager[None]:
     return matplotlib.rc_context(
         {
             "svg.hashsalt": "pytest-restore",
+            # every text drawn is plain: a policy or reader name is the user's, and "$" in it
+            # would otherwise be read as mathtext (and a name that is not valid TeX fails the draw)
+            "text.parse_math": False,
             "font.size": 8,
             "axes.titlesize": 8,
             "axes.labelsize": 8,

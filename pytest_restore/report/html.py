@@ -208,10 +208,27 @@ def unpack(packed: str) -> dict[str, Any]:
 # -- markdown to HTML, for the sections the page shares with report.md -------------------------------
 
 
+#: A character :func:`~pytest_restore.report.inputs.md_text` escaped: text, never syntax.
+_ESCAPED = re.compile(r"\\([\\`*_\[\]<>|])")
+
+
 def _inline(text: str) -> str:
-    out = html.escape(text, quote=False)
+    held: list[str] = []
+
+    def hold(match: re.Match[str]) -> str:
+        # an escaped character is held apart while the syntax is read, then put back as text
+        held.append(match.group(1))
+        return f"\x00{len(held) - 1}\x00"
+
+    out = html.escape(_ESCAPED.sub(hold, text), quote=False)
     out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub("\x00(\\d+)\x00", lambda m: html.escape(held[int(m.group(1))], quote=False), out)
+
+
+def _table_cells(line: str) -> list[str]:
+    """A markdown table row's cells, split on the bars that are not escaped (a name may hold one)."""
+    return [c.strip() for c in re.findall(r"((?:\\.|[^|\\])*)\|", line.strip()[1:] + "|")][:-1] or [""]
 
 
 def markdown_html(text: str) -> str:
@@ -234,7 +251,7 @@ def markdown_html(text: str) -> str:
         elif line.startswith("|"):
             block = []
             while i < len(lines) and lines[i].startswith("|"):
-                block.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
+                block.append(_table_cells(lines[i]))
                 i += 1
             head, body = block[0], [row for row in block[2:]]
             numeric = [c.endswith(":") for c in block[1]] if len(block) > 1 else []

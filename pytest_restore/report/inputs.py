@@ -7,6 +7,7 @@ checking that they belong to the run ``summary.json`` describes.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -483,6 +484,21 @@ def short(value: float) -> str:
     """``0.61 -> ".61"`` (the paper's interval style); 1.00 stays ``1.00``."""
     text = f"{value:.2f}"
     return text[1:] if text.startswith("0.") else text
+
+
+#: What markdown (and report.html's reading of it) would take as syntax in a name: a table's
+#: column bar, emphasis, code, links and HTML.
+_MARKDOWN_SYNTAX = re.compile(r"([\\`*_\[\]<>|])")
+
+
+def md_text(name: str) -> str:
+    """A name a user chose (a policy, reader, ranker, system) as markdown that shows it as written.
+
+    Every character markdown reads as syntax is backslash-escaped: ``a|b`` stays one table cell,
+    ``*x*`` is not emphasis, ``<i>`` is not HTML. The built-in names have none of them, so they
+    are written unchanged.
+    """
+    return _MARKDOWN_SYNTAX.sub(r"\\\1", name)
 
 
 def dataset_label(info: RunInfo) -> str:

@@ -18,6 +18,7 @@ from pytest_restore.report.inputs import (
     dataset_label,
     fmt,
     interval,
+    md_text,
     num,
     rankers_of,
     short,
@@ -66,7 +67,7 @@ def render_cell_table(analysis: Analysis, regime: str) -> str:
         if cell.regime != regime:
             continue
         two_bin = _share_with_interval(cell.two_bin_share, cell.two_bin_lo, cell.two_bin_hi)
-        name = cell.policy if cell.policy != previous else ""
+        name = md_text(cell.policy) if cell.policy != previous else ""
         previous = cell.policy
         middle = (
             f"{cell.rec} | {cell.dis} | {cell.res} | {two_bin} | {fmt(cell.destruction_share, 2) or '-'}"
@@ -74,7 +75,7 @@ def render_cell_table(analysis: Analysis, regime: str) -> str:
             else f"{cell.dis} | {cell.res}"
         )
         lines.append(
-            f"| {name} | {budget_label(cell.budget)} | {cell.reader} | {cell.N} | {cell.err} | {cell.irr} | {middle} | "
+            f"| {name} | {budget_label(cell.budget)} | {md_text(cell.reader)} | {cell.N} | {cell.err} | {cell.irr} | {middle} | "
             f"{fmt(cell.irr_rate, 2) or '-'} | {fmt(cell.accuracy, 2) or '-'} | {fmt(cell.gold_evicted_rate, 2) or '-'} |"
         )
     return "\n".join(lines) + "\n"
@@ -95,7 +96,7 @@ def render_family_table(tests: Sequence[HypothesisTest]) -> str:
     ]
     for t in tests:
         lines.append(
-            f"| {t.name} | {t.reader} | {t.n_questions} | {num(t.statistic)} | {interval(t.ci_lo, t.ci_hi)} | "
+            f"| {md_text(t.name)} | {md_text(t.reader)} | {t.n_questions} | {num(t.statistic)} | {interval(t.ci_lo, t.ci_hi)} | "
             f"{num(t.p_raw, 4)} | {num(t.p_holm, 4)} | {t.decision} | {_expectation(t)} |"
         )
     if not tests:
@@ -123,7 +124,7 @@ def render_hypotheses_md(analysis: Analysis) -> str:
     ]
     for row in analysis.summary():
         out.append(
-            f"| {row.family} | {row.reader} | {row.tests} | {row.empty} | {row.rejected} | "
+            f"| {row.family} | {md_text(row.reader)} | {row.tests} | {row.empty} | {row.rejected} | "
             f"{row.expectation_unmet} | {row.not_testable} |"
         )
     failures = session_failures(analysis)
@@ -143,7 +144,7 @@ def render_decisions_md(analysis: Analysis) -> str:
     """Every hypothesis test's decision and expectation, one row each (what a user's snapshot pins)."""
     lines = ["| family | test | reader | decision | expectation |", "|---|---|---|---|---|"]
     for t in analysis.tests:
-        lines.append(f"| {t.family} | {t.name} | {t.reader} | {t.decision} | {_expectation(t)} |")
+        lines.append(f"| {t.family} | {md_text(t.name)} | {md_text(t.reader)} | {t.decision} | {_expectation(t)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -170,7 +171,8 @@ def render_pairs_md(analysis: Analysis) -> str:
     for m in analysis.matching:
         half = resolution.get((m.reader, m.budget, m.policy, m.other))
         out.append(
-            f"| {m.reader} | {budget_label(m.budget)} | {m.policy} vs {m.other} | {num(m.accuracy)} | "
+            f"| {md_text(m.reader)} | {budget_label(m.budget)} | {md_text(m.policy)} vs {md_text(m.other)} | "
+            f"{num(m.accuracy)} | "
             f"{num(m.other_accuracy)} | {num(m.gap)} | {'yes' if m.matched else 'no'} | {m.reason} | "
             f"{num(m.irr_rate_difference)} | {'±' + num(half) if half is not None else '-'} |"
         )
@@ -197,7 +199,7 @@ def render_bins_by_type_md(analysis: Analysis) -> str:
     ]
     for row in analysis.by_type:
         out.append(
-            f"| {row.reader} | {row.regime} | {row.question_type} | {row.N} | {row.err} | "
+            f"| {md_text(row.reader)} | {row.regime} | {md_text(row.question_type)} | {row.N} | {row.err} | "
             f"{row.irr} | {row.rec} | {row.dis} | {row.res} | {num(row.irr_share, 2)} | "
             f"{num(row.rec_share, 2)} | {num(row.dis_share, 2)} | {num(row.res_share, 2)} | "
             f"{num(row.two_bin_share, 2)} |"
@@ -236,7 +238,7 @@ def distortion_findings(analysis: Analysis, reader: str, tag: str) -> list[str]:
                 f"destruction {fmt(cell.destruction_share, 2)})"
             )
         if shown:
-            parts.append(f"{policy} " + ", ".join(shown))
+            parts.append(f"{md_text(policy)} " + ", ".join(shown))
     if not parts:
         return []
     return [
@@ -261,7 +263,7 @@ def render_findings_md(analysis: Analysis) -> str:
     out += ties_findings(analysis)
     readers = analysis.readers
     for reader in readers:
-        tag = f" (reader {reader})" if len(readers) > 1 else ""
+        tag = f" (reader {md_text(reader)})" if len(readers) > 1 else ""
         budgets = sorted({c.budget for c in analysis.cells if c.reader == reader}, reverse=True)
         if not budgets:
             continue
@@ -272,12 +274,12 @@ def render_findings_md(analysis: Analysis) -> str:
             if cell is None:
                 continue
             if cell.two_bin_share is None:
-                parts.append(f"{policy} no restorable error")
+                parts.append(f"{md_text(policy)} no restorable error")
                 continue
             verdict = (
                 "a majority" if cell.two_bin_lo is not None and cell.two_bin_lo > 0.5 else "not shown a majority"
             )
-            parts.append(f"{policy} {cell.two_bin_share:.2f}{_ci(cell.two_bin_lo, cell.two_bin_hi)}, {verdict}")
+            parts.append(f"{md_text(policy)} {cell.two_bin_share:.2f}{_ci(cell.two_bin_lo, cell.two_bin_hi)}, {verdict}")
         out.append(
             f"- **Destruction{tag}.** At {budget_label(loose)} under top-k retrieval, irreversible errors as a "
             "share of those a restore fixes, irr / (irr + rec) (a majority where the lower bound clears "
@@ -287,7 +289,7 @@ def render_findings_md(analysis: Analysis) -> str:
         h3 = [t for t in analysis.family("H3", reader) if t.decision != "empty"]
         moved = [t for t in h3 if t.decision == "reject"]
         shown = ", ".join(
-            f"{t.policy} {budget_label(t.budget)} {t.statistic:+.2f}{_ci(t.ci_lo, t.ci_hi)}"
+            f"{md_text(t.policy)} {budget_label(t.budget)} {t.statistic:+.2f}{_ci(t.ci_lo, t.ci_hi)}"
             for t in moved[:4]
             if t.statistic is not None
         )
@@ -324,7 +326,7 @@ def render_findings_md(analysis: Analysis) -> str:
             f"- **Matched accuracy{tag}.** {len(matched)} of {len(pairs)} policy pairs are accuracy-matched; "
             + (
                 f"{len(split)} {'dissociates' if len(split) == 1 else 'dissociate'} on irr / N (H2, Holm)"
-                + (": " + ", ".join(f"{t.policy} vs {t.other} {budget_label(t.budget)}" for t in split) if split else "")
+                + (": " + ", ".join(f"{md_text(t.policy)} vs {md_text(str(t.other))} {budget_label(t.budget)}" for t in split) if split else "")
                 + resolution
                 + "."
                 if h2
@@ -410,10 +412,10 @@ def _setting_value(key: str, value: Any) -> str:
     if key == "budgets" and isinstance(value, list | tuple):
         return ", ".join(budget_label(int(b)) for b in value)
     if isinstance(value, list | tuple):
-        return ", ".join(str(v) for v in value)
+        return ", ".join(md_text(str(v)) for v in value)  # names: policies, readers, rankers
     if isinstance(value, dict):
-        return "; ".join(f"{k}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(value.items()))
-    return str(value)
+        return "; ".join(f"{md_text(k)}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(value.items()))
+    return str(value).replace("|", "\\|")  # a path or a number: one table cell
 
 
 def _errata_md(errata: Any) -> list[str]:
@@ -561,7 +563,7 @@ def render_model_calls_md(calls: Mapping[str, ReaderCalls]) -> str:
     ]
     for reader, c in calls.items():
         out.append(
-            f"| {reader} | {c.reader_naive} | {c.reader_unique} | {num(c.reader_ratio, 2)} "
+            f"| {md_text(reader)} | {c.reader_naive} | {c.reader_unique} | {num(c.reader_ratio, 2)} "
             f"| {c.judge_naive} | {c.judge_unique} | {num(c.judge_ratio, 2)} |"
         )
     return "\n".join(out) + "\n"

@@ -7,7 +7,7 @@ Rendered from the :class:`~pytest_restore.stats.analysis.Analysis` alone
 
 from __future__ import annotations
 
-from pytest_restore.report.inputs import fmt, short
+from pytest_restore.report.inputs import fmt, md_text, short
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.cost import CELL_CONDITIONS, CostFigures
 from pytest_restore.stats.results import budget_label
@@ -56,7 +56,7 @@ def render_retrieval_md(analysis: Analysis) -> str:
         rec = recoverable.get(c.key)
         shares = [share_ci(*found.shares[name]) for name in ("recall_any_k", "recall_all_k", "recall_any_cap", "recall_all_cap", "ndcg_k")]
         out.append(
-            f"| {c.policy} | {budget_label(c.budget)} | {c.reader} | {found.records} | "
+            f"| {md_text(c.policy)} | {budget_label(c.budget)} | {md_text(c.reader)} | {found.records} | "
             f"{share_ci(rec.share, rec.lo, rec.hi) if rec else '-'} | {' | '.join(shares)} | {fmt(found.gold_rank, 1) or '-'} |"
         )
     return "\n".join(out) + "\n"
@@ -83,7 +83,7 @@ def render_answers_md(analysis: Analysis) -> str:
         assert c.answers is not None
         row = c.answers.row()
         shown = " | ".join(fmt(row[col], 3) or "-" for col in row)
-        out.append(f"| {c.policy} | {budget_label(c.budget)} | {c.reader} | {c.answers.answers} | {shown} |")
+        out.append(f"| {md_text(c.policy)} | {budget_label(c.budget)} | {md_text(c.reader)} | {c.answers.answers} | {shown} |")
     by_type = [(key, figures) for key, figures in analysis.answers_by_type if figures.scored]
     if by_type:
         out += [
@@ -96,7 +96,7 @@ def render_answers_md(analysis: Analysis) -> str:
         for (reader, question_type), figures in by_type:
             row = figures.row()
             out.append(
-                f"| {reader} | {question_type} | {figures.answers} | {' | '.join(fmt(row[col], 3) or '-' for col in row)} |"
+                f"| {md_text(reader)} | {md_text(question_type)} | {figures.answers} | {' | '.join(fmt(row[col], 3) or '-' for col in row)} |"
             )
     return "\n".join(out) + "\n"
 
@@ -107,7 +107,7 @@ def ties_findings(analysis: Analysis) -> list[str]:
     for t in analysis.ties:
         if t.mostly_ties:
             out.append(
-                f"- **Ties.** {t.policy}: {t.top_share:.0%} of the {t.units:,} units hold their history's two most "
+                f"- **Ties.** {md_text(t.policy)}: {t.top_share:.0%} of the {t.units:,} units hold their history's two most "
                 f"common scores, at least the {TIE_SHARE:.0%} that makes its decisions mostly ties: among equal "
                 "scores another rule decides (the built-in policies: the older unit first), so its cells measure that "
                 "rule more than the policy's score."
@@ -117,7 +117,7 @@ def ties_findings(analysis: Analysis) -> list[str]:
             continue
         top = ", ".join(f"{s}: {d.share(s):.0%}" for s in d.top)
         out.append(
-            f"- **Ties.** {d.policy} (scorer {d.scorer}): two scores hold {d.top_share:.0%} of the {d.units:,} units "
+            f"- **Ties.** {md_text(d.policy)} (scorer {md_text(d.scorer)}): two scores hold {d.top_share:.0%} of the {d.units:,} units "
             f"({top}), at least the {TIE_SHARE:.0%} that makes its decisions mostly ties: it evicts oldest first "
             "among equal scores, so its cells measure FIFO within a score more than the scorer's judgement."
         )
@@ -145,7 +145,7 @@ def render_importance_md(analysis: Analysis) -> str:
             "|---|---:|---:|---:|---|",
         ]
         for t in analysis.ties:
-            out.append(f"| {t.policy} | {t.questions} | {t.units:,} | {t.top_share:.2f} | {'yes' if t.mostly_ties else 'no'} |")
+            out.append(f"| {md_text(t.policy)} | {t.questions} | {t.units:,} | {t.top_share:.2f} | {'yes' if t.mostly_ties else 'no'} |")
     return "\n".join(out) + "\n"
 
 
@@ -166,7 +166,7 @@ def _importance_rows(analysis: Analysis) -> list[str]:
     for d in analysis.importance:
         shares = " | ".join(f"{d.share(s):.2f}" for s in range(1, 11))
         out.append(
-            f"| {d.policy} | {d.scorer} | {d.questions} | {d.units:,} | {shares} | {d.top_share:.2f} | "
+            f"| {md_text(d.policy)} | {md_text(d.scorer)} | {d.questions} | {d.units:,} | {shares} | {d.top_share:.2f} | "
             f"{'yes' if d.mostly_ties else 'no'} |"
         )
     return out
@@ -207,7 +207,7 @@ def render_cost_md(cost: CostFigures | None) -> str:
     ]
     for (reader, condition), c in cost.by_condition:
         out.append(
-            f"| {reader} | {condition} | {c.answers:,} | {c.tokens_in:,.0f} | {c.tokens_out:,.0f} | {_usd(c.usd)} | "
+            f"| {md_text(reader)} | {condition} | {c.answers:,} | {c.tokens_in:,.0f} | {c.tokens_out:,.0f} | {_usd(c.usd)} | "
             f"{c.estimated:,} |"
         )
     memory = [cell.memory for cell in cost.cells if cell.memory is not None]
@@ -261,8 +261,8 @@ def render_cost_md(cost: CostFigures | None) -> str:
         total = cell.total
         shown.append("-" if total is None else _usd(total.usd))
         answers = max(c.answers for c in found.values())
-        ranker = f" ({cell.ranker})" if several else ""
+        ranker = f" ({md_text(cell.ranker)})" if several else ""
         out.append(
-            f"| {cell.policy}{ranker} | {budget_label(cell.budget)} | {cell.reader} | {answers:,} | {' | '.join(shown)} |"
+            f"| {md_text(cell.policy)}{ranker} | {budget_label(cell.budget)} | {md_text(cell.reader)} | {answers:,} | {' | '.join(shown)} |"
         )
     return "\n".join(out) + "\n"

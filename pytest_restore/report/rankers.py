@@ -6,6 +6,7 @@ Formatting only: the figures, tests and orders come from the analysis
 
 from __future__ import annotations
 
+from pytest_restore.report.inputs import md_text
 from pytest_restore.report.numbers import share_ci
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.rankers import RankerRow, orderings, ranker_rows
@@ -39,7 +40,7 @@ def rankers_findings(analysis: Analysis) -> list[str]:
             shown = []
             for r in cells:
                 share = r.recoverable
-                text = f"{_share(share.share, share.lo, share.hi) if share else '-'} {r.ranker}"
+                text = f"{_share(share.share, share.lo, share.hi) if share else '-'} {md_text(r.ranker)}"
                 test = r.tests.get("recoverable share")
                 if test is not None and test.statistic is not None:
                     ci = "" if test.ci_lo is None or test.ci_hi is None else f", CI {test.ci_lo:+.2f} to {test.ci_hi:+.2f}"
@@ -87,7 +88,7 @@ def render_rankers_md(analysis: Analysis) -> str:
         c = r.cell
         share = r.recoverable
         out.append(
-            f"| {r.policy} | {budget_label(r.budget)} | {r.ranker} | {c.N} | {c.err} | {c.irr} | {c.rec} | "
+            f"| {md_text(r.policy)} | {budget_label(r.budget)} | {md_text(r.ranker)} | {c.N} | {c.err} | {c.irr} | {c.rec} | "
             f"{_share(share.share, share.lo, share.hi) if share else '-'} | {_diff(r, 'recoverable share')} | "
             f"{_share(c.two_bin_share, c.two_bin_lo, c.two_bin_hi)} | {_diff(r, 'two-bin share')} | "
             f"{share_ci(*c.retrieval.shares['recall_any_cap']) if c.retrieval else '-'} | "
@@ -97,5 +98,5 @@ def render_rankers_md(analysis: Analysis) -> str:
     for o in orderings(analysis):
         lines = "; ".join(f"{ranker}: {' > '.join(order)}" for ranker, order in o.by_ranker.items())
         verdict = "changes" if o.changes else "same order"
-        out.append(f"- {budget_label(o.budget)} ({o.reader}): {verdict}. {lines}")
+        out.append(f"- {budget_label(o.budget)} ({md_text(o.reader)}): {verdict}. {lines}")
     return "\n".join(out) + "\n"
