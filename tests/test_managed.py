@@ -249,3 +249,38 @@ def test_a_proxy_url_this_transport_cannot_use_is_refused_naming_the_variable(
     no_proxy_settings.setenv("HTTPS_PROXY", url)
     with pytest.raises(ValueError, match=r"^\$HTTPS_PROXY: .* is not an http://HOST\[:PORT\] proxy$"):
         HTTPTransport("https://api.example.com/v1")
+
+
+# -- a replica that answers badly every time (issue 44): the others carry its calls ----------------
+
+
+@pytest.mark.parametrize("bad", ["hang", "500"])
+def test_a_replica_that_hangs_or_errs_every_time_is_set_aside_and_the_other_answers_all(
+    bad: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One of two replicas never answers (or answers 500 to every request): the run completes on the
+    other with every answer, each paid once there; the bad one is set aside after a few attempts and
+    said once. Before, each call's tries all went to the bad replica (held by its slot) and failed."""
+    from openai_server import Faults
+
+    with OpenAIServer(latency=0.02) as good, OpenAIServer() as sick:
+        if bad == "hang":
+            sick.mode = "hang"
+        else:
+            sick.faults = Faults(rate=1.0, kinds=("500",), max_per_request=None)
+        model = OpenAIChatModel(
+            model="m", base_url=f"{sick.base_url},{good.base_url}", timeout=0.2, max_concurrency=1,  # one call at a time each: the sick one is tried as often as it is free
+            backoff_base=0.001, backoff_cap=0.01,
+        )
+        started = time.monotonic()
+        with caplog.at_level("WARNING", logger="pytest_restore.models"):
+            results = model.run(questions(80, f"aside {bad}"))
+        elapsed = time.monotonic() - started
+        model.close()
+        assert all(r.ok for r in results), {r.error for r in results if not r.ok}
+        assert model.fatal_error is None
+        assert sum(good.successes.values()) == 80 and set(good.successes.values()) == {1}  # each paid once
+        said = [r.getMessage() for r in caplog.records if "set aside" in r.getMessage()]
+        assert len(said) == 1 and sick.base_url.split("//")[1].split("/")[0] in said[0], said
+        assert sick.total_requests <= 6, sick.total_requests  # set aside after its third failure in a row
+        assert elapsed < 15, elapsed

@@ -20,9 +20,12 @@ everything a run needs around a call is here, once, for chat and embeddings alik
 - **Replicas.** A model served at several base URLs (``--restore-base-url``
   with commas: replicas of one vLLM model) sends each attempt to the replica
   with the fewest calls in flight; each replica has its own adaptive limit
-  and meters; a replica that cannot be reached is set aside and its calls go
-  to the others (the run stops only when none is left). One response cache
-  serves them all: a reply does not depend on which replica gave it.
+  and meters; a replica that cannot be reached, or that fails
+  :data:`SET_ASIDE_AFTER` attempts in a row (timeouts, 5xx, malformed
+  replies), is set aside, said once, and its calls go to the others; a call
+  whose attempt failed on one replica is tried again on another at once (the
+  run stops only when none is left). One response cache serves them all: a
+  reply does not depend on which replica gave it.
 - **The response cache** (``cache.ResponseCache``): identical requests are
   sent once per batch, per run and across processes; a failed call is shared
   with the run's other processes.
@@ -76,6 +79,10 @@ DEFAULT_MAX_RETRY_AFTER = 60.0
 #: margin) cannot be an answer within the budget: refused as a failed call.
 MAX_CHARS_PER_TOKEN = 16
 _REPLY_MARGIN_CHARS = 4096
+#: Attempts in a row a replica fails (no answer in time, a 5xx, a malformed reply) before it is set
+#: aside while another replica still serves: one bad attempt may be chance, three are a replica that
+#: hangs or errs on every request, whose calls would otherwise each wait out their tries on it.
+SET_ASIDE_AFTER = 3
 #: ``_Outcome.last_kind`` of a call that timed out and is to be sent again in parts (``split_on_timeout``).
 SPLIT = "timeout, to split"
 #: The error of a request a cache-only model does not hold (see ``cache_only``).
@@ -102,6 +109,8 @@ class Replica:
     sent: int = 0
     #: Attempts it answered usefully.
     answered: int = 0
+    #: Attempts in a row it failed (reset by an answer): :data:`SET_ASIDE_AFTER` sets it aside.
+    failed_in_a_row: int = 0
 
 
 class _Unsent(Exception):
@@ -334,8 +343,11 @@ class ManagedCalls:
         else:
             stop.wait(seconds)
 
-    def _acquire(self, stop: threading.Event) -> Replica | None:
-        """A slot on the serving replica with the fewest calls in flight (``None``: none serves, or stopped)."""
+    def _acquire(self, stop: threading.Event, avoid: Replica | None = None) -> Replica | None:
+        """A slot on the serving replica with the fewest calls in flight (``None``: none serves, or stopped).
+
+        ``avoid``: the replica the call's last attempt failed on, taken only when no other serves.
+        """
         ticket: int = getattr(self._local, "ticket", -1)
         with self._changed:
             self._waiting.add(ticket)
@@ -346,6 +358,7 @@ class ManagedCalls:
                     serving = [r for r in self.replicas if r.down is None]
                     if not serving:
                         return None
+                    serving = [r for r in serving if r is not avoid] or serving
                     free = [r for r in serving if r.limit.in_flight < r.limit.limit]
                     if free and ticket == min(self._waiting):
                         chosen = min(free, key=lambda r: (r.limit.in_flight, r.sent))
@@ -366,6 +379,23 @@ class ManagedCalls:
             if latency is not None:
                 replica.limit.succeeded(latency)
             self._changed.notify_all()
+
+    def _failed_on(self, replica: Replica, why: str) -> bool:
+        """Count a failed attempt against ``replica``; whether another replica serves (to try it there).
+
+        The :data:`SET_ASIDE_AFTER`-th failure in a row sets the replica aside (said once), unless it
+        is the last one serving: a model with one replica keeps its retries and its stall rule.
+        """
+        with self._changed:
+            others = [r for r in self.replicas if r.down is None and r is not replica]
+            if not others:
+                return False
+            replica.failed_in_a_row += 1
+            if replica.down is None and replica.failed_in_a_row >= SET_ASIDE_AFTER:
+                replica.down = f"{replica.api.where} failed {replica.failed_in_a_row} attempts in a row ({why})"
+                logger.warning("%s: %s; set aside, its calls go to the other replicas", self.name, replica.down)
+            self._changed.notify_all()
+            return True
 
     def _throttle(self, replica: Replica, token_cost: int, stop: threading.Event) -> None:
         waits = [0.0]
@@ -451,13 +481,14 @@ class ManagedCalls:
         # there, and a retry waiting its turn should not let a newer call out before it), and
         # given back after a timeout or a dropped connection, so the retry may go to another replica.
         replica: Replica | None = None
+        failed_on: Replica | None = None  # the replica the last attempt failed on: the next goes elsewhere
         handed = False  # the slot went to the caller with the answer (``hold``)
         try:
             for attempt in range(1, tries + 1):
                 if self.fatal_error is not None:
                     return _Outcome(error=self.fatal_error, unsent=True)
                 if replica is None:
-                    replica = self._acquire(stop)
+                    replica = self._acquire(stop, failed_on)
                 if replica is None:
                     if self.fatal_error is not None or stop.is_set():
                         return _Outcome(error=self.fatal_error or "interrupted before it was sent", unsent=True)
@@ -469,6 +500,7 @@ class ManagedCalls:
                 give_up = True  # this attempt ends the call, unless it is tried again
                 overloaded = False
                 retry_after: float | None = None
+                elsewhere = False  # tried again at once on another replica
                 api = replica.api
                 try:
                     self._throttle(replica, token_cost, stop)
@@ -503,12 +535,18 @@ class ManagedCalls:
                                     f"{self.max_retry_after:g}s cap (--restore-max-retry-after)"
                                 )
                                 return _Outcome(error=error)
+                            if status >= 500 and self._failed_on(replica, last_error):
+                                elsewhere = True
                         elif failure.kind == "timeout":
                             last_error = f"timed out after {self.timeout:g}s"
                             overloaded = True
-                            stalled = self._unanswered()
-                            if stalled is not None:
-                                return _Outcome(error=self._stop_run(stalled))
+                            if self._failed_on(replica, f"no answer within {self.timeout:g}s"):
+                                # another replica serves: this one's silence is not the model's stall
+                                elsewhere = True
+                            else:
+                                stalled = self._unanswered()
+                                if stalled is not None:
+                                    return _Outcome(error=self._stop_run(stalled))
                             if split_on_timeout:
                                 give_up = False  # sent again, in parts
                                 return _Outcome(error=last_error, last_kind=SPLIT)
@@ -535,8 +573,10 @@ class ManagedCalls:
                         elif failure.kind == "malformed":
                             last_error = f"malformed response: {detail}"
                             keep = True
+                            elsewhere = self._failed_on(replica, "malformed replies")
                         else:
                             last_error = f"connection error: {detail}"
+                            elsewhere = self._failed_on(replica, "connections dropped")
                     else:
                         self.unanswered_in_a_row = 0
                         value, problem = read(api, decoded)
@@ -544,6 +584,7 @@ class ManagedCalls:
                             give_up = False
                             latency = time.monotonic() - started
                             replica.answered += 1
+                            replica.failed_in_a_row = 0
                             held = hold
                             return _Outcome(value=value, held=replica if hold else None, latency=latency)
                         last_error = redact_keys(problem)
@@ -552,6 +593,9 @@ class ManagedCalls:
                         if problem.startswith("reply too long"):
                             return _Outcome(error=problem)  # sending it again costs as much
                     give_up = attempt >= tries
+                    if elsewhere:
+                        keep = False  # its slot is given back: the next attempt goes to another replica
+                        failed_on = replica
                 finally:
                     if give_up and stop_on_failure and not held:
                         stop.set()
@@ -566,6 +610,8 @@ class ManagedCalls:
                 if attempt < tries:
                     if stop.is_set():
                         return _Outcome(error="interrupted before its next try", unsent=True)
+                    if elsewhere:
+                        continue  # another replica serves: no backoff for this one's failure
                     delay = retry_after if retry_after is not None else self._backoff(attempt)
                     logger.debug("%s: attempt %d/%d failed (%s); retrying in %.2fs", self.name, attempt, tries, last_error, delay)
                     if self.progress is not None:
