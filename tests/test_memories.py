@@ -17,7 +17,7 @@ from pytest_restore.data.dataset import Dataset, load_dataset
 from pytest_restore.data.units import Unit, build_history
 from pytest_restore.memory.eviction import EvictionContext, Fifo, PolicyRegistry
 from pytest_restore.memory.memories import Memory, memory_tokens, memory_view
-from pytest_restore.memory.systems import CapturedMemorySystem, MemorySystem
+from pytest_restore.memory.systems import CapturedMemorySystem, MemorySystem, MemorySystemError
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
@@ -202,7 +202,7 @@ class Cheater(MemorySystem):
 )
 def test_a_system_breaking_the_rules_is_stopped_in_one_line(tiny: Dataset, mode: str, message: str) -> None:
     history = build_history(tiny.questions[0])
-    with pytest.raises(TypeError if mode == "string" else ValueError, match=message):
+    with pytest.raises(MemorySystemError, match=message):
         Cheater(mode).hold(history.units, history.sizes, 100, EvictionContext(question_id="q"))
 
 
@@ -232,3 +232,92 @@ def test_the_guides_memory_systems_run_as_written(tiny: Dataset, example: int, t
         assert construct_checks(run, audit) == []
         assert all(r.memories is not None for r in run.records if r.excluded is None)
         assert {r.bin for r in run.records} - {None}, "the example's cells bin some error"
+
+
+# -- a user's system that breaks the rules, through the plugin (issue 44): its cell fails in one line --
+
+BROKEN_SYSTEMS = '''
+from pytest_restore.memory.memories import Memory
+from pytest_restore.memory.systems import CapturedMemorySystem, MemorySystem, MemorySystemError
+
+
+class Broken(MemorySystem):
+    def __init__(self, mode):
+        self.name, self.mode = f"broken-{mode}", mode
+        self.budgeted = mode == "over"
+
+    def reset(self, budget, ctx):
+        self.held = []
+
+    def add(self, unit):
+        p, d = unit.position, unit.date
+        self.held = {
+            "future": [Memory("x", d, (p + 1,))],
+            "million": [Memory("x", d, (1_000_000,))],
+            "minus": [Memory("x", d, (-1,))],
+            "str": [unit.content],
+            "dict": [{"text": unit.content, "sources": [p]}],
+            "int-text": [Memory(42, d, (p,))],
+            "none-text": [Memory(None, d, (p,))],
+            "over": self.held + [Memory(unit.content * 40, d, (p,))],
+        }[self.mode]
+
+    def memories(self):
+        return list(self.held)
+
+
+class BareString(CapturedMemorySystem):
+    name, budgeted = "broken-held", False
+
+    def start(self, budget, ctx):
+        pass
+
+    def ingest(self, unit):
+        pass
+
+    def held(self):
+        return "a bare string"
+
+
+def pytest_restore_register_policies(registry, config):
+    for mode in ("future", "million", "minus", "str", "dict", "int-text", "none-text", "over"):
+        registry.register(Broken(mode))
+    registry.register(BareString())
+'''
+
+#: Each broken system's line, after "memory system 'broken-MODE' on QUESTION after unit N arrived: ".
+BROKEN_LINES = {
+    "future": "holds a memory citing unit 1, which it has not received",
+    "million": "holds a memory citing unit 1000000, which it has not received",
+    "minus": "holds a memory citing unit -1, which it has not received",
+    "str": "holds a str, not a Memory",
+    "dict": "holds a dict, not a Memory",
+    "int-text": "holds a Memory whose text is int 42, not a str",
+    "none-text": "holds a Memory whose text is NoneType None, not a str",
+    "over": r"holds \d+ tokens, over its budget of 100",
+    "held": r"held\(\) returned a str, not a mapping of its ids to \(text, date\)",
+}
+
+
+def test_a_users_broken_system_fails_its_cell_in_one_line_naming_system_question_and_unit(
+    pytester: pytest.Pytester,
+) -> None:
+    """GUIDE section 2b's promise, through the plugin: each way a user's system breaks the rules (a unit
+    not yet received, unit 1,000,000 or -1, a str or a dict held, over budget, a Memory whose text is
+    42 or None, a captured system whose held() is a bare string) fails its cell's item with one line
+    naming the system, the question and the unit; no traceback through the package's frames."""
+    from grid_helpers import GRID, small_args
+
+    pytester.makepyfile(test_grid=GRID)
+    pytester.makeconftest(BROKEN_SYSTEMS)
+    result = pytester.runpytest_inprocess(
+        "-p", "no:xdist", *small_args(), "--restore-budgets", "100",
+        "--restore-policies", ",".join(f"broken-{mode}" for mode in BROKEN_LINES),
+    )
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]
+    assert "Traceback" not in out and "pytest_restore/memory" not in out, out[-3000:]
+    result.assert_outcomes(failed=len(BROKEN_LINES))
+    for mode, line in BROKEN_LINES.items():
+        pattern = rf"^memory system 'broken-{mode}' on \w+ after unit \d+ arrived: {line}$"
+        assert re.search(pattern, out, re.MULTILINE), (mode, out[-3000:])

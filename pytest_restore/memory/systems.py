@@ -7,8 +7,9 @@ named like any policy (``--restore-policies``); the audit drives it through
 :meth:`MemorySystem.hold`, which feeds it the history in order and checks,
 after every arrival, that each held memory cites only units already
 received and that the memories held fit the budget (o200k_base tokens of
-their snippets). Each violation is a ``ValueError`` naming the system, the
-question and the arrival.
+their snippets). Each violation is a :class:`MemorySystemError` (a
+``ValueError``) in one line naming the system, the question and the arrival:
+the grid item of its cell fails with that line, not a traceback.
 
 - :class:`MemorySystem`: the system declares provenance. Implement
   :meth:`~MemorySystem.reset`, :meth:`~MemorySystem.add` and
@@ -42,6 +43,10 @@ from pytest_restore.data.tokens import count_tokens
 from pytest_restore.data.units import Unit
 from pytest_restore.memory.eviction import EvictionContext, Mask, Policy, Sizes
 from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
+
+
+class MemorySystemError(ValueError):
+    """A memory system broke the adapter's rules: one line naming the system, the question and the unit."""
 
 
 @dataclass(frozen=True)
@@ -258,13 +263,7 @@ class MemorySystem(ReplyHooks, Policy):
         new = [m for m in held if checked.get(id(m), (None,))[0] is not m]
         if new:
             for memory in new:
-                if not isinstance(memory, Memory):
-                    raise TypeError(f"{where}: holds a {type(memory).__name__}, not a Memory")
-                if not memory.sources:
-                    raise ValueError(f"{where}: holds a memory that cites no unit ({memory.text[:40]!r})")
-                bad = next((s for s in memory.sources if not 0 <= s <= arrived), None)
-                if bad is not None:
-                    raise ValueError(f"{where}: holds a memory citing unit {bad}, which it has not received")
+                _check_memory(memory, where, arrived)
             # a raw-turn memory's size is its unit's (the same count: memory_view reads it so)
             raw = [m.role != MEMORY_ROLE and m.is_raw(units) for m in new]
             counted = iter(memory_tokens([m for m, r in zip(new, raw) if not r]) if self.budgeted else ())
@@ -273,8 +272,38 @@ class MemorySystem(ReplyHooks, Policy):
         if self.budgeted:
             total = sum(checked[id(m)][1] for m in held)
             if total > budget:
-                raise ValueError(f"{where}: holds {total} tokens, over its budget of {budget}")
+                raise MemorySystemError(f"{where}: holds {total} tokens, over its budget of {budget}")
         return held
+
+
+def _check_memory(memory: object, where: str, arrived: int) -> None:
+    """One memory a system holds, as the adapter takes it: a :class:`Memory` of text, date and the units
+    it cites, each already received. Each break of the rules is one line (the system's own values
+    would otherwise fail deep in the audit, as a ``TypeError`` naming no system)."""
+    if not isinstance(memory, Memory):
+        raise MemorySystemError(f"{where}: holds a {type(memory).__name__}, not a Memory")
+    for field_name in ("text", "date"):
+        value = getattr(memory, field_name)
+        if not isinstance(value, str):
+            raise MemorySystemError(
+                f"{where}: holds a Memory whose {field_name} is {_shown(value)}, not a str"
+            )
+    sources = memory.sources
+    if not isinstance(sources, tuple | list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in sources):
+        raise MemorySystemError(
+            f"{where}: holds a memory whose sources are {_shown(sources)}, not a tuple of unit positions"
+        )
+    if not sources:
+        raise MemorySystemError(f"{where}: holds a memory that cites no unit ({memory.text[:40]!r})")
+    bad = next((s for s in sources if not 0 <= s <= arrived), None)
+    if bad is not None:
+        raise MemorySystemError(f"{where}: holds a memory citing unit {bad}, which it has not received")
+
+
+def _shown(value: object) -> str:
+    """A value a system gave, for a one-line message: its type and a short repr."""
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40] + '...' if len(text) > 40 else text}"
 
 
 class CapturedMemorySystem(MemorySystem):
@@ -312,7 +341,19 @@ class CapturedMemorySystem(MemorySystem):
 
     def _capture(self, position: int | None) -> None:
         """Whatever was created or changed while ``position`` was ingested cites it (``None``: none arrived)."""
-        now = dict(self.held())
+        when = "after the history ended" if position is None else f"after unit {position} arrived"
+        held = self.held()
+        if not isinstance(held, Mapping):
+            raise MemorySystemError(
+                f"{self._where} {when}: held() returned a {type(held).__name__}, not a mapping of its ids to (text, date)"
+            )
+        now: dict[Hashable, tuple[str, str]] = {}
+        for key, value in held.items():
+            if not (isinstance(value, tuple | list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+                raise MemorySystemError(
+                    f"{self._where} {when}: held() gives memory {key!r} as {_shown(value)}, not (text, date)"
+                )
+            now[key] = (value[0], value[1])
         sources: dict[Hashable, tuple[int, ...]] = {}
         for key, value in now.items():
             before = self._sources.get(key, ())
@@ -321,7 +362,7 @@ class CapturedMemorySystem(MemorySystem):
             elif before:
                 sources[key] = before
             else:
-                raise ValueError(f"{self._where}: memory {key!r} appeared after the history ended, citing no unit")
+                raise MemorySystemError(f"{self._where}: memory {key!r} appeared after the history ended, citing no unit")
         self._sources, self._seen = sources, now
 
     def memories(self) -> list[Memory]:

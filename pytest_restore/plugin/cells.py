@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NoReturn, Protocol
 import pytest
 
 from pytest_restore.exits import IO_ERROR
+from pytest_restore.memory.systems import MemorySystemError
 from pytest_restore.run.cells import cell_failures, run_cell
 from pytest_restore.run.grid import CellSpec
 from pytest_restore.run.parts import RunParts
@@ -49,7 +50,13 @@ class RestoreCell:
             unreadable = str(err)  # the data, checked at the start, cannot be read any more (removed since)
         if unreadable is not None:
             self.stop(unreadable, IO_ERROR)  # outside the except: one line, no chained traceback
-        self.run = run = run_cell(parts, self.spec, audit)
+        broken: str | None = None
+        try:
+            self.run = run = run_cell(parts, self.spec, audit)
+        except MemorySystemError as err:
+            broken = str(err)  # a user's system broke the adapter's rules: its line, not the package's frames
+        if broken is not None:
+            pytest.fail(broken, pytrace=False)  # outside the except: no chained traceback
         fatal = parts.fatal_error()
         if fatal is not None:
             # A wrong key or an unknown model fails every call alike: stop at the first.
