@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from collections import Counter
@@ -200,9 +201,12 @@ def _run_report(args: argparse.Namespace) -> int:
     )
     from pytest_restore.report.writer import write_report
     from pytest_restore.run.checks import read_check
+    from pytest_restore.run.staging import report_dir_problem, staging_dir, swap_into_place
     from pytest_restore.stats.families import default_families
 
-    problem = out_dir_problem(args.out, "--out")
+    # replaced whole, as a session's report directory is: another run's files (its calibration.json)
+    # never stay beside this one's, and a directory holding something else is refused
+    problem = report_dir_problem(args.out, "--out")
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return IO_ERROR
@@ -217,11 +221,17 @@ def _run_report(args: argparse.Namespace) -> int:
     except ValueError as err:  # records that read well but contradict each other
         print(f"error: {args.records}: {err}", file=sys.stderr)
         return 2
+    staging: Path | None = None
     try:
-        files = write_report(records, info, args.out, data_file=args.data)
+        staging = staging_dir(Path(args.out))
+        files = write_report(records, info, staging, data_file=args.data)
+        swap_into_place(staging, Path(args.out))
     except OSError as err:  # a full disk, or the directory made read-only since the check
         return _io_error("--out", args.out, err)
-    print(f"report: {len(records)} records -> {files.out_dir}")
+    finally:
+        if staging is not None and staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)  # swapped in, it is gone; not swapped in, it goes
+    print(f"report: {len(records)} records -> {args.out}")
     for failure in files.failures:
         print(f"expectation not met: {failure}")
     for line in files.untestable:
@@ -401,10 +411,11 @@ def _add_batch(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             "Runs the grid's dry run (the --restore-* options after --; pytest's own arguments there are "
             "ignored, and no ini file or conftest.py is read) and writes the round's requests that the cache "
             "does not hold as an OpenAI batch input file. Rounds go in order: scorer (only with "
-            "llm-importance), reader, judge; each needs the previous one imported."
+            "llm-importance), writer (only with a memory system that writes with a model), reader, judge; "
+            "each needs the previous one imported."
         ),
     )
-    export.add_argument("--round", required=True, choices=("scorer", "reader", "judge"), help="the round to write")
+    export.add_argument("--round", required=True, choices=EXPORT_ROUNDS, help="the round to write")
     export.add_argument("--out", required=True, help="the input file to write (JSONL)")
     export.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the grid's --restore-* options")
     imported = actions.add_parser(
@@ -422,6 +433,11 @@ def _add_batch(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--input", default=None, help="the input file the output was made from (default: the exported files)"
     )
     parser.set_defaults(func=_run_batch)
+
+
+#: The rounds ``batch export`` writes: run/settings.py's ``BATCH_ROUNDS`` (a test holds them equal),
+#: spelled here so the parser is built without importing the run core.
+EXPORT_ROUNDS = ("scorer", "writer", "reader", "judge")
 
 
 def _run_batch(args: argparse.Namespace) -> int:

@@ -841,3 +841,38 @@ def test_the_dry_run_names_a_create_cut_short_and_a_damaged_ledger_in_one_line(p
     said = [line for line in dry.outlines if line.startswith("batch: ")]
     assert len(said) == 1 and said[0].startswith(f"batch: {path}: damaged ledger entry ("), dry.outlines
     assert "Traceback" not in "\n".join(dry.outlines + dry.errlines)
+
+
+def test_the_writer_round_of_a_model_writing_system_is_exported_and_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every round a grid needs can go through a batch file (issue 44): with a memory system that writes
+    with a model, ``batch export --round writer`` writes the summaries' requests (the command refused
+    the round while the dry run said it was missing), another program answers them, and ``batch
+    import`` puts them in the cache, so the writer round is cached and no request of it is left to send."""
+    monkeypatch.setenv("OPENAI_API_KEY", DUMMY_KEY)
+    cache = tmp_path / "cache"
+    grid = [
+        f"--restore-data={TINY}", "--restore-budgets", "300", "--restore-policies", "session-summary-model",
+        "--restore-writer-model", "openai:gpt-4o-mini", "--restore-calibration=off", f"--restore-cache={cache}",
+    ]
+    exported = tmp_path / "writer.in.jsonl"
+    assert main(["batch", "export", "--round", "writer", "--out", str(exported), "--", *grid]) == 0
+    requests = len(exported.read_text(encoding="utf-8").splitlines())
+    assert requests and f"batch export: {requests} gpt-4o-mini requests of the writer round" in capsys.readouterr().out
+    with OpenAIServer(echo_responder, expected_key=DUMMY_KEY) as server:
+        answer_by_chat(exported, tmp_path / "writer.out.jsonl", server.base_url)
+        assert main(["batch", "import", str(tmp_path / "writer.out.jsonl"), "--cache", str(cache)]) == 0
+        assert f"import: {requests:,} answers checked and cached" in capsys.readouterr().out
+        assert main(["batch", "export", "--round", "writer", "--out", str(tmp_path / "again.jsonl"), "--", *grid]) == 0
+        said = capsys.readouterr().out
+        assert re.search(rf"^writer +openai:gpt-4o-mini +{requests} +{requests} +0 ", said, re.MULTILINE), said
+        assert "batch export: 0 gpt-4o-mini requests of the writer round" in said and f"({requests} already cached" in said
+        assert chat_requests(server) == requests  # the other program's, once each: the export and import send none
+
+
+def test_batch_export_takes_every_round_the_run_knows() -> None:
+    from pytest_restore.__main__ import EXPORT_ROUNDS
+    from pytest_restore.run.settings import BATCH_ROUNDS
+
+    assert EXPORT_ROUNDS == BATCH_ROUNDS

@@ -548,3 +548,45 @@ def test_a_policy_name_is_text_in_the_figure_markdown_html_and_csv(tmp_path: Pat
 
     with (out / "cells.csv").open(encoding="utf-8", newline="") as f:
         assert HOSTILE_NAME in {row["policy"] for row in csv.DictReader(f)}
+
+
+def test_report_out_through_a_link_holds_exactly_this_runs_files_with_the_umasks_permissions(
+    tmp_path: Path,
+) -> None:
+    """``report A --out B``: B, a symbolic link to another run's report directory (with that run's
+    calibration.json), is written through (the link stays, nothing is left beside its target: no
+    ``.B.PID....old``), holds exactly A's report files afterwards, and the directory's and files'
+    permissions both follow the umask (the directory was 0700 while its files were 0644)."""
+    import os
+    import stat
+
+    old_report = tmp_path / "old"
+    old_report.mkdir()
+    for name in ("report.md", "calibration.json", "cells.csv"):
+        (old_report / name).write_text("another run's\n", encoding="utf-8")
+    link = tmp_path / "B"
+    link.symlink_to(old_report, target_is_directory=True)
+    umask = os.umask(0o027)
+    try:
+        assert main(["report", str(RECORDS_V2 / "records.jsonl"), "--out", str(link)]) == 0
+    finally:
+        os.umask(umask)
+    assert link.is_symlink() and link.resolve() == old_report.resolve()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["B", "old"]  # nothing set aside or staged left
+    assert sorted(p.name for p in old_report.iterdir()) == sorted(
+        ["cells.csv", "figure.png", "figure.svg", "hypotheses.json", "records.jsonl", "report.html", "report.md",
+         "summary.json"]
+    )
+    assert stat.S_IMODE(old_report.stat().st_mode) == 0o750
+    assert {stat.S_IMODE(p.stat().st_mode) for p in old_report.iterdir()} == {0o640}
+
+
+def test_report_out_refuses_a_directory_holding_something_else(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The report directory is replaced whole, so one that holds no report is refused in one line, untouched."""
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "todo.txt").write_text("mine\n", encoding="utf-8")
+    assert main(["report", str(RECORDS_V2 / "records.jsonl"), "--out", str(mine)]) == 74
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --out {mine}: {mine} holds files but no report (no summary.json or report.md): a report directory is replaced whole"
+    assert [p.name for p in mine.iterdir()] == ["todo.txt"]

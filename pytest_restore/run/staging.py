@@ -5,13 +5,18 @@ swapped into place with two renames, so a whole report always sits under
 one of the two names. A writer that dies (a kill, a second Ctrl-C) leaves its
 staging directory behind: the names carry the writer's process id, and the
 next session removes those whose process has ended.
+
+A report directory that is a symbolic link is written through: the directory
+it points to is the one replaced (beside it, in its own parent), and the link
+stays. The staging directory is made with the process's umask, as its files
+are, so the report's directory and files have the permissions any other
+directory and file the user makes would have.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -21,14 +26,20 @@ from pytest_restore.exits import out_dir_problem
 REPORT_MARKERS = ("summary.json", "report.md", "records.jsonl", "calibration.json")
 
 
+def through_link(target: Path) -> Path:
+    """The directory a report for ``target`` replaces: what a symbolic link points to, else ``target``."""
+    return Path(os.path.realpath(target)) if target.is_symlink() else target
+
+
 def not_a_report(target: Path) -> str | None:
     """Why the existing ``target`` must not be replaced by a report (it is a directory of something else), or ``None``.
 
     A report directory is replaced whole, its old files deleted; a directory
-    given by mistake (``.``, the project, a data folder) must never be.
+    given by mistake (``.``, the project, a data folder) must never be, nor
+    one a symbolic link given by mistake points to.
     """
-    path = target.absolute()
-    if not path.is_dir() or path.is_symlink():
+    path = through_link(target).absolute()
+    if not path.is_dir():
         return None
     if path == Path.cwd() or path in Path.cwd().parents:
         return f"{path} is the directory the run is in (or holds it): a report directory is replaced whole"
@@ -59,6 +70,7 @@ def swap_into_place(staging: Path, target: Path) -> None:
     refused = not_a_report(target)
     if refused is not None:  # checked at the start too; a directory made since is left alone
         raise NotADirectoryError(f"not replaced: {refused}")
+    target = through_link(target)  # the link stays; the directory it points to is replaced
     old: Path | None = None
     if target.exists() or target.is_symlink():
         old = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.old")
@@ -75,9 +87,18 @@ def staging_dir(target: Path) -> Path:
     writer was killed, or quit on a second Ctrl-C) from a directory another
     live session is writing: :func:`remove_orphans` removes only the former.
     """
+    target = through_link(target)  # beside the directory it replaces: one rename swaps it in
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_orphans(target)
-    return Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent))
+    while True:
+        # not tempfile.mkdtemp: its 0700 would make the report the one directory of the user's
+        # that others cannot read while its files can be; os.mkdir applies the umask as open does
+        path = target.parent / f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            path.mkdir(0o777)
+        except FileExistsError:
+            continue
+        return path
 
 
 def remove_orphans(target: Path, *, own: bool = False) -> None:
@@ -87,6 +108,7 @@ def remove_orphans(target: Path, *, own: bool = False) -> None:
     without a process id (``.NAME.RANDOM.tmp``, as earlier versions made them)
     are orphans too.
     """
+    target = through_link(target)
     for path in target.parent.glob(f".{target.name}.*"):
         parts = path.name[len(target.name) + 2 :].split(".")
         if path.suffix not in (".tmp", ".old") or not path.is_dir():
