@@ -932,6 +932,8 @@ class BatchBehaviour:
     line_error: str | None = None
     #: every answered line is written twice in the output file, the second time with another answer
     duplicate_lines: bool = False
+    #: this many lines of requests the batch never held (unknown ``custom_id``) are added to the output file
+    stray_lines: int = 0
 
 
 @dataclass
@@ -1191,6 +1193,11 @@ class BatchAPI:
                 for choice in again["response"]["body"].get("choices", []):
                     choice["message"]["content"] = f"{choice['message']['content']} (answered again)"
                 out.append(again)
+        if out:
+            for n in range(self.behaviour.stray_lines):  # answers to requests nobody sent in this batch
+                stray = json.loads(json.dumps(out[0]))
+                stray["id"], stray["custom_id"] = f"{stray['id']}-stray{n}", f"reader-{n:064x}"
+                out.append(stray)
         if code:
             for n, line in enumerate(batch.lines):
                 if line.get("custom_id") not in done:

@@ -876,3 +876,19 @@ def test_batch_export_takes_every_round_the_run_knows() -> None:
     from pytest_restore.run.settings import BATCH_ROUNDS
 
     assert EXPORT_ROUNDS == BATCH_ROUNDS
+
+
+def test_output_lines_of_requests_the_batch_never_held_are_said_not_only_counted(
+    echo: OpenAIServer, tmp_path: Path
+) -> None:
+    """A batch's output file holding lines whose custom_id the batch never held: the batch's own answers are
+    kept, the stray lines stored nowhere, and the run says so in one line (only the ledger counted them)."""
+    echo.batches.behaviour.stray_lines = 2
+    asked, said = items(3), []
+    outcome = runner_for(echo, tmp_path / "cache", said).run_round("reader", asked)
+    assert all(outcome.results[i.custom_id].ok for i in asked)
+    assert len(ResponseCache(tmp_path / "cache")) == 3
+    refused = [line for line in said if "output lines refused" in line]
+    assert len(refused) == 1 and refused[0].endswith(
+        ": 2 output lines refused (custom_id never exported or submitted): none of them stored"
+    ), said

@@ -726,6 +726,13 @@ class BatchRunner:
         entry.failures = dict(Counter(failure_cause(r.error or "") for r in results.values() if not r.ok))
         if refused:
             entry.failures.update({f"refused: {k}": v for k, v in refused.items()})
+            # said, not only kept in the ledger: an output file answering requests the batch never
+            # held is a batch (or a provider) to look at, whatever became of the batch's own lines
+            self.say(
+                f"batch {entry.batch_id or entry.name}: "
+                + "; ".join(f"{n:,} output lines refused ({why})" for why, n in refused.most_common())
+                + ": none of them stored"
+            )
         self.ledger.save(entry)
         return results
 
