@@ -265,7 +265,9 @@ def test_ctrl_c_while_the_report_is_written_leaves_the_earlier_report_whole(
     (target / "report.md").write_text("the earlier, complete report")
     writing, release = threading.Event(), threading.Event()
 
-    def slow_report(records: object, info: object, out: Path, data_file: Path | None = None) -> ReportFiles:
+    def slow_report(
+        records: object, info: object, out: Path, data_file: Path | None = None, loaders: object = None
+    ) -> ReportFiles:
         writing.set()
         release.wait(30)
         (out / "summary.json").write_text("{}")

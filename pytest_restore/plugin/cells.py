@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, NoReturn, Protocol
 import pytest
 
 from pytest_restore.exits import IO_ERROR
-from pytest_restore.memory.systems import MemorySystemError
-from pytest_restore.run.cells import cell_failures, run_cell
+from pytest_restore.run.cells import CellFailed, cell_failures, run_cell
 from pytest_restore.run.grid import CellSpec
 from pytest_restore.run.parts import RunParts
 from pytest_restore.run.settings import SettingsError
@@ -53,7 +52,7 @@ class RestoreCell:
         broken: str | None = None
         try:
             self.run = run = run_cell(parts, self.spec, audit)
-        except MemorySystemError as err:
+        except CellFailed as err:
             broken = str(err)  # a user's system broke the adapter's rules: its line, not the package's frames
         if broken is not None:
             pytest.fail(broken, pytrace=False)  # outside the except: no chained traceback

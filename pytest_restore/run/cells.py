@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from pytest_restore.audit.checks import construct_checks
 from pytest_restore.audit.run import Audit, CellRun
+from pytest_restore.memory.systems import MemorySystemError
 from pytest_restore.record import Record
 from pytest_restore.report.checks import unused_calls
 from pytest_restore.run.checks import SystemCell
@@ -25,9 +26,17 @@ from pytest_restore.stats.results import HypothesisTest, StatsSettings
 RecordsOf = Callable[[Sequence[tuple[str, int]]], list[Record]]
 
 
+class CellFailed(Exception):
+    """A cell that could not run, in one line naming why: a user's memory system broke the adapter's
+    rules (the system, the question and the unit). The host fails the cell's item with the line alone."""
+
+
 def run_cell(parts: RunParts, spec: CellSpec, audit: Audit) -> CellRun:
     """Run one grid cell in this process, under its reader's ``audit`` (each cell once per process)."""
-    return audit.run_cell(parts.plan.registries.policies[spec.policy], spec.budget, ranker=spec.ranker)
+    try:
+        return audit.run_cell(parts.plan.registries.policies[spec.policy], spec.budget, ranker=spec.ranker)
+    except MemorySystemError as err:
+        raise CellFailed(str(err)) from None
 
 
 def cell_message(parts: RunParts, process: str, spec: CellSpec, run: CellRun) -> ItemMessage:
