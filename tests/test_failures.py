@@ -278,9 +278,16 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
         assert (project.path / "rebuilt" / name).read_bytes() == (partial / name).read_bytes(), name
     # why, in the words of the report's first line: interrupted, an internal error, or items that did not run
     why = summary["provenance"]["partial"]
-    assert why in {"interrupted", "internal error"} or why.endswith("selected grid items did not run"), why
+    # (-x after a failed item: the failed one is called failed, the one never reached not run; issue 44)
+    assert why in {"interrupted", "internal error", "1 of 3 selected grid items failed; 1 did not run"}, why
     said = f"partial report ({why}): restore-report.partial; restore-report was left as it was"
     assert said in "\n".join(cut.outlines)
+    assert "grid cells not selected in this run" not in "\n".join(cut.outlines)  # every cell was selected
+    if exc == "KeyboardInterrupt()":
+        assert any(line.startswith("grid cells interrupted before they ran (2): ") for line in cut.outlines)
+    elif exc != "internal":
+        assert any(line.startswith("grid cells that failed (their records are not in the report) (1): ") for line in cut.outlines)
+        assert any(line.startswith("grid cells selected but not run (the session stopped first) (1): ") for line in cut.outlines)
     if not then_whole:
         return
 
@@ -735,3 +742,17 @@ def test_a_second_ctrl_c_while_the_report_is_written_quits_at_once(
     assert "Traceback" not in cut.stdout.str() + cut.stderr.str()
     assert _files(report) == before
     assert not any(p.name.startswith(".restore-report") for p in project.path.iterdir())  # no staging left
+
+
+def test_cells_without_records_are_called_failed_interrupted_or_not_selected() -> None:
+    """A cell that ran and failed, or was cut off by Ctrl-C, is never listed as "not selected" (issue 44):
+    only one the selection left out (-k, --lf) is."""
+    from pytest_restore.plugin.finish import cells_not_run
+
+    selected = {"test_grid.py::test_cell[fifo-300]", "test_grid.py::test_cell[bad-300]", "test_grid.py::test_cell[lru-300]"}
+    failed = {"test_grid.py::test_cell[bad-300]"}
+    not_run = ["bad-300", "lru-300", "random-300"]
+    assert cells_not_run(not_run, selected, failed, stopped=True) == {
+        "failed": ["bad-300"], "interrupted": ["lru-300"], "not run": [], "not selected": ["random-300"]
+    }
+    assert cells_not_run(not_run, selected, failed, stopped=False)["not run"] == ["lru-300"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -449,6 +450,15 @@ def test_users_loader_from_a_conftest_runs_the_grid(pytester: pytest.Pytester) -
     # the loader's own budgets made the grid
     cells = (pytester.path / "restore-report" / "cells.csv").read_text(encoding="utf-8").splitlines()
     assert sorted({tuple(row.split(",")[:2]) for row in cells[1:]}) == [("fifo", "30"), ("fifo", "60")]
+    # report.html has the notes' texts, read by the loader the session used (it said the loader was not registered)
+    from pytest_restore.report.html import unpack
+
+    page = (pytester.path / "restore-report" / "report.html").read_text(encoding="utf-8")
+    packed = re.search(r'<script type="application/octet-stream" id="data">([^<]*)</script>', page)
+    assert packed is not None
+    data = unpack(packed.group(1))
+    assert data["texts"] == "" and "not registered" not in page
+    assert "The spare key is in the blue jar." in json.dumps(data["questions"])
     unknown = pytester.runpytest(*QUICK, "--restore-data=notes.json", "--restore-dataset", "diary")
     assert unknown.ret == pytest.ExitCode.USAGE_ERROR
     unknown.stderr.fnmatch_lines(["ERROR: --restore-dataset: unknown dataset loader 'diary'; registered: longmemeval, locomo, notes"])

@@ -96,6 +96,21 @@ def test_show_refuses_in_one_line(tiny_report: Path, tmp_path: Path, capsys: pyt
     other = tmp_path / "tiny.json"
     other.write_text(TINY.read_text() + "\n")  # the same questions, another file
     code, _, err = _show(capsys, qid, "--report-dir", str(tiny_report), "--data", str(other))
-    assert code == 2 and "(another file)" in err and len(err.splitlines()) == 1
+    assert code == 2 and "is not the data this run read" in err and len(err.splitlines()) == 1
     code, _, err = _show(capsys, qid, "--report-dir", str(tmp_path))
     assert code == 2 and err.startswith("error: ") and "records.jsonl" in err and len(err.splitlines()) == 1
+
+
+def test_show_given_another_data_file_names_the_mismatch(capsys: pytest.CaptureFixture[str]) -> None:
+    """``show --data`` given a file that is not the run's (another dataset, or JSON of another shape) says so,
+    with both digests, rather than the loader's complaint about a field (issue 44)."""
+    import hashlib
+
+    run = Path(__file__).resolve().parent.parent / "fixtures" / "records-v2"
+    other = TINY.with_name("locomo_tiny.json")
+    assert main(["show", "0a995998", "--report-dir", str(run), "--data", str(other)]) == 2
+    got, want = (hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in (other, TINY))
+    assert capsys.readouterr().err == (
+        f"error: {other} is not the data this run read: its sha256 is {got}..., the run read tiny.json, "
+        f"sha256 {want}...: pass that file with --data\n"
+    )

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from pytest_restore.plugin.finish import ReportWaiter, interrupted, terminal_summary
+from pytest_restore.plugin.finish import ReportWaiter, cells_not_run, interrupted, terminal_summary
 from pytest_restore.plugin.gather import Gathered
 from pytest_restore.plugin.options import ONE_PROCESS_KEY
 from pytest_restore.plugin.runner import CellRunner
@@ -188,7 +188,7 @@ class ControllerSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Judge the model calls, run the checks after the grid, start writing the report."""
         got = self.gathered
-        self.run.start_finish(self.run.partial(interrupted(session, got.selected, got.ran)))
+        self.run.start_finish(self.run.partial(interrupted(session, got.selected, got.ran, got.failed)))
         if self.run.outcome.calls_failed:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.run.reporting():
@@ -218,6 +218,10 @@ class ControllerSession:
             yellow=True,
         )
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int) -> None:
         """A short table of regime (b), where the report is, and what failed (the dry run: its table)."""
-        terminal_summary(terminalreporter, self.settings, self.run.outcome)
+        got, outcome = self.gathered, self.run.outcome
+        # a cell without records ran and failed, was cut off by Ctrl-C, or was not selected: said apart
+        stopped = exitstatus == pytest.ExitCode.INTERRUPTED
+        why = cells_not_run(outcome.cells["not_run"], got.selected, got.failed, stopped=stopped)
+        terminal_summary(terminalreporter, self.settings, outcome, why)

@@ -8,7 +8,8 @@ says the run's :class:`~pytest_restore.run.session.RunOutcome`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from pytest_restore.run.session import RunOutcome
 from pytest_restore.run.settings import RestoreSettings
 
 
-def interrupted(session: pytest.Session, selected: set[str] | None, ran: set[str]) -> str | None:
+def interrupted(
+    session: pytest.Session, selected: set[str] | None, ran: set[str], failed: AbstractSet[str] = frozenset()
+) -> str | None:
     """Why the session ended before its selected grid ran whole, or ``None``."""
     status = session.exitstatus
     if status == pytest.ExitCode.INTERRUPTED:
@@ -30,12 +33,43 @@ def interrupted(session: pytest.Session, selected: set[str] | None, ran: set[str
     if selected is not None:
         missing = selected - ran
         if missing:
-            return f"{len(missing)} of {len(selected)} selected grid items did not run"
+            broke = len(missing & failed)  # they ran and failed: not "did not run"
+            if not broke:
+                return f"{len(missing)} of {len(selected)} selected grid items did not run"
+            rest = len(missing) - broke
+            return f"{broke} of {len(selected)} selected grid items failed" + (f"; {rest} did not run" if rest else "")
     return None
 
 
-def terminal_summary(terminalreporter: Any, settings: RestoreSettings, outcome: RunOutcome) -> None:
+def cells_not_run(
+    not_run: Sequence[str], selected: set[str] | None, failed: AbstractSet[str], *, stopped: bool
+) -> dict[str, list[str]]:
+    """The grid cells with no records, by why: ``failed`` (their item failed), ``interrupted``
+    (selected, but Ctrl-C came first: ``stopped``) or ``not run`` (selected, never reached after a
+    stop), and ``not selected`` (-k, --lf, a deselection). Cell ids are the items' parameters."""
+
+    def cell_of(nodeid: str) -> str:
+        return nodeid.rsplit("[", 1)[-1][:-1] if nodeid.endswith("]") else nodeid
+
+    chosen = {cell_of(n) for n in selected} if selected is not None else set(not_run)
+    broke = {cell_of(n) for n in failed}
+    out: dict[str, list[str]] = {"failed": [], "interrupted": [], "not run": [], "not selected": []}
+    for cell in not_run:
+        why = "failed" if cell in broke else ("interrupted" if stopped else "not run") if cell in chosen else "not selected"
+        out[why].append(cell)
+    return out
+
+
+def terminal_summary(
+    terminalreporter: Any,
+    settings: RestoreSettings,
+    outcome: RunOutcome,
+    not_run_why: Mapping[str, Sequence[str]] | None = None,
+) -> None:
     """A short table of regime (b), where the report is, and what failed (the dry run: its table).
+
+    ``not_run_why`` says why each grid cell without records has none (:func:`cells_not_run`: failed,
+    interrupted, not run, not selected; default: not selected).
 
     ``terminalreporter`` is pytest's (or anything with its ``write_sep`` and
     ``write_line``: ``python -m pytest_restore run`` says the same). The title
@@ -109,10 +143,16 @@ def terminal_summary(terminalreporter: Any, settings: RestoreSettings, outcome: 
                 f"Ctrl-C came after the report was complete: {report_path} is whole and nothing was cut short",
                 yellow=True,
             )
-    if not_run:
-        terminalreporter.write_line(
-            f"grid cells not selected in this run ({len(not_run)}): {', '.join(not_run)}", yellow=True
-        )
+    why_not = not_run_why if not_run_why is not None else {"not selected": list(not_run)}
+    for why, line in (
+        ("failed", "grid cells that failed (their records are not in the report)"),
+        ("interrupted", "grid cells interrupted before they ran"),
+        ("not run", "grid cells selected but not run (the session stopped first)"),
+        ("not selected", "grid cells not selected in this run"),
+    ):
+        if why_not.get(why):
+            names = why_not[why]
+            terminalreporter.write_line(f"{line} ({len(names)}): {', '.join(names)}", red=why == "failed", yellow=why != "failed")
     strict = settings.family_checks == "fail"
     if failures:
         red = strict or any(f.startswith("model calls failed") for f in failures)

@@ -24,6 +24,8 @@ class Gathered(GridMessages):
         super().__init__()
         #: The grid items pytest selected (node ids; ``None`` until collection is known).
         self.selected: set[str] | None = None
+        #: The grid items that failed before their records were sent (their setup or call raised).
+        self.failed: set[str] = set()
 
     def take(self, report: pytest.TestReport) -> None:
         """Read a report's message, and take it off the report.
@@ -34,6 +36,8 @@ class Gathered(GridMessages):
         """
         properties = list(report.user_properties)
         report.user_properties = [(n, v) for n, v in properties if n != MESSAGE_PROPERTY]
+        if report.failed and report.when in ("setup", "call"):
+            self.failed.add(report.nodeid)
         if report.when != "call":
             return
         for name, value in properties:

@@ -19,18 +19,23 @@ distorted error from a recoverable one.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_restore.data.dataset import DataError, Dataset, Question
 from pytest_restore.data.units import Granularity, unit_contents
 from pytest_restore.record import Record, ranker_of
 from pytest_restore.report.inputs import RunInfo, record_order
 from pytest_restore.stats.results import budget_label
+
+if TYPE_CHECKING:  # the loaders are imported where a file is read
+    from pytest_restore.data.loaders import DatasetRegistry
 
 #: The conditions of a record, in the order a story tells them: (name, what it is).
 CONDITIONS: tuple[tuple[str, str], ...] = (
@@ -85,8 +90,13 @@ def history_texts(question: Question, granularity: Granularity) -> list[UnitText
     return out
 
 
-def open_data(info: RunInfo, data: str | os.PathLike[str] | None = None) -> Dataset:
+def open_data(
+    info: RunInfo, data: str | os.PathLike[str] | None = None, loaders: DatasetRegistry | None = None
+) -> Dataset:
     """The data file the run read: ``data`` when given, else the one ``summary.json`` names.
+
+    ``loaders``: the run's dataset loaders (a session's include those its conftest.py registered);
+    default: the built-ins and installed packages'.
 
     The embedded default is generated again (deterministic) into the project's
     cache when it is not there. The file must be the run's: its sha256 is
@@ -105,14 +115,33 @@ def open_data(info: RunInfo, data: str | os.PathLike[str] | None = None) -> Data
         path = Path(name)
         if not path.exists():
             raise StoryError(f"the run read {name}, which is not in {Path.cwd()}: pass --data PATH (the texts come from it)")
+    want = str(info.dataset.get("sha256") or "")
     try:
-        dataset = load_data(path, name=str(info.dataset.get("dataset") or "") or None)
+        dataset = load_data(path, loaders, name=str(info.dataset.get("dataset") or "") or None)
     except DataError as err:
-        raise StoryError(str(err)) from None
-    want = info.dataset.get("sha256")
+        # a file the run's loader cannot read is most often not the run's file at all: say that first
+        mismatch = _another_file(path, want, name)
+        raise StoryError(mismatch or str(err)) from None
     if want and dataset.sha256 != want:
-        raise StoryError(f"{path}: sha256 {dataset.sha256[:16]}... but the run read {str(want)[:16]}... (another file)")
+        raise StoryError(_another_file(path, want, name) or f"{path}: not the file the run read")
     return dataset
+
+
+def _another_file(path: Path, want: str, name: str) -> str | None:
+    """The line saying ``path`` is not the data the run read (its sha256 differs), or ``None``."""
+    if not want:
+        return None
+    try:
+        got = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+    if got == want:
+        return None
+    read = f"{Path(name).name}, " if name and name != "embedded synthetic" else ""
+    return (
+        f"{path} is not the data this run read: its sha256 is {got[:16]}..., the run read "
+        f"{read}sha256 {want[:16]}...: pass that file with --data"
+    )
 
 
 def _embedded(questions: int) -> Path:

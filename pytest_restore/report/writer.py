@@ -40,7 +40,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_restore.audit.memo import model_calls
 from pytest_restore.record import Record
@@ -63,6 +63,9 @@ from pytest_restore.report.markdown import (
 from pytest_restore.report.simulated import simulated_note
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.results import CELL_COLUMNS, budget_label, cell_order
+
+if TYPE_CHECKING:  # the loaders are imported where a file is read
+    from pytest_restore.data.loaders import DatasetRegistry
 
 
 def _cell_value(value: Any) -> str:
@@ -149,7 +152,12 @@ def run_log(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> Run
 
 
 def write_report(
-    records: Sequence[Record], info: RunInfo, out_dir: str | Path, *, data_file: str | Path | None = None
+    records: Sequence[Record],
+    info: RunInfo,
+    out_dir: str | Path,
+    *,
+    data_file: str | Path | None = None,
+    loaders: DatasetRegistry | None = None,
 ) -> ReportFiles:
     """Write every report file into ``out_dir``; the statistics pass runs once.
 
@@ -157,7 +165,8 @@ def write_report(
     :func:`session_failures`); the plugin fails the session on them.
     ``data_file`` is the data the run read (default: the one ``summary.json``
     names, :func:`pytest_restore.report.story.open_data`): ``report.html``
-    takes its texts from it; without it the page says why it has none.
+    takes its texts from it, read by the run's ``loaders`` (a session's
+    include its conftest.py's); without it the page says why it has none.
     """
     out = Path(out_dir)
     ordered = sort_records(Record.of(r) for r in records)
@@ -191,7 +200,7 @@ def write_report(
     )
 
     write_figure(analysis, out, dataset=dataset_label(info))
-    _write_html(ordered, info, analysis, files, report_md, data_file)
+    _write_html(ordered, info, analysis, files, report_md, data_file, loaders)
     return files
 
 
@@ -202,13 +211,14 @@ def _write_html(
     files: ReportFiles,
     report_md: str,
     data_file: str | Path | None,
+    loaders: DatasetRegistry | None = None,
 ) -> None:
     """``report.html``, its texts from the run's data file (or a line saying why there are none)."""
     from pytest_restore.report.html import render_html
     from pytest_restore.report.story import StoryError, open_data
 
     try:
-        dataset, note = open_data(info, data_file), ""
+        dataset, note = open_data(info, data_file, loaders), ""
     except StoryError as err:
         dataset, note = None, f"The units' texts are not shown: {err}."
     opening = report_md.split("## Findings", 1)[0].replace("# Restore-counterfactual audit", "", 1)

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_restore import __version__
 from pytest_restore.exits import INTERRUPTED
@@ -42,6 +42,9 @@ from pytest_restore.run.grid import CellSpec
 from pytest_restore.run.parts import DataMeta
 from pytest_restore.run.plan import Plan
 from pytest_restore.run.staging import partial_dir, staging_dir, swap_into_place
+
+if TYPE_CHECKING:  # the loaders are imported where a file is read
+    from pytest_restore.data.loaders import DatasetRegistry
 from pytest_restore.settings import AuditSettings
 
 
@@ -131,6 +134,7 @@ def write_in_place(
     session_id: str,
     cancelled: threading.Event | None = None,
     data_file: Path | None = None,
+    loaders: DatasetRegistry | None = None,
 ) -> ReportFiles:
     """Write the report (and the calibration gate's, if any) into a fresh directory beside ``target``, then swap it into place.
 
@@ -141,7 +145,7 @@ def write_in_place(
     Once ``cancelled`` is set (Ctrl-C while the report is written), nothing
     is swapped in: the staging directory goes and :class:`ReportCancelled`
     is raised, so ``target`` stays as it was. ``data_file`` is the data the
-    run read, for ``report.html``'s texts.
+    run read, for ``report.html``'s texts, read by the run's ``loaders``.
     """
     staging = staging_dir(target)
     provenance = Provenance(
@@ -152,7 +156,9 @@ def write_in_place(
     )
     try:
         # every file written once, whole: the provenance and the partial mark are the writer's input
-        files = write_report(records, dataclasses.replace(info, provenance=provenance), staging, data_file=data_file)
+        files = write_report(
+            records, dataclasses.replace(info, provenance=provenance), staging, data_file=data_file, loaders=loaders
+        )
         if calibration_json is not None:
             (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")
         if cancelled is not None and cancelled.is_set():

@@ -212,7 +212,7 @@ class RunSession:
         calibration_json = gate.result.to_json() if isinstance(gate, Calibration) else None
         self._report = Background(
             write_in_place, got.records, info, self._target, partial, calibration_json,
-            self.started_utc, self.plan.session_id, self._cancel, self.plan.data.path(),
+            self.started_utc, self.plan.session_id, self._cancel, self.plan.data.path(), self.plan.registries.datasets,
         )
 
     def reporting(self) -> bool:
