@@ -418,3 +418,40 @@ def test_scorer_content_containing_template_markers(content: str) -> None:
 @pytest.mark.parametrize("reply", ["-3", "-1"])
 def test_parse_score_negative(reply: str) -> None:
     assert parse_score(reply) is None
+
+
+def test_prompt_tokens_from_parts_are_the_whole_prompts_counts(tiny: Dataset) -> None:
+    """The audit counts its prompts' tokens from their parts (the snippets' sizes, the template's pieces, the
+    question, answer and prediction; no prompt encoded): on a sample of reader contexts, judge and scorer
+    requests of the tiny fixture they equal ``estimate_tokens`` of the whole request, and so does the usage
+    ``with_usage`` gives a fake's result. A template of its own, with a conversion and a format spec, too."""
+    import random
+
+    from pytest_restore.data.tokens import TokenCounter
+    from pytest_restore.memory.retrieval import context_parts
+    from pytest_restore.models.base import ChatResult
+    from pytest_restore.models.decoding import estimate_tokens, with_usage
+
+    def whole(request: ChatRequest) -> list[int]:  # each message's count, encoding it whole
+        encode = TokenCounter()
+        return [encode.count(content) for _, content in request.messages]
+
+    rng = random.Random(7)
+    custom = PromptSet(reader_user="Q={question!r} on {question_date:>40}\n{snippets}\nA:", judge_user="{prediction}|{answer}|{question}")
+    for prompts in (PROMPTS, custom):
+        for q in tiny.questions:
+            h = build_history(q)
+            for _ in range(4):
+                injected = sorted(rng.sample(range(len(h.units)), rng.randint(0, min(12, len(h.units)))))
+                request = reader_request(h, injected) if prompts is PROMPTS else prompts.reader(
+                    question=q.question, question_date=q.question_date, snippets=render_context(h, injected))
+                parts, counts = context_parts(h, injected)
+                counted = prompts.reader_tokens(question=q.question, question_date=q.question_date, snippets=parts, counts=counts)
+                assert list(counted) == whole(request)
+                usage = with_usage(ChatResult("I don't know."), request, lambda c=counted: c)
+                assert usage.input_tokens == estimate_tokens([request])[0]
+            for prediction in (q.answer, "I don't know.", f" {q.answer}\n/etc"):
+                fields = {"question": q.question, "answer": q.answer, "prediction": prediction}
+                assert list(prompts.judge_tokens(**fields)) == whole(prompts.judge(**fields))
+            for unit in rng.sample(h.units, min(5, len(h.units))):
+                assert list(prompts.scorer_tokens(content=unit.content)) == whole(prompts.scorer(content=unit.content))

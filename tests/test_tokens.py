@@ -147,3 +147,23 @@ def test_a_long_text_counted_part_by_part_is_counted_exactly() -> None:
     counter = TokenCounter()
     assert counter.count_many(texts) == [len(encode(t)) for t in texts]
     assert len(counter) > len(texts)  # the parts are remembered: a later prompt's shared lines are not encoded again
+
+
+#: What meets where parts are joined: spaces before letters and before anything else, newlines before
+#: whitespace, '/' and words, punctuation (with its newline and '/' tail), digits, contractions, non-ASCII.
+JOIN_ALPHABET = list("ab Z\n\n\t  /.,!?'s\r0129()[]:-\u00a0é中") + ["'ll", " I", "\n/", "  ", "\n ", " \n", "...", "ca", "n't"]
+
+
+def test_joined_parts_are_counted_exactly() -> None:
+    """``count_joined`` gives the count of the joined text on random parts dense in what meets at a join, with
+    some parts' counts given; it fails if either kind of seam (a space before a letter, a newline before a
+    non-space) is taken anywhere a piece may cross it (before a digit, after a tab, before '/' ...)."""
+    import random
+
+    rng = random.Random(20261129)
+    encode = encoding().encode_ordinary
+    counter = TokenCounter()
+    for _ in range(4000):
+        parts = ["".join(rng.choices(JOIN_ALPHABET, k=rng.randint(0, 12))) for _ in range(rng.randint(1, 5))]
+        given = [len(encode(p)) if rng.random() < 0.5 else None for p in parts]
+        assert counter.count_joined(parts, given) == len(encode("".join(parts))), parts

@@ -39,6 +39,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -72,6 +73,7 @@ from pytest_restore.memory.retrieval import (
     LexicalIndex,
     Ranker,
     checked_rank,
+    context_parts,
     inject,
     render_context,
 )
@@ -440,18 +442,25 @@ class Audit:
                 request = self.reader_request(history, injected)
                 built[key] = (request, prompt_id(request))
         distinct = list(built)
+        context = dict(zip(keys, items))
         answered = {
-            k: with_usage(result, built[k][0]) for k, result in zip(distinct, self.reader.run([built[k][0] for k in distinct]))
+            k: with_usage(result, built[k][0], partial(self.reader_tokens, *context[k]))
+            for k, result in zip(distinct, self.reader.run([built[k][0] for k in distinct]))
         }
         prompts = [built[k][1] for k in keys]
         answers = [answered[k] for k in keys]
         judge_requests: list[ChatRequest] = []
+        judged: list[dict[str, str]] = []  # what each judge request was filled with: its usage is counted from them
         for (history, _), answer in zip(items, answers):
             if answer.ok:
                 q = history.question
                 assert answer.text is not None
-                judge_requests.append(self.prompts.judge(question=q.question, answer=q.answer, prediction=answer.text))
-        verdicts = iter([with_usage(v, r) for v, r in zip(self.judge.run(judge_requests), judge_requests)])
+                judged.append({"question": q.question, "answer": q.answer, "prediction": answer.text})
+                judge_requests.append(self.prompts.judge(**judged[-1]))
+        verdicts = iter([
+            with_usage(v, r, partial(self.prompts.judge_tokens, **f))
+            for v, r, f in zip(self.judge.run(judge_requests), judge_requests, judged)
+        ])
         outcomes = []
         for (history, injected), answer, prompt in zip(items, answers, prompts):
             tokens = int(history.sizes[list(injected)].sum()) if injected else 0
@@ -492,7 +501,10 @@ class Audit:
         failed: dict[str, str] = {}
         if contents:
             requests = [self.prompts.scorer(content=c) for c in contents]
-            results = [with_usage(r, q) for r, q in zip(self.scorer.run(requests), requests)]
+            results = [
+                with_usage(r, q, partial(self.prompts.scorer_tokens, content=c))
+                for r, q, c in zip(self.scorer.run(requests), requests, contents)
+            ]
             for content, result in zip(contents, results):
                 score = parse_score(result.text) if result.ok and result.text is not None else None
                 if score is not None:
@@ -964,6 +976,12 @@ class Audit:
         q = history.question
         snippets = render_context(history, injected)
         return self.prompts.reader(question=q.question, question_date=q.question_date, snippets=snippets)
+
+    def reader_tokens(self, history: History, injected: Sequence[int]) -> tuple[int, int]:
+        """The o200k tokens of :meth:`reader_request`'s messages, from the snippets' sizes (no prompt encoded)."""
+        q = history.question
+        parts, counts = context_parts(history, injected)
+        return self.prompts.reader_tokens(question=q.question, question_date=q.question_date, snippets=parts, counts=counts)
 
     def planned_reader_requests(
         self, policy: Policy, budget: int, importance: Mapping[str, int]

@@ -83,6 +83,27 @@ _SEAM = re.compile(r"\n(?=[^\s/])")
 #: Longer texts than this (characters) are counted part by part between seams: a prompt is its
 #: context's lines, which the prompts of a grid share, so each line is encoded once, not once a prompt.
 _LONG = 2048
+#: A second kind of seam, for joining texts whose counts are known (:meth:`TokenCounter.count_joined`): a
+#: space followed by an ASCII letter. Every alternative that could take that space also takes what
+#: follows it only as a piece *starting* at the space (the letter alternatives' optional first
+#: character, punctuation's optional leading space); the whitespace runs stop before it (``\s+(?!\S)``
+#: and ``\s*[\r\n]+`` cannot end on a space followed by a letter, and ``\s+`` takes a lone whitespace
+#: character only). So a piece always starts there, whatever comes before. With the newline seam
+#: (``_SEAM``), the first seam of a text, at its start or inside it.
+_FIRST_SEAM = re.compile(r" (?=[A-Za-z])|(?<=\n)[^\s/]")
+_ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _last_seam(text: str) -> int:
+    """Where the last seam of ``text`` is (a piece of the tokeniser starts there, whatever comes before; ``_FIRST_SEAM``); -1: none."""
+    end = len(text) - 1
+    space = text.rfind(" ", 0, end)
+    while space >= 0 and text[space + 1] not in _ASCII_LETTERS:
+        space = text.rfind(" ", 0, space)
+    newline = text.rfind("\n", 0, end)
+    while newline >= 0 and (text[newline + 1].isspace() or text[newline + 1] == "/"):
+        newline = text.rfind("\n", 0, newline)
+    return max(space, newline + 1 if newline >= 0 else -1)
 
 
 class TokenCounter:
@@ -90,6 +111,8 @@ class TokenCounter:
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
+        # per part joined (count_joined): where its first and last seams are, and the count between them
+        self._shapes: dict[str, tuple[int, int, int]] = {}
         self._lock = threading.Lock()
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
@@ -115,6 +138,52 @@ class TokenCounter:
                 count = self._counts[part] = len(encode(part))
             total += count
         return total
+
+    def count_joined(self, parts: Sequence[str], counts: Sequence[int | None] = ()) -> int:
+        """The count of ``"".join(parts)`` from its parts' counts, exactly, without encoding the whole.
+
+        A prompt is a template's constant pieces and the texts it is filled with (a question, the units of
+        a context, an answer), whose counts are known. Where two parts meet, the tokeniser may make one
+        piece of the end of the first and the start of the second; but a piece always starts at a seam
+        (``_FIRST_SEAM``), whatever comes before it. So each part is cut at its first and last seams: what
+        lies between them keeps its count (the part's count less its head's and its tail's), and only the
+        short texts around each meeting (a part's tail, the next part's head; a part with no seam whole)
+        are counted, each distinct one once. ``counts[i]``, where given and not ``None``, is ``parts[i]``'s
+        count (a unit's size); the other parts are counted through the memo.
+        """
+        with self._lock:
+            encode = encoding().encode_ordinary
+            memo = self._counts
+            shapes = self._shapes
+
+            def known(text: str) -> int:
+                count = memo.get(text)
+                if count is None:
+                    count = memo[text] = self._count(text, encode)
+                return count
+
+            total = 0
+            pending = ""  # the text since the last seam, not counted yet
+            for i, part in enumerate(parts):
+                if not part:
+                    continue
+                shape = shapes.get(part)
+                if shape is None:
+                    first = _FIRST_SEAM.search(part)
+                    if first is None:
+                        shape = shapes[part] = (-1, -1, 0)
+                    else:
+                        head, tail = first.start(), _last_seam(part)
+                        given = counts[i] if i < len(counts) else None
+                        whole = known(part) if given is None else given
+                        shape = shapes[part] = (head, tail, whole - known(part[:head]) - known(part[tail:]))
+                head, tail, inner = shape
+                if head < 0:
+                    pending += part
+                    continue
+                total += known(pending + part[:head]) + inner
+                pending = part[tail:]
+            return total + known(pending)
 
     def unknown(self, texts: Sequence[str]) -> list[str]:
         """The texts of ``texts`` not counted yet, once each."""
@@ -149,6 +218,11 @@ def _parts(text: str) -> Iterator[str]:
 def count_tokens(texts: Iterable[str]) -> list[int]:
     """Exact o200k_base token counts through the process-wide memo."""
     return _COUNTER.count_many(list(texts))
+
+
+def count_joined(parts: Sequence[str], counts: Sequence[int | None] = ()) -> int:
+    """Exact o200k_base count of ``"".join(parts)`` from its parts' (:meth:`TokenCounter.count_joined`)."""
+    return _COUNTER.count_joined(parts, counts)
 
 
 def count_token(text: str) -> int:

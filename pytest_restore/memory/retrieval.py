@@ -136,11 +136,32 @@ def inject(
     return sorted(chosen)
 
 
+#: What separates two snippets of a context.
+SNIPPET_SEPARATOR = "\n\n"
+
+
 def render_context(history: History, injected: Sequence[int]) -> str:
     """The injected snippets as the reader sees them, or the empty-memory line."""
     if not injected:
         return EMPTY_MEMORY
-    return "\n\n".join(history.units[p].snippet for p in injected)
+    return SNIPPET_SEPARATOR.join(history.units[p].snippet for p in injected)
+
+
+def context_parts(history: History, injected: Sequence[int]) -> tuple[list[str], list[int | None]]:
+    """:func:`render_context`'s text as the parts it joins, with the count of each snippet (its unit's size,
+    which is its snippet's o200k count; ``None`` for a separator or the empty-memory line)."""
+    if not injected:
+        return [EMPTY_MEMORY], [None]
+    parts: list[str] = []
+    counts: list[int | None] = []
+    units, sizes = history.units, history.sizes
+    for i, p in enumerate(injected):
+        if i:
+            parts.append(SNIPPET_SEPARATOR)
+            counts.append(None)
+        parts.append(units[p].snippet)
+        counts.append(int(sizes[p]))
+    return parts, counts
 
 
 # -- rankers: the retriever as a named, swappable part ---------------------------

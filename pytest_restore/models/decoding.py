@@ -11,7 +11,7 @@ dry run's price). It needs no ``openai`` package.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -79,28 +79,34 @@ def estimate_tokens(requests: Sequence[ChatRequest], model: str = "") -> tuple[i
     distinct = list(dict.fromkeys(requests))
     contents = [content for request in distinct for _, content in request.messages]
     counts = iter(count_tokens(contents))
-    input_tokens = 0
-    for request in distinct:
-        input_tokens += _TOKENS_PER_REPLY
-        for _ in request.messages:
-            input_tokens += next(counts) + _TOKENS_PER_MESSAGE
+    input_tokens = sum(chat_input_tokens([next(counts) for _ in request.messages]) for request in distinct)
     # a reasoning model may spend its whole thinking allowance on top of the reply
     extra = REASONING_ALLOWANCE if is_reasoning_model(model) else 0
     output_tokens = sum(request.max_tokens + extra for request in distinct)
     return input_tokens, output_tokens
 
 
-def with_usage(result: ChatResult, request: ChatRequest) -> ChatResult:
+def chat_input_tokens(message_counts: Sequence[int]) -> int:
+    """A request's input tokens from its messages' content counts: each plus the chat format's overhead."""
+    return _TOKENS_PER_REPLY + sum(message_counts) + _TOKENS_PER_MESSAGE * len(message_counts)
+
+
+def with_usage(
+    result: ChatResult, request: ChatRequest, message_counts: Callable[[], Sequence[int]] | None = None
+) -> ChatResult:
     """``result`` with its token usage: as the model reported it, else estimated and marked so.
 
     A model that reports no usage (no ``usage`` object, or zeros: a local
     server, a fake) gets the request's input tokens as :func:`estimate_tokens`
     counts them and the reply's o200k tokens as its output, with
     ``extra["usage"] = "estimated"``. A failed call is returned as it is.
+    ``message_counts``, when given, counts the request's messages from the
+    parts they were built of (:meth:`PromptSet.reader_tokens`, exactly
+    :func:`estimate_tokens`' counts): no prompt is encoded whole.
     """
     if result.text is None or result.input_tokens or result.output_tokens:
         return result
-    tokens_in = estimate_tokens([request])[0]
+    tokens_in = chat_input_tokens(message_counts()) if message_counts is not None else estimate_tokens([request])[0]
     tokens_out = count_tokens([result.text])[0]
     return replace(result, input_tokens=tokens_in, output_tokens=tokens_out, extra={**result.extra, "usage": ESTIMATED})
 

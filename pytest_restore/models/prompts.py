@@ -19,10 +19,12 @@ from __future__ import annotations
 import json
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
+from pytest_restore.data.tokens import count_joined
 from pytest_restore.models.base import REPLY_STYLES, ChatRequest, ReplyFormat
 
 READER_MAX_TOKENS = 600
@@ -158,12 +160,28 @@ class PromptSet:
 
     def reader(self, *, question: str, question_date: str, snippets: str) -> ChatRequest:
         """The reader's request for one condition."""
-        user = self.reader_user.format(question=question, question_date=question_date, snippets=snippets)
+        user = "".join(_filled(self.reader_user, question=question, question_date=question_date, snippets=snippets)[0])
         return ChatRequest((("system", self.reader_system), ("user", user)), READER_MAX_TOKENS)
+
+    def reader_tokens(
+        self, *, question: str, question_date: str, snippets: Sequence[str], counts: Sequence[int | None]
+    ) -> tuple[int, int]:
+        """The o200k tokens of :meth:`reader`'s two messages, counted from their parts (no prompt encoded).
+
+        ``snippets`` are the parts that join to the request's ``snippets`` (the context's snippets and what
+        separates them), ``counts`` their counts where known (a unit's size): see :func:`count_joined`.
+        """
+        user = _filled(
+            self.reader_user, {"snippets": counts}, question=question, question_date=question_date, snippets=snippets
+        )
+        return count_joined([self.reader_system]), count_joined(*user)
+
+    def _judge_system(self) -> str:
+        return self.judge_system if self.judge_format == "text" else self.judge_json_system
 
     def judge(self, *, question: str, answer: str, prediction: str) -> ChatRequest:
         """The judge's request comparing a prediction with the reference (structured as ``judge_format`` says)."""
-        user = self.judge_user.format(question=question, answer=answer, prediction=prediction)
+        user = "".join(_filled(self.judge_user, question=question, answer=answer, prediction=prediction)[0])
         if self.judge_format == "text":
             return ChatRequest((("system", self.judge_system), ("user", user)), JUDGE_MAX_TOKENS)
         return ChatRequest(
@@ -172,10 +190,62 @@ class PromptSet:
             reply_format=ReplyFormat("verdict", VERDICT_SCHEMA, self.judge_format),
         )
 
+    def judge_tokens(self, *, question: str, answer: str, prediction: str) -> tuple[int, int]:
+        """The o200k tokens of :meth:`judge`'s two messages, counted from their parts (the question, the
+        reference and the prediction each counted once, the template's pieces once)."""
+        user = _filled(self.judge_user, question=question, answer=answer, prediction=prediction)
+        return count_joined([self._judge_system()]), count_joined(*user)
+
     def scorer(self, *, content: str) -> ChatRequest:
         """The importance scorer's request: one unit's content, nothing else."""
-        user = self.scorer_user.format(content=content)
+        user = "".join(_filled(self.scorer_user, content=content)[0])
         return ChatRequest((("system", self.scorer_system), ("user", user)), SCORER_MAX_TOKENS)
+
+    def scorer_tokens(self, *, content: str) -> tuple[int, int]:
+        """The o200k tokens of :meth:`scorer`'s two messages, counted from their parts (the content's count is
+        the one the audit made of the unit)."""
+        return count_joined([self.scorer_system]), count_joined(*_filled(self.scorer_user, content=content))
+
+
+@lru_cache(maxsize=64)
+def _template(text: str) -> tuple[tuple[str, str | None, str, str | None], ...]:
+    """A user template's literal pieces and placeholders (:meth:`string.Formatter.parse`), parsed once."""
+    return tuple((literal, name, spec or "", conversion) for literal, name, spec, conversion in string.Formatter().parse(text))
+
+
+_FORMATTER = string.Formatter()
+
+
+def _filled(
+    template: str, known: Mapping[str, Sequence[int | None]] | None = None, **fields: str | Sequence[str]
+) -> tuple[list[str], list[int | None]]:
+    """``template`` filled with ``fields``, as the parts that join to ``template.format(**fields)``, and each
+    part's count where ``known`` gives it (by field: the counts of that field's parts), else ``None``.
+
+    A field given as a sequence of parts stays in those parts (a context's snippets); one with a
+    conversion or a format spec is formatted whole, as :meth:`str.format` does it.
+    """
+    parts: list[str] = []
+    counts: list[int | None] = []
+    for literal, name, spec, conversion in _template(template):
+        if literal:
+            parts.append(literal)
+            counts.append(None)
+        if name is None:
+            continue
+        value = fields[name]
+        if spec or conversion:
+            text = value if isinstance(value, str) else "".join(value)
+            parts.append(_FORMATTER.format_field(_FORMATTER.convert_field(text, conversion), spec))
+            counts.append(None)
+        elif isinstance(value, str):
+            parts.append(value)
+            counts.append(None)
+        else:
+            parts.extend(value)
+            given = known.get(name) if known is not None else None
+            counts.extend(given if given is not None else [None] * len(value))
+    return parts, counts
 
 
 _VERDICT = re.compile(r"^\W*(CORRECT|INCORRECT)\W*$", re.IGNORECASE)
