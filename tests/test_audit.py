@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pytest_restore.audit.checks import construct_checks
@@ -556,3 +557,38 @@ def test_one_pass_and_one_ranking_per_store(tiny: Dataset) -> None:
         restored = sum(bool(r.gold_evicted) for r in run.records if r.regime == "a")
         assert asked["rank"] == len(run.stores) + restored, name
         assert any(r.gold_evicted_after and any(a is not None for a in r.gold_evicted_after) for r in run.records)
+
+
+def test_a_ranker_whose_top_k_is_not_its_head_is_asked_for_both(tiny: Dataset) -> None:
+    """A ranker that does not say its top k is the head of its whole order (``Ranker.top_k_is_head``) is asked
+    twice per store: the contexts read its top k, the gold's ranks its whole order. Its top k here is the
+    oldest units, its whole order newest first: regime (b) injects from the top k, not from the order's head."""
+    from pytest_restore.data.units import History
+    from pytest_restore.memory.retrieval import Ranker, Recency, Store
+
+    class Contrary(Ranker):
+        name = "contrary"
+
+        def __init__(self) -> None:
+            self.calls: Counter[str] = Counter()
+
+        def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
+            members = [int(p) for p in np.flatnonzero(store)]
+            whole = k >= len(members)
+            self.calls["whole" if whole else "top"] += 1
+            return members[::-1] if whole else members[:k]
+
+    assert Recency.top_k_is_head and not Contrary.top_k_is_head
+    fake_reader = FakeReader()
+    ranker = Contrary()
+    audit = Audit(tiny, AuditConfig(budgets=(300,), top_k=2), reader=fake_reader, judge=FakeJudge(), scorer=FakeScorer(), ranker=ranker)
+    fake_reader.learn(p.history for p in audit.questions)
+    planned = audit.conditions(default_registry()["fifo"], 300, audit.questions, {}, {})
+    stores = len(planned.stores)
+    restored = sum(1 for p, _seed, mask in planned.plan if mask is not None and not all(mask[g] for g in p.history.gold))
+    assert ranker.calls["whole"] == stores and ranker.calls["top"] == stores + restored
+    for (p, _seed, mask), i in zip(planned.plan, range(0, len(planned.contexts), 3)):
+        assert mask is not None
+        oldest = [int(x) for x in np.flatnonzero(mask)][:2]
+        assert planned.contexts[i + 1][1] == inject([], oldest, p.history.sizes, audit.config.cap)  # regime (b)
+        assert planned.rankings[(p.question.question_id, _seed)][0] == int(np.flatnonzero(mask)[-1])

@@ -887,11 +887,13 @@ class Audit:
         share a history share its store: the policy passes over it once per
         seed (:meth:`evict`, which also records when each unit left). Each
         store is ranked once, whole: regimes (a) and (b) read its top k, the
-        gold's fates its whole order.
+        gold's fates its whole order (a ranker whose top k may not be the head
+        of its order, :attr:`Ranker.top_k_is_head`, is asked for its top k too).
         """
         seeds = self.config.seeds if policy.seeded else (0,)
         cap, top_k = self.config.cap, self.config.top_k
         name = ranker or self.ranker.name
+        head = self.rankers[name].top_k_is_head
         planned = Planned(ranker=name)
         if known is not None:
             planned.evictions.update(known.evictions)
@@ -916,7 +918,8 @@ class Audit:
                 citing = p.citing(mask)
                 whole = self.rank(p, mask, name, k=int(mask.sum()))
                 planned.rankings[(qid, seed)] = whole
-                ranked = whole[:top_k]  # a ranker's top k is the head of its whole order (Ranker.rank)
+                # the top k is the head of the whole order for every built-in ranker; another is asked again
+                ranked = whole[:top_k] if head else self.rank(p, mask, name)
                 sizes = p.history.sizes
                 regime_a = inject(citing, ranked, sizes, cap)
                 if p.sources is None and len(citing) == len(gold):

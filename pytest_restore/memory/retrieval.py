@@ -181,6 +181,11 @@ class Ranker(ABC):
     """
 
     name: ClassVar[str]
+    #: Whether the top k this ranker gives is always the head of its whole order (``rank`` with ``k`` the
+    #: store's size): the audit then ranks each store once and reads both off it (regimes (a) and (b) the
+    #: top k, the gold's ranks the whole order). Every built-in ranker's is. A ranker that does not say so
+    #: is asked twice, for its top k and for its whole order, so a top k that is not a prefix stays correct.
+    top_k_is_head: ClassVar[bool] = False
 
     def prepare(self, history: History) -> Any:
         """Per-question state built once (default: ``None``)."""
@@ -193,8 +198,8 @@ class Ranker(ABC):
     def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
         """At most ``k`` distinct positions of units in ``store``, best first.
 
-        The first ``k`` of its whole order: the audit ranks each store once,
-        whole (``k`` = the store's size), and reads the top k as its head.
+        Set :attr:`top_k_is_head` when these are always the first ``k`` of the
+        whole order (``k`` = the store's size): the audit then ranks each store once.
         """
 
 
@@ -202,8 +207,11 @@ class ScoringRanker(Ranker):
     """A ranker given by one score per unit.
 
     Units in the store with a positive score are retrieved, best first; ties
-    go to the newer unit (as for BM25-lite). Implement :meth:`scores`.
+    go to the newer unit (as for BM25-lite). Implement :meth:`scores`. Its top
+    k is the head of its whole order (one sort, cut at k).
     """
+
+    top_k_is_head = True
 
     @abstractmethod
     def scores(self, history: History, store: Store, state: Any) -> npt.ArrayLike:
@@ -241,6 +249,7 @@ class Recency(Ranker):
     """
 
     name = "recency"
+    top_k_is_head = True
 
     def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
         return [int(p) for p in np.flatnonzero(store)[::-1][:k]]
@@ -289,6 +298,8 @@ class _Embedding(Ranker):
     """A ranker that reads embeddings: named after them, prepared by embedding every text once."""
 
     family: ClassVar[str]
+    # dense: one sort cut at k; hybrid: fuses the whole lexical and dense orders, then one sort cut at k
+    top_k_is_head = True
 
     def __init__(self, vectors: UnitVectors) -> None:
         self.vectors = vectors
