@@ -425,6 +425,7 @@ def test_prompt_tokens_from_parts_are_the_whole_prompts_counts(tiny: Dataset) ->
     question, answer and prediction; no prompt encoded): on a sample of reader contexts, judge and scorer
     requests of the tiny fixture they equal ``estimate_tokens`` of the whole request, and so does the usage
     ``with_usage`` gives a fake's result. A template of its own, with a conversion and a format spec, too."""
+    import itertools
     import random
 
     from pytest_restore.data.tokens import TokenCounter
@@ -448,10 +449,26 @@ def test_prompt_tokens_from_parts_are_the_whole_prompts_counts(tiny: Dataset) ->
                 parts, counts = context_parts(h, injected)
                 counted = prompts.reader_tokens(question=q.question, question_date=q.question_date, snippets=parts, counts=counts)
                 assert list(counted) == whole(request)
-                usage = with_usage(ChatResult("I don't know."), request, lambda c=counted: c)
+                usage = with_usage(ChatResult("I don't know."), request, itertools.repeat(counted).__next__)
                 assert usage.input_tokens == estimate_tokens([request])[0]
             for prediction in (q.answer, "I don't know.", f" {q.answer}\n/etc"):
                 fields = {"question": q.question, "answer": q.answer, "prediction": prediction}
                 assert list(prompts.judge_tokens(**fields)) == whole(prompts.judge(**fields))
             for unit in rng.sample(h.units, min(5, len(h.units))):
                 assert list(prompts.scorer_tokens(content=unit.content)) == whole(prompts.scorer(content=unit.content))
+
+
+def test_scorer_tests_without_regexes_read_as_the_regexes(tiny: Dataset) -> None:
+    """The scorer's first-person and digit tests on an ASCII text (no regular expression) agree with the
+    regexes that define them, on random texts dense in word edges (apostrophes, underscores, digits glued to
+    the words, case) and on the fixture's contents; a text that is not ASCII is read with the regexes."""
+    import random
+
+    rng = random.Random(11)
+    pieces = ["I", "i", "me", "Me", "MY", "we", "our", "Our", "ours", "mine", "_", "'", "m", "e", "y", "o", "u", "r",
+              "w", "9", "x", " ", " ", ".", "-", "\n", "\t", "I'm", "we've", "i2", "é", "İ", "ı", "٣"]
+    texts = ["".join(rng.choices(pieces, k=rng.randint(0, 14))) for _ in range(5000)]
+    texts += [t.content for q in tiny.questions for s in q.haystack_sessions for t in s]
+    for text in texts:
+        assert fake._says_first_person(text) == (fake._FIRST_PERSON.search(text) is not None), text
+        assert fake._has_digit(text) == (fake._DIGIT.search(text) is not None), text

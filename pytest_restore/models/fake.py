@@ -411,10 +411,32 @@ class FakeJudge(_Named):
         return "CORRECT" if same else "INCORRECT"
 
 
-# The scorer's two tests. A test double needs no compiled path: plain regexes.
+# The scorer's two tests, as regular expressions (what they mean; a text that is not ASCII is read with them).
 # ("i'm" and "i've" need no alternatives of their own: the apostrophe ends the word "i")
 _FIRST_PERSON = re.compile(r"\b(?:i|m[ey]|we|our)\b", re.IGNORECASE)
 _DIGIT = re.compile(r"\d")
+# The same tests on an ASCII text, with no regular expression: a grid scores every distinct unit content, and
+# the two searches were most of the scorer's time. In ASCII, \w is [A-Za-z0-9_] and \d is 0-9, so a
+# first-person word is a maximal run of word characters equal to one of these (case aside).
+_FIRST_PERSON_WORDS = frozenset({"i", "me", "my", "we", "our"})
+_ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+#: Every ASCII character but a lower-case word character to a space (applied to the lower-cased text).
+_WORDS_ONLY = str.maketrans({chr(c): " " for c in range(128) if chr(c) not in _ASCII_WORD})
+_DIGITS = "0123456789"
+
+
+def _says_first_person(content: str) -> bool:
+    """Whether ``content`` holds a first-person word (``_FIRST_PERSON``)."""
+    if content.isascii():
+        return not _FIRST_PERSON_WORDS.isdisjoint(content.lower().translate(_WORDS_ONLY).split())
+    return _FIRST_PERSON.search(content) is not None
+
+
+def _has_digit(content: str) -> bool:
+    """Whether ``content`` holds a decimal digit (``_DIGIT``)."""
+    if content.isascii():
+        return any(d in content for d in _DIGITS)
+    return _DIGIT.search(content) is not None
 #: Words past which the scorer takes a snippet for mostly something other than a fact.
 LONG_WORDS = 120
 
@@ -430,7 +452,7 @@ class FakeScorer(_Named):
     @staticmethod
     def score(content: str) -> int:
         """The fake importance of one content: 4, +2 for a first-person word, +1 for a digit, -2 when long, +-3 jitter."""
-        score = 4 + (2 if _FIRST_PERSON.search(content) else 0) + (1 if _DIGIT.search(content) else 0)
+        score = 4 + (2 if _says_first_person(content) else 0) + (1 if _has_digit(content) else 0)
         score -= 2 if len(content.split()) > LONG_WORDS else 0
         score += round(6 * _unit_draw("importance", content)) - 3
         return min(10, max(1, score))
