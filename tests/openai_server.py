@@ -74,7 +74,9 @@ if TYPE_CHECKING:
 
     from pytest_restore.data.units import History
 
-#: Builds the reply text from the request's messages (``[{"role", "content"}]``).
+#: Builds the reply text from the request's messages (``[{"role", "content"}]``). A responder with an
+#: ``answer_body(body)`` method is given the whole request instead (its ``tools``, its ``response_format``)
+#: and returns the assistant message: ``content``, or ``tool_calls`` in the API's form.
 Responder = Callable[[list[dict[str, Any]]], str]
 
 #: Every kind of fault the server can inject.
@@ -687,8 +689,15 @@ class OpenAIServer:
         if mode == "non-json-200":
             page = b"<html><body>Welcome to the captive portal</body></html>"
             return 200, _encode(200, page, {})
+        answer_body = getattr(self.responder, "answer_body", None)
         try:
-            text = self.responder(body.get("messages") or [])
+            if answer_body is not None:  # a responder that reads the whole request (tools, response_format)
+                message = answer_body(body)
+                if message.get("tool_calls"):
+                    return 200, _render(200, _completion(body, "", message))
+                text = str(message.get("content") or "")
+            else:
+                text = self.responder(body.get("messages") or [])
         except Exception as exc:  # noqa: BLE001 - a responder bug is the test's 500
             return 500, _render(500, {"error": {"message": f"responder: {exc}"}})
         if mode == "echo-key":
@@ -871,11 +880,16 @@ def _encode(status: int, data: bytes, headers: dict[str, str]) -> bytes:
     return "\r\n".join(lines).encode("latin-1") + data
 
 
-def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
-    """A chat.completion object the official client parses."""
+def _completion(body: dict[str, Any], text: str, message: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A chat.completion object the official client parses (``message``: an assistant message with tool calls)."""
     messages = body.get("messages") or []
     prompt_tokens = sum(len(str(m.get("content", "")).split()) + 4 for m in messages) + 3
     completion_tokens = len(text.split())
+    choice_message = {"role": "assistant", "content": text, "refusal": None}
+    if message is not None and message.get("tool_calls"):
+        completion_tokens += len(json.dumps(message["tool_calls"]).split())
+        choice_message = {"role": "assistant", "content": message.get("content"), "refusal": None,
+                          "tool_calls": message["tool_calls"]}
     digest = hashlib.sha256(canonical_body(body).encode()).hexdigest()[:24]
     return {
         "id": f"chatcmpl-{digest}",
@@ -886,9 +900,9 @@ def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
+                "message": choice_message,
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": "tool_calls" if "tool_calls" in choice_message else "stop",
             }
         ],
         "usage": {

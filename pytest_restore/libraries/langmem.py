@@ -1,0 +1,697 @@
+"""langmem audited as a memory system: its store manager turn by turn, provenance captured per memory id.
+
+`langmem <https://github.com/langchain-ai/langmem>`_ (the ``langmem``
+extra: ``pip install 'pytest-restore[langmem]'``) keeps memories in a
+LangGraph store. Its store manager (``create_memory_store_manager``) reads
+each new message, searches the store for the memories nearest to it, and
+makes one chat call that offers the model three tools: ``Memory`` (insert a
+new memory), ``PatchDoc`` (rewrite a memory it was shown) and ``RemoveDoc``
+(delete one); it then writes the model's calls to the store.
+:class:`LangmemSystem` is a :class:`~pytest_restore.memory.systems.MemorySystem`
+(the policy ``langmem``) over one LangGraph ``InMemoryStore`` per store:
+
+- **Ingestion.** Each unit goes through the manager's ``ainvoke`` in
+  chronological order, one user message per unit: ``[date] Speaker: text``
+  (langmem has no timestamp of its own, so the date rides in the text).
+- **Provenance is captured per memory id.** The adapter's store records
+  every write langmem makes while a unit is ingested: a put to a new key is
+  an *insert* and cites the unit; a put to a key it holds is a *patch* and
+  adds the unit to what the memory cited; a put of nothing is a *remove*.
+  After every unit, what the store holds must be exactly what the writes
+  account for; anything else is an error naming the question and the unit.
+- **Budget.** langmem has none. While the memories held are over the budget
+  (o200k_base tokens of their snippets) the adapter deletes the oldest
+  through the store (oldest: whose newest source is earliest, then earliest
+  written), so langmem's later searches see only what is held.
+  ``LangmemSystem(..., budgeted=False)`` keeps everything.
+- **Answers langmem cannot use are counted.** langmem drops a reply whose
+  tool arguments are not JSON, and one with no tool call where a call was
+  required, without a word; a call of the wrong shape is sent back to the
+  model (trustcall's *repair* calls) and dropped when the repairs fail too.
+  Each such reply is counted by the call it answered and the cause in the
+  store's :class:`~pytest_restore.memory.systems.SystemFigures`, beside the
+  model calls by kind (``memory update``, ``repair``, ``embeddings``) and
+  the writes (``insert``, ``patch``, ``remove``).
+- **Reproducible prompts.** langmem names each memory and each session
+  block of its prompt with a random ``uuid4``, so the same history would
+  give other prompts on every run and no cache could answer them. While a
+  store ingests, langmem's ``uuid4`` gives ids counted from the question's
+  id instead (the same history gives the same ids, hence the same prompts).
+- **Locality.** Chat and embeddings go to :class:`~.guest.LibraryEndpoints`
+  (the run's gateway), the embeddings without langchain's token check (it
+  would download a tokenizer); the store is in memory, one per history;
+  LangSmith tracing is off before langchain is imported.
+
+Failures (langmem not installed, an exception inside it, no reply within the
+deadline) are one line naming langmem, the question and the unit
+(:func:`~.guest.guest_failure`).
+
+Retrieval: :class:`LangmemRanker` (the ranker ``langmem``) ranks a langmem
+store's memories by the store's own semantic search for the question.
+
+:func:`fake_answer` is the offline writer's answer to langmem's calls (the
+gateway's fake writer registers it): it reads the new message and the
+memories shown in the request, never a gold label.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from pytest_restore.data.units import History, Unit
+from pytest_restore.libraries.guest import (
+    DEFAULT_GUEST_DEADLINE,
+    EndpointsSource,
+    LibraryEndpoints,
+    StoreLoop,
+    guest_failure,
+    library_version,
+    quiet_environment,
+    resolve_endpoints,
+)
+from pytest_restore.memory.eviction import EvictionContext
+from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
+from pytest_restore.memory.retrieval import Ranker, Store
+from pytest_restore.memory.systems import MemorySystem, SystemFigures
+
+LIBRARY = "langmem"
+#: The kinds of model call langmem makes: the manager's tool call, trustcall's repairs of a reply that
+#: failed validation, and the store's embeddings.
+UPDATE, REPAIR, EMBEDDINGS = "memory update", "repair", "embeddings"
+#: The tools of a repair call (trustcall asks the model to patch its own failed call).
+REPAIR_TOOLS = frozenset({"PatchFunctionErrors", "PatchFunctionName"})
+#: The store namespace every memory of a store is written under.
+NAMESPACE = ("memories",)
+#: How many items a listing of the whole store asks for.
+LIST_LIMIT = 100_000
+#: Roles langmem reads as they are; a speaker's name is written into the text.
+PLAIN_ROLES = ("user", "assistant")
+
+
+def message_text(unit: Unit) -> str:
+    """What one unit is sent to langmem as: ``[date] Speaker: text`` (a user/assistant turn: no speaker)."""
+    said = (
+        unit.content if unit.role in (*PLAIN_ROLES, "session") else f"{unit.role}: {unit.content}"
+    )
+    return f"[{unit.date}] {said}"
+
+
+def memory_text(value: Mapping[str, Any]) -> str:
+    """A stored memory's text: a ``Memory``'s content, any other schema's fields as JSON."""
+    content = value.get("content")
+    if isinstance(content, Mapping) and set(content) == {"content"}:
+        return str(content["content"])
+    return json.dumps(content, sort_keys=True)
+
+
+# -- reproducible ids ------------------------------------------------------------------------
+
+#: The id source of the store ingesting in this context (``None``: langmem's own random ``uuid4``).
+_IDS: ContextVar[Callable[[], uuid.UUID] | None] = ContextVar("langmem_ids", default=None)
+
+
+class _CountedUuid:
+    """Stands in for the ``uuid`` module inside langmem: ``uuid4`` counts from the store's seed while a
+    store ingests (:data:`_IDS`), and is random otherwise; the rest is the real module."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(uuid, name)
+
+    @staticmethod
+    def uuid4() -> uuid.UUID:
+        ids = _IDS.get()
+        return ids() if ids is not None else uuid.uuid4()
+
+
+def counted_ids(seed: str) -> Callable[[], uuid.UUID]:
+    """Version-4 uuids from ``seed`` and a counter: the same seed gives the same sequence."""
+    n = 0
+
+    def next_id() -> uuid.UUID:
+        nonlocal n
+        n += 1
+        digest = hashlib.sha256(f"{seed}:{n}".encode()).digest()[:16]
+        return uuid.UUID(bytes=digest, version=4)
+
+    return next_id
+
+
+# -- langmem, imported on demand -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Langmem:
+    """The pieces of langmem and LangGraph the adapter uses, imported once."""
+
+    create_manager: Any
+    chat_model: Any
+    embeddings: Any
+    store_class: Any
+    callback_class: Any
+    embeddings_class: Any
+
+
+_LOADED: list[_Langmem] = []
+
+
+def _import_langmem() -> _Langmem:
+    """langmem, LangGraph's in-memory store and langchain's OpenAI clients, tracing off (``ImportError``
+    with the install line when langmem is not installed)."""
+    if _LOADED:
+        return _LOADED[0]
+    quiet_environment()
+    try:
+        from langchain_core.callbacks import BaseCallbackHandler
+        from langchain_core.embeddings import Embeddings
+        from langchain_openai import ChatOpenAI, OpenAIEmbeddings
+        from langgraph.store.memory import InMemoryStore
+        from langmem import create_memory_store_manager
+        from langmem.knowledge import extraction
+    except ImportError as err:
+        raise ImportError(f"needs langmem: pip install 'pytest-restore[langmem]' ({err})") from None
+    extraction.uuid = _CountedUuid()  # reproducible ids (module docstring)
+    loaded = _Langmem(
+        create_memory_store_manager,
+        ChatOpenAI,
+        OpenAIEmbeddings,
+        InMemoryStore,
+        BaseCallbackHandler,
+        Embeddings,
+    )
+    _LOADED.append(loaded)
+    return loaded
+
+
+# -- what langmem did ------------------------------------------------------------------------
+
+
+def rejection(tools: Sequence[Mapping[str, Any]], required: bool, message: Any) -> str | None:
+    """Why langmem cannot use a reply (``None``: it can): its tool arguments are not JSON, it calls no
+    tool where one was required, or it calls a tool it was not offered or leaves out a required field."""
+    if getattr(message, "invalid_tool_calls", None):
+        return "not valid JSON"
+    calls = list(getattr(message, "tool_calls", None) or [])
+    if not calls:
+        return "no tool call" if required else None
+    offered = {str(t.get("function", t).get("name")): t.get("function", t) for t in tools}
+    for call in calls:
+        tool = offered.get(str(call.get("name")))
+        if tool is None:
+            return "a tool it did not offer"
+        missing = [
+            k
+            for k in tool.get("parameters", {}).get("required", [])
+            if k not in (call.get("args") or {})
+        ]
+        if missing:
+            return f"JSON of the wrong shape (no {missing[0]!r})"
+    return None
+
+
+def _counter(base: type, figures: SystemFigures) -> Any:
+    """A langchain callback handler that counts langmem's chat calls and the replies it cannot use."""
+
+    class Counter(base):  # type: ignore[misc]  # langchain's handler, typed or not
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked: dict[Any, tuple[str, list[Mapping[str, Any]], bool]] = {}
+
+        def on_chat_model_start(
+            self, serialized: Any, messages: Any, *, run_id: Any, **kwargs: Any
+        ) -> None:
+            params = kwargs.get("invocation_params") or {}
+            tools = list(params.get("tools") or [])
+            names = {str(t.get("function", t).get("name")) for t in tools}
+            kind = REPAIR if names & REPAIR_TOOLS else UPDATE
+            required = params.get("tool_choice") not in (None, "auto", "none")
+            self.asked[run_id] = (kind, tools, required)
+            figures.calls[kind] += 1
+
+        def on_llm_end(self, response: Any, *, run_id: Any, **kwargs: Any) -> None:
+            kind, tools, required = self.asked.pop(run_id, (UPDATE, [], False))
+            for generations in response.generations:
+                for generation in generations:
+                    cause = rejection(tools, required, getattr(generation, "message", None))
+                    if cause is not None:
+                        figures.reject(kind, cause)
+
+        def on_llm_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
+            kind, _, _ = self.asked.pop(run_id, (UPDATE, [], False))
+            figures.failed[kind] += 1
+
+    return Counter()
+
+
+def _counted_embeddings(base: type, inner: Any, figures: SystemFigures) -> Any:
+    """``inner`` (langchain embeddings) with each request counted as an ``embeddings`` call (``base``: langchain's
+    ``Embeddings``)."""
+
+    class Counted(base):  # type: ignore[misc]  # langchain's interface, typed or not
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            figures.calls[EMBEDDINGS] += 1
+            return list(inner.embed_documents(texts))
+
+        def embed_query(self, text: str) -> list[float]:
+            figures.calls[EMBEDDINGS] += 1
+            return list(inner.embed_query(text))
+
+        async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+            figures.calls[EMBEDDINGS] += 1
+            return list(await inner.aembed_documents(texts))
+
+        async def aembed_query(self, text: str) -> list[float]:
+            figures.calls[EMBEDDINGS] += 1
+            return list(await inner.aembed_query(text))
+
+    return Counted()
+
+
+def _recording_store(base: type, index: Mapping[str, Any], writes: list[tuple[str, Any]]) -> Any:
+    """LangGraph's ``InMemoryStore`` that appends each write's key and value (``None``: a delete) to ``writes``."""
+
+    class Recording(base):  # type: ignore[misc]  # LangGraph's store, typed or not
+        def _record(self, ops: Sequence[Any]) -> None:
+            for op in ops:
+                if type(op).__name__ == "PutOp" and tuple(op.namespace) == NAMESPACE:
+                    writes.append((str(op.key), op.value))
+
+        def batch(self, ops: Any) -> Any:
+            ops = list(ops)
+            self._record(ops)
+            return super().batch(ops)
+
+        async def abatch(self, ops: Any) -> Any:
+            ops = list(ops)
+            self._record(ops)
+            return await super().abatch(ops)
+
+    return Recording(index=dict(index))
+
+
+@dataclass
+class LangmemTally:
+    """One store langmem built: the history, the budget, what langmem did, the held size."""
+
+    question: str
+    budget: int
+    figures: SystemFigures = field(default_factory=SystemFigures)
+    held: int = 0
+    held_tokens: int = 0
+
+
+@dataclass
+class _Store:
+    """One live langmem store: the manager, the LangGraph store, each memory's sources and write order."""
+
+    manager: Any
+    store: Any
+    loop: StoreLoop
+    ids: Callable[[], uuid.UUID]
+    counter: Any
+    writes: list[tuple[str, Any]]
+    tally: LangmemTally
+    sources: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    order: dict[str, int] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+
+    def listing(self) -> dict[str, str]:
+        """Every memory the store holds: key -> text."""
+        return {
+            str(item.key): memory_text(item.value)
+            for item in self.store.search(NAMESPACE, limit=LIST_LIMIT)
+        }
+
+
+class LangmemSystem(MemorySystem):
+    """langmem as a memory system (module docstring): the store manager per unit, writes captured per id."""
+
+    name = "langmem"
+
+    #: every finished store of the process, by (history id, held texts): what :class:`LangmemRanker` searches
+    live: ClassVar[dict[tuple[str, tuple[str, ...]], _Store]] = {}
+
+    def __init__(
+        self,
+        endpoints: EndpointsSource,
+        *,
+        budgeted: bool = True,
+        deadline: float = DEFAULT_GUEST_DEADLINE,
+        query_limit: int = 5,
+    ) -> None:
+        self._source = endpoints
+        self._endpoints: LibraryEndpoints | None = None
+        self.budgeted = budgeted  # type: ignore[misc]  # per instance: with or without a budget
+        #: seconds one unit's ingestion may take before it fails
+        self.deadline = deadline
+        #: how many of the nearest memories langmem shows the model with each message (its default: 5)
+        self.query_limit = query_limit
+        #: the tallies of the stores this instance built, in order
+        self.tallies: list[LangmemTally] = []
+        self._store: _Store | None = None
+
+    @staticmethod
+    def version() -> str:
+        """The installed langmem's version (for the report)."""
+        return library_version("langmem")
+
+    @property
+    def store(self) -> _Store:
+        if self._store is None:
+            raise RuntimeError("memory system 'langmem': no store yet (reset() first)")
+        return self._store
+
+    def reset(self, budget: int, ctx: EvictionContext) -> None:
+        self._question = ctx.question_id
+        try:
+            lib = _import_langmem()
+        except ImportError as err:
+            raise guest_failure(LIBRARY, ctx.question_id, "import", err) from None
+        if self._endpoints is None:
+            self._endpoints = resolve_endpoints(self._source)
+        e = self._endpoints
+        self.budget = budget
+        tally = LangmemTally(ctx.question_id, budget, SystemFigures(stores=1))
+        self.tallies.append(tally)
+        chat = lib.chat_model(
+            model=e.chat_model,
+            base_url=e.base_url,
+            api_key=e.api_key,
+            temperature=0,
+            timeout=self.deadline,
+        )
+        # no token check: it would fetch a tokenizer for the model's name (a download)
+        embed = lib.embeddings(
+            model=e.embedding_model,
+            base_url=e.base_url,
+            api_key=e.api_key,
+            check_embedding_ctx_length=False,
+        )
+        writes: list[tuple[str, Any]] = []
+        store = _recording_store(
+            lib.store_class,
+            {
+                "dims": e.embedding_dims,
+                "embed": _counted_embeddings(lib.embeddings_class, embed, tally.figures),
+            },
+            writes,
+        )
+        manager = lib.create_manager(
+            chat,
+            namespace=NAMESPACE,
+            store=store,
+            enable_deletes=True,
+            query_limit=self.query_limit,
+        )
+        if self._store is not None:
+            self._store.loop.close()
+        self._store = _Store(
+            manager,
+            store,
+            StoreLoop(LIBRARY),
+            counted_ids(f"langmem:{ctx.question_id}"),
+            _counter(lib.callback_class, tally.figures),
+            writes,
+            tally,
+        )
+        self._units: list[Unit] = []
+
+    def add(self, unit: Unit) -> None:
+        s = self.store
+        message = {"role": "user", "content": message_text(unit)}
+
+        async def ingest() -> Any:
+            _IDS.set(
+                s.ids
+            )  # this task's context only: langmem's ids for this store (module docstring)
+            return await s.manager.ainvoke(
+                {"messages": [message]}, config={"callbacks": [s.counter]}
+            )
+
+        try:
+            s.loop.run(ingest(), self.deadline)
+        except Exception as err:
+            raise guest_failure(
+                LIBRARY, self._question, f"ingesting unit {unit.position}", err
+            ) from err
+        s.tally.figures.units += 1
+        self._units.append(unit)
+        self._apply(unit.position)
+        if self.budgeted:
+            self._evict()
+
+    def _apply(self, position: int) -> None:
+        """Cite ``position`` from what langmem wrote while it ingested it, then check the store against it."""
+        s = self.store
+        for key, value in s.writes:
+            if value is None:
+                s.tally.figures.events["remove"] += 1
+                s.sources.pop(key, None)
+            elif key in s.sources:
+                s.tally.figures.events["patch"] += 1
+                s.sources[key] = tuple(sorted({*s.sources[key], position}))
+            else:
+                s.tally.figures.events["insert"] += 1
+                s.sources[key] = (position,)
+                s.order[key] = len(s.order)
+        s.writes.clear()
+        held = s.listing()
+        unexplained = sorted(set(held) - set(s.sources))
+        if unexplained:
+            raise guest_failure(
+                LIBRARY,
+                self._question,
+                f"unit {position}",
+                f"the store holds memory {unexplained[0]} that no write made",
+            )
+        missing = sorted(set(s.sources) - set(held))
+        if missing:
+            raise guest_failure(
+                LIBRARY,
+                self._question,
+                f"unit {position}",
+                f"memory {missing[0]} was written but is not held",
+            )
+        s.texts = held
+
+    def _evict(self) -> None:
+        """Delete the oldest memories (through the store langmem reads) while those held are over the budget."""
+        s = self.store
+        held = self._held()
+        sizes = dict(zip(held, memory_tokens(list(held.values()))))
+        total = sum(sizes.values())
+        for key in sorted(held, key=lambda k: (max(s.sources[k]), s.order[k])):
+            if total <= self.budget:
+                break
+            s.store.delete(NAMESPACE, key)
+            s.sources.pop(key)
+            del s.texts[key]
+            total -= sizes[key]
+            s.tally.figures.evicted += 1
+        s.writes.clear()  # the adapter's own deletes are not langmem's
+
+    def _held(self) -> dict[str, Memory]:
+        s = self.store
+        return {
+            key: Memory(text, self._units[max(s.sources[key])].date, s.sources[key])
+            for key, text in s.texts.items()
+        }
+
+    def memories(self) -> list[Memory]:
+        return sorted(self._held().values(), key=lambda m: (m.sources, m.text))
+
+    def finish(self) -> None:
+        s = self.store
+        held = self.memories()
+        s.tally.held, s.tally.held_tokens = len(held), sum(memory_tokens(held))
+        s.loop.close()  # the ranker's searches are synchronous: the store needs no loop from here on
+        LangmemSystem.live[(s.tally.question, tuple(sorted(m.text for m in held)))] = s
+
+    def figures(self) -> SystemFigures:
+        """What langmem did building the store it last built: its calls by kind, the replies it could not use,
+        its writes."""
+        return self.store.tally.figures
+
+
+# -- the ranker --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Search:
+    store: _Store
+    positions: dict[str, list[int]]
+    results: dict[int, list[int]] = field(default_factory=dict)
+
+
+class LangmemRanker(Ranker):
+    """The langmem store's own semantic search for the question, best first (the ranker ``langmem``).
+
+    A result is placed at the view's unit holding its text; units langmem does
+    not hold (the raw gold turns the restore adds) are not ranked.
+    """
+
+    name = "langmem"
+
+    def prepare(self, history: History) -> _Search | None:
+        derived = [u for u in history.units if u.role == MEMORY_ROLE]
+        store = LangmemSystem.live.get(
+            (history.question.history_key, tuple(sorted(u.content for u in derived)))
+        )
+        if store is None:
+            return None
+        positions: dict[str, list[int]] = {}
+        for unit in derived:
+            positions.setdefault(unit.content, []).append(unit.position)
+        return _Search(store, positions)
+
+    def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
+        if state is None:
+            raise ValueError(
+                f"ranker {self.name!r} reads only the stores of the memory system 'langmem'; "
+                f"{history.question.question_id} was given another's"
+            )
+        if k not in state.results:
+            try:
+                found = state.store.store.search(
+                    NAMESPACE, query=history.question.question, limit=max(k, 1)
+                )
+            except Exception as err:
+                raise guest_failure(LIBRARY, history.question.question_id, "search", err) from err
+            ranked: list[int] = []
+            for item in found:
+                ranked.extend(state.positions.get(memory_text(item.value), []))
+            state.results[k] = list(dict.fromkeys(ranked))
+        members = np.asarray(store, dtype=bool)
+        return [p for p in state.results[k] if members[p]][:k]
+
+
+# -- the offline writer's answers --------------------------------------------------------------
+
+_SESSION = re.compile(r"<session_[^>]*>\s*(.*?)\s*</session_", re.DOTALL)
+_INSTANCE = re.compile(
+    r"<instance id=(\S+) schema_type=\"Memory\">\s*(.*?)\s*</instance>", re.DOTALL
+)
+_SAID = re.compile(
+    r"^\[(?P<date>[^\]]*)\]\s*(?:(?P<speaker>[^:\n]{1,40}):\s)?(?P<text>.*)$", re.DOTALL
+)
+_SENTENCE = re.compile(r"[^.!?]+[.!?]?")
+_LONG_WORD = re.compile(r"[A-Za-z]{6,}")
+
+
+def _said(session: str) -> tuple[str, str]:
+    """The speaker and text of the session block's message (``[date] Speaker: text``; ``User`` unnamed)."""
+    body = session.split("\n\n", 1)[-1].strip() if "Message ==" in session else session.strip()
+    m = _SAID.match(body)
+    return ((m["speaker"] or "User"), m["text"].strip()) if m else ("User", body)
+
+
+def _facts(speaker: str, text: str) -> list[tuple[str, str]]:
+    """Each statement of a message: ``(speaker, "Speaker: sentence")``."""
+    sentences = [
+        s.strip()
+        for s in _SENTENCE.findall(text)
+        if not s.strip().endswith("?") and len(s.split()) >= 4
+    ]
+    return [(speaker, f"{speaker}: {s}") for s in sentences]
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in _LONG_WORD.findall(text.partition(": ")[2])}
+
+
+def fake_answer(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The offline writer's answer to one of langmem's chat calls (``None``: not a call langmem makes).
+
+    The manager's call: each statement of the new message (a sentence not
+    ending in ``?``, four words or more) is a fact ``Speaker: sentence``. A
+    fact sharing a word of six letters or more with a memory of the same
+    speaker shown in the request patches that memory (its text becomes the
+    fact), or removes it where the fact says ``no longer`` and ``RemoveDoc`` is
+    offered; any other fact is a new ``Memory``. A message with no statement
+    gets one ``Memory`` of its whole line (``Speaker: text``) when a call is required. Built from
+    the request's text alone, so the same request gets the same answer.
+    """
+    tools = {str(t.get("function", {}).get("name")) for t in body.get("tools") or []}
+    messages = body.get("messages") or []
+    if "Memory" not in tools or not messages:
+        return None
+    text = "\n".join(str(m.get("content") or "") for m in messages)
+    session = _SESSION.search(text)
+    if session is None:
+        return None
+    speaker, said = _said(session.group(1))
+    facts = _facts(speaker, said)
+    existing = [
+        (doc, _instance_text(raw))
+        for doc, raw in _INSTANCE.findall(str(messages[0].get("content") or ""))
+    ]
+    calls: list[tuple[str, dict[str, Any]]] = []
+    touched: set[str] = set()
+    for speaker, fact in facts:
+        near = next(
+            (
+                doc
+                for doc, old in existing
+                if doc not in touched
+                and old.partition(": ")[0] == speaker
+                and _words(fact) & _words(old)
+            ),
+            None,
+        )
+        if near is not None and "PatchDoc" in tools:
+            touched.add(near)
+            if "no longer" in fact and "RemoveDoc" in tools:
+                calls.append(("RemoveDoc", {"json_doc_id": near}))
+            else:
+                patch = [{"op": "replace", "path": "/content", "value": fact}]
+                calls.append(
+                    (
+                        "PatchDoc",
+                        {
+                            "json_doc_id": near,
+                            "planned_edits": "replace the content",
+                            "patches": patch,
+                        },
+                    )
+                )
+        else:
+            calls.append(("Memory", {"content": fact}))
+    if not calls and body.get("tool_choice") not in (None, "auto", "none"):
+        calls.append(("Memory", {"content": f"{speaker}: {said}"}))
+    if not calls:
+        return {"role": "assistant", "content": "Nothing to remember."}
+    digest = hashlib.sha256(json.dumps(calls).encode()).hexdigest()[:12]
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": f"call_{digest}_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+            for i, (name, args) in enumerate(calls)
+        ],
+    }
+
+
+def _instance_text(raw: str) -> str:
+    """A memory's text as langmem shows it in the prompt (a Python dict's repr: ``{'content': '...'}``)."""
+    import ast
+
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return raw
+    return str(value.get("content", raw)) if isinstance(value, dict) else raw
+
+
+__all__ = ["LangmemRanker", "LangmemSystem", "fake_answer", "message_text"]

@@ -1,0 +1,276 @@
+"""langmem audited as a memory system, its model calls answered offline in langmem's own formats.
+
+The real ``langmem`` package runs here (the dev extra installs it): its store
+manager turn by turn over LangGraph's in-memory store, its chat and embeddings
+calls to :class:`~openai_server.OpenAIServer` on 127.0.0.1, the chat calls
+answered by the offline writer's langmem answers
+(:func:`pytest_restore.libraries.langmem.fake_answer`; a turn about a bowl gets
+tool arguments cut off mid-JSON), the embeddings by the server's fake embedder.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from openai_server import OpenAIServer
+
+from pytest_restore.audit.run import Audit, AuditConfig, Prepared
+from pytest_restore.data.dataset import Dataset
+from pytest_restore.data.loaders import load_data
+from pytest_restore.data.units import Unit
+from pytest_restore.libraries.guest import GuestFailure, LibraryEndpoints
+from pytest_restore.memory.eviction import EvictionContext
+from pytest_restore.memory.retrieval import Bm25Lite
+from pytest_restore.models.embeddings import FakeEmbedder
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.synthetic.embedded import EMBEDDED_SEED
+from pytest_restore.synthetic.generator import generate, write_dataset
+
+pytest.importorskip("langmem", reason="langmem is not installed: pip install 'pytest-restore[langmem]'")
+
+from pytest_restore.libraries import langmem as adapter  # after the skip
+from pytest_restore.libraries.langmem import (
+    EMBEDDINGS,
+    UPDATE,
+    LangmemRanker,
+    LangmemSystem,
+    fake_answer,
+)
+
+LOCOMO = Path(__file__).resolve().parent.parent / "fixtures" / "locomo_tiny.json"
+EMBEDDER, DIMS, KEY = "nomic-embed-text", 768, "sk-run-token-0123456789abcdef"
+#: a budget no store of the fixture reaches, and one that makes the adapter evict
+ALL, SMALL = 5000, 60
+
+
+class LangmemModel:
+    """The offline writer's langmem answers; a message holding ``cut`` gets its tool arguments cut off mid-JSON."""
+
+    def __init__(self, cut: str = "bowl") -> None:
+        self.cut = cut
+        self.answered: Counter[str] = Counter()
+
+    def __call__(self, messages: list[dict[str, Any]]) -> str:
+        raise ValueError("langmem's calls carry tools")
+
+    def answer_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        answer = fake_answer(body)
+        if answer is None:
+            raise ValueError("not a call langmem makes")
+        session = str(body["messages"][-1]["content"]).rpartition("<session_")[2]
+        if self.cut and self.cut in session and answer.get("tool_calls"):
+            # cut off after its first call's opening, as a model that ran out of tokens
+            answer["tool_calls"] = answer["tool_calls"][:1]
+            call = answer["tool_calls"][0]["function"]
+            call["arguments"] = call["arguments"][:15]
+            self.answered["malformed"] += 1
+        else:
+            self.answered["used"] += 1
+        return answer
+
+
+@pytest.fixture(scope="module")
+def model() -> LangmemModel:
+    return LangmemModel()
+
+
+@pytest.fixture(scope="module")
+def server(model: LangmemModel) -> Iterator[OpenAIServer]:
+    with OpenAIServer(model, expected_key=KEY) as running:
+        yield running
+
+
+def endpoints(server: OpenAIServer) -> LibraryEndpoints:
+    return LibraryEndpoints(server.base_url, KEY, "small-model", EMBEDDER, DIMS)
+
+
+@pytest.fixture(scope="module")
+def locomo() -> Dataset:
+    return load_data(LOCOMO)
+
+
+@pytest.fixture(scope="module")
+def audited(server: OpenAIServer, locomo: Dataset) -> tuple[Audit, LangmemSystem]:
+    """One audit of the fixture's two conversations with langmem under both budgets, read by BM25-lite and langmem."""
+    reader = FakeReader()
+    audit = Audit(
+        locomo, AuditConfig(budgets=(ALL, SMALL)), reader=reader, judge=FakeJudge(), scorer=FakeScorer(),
+        rankers=[Bm25Lite(), LangmemRanker()],
+    )
+    reader.learn(p.history for p in audit.questions)
+    system = LangmemSystem(endpoints(server))
+    for budget in (ALL, SMALL):
+        audit.run_cell(system, budget)
+    return audit, system
+
+
+def view_of(audit: Audit, system: LangmemSystem, question: str, budget: int = ALL) -> tuple[Prepared, np.ndarray]:
+    p = next(p for p in audit.questions if p.history.question.question == question)
+    view, mask = audit.held(system, p, budget, 0, {})
+    assert view.sources is not None  # a memory system's view: what each unit cites
+    return view, mask
+
+
+def test_every_memory_cites_the_turns_langmem_wrote_it_from(audited: tuple[Audit, LangmemSystem]) -> None:
+    audit, system = audited
+    view, mask = view_of(audit, system, "Which evening is Ines's pottery class on now?")
+    units = view.history.units
+    memories = [(units[p], view.sources[p]) for p in np.flatnonzero(mask)]
+    assert memories
+    for memory, sources in memories:
+        # the writer writes "Speaker: sentence" of the message it read: the newest source said it
+        speaker, _, sentence = memory.content.partition(": ")
+        newest = units[max(sources)]
+        assert speaker == newest.role and sentence in newest.content, (memory.content, sources)
+    # Ines moved her class (D2:1, turn 6): langmem patched the memory of her signing up (D1:1, turn 0)
+    moved = [s for m, s in memories if "Wednesdays" in m.content]
+    assert moved == [(0, 6)]
+    assert not any("signed up" in m.content for m, _ in memories)  # the patch replaced the old text
+    tally = next(t for t in system.tallies if t.question == view.history.question.history_key and t.budget == ALL)
+    assert tally.figures.events["patch"] >= 1 and tally.figures.events["insert"] == tally.held + tally.figures.events["remove"]
+
+
+def test_a_reply_langmem_cannot_parse_is_counted_and_its_turn_cited_by_nothing(
+    audited: tuple[Audit, LangmemSystem], model: LangmemModel
+) -> None:
+    audit, system = audited
+    view, mask = view_of(audit, system, "What colour is the bowl Ines made?")
+    first = next(t for t in system.tallies if t.question == view.history.question.history_key and t.budget == ALL)
+    assert first.figures.rejected == {UPDATE: {"not valid JSON": 2}}  # D2:2 and D2:3 speak of the bowl
+    assert model.answered["malformed"] == sum(t.figures.rejected_of(UPDATE) for t in system.tallies)
+    # the two gold turns langmem lost are cited by no memory: evicted, in the audit's words
+    assert view.evicted(mask) == [7, 8] and view.citing(mask) == []
+
+
+def test_a_cells_figures_are_its_stores_langmem_counted_once_each(audited: tuple[Audit, LangmemSystem]) -> None:
+    audit, system = audited
+    for budget in (ALL, SMALL):
+        figures = audit.run_cell(system, budget).memory
+        stores = [t for t in system.tallies if t.budget == budget]
+        assert figures is not None and figures.stores == len(stores) == 2  # the fixture's two conversations
+        assert figures.held == sum(t.held for t in stores) and figures.units == sum(t.figures.units for t in stores)
+        # one tool call per turn, and the store's embeddings (its searches and its writes)
+        assert figures.calls[UPDATE] == figures.units == 30 and figures.calls[EMBEDDINGS] > figures.units
+        assert figures.evicted == sum(t.figures.evicted for t in stores) and (figures.evicted > 0) == (budget == SMALL)
+
+
+def test_the_budget_deletes_the_oldest_memories_through_the_store(audited: tuple[Audit, LangmemSystem]) -> None:
+    audit, system = audited
+    question = "How many tarts were left over?"
+    full, full_mask = view_of(audit, system, question, ALL)
+    small, small_mask = view_of(audit, system, question, SMALL)
+    tokens = int(small.history.sizes[small_mask].sum())
+    assert tokens <= SMALL < int(full.history.sizes[full_mask].sum())
+    tally = next(t for t in system.tallies if t.question == small.history.question.history_key and t.budget == SMALL)
+    assert tally.figures.evicted > 0 and tally.held == int(small_mask.sum()) and tally.held_tokens == tokens
+    kept = [small.sources[p] for p in np.flatnonzero(small_mask)]
+    assert max(max(s) for s in kept) == max(max(full.sources[p]) for p in np.flatnonzero(full_mask))
+    assert min(max(s) for s in kept) > min(max(full.sources[p]) for p in np.flatnonzero(full_mask))
+    # the deleted memories are gone from langmem's own store, not just from the view
+    store = LangmemSystem.live[(tally.question, tuple(sorted(small.history.units[p].content for p in np.flatnonzero(small_mask))))]
+    assert sorted(store.listing().values()) == sorted(small.history.units[p].content for p in np.flatnonzero(small_mask))
+
+
+def test_the_langmem_ranker_is_the_stores_own_search(audited: tuple[Audit, LangmemSystem]) -> None:
+    audit, system = audited
+    view, mask = view_of(audit, system, "Where does Paula live?")
+    ranked = audit.rank(view, mask, "langmem")
+    assert ranked and all(mask[p] for p in ranked) and len(ranked) == int(mask.sum())
+    # the store ranks by cosine to the question over the server's vectors
+    vectors = FakeEmbedder(DIMS).embed([view.history.question.question] + [view.history.units[p].content for p in ranked])
+    cosines = vectors[1:] @ vectors[0] / (np.linalg.norm(vectors[1:], axis=1) * np.linalg.norm(vectors[0]))
+    assert list(cosines) == sorted(cosines, reverse=True)
+    records = audit.run_cell(system, ALL, ranker="langmem").records
+    assert records and {r.ranker for r in records} == {"langmem"}
+    p = audit.questions[0]
+    with pytest.raises(ValueError, match="ranker 'langmem' reads only the stores of the memory system 'langmem'"):
+        audit.rank(p, np.ones(len(p.history.units), dtype=bool), "langmem")
+
+
+UNITS = [
+    Unit(i, 0, i, f"2024/01/0{i + 1}", speaker, text, f"{speaker}: {text}", 10)
+    for i, (speaker, text) in enumerate([
+        ("Ines", "I keep a red bicycle in the garage."),
+        ("Ines", "I no longer keep the red bicycle in the garage."),
+        ("Ines", "My garden has seven tomato plants this year."),
+    ])
+]
+
+
+def test_the_same_history_sends_the_same_requests_so_a_cache_answers_a_rerun(server: OpenAIServer) -> None:
+    """langmem's random ids are counted from the question instead: a second store of the same history sends
+    byte-identical requests (what a cache keyed by the request answers), and a remove is captured."""
+    system = LangmemSystem(endpoints(server), budgeted=False)
+    before = Counter(server.attempts)
+    held = system.hold(UNITS, np.full(3, 10), 10**6, EvictionContext(question_id="bike"))
+    first = Counter(server.attempts) - before
+    assert [(m.sources, m.text, m.date) for m in held] == [((2,), f"Ines: {UNITS[2].content}", "2024/01/03")]
+    assert system.figures().events == {"insert": 2, "remove": 1}
+    again = system.hold(UNITS, np.full(3, 10), 10**6, EvictionContext(question_id="bike"))
+    second = Counter(server.attempts) - before - first - first
+    assert again == held and not +second  # every request of the second store was one of the first's
+    assert len(first) >= 3 * 2  # a tool call and embeddings per turn
+
+
+def test_langmem_failures_are_one_line_naming_it_the_question_and_the_unit(
+    server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrong = LibraryEndpoints(server.base_url, "sk-wrong-key-abcdef0123456789", "small-model", EMBEDDER, DIMS)
+    with pytest.raises(GuestFailure) as failed:
+        LangmemSystem(wrong).hold(UNITS, np.full(3, 10), 10**6, EvictionContext(question_id="q-401"))
+    line = str(failed.value)
+    assert line.startswith("memory library 'langmem' on q-401: ingesting unit 0 failed: ") and "\n" not in line
+    assert "sk-wrong-key-abcdef0123456789" not in line
+
+    server.latency = 0.5  # no answer within the deadline
+    try:
+        with pytest.raises(GuestFailure, match=r"'langmem' on q-slow: ingesting unit 0 failed: TimeoutError: no answer within 0.2 s"):
+            LangmemSystem(endpoints(server), deadline=0.2).hold(UNITS, np.full(3, 10), 10**6, EvictionContext(question_id="q-slow"))
+    finally:
+        server.latency = 0.0
+
+    monkeypatch.setattr(adapter, "_LOADED", [])
+    monkeypatch.setitem(sys.modules, "langmem", None)  # as if it were not installed
+    with pytest.raises(GuestFailure, match=r"^memory library 'langmem' on q-none: import failed: ImportError: needs langmem: "
+                       r"pip install 'pytest-restore\[langmem\]'"):
+        LangmemSystem(endpoints(server)).reset(100, EvictionContext(question_id="q-none"))
+
+
+@pytest.fixture(scope="module")
+def embedded_small(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    """Two questions of the embedded default's generator (its seed), at 4k tokens a history: the default's
+    102k-token histories are ~470 turns each, one langmem call a turn."""
+    path = tmp_path_factory.mktemp("embedded") / "embedded-small.json"
+    write_dataset(generate(2, EMBEDDED_SEED, tokens_per_history=4000), path)
+    return load_data(path)
+
+
+def test_the_embedded_defaults_generator(server: OpenAIServer, embedded_small: Dataset) -> None:
+    """langmem writes from the generator's turns, every memory cites turns it received, and the cell's records
+    are scored."""
+    reader = FakeReader()
+    audit = Audit(
+        embedded_small, AuditConfig(budgets=(300,), seeds=(0,)), reader=reader, judge=FakeJudge(), scorer=FakeScorer(),
+    )
+    reader.learn(p.history for p in audit.questions)
+    system = LangmemSystem(endpoints(server))
+    cell = audit.run_cell(system, 300)
+    figures = cell.memory
+    assert figures is not None and figures.stores == 2 and figures.held > 0
+    assert figures.units == sum(len(p.history.units) for p in audit.questions) == figures.calls[UPDATE]
+    assert figures.held_tokens <= 2 * 300 and figures.evicted > 0 and cell.records
+    assert json.loads(json.dumps(figures.to_json()))["events"]["insert"] > 0  # plain JSON, as summary.json keeps it
+
+
+def test_langmem_runs_with_tracing_off_and_reports_its_version(audited: tuple[Audit, LangmemSystem]) -> None:
+    import os
+
+    assert os.environ["LANGSMITH_TRACING"] == "false" and LangmemSystem.version().count(".") >= 2
+
