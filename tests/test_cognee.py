@@ -1,0 +1,210 @@
+"""cognee audited as a memory system, its model calls answered offline in cognee's own formats.
+
+cognee is not in the dev extra (measured: 130 packages, ~1.3 GB, ~4.5 min to
+install, and it downgrades openai, pandas, SQLAlchemy, pillow and
+python-dateutil a major version), so this module is skipped, saying so,
+where it is not installed (``pip install 'pytest-restore[cognee]'``). Where
+it is, the real cognee runs: add and cognify turn by turn into a dataset of
+its own per store (SQLite, LanceDB and its graph as files under a scratch
+directory), its chat and embeddings calls to
+:class:`~openai_server.OpenAIServer` on 127.0.0.1, the chat calls answered
+by the offline writer's cognee answers
+(:func:`pytest_restore.libraries.cognee.fake_answer`), the embeddings by the
+server's fake embedder. cognee configures itself once per process, so every
+test here shares one server and one set of endpoints.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from openai_server import OpenAIServer
+
+from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.data.dataset import Dataset
+from pytest_restore.data.loaders import load_data
+from pytest_restore.data.units import Unit
+from pytest_restore.libraries.guest import GuestFailure, LibraryEndpoints
+from pytest_restore.memory.eviction import EvictionContext
+from pytest_restore.memory.retrieval import Bm25Lite
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+
+if importlib.util.find_spec("cognee") is None:  # found, not imported: cognee reads its configuration at import
+    pytest.skip("cognee is not installed (not in the dev extra): pip install 'pytest-restore[cognee]'", allow_module_level=True)
+
+from pytest_restore.libraries import cognee as adapter  # after the skip
+from pytest_restore.libraries.cognee import (
+    EMBEDDINGS,
+    GRAPH,
+    REPAIR,
+    SUMMARY,
+    CogneeRanker,
+    CogneeSystem,
+    fake_answer,
+    message_text,
+)
+
+LOCOMO = Path(__file__).resolve().parent.parent / "fixtures" / "locomo_tiny.json"
+EMBEDDER, DIMS, KEY = "nomic-embed-text", 768, "sk-run-token-0123456789abcdef"
+ALL = 100_000
+
+
+class CogneeModel:
+    """The offline writer's cognee answers; the first graph call about a box gets its JSON cut off midway."""
+
+    def __init__(self, cut: str = "boxes") -> None:
+        self.cut = cut
+        self.answered: Counter[str] = Counter()
+
+    def __call__(self, messages: list[dict[str, Any]]) -> str:
+        raise ValueError("cognee's calls carry a response_format")
+
+    def answer_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        answer = fake_answer(body)
+        if answer is None:
+            raise ValueError("not a call cognee makes")
+        first = str(body["messages"][-1]["content"])
+        if self.cut and self.cut in first and "previous response failed" not in first and "nodes" in answer["content"]:
+            self.answered["malformed"] += 1
+            return {"role": "assistant", "content": answer["content"][:20]}
+        self.answered["used"] += 1
+        return answer
+
+
+@pytest.fixture(scope="module")
+def model() -> CogneeModel:
+    return CogneeModel()
+
+
+@pytest.fixture(scope="module")
+def server(model: CogneeModel) -> Iterator[OpenAIServer]:
+    with OpenAIServer(model, expected_key=KEY) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def endpoints(server: OpenAIServer) -> LibraryEndpoints:
+    return LibraryEndpoints(server.base_url, KEY, "small-model", EMBEDDER, DIMS)
+
+
+@pytest.fixture(scope="module")
+def ruth(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    """The LoCoMo fixture's second conversation (Ruth and Sam, 12 turns): cognee takes ~2 s a turn."""
+    conversations = json.loads(LOCOMO.read_text())
+    path = tmp_path_factory.mktemp("locomo") / "locomo_ruth.json"
+    path.write_text(json.dumps(conversations[1:]))
+    return load_data(path)
+
+
+@pytest.fixture(scope="module")
+def audited(endpoints: LibraryEndpoints, ruth: Dataset) -> tuple[Audit, CogneeSystem]:
+    reader = FakeReader()
+    audit = Audit(
+        ruth, AuditConfig(budgets=(ALL,), seeds=(0,)), reader=reader, judge=FakeJudge(), scorer=FakeScorer(),
+        rankers=[Bm25Lite(), CogneeRanker()],
+    )
+    reader.learn(p.history for p in audit.questions)
+    system = CogneeSystem(endpoints, budgeted=False)
+    audit.run_cell(system, ALL)
+    return audit, system
+
+
+def test_provenance_runs_through_cognees_graph(audited: tuple[Audit, CogneeSystem]) -> None:
+    audit, system = audited
+    p = next(p for p in audit.questions if p.history.question.question == "What is the name of Ruth's cat?")
+    view, mask = audit.held(system, p, ALL, 0, {})
+    assert view.sources is not None
+    units = view.history.units
+    n = len(units) - int(mask.sum())
+    raw = units[:n]
+    held = [(units[q].content, view.sources[q]) for q in np.flatnonzero(mask)]
+    # each turn's chunk cites that turn; its summary lists that turn's statements
+    for unit in raw:
+        assert (message_text(unit), (unit.position,)) in held
+    summaries = [(t, s) for t, s in held if t.startswith("Facts:")]
+    assert len(summaries) == len(raw)
+    assert all(t.startswith(f"Facts:\n- {raw[s[0]].role}: {raw[s[0]].content[:12]}") for t, s in summaries)
+    # an entity cites every turn whose chunk contains it: Pixel, named in three of Ruth's turns
+    [(pixel, sources)] = [(t, s) for t, s in held if t.startswith("pixel: ")]
+    assert sources == tuple(u.position for u in raw if "Pixel" in u.content) == (2, 3, 4)
+    assert pixel.endswith(next(u.content for u in reversed(raw) if "Pixel" in u.content))  # the newest description
+
+
+def test_two_calls_a_turn_and_a_rejected_answer_counted(audited: tuple[Audit, CogneeSystem], model: CogneeModel) -> None:
+    audit, system = audited
+    figures = audit.run_cell(system, ALL).memory
+    assert figures is not None and figures.stores == 1 and figures.units == 12
+    assert figures.calls[GRAPH] == figures.calls[SUMMARY] == 12 and figures.calls[EMBEDDINGS] > 12
+    # "Cats and boxes" (D2:4): its graph answer was cut off; cognee asked again without a word (cut off again),
+    # then with the error, and used that answer
+    assert figures.rejected == {GRAPH: {"not valid JSON": 1}, REPAIR: {"not valid JSON": 1}}
+    assert model.answered["malformed"] == 2 and figures.calls[REPAIR] == 2 and figures.failed == {}
+
+
+def test_the_cognee_ranker_is_cognees_vector_search(audited: tuple[Audit, CogneeSystem]) -> None:
+    audit, system = audited
+    p = next(p for p in audit.questions if p.history.question.question == "How far does Ruth run?")
+    view, mask = audit.held(system, p, ALL, 0, {})
+    ranked = audit.rank(view, mask, "cognee")
+    assert ranked and all(mask[q] for q in ranked)
+    assert len(ranked) < int(mask.sum())  # relations are not in cognee's vector index
+    records = audit.run_cell(system, ALL, ranker="cognee").records
+    assert records and {r.ranker for r in records} == {"cognee"}
+
+
+UNITS = [
+    Unit(i, 0, i, f"2024/01/0{i + 1}", speaker, text, f"{speaker}: {text}", 10)
+    for i, (speaker, text) in enumerate([
+        ("Ines", "I keep a red bicycle in the garage at Porto."),
+        ("Paula", "My garden in Lisbon has seven tomato plants."),
+        ("Ines", "Marguerite teaches the pottery class on Wednesdays."),
+    ])
+]
+
+
+def test_the_budget_forgets_the_oldest_turns_through_cognee(endpoints: LibraryEndpoints, server: OpenAIServer) -> None:
+    full = CogneeSystem(endpoints, budgeted=False)
+    everything = full.hold(UNITS, np.full(3, 10), 10**6, EvictionContext(question_id="bike"))
+    budget = sum(full.tokens(m) for m in everything if max(m.sources) == 2)
+    before = Counter(server.attempts)
+    small = CogneeSystem(endpoints)
+    held = small.hold(UNITS, np.full(3, 10), budget, EvictionContext(question_id="bike"))
+    # the same history sends only requests the first store sent: a cache keyed by the request answers a rerun
+    assert not set(server.attempts) - set(before)
+    assert {m.sources for m in held} == {(2,)} and small.figures().evicted == 2
+    assert sum(small.tokens(m) for m in held) <= budget
+    texts = {m.text for m in held}
+    # what cognee still holds is what turn 2 made or named (Ines, named in turns 0 and 2, now cites 2 alone)
+    assert texts == {m.text for m in everything if max(m.sources) == 2}
+
+
+def test_cognee_failures_are_one_line_naming_it_the_question_and_the_unit(
+    endpoints: LibraryEndpoints, server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.expected_key = "sk-another-key-0123456789"  # cognee's key is refused: a 401, which cognee does not retry
+    try:
+        with pytest.raises(GuestFailure) as failed:
+            CogneeSystem(endpoints, deadline=60).hold(UNITS[:1], np.full(1, 10), 10**6, EvictionContext(question_id="q-401"))
+    finally:
+        server.expected_key = KEY
+    line = str(failed.value)
+    assert line.startswith("memory library 'cognee' on q-401: ingesting unit 0 failed: ") and "\n" not in line
+    assert KEY not in line
+
+    other = LibraryEndpoints(endpoints.base_url, KEY, "another-model", EMBEDDER, DIMS)
+    with pytest.raises(GuestFailure, match="'cognee' on q-other: import failed: .*once per process"):
+        CogneeSystem(other).reset(100, EvictionContext(question_id="q-other"))
+
+    monkeypatch.setattr(adapter, "_PROCESS", [])
+    monkeypatch.setitem(sys.modules, "cognee", None)  # as if it were not installed
+    with pytest.raises(GuestFailure, match=r"^memory library 'cognee' on q-none: import failed: ImportError: needs cognee: "
+                       r"pip install 'pytest-restore\[cognee\]'"):
+        CogneeSystem(endpoints).reset(100, EvictionContext(question_id="q-none"))
