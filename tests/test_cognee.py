@@ -32,15 +32,7 @@ from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import Dataset
 from pytest_restore.data.loaders import load_data
 from pytest_restore.data.units import Unit
-from pytest_restore.libraries.guest import GuestFailure, LibraryEndpoints
-from pytest_restore.memory.eviction import EvictionContext
-from pytest_restore.memory.retrieval import Bm25Lite
-from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-
-if importlib.util.find_spec("cognee") is None:  # found, not imported: cognee reads its configuration at import
-    pytest.skip("cognee is not installed (not in the dev extra): pip install 'pytest-restore[cognee]'", allow_module_level=True)
-
-from pytest_restore.libraries import cognee as adapter  # after the skip
+from pytest_restore.libraries import cognee as adapter
 from pytest_restore.libraries.cognee import (
     EMBEDDINGS,
     GRAPH,
@@ -51,7 +43,16 @@ from pytest_restore.libraries.cognee import (
     fake_answer,
     message_text,
 )
+from pytest_restore.libraries.guest import GuestFailure, LibraryEndpoints
+from pytest_restore.memory.eviction import EvictionContext
+from pytest_restore.memory.retrieval import Bm25Lite
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 
+#: found, not imported (cognee reads its configuration when imported): every test but the shapes' needs it
+needs_cognee = pytest.mark.skipif(
+    importlib.util.find_spec("cognee") is None,
+    reason="cognee is not installed (not in the dev extra): pip install 'pytest-restore[cognee]'",
+)
 LOCOMO = Path(__file__).resolve().parent.parent / "fixtures" / "locomo_tiny.json"
 EMBEDDER, DIMS, KEY = "nomic-embed-text", 768, "sk-run-token-0123456789abcdef"
 ALL = 100_000
@@ -117,6 +118,7 @@ def audited(endpoints: LibraryEndpoints, ruth: Dataset) -> tuple[Audit, CogneeSy
     return audit, system
 
 
+@needs_cognee
 def test_provenance_runs_through_cognees_graph(audited: tuple[Audit, CogneeSystem]) -> None:
     audit, system = audited
     p = next(p for p in audit.questions if p.history.question.question == "What is the name of Ruth's cat?")
@@ -138,6 +140,7 @@ def test_provenance_runs_through_cognees_graph(audited: tuple[Audit, CogneeSyste
     assert pixel.endswith(next(u.content for u in reversed(raw) if "Pixel" in u.content))  # the newest description
 
 
+@needs_cognee
 def test_two_calls_a_turn_and_a_rejected_answer_counted(audited: tuple[Audit, CogneeSystem], model: CogneeModel) -> None:
     audit, system = audited
     figures = audit.run_cell(system, ALL).memory
@@ -149,6 +152,7 @@ def test_two_calls_a_turn_and_a_rejected_answer_counted(audited: tuple[Audit, Co
     assert model.answered["malformed"] == 2 and figures.calls[REPAIR] == 2 and figures.failed == {}
 
 
+@needs_cognee
 def test_the_cognee_ranker_is_cognees_vector_search(audited: tuple[Audit, CogneeSystem]) -> None:
     audit, system = audited
     p = next(p for p in audit.questions if p.history.question.question == "How far does Ruth run?")
@@ -170,6 +174,7 @@ UNITS = [
 ]
 
 
+@needs_cognee
 def test_the_budget_forgets_the_oldest_turns_through_cognee(endpoints: LibraryEndpoints, server: OpenAIServer) -> None:
     full = CogneeSystem(endpoints, budgeted=False)
     everything = full.hold(UNITS, np.full(3, 10), 10**6, EvictionContext(question_id="bike"))
@@ -186,6 +191,7 @@ def test_the_budget_forgets_the_oldest_turns_through_cognee(endpoints: LibraryEn
     assert texts == {m.text for m in everything if max(m.sources) == 2}
 
 
+@needs_cognee
 def test_cognee_failures_are_one_line_naming_it_the_question_and_the_unit(
     endpoints: LibraryEndpoints, server: OpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -208,3 +214,52 @@ def test_cognee_failures_are_one_line_naming_it_the_question_and_the_unit(
     with pytest.raises(GuestFailure, match=r"^memory library 'cognee' on q-none: import failed: ImportError: needs cognee: "
                        r"pip install 'pytest-restore\[cognee\]'"):
         CogneeSystem(endpoints).reset(100, EvictionContext(question_id="q-none"))
+
+
+def test_the_fake_writer_answers_cognees_two_calls_and_its_re_ask_through_the_gateway() -> None:
+    """cognee's shapes (registered when its adapter is imported, cognee or not) answer its calls through the
+    gateway: the summary lists the chunk's statements, the graph names its speaker and what it mentions."""
+    from pydantic import BaseModel
+
+    from pytest_restore.models.embeddings import FakeEmbedder
+    from pytest_restore.models.fake_writer import FakeWriter
+    from pytest_restore.models.gateway import Gateway
+
+    openai = pytest.importorskip("openai")
+
+    class Node(BaseModel):
+        id: str
+        name: str
+        type: str
+        description: str
+
+    class Edge(BaseModel):
+        source_node_id: str
+        target_node_id: str
+        relationship_name: str
+        description: str | None
+
+    class KnowledgeGraph(BaseModel):
+        nodes: list[Node]
+        edges: list[Edge]
+
+    chunk = "[5 June 2022] Ruth: Her name is Pixel, she is three years old."
+    writer = FakeWriter()
+    with Gateway(writer, FakeEmbedder(), chat_name="fake", embedding_name="fake") as gw:
+        client = openai.OpenAI(base_url=gw.base_url, api_key=gw.token)
+        schema = {"name": "KnowledgeGraph", "schema": KnowledgeGraph.model_json_schema(), "strict": True}
+        graph = client.chat.completions.create(
+            model="fake", messages=[{"role": "system", "content": "Extract a graph."}, {"role": "user", "content": chunk}],
+            response_format={"type": "json_schema", "json_schema": schema},
+        )
+        re_ask = client.chat.completions.create(
+            model="fake", response_format={"type": "json_object"},
+            messages=[
+                {"role": "system", "content": f"Summarize.\n```json\n{json.dumps({'title': 'SummarizedContent'})}\n```"},
+                {"role": "user", "content": f"{chunk}\n\nYour previous response failed validation with this error:\nx"},
+            ],
+        )
+    parsed = KnowledgeGraph.model_validate_json(graph.choices[0].message.content or "")
+    assert [n.name for n in parsed.nodes] == ["Ruth", "Pixel"] and parsed.edges[0].description == f"Ruth: {chunk[20:]}"
+    assert json.loads(re_ask.choices[0].message.content or "")["summary"] == "Facts:\n- Ruth: Her name is Pixel, she is three years old."
+    assert writer.answered == {"shape": 2}

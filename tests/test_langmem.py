@@ -6,11 +6,15 @@ calls to :class:`~openai_server.OpenAIServer` on 127.0.0.1, the chat calls
 answered by the offline writer's langmem answers
 (:func:`pytest_restore.libraries.langmem.fake_answer`; a turn about a bowl gets
 tool arguments cut off mid-JSON), the embeddings by the server's fake embedder.
+The last tests run it through the run's gateway: over the fake writer (the
+adapter's shape registered), over the malformed fake writer, and over a
+loopback upstream whose rerun on the same cache is sent nothing.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -27,9 +31,13 @@ from pytest_restore.data.loaders import load_data
 from pytest_restore.data.units import Unit
 from pytest_restore.libraries.guest import GuestFailure, LibraryEndpoints
 from pytest_restore.memory.eviction import EvictionContext
+from pytest_restore.memory.memories import Memory
 from pytest_restore.memory.retrieval import Bm25Lite
 from pytest_restore.models.embeddings import FakeEmbedder
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models.fake_writer import FakeWriter
+from pytest_restore.models.gateway import Gateway
+from pytest_restore.models.openai_chat import OpenAIChatModel, OpenAIEmbedder
 from pytest_restore.synthetic.embedded import EMBEDDED_SEED
 from pytest_restore.synthetic.generator import generate, write_dataset
 
@@ -274,3 +282,65 @@ def test_langmem_runs_with_tracing_off_and_reports_its_version(audited: tuple[Au
 
     assert os.environ["LANGSMITH_TRACING"] == "false" and LangmemSystem.version().count(".") >= 2
 
+
+
+# -- through the run's gateway ------------------------------------------------------------------
+
+
+def gateway_endpoints(gateway: Gateway) -> LibraryEndpoints:
+    return LibraryEndpoints(gateway.base_url, gateway.token, gateway.chat_name, gateway.embedding_name, gateway.probe_dimensions())
+
+
+def test_through_the_gateway_the_fake_writer_answers_langmem_in_its_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway over the fake writer (langmem's shape registered by its adapter) and the fake embedder:
+    every tool call langmem makes is answered by the shape, what langmem holds cites the turns it came from, and
+    the process connects to nothing but the gateway while langmem runs (a socket-level guard)."""
+    writer = FakeWriter()
+    with Gateway(writer, FakeEmbedder(DIMS), chat_name="fake", embedding_name="fake") as gw:
+        endpoints = gateway_endpoints(gw)
+        connected: list[Any] = []
+        real_connect = socket.socket.connect
+
+        def guarded(sock: socket.socket, address: Any) -> None:
+            connected.append(address)
+            if not (isinstance(address, tuple) and address[0] == "127.0.0.1" and address[1] == gw.port):
+                raise OSError(f"the net guard refused a connection to {address!r}")
+            real_connect(sock, address)
+
+        monkeypatch.setattr(socket.socket, "connect", guarded)
+        system = LangmemSystem(endpoints)
+        held = system.hold(UNITS, np.full(3, 10), 10**6, EvictionContext(question_id="bike"))
+        monkeypatch.undo()
+        assert connected and all(a == ("127.0.0.1", gw.port) for a in connected)
+        assert [(m.sources, m.text) for m in held] == [((2,), f"Ines: {UNITS[2].content}")]
+        assert system.figures().events == {"insert": 2, "remove": 1} and system.figures().rejected == {}
+        assert writer.answered == {"shape": 3} and gw.calls["tools"] == 3
+
+
+def test_the_malformed_writer_has_every_answer_langmem_gets_counted_as_rejected() -> None:
+    writer = FakeWriter(malformed=1.0)
+    with Gateway(writer, FakeEmbedder(DIMS), chat_name="fake-malformed", embedding_name="fake") as gw:
+        system = LangmemSystem(gateway_endpoints(gw))
+        held = system.hold(UNITS, np.full(3, 10), 10**6, EvictionContext(question_id="bike"))
+    figures = system.figures()
+    assert held == [] and figures.calls[UPDATE] == 3 and figures.rejected_of(UPDATE) == 3
+    # cut off mid-JSON, or a JSON array where the arguments object belongs (langchain cannot read that reply)
+    assert set(figures.rejected[UPDATE]) <= {"not valid JSON", "arguments not a JSON object"}
+    assert writer.answered["malformed"] == sum(figures.calls.values()) - figures.calls[EMBEDDINGS]
+
+
+def test_a_rerun_through_the_gateway_on_the_same_cache_sends_nothing_upstream(tmp_path: Path) -> None:
+    from pytest_restore.models.cache import ResponseCache
+
+    def run_once(server: OpenAIServer) -> list[Memory]:
+        chat = OpenAIChatModel(model="small-model", base_url=server.base_url, cache=ResponseCache(tmp_path / "responses"), max_tries=1)
+        embedder = OpenAIEmbedder(model=EMBEDDER, base_url=server.base_url, max_tries=1)
+        with Gateway(chat, embedder, cache_dir=tmp_path) as gw:
+            return LangmemSystem(gateway_endpoints(gw)).hold(UNITS, np.full(3, 10), 10**6, EvictionContext(question_id="bike"))
+
+    with OpenAIServer(LangmemModel(cut="")) as first:
+        held = run_once(first)
+        assert len(first.log) >= 3 * 2  # a tool call and embeddings a turn
+    with OpenAIServer(LangmemModel(cut="")) as second:
+        assert run_once(second) == held
+        assert second.log == []  # the rerun: every answer from the response cache and the vectors on disk

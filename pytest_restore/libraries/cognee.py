@@ -33,7 +33,9 @@ over one cognee dataset per store:
   ``repair`` calls) and the cause, beside the calls and embeddings requests.
   cognee re-asks three times with the error, then fails the unit (after
   retrying for at least 240 s): the deadline bounds it.
-- **Locality and configuration.** cognee reads its configuration from the
+- **Locality and configuration.** Its calls go to
+  :class:`~.guest.LibraryEndpoints` (by default the run's gateway,
+  :func:`~.guest.run_endpoints`). cognee reads its configuration from the
   environment once per process, when first imported: the adapter sets it
   first (the endpoints, its roots under a scratch directory, telemetry and
   connection probes off, no model hub) and one process serves one set of
@@ -53,7 +55,8 @@ Retrieval: :class:`CogneeRanker` (the ranker ``cognee``) ranks a store's
 memories by cognee's own vector search for the question over its chunks,
 summaries and entities.
 
-:func:`fake_answer` is the offline writer's answer to cognee's two calls.
+:func:`fake_answer` is the offline writer's answer to cognee's two calls (and
+its re-asks), registered as a shape of the gateway's fake writer.
 """
 
 from __future__ import annotations
@@ -82,11 +85,13 @@ from pytest_restore.libraries.guest import (
     library_version,
     quiet_environment,
     resolve_endpoints,
+    run_endpoints,
 )
 from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
 from pytest_restore.memory.retrieval import Ranker, Store
 from pytest_restore.memory.systems import MemorySystem, SystemFigures
+from pytest_restore.models.fake_writer import WriterAsk, register_shape
 
 LIBRARY = "cognee"
 #: cognee's kinds of model call: the graph of a chunk, its summary, its re-asks after a rejected answer.
@@ -331,7 +336,9 @@ class CogneeSystem(MemorySystem):
     live: ClassVar[dict[tuple[str, tuple[str, ...]], _Store]] = {}
     _made: ClassVar[int] = 0
 
-    def __init__(self, endpoints: EndpointsSource, *, budgeted: bool = True, deadline: float = COGNEE_DEADLINE) -> None:
+    def __init__(
+        self, endpoints: EndpointsSource = run_endpoints, *, budgeted: bool = True, deadline: float = COGNEE_DEADLINE
+    ) -> None:
         self._source = endpoints
         self.budgeted = budgeted  # type: ignore[misc]  # per instance: with or without a budget
         #: seconds one unit's add and cognify may take before it fails
@@ -635,5 +642,23 @@ def fake_answer(body: Mapping[str, Any]) -> dict[str, Any] | None:
             })
     return {"role": "assistant", "content": json.dumps({"nodes": nodes, "edges": edges})}
 
+
+def _cognee_model(ask: WriterAsk) -> str | None:
+    """The response model a fake writer's request is cognee's call for: by the schema's name, or, for its
+    re-ask, by the schema pasted into the system prompt (``None``: not cognee's)."""
+    if ask.schema_name in KINDS:
+        return ask.schema_name
+    return next((k for k in KINDS if ask.json_object and f'"title": "{k}"' in ask.system), None)
+
+
+def _shape(ask: WriterAsk) -> Any:
+    """:func:`fake_answer` as the gateway's fake writer gives it: the JSON value."""
+    name = _cognee_model(ask)
+    fmt = {"type": "json_schema", "json_schema": {"name": name}}
+    answer = fake_answer({"messages": ask.messages, "response_format": fmt}) or {}
+    return json.loads(str(answer.get("content") or "{}"))
+
+
+register_shape(lambda ask: _cognee_model(ask) is not None, _shape, owner=LIBRARY)
 
 __all__ = ["CogneeRanker", "CogneeSystem", "fake_answer", "install_cl100k", "message_text"]

@@ -28,8 +28,11 @@ new memory), ``PatchDoc`` (rewrite a memory it was shown) and ``RemoveDoc``
   tool arguments are not JSON, and one with no tool call where a call was
   required, without a word; a call of the wrong shape is sent back to the
   model (trustcall's *repair* calls) and dropped when the repairs fail too.
-  Each such reply is counted by the call it answered and the cause in the
-  store's :class:`~pytest_restore.memory.systems.SystemFigures`, beside the
+  A reply whose tool arguments are JSON but not an object is worse:
+  langchain cannot read it into a message and langmem's call raises; the
+  adapter counts it the same way and the unit gives nothing, as a dropped
+  answer. Each such reply is counted by the call it answered and the cause
+  in the store's :class:`~pytest_restore.memory.systems.SystemFigures`, beside the
   model calls by kind (``memory update``, ``repair``, ``embeddings``) and
   the writes (``insert``, ``patch``, ``remove``).
 - **Reproducible prompts.** langmem names each memory and each session
@@ -38,7 +41,8 @@ new memory), ``PatchDoc`` (rewrite a memory it was shown) and ``RemoveDoc``
   store ingests, langmem's ``uuid4`` gives ids counted from the question's
   id instead (the same history gives the same ids, hence the same prompts).
 - **Locality.** Chat and embeddings go to :class:`~.guest.LibraryEndpoints`
-  (the run's gateway), the embeddings without langchain's token check (it
+  (by default the run's gateway, :func:`~.guest.run_endpoints`), the
+  embeddings without langchain's token check (it
   would download a tokenizer); the store is in memory, one per history;
   LangSmith tracing is off before langchain is imported.
 
@@ -49,9 +53,10 @@ deadline) are one line naming langmem, the question and the unit
 Retrieval: :class:`LangmemRanker` (the ranker ``langmem``) ranks a langmem
 store's memories by the store's own semantic search for the question.
 
-:func:`fake_answer` is the offline writer's answer to langmem's calls (the
-gateway's fake writer registers it): it reads the new message and the
-memories shown in the request, never a gold label.
+:func:`fake_answer` is the offline writer's answer to langmem's calls,
+registered as a shape of the gateway's fake writer (several tool calls in one
+reply): it reads the new message and the memories shown in the request,
+never a gold label.
 """
 
 from __future__ import annotations
@@ -77,11 +82,13 @@ from pytest_restore.libraries.guest import (
     library_version,
     quiet_environment,
     resolve_endpoints,
+    run_endpoints,
 )
 from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
 from pytest_restore.memory.retrieval import Ranker, Store
 from pytest_restore.memory.systems import MemorySystem, SystemFigures
+from pytest_restore.models.fake_writer import ToolCalls, WriterAsk, register_shape
 
 LIBRARY = "langmem"
 #: The kinds of model call langmem makes: the manager's tool call, trustcall's repairs of a reply that
@@ -224,6 +231,8 @@ def _counter(base: type, figures: SystemFigures) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.asked: dict[Any, tuple[str, list[Mapping[str, Any]], bool]] = {}
+            #: replies langchain could not even read into a message (a tool's arguments not a JSON object)
+            self.unreadable = 0
 
         def on_chat_model_start(
             self, serialized: Any, messages: Any, *, run_id: Any, **kwargs: Any
@@ -246,7 +255,11 @@ def _counter(base: type, figures: SystemFigures) -> Any:
 
         def on_llm_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
             kind, _, _ = self.asked.pop(run_id, (UPDATE, [], False))
-            figures.failed[kind] += 1
+            if type(error).__name__ == "ValidationError":  # pydantic's, reading the reply into a message
+                figures.reject(kind, "arguments not a JSON object")
+                self.unreadable += 1
+            else:
+                figures.failed[kind] += 1
 
     return Counter()
 
@@ -341,7 +354,7 @@ class LangmemSystem(MemorySystem):
 
     def __init__(
         self,
-        endpoints: EndpointsSource,
+        endpoints: EndpointsSource = run_endpoints,
         *,
         budgeted: bool = True,
         deadline: float = DEFAULT_GUEST_DEADLINE,
@@ -429,19 +442,18 @@ class LangmemSystem(MemorySystem):
         message = {"role": "user", "content": message_text(unit)}
 
         async def ingest() -> Any:
-            _IDS.set(
-                s.ids
-            )  # this task's context only: langmem's ids for this store (module docstring)
-            return await s.manager.ainvoke(
-                {"messages": [message]}, config={"callbacks": [s.counter]}
-            )
+            # this task's context only: langmem's ids for this store (module docstring)
+            _IDS.set(s.ids)
+            return await s.manager.ainvoke({"messages": [message]}, config={"callbacks": [s.counter]})
 
+        unreadable = s.counter.unreadable
         try:
             s.loop.run(ingest(), self.deadline)
         except Exception as err:
-            raise guest_failure(
-                LIBRARY, self._question, f"ingesting unit {unit.position}", err
-            ) from err
+            # a reply langchain cannot read into a message stops langmem's call: counted as rejected (the
+            # callback did), the unit gives nothing, as an answer langmem drops; anything else is a failure
+            if s.counter.unreadable == unreadable:
+                raise guest_failure(LIBRARY, self._question, f"ingesting unit {unit.position}", err) from err
         s.tally.figures.units += 1
         self._units.append(unit)
         self._apply(unit.position)
@@ -607,7 +619,7 @@ def _words(text: str) -> set[str]:
     return {w.lower() for w in _LONG_WORD.findall(text.partition(": ")[2])}
 
 
-def fake_answer(body: Mapping[str, Any]) -> dict[str, Any] | None:
+def fake_answer(body: Mapping[str, Any], *, always_call: bool = False) -> dict[str, Any] | None:
     """The offline writer's answer to one of langmem's chat calls (``None``: not a call langmem makes).
 
     The manager's call: each statement of the new message (a sentence not
@@ -616,7 +628,8 @@ def fake_answer(body: Mapping[str, Any]) -> dict[str, Any] | None:
     speaker shown in the request patches that memory (its text becomes the
     fact), or removes it where the fact says ``no longer`` and ``RemoveDoc`` is
     offered; any other fact is a new ``Memory``. A message with no statement
-    gets one ``Memory`` of its whole line (``Speaker: text``) when a call is required. Built from
+    gets one ``Memory`` of its whole line (``Speaker: text``) when a call is required (``always_call``: always,
+    as the gateway's fake writer answers every tools request with a call). Built from
     the request's text alone, so the same request gets the same answer.
     """
     tools = {str(t.get("function", {}).get("name")) for t in body.get("tools") or []}
@@ -664,7 +677,7 @@ def fake_answer(body: Mapping[str, Any]) -> dict[str, Any] | None:
                 )
         else:
             calls.append(("Memory", {"content": fact}))
-    if not calls and body.get("tool_choice") not in (None, "auto", "none"):
+    if not calls and (always_call or body.get("tool_choice") not in (None, "auto", "none")):
         calls.append(("Memory", {"content": f"{speaker}: {said}"}))
     if not calls:
         return {"role": "assistant", "content": "Nothing to remember."}
@@ -693,5 +706,25 @@ def _instance_text(raw: str) -> str:
         return raw
     return str(value.get("content", raw)) if isinstance(value, dict) else raw
 
+
+def _is_langmem(ask: WriterAsk) -> bool:
+    """Whether a fake writer's request is langmem's store manager call (its tools and its session block)."""
+    return "Memory" in ask.tools and any("<session_" in str(m.get("content") or "") for m in ask.messages)
+
+
+def _shape(ask: WriterAsk) -> ToolCalls:
+    """:func:`fake_answer` as the gateway's fake writer gives it: the tool calls, with their arguments."""
+    body = {
+        "messages": ask.messages,
+        "tools": [{"type": "function", "function": {"name": name, "parameters": p}} for name, p in ask.tools.items()],
+        "tool_choice": ask.request.wire_fields().get("tool_choice"),
+    }
+    answer = fake_answer(body, always_call=True) or {}
+    return ToolCalls(
+        (str(c["function"]["name"]), json.loads(c["function"]["arguments"])) for c in answer.get("tool_calls") or []
+    )
+
+
+register_shape(_is_langmem, _shape, owner=LIBRARY)
 
 __all__ = ["LangmemRanker", "LangmemSystem", "fake_answer", "message_text"]

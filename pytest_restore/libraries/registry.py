@@ -52,6 +52,18 @@ class Library:
 #: Every library the audit adapts (one row each).
 LIBRARIES: tuple[Library, ...] = ()
 
+#: langmem and cognee (``libraries/langmem.py``, ``libraries/cognee.py``; cognee is not in the dev extra).
+LIBRARIES += (
+    Library(
+        "langmem", "pytest_restore.libraries.langmem:LangmemSystem", "langmem", "langmem", "langmem",
+        ranker="pytest_restore.libraries.langmem:LangmemRanker",
+    ),
+    Library(
+        "cognee", "pytest_restore.libraries.cognee:CogneeSystem", "cognee", "cognee", "cognee",
+        ranker="pytest_restore.libraries.cognee:CogneeRanker",
+    ),
+)
+
 #: The library policies' names: opt-in, run only when ``--restore-policies`` names them.
 LIBRARY_POLICIES: frozenset[str] = frozenset(library.name for library in LIBRARIES)
 

@@ -22,7 +22,8 @@ its own ids echoed, or a ``json_object`` whose shape only its prompt says)
 is answered by a registered :class:`WriterShape`: a match on the schema's
 name, a tool's name or a test of the request, and a function that gives the
 JSON value. Each adapter registers its own in its module
-(:func:`register_shape`); the first that matches answers.
+(:func:`register_shape`); the first that matches answers. A shape may answer a
+tools request with several calls (:class:`ToolCalls`), as langmem's prompt asks.
 
 **Malformed mode** (``FakeWriter(malformed=1.0)``, the writer model
 ``fake-malformed``): that share of the requests (chosen by a hash of the
@@ -76,6 +77,8 @@ class WriterAsk:
     #: the sentences of the last user message (else of every message), the texts an answer is made of
     sentences: list[str] = field(default_factory=list)
     _next: int = 0
+    #: the tool calls of a shape's :class:`ToolCalls` answer, each ``(name, arguments as JSON text)``
+    calls: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def system(self) -> str:
@@ -131,7 +134,12 @@ class WriterAsk:
         return cls(request, messages, schema_name, schema, json_object, tools, tool, sentences)
 
 
-#: A shape's answer: the JSON value of the reply (a schema's instance; a tool's arguments).
+class ToolCalls(list[tuple[str, Any]]):
+    """A shape's answer of several tool calls, each ``(tool name, arguments)``: a library that takes calls of
+    more than one of its tools in one reply (langmem's ``Memory``, ``PatchDoc`` and ``RemoveDoc``)."""
+
+
+#: A shape's answer: the JSON value of the reply (a schema's instance; a tool's arguments; :class:`ToolCalls`).
 ShapeAnswer = Callable[[WriterAsk], Any]
 
 
@@ -267,7 +275,11 @@ class FakeWriter:
             return content if content is not None else canonical_json(call or {})
         if call is not None and ask.tool is not None:
             number = hashlib.sha256((request.wire or "").encode("utf-8")).hexdigest()[:12]
-            return wire_reply(None, [{"id": f"call_{number}", "type": "function", "function": {"name": ask.tool, "arguments": call}}])
+            calls = ask.calls or [(ask.tool, call)]
+            return wire_reply(None, [
+                {"id": f"call_{number}" + (f"_{i}" if i else ""), "type": "function", "function": {"name": name, "arguments": arguments}}
+                for i, (name, arguments) in enumerate(calls)
+            ])
         return wire_reply(content)
 
     def _answer(self, ask: WriterAsk) -> tuple[str | None, str | None]:
@@ -285,6 +297,11 @@ class FakeWriter:
             value, how = {"text": " ".join(ask.sentences[:2])}, "json"
         else:
             value, how = " ".join(ask.sentences[:2]) or "nothing", "text"
+        if isinstance(value, ToolCalls) and ask.tool is not None and value:
+            # several calls: the first is what the malformed mode breaks (and the rest is lost with it)
+            if not broken:
+                ask.calls = [(name, canonical_json(args)) for name, args in value]
+            ask.tool, value = value[0][0], value[0][1]
         if broken:
             self._count("malformed")
             text = canonical_json(value) if not isinstance(value, str) else value
