@@ -1,6 +1,6 @@
 """langmem audited as a memory system, its model calls answered offline in langmem's own formats.
 
-The real ``langmem`` package runs here (the dev extra installs it): its store
+The real ``langmem`` package runs here (skipped, saying so, where it is not installed): its store
 manager turn by turn over LangGraph's in-memory store, its chat and embeddings
 calls to :class:`~openai_server.OpenAIServer` on 127.0.0.1, the chat calls
 answered by the offline writer's langmem answers
