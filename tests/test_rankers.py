@@ -16,6 +16,7 @@ import pytest
 from grid_helpers import GRID, TINY, ChildRun, flat_record
 
 from pytest_restore.__main__ import main
+from pytest_restore.libraries.registry import LIBRARIES
 from pytest_restore.record import CellKey, Record, baseline_ranker, read_records
 from pytest_restore.run.grid import ranker_labels
 from pytest_restore.stats.analysis import analyse
@@ -126,6 +127,8 @@ def test_an_unknown_ranker_in_the_list_is_one_line(pytester: pytest.Pytester) ->
     result = pytester.runpytest_subprocess(f"--restore-data={TINY}", "--restore-rankers=bm25-lite,bm99", "-p", "no:xdist")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.errlines if line.startswith("ERROR:")]
+    # the built-in rankers, then the memory libraries' (registered by name, imported only when asked for)
+    names = ", ".join(["bm25-lite", "recency", *(library.name for library in LIBRARIES if library.ranker)])
     assert errors == [
-        "ERROR: --restore-rankers: unknown ranker 'bm99'; registered: bm25-lite, recency, or dense:EMBEDDER, hybrid:EMBEDDER"
+        f"ERROR: --restore-rankers: unknown ranker 'bm99'; registered: {names}, or dense:EMBEDDER, hybrid:EMBEDDER"
     ], result.errlines

@@ -11,7 +11,8 @@ new memory), ``PatchDoc`` (rewrite a memory it was shown) and ``RemoveDoc``
 (the policy ``langmem``) over one LangGraph ``InMemoryStore`` per store:
 
 - **Ingestion.** Each unit goes through the manager's ``ainvoke`` in
-  chronological order, one user message per unit: ``[date] Speaker: text``
+  chronological order (on one event loop per process: langchain's clients
+  keep their connections process-wide, bound to a loop), one user message per unit: ``[date] Speaker: text``
   (langmem has no timestamp of its own, so the date rides in the text).
 - **Provenance is captured per memory id.** The adapter's store records
   every write langmem makes while a unit is ingested: a put to a new key is
@@ -168,6 +169,16 @@ class _Langmem:
 
 
 _LOADED: list[_Langmem] = []
+#: The one event loop langmem runs on in this process: langchain's OpenAI clients keep their HTTP
+#: connections process-wide, bound to the loop that opened them (a loop per store: "Event loop is closed").
+_LOOP: list[StoreLoop] = []
+
+
+def _process_loop() -> StoreLoop:
+    """This process's loop for langmem (started on first use)."""
+    if not _LOOP:
+        _LOOP.append(StoreLoop(LIBRARY))
+    return _LOOP[0]
 
 
 def _import_langmem() -> _Langmem:
@@ -424,12 +435,10 @@ class LangmemSystem(MemorySystem):
             enable_deletes=True,
             query_limit=self.query_limit,
         )
-        if self._store is not None:
-            self._store.loop.close()
         self._store = _Store(
             manager,
             store,
-            StoreLoop(LIBRARY),
+            _process_loop(),
             counted_ids(f"langmem:{ctx.question_id}"),
             _counter(lib.callback_class, tally.figures),
             writes,
@@ -524,7 +533,6 @@ class LangmemSystem(MemorySystem):
         s = self.store
         held = self.memories()
         s.tally.held, s.tally.held_tokens = len(held), sum(memory_tokens(held))
-        s.loop.close()  # the ranker's searches are synchronous: the store needs no loop from here on
         LangmemSystem.live[(s.tally.question, tuple(sorted(m.text for m in held)))] = s
 
     def figures(self) -> SystemFigures:
