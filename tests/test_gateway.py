@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from net_guard import BlockedConnection, net_guard
 from openai_server import OpenAIServer
 
 from pytest_restore.models.anthropic_messages import translated_reply, translated_request
@@ -332,3 +333,32 @@ def test_a_lazy_registration_is_made_only_when_looked_up_and_yields_to_a_hand_re
     mine = Item("lib")
     other.register(mine)
     assert other["lib"] is mine
+
+
+# -- nothing leaves the machine ------------------------------------------------------------
+
+
+def test_the_net_guard_catches_a_library_phoning_home_even_when_it_swallows_the_error(gateway: Gateway) -> None:
+    """The guard every adapter's test runs under: the gateway's connections pass; a telemetry call from a
+    library's thread (its error swallowed, as telemetry clients do) fails the block, naming the address."""
+    import socket
+    import threading
+
+    def telemetry() -> None:  # what posthog and friends do: send from a thread, ignore the failure
+        for target in (("93.184.216.34", 443), ("us.i.posthog.com", 443)):
+            try:
+                socket.create_connection(target, timeout=1).close()
+            except OSError:
+                pass
+
+    phoned = r"attempted: connect 93\.184\.216\.34:443, connect us\.i\.posthog\.com:443$"
+    with pytest.raises(AssertionError, match=phoned), net_guard(gateway.port):
+        client(gateway).models.list()  # allowed: the gateway
+        thread = threading.Thread(target=telemetry)
+        thread.start()
+        thread.join()
+    with net_guard(gateway.port) as guard:
+        with pytest.raises(BlockedConnection, match="connect 127.0.0.1:9 is not allowed"):
+            socket.create_connection(("127.0.0.1", 9), timeout=1)  # loopback, but not the gateway
+        guard.blocked.clear()
+    assert socket.create_connection.__module__ == "socket"  # put back

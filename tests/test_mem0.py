@@ -11,6 +11,7 @@ server's fake embeddings.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 from grid_helpers import GRID
 from mem0_model import LONG, Mem0Model
+from net_guard import net_guard
 from openai_server import OpenAIServer
 
 from pytest_restore.__main__ import main
@@ -25,17 +27,27 @@ from pytest_restore.audit.run import Audit, AuditConfig, Prepared
 from pytest_restore.data.dataset import Dataset
 from pytest_restore.data.loaders import load_data
 from pytest_restore.data.units import Unit
-from pytest_restore.memory.eviction import EvictionContext
-from pytest_restore.memory.mem0_adapter import (
+from pytest_restore.libraries.guest import (
+    GuestFailure,
+    LibraryEndpoints,
+    close_gateway,
+    configure_gateway,
+    library_version,
+    run_gateway,
+)
+from pytest_restore.libraries.mem0 import (
     EXTRACTION,
     UPDATE,
-    Mem0Endpoints,
     Mem0Ranker,
     Mem0System,
 )
+from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.retrieval import Bm25Lite
+from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.embeddings import FakeEmbedder
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models.gateway import Gateway
+from pytest_restore.models.openai_chat import OpenAIChatModel, OpenAIEmbedder
 
 LOCOMO = Path(__file__).resolve().parent.parent / "fixtures" / "locomo_tiny.json"
 EMBEDDER, DIMS = "nomic-embed-text", 768
@@ -43,14 +55,22 @@ EMBEDDER, DIMS = "nomic-embed-text", 768
 ALL, SMALL = 5000, 120
 
 
+#: mem0's major version here: the loopback model (``mem0_model.py``) speaks mem0 1's two calls
+MEM0_1 = library_version("mem0ai").startswith("1.")
+speaks_mem0_1 = pytest.mark.skipif(not MEM0_1, reason="the loopback model answers mem0 1's extraction and update calls")
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[OpenAIServer]:
+    if not MEM0_1:
+        pytest.skip("the loopback model answers mem0 1's extraction and update calls")
     with OpenAIServer(Mem0Model()) as running:
         yield running
 
 
 def mem0_of(server: OpenAIServer, **options: object) -> Mem0System:
-    return Mem0System(Mem0Endpoints(server.base_url, "small-model", EMBEDDER, DIMS), **options)  # type: ignore[arg-type]
+    """mem0 with its calls straight to the loopback server (the adapter alone; through the gateway: below)."""
+    return Mem0System(LibraryEndpoints(server.base_url, "sk-local", "small-model", EMBEDDER, DIMS), **options)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +145,7 @@ def test_a_cells_figures_are_its_stores_mem0_counted_once_each(audited: tuple[Au
         assert figures.evicted == sum(t.figures.evicted for t in stores) and (figures.evicted > 0) == (budget == SMALL)
 
 
+@speaks_mem0_1
 def test_deletes_and_rejected_shapes_from_add_events() -> None:
     model = Mem0Model()
     lines = [
@@ -187,42 +208,22 @@ def test_mem0_runs_with_its_telemetry_off(audited: tuple[Audit, Mem0System]) -> 
     assert telemetry.MEM0_TELEMETRY is False
 
 
-def test_mem0_calls_the_runs_writer_model_or_says_why_it_cannot(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    e = Mem0Endpoints.of_reader("openai:gemma", "http://127.0.0.1:8081/v1", embedding_model=EMBEDDER, embedding_dims=DIMS)
-    assert (e.base_url, e.llm_model, e.embedding_model, e.embedding_dims) == ("http://127.0.0.1:8081/v1", "gemma", EMBEDDER, DIMS)
-    with pytest.raises(ValueError, match=r"--restore-reader: mem0 calls an OpenAI-compatible model .* got 'fake'"):
-        Mem0Endpoints.of_reader("fake", "http://127.0.0.1:8081/v1", embedding_model=EMBEDDER, embedding_dims=DIMS)
-    with pytest.raises(ValueError, match="--restore-base-url: mem0 needs the base URL"):
-        Mem0Endpoints.of_reader("openai:gemma", None, embedding_model=EMBEDDER, embedding_dims=DIMS)
-
-    class Config:  # pytest's config, as a conftest's hook gets it: the run's options
-        def __init__(self, **options: str | None) -> None:
-            self.options = options
-
-        def getoption(self, name: str) -> str | None:
-            return self.options[name]
-
-    url = "http://127.0.0.1:8081/v1"
-    # mem0 writes with the run's writer model (--restore-writer-model), else with its reader
-    writer = Config(restore_writer_model="openai:writer", restore_reader="openai:gemma", restore_base_url=url)
-    reader = Config(restore_writer_model="", restore_reader="openai:gemma", restore_base_url=url)
-    assert Mem0Endpoints.of_run(writer, embedding_model=EMBEDDER, embedding_dims=DIMS).llm_model == "writer"
-    assert Mem0Endpoints.of_run(reader, embedding_model=EMBEDDER, embedding_dims=DIMS).llm_model == "gemma"
-    with pytest.raises(ValueError, match="--restore-writer-model: mem0 calls an OpenAI-compatible model"):
-        Mem0Endpoints.of_run(
-            Config(restore_writer_model="fake", restore_reader="openai:gemma", restore_base_url=url),
-            embedding_model=EMBEDDER, embedding_dims=DIMS,
-        )
-
-
 #: A conftest that audits mem0 against the loopback server at ``{url}``.
 MEM0_CONFTEST = """
-from pytest_restore.memory.mem0_adapter import Mem0Endpoints, Mem0System
+from pytest_restore.libraries.guest import (
+    GuestFailure,
+    LibraryEndpoints,
+    close_gateway,
+    configure_gateway,
+    library_version,
+    run_gateway,
+)
+from pytest_restore.libraries.mem0 import Mem0System
 
 
 def pytest_restore_register_policies(registry, config):
-    registry.register(Mem0System(Mem0Endpoints("{url}", "small-model", "{embedder}", {dims})))
+    # a user's own mem0 takes the built-in's place: its calls straight to the loopback server
+    registry.register(Mem0System(LibraryEndpoints("{url}", "sk-local", "small-model", "{embedder}", {dims})))
 """
 
 
@@ -238,6 +239,7 @@ def grid_with_mem0(pytester: pytest.Pytester, model: Mem0Model) -> tuple[pytest.
     return result, pytester.path / "restore-report"
 
 
+@speaks_mem0_1
 def test_the_answers_mem0_rejected_reach_the_report_and_a_cell_that_used_none_fails(pytester: pytest.Pytester) -> None:
     """summary.json and report.md count each memory system cell's calls, failures and rejected answers by cause
     (through the item's message, as from an xdist worker); a cell where mem0 used no extraction answer fails
@@ -269,3 +271,146 @@ def test_the_answers_mem0_rejected_reach_the_report_and_a_cell_that_used_none_fa
     [cell] = summary["run"]["checks"]["memory_systems"]["result"]["cells"]
     assert cell["figures"]["held"] == 0 and UPDATE not in cell["figures"]["calls"]
     assert "**No answer used** in mem0-5k" in (report / "report.md").read_text()
+
+
+# -- mem0 on the run's gateway -------------------------------------------------------------------
+
+
+@pytest.fixture
+def offline_gateway() -> Iterator[None]:
+    """The process's gateway as a run without models has it: the fake writer and the fake embedder."""
+    configure_gateway(None)
+    yield
+    close_gateway()
+
+
+def test_the_built_in_mem0_runs_offline_through_the_gateway_and_connects_nowhere_else(
+    locomo: Dataset, offline_gateway: None
+) -> None:
+    """The policy ``mem0`` as the registry makes it (no endpoints given): its calls to the run's gateway, the
+    fake writer answering mem0's own formats from the turns' text; every memory cites the turn it came from."""
+    from pytest_restore.run.plan import default_registries
+
+    registries = default_registries()
+    system = registries.policies["mem0"]
+    assert isinstance(system, Mem0System) and isinstance(registries.rankers["mem0"], Mem0Ranker)
+    audit = Audit(locomo, AuditConfig(budgets=(ALL,)), reader=FakeReader(), judge=FakeJudge(), scorer=FakeScorer())
+    with net_guard():  # loopback only: the gateway; mem0's telemetry or anything else would fail here
+        cell = audit.run_cell(system, ALL)
+    gateway = run_gateway()
+    assert gateway is not None and gateway.usage.sent > 0 and gateway.chat_name == "fake"
+    figures = cell.memory
+    assert figures is not None and figures.stores == 2 and figures.held > 0 and figures.rejected == {}
+    assert figures.calls[EXTRACTION] == figures.units and figures.calls["embeddings"] > 0
+    assert figures.library == f"mem0ai {library_version('mem0ai')}" and figures.ingest_seconds > 0
+    for p in audit.questions[:3]:
+        view, mask = audit.held(system, p, ALL, 0, {})
+        units = view.history.units
+        for position in np.flatnonzero(mask):
+            speaker, _, sentence = units[position].content.partition(": ")
+            newest = units[max(view.sources[position])]
+            assert speaker == newest.role and sentence in newest.content  # the turn it cites said it: label-free
+
+
+def test_mem0_on_the_command_line_is_the_built_in_and_on_the_embedded_default_offline(
+    pytester: pytest.Pytester, offline_gateway: None, tmp_path: Path
+) -> None:
+    """``--restore-policies mem0`` with nothing registered by hand: the built-in, lazily imported, with the
+    fake writer; the report's memory-systems cell names mem0's version. Then the embedded default's first
+    history, its first 24 turns (mem0 takes ~0.25 s a turn offline: a whole ~450-turn history takes minutes)."""
+    pytester.makepyfile(test_grid=GRID)
+    result = pytester.runpytest_inprocess(
+        "-p", "no:xdist", "-p", "no:cacheprovider", f"--restore-data={LOCOMO}", f"--restore-budgets={ALL}",
+        "--restore-policies=mem0", "--restore-bootstrap=200", "--restore-family-checks=report",
+    )
+    assert result.ret == 0, result.outlines[-20:]
+    summary = json.loads((pytester.path / "restore-report" / "summary.json").read_text())
+    [cell] = summary["run"]["checks"]["memory_systems"]["result"]["cells"]
+    assert cell["policy"] == "mem0" and cell["figures"]["library"] == f"mem0ai {library_version('mem0ai')}"
+    assert cell["figures"]["calls"][EXTRACTION] == cell["figures"]["units"] > 0
+    assert "**Memory libraries.**" in (pytester.path / "restore-report" / "report.md").read_text()
+
+    from pytest_restore.synthetic.embedded import embedded_dataset
+
+    dataset = load_data(embedded_dataset(tmp_path, questions=1))
+    audit = Audit(dataset, AuditConfig(budgets=(ALL,)), reader=FakeReader(), judge=FakeJudge(), scorer=FakeScorer())
+    history = audit.questions[0].history
+    units, sizes = history.units[:24], history.sizes[:24]
+    system = Mem0System()
+    with net_guard():
+        held = system.hold(units, sizes, 300, EvictionContext(question_id=history.question.history_key))
+    assert held and sum(system.tokens(m) for m in held) <= 300
+    assert all(0 <= min(m.sources) and max(m.sources) < 24 for m in held)
+    assert system.figures().calls[EXTRACTION] == 24 and system.figures().evicted > 0
+
+
+def test_a_missing_mem0_is_one_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_restore.libraries import registry
+
+    monkeypatch.setattr(registry.importlib.util, "find_spec", lambda name: None)
+    policies = registry.PolicyRegistry()
+    registry.register_libraries(policies)
+    assert "mem0" in policies
+    with pytest.raises(ImportError, match=r"^memory library 'mem0' needs mem0ai: pip install 'pytest-restore\[mem0\]'$"):
+        policies["mem0"]
+
+
+def _through_gateway(server: OpenAIServer, cache: Path, **options: object) -> None:
+    """This process's gateway: the loopback server's model upstream, managed and cached under ``cache``."""
+
+    deadline = float(options.pop("deadline", 60))  # type: ignore[arg-type]
+
+    def make() -> Gateway:
+        chat = OpenAIChatModel(model="small-model", base_url=server.base_url, cache=ResponseCache(cache), **options)  # type: ignore[arg-type]
+        embedder = OpenAIEmbedder(model=EMBEDDER, base_url=server.base_url, **options)  # type: ignore[arg-type]
+        return Gateway(chat, embedder, dimensions=DIMS, cache_dir=cache, deadline=deadline)
+
+    configure_gateway(make)
+
+
+@speaks_mem0_1
+def test_a_rerun_through_the_gateway_sends_nothing_upstream(locomo: Dataset, tmp_path: Path) -> None:
+    """mem0's extraction, update and embedding calls go through the gateway into the run's response cache:
+    the same stores built again on the same cache send not one request to the server."""
+    audit = Audit(locomo, AuditConfig(budgets=(ALL,)), reader=FakeReader(), judge=FakeJudge(), scorer=FakeScorer())
+    held = []
+    try:
+        for _ in range(2):
+            with OpenAIServer(Mem0Model()) as upstream:
+                _through_gateway(upstream, tmp_path)
+                system = Mem0System()
+                p = audit.questions[0]
+                view, mask = audit.held(system, p, ALL, 0, {})
+                held.append(sorted(view.history.units[i].content for i in np.flatnonzero(mask)))
+                sent = len(upstream.log)
+                close_gateway()
+            if len(held) == 1:
+                assert sent > 0 and held[0]
+        assert sent == 0 and held[0] == held[1]
+    finally:
+        configure_gateway(None)
+
+
+@pytest.mark.parametrize("mode", ["500-echo-key", "hang"])
+def test_a_server_echoing_the_key_or_never_answering_fails_one_store_in_one_line(
+    mode: str, locomo: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 44's two mem0 cases: a chat server that echoes the key in a 500, and one that never answers:
+    each ends the store within the deadline in one line naming mem0 and the question, no key on any line."""
+    key = "sk-proj-Mem0SecretKey0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    audit = Audit(locomo, AuditConfig(budgets=(ALL,)), reader=FakeReader(), judge=FakeJudge(), scorer=FakeScorer())
+    started = time.monotonic()
+    try:
+        with OpenAIServer(Mem0Model()) as upstream:
+            upstream.mode = mode
+            _through_gateway(upstream, tmp_path, max_tries=1, timeout=0.5, deadline=3.0)
+            with pytest.raises(GuestFailure) as failed:
+                audit.held(Mem0System(max_tokens=64), audit.questions[0], ALL, 0, {})
+    finally:
+        close_gateway()
+        configure_gateway(None)
+    message = str(failed.value)
+    assert message.startswith(f"memory library 'mem0' on {audit.questions[0].history.question.history_key}: add on unit 0 failed")
+    assert "\n" not in message and time.monotonic() - started < 30
+    assert key not in message + caplog.text and key[:16] not in message + caplog.text

@@ -50,7 +50,9 @@ class Library:
 
 
 #: Every library the audit adapts (one row each).
-LIBRARIES: tuple[Library, ...] = ()
+LIBRARIES: tuple[Library, ...] = (
+    Library("mem0", "pytest_restore.libraries.mem0:Mem0System", "mem0ai", "mem0", "mem0", ranker="pytest_restore.libraries.mem0:Mem0Ranker"),
+)
 
 #: langmem and cognee (``libraries/langmem.py``, ``libraries/cognee.py``; cognee is not in the dev extra).
 LIBRARIES += (

@@ -59,7 +59,14 @@ class Held:
     lost: Mapping[int, int | None]
 
 
-class SystemFiguresJSON(TypedDict):
+class _LibraryFiguresJSON(TypedDict, total=False):
+    """What a memory library's figures add (absent for every other system: their JSON as before)."""
+
+    library: str
+    ingest_seconds: float
+
+
+class SystemFiguresJSON(_LibraryFiguresJSON):
     """:class:`SystemFigures` as ``summary.json`` keeps it (``run.checks.memory_systems``)."""
 
     stores: int
@@ -98,6 +105,10 @@ class SystemFigures:
     evicted: int = 0
     #: the tokens of the memories held at the histories' ends, as the budget counts them
     held_tokens: int = 0
+    #: a memory library's distribution and version (``mem0ai 2.2.1``; several joined by ``, ``), else empty
+    library: str = ""
+    #: seconds a memory library spent taking the units in (its ``add`` calls, its model calls among them)
+    ingest_seconds: float = 0.0
 
     def reject(self, kind: str, cause: str, n: int = 1) -> None:
         """Count ``n`` answers of a ``kind`` of call the system could not use, for ``cause``."""
@@ -112,6 +123,8 @@ class SystemFigures:
             self.stores + other.stores, self.units + other.units, self.held + other.held,
             self.calls + other.calls, self.failed + other.failed, {},
             self.events + other.events, self.evicted + other.evicted, self.held_tokens + other.held_tokens,
+            ", ".join(sorted({v for f in (self, other) for v in f.library.split(", ") if v})),
+            self.ingest_seconds + other.ingest_seconds,
         )
         for figures in (self, other):
             for kind, causes in figures.rejected.items():
@@ -120,8 +133,8 @@ class SystemFigures:
         return out
 
     def to_json(self) -> SystemFiguresJSON:
-        """The figures as plain, sorted JSON values."""
-        return {
+        """The figures as plain, sorted JSON values (a library's two only for a library)."""
+        out: SystemFiguresJSON = {
             "stores": self.stores,
             "units": self.units,
             "held": self.held,
@@ -132,6 +145,10 @@ class SystemFigures:
             "evicted": self.evicted,
             "held_tokens": self.held_tokens,
         }
+        if self.library:
+            out["library"] = self.library
+            out["ingest_seconds"] = round(self.ingest_seconds, 3)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SystemFigures:
@@ -141,6 +158,7 @@ class SystemFigures:
             Counter(data["calls"]), Counter(data["failed"]),
             {k: Counter(c) for k, c in data["rejected"].items()},
             Counter(data["events"]), int(data["evicted"]), int(data.get("held_tokens", 0)),
+            str(data.get("library", "")), float(data.get("ingest_seconds", 0.0)),
         )
 
 

@@ -84,8 +84,23 @@ def render_memory_systems_md(cells: Sequence[Mapping[str, Any]]) -> str:
         emptied += [f"{md_text(cell['cell'])} ({line})" for line in unused_calls(f)]
     if emptied:
         out += ["", f"**No answer used** in {'; '.join(emptied)}."]
+    out += library_lines(cells)
     out += unbound_budgets(cells)
     return "\n".join(out)
+
+
+def library_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    """report.md's paragraph comparing the memory libraries' cells: the version each ran, its model calls per
+    turn fed by kind and its ingest seconds per turn (empty: no library ran)."""
+    rows = []
+    for cell in cells:
+        f = cell["figures"]
+        if not f.get("library"):
+            continue
+        turns = max(int(f["units"]), 1)
+        per_turn = ", ".join(f"{kind} {n / turns:.2f}" for kind, n in f["calls"].items()) or "none"
+        rows.append(f"- {cell['cell']}: {f['library']}; model calls per turn: {per_turn}; {f['ingest_seconds'] / turns:.3f} s to ingest a turn")
+    return ["", "**Memory libraries.**", "", *rows] if rows else []
 
 
 def unbound_budgets(cells: Sequence[Mapping[str, Any]]) -> list[str]:

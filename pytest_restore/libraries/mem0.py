@@ -1,22 +1,31 @@
 """mem0 audited as a memory system: its ``add`` turn by turn, provenance from the events ``add`` returns.
 
 `mem0 <https://github.com/mem0ai/mem0>`_ (the ``mem0ai`` package, the
-``mem0`` extra: ``pip install 'pytest-restore[mem0]'``) extracts facts from
-each message with a model and then asks the model whether each fact adds a
-memory, updates or deletes one it holds, or changes nothing. :class:`Mem0System`
-is a :class:`~pytest_restore.memory.systems.MemorySystem` (the policy
-``mem0``) over one mem0 ``Memory`` per store:
+``mem0`` extra: ``pip install 'pytest-restore[mem0]'``), 1.x or 2.x. mem0 1
+extracts facts from each message with a model and then asks the model
+whether each fact adds a memory, updates or deletes one it holds, or
+changes nothing; mem0 2 makes one call that only adds. :class:`Mem0System`
+is a :class:`~pytest_restore.memory.systems.MemorySystem` (the built-in
+policy ``mem0``, registered lazily: mem0 is imported when a run names it)
+over one mem0 ``Memory`` per store:
 
 - **Ingestion.** Each unit goes through ``Memory.add`` in chronological
   order, one message per call. A unit whose role is ``user`` or ``assistant``
   keeps it; any other role (LoCoMo's speaker names) is sent as a user message
   ``Name: text``, since mem0 extracts facts from what the user says.
-- **Provenance** comes from the events ``add`` returns: an ``ADD`` cites the
+- **Provenance.** mem0 1: from the events ``add`` returns: an ``ADD`` cites the
   unit being added; an ``UPDATE`` adds it to what the memory cited before (a
   memory rewritten by a later turn cites both); a ``DELETE`` drops the memory.
   After every ``add`` the memories mem0 holds (``get_all``) must be exactly
   those its events account for; anything else is an error naming the
-  question and the unit.
+  question and the unit. mem0 2's ``add`` reports only ``ADD``: provenance is
+  captured by comparing what ``get_all`` lists before and after each ``add``
+  (a memory that is new or whose text changed cites the arriving unit, added
+  to what it cited before; one that is gone is dropped), as
+  :class:`~pytest_restore.memory.systems.CapturedMemorySystem` does. mem0 2
+  writes the day's date into its prompt; the adapter gives it the arriving
+  unit's date instead, so the prompt (and the cache key) is the same on any
+  day.
 - **Budget.** mem0 has none: it keeps whatever the model adds. The adapter
   gives it one the simplest way an agent would: after each ``add``, while the
   memories held are over the budget (o200k_base tokens of their snippets, as
@@ -34,31 +43,34 @@ is a :class:`~pytest_restore.memory.systems.MemorySystem` (the policy
   the events it returned; the audit sums them per cell and the report shows
   them (its memory-systems section, ``summary.json``'s
   ``run.checks.memory_systems``).
-- **Locality.** mem0's chat calls go to an OpenAI-compatible base URL (the
-  run's writer model's, ``--restore-writer-model``, else the reader's:
-  :meth:`Mem0Endpoints.of_run`), its vectors to an embeddings endpoint; each store's
-  vectors live in an in-memory Qdrant of its own and its history in an
-  in-memory SQLite database, so nothing is shared between stores or left on
-  disk. mem0's telemetry is switched off before mem0 is imported
-  (``MEM0_TELEMETRY=False``), and its home directory (``MEM0_DIR``) is a
-  temporary one unless set.
+- **Locality.** mem0's chat and embedding calls go to the run's gateway
+  (:func:`~pytest_restore.libraries.guest.run_endpoints`: the writer model,
+  ``--restore-writer-model``, else the reader, and ``--restore-writer-embedder``,
+  through the managed layer: cached, priced, paced) or to the endpoints
+  given; each store's vectors live in an in-memory Qdrant of its own and its
+  history in an in-memory SQLite database, so nothing is shared between
+  stores or left on disk. Telemetry is switched off before mem0 is imported
+  (:func:`~pytest_restore.libraries.guest.quiet_environment`), and mem0's
+  home directory (``MEM0_DIR``) is a temporary one unless set.
 
 Retrieval: the audit's rankers read mem0's memories as they read any memory
 system's; :class:`Mem0Ranker` (the ranker ``mem0``) ranks them by mem0's own
 ``search`` instead. It reads only ``mem0`` stores.
 
-The extra pins mem0 1.0: mem0 2 replaced the extract-then-update pipeline
-with a single additive call whose ``add`` only ever returns ``ADD``; the
-rewriting this audit asks about (a fact updated or deleted by a later turn)
-is mem0 1.0's.
+The fake writer answers mem0's calls in mem0's formats (the shapes this
+module registers: the facts of a message are its sentences; every new fact
+is added, every memory found kept), so the adapter runs offline in CI.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import tempfile
+import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -68,10 +80,20 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pytest_restore.data.units import History, Unit
+from pytest_restore.libraries.guest import (
+    EndpointsSource,
+    LibraryEndpoints,
+    guest_failure,
+    library_version,
+    quiet_environment,
+    resolve_endpoints,
+    run_endpoints,
+)
 from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
 from pytest_restore.memory.retrieval import Ranker, Store
 from pytest_restore.memory.systems import MemorySystem, SystemFigures
+from pytest_restore.models.fake_writer import WriterAsk, register_shape
 
 #: The logger mem0's ``Memory`` reports a dropped answer to.
 MEM0_LOGGER = "mem0.memory.main"
@@ -85,6 +107,7 @@ REJECTIONS: tuple[tuple[str, str, bool], ...] = (
     ("Error iterating new_memories_with_actions", UPDATE, True),
     ("Error processing memory action", UPDATE, True),
     ("Error in new memory actions response", UPDATE, False),
+    ("Error parsing extraction response", EXTRACTION, True),  # mem0 2's one call
 )
 #: What Python's JSON parser's errors end with: where the text stopped parsing.
 _JSON_ERROR = re.compile(r"line \d+ column \d+")
@@ -101,49 +124,6 @@ def mem0_message(unit: Unit) -> tuple[str, str]:
     if unit.role == "session":  # a whole session: its turns already name their speakers
         return "user", unit.content
     return "user", f"{unit.role}: {unit.content}"
-
-
-@dataclass(frozen=True)
-class Mem0Endpoints:
-    """Where mem0's model calls go: an OpenAI-compatible chat model and an embeddings model."""
-
-    base_url: str
-    #: the chat model mem0 extracts and updates with (the model name the server knows)
-    llm_model: str
-    embedding_model: str
-    #: the embeddings' dimension (the vector store is made for it)
-    embedding_dims: int
-    #: the embeddings endpoint's base URL (``None``: ``base_url``)
-    embeddings_base_url: str | None = None
-    #: mem0's sampling temperature (0: the same prompt gives the same answer on a deterministic server)
-    temperature: float = 0.0
-    max_tokens: int = 1000
-
-    @classmethod
-    def of_run(cls, config: Any, *, embedding_model: str, embedding_dims: int) -> Mem0Endpoints:
-        """The run's writer model, as for every memory system that writes with a model: ``config``'s
-        (pytest's) ``--restore-writer-model``, else its ``--restore-reader``, at ``--restore-base-url``."""
-        writer = config.getoption("restore_writer_model")
-        return cls.of_reader(
-            writer or config.getoption("restore_reader"), config.getoption("restore_base_url"),
-            embedding_model=embedding_model, embedding_dims=embedding_dims,
-            option="--restore-writer-model" if writer else "--restore-reader",
-        )
-
-    @classmethod
-    def of_reader(
-        cls, reader: str | None, base_url: str | None, *, embedding_model: str, embedding_dims: int,
-        option: str = "--restore-reader",
-    ) -> Mem0Endpoints:
-        """The model ``reader`` (``openai:MODEL``, as ``option`` names it) at its base URL (``--restore-base-url``,
-        else ``OPENAI_BASE_URL``), with the embeddings model named, at the same server."""
-        provider, _, model = (reader or "").partition(":")
-        if provider != "openai" or not model:
-            raise ValueError(f"{option}: mem0 calls an OpenAI-compatible model (openai:MODEL); got {reader!r}")
-        url = base_url or os.environ.get("OPENAI_BASE_URL")
-        if not url:
-            raise ValueError("--restore-base-url: mem0 needs the base URL of its model's server")
-        return cls(url, model, embedding_model, embedding_dims)
 
 
 @dataclass
@@ -189,7 +169,8 @@ class _Rejections(logging.Handler):
 
 def _import_mem0() -> Any:
     """mem0's ``Memory`` class, imported with its telemetry off and its home directory out of the way."""
-    os.environ["MEM0_TELEMETRY"] = "False"  # read once, when mem0 is first imported
+    quiet_environment()  # read once, when mem0 is first imported
+    os.environ["MEM0_TELEMETRY"] = "False"
     if not os.environ.get("MEM0_DIR"):
         os.environ["MEM0_DIR"] = tempfile.mkdtemp(prefix="mem0-home-")
     try:
@@ -222,40 +203,45 @@ class Mem0System(MemorySystem):
 
     def __init__(
         self,
-        endpoints: Mem0Endpoints,
+        endpoints: EndpointsSource = run_endpoints,
         *,
         budgeted: bool = True,
-        api_key: str | None = None,
+        temperature: float = 0.0,
+        max_tokens: int = 1000,
     ) -> None:
+        """``endpoints``: where mem0's model calls go (default: the run's gateway, started on the first store);
+        ``temperature`` and ``max_tokens``: what mem0 asks its model for."""
         self.endpoints = endpoints
         self.budgeted = budgeted  # type: ignore[misc]  # per instance: mem0 with or without a budget
-        self._api_key = api_key
+        self.temperature = temperature
+        self.max_tokens = max_tokens
         #: the tallies of the stores this instance built, in order
         self.tallies: list[Mem0Tally] = []
+        #: mem0's installed version (``1.0.11``, ``2.2.1``), for the report
+        self.version = library_version("mem0ai")
 
     # -- one store -------------------------------------------------------
 
     def _config(self) -> dict[str, Any]:
         from qdrant_client import QdrantClient
 
-        e = self.endpoints
-        # a local server takes any key; never one from a record, a cache or a log: only the environment's
-        key = self._api_key or os.environ.get("OPENAI_API_KEY") or "local"
+        e = self._endpoints
+        # the gateway's run token (a loopback server's any key): never a provider's key
         return {
             "llm": {
                 "provider": "openai",
                 "config": {
-                    "model": e.llm_model,
+                    "model": e.chat_model,
                     "openai_base_url": e.base_url,
-                    "api_key": key,
-                    "temperature": e.temperature,
-                    "max_tokens": e.max_tokens,
+                    "api_key": e.api_key,
+                    "temperature": self.temperature,
+                    "max_tokens": self.max_tokens,
                 },
             },
             "embedder": {
                 "provider": "openai",
                 # no embedding_dims here: mem0 would send ``dimensions``, which a local server refuses
-                "config": {"model": e.embedding_model, "openai_base_url": e.embeddings_base_url or e.base_url, "api_key": key},
+                "config": {"model": e.embedding_model, "openai_base_url": e.base_url, "api_key": e.api_key},
             },
             "vector_store": {
                 "provider": "qdrant",
@@ -271,11 +257,17 @@ class Mem0System(MemorySystem):
 
     def reset(self, budget: int, ctx: EvictionContext) -> None:
         memory_class = _import_mem0()
-        with warnings.catch_warnings():  # local Qdrant says payload indexes do nothing there: as meant
-            warnings.filterwarnings("ignore", "Payload indexes have no effect", UserWarning)
-            memory = memory_class.from_config(self._config())
+        self._major = _major(self.version)
+        try:
+            self._endpoints: LibraryEndpoints = resolve_endpoints(self.endpoints)
+            with warnings.catch_warnings():  # local Qdrant says payload indexes do nothing there: as meant
+                warnings.filterwarnings("ignore", "Payload indexes have no effect", UserWarning)
+                memory = memory_class.from_config(self._config())
+        except Exception as err:
+            raise guest_failure("mem0", ctx.question_id, "making a store", err) from err
         self._count_calls(memory)
         self.budget = budget
+        self.question_id = ctx.question_id
         self._where = f"memory system {self.name!r} on {ctx.question_id}"
         self.store = _Store(memory, "audit", {}, {}, Mem0Tally(ctx.question_id, budget, SystemFigures(stores=1)))
         self.tallies.append(self.store.tally)
@@ -293,20 +285,30 @@ class Mem0System(MemorySystem):
 
         memory.llm.generate_response = counted(None, memory.llm.generate_response)
         memory.embedding_model.embed = counted("embeddings", memory.embedding_model.embed)
+        if hasattr(memory.embedding_model, "embed_batch"):  # mem0 2 embeds a message's memories in one call
+            memory.embedding_model.embed_batch = counted("embeddings", memory.embedding_model.embed_batch)
 
     def add(self, unit: Unit) -> None:
         store = self.store
         role, content = mem0_message(unit)
-        with _counting_rejections(store.tally.figures):
+        started = time.monotonic()
+        with _counting_rejections(store.tally.figures), _dated(unit.date):
             try:
                 result = store.memory.add([{"role": role, "content": content}], user_id=store.user_id)
             except Exception as err:
-                raise RuntimeError(f"{self._where}: mem0's add failed on unit {unit.position}: {err}") from err
+                raise guest_failure("mem0", self.question_id, f"add on unit {unit.position}", err) from err
         store.tally.figures.units += 1
         self._units.append(unit)
-        for event in result.get("results", []) if isinstance(result, Mapping) else []:
-            self._apply(event, unit.position)
-        self._read_held(f"after unit {unit.position} arrived")
+        events = [e for e in (result.get("results", []) if isinstance(result, Mapping) else []) if isinstance(e, Mapping)]
+        if self._major >= 2:  # add reports only ADD: what changed is read from get_all
+            for event in events:
+                store.tally.figures.events[str(event.get("event"))] += 1
+            self._capture(unit.position)
+        else:
+            for event in events:
+                self._apply(event, unit.position)
+            self._read_held(f"after unit {unit.position} arrived")
+        store.tally.figures.ingest_seconds += time.monotonic() - started
         if self.budgeted:
             self._evict()
 
@@ -325,11 +327,35 @@ class Mem0System(MemorySystem):
         else:
             raise ValueError(f"{self._where}: mem0's add returned an event {kind!r} (expected ADD, UPDATE or DELETE)")
 
+    def _listed(self) -> dict[str, str]:
+        """What mem0 holds now (``get_all``): each memory's text by mem0 id."""
+        store = self.store
+        if self._major >= 2:
+            found = store.memory.get_all(filters={"user_id": store.user_id}, top_k=GET_ALL_LIMIT)
+        else:
+            found = store.memory.get_all(user_id=store.user_id, limit=GET_ALL_LIMIT)
+        return {str(m["id"]): str(m["memory"]) for m in found.get("results", [])}
+
+    def _capture(self, position: int) -> None:
+        """mem0 2: provenance from what ``get_all`` lists now against what it listed before ``add``."""
+        store = self.store
+        texts = self._listed()
+        for key, text in texts.items():
+            if key not in store.texts:
+                store.sources[key] = (position,)
+                store.order[key] = len(store.order)
+            elif text != store.texts[key]:
+                store.sources[key] = tuple(sorted({*store.sources.get(key, ()), position}))
+                store.tally.figures.events["UPDATE (captured)"] += 1
+        for key in set(store.texts) - set(texts):
+            store.sources.pop(key, None)
+            store.tally.figures.events["DELETE (captured)"] += 1
+        store.texts = texts
+
     def _read_held(self, when: str) -> None:
         """What mem0 holds (``get_all``), checked against what its events account for."""
         store = self.store
-        found = store.memory.get_all(user_id=store.user_id, limit=GET_ALL_LIMIT)
-        texts = {str(m["id"]): str(m["memory"]) for m in found.get("results", [])}
+        texts = self._listed()
         unexplained = sorted(set(texts) - set(store.sources))
         if unexplained:
             raise ValueError(f"{self._where} {when}: mem0 holds memory {unexplained[0]} that no event of add reported")
@@ -369,6 +395,7 @@ class Mem0System(MemorySystem):
         store = self.store
         held = self.memories()
         store.tally.held, store.tally.held_tokens = len(held), sum(memory_tokens(held))
+        store.tally.figures.library = f"mem0ai {self.version}"
         Mem0System.live[(store.tally.question, tuple(sorted(m.text for m in held)))] = store
 
     def figures(self) -> SystemFigures:
@@ -432,10 +459,123 @@ class Mem0Ranker(Ranker):
                 f"{history.question.question_id} was given another's"
             )
         if k not in state.results:
-            found = state.store.memory.search(history.question.question, user_id=state.store.user_id, limit=max(k, 1))
+            memory = state.store.memory
+            if _major(library_version("mem0ai")) >= 2:  # every memory ranked, as mem0 1's search does (no threshold)
+                found = memory.search(history.question.question, filters={"user_id": state.store.user_id}, top_k=max(k, 1), threshold=0.0)
+            else:
+                found = memory.search(history.question.question, user_id=state.store.user_id, limit=max(k, 1))
             ranked: list[int] = []
             for result in found.get("results", []):
                 ranked.extend(state.positions.get(str(result["memory"]), []))
             state.results[k] = list(dict.fromkeys(ranked))
         members = np.asarray(store, dtype=bool)
         return [p for p in state.results[k] if members[p]][:k]
+
+
+def _major(version: str) -> int:
+    """The major version of ``version`` (``2.2.1`` -> 2; 1 when it cannot be read)."""
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else 1
+
+
+#: The date mem0 2's prompt names as today, per thread (``_dated``): the arriving unit's.
+_TODAY = threading.local()
+
+
+@contextmanager
+def _dated(date: str) -> Iterator[None]:
+    """mem0 2 writes ``datetime.now()``'s day into its extraction prompt: while the block runs, it writes
+    ``date`` (the arriving unit's) instead, so one turn's prompt is the same on any day (and cached)."""
+    try:
+        from mem0.memory import main as mem0_main
+    except ImportError:  # mem0 1: nothing to date
+        yield
+        return
+    original = getattr(mem0_main, "generate_additive_extraction_prompt", None)
+    if original is None:
+        yield
+        return
+    if not getattr(original, "_restore_dated", False):
+
+        def dated(*args: Any, **kwargs: Any) -> Any:
+            today = getattr(_TODAY, "date", None)
+            if today is not None:
+                kwargs.setdefault("current_date", today)
+            return original(*args, **kwargs)
+
+        dated._restore_dated = True  # type: ignore[attr-defined]
+        mem0_main.generate_additive_extraction_prompt = dated
+    _TODAY.date = date
+    try:
+        yield
+    finally:
+        _TODAY.date = None
+
+
+# -- the fake writer's answers to mem0's calls ---------------------------------------------------
+
+#: mem0's update prompt: the memories found, then the new facts, each between triple backticks
+_BLOCKS = re.compile(r"```\n(.*?)\n\s*```", re.DOTALL)
+
+
+def _facts(text: str) -> list[str]:
+    """The statements of a message (its sentences of four words or more that ask nothing)."""
+    sentences = re.findall(r"[^.!?\n]+[.!?]?", text)
+    return [s.strip() for s in sentences if len(s.split()) >= 4 and not s.strip().endswith("?")]
+
+
+def _is_extraction(ask: WriterAsk) -> bool:
+    return bool(ask.json_object and ask.messages and ask.messages[0].get("role") == "system" and ask.last_user.startswith("Input:"))
+
+
+def _is_update(ask: WriterAsk) -> bool:
+    return ask.json_object and "new retrieved facts" in ask.last_user
+
+
+def _is_additive(ask: WriterAsk) -> bool:
+    return ask.json_object and "## New Messages" in ask.last_user
+
+
+def _said(text: str) -> list[str]:
+    """The statements of one message, each as its speaker said it (``Name: ...`` where the message opens
+    with a name, as the adapter sends a named speaker's turn)."""
+    speaker, colon, rest = text.partition(": ")
+    if not colon or " " in speaker or len(speaker) > 40:
+        speaker, rest = "", text
+    return [f"{speaker}: {fact}" if speaker else fact for fact in _facts(rest)]
+
+
+def _extraction(ask: WriterAsk) -> Any:
+    """mem0 1's fact extraction: the statements of the input's messages (one ``role: text`` line each)."""
+    lines = ask.last_user.removeprefix("Input:").strip().splitlines()
+    return {"facts": [fact for line in lines for fact in _said(line.partition(": ")[2] or line)]}
+
+
+def _update(ask: WriterAsk) -> Any:
+    import ast
+
+    blocks = _BLOCKS.findall(ask.last_user)
+    try:
+        old = ast.literal_eval(blocks[0].strip()) if len(blocks) == 2 else []
+        new = ast.literal_eval(blocks[-1].strip()) if blocks else []
+    except (ValueError, SyntaxError):
+        old, new = [], []
+    kept = [{"id": str(m.get("id")), "text": str(m.get("text")), "event": "NONE"} for m in old if isinstance(m, dict)]
+    added = [{"id": f"new{i}", "text": str(fact), "event": "ADD"} for i, fact in enumerate(new)]
+    return {"memory": kept + added}
+
+
+def _additive(ask: WriterAsk) -> Any:
+    """mem0 2's one call: a memory for each statement of the new messages."""
+    section = ask.last_user.split("## New Messages", 1)[1].split("\n## ", 1)[0].strip()
+    try:
+        said = [str(m.get("content", "")) for m in json.loads(section) if isinstance(m, dict)]
+    except (ValueError, TypeError, AttributeError):  # mem0 2.2 writes them one ``role: text`` line each
+        said = [line.partition(": ")[2] or line for line in section.splitlines()]
+    facts = [fact for text in said for fact in _said(text)]
+    return {"memory": [{"id": str(i), "text": fact} for i, fact in enumerate(facts)]}
+
+
+register_shape(_is_extraction, _extraction, owner="mem0")
+register_shape(_is_update, _update, owner="mem0")
+register_shape(_is_additive, _additive, owner="mem0")
