@@ -441,33 +441,57 @@ class Record:
 _Object = TypeVar("_Object", "Record", "Conditions", "Condition", "Ablations")
 
 
+#: Values a record field holds as they are in JSON (checked by type first: most fields hold one).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+#: Each typed object's fields as (name, the typed object it holds or ``None``), by class (:func:`_layout`).
+_LAYOUTS: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def _layout(cls: type) -> tuple[tuple[str, Any], ...]:
+    """``cls``'s fields as (name, the typed object it holds or ``None``), read once per class.
+
+    A record is written and read field by field; ``dataclasses.fields`` builds its
+    tuple anew at each call (338k calls for the 22,560 records of a 500-question grid).
+    """
+    layout = _LAYOUTS.get(cls)
+    if layout is None:
+        layout = _LAYOUTS[cls] = tuple((f.name, f.metadata.get("object")) for f in fields(cls))
+    return layout
+
+
 def _to_json(obj: Record | Conditions | Condition | Ablations) -> dict[str, Any]:
     """``obj`` as a JSON object: its typed objects nested, tuples as lists."""
     out: dict[str, Any] = {}
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        if value is not None and "object" in f.metadata:
+    for name, nested in _layout(type(obj)):
+        value = getattr(obj, name)
+        if type(value) in _PLAIN:
+            pass
+        elif value is not None and nested is not None:
             value = _to_json(value)
         elif isinstance(value, tuple):
             value = list(value)
         elif isinstance(value, Mapping):
             value = dict(value)
-        out[f.name] = value
+        out[name] = value
     return out
 
 
 def _from_json(cls: type[_Object], data: Mapping[str, Any]) -> _Object:
     """Build ``cls`` from a checked JSON object (lists as tuples, nested objects typed)."""
     values: dict[str, Any] = {}
-    for f in fields(cls):
-        value = data.get(f.name)
-        if value is not None and "object" in f.metadata:
-            value = _from_json(f.metadata["object"], value)
+    for name, nested in _layout(cls):
+        value = data.get(name)
+        if type(value) in _PLAIN:
+            pass
+        elif value is not None and nested is not None:
+            value = _from_json(nested, value)
         elif isinstance(value, list):
             value = tuple(value)
         elif isinstance(value, dict):
             value = dict(value)
-        values[f.name] = value
+        values[name] = value
     return cls(**values)
 
 
@@ -556,9 +580,21 @@ def schema_markdown() -> str:
     return "".join(out).rstrip("\n") + "\n"
 
 
+#: Each typed object's fields by name, by class (:func:`_fields_by_name`).
+_FIELDS_BY_NAME: dict[type, dict[str, Field[Any]]] = {}
+
+
+def _fields_by_name(cls: type) -> dict[str, Field[Any]]:
+    """``cls``'s fields by name, read once per class (a record is checked field by field)."""
+    found = _FIELDS_BY_NAME.get(cls)
+    if found is None:
+        found = _FIELDS_BY_NAME[cls] = {f.name: f for f in fields(cls)}
+    return found
+
+
 def _check_object(cls: type, data: Any, prefix: str) -> tuple[str, str] | None:
     """The first field of the JSON object ``data`` (of class ``cls``, at ``prefix``) that is missing, unknown or wrong."""
-    declared = {f.name: f for f in fields(cls)}
+    declared = _fields_by_name(cls)
     for name, f in declared.items():
         if f.default is MISSING and name not in data:
             return prefix + name, "missing"

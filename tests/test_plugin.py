@@ -266,7 +266,12 @@ def test_ctrl_c_while_the_report_is_written_leaves_the_earlier_report_whole(
     writing, release = threading.Event(), threading.Event()
 
     def slow_report(
-        records: object, info: object, out: Path, data_file: Path | None = None, loaders: object = None
+        records: object,
+        info: object,
+        out: Path,
+        data_file: Path | None = None,
+        loaders: object = None,
+        prepared: Path | None = None,
     ) -> ReportFiles:
         writing.set()
         release.wait(30)

@@ -114,3 +114,26 @@ def test_show_given_another_data_file_names_the_mismatch(capsys: pytest.CaptureF
         f"error: {other} is not the data this run read: its sha256 is {got}..., the run read tiny.json, "
         f"sha256 {want}...: pass that file with --data\n"
     )
+
+
+def test_the_report_reads_the_runs_prepared_copy_of_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session's report takes the page's texts from the run's prepared copy of the data (no second parse of the
+    file) when it holds the questions the run's loader read; without one it reads the file and prepares nothing."""
+    from pytest_restore.data import loaders
+    from pytest_restore.report.inputs import RunInfo
+    from pytest_restore.report.story import open_data
+
+    data = tmp_path / "tiny.json"
+    data.write_bytes(TINY.read_bytes())
+    prepared = tmp_path / "prepared"
+    parsed = loaders.load_data(data, cache_dir=prepared)  # the run prepares it, as Plan.dataset does
+    info = RunInfo(dataset={"dataset": parsed.name, "sha256": parsed.sha256})
+    read: list[str] = []
+    monkeypatch.setattr(loaders, "read_json", lambda *a, **k: read.append("parsed") or pytest.fail("parsed again"))
+    assert open_data(info, data, prepared=prepared) == parsed and not read
+    monkeypatch.undo()
+    elsewhere = tmp_path / "unprepared"
+    assert open_data(info, data, prepared=elsewhere) == parsed and not elsewhere.exists()  # read, nothing written
+    other = RunInfo(dataset={"dataset": "locomo", "sha256": parsed.sha256})  # the copy's loader is not the run's
+    with pytest.raises(Exception, match="sample_id"):  # read by the run's loader, not taken from the copy
+        open_data(other, data, prepared=prepared)

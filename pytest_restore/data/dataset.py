@@ -237,14 +237,21 @@ def load_dataset(path: PathLike, *, cache_dir: PathLike | None = None) -> Datase
 
 
 def load_cached(
-    path: PathLike, cache_dir: PathLike | None, key: str, load: Callable[[str], Dataset], code: Sequence[str] = ()
+    path: PathLike,
+    cache_dir: PathLike | None,
+    key: str,
+    load: Callable[[str], Dataset],
+    code: Sequence[str] = (),
+    *,
+    prepare: bool = True,
 ) -> Dataset:
     """``load(path)``, through a prepared copy in ``cache_dir`` when there is one (and left there).
 
     The copy is ``marshal`` (plain values only, nothing that runs code on
     load), keyed by the file's path, size, modification time and inode, by
     ``key`` (which loader, as asked) and by the code of this module and of
-    the files named in ``code`` (the loaders' modules).
+    the files named in ``code`` (the loaders' modules). ``prepare=False``
+    reads a copy that is there but writes none.
     """
     name = os.fspath(path)
     cached = _cache_file(name, cache_dir, key, code) if cache_dir is not None else None
@@ -253,7 +260,7 @@ def load_cached(
         if dataset is not None:
             return dataset
     dataset = load(name)
-    if cached is not None:
+    if cached is not None and prepare:
         _write_cached(cached, dataset)
     return dataset
 

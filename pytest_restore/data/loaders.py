@@ -197,11 +197,13 @@ def load_data(
     *,
     name: str | None = None,
     cache_dir: PathLike | None = None,
+    prepare: bool = True,
 ) -> Dataset:
     """Read ``path`` with the loader ``name`` names or, without it, the first that fits.
 
     With ``cache_dir``, the validated dataset is prepared there for other
-    processes (see :func:`pytest_restore.data.dataset.load_cached`).
+    processes (see :func:`pytest_restore.data.dataset.load_cached`), or, with
+    ``prepare=False``, only read from there when it was.
     """
     loaders = registry if registry is not None else default_datasets()
 
@@ -209,7 +211,7 @@ def load_data(
         data = read_json(file)
         return run_loader(pick_loader(data, loaders, name), data, loaders, forced=name is not None)
 
-    return load_cached(path, cache_dir, _key(loaders, name), load, _code(loaders))
+    return load_cached(path, cache_dir, _key(loaders, name), load, _code(loaders), prepare=prepare)
 
 
 def run_loader(loader: DatasetLoader, data: RawData, registry: DatasetRegistry, *, forced: bool = False) -> Dataset:

@@ -91,7 +91,10 @@ def history_texts(question: Question, granularity: Granularity) -> list[UnitText
 
 
 def open_data(
-    info: RunInfo, data: str | os.PathLike[str] | None = None, loaders: DatasetRegistry | None = None
+    info: RunInfo,
+    data: str | os.PathLike[str] | None = None,
+    loaders: DatasetRegistry | None = None,
+    prepared: str | os.PathLike[str] | None = None,
 ) -> Dataset:
     """The data file the run read: ``data`` when given, else the one ``summary.json`` names.
 
@@ -101,9 +104,11 @@ def open_data(
     The embedded default is generated again (deterministic) into the project's
     cache when it is not there. The file must be the run's: its sha256 is
     checked against ``summary.json``'s; a mismatch or a missing file is a
-    one-line :class:`StoryError`.
+    one-line :class:`StoryError`. ``prepared`` is where the run keeps its
+    prepared copy of the data (``.pytest_cache/d/restore/prepared``): the
+    session's own report reads the copy instead of parsing the file again.
     """
-    from pytest_restore.data.loaders import load_data
+    from pytest_restore.data.loaders import data_is_prepared, default_datasets, load_data
 
     settings = info.settings.audit if info.settings is not None else None
     name = (settings.data if settings is not None else None) or ""
@@ -117,7 +122,16 @@ def open_data(
             raise StoryError(f"the run read {name}, which is not in {Path.cwd()}: pass --data PATH (the texts come from it)")
     want = str(info.dataset.get("sha256") or "")
     try:
-        dataset = load_data(path, loaders, name=str(info.dataset.get("dataset") or "") or None)
+        loader = str(info.dataset.get("dataset") or "") or None
+        registry = loaders if loaders is not None else default_datasets()
+        dataset = None
+        if prepared is not None and data_is_prepared(path, prepared, registry):
+            # the session prepared the file with the loader that fits it (no --restore-dataset): the same
+            # questions when it is the loader the run names
+            dataset = load_data(path, registry, cache_dir=prepared, prepare=False)
+            dataset = dataset if loader is None or dataset.name == loader else None
+        if dataset is None:
+            dataset = load_data(path, registry, name=loader, cache_dir=prepared, prepare=False)
     except DataError as err:
         # a file the run's loader cannot read is most often not the run's file at all: say that first
         mismatch = _another_file(path, want, name)

@@ -158,6 +158,7 @@ def write_report(
     *,
     data_file: str | Path | None = None,
     loaders: DatasetRegistry | None = None,
+    prepared: str | Path | None = None,
 ) -> ReportFiles:
     """Write every report file into ``out_dir``; the statistics pass runs once.
 
@@ -167,6 +168,8 @@ def write_report(
     names, :func:`pytest_restore.report.story.open_data`): ``report.html``
     takes its texts from it, read by the run's ``loaders`` (a session's
     include its conftest.py's); without it the page says why it has none.
+    ``prepared`` is where the run keeps its prepared copy of that data, read
+    in its place when it is there.
     """
     out = Path(out_dir)
     ordered = sort_records(Record.of(r) for r in records)
@@ -200,7 +203,7 @@ def write_report(
     )
 
     write_figure(analysis, out, dataset=dataset_label(info))
-    _write_html(ordered, info, analysis, files, report_md, data_file, loaders)
+    _write_html(ordered, info, analysis, files, report_md, data_file, loaders, prepared)
     return files
 
 
@@ -212,13 +215,14 @@ def _write_html(
     report_md: str,
     data_file: str | Path | None,
     loaders: DatasetRegistry | None = None,
+    prepared: str | Path | None = None,
 ) -> None:
     """``report.html``, its texts from the run's data file (or a line saying why there are none)."""
     from pytest_restore.report.html import render_html
     from pytest_restore.report.story import StoryError, open_data
 
     try:
-        dataset, note = open_data(info, data_file, loaders), ""
+        dataset, note = open_data(info, data_file, loaders, prepared), ""
     except StoryError as err:
         dataset, note = None, f"The units' texts are not shown: {err}."
     opening = report_md.split("## Findings", 1)[0].replace("# Restore-counterfactual audit", "", 1)

@@ -112,11 +112,15 @@ class DataSource:
             self.say(f"generating the embedded synthetic dataset ({questions} questions; first run only) ...")
         return embedded_dataset(self.cache_root, questions=questions)
 
+    def prepared(self) -> Path:
+        """Where the validated dataset is prepared for other processes (and the report's texts)."""
+        return self.cache_root / "prepared"
+
     def dataset(self) -> Dataset:
         """The validated dataset (a malformed file is a one-line :class:`SettingsError`)."""
         if self._dataset is None:
             path = self.path()
-            prepared = self.cache_root / "prepared"
+            prepared = self.prepared()
             if not data_is_prepared(path, prepared, self.loaders, self.loader):
                 self.say(f"reading and validating {path.name} (first run of this file) ...")
             try:

@@ -135,6 +135,7 @@ def write_in_place(
     cancelled: threading.Event | None = None,
     data_file: Path | None = None,
     loaders: DatasetRegistry | None = None,
+    prepared: Path | None = None,
 ) -> ReportFiles:
     """Write the report (and the calibration gate's, if any) into a fresh directory beside ``target``, then swap it into place.
 
@@ -145,7 +146,8 @@ def write_in_place(
     Once ``cancelled`` is set (Ctrl-C while the report is written), nothing
     is swapped in: the staging directory goes and :class:`ReportCancelled`
     is raised, so ``target`` stays as it was. ``data_file`` is the data the
-    run read, for ``report.html``'s texts, read by the run's ``loaders``.
+    run read, for ``report.html``'s texts, read by the run's ``loaders`` (from its
+    prepared copy in ``prepared``, where there is one).
     """
     staging = staging_dir(target)
     provenance = Provenance(
@@ -157,7 +159,8 @@ def write_in_place(
     try:
         # every file written once, whole: the provenance and the partial mark are the writer's input
         files = write_report(
-            records, dataclasses.replace(info, provenance=provenance), staging, data_file=data_file, loaders=loaders
+            records, dataclasses.replace(info, provenance=provenance), staging, data_file=data_file, loaders=loaders,
+            prepared=prepared,
         )
         if calibration_json is not None:
             (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")

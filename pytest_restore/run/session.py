@@ -213,6 +213,7 @@ class RunSession:
         self._report = Background(
             write_in_place, got.records, info, self._target, partial, calibration_json,
             self.started_utc, self.plan.session_id, self._cancel, self.plan.data.path(), self.plan.registries.datasets,
+            self.plan.data.prepared(),
         )
 
     def reporting(self) -> bool:
