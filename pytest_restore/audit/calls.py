@@ -1,0 +1,247 @@
+"""The audit's model calls: each context read and judged, the oracle, importance scores, a memory system's writer.
+
+Each distinct request is sent once (:class:`~pytest_restore.audit.memo.MemoModel`); a model's usage is
+counted from the parts of the prompt where it reported none; a failed call is a
+:class:`~pytest_restore.audit.outcomes.Failure`, kept until its record is made, never scored. The calls
+that build a store (the scorer's, a writer's) are shared out over the questions they served
+(:meth:`ModelCalls.memory_share`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from functools import partial
+
+from pytest_restore.audit.memo import prompt_id
+from pytest_restore.audit.outcomes import Failure, Outcome
+from pytest_restore.audit.questions import Prepared
+from pytest_restore.audit.state import AuditBase
+from pytest_restore.data.units import History, Unit
+from pytest_restore.memory.eviction import Policy
+from pytest_restore.memory.retrieval import context_parts, render_context
+from pytest_restore.memory.systems import MemorySystem, SystemFigures
+from pytest_restore.models.base import ChatRequest
+from pytest_restore.models.decoding import is_estimated, with_usage
+from pytest_restore.models.prompts import parse_score, parse_verdict
+
+#: The kind of call a model-written memory system's writer makes (:class:`SystemFigures`).
+WRITER = "writer"
+
+
+def _requests(system: MemorySystem, units: Sequence[Unit]) -> list[ChatRequest]:
+    """``system.requests(units)``, each checked to be a chat request the model layer can send."""
+    requests = system.requests(units)
+    bad = next((r for r in requests if not isinstance(r, ChatRequest)), None)
+    if bad is not None:
+        raise TypeError(f"memory system {system.name!r} asked for a {type(bad).__name__}, not a ChatRequest")
+    return [r for r in requests if isinstance(r, ChatRequest)]
+
+
+class ModelCalls(AuditBase):
+    """The audit's model calls (a part of :class:`~pytest_restore.audit.run.Audit`)."""
+
+    def evaluate(self, items: Sequence[tuple[History, Sequence[int]]]) -> list[Outcome]:
+        """Read and judge each (history, injected positions) context."""
+        # A cell's conditions often share a context (nothing evicted, nothing restored):
+        # each distinct one is rendered, named and looked up once.
+        keys = [(id(history), tuple(injected)) for history, injected in items]
+        built: dict[tuple[int, tuple[int, ...]], tuple[ChatRequest, str]] = {}
+        for key, (history, injected) in zip(keys, items):
+            if key not in built:
+                request = self.reader_request(history, injected)
+                built[key] = (request, prompt_id(request))
+        distinct = list(built)
+        context = dict(zip(keys, items))
+        answered = {
+            k: with_usage(result, built[k][0], partial(self.reader_tokens, *context[k]))
+            for k, result in zip(distinct, self.reader.run([built[k][0] for k in distinct]))
+        }
+        prompts = [built[k][1] for k in keys]
+        answers = [answered[k] for k in keys]
+        judge_requests: list[ChatRequest] = []
+        judged: list[dict[str, str]] = []  # what each judge request was filled with: its usage is counted from them
+        for (history, _), answer in zip(items, answers):
+            if answer.ok:
+                q = history.question
+                assert answer.text is not None
+                judged.append({"question": q.question, "answer": q.answer, "prediction": answer.text})
+                judge_requests.append(self.prompts.judge(**judged[-1]))
+        verdicts = iter([
+            with_usage(v, r, partial(self.prompts.judge_tokens, **f))
+            for v, r, f in zip(self.judge.run(judge_requests), judge_requests, judged)
+        ])
+        outcomes = []
+        for (history, injected), answer, prompt in zip(items, answers, prompts):
+            tokens = int(history.sizes[list(injected)].sum()) if injected else 0
+            if not answer.ok:
+                failed = Failure("reader", str(answer.error))
+                outcomes.append(Outcome(None, None, failed, tokens, len(injected), prompt, tuple(injected)))
+                continue
+            verdict = next(verdicts)
+            correct = parse_verdict(verdict.text) if verdict.ok and verdict.text is not None else None
+            failure = None
+            if correct is None:
+                failure = Failure("judge", str(verdict.error) if not verdict.ok else f"not a verdict: {verdict.text!r}")
+            outcomes.append(Outcome(
+                answer.text, correct, failure, tokens, len(injected), prompt, tuple(injected),
+                reader_tokens=(answer.input_tokens, answer.output_tokens),
+                judge_tokens=(verdict.input_tokens, verdict.output_tokens) if verdict.ok else None,
+                tokens_estimated=is_estimated(answer) or (verdict.ok and is_estimated(verdict)),
+            ))
+        return outcomes
+
+    def oracle(self, questions: Sequence[Prepared]) -> dict[str, Outcome]:
+        """Clean-gold outcomes, once per question and reader."""
+        todo = [p for p in questions if p.question.question_id not in self._oracle]
+        if todo:
+            for p, o in zip(todo, self.evaluate([(p.history, p.history.gold) for p in todo])):
+                # a failed oracle call stays failed for every cell of the run (the models share it)
+                self._oracle[p.question.question_id] = o
+        return {p.question.question_id: self._oracle[p.question.question_id] for p in questions}
+
+    def importance(self, questions: Sequence[Prepared]) -> tuple[dict[str, int], dict[str, Failure]]:
+        """Importance scores of every unit content, and the questions whose scoring failed."""
+        histories = {p.question.history_key: p.history for p in questions}  # a shared history is scored once
+        contents = list(
+            dict.fromkeys(
+                u.content for h in histories.values() for u in h.units if u.content not in self._importance
+            )
+        )
+        failed: dict[str, str] = {}
+        if contents:
+            requests = [self.prompts.scorer(content=c) for c in contents]
+            results = [
+                with_usage(r, q, partial(self.prompts.scorer_tokens, content=c))
+                for r, q, c in zip(self.scorer.run(requests), requests, contents)
+            ]
+            for content, result in zip(contents, results):
+                score = parse_score(result.text) if result.ok and result.text is not None else None
+                if score is not None:
+                    self._importance[content] = score
+                    self._build_tokens[content] = (result.input_tokens, result.output_tokens, is_estimated(result))
+                else:
+                    failed[content] = result.error or f"not a score: {result.text!r}"
+        bad = {}
+        if failed:
+            for p in questions:
+                for u in p.history.units:
+                    if u.content in failed:
+                        bad[p.question.question_id] = Failure("scorer", failed[u.content])
+                        break
+        return self._importance, bad
+
+    def write(self, system: MemorySystem, questions: Sequence[Prepared]) -> tuple[dict[str, Failure], SystemFigures]:
+        """Ask the writer model every request ``system`` needs for these questions' histories at once
+        (:meth:`MemorySystem.requests`), hand it the replies, and return the questions whose history lost
+        a call (their records are excluded, never scored) and the writer's calls and failures (kind
+        ``writer``). A system that calls no model asks nothing."""
+        needed: dict[str, list[ChatRequest]] = {}
+        for p in questions:
+            if p.question.history_key not in needed:  # a shared history is written once
+                needed[p.question.history_key] = _requests(system, p.history.units)
+        distinct = list(dict.fromkeys(r for requests in needed.values() for r in requests))
+        figures = SystemFigures()
+        if not distinct:
+            return {}, figures
+        replies: dict[Hashable, str] = {}
+        failed: dict[ChatRequest, str] = {}
+        for request, result in zip(distinct, self.writer.run(distinct)):
+            if result.ok and result.text is not None:
+                replies[request] = result.text
+                result = with_usage(result, request)
+                self._build_tokens[request] = (result.input_tokens, result.output_tokens, is_estimated(result))
+            else:
+                failed[request] = result.error or "no reply"
+        figures.calls[WRITER], figures.failed[WRITER] = len(distinct), len(failed)
+        for asked, text in replies.items():  # an answer the system can make nothing of is counted, by cause
+            cause = system.unusable(asked, text)
+            if cause is not None:
+                figures.reject(WRITER, cause)
+        system.supply(replies)
+        out = {}
+        for p in questions:
+            lost = next((failed[r] for r in needed[p.question.history_key] if r in failed), None)
+            if lost is not None:
+                out[p.question.question_id] = Failure("writer", lost)
+        return out, figures
+
+    def writer_requests(self, system: Policy) -> list[ChatRequest]:
+        """Every request a memory system that writes with a model needs over the audited histories (a dry run's)."""
+        if not isinstance(system, MemorySystem):
+            return []
+        histories = {p.question.history_key: p.history for p in self.questions}
+        return list(dict.fromkeys(r for h in histories.values() for r in _requests(system, h.units)))
+
+    def builds_with_a_model(self, policy: Policy) -> bool:
+        """Whether ``policy`` calls a model to build its store: the importance scorer, or a memory system's writer."""
+        if not (policy.needs_importance or isinstance(policy, MemorySystem)):
+            return False
+        return any(self._build_keys(policy, p.question.history_key, p.history.units) for p in self.questions)
+
+    def _build_keys(self, policy: Policy, history_key: str, units: Sequence[Unit]) -> list[Hashable]:
+        """The calls that build ``policy``'s store of a history, in the history's order (their tokens' keys)."""
+        cached = self._keys.get((policy.name, history_key))
+        if cached is None:
+            keys: dict[Hashable, None] = {}
+            if policy.needs_importance:
+                keys.update(dict.fromkeys(u.content for u in units))
+            if isinstance(policy, MemorySystem):
+                keys.update(dict.fromkeys(_requests(policy, units)))
+            cached = self._keys[(policy.name, history_key)] = list(keys)
+        return cached
+
+    def memory_share(self, policy: Policy, prepared: Prepared) -> tuple[float, float, bool] | None:
+        """The question's share of the tokens (in, out) of the model calls that built ``policy``'s store of its
+        history (the importance scorer's, a memory system's writer's), and whether any is estimated
+        (``None``: a call of it has no tokens: it failed).
+
+        Each call is made once for the whole run; its tokens are split equally over the audited questions
+        whose history it served, so a conversation's questions share its store's calls and the shares of
+        all questions add up to what the calls cost once.
+        """
+        qid = prepared.question.question_id
+        if (policy.name, qid) not in self._memory_shares:
+            holders = self._holders.get(policy.name)
+            if holders is None:
+                served = Counter(p.question.history_key for p in self.questions)
+                histories = {p.question.history_key: p.history for p in self.questions}
+                holders = Counter()
+                for key, history in histories.items():
+                    for call in self._build_keys(policy, key, history.units):
+                        holders[call] += served[key]
+                self._holders[policy.name] = holders
+            tokens_in = tokens_out = 0.0
+            estimated = False
+            share: tuple[float, float, bool] | None = None
+            # in the history's order: a float sum in set order would differ between processes (hash seeds)
+            # the calls of the audited history (its keys were listed above), not of a memory system's view of it
+            for call in self._build_keys(policy, prepared.question.history_key, prepared.history.units):
+                spent = self._build_tokens.get(call)
+                if spent is None:
+                    break
+                tokens_in += spent[0] / max(1, holders[call])
+                tokens_out += spent[1] / max(1, holders[call])
+                estimated = estimated or spent[2]
+            else:
+                share = (round(tokens_in, 2) + 0.0, round(tokens_out, 2) + 0.0, estimated)
+            self._memory_shares[(policy.name, qid)] = share
+        return self._memory_shares[(policy.name, qid)]
+
+    def reader_request(self, history: History, injected: Sequence[int]) -> ChatRequest:
+        """The reader's request for one context."""
+        q = history.question
+        snippets = render_context(history, injected)
+        return self.prompts.reader(question=q.question, question_date=q.question_date, snippets=snippets)
+
+    def reader_tokens(self, history: History, injected: Sequence[int]) -> tuple[int, int]:
+        """The o200k tokens of :meth:`reader_request`'s messages, from the snippets' sizes (no prompt encoded)."""
+        q = history.question
+        parts, counts = context_parts(history, injected)
+        return self.prompts.reader_tokens(question=q.question, question_date=q.question_date, snippets=parts, counts=counts)
+
+    def scorer_requests(self) -> dict[str, ChatRequest]:
+        """The importance scorer's requests, one per distinct unit content, keyed by the content."""
+        histories = {p.question.history_key: p.history for p in self.questions}
+        contents = dict.fromkeys(u.content for h in histories.values() for u in h.units)
+        return {c: self.prompts.scorer(content=c) for c in contents}
