@@ -262,6 +262,39 @@ def test_a_tame_control_on_few_questions_is_not_testable_and_says_how_many_would
     assert json.loads(files.summary.read_text())["not_testable"] == [line]
 
 
+def test_an_untestable_line_gives_the_least_detectable_effect_not_a_width_called_too_wide(tmp_path: Path) -> None:
+    (line,) = write_report(fixed_records(TAME_CONTROL), INFO, tmp_path).untestable
+    least = line.split("the least irr-rate difference they could detect is ")[1].split(",")[0]
+    low, high = (float(x) for x in least.split(" to "))
+    assert 0.15 < low <= high, line  # above the effect the family is about, as the sentence says
+    assert "too wide" not in line and "±" not in line
+
+
+#: Every policy keeps every gold unit: what a run sees where its budgets evict nothing.
+NO_EVICTION = {policy: (0.0, 0.0) for policy in HEALTHY}
+
+
+def test_contrasts_of_identical_stores_are_not_given_a_resolution_of_zero(tmp_path: Path) -> None:
+    # irr is 0 in every cell, so every contrast's interval is [0, 0]: nothing was resolved to ±0.000
+    files = write_report(fixed_records(NO_EVICTION), INFO, tmp_path)
+    matched = next(line for line in files.report.read_text().splitlines() if line.startswith("- **Matched accuracy.**"))
+    assert "±0.000" not in matched and "pairs score every question alike on both sides" in matched, matched
+    (line,) = files.untestable
+    assert "±0.00" not in line and "score every question alike on both sides" in line, line
+
+
+def test_budgets_that_bind_for_no_history_are_named_as_the_reason_not_the_number_of_questions(tmp_path: Path) -> None:
+    idle = RunInfo(settings=INFO.settings, dataset={"sha256": "0" * 64, "budget_binding": {"80000": 0.0, "8000": 0.0}})
+    assert idle.idle_budgets == {80_000, 8_000}
+    files = write_report(fixed_records(NO_EVICTION), idle, tmp_path)
+    (line,) = files.untestable
+    assert line.startswith("positive-control: 6 of 6 tests, nor at any N: budgets 80k, 8k bind for no history"), line
+    assert "questions would test them" not in line  # more questions would not
+    matched = next(line for line in files.report.read_text().splitlines() if line.startswith("- **Matched accuracy.**"))
+    assert "at budgets that evict nothing (80k, 8k), where both sides are the same store" in matched, matched
+    assert "so the control evicts no gold there" in matched and "resolution" not in matched
+
+
 def test_session_failures_name_an_h1_cell_without_rejection() -> None:
     # regime (a) of fifo at 8k: recoverable errors only, so the two-bin share is 0
     records = [

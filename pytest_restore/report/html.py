@@ -308,7 +308,7 @@ def render_html(
     sections = [
         "<h1>Restore-counterfactual audit</h1>",
         *(markdown_html(line) for line in opening if line.strip()),
-        markdown_html(render_findings_md(analysis)),
+        markdown_html(render_findings_md(analysis, info.idle_budgets)),
         '<h2 id="figure-title">Figure</h2>',
         f'<figure id="figure">{_svg_inline(figure_svg)}</figure>',
         '<h2 id="cells">Regime (b): top-k retrieval</h2>',

@@ -332,6 +332,16 @@ class RunInfo:
             out["checks"] = {name: {"result": check.to_json()} for name, check in sorted(self.checks.items())}
         return out
 
+    @property
+    def idle_budgets(self) -> frozenset[int]:
+        """The budgets that bind for no history of the run: their cells evict nothing, whatever the policy.
+
+        A contrast between two policies at such a budget compares one store with
+        itself, so no number of questions would test it (the findings say so).
+        """
+        binding = self.dataset.get("budget_binding") or {}
+        return frozenset(int(budget) for budget, share in binding.items() if share == 0)
+
     def check_sections(self) -> list[str]:
         """The checks' sections of ``report.md``, in their declared order."""
         return [check.render_md() for check in sorted(self.checks.values(), key=lambda c: (c.section, c.name))]

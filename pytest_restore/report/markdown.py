@@ -104,8 +104,8 @@ def render_family_table(tests: Sequence[HypothesisTest]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_hypotheses_md(analysis: Analysis) -> str:
-    """The hypothesis-family sections of ``report.md``, one per declared family."""
+def render_hypotheses_md(analysis: Analysis, idle: frozenset[int] = frozenset()) -> str:
+    """The hypothesis-family sections of ``report.md``, one per declared family (``idle``: as :func:`untestable_lines`)."""
     s = analysis.settings
     out = [
         "## Hypothesis tests",
@@ -131,7 +131,7 @@ def render_hypotheses_md(analysis: Analysis) -> str:
     out += ["", "Expectations not met (each fails the session):" if failures else "Every testable expectation is met.", ""]
     if failures:
         out += [f"- {line}" for line in failures] + [""]
-    untestable = untestable_lines(analysis)
+    untestable = untestable_lines(analysis, idle)
     if untestable:
         out += ["Not testable at this N (reported, not failed):", ""] + [f"- {line}" for line in untestable] + [""]
     for family in families_of(analysis.settings):
@@ -250,13 +250,15 @@ def distortion_findings(analysis: Analysis, reader: str, tag: str) -> list[str]:
     ]
 
 
-def render_findings_md(analysis: Analysis) -> str:
+def render_findings_md(analysis: Analysis, idle: frozenset[int] = frozenset()) -> str:
     """The answer first: the paper's findings for this run, in words, with their intervals.
 
     In the paper's order: destruction's share at the loosest budget per policy
     and whether its lower bound clears 0.5 (R1); where the two regimes differ
     (H3); whether an accuracy-matched pair dissociates, with the positive
     control's resolution (H2, TOST, positive control); then the expectations.
+    ``idle`` are the budgets that bind for no history (:attr:`RunInfo.idle_budgets`):
+    their contrasts compare a store with itself, and the findings say so.
     """
     out = ["## Findings", ""]
     out += rankers_findings(analysis)
@@ -308,16 +310,17 @@ def render_findings_md(analysis: Analysis) -> str:
         matched = [m for m in pairs if m.matched]
         h2 = [t for t in analysis.family("H2", reader) if t.decision != "empty"]
         split = [t for t in h2 if t.decision == "reject"]
-        halves = [t.half_width for t in h2 if t.half_width is not None]
-        resolution = f" at a resolution of ±{min(halves):.3f} to ±{max(halves):.3f}" if halves else ""
+        resolution = _h2_resolution(h2, idle)
         control = [t for t in analysis.family(POSITIVE_CONTROL, reader) if t.decision != "empty"]
         detected = [t for t in control if t.expectation_met]
-        untested = [t for t in control if not t.testable]
+        at_idle = [t for t in control if t.budget in idle]
+        untested = [t for t in control if not t.testable and t.budget not in idle]
         diffs = [t.statistic for t in control if t.statistic is not None]
         control_text = (
             f" The positive control is detected in {len(detected)} of {len(control)} contrasts"
             + (f" (irr-rate difference {min(diffs):+.2f} to {max(diffs):+.2f})" if diffs else "")
             + (f"; {len(untested)} not testable at this N" if untested else "")
+            + (f"; {len(at_idle)} at budgets that evict nothing, so the control evicts no gold there" if at_idle else "")
             + "."
             if control
             else " The run has no positive control."
@@ -335,7 +338,7 @@ def render_findings_md(analysis: Analysis) -> str:
             + control_text
         )
     failures = session_failures(analysis)
-    untestable = untestable_lines(analysis)
+    untestable = untestable_lines(analysis, idle)
     if failures:
         out.append(f"- **Expectations.** {len(failures)} not met (each fails the run): " + "; ".join(failures) + ".")
     else:
@@ -345,14 +348,14 @@ def render_findings_md(analysis: Analysis) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_tables_md(analysis: Analysis) -> str:
+def render_tables_md(analysis: Analysis, idle: frozenset[int] = frozenset()) -> str:
     """The findings and the tables of ``report.md``: both regimes, every family, the H2 pairs, bins by type.
 
-    A function of the analysis alone (no run settings, dataset or paths), so
-    the snapshot tests compare exactly this.
+    A function of the analysis (and of the budgets that bind for no history, ``idle``), with no
+    run settings, dataset or paths, so the snapshot tests compare exactly this.
     """
     out = [
-        render_findings_md(analysis),
+        render_findings_md(analysis, idle),
         "## Regime (b): top-k retrieval",
         "",
         (
@@ -378,7 +381,7 @@ def render_tables_md(analysis: Analysis) -> str:
         "",
         render_cell_table(analysis, "a"),
         *([render_rankers_md(analysis)] if analysis.baseline_ranker else []),
-        render_hypotheses_md(analysis),
+        render_hypotheses_md(analysis, idle),
         render_pairs_md(analysis),
         render_bins_by_type_md(analysis),
     ]
@@ -511,7 +514,7 @@ def render_report_md(records: Sequence[Record], analysis: Analysis, log: RunLog)
     if log.simulated_note:  # the first thing a reader sees: what these figures are, when a model is simulated
         out += [log.simulated_note, ""]
     out += [_run_line(records, info, analysis), ""]
-    out += [render_tables_md(analysis)]
+    out += [render_tables_md(analysis, info.idle_budgets)]
     comparison = compare_readers(analysis)
     if comparison is not None:
         out += ["", render_comparison_md(comparison)]
@@ -588,11 +591,61 @@ def session_failures(analysis: Analysis) -> list[str]:
     ]
 
 
-def untestable_lines(analysis: Analysis) -> list[str]:
-    """One line per family: the expectations this run could not test, why, and what would make them testable."""
+def _h2_resolution(h2: Sequence[HypothesisTest], idle: frozenset[int]) -> str:
+    """The H2 pairs' resolution, in words that hold when an interval is empty or a budget evicts nothing.
+
+    A pair whose questions all score alike on both sides has an interval of
+    width 0: there is nothing to resolve, so it is counted, not shown as a
+    resolution of ±0.000. A pair at a budget that binds for no history compares
+    a store with itself.
+    """
+    live = [t for t in h2 if t.budget not in idle]
+    halves = [t.half_width for t in live if t.half_width]  # None (no interval) and 0 (no spread) left out
+    alike = [t for t in live if t.half_width == 0]
+    text = f" at a resolution of ±{min(halves):.3f} to ±{max(halves):.3f}" if halves else ""
+    if alike:
+        text += (
+            f"; {len(alike)} {'pair scores' if len(alike) == 1 else 'pairs score'} every question alike on "
+            "both sides (no irr / N difference to resolve)"
+        )
+    if len(live) < len(h2):
+        text += (
+            f"; {len(h2) - len(live)} at budgets that evict nothing ({_budget_list(idle)}), where both sides "
+            "are the same store"
+        )
+    return text
+
+
+def _budget_list(budgets: frozenset[int]) -> str:
+    return ", ".join(budget_label(b) for b in sorted(budgets, reverse=True))
+
+
+def untestable_lines(analysis: Analysis, idle: frozenset[int] = frozenset()) -> list[str]:
+    """One line per family: the expectations this run could not test, why, and what would make them testable.
+
+    Why, in the power rule's own figures: the least effect each test could
+    detect (:class:`~pytest_restore.stats.results.PowerShortfall`) against the
+    one the family is about. Tests at a budget in ``idle`` (one that binds for
+    no history, :attr:`RunInfo.idle_budgets`) get a line of their own: no
+    number of questions tests them, a smaller budget does.
+    """
     lines = []
     for family in families_of(analysis.settings):
         tests = [t for t in analysis.untestable() if t.family == family.name]
+        if not tests:
+            continue
+        total = len(analysis.family(family.name))
+        stuck = [t for t in tests if t.budget in idle]
+        tests = [t for t in tests if t.budget not in idle]
+        if stuck:
+            budgets = frozenset(t.budget for t in stuck)
+            lines.append(
+                f"{family.name}: {len(stuck)} of {total} tests, nor at any N: "
+                f"{'budget' if len(budgets) == 1 else 'budgets'} {_budget_list(budgets)} "
+                f"{'binds' if len(budgets) == 1 else 'bind'} for no history, so no policy evicts and both sides "
+                "of each contrast are the same store (a budget below the histories' length would test them, "
+                "--restore-budgets)"
+            )
         if not tests:
             continue
         needed = [
@@ -600,14 +653,21 @@ def untestable_lines(analysis: Analysis) -> list[str]:
             for t in tests
             if t.shortfall is not None and t.shortfall.questions_needed is not None
         ]
-        widths = [t.half_width for t in tests if t.half_width is not None]
+        least = [
+            t.shortfall.minimum_detectable
+            for t in tests
+            if t.shortfall is not None and t.shortfall.minimum_detectable is not None
+        ]
         n = max(t.n_questions for t in tests)
-        text = f"{family.name}: {len(tests)} of {len(analysis.family(family.name))} tests not testable at {n} questions"
-        if widths:
+        text = f"{family.name}: {len(tests)} of {total} tests not testable at {n} questions"
+        if least:
             text += (
-                f": intervals ±{min(widths):.2f} to ±{max(widths):.2f}, too wide to detect the "
-                f"{family.effect:.2f} {family.statistic} the family is about"
+                f": the least {family.statistic} they could detect is {min(least):.2f} to {max(least):.2f}, "
+                f"above the {family.effect:.2f} the family is about"
             )
+        alike = sum(1 for t in tests if t.half_width == 0)
+        if alike:
+            text += f" ({alike} score every question alike on both sides: too few questions to tell)"
         if needed:
             text += (
                 f"; about {max(needed)} questions would test them (raise --restore-questions, or "

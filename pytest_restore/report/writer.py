@@ -143,7 +143,7 @@ def run_log(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> Run
         model_calls=model_calls(records),
         hypotheses=tuple(analysis.summary()),
         failures=tuple(session_failures(analysis)),
-        not_testable=tuple(untestable_lines(analysis)),
+        not_testable=tuple(untestable_lines(analysis, info.idle_budgets)),
         simulated_note=simulated_note(records, info.dataset.get("official")),
         cost=cost_of(records, info),
         importance_scores=tuple(analysis.importance),
