@@ -23,6 +23,7 @@ from pytest_restore.report.inputs import RecordsError, RunInfo, analyse_records,
 from pytest_restore.report.markdown import session_failures
 from pytest_restore.report.writer import (
     render_records_jsonl,
+    terminal_lines,
     write_report,
 )
 from pytest_restore.stats.families import FAMILIES
@@ -293,6 +294,17 @@ def test_budgets_that_bind_for_no_history_are_named_as_the_reason_not_the_number
     matched = next(line for line in files.report.read_text().splitlines() if line.startswith("- **Matched accuracy.**"))
     assert "at budgets that evict nothing (80k, 8k), where both sides are the same store" in matched, matched
     assert "so the control evicts no gold there" in matched and "resolution" not in matched
+
+
+def test_the_terminal_table_ends_with_a_legend_of_its_policies_and_its_pooled_n() -> None:
+    lines = terminal_lines(analyse_records(fixed_records({**HEALTHY, "mine": (0.1, 0.2)}), INFO))
+    legend = " ".join(line.strip() for line in lines[lines.index(next(x for x in lines if x.startswith("policies: "))) :])
+    assert all(len(line) <= 100 for line in lines if not line.startswith(("policy ", *HEALTHY, "mine")))
+    assert "fifo evicts the oldest" in legend and "control evicts the most fact-dense, so the gold, first" in legend
+    assert "mine" not in legend  # a registered policy is its author's to describe
+    assert legend.endswith("N: questions answerable from their gold alone; random counts each once per seed (3 seeds: about 3x)")
+    rows = {line.split()[0]: int(line.split()[2]) for line in lines if line.split()[1] == "80k"}
+    assert rows["random"] == 3 * rows["fifo"]  # what the legend's N line explains
 
 
 def test_session_failures_name_an_h1_cell_without_rejection() -> None:

@@ -620,9 +620,10 @@ def test_one_policy_order_for_the_builtins_and_the_cells() -> None:
     from pytest_restore.memory.eviction import BUILTIN_POLICIES
     from pytest_restore.models.writers import MODEL_SYSTEMS
     from pytest_restore.record import CellKey
-    from pytest_restore.stats.results import POLICY_ORDER, cell_order, policy_order
+    from pytest_restore.stats.results import POLICY_GLOSS, POLICY_ORDER, cell_order, policy_order
 
     assert tuple(cls.name for cls in (*BUILTIN_POLICIES, *BUILTIN_SYSTEMS, *MODEL_SYSTEMS)) == POLICY_ORDER
+    assert tuple(POLICY_GLOSS) == POLICY_ORDER  # the first screen's legend says what every built-in does
     keys = [CellKey("mine", 8_000, "b", "r"), CellKey("fifo", 8_000, "a", "r"), CellKey("fifo", 80_000, "b", "r")]
     assert sorted(keys, key=cell_order) == [keys[2], keys[1], keys[0]]
     assert policy_order("control") < policy_order("aaa-user-policy")

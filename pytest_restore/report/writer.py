@@ -37,6 +37,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +63,13 @@ from pytest_restore.report.markdown import (
 )
 from pytest_restore.report.simulated import simulated_note
 from pytest_restore.stats.analysis import Analysis
-from pytest_restore.stats.results import CELL_COLUMNS, budget_label, cell_order
+from pytest_restore.stats.results import (
+    CELL_COLUMNS,
+    POLICY_GLOSS,
+    CellStats,
+    budget_label,
+    cell_order,
+)
 
 if TYPE_CHECKING:  # the loaders are imported where a file is read
     from pytest_restore.data.loaders import DatasetRegistry
@@ -256,5 +263,27 @@ def terminal_lines(analysis: Analysis) -> list[str]:
         lines.append(
             f"{cell.policy:<{width}}{budget_label(cell.budget):>8}{cell.N:>7}{cell.err:>6}{cell.irr:>6}{cell.rec:>6}"
             f"{cell.dis:>6}{cell.res:>6}{fmt(cell.two_bin_share, 2) or '-':>9}{fmt(cell.accuracy, 2) or '-':>7}"
+        )
+    return lines + legend_lines(cells)
+
+
+#: The legend's width: it stays readable in a 100-column terminal.
+LEGEND_WIDTH = 100
+
+
+def legend_lines(cells: Sequence[CellStats]) -> list[str]:
+    """What the terminal table's rows do not say themselves: what each built-in policy in it does
+    (:data:`~pytest_restore.stats.results.POLICY_GLOSS`; a registered policy is its author's to know),
+    and why a seeded policy's N is larger (it counts each question once per seed)."""
+    policies = list(dict.fromkeys(cell.policy for cell in cells))
+    glossed = [f"{policy} {POLICY_GLOSS[policy]}" for policy in policies if policy in POLICY_GLOSS]
+    lines = textwrap.wrap("; ".join(glossed), LEGEND_WIDTH, initial_indent="policies: ", subsequent_indent="  ")
+    seeded = {cell.policy: len(cell.seeds) for cell in cells if len(cell.seeds) > 1}
+    if seeded:
+        pooled = ", ".join(f"{policy} counts each once per seed ({k} seeds: about {k}x)" for policy, k in seeded.items())
+        lines += textwrap.wrap(
+            f"N: questions answerable from their gold alone; {pooled}",
+            LEGEND_WIDTH,
+            subsequent_indent="  ",
         )
     return lines

@@ -49,6 +49,21 @@ POLICY_ORDER: tuple[str, ...] = (
     "fact-extract-model",
 )
 
+#: What each built-in policy does, in a few words, keyed as :data:`POLICY_ORDER` (a test keeps the
+#: two in step): the legend under the terminal's table, so its first screen explains its own rows.
+POLICY_GLOSS: Mapping[str, str] = {
+    "no-evict": "keeps all (the reference)",
+    "fifo": "evicts the oldest",
+    "random": "evicts at random",
+    "redundancy": "evicts near-duplicates first",
+    "llm-importance": "evicts what a model scores least important",
+    "control": "evicts the most fact-dense, so the gold, first (a positive control)",
+    "session-summary": "keeps a summary per session",
+    "fact-extract": "keeps the facts of each turn",
+    "session-summary-model": "session-summary written by a model",
+    "fact-extract-model": "fact-extract written by a model",
+}
+
 #: The interval columns ``cells.csv`` gains from the bootstrap.
 INTERVAL_COLUMNS: tuple[str, ...] = (
     "two_bin_lo",
