@@ -55,6 +55,56 @@ def test_restore_runs_the_shipped_grid_with_the_users_own_policy(own_project: py
     part.stdout.fnmatch_lines(["*PART OF THE GRID (1 of 2 cells)*"])
 
 
+def test_a_registered_policy_joins_the_default_grid_by_the_one_rule_and_the_terminal_says_so(
+    own_project: pytest.Pytester,
+) -> None:
+    # a memory system of derived memories beside the eviction policy: it waits to be named, as the built-in ones do
+    own_project.makeconftest(
+        USER_POLICY
+        + """
+from pytest_restore.memory.memories import Memory
+from pytest_restore.memory.systems import MemorySystem
+
+
+class KeepFirst(MemorySystem):
+    name = "keep-first"
+
+    def reset(self, budget, ctx):
+        self.held = []
+
+    def add(self, unit):
+        self.held = self.held or [Memory.of(unit)]
+
+    def memories(self):
+        return list(self.held)
+
+
+def pytest_restore_register_policies(registry, config):
+    registry.register(EvictLongest())
+    registry.register(KeepFirst())
+"""
+    )
+    grid = [arg for arg in SMALLEST_GRID if not arg.startswith("--restore-policies")]
+    result = own_project.runpytest_inprocess("--restore", *grid, "-p", "no:xdist", "--collect-only", "-q")
+    assert result.ret == 0, result.outlines[-20:]
+    result.stdout.fnmatch_lines(
+        [
+            (
+                "restore: registered policy evict-longest joins the grid: every eviction policy runs unless "
+                "--restore-policies names the grid's"
+            ),
+            (
+                "restore: registered memory system keep-first is not in the grid: a memory system runs when "
+                "--restore-policies names it"
+            ),
+        ]
+    )
+    cells = [line.split("[")[1].rstrip("]") for line in result.outlines if "test_cell[" in line]
+    assert cells == [f"{p}-300" for p in ("no-evict", "fifo", "random", "redundancy", "llm-importance", "control", "evict-longest")]
+    named = own_project.runpytest_inprocess("--restore", *SMALLEST_GRID, "-p", "no:xdist", "--collect-only", "-q")
+    assert "registered" not in named.stdout.str()  # the user chose the grid: nothing to say
+
+
 def test_an_audit_option_where_nothing_was_collected_runs_the_shipped_grid(own_project: pytest.Pytester) -> None:
     """The issue-30 case: ``pytest --restore-...`` in a directory with no test collected 0 items and exited 5."""
     result = own_project.runpytest_inprocess(*SMALLEST_GRID, "-p", "no:xdist")

@@ -259,8 +259,6 @@ class FactExtract(MemorySystem):
 
 #: The built-in memory systems that hold derived memories (after ``BUILTIN_POLICIES`` in every registry).
 BUILTIN_SYSTEMS: tuple[type[Policy], ...] = (SessionSummary, FactExtract)
-#: Policies a grid runs only when ``--restore-policies`` names them: the built-in memory systems.
-OPT_IN: frozenset[str] = frozenset(cls.name for cls in BUILTIN_SYSTEMS)
 
 
 def default_policies() -> PolicyRegistry:

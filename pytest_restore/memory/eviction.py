@@ -630,6 +630,15 @@ REFERENCE = "no-evict"
 ENTRY_POINT_GROUP = PolicyRegistry.entry_point_group
 
 
+def runs_by_default(policy: Policy) -> bool:
+    """The one rule for the policies a grid runs when ``--restore-policies`` names none, the same for
+    built-in and registered ones: every eviction policy (a store that keeps some of the history's units)
+    runs; a memory system of derived memories (:attr:`Policy.derived`: the built-in ``session-summary`` and
+    ``fact-extract``, mem0, one of yours) runs only when named. Its errors add a fourth bin and it often
+    writes with a model of its own, so joining it is the user's choice."""
+    return not policy.derived
+
+
 def default_registry() -> PolicyRegistry:
     """The built-in policies plus those installed packages declare as entry points."""
     return PolicyRegistry.default(BUILTIN_POLICIES)

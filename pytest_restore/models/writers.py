@@ -95,8 +95,6 @@ class FactExtractModel(FactExtract):
 
 #: The built-in systems that write with the run's model (after the offline ones in every registry).
 MODEL_SYSTEMS: tuple[type[Policy], ...] = (SessionSummaryModel, FactExtractModel)
-#: Policies a grid runs only when ``--restore-policies`` names them: every built-in memory system.
-OPT_IN: frozenset[str] = frozenset(cls.name for cls in (*BUILTIN_SYSTEMS, *MODEL_SYSTEMS))
 
 
 def offline_variant(policy: Policy) -> Policy:

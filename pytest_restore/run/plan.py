@@ -28,12 +28,12 @@ from pytest_restore.data.loaders import (
 )
 from pytest_restore.exits import out_file_problem
 from pytest_restore.libraries.registry import LIBRARY_POLICIES, register_libraries
-from pytest_restore.memory.eviction import Policy, PolicyRegistry
+from pytest_restore.memory.eviction import Policy, PolicyRegistry, runs_by_default
 from pytest_restore.memory.retrieval import RankerRegistry, default_rankers
 from pytest_restore.models.cache import cache_problem
 from pytest_restore.models.embeddings import embedder_of
 from pytest_restore.models.providers import ProviderRegistry, default_providers, missing_key_problem
-from pytest_restore.models.writers import OPT_IN, default_policies
+from pytest_restore.models.writers import default_policies
 from pytest_restore.run.errata import ErrataOption, errata_line
 from pytest_restore.run.grid import CellSpec, grid
 from pytest_restore.run.options import RawOptions
@@ -189,8 +189,13 @@ def build_plan(
     errata = ErrataOption.of(options, registries.errata)
     settings = RestoreSettings.parse(options, registries.providers, data_budgets)
     policies = registries.policies
-    # the built-in memory systems run when named (--restore-policies); everything else registered by default
-    names = settings.policies or tuple(n for n in policies if n not in OPT_IN and n not in LIBRARY_POLICIES)
+    if settings.policies:
+        names = settings.policies
+    else:
+        # a memory library's policy is a memory system, known without importing the library it adapts
+        names = tuple(n for n in policies if n not in LIBRARY_POLICIES and runs_by_default(policies[n]))
+        for line in registered_lines(policies, names):
+            say(line)
     unknown = [n for n in names if n not in policies]
     if unknown:
         raise SettingsError(
@@ -226,6 +231,31 @@ def build_plan(
         session_id=session_id,
         cache_root=cache_root,
     )
+
+
+def registered_lines(policies: PolicyRegistry, names: tuple[str, ...]) -> list[str]:
+    """What the terminal says when ``--restore-policies`` names none and a policy from outside the package
+    (a ``conftest.py``, an installed package) is registered: which join the grid by the one rule
+    (:func:`~pytest_restore.memory.eviction.runs_by_default`) and which wait to be named."""
+    outside = [
+        n for n in policies if n not in LIBRARY_POLICIES and not type(policies[n]).__module__.startswith("pytest_restore.")
+    ]
+    joined = [n for n in outside if n in names]
+    waiting = [n for n in outside if n not in names]
+    lines = []
+    if joined:
+        lines.append(
+            f"registered {'policy' if len(joined) == 1 else 'policies'} {', '.join(joined)} "
+            f"{'joins' if len(joined) == 1 else 'join'} the grid: every eviction policy runs unless "
+            "--restore-policies names the grid's"
+        )
+    if waiting:
+        lines.append(
+            f"registered memory {'system' if len(waiting) == 1 else 'systems'} {', '.join(waiting)} "
+            f"{'is' if len(waiting) == 1 else 'are'} not in the grid: a memory system runs when --restore-policies "
+            "names it"
+        )
+    return lines
 
 
 def check_before_work(plan: Plan) -> None:
