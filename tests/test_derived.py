@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from grid_helpers import GRID
 from openai_server import OpenAIServer, fake_models_responder
+from test_html import CHROMIUM, open_page
 
 from pytest_restore.audit.checks import construct_checks
 from pytest_restore.audit.run import Audit, AuditConfig
@@ -280,6 +281,19 @@ def test_a_budget_that_never_bound_is_said_under_the_table_in_the_terminal_and_t
     page = (report / "report.html").read_text()
     assert note in page and page.index(note) < page.index("Regime (a): forced surviving gold")
     assert "report.md, beside this page, holds the run's other sections" in page
+    if CHROMIUM is None:
+        return
+    # the page's question list has the verdict that decides the distorted bin: the forced memories'
+    dom = open_page(report / "report.html", "regime=b", project.path / "profile")
+    head = [th.text for th in dom.by_id("rows").all(lambda n: n.tag == "th")]
+    assert head[-2:] == ["restored", "forced memories"]
+    records = [json.loads(line) for line in (report / "records.jsonl").read_text().splitlines()]
+    rows = dom.by_id("rows").all(lambda n: n.tag == "tr" and "data-index" in n.attrs)
+    assert rows
+    verdicts = {True: "correct", False: "wrong", None: "no verdict"}
+    for row in rows:
+        forced = records[int(row.attrs["data-index"])]["memories"]["forced"]["correct"]
+        assert [td.text for td in row.all(lambda n: n.tag == "td")][-1] == verdicts[forced]
 
 
 def test_the_distorted_share_moves_with_compression(embedded_audit: Audit) -> None:

@@ -378,7 +378,8 @@ landed in its bin: its gold and when it was evicted, what each condition's reade
 <p id="texts" class="note"></p>
 <div id="story"></div>
 <table id="rows"><thead><tr><th>line</th><th>question</th><th>type</th><th>policy</th><th>budget</th><th>seed</th>
-<th>regime</th><th>bin</th><th>oracle</th><th>policy</th><th>restored</th></tr></thead><tbody></tbody></table>
+<th>regime</th><th>bin</th><th>oracle</th><th>policy</th><th>restored</th>
+<th title="a memory system's memories citing gold forced into the context: wrong here with restored right is distorted">forced memories</th></tr></thead><tbody></tbody></table>
 <p><button id="more" type="button">show more</button></p>
 """
 
@@ -446,7 +447,7 @@ function renderRows() {
     html.push('<tr data-index="' + i + '"' + (i === openIndex ? ' class="open"' : "") + "><td>" + (i + 1) + "</td><td>" +
       esc(q.id) + "</td><td>" + esc(q.type) + "</td><td>" + esc(r.policy) + "</td><td>" + budgetLabel(r.budget) +
       "</td><td>" + r.seed + "</td><td>" + r.regime + '</td><td class="bin-' + r.bin.replace(/ /g, "-") + '">' +
-      esc(r.bin) + "</td><td>" + v(0) + "</td><td>" + v(1) + "</td><td>" + v(2) + "</td></tr>");
+      esc(r.bin) + "</td><td>" + v(0) + "</td><td>" + v(1) + "</td><td>" + v(2) + "</td><td>" + v(3) + "</td></tr>");
   }
   body.innerHTML = html.join("");
   $("count").textContent = matches.length + " of " + DATA.records.length + " records match" +
