@@ -302,8 +302,8 @@ def _add_compare(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         description=(
             "Per cell present in both runs: the two-bin share, irreversible rate, recoverable rate and "
             "accuracy of OLD and NEW and the paired difference NEW - OLD on the questions both share, with "
-            "its question-cluster bootstrap interval. Prints markdown and writes compare.md and "
-            "compare.json. With --fail-if-worse, exits 1 when a cell got worse beyond the threshold."
+            "its question-cluster bootstrap interval. Prints each difference in a table of 100 columns and writes "
+            "the whole comparison to compare.md and compare.json. With --fail-if-worse, exits 1 when a cell got worse beyond the threshold."
         ),
     )
     parser.add_argument("old", metavar="OLD", help="report directory of the baseline run")
@@ -334,7 +334,7 @@ def _run_compare(args: argparse.Namespace) -> int:
         compare_dirs,
         gate_problem,
         parse_threshold,
-        render_markdown,
+        render_terminal,
         worse_cells,
         write,
     )
@@ -362,10 +362,10 @@ def _run_compare(args: argparse.Namespace) -> int:
         write(comparison, args.out)
     except OSError as err:
         return _io_error("--out", args.out, err)
-    print(render_markdown(comparison), end="")
+    print("\n".join(render_terminal(comparison)))
     print(
         f"compare: {len(comparison.cells)} cells, {comparison.compared_questions} questions compared "
-        f"-> {args.out}/compare.md, compare.json"
+        f"-> {args.out}/compare.md (OLD, NEW and each interval), compare.json"
     )
     for label, names in (("only in OLD", comparison.only_old), ("only in NEW", comparison.only_new)):
         if names:

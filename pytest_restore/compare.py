@@ -163,6 +163,38 @@ def render_markdown(comparison: Comparison) -> str:
     return "\n".join(out) + "\n"
 
 
+#: The figures' names in the terminal's table (``compare.md`` names them whole).
+SHORT_NAMES: dict[str, str] = {
+    "two_bin_share": "two-bin",
+    "irr_rate": "irr/N",
+    "rec_rate": "rec/N",
+    "dis_rate": "dis/N",
+    "destruction_share": "destr",
+    "accuracy": "acc",
+}
+
+
+def render_terminal(comparison: Comparison) -> list[str]:
+    """The comparison for a 100-column terminal: per cell, each figure's paired difference NEW - OLD,
+    starred where its interval leaves 0 out; OLD, NEW and the intervals stay in ``compare.md``."""
+    names = [cell_name(cell.key) for cell in comparison.cells]
+    width = max([4, *map(len, names)]) + 2
+    lines = [f"{'cell':<{width}}{'q':>5}" + "".join(f"{SHORT_NAMES[f]:>10}" for f in FIGURES)]
+    for name, cell in zip(names, comparison.cells):
+        changes = []
+        for f in cell.figures:
+            moved = f.lo is not None and f.hi is not None and (f.lo > 0 or f.hi < 0)
+            changes.append(f"{_signed(f.difference) + ('*' if moved else ' '):>10}")
+        lines.append((f"{name:<{width}}{cell.shared_questions:>5}" + "".join(changes)).rstrip())
+    if not comparison.cells:
+        lines.append("(no cell in both runs)")
+    lines.append(
+        f"NEW - OLD on the q questions both runs hold in the cell; * where its {DEFAULT_CONFIDENCE:.0%} interval "
+        "leaves 0 out"
+    )
+    return lines
+
+
 def write(comparison: Comparison, out_dir: str | Path) -> tuple[Path, Path]:
     """Write ``compare.md`` and ``compare.json`` into ``out_dir``."""
     out = Path(out_dir)

@@ -11,7 +11,13 @@ import pytest
 from grid_helpers import GRID, ChildRun, flat_record, full_disk
 
 from pytest_restore.__main__ import main
-from pytest_restore.compare import CompareError, compare_dirs, parse_threshold, worse_cells
+from pytest_restore.compare import (
+    CompareError,
+    compare_dirs,
+    parse_threshold,
+    render_terminal,
+    worse_cells,
+)
 from pytest_restore.exits import IO_ERROR
 from pytest_restore.record import Record
 from pytest_restore.stats.comparison import compare_records
@@ -37,6 +43,11 @@ def test_paired_difference_on_shared_questions() -> None:
     assert rec.lo is not None and rec.hi is not None and 0.0 <= rec.lo < 0.2 < rec.hi
     assert cell.figure("two_bin_share").difference == pytest.approx(0.5 - 1.0)
     assert cell.figure("accuracy").worse_by == pytest.approx(0.2)
+    head, row, note = render_terminal(comparison)
+    assert head.split() == ["cell", "q", "two-bin", "irr/N", "rec/N", "dis/N", "destr", "acc"]
+    # ten questions: every interval reaches 0, so no figure is starred as moved
+    assert row.split()[3:] == ["10", "-0.500", "+0.000", "+0.200", "+0.000", "-0.500", "-0.200"]
+    assert max(map(len, (head, row, note))) <= 100 and "* where its 95% interval leaves 0 out" in note
     assert worse_cells(comparison, [parse_threshold("rec_rate=0.1")])
     assert not worse_cells(comparison, [parse_threshold("rec_rate=0.25"), parse_threshold("irr_rate=0")])
     with pytest.raises(CompareError, match="FIGURE=THRESHOLD"):
@@ -60,10 +71,13 @@ def test_a_ranker_change_moves_fifo_80k_and_the_gate_fails(
     result = json.loads((Path(out) / "compare.json").read_text())
     (cell,) = [c for c in result["cells"] if (c["policy"], c["budget"], c["regime"]) == ("fifo", 80_000, "b")]
     assert 0 < cell["shared_questions"] <= 40  # the oracle-answerable of the 40, in both runs
-    assert f"| fifo 80k (b) | {cell['shared_questions']} |" in printed
+    assert f"| fifo 80k (b) | {cell['shared_questions']} |" in (Path(out) / "compare.md").read_text()
     rec = cell["figures"]["rec_rate"]
     assert rec["difference"] > 0 and rec["ci_lo"] > 0  # moved, and the interval says so
-    assert (Path(out) / "compare.md").read_text() in printed
+    row = next(line for line in printed.splitlines() if line.startswith("fifo 80k (b) "))
+    assert row.split()[3:5] == [str(cell["shared_questions"]), f"{rec['difference']:+.3f}"]
+    assert row.split()[6].endswith("*")  # rec/N: the interval leaves 0 out
+    assert all(len(line) <= 100 for line in printed.splitlines())
     assert main(["compare", old, new, "--out", out, "--fail-if-worse", "rec_rate=0.05"]) == 1
     assert "worse: fifo 80k (b): rec_rate" in capsys.readouterr().out
     assert main(["compare", old, new, "--out", out, "--fail-if-worse", "rec_rate=0.9"]) == 0
