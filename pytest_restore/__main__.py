@@ -250,7 +250,8 @@ def _add_show(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
             "Print why a question landed in its bin, from a report directory's records and the data "
             "file the run read (no model call): the question, the reference, the gold units and when "
             "each was evicted, what each condition's reader saw (gold, forced, ranked), the answers, "
-            "the verdicts and the bin, for every cell of the question or one."
+            "the verdicts and the bin. Without --cell: one line per cell and how to see one whole; with --cell: "
+            "that cell whole, every memory its readers saw and every held memory citing gold in full."
         ),
     )
     parser.add_argument("question_id", metavar="QUESTION_ID", help="the question's id")
@@ -266,14 +267,24 @@ def _add_show(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--data", metavar="FILE", default=None,
         help="the data file the run read (default: the one summary.json names; the embedded default is regenerated)",
     )
-    parser.add_argument("--full", action="store_true", help="every unit's whole text, not one line each")
+    parser.add_argument(
+        "--full", action="store_true",
+        help="without --cell: every cell's story whole, not one line per cell (with --cell the cell is always whole)",
+    )
     parser.add_argument("--width", type=at_least(40), default=100, help="line width (default: 100)")
     parser.set_defaults(func=_run_show)
 
 
 def _run_show(args: argparse.Namespace) -> int:
     from pytest_restore.report.inputs import RecordsError, read_records, read_run_info
-    from pytest_restore.report.story import StoryError, open_data, render_story_text, select, tell
+    from pytest_restore.report.story import (
+        StoryError,
+        open_data,
+        render_story_summary,
+        render_story_text,
+        select,
+        tell,
+    )
 
     path = Path(args.report_dir) / "records.jsonl"
     try:
@@ -288,7 +299,11 @@ def _run_show(args: argparse.Namespace) -> int:
     if question is None:
         print(f"error: {dataset.path}: no question {args.question_id!r} (not the run's data?)", file=sys.stderr)
         return 2
-    sys.stdout.write(render_story_text(tell(chosen, question), width=args.width, full=args.full))
+    story = tell(chosen, question)
+    if args.cell is None and not args.full:
+        sys.stdout.write(render_story_summary(story, width=args.width))
+    else:
+        sys.stdout.write(render_story_text(story, width=args.width, full=True))
     return 0
 
 

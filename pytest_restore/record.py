@@ -289,6 +289,18 @@ class GoldMemories:
         "context (the retrieval figures' at-the-cap recall)",
         required=False,
     )
+    others: tuple[int, ...] | None = _field(
+        _INT_LIST,
+        "each derived memory citing no gold that a condition's reader saw (policy, restored or forced): its "
+        "position, ascending (null: not recorded, records before the field)",
+        required=False,
+    )
+    others_where: tuple[str, ...] | None = _field(
+        _STR_LIST, "each as 'memory of session S, turns T-U (date)'", required=False
+    )
+    others_texts: tuple[str, ...] | None = _field(
+        _STR_LIST, "each one's text, as the reader sees it (what crowds the context when retrieval missed)", required=False
+    )
 
 
 @dataclass(frozen=True)

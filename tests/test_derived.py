@@ -228,8 +228,16 @@ def test_a_verbatim_summary_distorts_nothing_and_one_without_digits_does(embedde
     r = next(r for r in lost if r.regime == "b")
     story = tell([r], embedded_audit.history(r.question_id).question)
     assert all(g.fate.startswith("cited by a held memory") for g in story.cells[0].gold)
-    text = render_story_text(story)
+    text = render_story_text(story, full=True)
     assert "DISTORTED" in text and "forced: the store with its memories citing gold forced" in text
+    assert f"held memories citing gold: {len(r.memories.positions or ())} (the forced condition reads them all)" in text
+    # every memory a reader saw is told whole: those citing no gold too, their texts kept by the record
+    seen = {s.unit.position: s.unit for c in story.cells[0].conditions for s in c.seen or ()}
+    derived = {p: u for p, u in seen.items() if u.session < 0}
+    others = set(r.memories.others or ())
+    assert others and others <= set(derived) and "its text is not recorded" not in text
+    flat = " ".join(text.split())
+    assert all(" ".join(u.content.split()) in flat and u.label.startswith("memory of session") for u in derived.values())
     forced = story.cells[0].conditions[-1]
     assert [s.unit.label for s in forced.seen or () if s.forced] == list(r.memories.where or ())
     # report.html keys a derived memory apart from the data's units (another cell's memory may share its position)

@@ -11,9 +11,10 @@ import pytest
 from grid_helpers import TINY
 
 from pytest_restore.__main__ import main
-from pytest_restore.data.dataset import load_dataset
+from pytest_restore.data.dataset import Question, load_dataset
 from pytest_restore.data.units import Granularity, build_history
 from pytest_restore.report.story import history_texts
+from pytest_restore.stats.results import budget_label
 
 
 def _section(story: str, name: str) -> str:
@@ -22,6 +23,10 @@ def _section(story: str, name: str) -> str:
     start = next(i for i, line in enumerate(lines) if line.startswith(f"  {name}"))
     end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("    ")), len(lines))
     return "\n".join(lines[start:end])
+
+
+def _question(question_id: str) -> Question:
+    return next(q for q in load_dataset(TINY).questions if q.question_id == question_id)
 
 
 def _show(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -66,6 +71,11 @@ def _check_story(report: Path, r: dict[str, Any], bin_: str, capsys: pytest.Capt
     assert head.count("[gold] ") == len(r["gold_positions"])
     story = stories[0]
     assert story.splitlines()[0].endswith(f": {bin_.upper()}")
+    # one cell is shown whole: each unit a reader saw with its whole text under its line
+    texts = {u.position: u.content for u in history_texts(_question(r["question_id"]), Granularity.TURN)}
+    flat = " ".join(story.split())
+    for position in r["conditions"]["policy"]["injected_positions"]:
+        assert " ".join(texts[position].split()) in flat
     evicted = set(r["gold_evicted_units"])
     fates = [line for line in story.splitlines() if line.startswith("  gold #")]
     for pos, line, after, rank in zip(r["gold_positions"], fates, r["gold_evicted_after"], r["gold_ranks"]):
@@ -84,6 +94,28 @@ def _check_story(report: Path, r: dict[str, Any], bin_: str, capsys: pytest.Capt
         for line in re.findall(r"^    [* ] #\d+ .*$", text, flags=re.MULTILINE):
             pos = int(line.split("#")[1].split()[0])
             assert ("gold" in line.split("[")[-1]) == (pos in r["gold_positions"])
+
+
+def test_show_without_a_cell_is_one_line_a_record_and_a_pointer(
+    tiny_report: Path, tiny_records: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    qid = next(r for r in tiny_records if r["bin"] == "irreversible")["question_id"]
+    mine = [r for r in tiny_records if r["question_id"] == qid]
+    code, out, err = _show(capsys, qid, "--report-dir", str(tiny_report), "--data", str(TINY))
+    assert code == 0, err
+    head, listed = out.split(f"{len(mine)} records, one a line (bin: gold evicted; verdicts):\n")
+    assert f"question:  {mine[0]['question']}" in head
+    lines = listed.strip().splitlines()
+    assert len(lines) == len(mine) + 2 and lines[-2] == ""
+    first = next(r for r in mine if r["bin"])
+    cell = f"{first['policy']}-{budget_label(first['budget'])}-{first['regime']}"
+    assert lines[-1].startswith(f"one cell whole (every memory its readers saw, each text in full): python -m pytest_restore show {qid} --cell {cell}")
+    row = next(line for line in lines if line.startswith(f"  {cell} seed {first['seed']}: {first['bin']}: gold evicted "))
+    verdict = {True: "correct", False: "wrong", None: "no verdict"}
+    assert row.endswith(", ".join(f"{n} {verdict[first['conditions'][n]['correct']]}" for n in ("oracle", "policy", "restored")))
+    # --full: every cell's story whole, as --cell gives one
+    code, whole, _ = _show(capsys, qid, "--report-dir", str(tiny_report), "--data", str(TINY), "--full")
+    assert code == 0 and whole.count("\n== ") == len(mine) and "..." not in whole
 
 
 def test_show_refuses_in_one_line(tiny_report: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

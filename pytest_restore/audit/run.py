@@ -269,15 +269,26 @@ class Audit(CellConditions):
             error=error,
             store_tokens=int(history.sizes[mask].sum()) if mask is not None else None,
             store_units=int(mask.sum()) if mask is not None else None,
-            memories=self._gold_memories(p, mask, forced) if derived and mask is not None and forced else None,
+            memories=(
+                self._gold_memories(p, mask, forced, (outcome, restored))
+                if derived and mask is not None and forced
+                else None
+            ),
         )
 
     @staticmethod
-    def _gold_memories(p: Prepared, mask: Mask, forced: Forced) -> GoldMemories:
-        """The held memories of a derived store that cite gold, whether each was read, and regime (a)'s verdict."""
+    def _gold_memories(
+        p: Prepared, mask: Mask, forced: Forced, outcomes: Sequence[Outcome | None] = ()
+    ) -> GoldMemories:
+        """The held memories of a derived store that cite gold, whether each was read, and regime (a)'s verdict;
+        and the derived memories citing no gold that a condition's reader saw (``outcomes`` and the forced
+        one's), whose texts the data file cannot give back (``show`` prints them)."""
         citing = p.citing(mask)
         read = set(forced.injected)
         units = p.history.units
+        sources = p.sources or ()
+        seen = {q for o in (*outcomes, forced.outcome) if o is not None for q in o.injected}
+        others = sorted(q for q in seen if q not in citing and q < len(sources) and sources[q] != (q,))
         return GoldMemories(
             positions=tuple(citing),
             where=tuple(memory_label(units[c], p.sources[c] if p.sources else (c,), units) for c in citing),
@@ -285,4 +296,7 @@ class Audit(CellConditions):
             injected=tuple(c in read for c in citing),
             forced=record_condition(forced.outcome, p.question),
             gold_injected=tuple(any(c in read for c in each) for each in p.citing_each(mask)),
+            others=tuple(others),
+            others_where=tuple(memory_label(units[q], sources[q], units) for q in others),
+            others_texts=tuple(units[q].content for q in others),
         )

@@ -315,6 +315,12 @@ class _Units(list[UnitText]):
             label = memories.where[i] if memories.where else ""
             text = memories.texts[i] if memories.texts else ""
             return UnitText(position, -1, -1, "", "memory", text, label)
+        if memories is not None and position in (memories.others or ()):
+            i = (memories.others or ()).index(position)
+            label = memories.others_where[i] if memories.others_where else ""
+            text = memories.others_texts[i] if memories.others_texts else ""
+            return UnitText(position, -1, -1, "", "memory", text, label)
+        # records written before memories.others kept these texts
         return UnitText(position, -1, -1, "", "memory", "(a memory the memory system derived that cites no gold: its text is not recorded)")
 
 
@@ -411,19 +417,13 @@ def render_story_text(story: Story, *, width: int = 100, full: bool = False) -> 
     """The story as plain text for a terminal: the question, its gold, then each record's cell.
 
     Units a reader saw are one line each (their text clipped to the line
-    unless ``full``); gold units are printed whole once, under the question.
+    unless ``full``: then whole, under their line); gold units are printed
+    whole once, under the question. A memory system's record also lists its
+    held memories citing gold, whole, each with whether the policy's reader
+    read it: the forced condition reads them all.
     """
-    q = story.question
-    wrap = textwrap.TextWrapper(width=width, initial_indent="    ", subsequent_indent="    ")
-    out = [
-        f"question {q.question_id} ({q.question_type}), asked {q.question_date}",
-        f"  question:  {q.question}",
-        f"  reference: {q.answer}",
-        f"  gold: {_units(len(story.gold))}",
-    ]
-    for unit in story.gold:
-        out.append(f"  [gold] {unit.where}")
-        out += wrap.wrap(unit.content) or ["    (empty)"]
+    out = _story_head(story, width)
+    wrap = textwrap.TextWrapper(width=width, initial_indent="      ", subsequent_indent="      ")
     for cell in story.cells:
         r = cell.record
         out += ["", f"== {cell.title}: {cell.outcome.upper()}"]
@@ -434,6 +434,14 @@ def render_story_text(story: Story, *, width: int = 100, full: bool = False) -> 
         )
         for fate in cell.gold:
             out.append(f"  gold {fate.unit.where}: arrived at #{fate.unit.position}; {fate.fate}")
+        memories = r.memories
+        if memories is not None and memories.positions is not None:
+            out.append(f"  held memories citing gold: {len(memories.positions)} (the forced condition reads them all)")
+            for i, position in enumerate(memories.positions):
+                where = memories.where[i] if memories.where else "a derived memory"
+                read = "" if not memories.injected else " [read under the policy]" if memories.injected[i] else " [not read under the policy]"
+                out.append(f"    #{position} {where}{read}")
+                out += wrap.wrap(memories.texts[i] if memories.texts else "(text not recorded)") or ["      (empty)"]
         for cond in cell.conditions:
             tokens = f", {cond.tokens} tokens" if cond.tokens is not None else ""
             count = _units(len(cond.seen)) if cond.seen is not None else "units not recorded"
@@ -445,6 +453,45 @@ def render_story_text(story: Story, *, width: int = 100, full: bool = False) -> 
                     out += [head, *wrap.wrap(seen.unit.content)]
                 else:
                     out.append(f"{head} {_clip(seen.unit.content, max(width - len(head) - 1, 40))}")
+    return "\n".join(out) + "\n"
+
+
+def _story_head(story: Story, width: int) -> list[str]:
+    """The question, its reference and its gold, whole: what every view of a story opens with."""
+    q = story.question
+    wrap = textwrap.TextWrapper(width=width, initial_indent="    ", subsequent_indent="    ")
+    out = [
+        f"question {q.question_id} ({q.question_type}), asked {q.question_date}",
+        f"  question:  {q.question}",
+        f"  reference: {q.answer}",
+        f"  gold: {_units(len(story.gold))}",
+    ]
+    for unit in story.gold:
+        out.append(f"  [gold] {unit.where}")
+        out += wrap.wrap(unit.content) or ["    (empty)"]
+    return out
+
+
+def render_story_summary(story: Story, *, width: int = 100) -> str:
+    """The story in short: the question and its gold, then one line per record (its cell, bin, the gold
+    evicted and each condition's verdict), and how to see one cell whole (``show --cell``)."""
+    out = [*_story_head(story, width), "", f"{len(story.cells)} records, one a line (bin: gold evicted; verdicts):"]
+    for cell in story.cells:
+        r = cell.record
+        evicted = sum(1 for g in cell.gold if g.evicted)
+        verdicts = ", ".join(f"{c.name.split(' ')[0]} {_verdict(c.correct)}" for c in cell.conditions)
+        out.append(
+            f"  {cell.cell}-{r.regime} seed {r.seed}: {cell.outcome}: gold evicted {evicted} of {len(cell.gold)}; {verdicts}"
+        )
+    first = next((c for c in story.cells if c.record.bin), story.cells[0] if story.cells else None)
+    if first is not None:
+        out += [
+            "",
+            (
+                f"one cell whole (every memory its readers saw, each text in full): python -m pytest_restore show "
+                f"{story.question.question_id} --cell {first.cell}-{first.record.regime}; every cell whole: --full"
+            ),
+        ]
     return "\n".join(out) + "\n"
 
 
