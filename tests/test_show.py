@@ -107,7 +107,7 @@ def test_show_without_a_cell_is_one_line_a_record_and_a_pointer(
     assert f"question:  {mine[0]['question']}" in head
     lines = listed.strip().splitlines()
     assert len(lines) == len(mine) + 2 and lines[-2] == ""
-    first = next(r for r in mine if r["bin"])
+    first = min((r for r in mine if r["bin"]), key=lambda r: r["regime"] != "b")
     cell = f"{first['policy']}-{budget_label(first['budget'])}-{first['regime']}"
     assert lines[-1].startswith(f"one cell whole (every memory its readers saw, each text in full): python -m pytest_restore show {qid} --cell {cell}")
     row = next(line for line in lines if line.startswith(f"  {cell} seed {first['seed']}: {first['bin']}: gold evicted "))

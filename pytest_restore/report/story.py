@@ -483,7 +483,10 @@ def render_story_summary(story: Story, *, width: int = 100) -> str:
         out.append(
             f"  {cell.cell}-{r.regime} seed {r.seed}: {cell.outcome}: gold evicted {evicted} of {len(cell.gold)}; {verdicts}"
         )
-    first = next((c for c in story.cells if c.record.bin), story.cells[0] if story.cells else None)
+    # the pointer names a binned record, regime (b)'s first: the headline regime
+    first = min(
+        (c for c in story.cells if c.record.bin), key=lambda c: c.record.regime != "b", default=None
+    ) or (story.cells[0] if story.cells else None)
     if first is not None:
         out += [
             "",
