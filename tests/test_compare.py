@@ -75,9 +75,10 @@ def test_a_ranker_change_moves_fifo_80k_and_the_gate_fails(
     rec = cell["figures"]["rec_rate"]
     assert rec["difference"] > 0 and rec["ci_lo"] > 0  # moved, and the interval says so
     row = next(line for line in printed.splitlines() if line.startswith("fifo 80k (b) "))
-    assert row.split()[3:5] == [str(cell["shared_questions"]), f"{rec['difference']:+.3f}"]
-    assert row.split()[6].endswith("*")  # rec/N: the interval leaves 0 out
-    assert all(len(line) <= 100 for line in printed.splitlines())
+    # the cell's three words, then q, two-bin, irr/N, rec/N: rec/N moved and its interval leaves 0 out
+    assert row.split()[3] == str(cell["shared_questions"]) and row.split()[6] == f"{rec['difference']:+.3f}*"
+    table = printed.split("\nNEW - OLD on the q questions")[0].splitlines()  # the paths said after it are the user's
+    assert len(table) > 1 and all(len(line) <= 100 for line in table)
     assert main(["compare", old, new, "--out", out, "--fail-if-worse", "rec_rate=0.05"]) == 1
     assert "worse: fifo 80k (b): rec_rate" in capsys.readouterr().out
     assert main(["compare", old, new, "--out", out, "--fail-if-worse", "rec_rate=0.9"]) == 0
@@ -202,6 +203,7 @@ def test_a_one_ranker_run_against_a_three_ranker_run_names_the_cells_only_one_ho
     only_new = result["only_new"]
     assert len(only_new) == 3 * 2 * 2 * 2 and all("ranker dense:fake" in c or "ranker hybrid:fake" in c for c in only_new)
     assert f"not compared: 24 cells only in NEW: {', '.join(only_new)}" in printed
-    assert "| fifo 600 (b) ranker bm25-lite |" in printed
+    assert "| fifo 600 (b) ranker bm25-lite |" in (tmp_path / "cmp" / "compare.md").read_text()
+    assert any(line.startswith("fifo 600 (b) ranker bm25-lite ") for line in printed.splitlines())
     assert any("redundancy" in c for c in result["only_old"])  # the policies the NEW run did not have
 
