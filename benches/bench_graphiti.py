@@ -4,8 +4,8 @@ Feeds graphiti (the ``graphiti`` extra) the histories of
 ``fixtures/locomo_tiny.json`` (short LoCoMo turns) and of a few synthetic
 LongMemEval-S questions (the embedded default's generator: long assistant
 turns), one store per history as the audit makes them, its model calls
-answered on 127.0.0.1 by the fake writer's graphiti shapes
-(``tests/graphiti_model.py`` over ``tests/openai_server.py``). Prints, per
+through the run's gateway on 127.0.0.1 to the fake writer (graphiti's
+shapes) and the fake embedder, as ``--restore-writer-model fake``. Prints, per
 dataset: turns, facts held, graphiti's chat calls per turn by kind and its
 embedding requests per turn, and the seconds per turn split into the time
 its model calls waited and the rest (graphiti's own work and Kuzu's), the
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -28,16 +27,15 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from graphiti_model import GraphitiModel
-from openai_server import OpenAIServer
 
 from pytest_restore.data.loaders import load_data
 from pytest_restore.data.units import History, build_history
 from pytest_restore.libraries import graphiti as adapter
 from pytest_restore.libraries.guest import LibraryEndpoints
 from pytest_restore.memory.eviction import EvictionContext
+from pytest_restore.models.embeddings import FakeEmbedder
+from pytest_restore.models.fake_writer import FakeWriter
+from pytest_restore.models.gateway import Gateway
 from pytest_restore.synthetic.generator import generate, write_dataset
 
 
@@ -49,9 +47,10 @@ def histories(path: Path) -> list[History]:
     return list(seen.values())
 
 
-def feed(server: OpenAIServer, history: History) -> dict[str, Any]:
+def feed(gateway: Gateway, history: History) -> dict[str, Any]:
     """One store of ``history``: its figures, its seconds, and the seconds its model calls waited."""
-    system = adapter.GraphitiSystem(LibraryEndpoints(server.base_url, "bench", "small-model", "nomic-embed-text", 768))
+    endpoints = LibraryEndpoints(gateway.base_url, gateway.token, gateway.chat_name, gateway.embedding_name, gateway.probe_dimensions())
+    system = adapter.GraphitiSystem(endpoints)
     waited = [0.0]
     reset = system.reset
 
@@ -94,9 +93,9 @@ def main() -> None:
         datasets = {"LoCoMo fixture": ROOT / "fixtures" / "locomo_tiny.json", "synthetic LongMemEval-S": synthetic}
         print("| data | turns | facts | chat calls / turn (by kind) | embedding requests / turn | s / turn | of which model calls | store setup s |")
         print("|---|---|---|---|---|---|---|---|")
-        with OpenAIServer(GraphitiModel()) as server:
+        with Gateway(FakeWriter(), FakeEmbedder(768)) as gateway:
             for label, path in datasets.items():
-                runs = [[feed(server, h) for h in histories(path)] for _ in range(args.repeats)]
+                runs = [[feed(gateway, h) for h in histories(path)] for _ in range(args.repeats)]
                 last = runs[-1]
                 turns = sum(r["figures"].units for r in last)
                 calls: Counter[str] = Counter()

@@ -1,16 +1,20 @@
-"""graphiti audited as a memory system, its model calls answered by the fake writer's graphiti shapes.
+"""graphiti audited as a memory system, through the run's gateway, answered by the fake writer's graphiti shapes.
 
 The real graphiti-core runs here (the dev extra installs it with Kuzu): an
 episode per turn into a Kuzu database in memory, its chat and embedding
-calls to :class:`~openai_server.OpenAIServer` on 127.0.0.1, answered by
-:class:`~graphiti_model.GraphitiModel` (the package's graphiti shapes;
-answers cut off in their JSON, or of the wrong shape, where its rules say)
-and the server's fake embeddings.
+calls to a :class:`~pytest_restore.models.gateway.Gateway` on 127.0.0.1
+over the :class:`~pytest_restore.models.fake_writer.FakeWriter` (graphiti's
+shapes registered by its adapter) and the fake embedder. The rerun test puts
+a managed model between the gateway and a loopback upstream
+(:class:`~openai_server.OpenAIServer` answering with
+:class:`~graphiti_model.GraphitiModel`, the same shapes) to count what goes
+upstream.
 """
 
 from __future__ import annotations
 
 import re
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +39,12 @@ from pytest_restore.libraries.graphiti_shapes import graphiti_answer
 from pytest_restore.libraries.guest import GuestFailure, LibraryEndpoints
 from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.retrieval import Bm25Lite
+from pytest_restore.models.cache import ResponseCache
+from pytest_restore.models.embeddings import FakeEmbedder
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.models.fake_writer import FakeWriter
+from pytest_restore.models.gateway import Gateway
+from pytest_restore.models.openai_chat import OpenAIChatModel, OpenAIEmbedder
 from pytest_restore.synthetic.generator import generate, write_dataset
 
 pytest.importorskip("graphiti_core", reason="the graphiti extra is not installed")
@@ -44,21 +53,25 @@ LOCOMO = Path(__file__).resolve().parent.parent / "fixtures" / "locomo_tiny.json
 EMBEDDER, DIMS = "nomic-embed-text", 768
 #: a budget no store of the fixture reaches, and one that makes the adapter evict
 ALL, SMALL = 5000, 120
-#: the fixture's one turn longer than this (D2:2, the bowl and its photo) gets its entities cut off
-LONG = 85
+#: the share of the fake writer's answers the malformed test breaks
+BROKEN = 0.5
 #: a question of the fixture's second conversation, the one audited under both budgets
 RUTHS = "How far does Ruth run?"
 #: an invalidated fact's text ends with the date it stopped being true
 UNTIL = re.compile(r" \(until (\d{4}-\d{2}-\d{2})\)$")
 
 
-def endpoints(server: OpenAIServer) -> LibraryEndpoints:
+def endpoints(server: OpenAIServer | Gateway) -> LibraryEndpoints:
+    """Where graphiti's calls go: a gateway (its run token), or a loopback server."""
+    if isinstance(server, Gateway):
+        return LibraryEndpoints(server.base_url, server.token, server.chat_name, server.embedding_name, server.probe_dimensions())
     return LibraryEndpoints(server.base_url, "run-token", "small-model", EMBEDDER, DIMS)
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[OpenAIServer]:
-    with OpenAIServer(GraphitiModel(long=LONG)) as running:
+def gateway() -> Iterator[Gateway]:
+    """The run's gateway as a run with ``--restore-writer-model fake`` makes it."""
+    with Gateway(FakeWriter(), FakeEmbedder(DIMS)) as running:
         yield running
 
 
@@ -68,7 +81,7 @@ def locomo() -> Dataset:
 
 
 @pytest.fixture(scope="module")
-def audited(server: OpenAIServer, locomo: Dataset) -> tuple[Audit, GraphitiSystem]:
+def audited(gateway: Gateway, locomo: Dataset) -> tuple[Audit, GraphitiSystem]:
     """The fixture's two conversations under graphiti, the second (Ruth's twelve turns) also under a budget that evicts."""
     reader = FakeReader()
     audit = Audit(
@@ -76,7 +89,7 @@ def audited(server: OpenAIServer, locomo: Dataset) -> tuple[Audit, GraphitiSyste
         rankers=[Bm25Lite(), GraphitiRanker()],
     )
     reader.learn(p.history for p in audit.questions)
-    system = GraphitiSystem(endpoints(server))
+    system = GraphitiSystem(endpoints(gateway))
     audit.run_cell(system, ALL)
     ruths = next(p for p in audit.questions if p.history.question.question == RUTHS).history.question.history_key
     audit.run_cell(system, SMALL, questions=[p for p in audit.questions if p.history.question.history_key == ruths])
@@ -145,19 +158,6 @@ def test_the_graphiti_ranker_reads_only_graphiti_stores(audited: tuple[Audit, Gr
         audit.rank(p, np.ones(len(p.history.units), dtype=bool), "graphiti")
 
 
-def test_an_answer_graphiti_cannot_parse_is_counted_and_its_turn_cited_by_nothing(
-    audited: tuple[Audit, GraphitiSystem], server: OpenAIServer
-) -> None:
-    audit, system = audited
-    view, mask = view_of(audit, system, "What colour is the bowl Ines made?")
-    units = view.history.units[: len(view.sources) - int(mask.sum())]
-    assert [u.position for u in units if len(f"{u.role}: {u.content}") > LONG] == [7]  # D2:2, the bowl's photo
-    tally = next(t for t in system.tallies if t.question == view.history.question.history_key and t.budget == ALL)
-    assert tally.figures.rejected == {"entities": {"not valid JSON": 1}}
-    assert server.responder.answered["malformed"] == sum(t.figures.rejected_of("entities") for t in system.tallies)
-    assert 7 in view.evicted(mask)  # the episode graphiti gave up: no fact cites its turn
-
-
 def test_a_cells_figures_are_its_stores_graphiti_counted_once_each(audited: tuple[Audit, GraphitiSystem]) -> None:
     audit, system = audited
     figures = audit.run_cell(system, ALL).memory
@@ -166,7 +166,7 @@ def test_a_cells_figures_are_its_stores_graphiti_counted_once_each(audited: tupl
     assert figures.held == sum(t.held for t in stores) and figures.units == sum(t.figures.units for t in stores)
     for kind in ("entities", "facts", "fact dates", "embeddings"):
         assert figures.calls[kind] == sum(t.figures.calls[kind] for t in stores) > 0
-    assert figures.rejected_of("entities") == sum(t.figures.rejected_of("entities") for t in stores) > 0
+    assert figures.rejected == {} and figures.failed == {}  # the fake writer's answers are all of graphiti's schemas
 
 
 def test_the_budget_deletes_the_oldest_facts_through_graphiti(audited: tuple[Audit, GraphitiSystem]) -> None:
@@ -190,18 +190,28 @@ def turns(*lines: str) -> list[Unit]:
     return [Unit(i, 0, i, f"2024/01/0{i + 1} (Mon) 10:00", "Ines", c, f"Ines: {c}", 10) for i, c in enumerate(lines)]
 
 
-def test_an_answer_of_the_wrong_shape_is_counted_by_its_cause(server: OpenAIServer) -> None:
+def test_answers_graphiti_cannot_use_are_counted_by_cause_and_their_turns_cited_by_nothing() -> None:
+    """The fake writer breaks a share of its answers (cut off mid-JSON, or JSON of another shape): each is
+    counted by the call it answered and its cause, and a turn whose entities or facts came back broken is
+    cited by no fact (graphiti gave its episode up)."""
     units = turns(
-        "I keep a red bicycle in the garage.",
-        "FORMAT trouble: this answer comes back in the wrong shape.",
-        "My garden has seven tomato plants this year.",
+        "I keep a red bicycle in the garage at home.", "My garden has seven tomato plants this year.",
+        "Paula visits next weekend from Lisbon by train.", "The pottery class moved to Wednesdays because of work.",
+        "Marguerite teaches the evening pottery class downtown.", "I baked twenty custard tarts for the office party.",
     )
-    system = GraphitiSystem(endpoints(server), budgeted=False)
-    held = system.hold(units, np.full(len(units), 10), 10**6, EvictionContext(question_id="h"))
-    assert [m.sources for m in held] == [(0,), (2,)]
+    writer = FakeWriter(malformed=BROKEN)
+    with Gateway(writer, FakeEmbedder(DIMS)) as broken:
+        system = GraphitiSystem(endpoints(broken), budgeted=False)
+        held = system.hold(units, np.full(len(units), 10), 10**6, EvictionContext(question_id="h"))
     figures = system.figures()
-    assert figures.rejected == {"entities": {"JSON of the wrong shape (extracted_entities: missing)": 1}}
-    assert figures.units == 3 and figures.calls["entities"] == 3 and figures.calls["facts"] == 2
+    rejected = sum(sum(causes.values()) for causes in figures.rejected.values())
+    assert rejected == writer.answered["malformed"] > 0  # every broken answer graphiti got, counted once
+    causes = {cause for by in figures.rejected.values() for cause in by}
+    assert "not valid JSON" in causes and any(c.startswith("JSON of the wrong shape (") for c in causes), causes
+    cited = {s for m in held for s in m.sources}
+    lost = figures.rejected_of("entities") + figures.rejected_of("facts")
+    assert lost > 0 and len(units) - len(cited) >= lost
+    assert figures.units == len(units) == figures.calls["entities"] and figures.failed == {}
 
 
 def test_graphiti_answers_only_its_own_schemas_from_the_requests_text() -> None:
@@ -247,7 +257,7 @@ def test_graphiti_runs_with_its_telemetry_off_and_reports_its_version(audited: t
     assert re.fullmatch(r"\d+\.\d+\.\d+.*", GraphitiSystem.version())
 
 
-def test_graphiti_on_the_embedded_defaults_data(tmp_path: Path) -> None:
+def test_graphiti_on_the_embedded_defaults_data(gateway: Gateway, tmp_path: Path) -> None:
     """A question of the embedded default's kind (the synthetic LongMemEval-S generator, a short history):
     the user's and the assistant's turns become facts citing their turns, and the gold turn is among them."""
     records = generate(2, 0, tokens_per_history=1000)[1:]  # its ten turns: graphiti makes ~7 calls a turn
@@ -256,9 +266,8 @@ def test_graphiti_on_the_embedded_defaults_data(tmp_path: Path) -> None:
     audit = Audit(load_data(tmp_path / "embedded.json"), AuditConfig(budgets=(ALL,)), reader=reader, judge=FakeJudge(),
                   scorer=FakeScorer())
     reader.learn(p.history for p in audit.questions)
-    with OpenAIServer(GraphitiModel()) as server:  # the synthetic turns are long: none is cut off here
-        system = GraphitiSystem(endpoints(server))
-        cell = audit.run_cell(system, ALL)
+    system = GraphitiSystem(endpoints(gateway))
+    cell = audit.run_cell(system, ALL)
     [p] = audit.questions
     view, mask = audit.held(system, p, ALL, 0, {})
     facts = held_facts(view, mask)
@@ -281,9 +290,9 @@ def test_a_process_opens_more_kuzu_databases_than_kuzus_defaults_allow() -> None
         database.close()
 
 
-def test_only_the_newest_stores_stay_open(monkeypatch: pytest.MonkeyPatch, server: OpenAIServer) -> None:
+def test_only_the_newest_stores_stay_open(monkeypatch: pytest.MonkeyPatch, gateway: Gateway) -> None:
     monkeypatch.setattr(adapter, "LIVE_STORES", 1)
-    system = GraphitiSystem(endpoints(server))
+    system = GraphitiSystem(endpoints(gateway))
     units = turns("I keep a red bicycle in the garage.")
     system.hold(units, np.full(1, 10), 1000, EvictionContext(question_id="first"))
     first = system.store
@@ -291,3 +300,70 @@ def test_only_the_newest_stores_stay_open(monkeypatch: pytest.MonkeyPatch, serve
     assert first.loop.loop.is_closed() and first.graphiti is None  # its loop stopped, its database released
     assert [key[0] for key in GraphitiSystem.live] == ["second"]
     assert "first" in {key[0] for key in GraphitiSystem.closed}  # the ranker says so, rather than "another's store"
+
+
+def test_a_rerun_on_the_same_cache_sends_nothing_upstream(locomo: Dataset, tmp_path: Path) -> None:
+    """graphiti through the gateway over a managed model: the first run's calls reach the loopback upstream,
+    the rerun's come from the run's response cache and the vectors kept on disk."""
+    history = next(p for p in Audit(locomo, AuditConfig(budgets=(ALL,)), reader=FakeReader(), judge=FakeJudge(),
+                                    scorer=FakeScorer()).questions if p.history.question.question == RUTHS).history
+
+    def ingest(upstream: OpenAIServer) -> list[tuple[tuple[int, ...], str]]:
+        chat = OpenAIChatModel(model="small-model", base_url=upstream.base_url, cache=ResponseCache(tmp_path / "responses"), max_tries=1)
+        vectors = OpenAIEmbedder(model=EMBEDDER, base_url=upstream.base_url, max_tries=1)
+        with Gateway(chat, vectors, cache_dir=tmp_path) as gw:
+            held = GraphitiSystem(endpoints(gw)).hold(history.units, history.sizes, ALL, EvictionContext(question_id="rerun"))
+        return [(m.sources, m.text) for m in held]
+
+    with OpenAIServer(GraphitiModel()) as first:
+        before = ingest(first)
+        assert before and len(first.log) > 2 * len(history.units)  # chat calls and embeddings for every turn
+    with OpenAIServer(GraphitiModel()) as second:
+        assert ingest(second) == before
+        assert second.log == []
+
+
+def test_graphiti_connects_to_nothing_but_the_gateway(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A socket guard: while a store is built and searched, a connection anywhere but the gateway's port on
+    127.0.0.1 (a telemetry endpoint, a model download, a provider's API) fails the test, as would a name lookup."""
+    attempts: list[object] = []
+    allowed = ("127.0.0.1", gateway.port)
+    connect = socket.socket.connect
+
+    def guarded(sock: socket.socket, address: object) -> None:
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and tuple(address)[:2] != allowed:  # type: ignore[arg-type]
+            attempts.append(address)
+            raise ConnectionRefusedError(f"the socket guard refused a connection to {address}")
+        connect(sock, address)  # type: ignore[arg-type]
+
+    def lookup(host: object, *args: object, **kwargs: object) -> object:
+        if host not in ("127.0.0.1", "localhost"):
+            attempts.append(host)
+            raise socket.gaierror(f"the socket guard refused to look up {host}")
+        return getaddrinfo(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    getaddrinfo = socket.getaddrinfo
+    monkeypatch.setattr(socket.socket, "connect", guarded)
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", 9), timeout=1):
+        pass  # the guard holds
+    attempts.clear()
+    system = GraphitiSystem(endpoints(gateway))
+    units = turns("Paula visits next weekend from Lisbon by train.", "Paula moved to Porto last spring with her cat.")
+    held = system.hold(units, np.full(2, 10), 1000, EvictionContext(question_id="guarded"))
+    assert held and attempts == []
+
+
+def test_graphiti_is_known_by_name_and_talks_to_the_runs_gateway() -> None:
+    """``--restore-policies graphiti`` and ``--restore-ranker graphiti`` find the adapter through the
+    libraries' table; its store's calls go to the run's gateway (:func:`run_endpoints`)."""
+    from pytest_restore.libraries.guest import run_endpoints
+    from pytest_restore.libraries.registry import register_libraries
+    from pytest_restore.memory.eviction import PolicyRegistry
+    from pytest_restore.memory.retrieval import RankerRegistry
+
+    policies, rankers = PolicyRegistry(), RankerRegistry()
+    register_libraries(policies, rankers)
+    system = policies["graphiti"]
+    assert isinstance(system, GraphitiSystem) and system.endpoints is run_endpoints and system.budgeted
+    assert isinstance(rankers["graphiti"], GraphitiRanker)

@@ -84,6 +84,7 @@ import numpy as np
 from pytest_restore.data.dataset import parse_date
 from pytest_restore.data.locomo import parse_locomo_date
 from pytest_restore.data.units import History, Unit
+from pytest_restore.libraries import graphiti_shapes
 from pytest_restore.libraries.guest import (
     DEFAULT_GUEST_DEADLINE,
     EndpointsSource,
@@ -92,6 +93,7 @@ from pytest_restore.libraries.guest import (
     library_version,
     quiet_environment,
     resolve_endpoints,
+    run_endpoints,
 )
 from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
@@ -231,6 +233,7 @@ def _graphiti() -> Any:
         async def rank(self, query: str, passages: list[str]) -> list[tuple[str, float]]:
             raise RuntimeError("graphiti's cross-encoder is not used by the audit (searches fuse ranks instead)")
 
+    graphiti_shapes.register()  # the fake writer answers graphiti's prompts in their own shapes
     # graphiti reports a failed call at ERROR on its own loggers before raising it; the adapter's one line says it
     logging.getLogger("graphiti_core").addHandler(logging.NullHandler())
 
@@ -320,7 +323,7 @@ class GraphitiSystem(MemorySystem):
     closed: ClassVar[set[tuple[str, tuple[str, ...]]]] = set()
 
     def __init__(
-        self, endpoints: EndpointsSource, *, budgeted: bool = True, deadline: float = DEFAULT_GUEST_DEADLINE,
+        self, endpoints: EndpointsSource = run_endpoints, *, budgeted: bool = True, deadline: float = DEFAULT_GUEST_DEADLINE,
     ) -> None:
         self.endpoints = endpoints
         self.budgeted = budgeted  # type: ignore[misc]  # per instance: graphiti with or without a budget

@@ -28,6 +28,10 @@ so that graphiti runs in CI with no model:
   the facts it appended itself).
 
 Any other schema is not graphiti's: :func:`graphiti_answer` returns ``None``.
+:func:`register` makes each answer the fake writer's shape for its schema
+(:func:`~pytest_restore.models.fake_writer.register_shape`; graphiti's
+adapter calls it when graphiti is first imported), so
+``--restore-writer-model fake`` answers graphiti through the run's gateway.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from pytest_restore.models.fake_writer import WriterAsk, register_shape
 
 #: The statements of one message that become entities and facts (a long turn would otherwise cost a
 #: timestamp call per sentence).
@@ -172,3 +178,18 @@ def graphiti_answer(schema_name: str, messages: Sequence[Mapping[str, Any]]) -> 
     """The answer to one of graphiti's requests, by the name of the schema it asks for (``None``: not graphiti's)."""
     shape = SHAPES.get(schema_name)
     return None if shape is None else shape(messages)
+
+
+def register() -> None:
+    """Register each answer as the fake writer's shape for its schema (graphiti's adapter does, at import)."""
+    for name, shape in SHAPES.items():
+        register_shape(name, _from_messages(shape), owner="graphiti")
+
+
+def _from_messages(shape: Callable[[Sequence[Mapping[str, Any]]], dict[str, Any]]) -> Callable[[WriterAsk], dict[str, Any]]:
+    """A shape answering from the request's messages, as the fake writer reads a request."""
+
+    def answer(ask: WriterAsk) -> dict[str, Any]:
+        return shape(ask.messages)
+
+    return answer

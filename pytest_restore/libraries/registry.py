@@ -66,6 +66,14 @@ LIBRARIES += (
     ),
 )
 
+#: graphiti (``libraries/graphiti.py``: graphiti-core on Kuzu in memory).
+LIBRARIES += (
+    Library(
+        "graphiti", "pytest_restore.libraries.graphiti:GraphitiSystem", "graphiti-core", "graphiti_core", "graphiti",
+        ranker="pytest_restore.libraries.graphiti:GraphitiRanker",
+    ),
+)
+
 #: The library policies' names: opt-in, run only when ``--restore-policies`` names them.
 LIBRARY_POLICIES: frozenset[str] = frozenset(library.name for library in LIBRARIES)
 
