@@ -20,6 +20,7 @@ from pytest_restore.report.figure import (
     write_figure,
 )
 from pytest_restore.report.inputs import analyse_records, dataset_label, read_records, read_run_info
+from pytest_restore.report.simulated import simulated_label
 
 #: "fifo 0.91 (95% CI .77-1.00)" in the findings' first line
 _FINDING = re.compile(r"([\w-]+) (\d\.\d\d) \(95% CI ([.\d]+)-([.\d]+)\)")
@@ -64,8 +65,21 @@ def test_the_headline_is_the_findings_first_line(embedded_report: Path, tmp_path
     for share, lo, hi in written.values():
         assert f"{share}\n{lo}-{hi}" in labels
 
-    write_figure(analysis, tmp_path, dataset=dataset_label(info))
+    write_figure(analysis, tmp_path, dataset=dataset_label(info), simulated=simulated_label(records))
     assert (tmp_path / "figure.svg").read_bytes() == (embedded_report / "figure.svg").read_bytes()
+
+
+def test_the_title_says_simulated_and_what_the_headline_leaves_out(embedded_report: Path) -> None:
+    """Pasted into slides, the figure keeps its caveat; its top panel names the policies it leaves out."""
+    records = read_records(embedded_report / "records.jsonl")
+    analysis = analyse_records(records, read_run_info(embedded_report / "records.jsonl"))
+    fakes = simulated_label(records)
+    assert fakes.startswith("reader fake")
+    title = draw_figure(analysis, simulated=fakes).axes[0].get_title(loc="left").splitlines()
+    assert title[0] == f"SIMULATED: fake models ({fakes}), not a finding about any model"
+    assert title[-1] == "left out here, in the panel below: no-evict (the reference), control (the positive control)"
+    real = draw_figure(analysis).axes[0].get_title(loc="left")  # a real reader's figure has no such line
+    assert "SIMULATED" not in real and real.splitlines()[0].startswith("Irreversible share")
 
 
 def test_each_bin_is_one_hatched_shape_of_its_cells_shares(embedded_report: Path) -> None:

@@ -106,13 +106,30 @@ def headline_bars(analysis: Analysis, reader: str, regime: str = "b") -> list[He
     ]
 
 
+def left_out_line(analysis: Analysis, reader: str, regime: str, bars: Sequence[HeadlineBar]) -> str:
+    """The headline panel's word on the policies it leaves out (the reference, the control), which the
+    panel below shows: a new line of its title, or "" when it leaves none out."""
+    shown = {bar.policy for bar in bars}
+    left = [c.policy for c in _cells(analysis, reader, regime) if c.policy not in shown]
+    if not left:
+        return ""
+    st = analysis.settings
+    roles = {st.reference: "the reference", st.control: "the positive control"}
+    named = [f"{p} ({roles[p]})" if p in roles else p for p in dict.fromkeys(left)]
+    return f"\nleft out here, in the panel below: {', '.join(named)}"
+
+
 def _cells(analysis: Analysis, reader: str, regime: str) -> list[CellStats]:
     """One reader's cells of a regime under the run's (baseline) ranker, in the analysis's order."""
     return [c for c in analysis.cells if c.regime == regime and c.reader == reader and not c.ranker]
 
 
-def draw_figure(analysis: Analysis, *, regime: str = "b", dataset: str = "") -> Figure:
-    """The figure, drawn (two panels per reader); :func:`write_figure` saves it."""
+def draw_figure(analysis: Analysis, *, regime: str = "b", dataset: str = "", simulated: str = "") -> Figure:
+    """The figure, drawn (two panels per reader); :func:`write_figure` saves it.
+
+    ``simulated`` names the fake models that took part (``"reader fake, judge fake"``; empty: none): the
+    figure's title then opens with SIMULATED, so the caveat goes wherever the figure is pasted.
+    """
     readers = sorted({c.reader for c in analysis.cells if c.regime == regime}) or [""]
     with _style():
         figure = Figure(figsize=(COLUMN_WIDTH, 5.4 * len(readers) + 0.4), layout="constrained")
@@ -124,10 +141,12 @@ def draw_figure(analysis: Analysis, *, regime: str = "b", dataset: str = "") -> 
         for i, reader in enumerate(readers):
             about = "; ".join(x for x in (f"reader {reader}" if reader else "", dataset) if x)
             top, bottom = axes[2 * i], axes[2 * i + 1]
-            _draw_headline(top, headline_bars(analysis, reader, regime))
+            bars = headline_bars(analysis, reader, regime)
+            _draw_headline(top, bars)
             top.set_title(
-                f"Irreversible share of the errors a restore fixes, irr / (irr + rec), with 95% intervals\n"
-                f"{title}" + (f" ({about})" if about else ""),
+                (f"SIMULATED: fake models ({simulated}), not a finding about any model\n" if simulated else "")
+                + "Irreversible share of the errors a restore fixes, irr / (irr + rec), with 95% intervals\n"
+                f"{title}" + (f" ({about})" if about else "") + left_out_line(analysis, reader, regime, bars),
                 loc="left",
             )
             _draw_decomposition(bottom, _cells(analysis, reader, regime))
@@ -154,15 +173,16 @@ def write_figure(
     *,
     regime: str = "b",
     dataset: str = "",
+    simulated: str = "",
 ) -> tuple[Path, Path]:
     """Write ``figure.png`` and ``figure.svg`` into ``out_dir``; return their paths.
 
     ``dataset`` (e.g. ``"embedded synthetic LongMemEval-S, 100 questions"``)
-    goes into the title with the panel's reader.
+    goes into the title with the panel's reader; ``simulated``: as :func:`draw_figure`.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    figure = draw_figure(analysis, regime=regime, dataset=dataset)
+    figure = draw_figure(analysis, regime=regime, dataset=dataset, simulated=simulated)
     png, svg = out / "figure.png", out / "figure.svg"
     with _style():
         # lay the figure out once, then keep it: each save would otherwise run the constrained

@@ -49,6 +49,11 @@ def simulated_note(records: Sequence[Record], official_data: bool | None = None)
     )
 
 
+def simulated_label(records: Sequence[Record]) -> str:
+    """The fake models that took part, as the figure's title names them (``"reader fake, judge fake"``; "": none)."""
+    return ", ".join(f"{role} {name}" for role, name in simulated_models(records))
+
+
 def simulated_reader_md(records: Sequence[Record]) -> str:
     """The report's section on the fake reader's model, when a fake reader took part; else empty."""
     if not any(is_fake(r.reader) for r in records):

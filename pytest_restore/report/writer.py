@@ -61,7 +61,7 @@ from pytest_restore.report.markdown import (
     session_failures,
     untestable_lines,
 )
-from pytest_restore.report.simulated import simulated_note
+from pytest_restore.report.simulated import simulated_label, simulated_note
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.results import (
     CELL_COLUMNS,
@@ -209,7 +209,7 @@ def write_report(
         write_figure,  # matplotlib loads when a report is written
     )
 
-    write_figure(analysis, out, dataset=dataset_label(info))
+    write_figure(analysis, out, dataset=dataset_label(info), simulated=simulated_label(records))
     _write_html(ordered, info, analysis, files, report_md, data_file, loaders, prepared)
     return files
 
