@@ -21,14 +21,14 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from library_audit import LOCOMO, audit_library
 from openai_server import OpenAIServer
 
-from pytest_restore.audit.run import Audit, AuditConfig
+from pytest_restore.audit.run import Audit
 from pytest_restore.data.dataset import Dataset
 from pytest_restore.data.loaders import load_data
 from pytest_restore.data.units import Unit
@@ -45,15 +45,12 @@ from pytest_restore.libraries.cognee import (
 )
 from pytest_restore.libraries.guest import GuestFailure, LibraryEndpoints
 from pytest_restore.memory.eviction import EvictionContext
-from pytest_restore.memory.retrieval import Bm25Lite
-from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 
 #: found, not imported (cognee reads its configuration when imported): every test but the shapes' needs it
 needs_cognee = pytest.mark.skipif(
     importlib.util.find_spec("cognee") is None,
     reason="cognee is not installed (not in the dev extra): pip install 'pytest-restore[cognee]'",
 )
-LOCOMO = Path(__file__).resolve().parent.parent / "fixtures" / "locomo_tiny.json"
 EMBEDDER, DIMS, KEY = "nomic-embed-text", 768, "sk-run-token-0123456789abcdef"
 ALL = 100_000
 
@@ -107,15 +104,8 @@ def ruth(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
 
 @pytest.fixture(scope="module")
 def audited(endpoints: LibraryEndpoints, ruth: Dataset) -> tuple[Audit, CogneeSystem]:
-    reader = FakeReader()
-    audit = Audit(
-        ruth, AuditConfig(budgets=(ALL,), seeds=(0,)), reader=reader, judge=FakeJudge(), scorer=FakeScorer(),
-        rankers=[Bm25Lite(), CogneeRanker()],
-    )
-    reader.learn(p.history for p in audit.questions)
     system = CogneeSystem(endpoints, budgeted=False)
-    audit.run_cell(system, ALL)
-    return audit, system
+    return audit_library(ruth, system, CogneeRanker(), (ALL,), seeds=(0,)), system
 
 
 @needs_cognee

@@ -19,9 +19,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import library_audit
 import numpy as np
 import pytest
 from graphiti_model import GraphitiModel
+from library_audit import LOCOMO, audit_library
 from openai_server import OpenAIServer
 
 from pytest_restore.audit.run import Audit, AuditConfig, Prepared
@@ -38,7 +40,6 @@ from pytest_restore.libraries.graphiti import (
 from pytest_restore.libraries.graphiti_shapes import graphiti_answer
 from pytest_restore.libraries.guest import GuestFailure, LibraryEndpoints
 from pytest_restore.memory.eviction import EvictionContext
-from pytest_restore.memory.retrieval import Bm25Lite
 from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.embeddings import FakeEmbedder
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
@@ -49,7 +50,6 @@ from pytest_restore.synthetic.generator import generate, write_dataset
 
 pytest.importorskip("graphiti_core", reason="the graphiti extra is not installed")
 
-LOCOMO = Path(__file__).resolve().parent.parent / "fixtures" / "locomo_tiny.json"
 EMBEDDER, DIMS = "nomic-embed-text", 768
 #: a budget no store of the fixture reaches, and one that makes the adapter evict
 ALL, SMALL = 5000, 120
@@ -83,22 +83,15 @@ def locomo() -> Dataset:
 @pytest.fixture(scope="module")
 def audited(gateway: Gateway, locomo: Dataset) -> tuple[Audit, GraphitiSystem]:
     """The fixture's two conversations under graphiti, the second (Ruth's twelve turns) also under a budget that evicts."""
-    reader = FakeReader()
-    audit = Audit(
-        locomo, AuditConfig(budgets=(ALL, SMALL)), reader=reader, judge=FakeJudge(), scorer=FakeScorer(),
-        rankers=[Bm25Lite(), GraphitiRanker()],
-    )
-    reader.learn(p.history for p in audit.questions)
     system = GraphitiSystem(endpoints(gateway))
-    audit.run_cell(system, ALL)
+    audit = audit_library(locomo, system, GraphitiRanker(), (ALL, SMALL), run=(ALL,))
     ruths = next(p for p in audit.questions if p.history.question.question == RUTHS).history.question.history_key
     audit.run_cell(system, SMALL, questions=[p for p in audit.questions if p.history.question.history_key == ruths])
     return audit, system
 
 
 def view_of(audit: Audit, system: GraphitiSystem, question: str, budget: int = ALL) -> tuple[Prepared, np.ndarray]:
-    p = next(p for p in audit.questions if p.history.question.question == question)
-    return audit.held(system, p, budget, 0, {})
+    return library_audit.view_of(audit, system, question, budget)
 
 
 def held_facts(view: Prepared, mask: np.ndarray) -> list[tuple[str, tuple[int, ...], int]]:

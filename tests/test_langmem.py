@@ -21,8 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import library_audit
 import numpy as np
 import pytest
+from library_audit import LOCOMO, audit_library
 from openai_server import OpenAIServer
 
 from pytest_restore.audit.run import Audit, AuditConfig, Prepared
@@ -32,7 +34,6 @@ from pytest_restore.data.units import Unit
 from pytest_restore.libraries.guest import GuestFailure, LibraryEndpoints
 from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.memories import Memory
-from pytest_restore.memory.retrieval import Bm25Lite
 from pytest_restore.models.embeddings import FakeEmbedder
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.fake_writer import FakeWriter
@@ -52,7 +53,6 @@ from pytest_restore.libraries.langmem import (
     fake_answer,
 )
 
-LOCOMO = Path(__file__).resolve().parent.parent / "fixtures" / "locomo_tiny.json"
 EMBEDDER, DIMS, KEY = "nomic-embed-text", 768, "sk-run-token-0123456789abcdef"
 #: a budget no store of the fixture reaches, and one that makes the adapter evict
 ALL, SMALL = 5000, 60
@@ -107,23 +107,12 @@ def locomo() -> Dataset:
 @pytest.fixture(scope="module")
 def audited(server: OpenAIServer, locomo: Dataset) -> tuple[Audit, LangmemSystem]:
     """One audit of the fixture's two conversations with langmem under both budgets, read by BM25-lite and langmem."""
-    reader = FakeReader()
-    audit = Audit(
-        locomo, AuditConfig(budgets=(ALL, SMALL)), reader=reader, judge=FakeJudge(), scorer=FakeScorer(),
-        rankers=[Bm25Lite(), LangmemRanker()],
-    )
-    reader.learn(p.history for p in audit.questions)
     system = LangmemSystem(endpoints(server))
-    for budget in (ALL, SMALL):
-        audit.run_cell(system, budget)
-    return audit, system
+    return audit_library(locomo, system, LangmemRanker(), (ALL, SMALL)), system
 
 
 def view_of(audit: Audit, system: LangmemSystem, question: str, budget: int = ALL) -> tuple[Prepared, np.ndarray]:
-    p = next(p for p in audit.questions if p.history.question.question == question)
-    view, mask = audit.held(system, p, budget, 0, {})
-    assert view.sources is not None  # a memory system's view: what each unit cites
-    return view, mask
+    return library_audit.view_of(audit, system, question, budget)
 
 
 def test_every_memory_cites_the_turns_langmem_wrote_it_from(audited: tuple[Audit, LangmemSystem]) -> None:

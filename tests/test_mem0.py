@@ -15,9 +15,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import library_audit
 import numpy as np
 import pytest
 from grid_helpers import GRID
+from library_audit import LOCOMO, audit_library
 from mem0_model import LONG, Mem0Model
 from net_guard import net_guard
 from openai_server import OpenAIServer
@@ -42,14 +44,12 @@ from pytest_restore.libraries.mem0 import (
     Mem0System,
 )
 from pytest_restore.memory.eviction import EvictionContext
-from pytest_restore.memory.retrieval import Bm25Lite
 from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.embeddings import FakeEmbedder
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.gateway import Gateway
 from pytest_restore.models.openai_chat import OpenAIChatModel, OpenAIEmbedder
 
-LOCOMO = Path(__file__).resolve().parent.parent / "fixtures" / "locomo_tiny.json"
 EMBEDDER, DIMS = "nomic-embed-text", 768
 #: a budget no store of the fixture reaches, and one that makes the adapter evict
 ALL, SMALL = 5000, 120
@@ -81,21 +81,12 @@ def locomo() -> Dataset:
 @pytest.fixture(scope="module")
 def audited(server: OpenAIServer, locomo: Dataset) -> tuple[Audit, Mem0System]:
     """One audit of the fixture's two conversations with mem0 under both budgets, read by BM25-lite and mem0."""
-    reader = FakeReader()
-    audit = Audit(
-        locomo, AuditConfig(budgets=(ALL, SMALL)), reader=reader, judge=FakeJudge(), scorer=FakeScorer(),
-        rankers=[Bm25Lite(), Mem0Ranker()],
-    )
-    reader.learn(p.history for p in audit.questions)
     system = mem0_of(server)
-    for budget in (ALL, SMALL):
-        audit.run_cell(system, budget)
-    return audit, system
+    return audit_library(locomo, system, Mem0Ranker(), (ALL, SMALL)), system
 
 
 def view_of(audit: Audit, system: Mem0System, question: str, budget: int = ALL) -> tuple[Prepared, np.ndarray]:
-    p = next(p for p in audit.questions if p.history.question.question == question)
-    return audit.held(system, p, budget, 0, {})
+    return library_audit.view_of(audit, system, question, budget)
 
 
 def test_every_memory_cites_the_turns_it_came_from(audited: tuple[Audit, Mem0System]) -> None:

@@ -73,24 +73,24 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, ClassVar
 
-import numpy as np
-
 from pytest_restore.data.units import History, Unit
 from pytest_restore.libraries.guest import (
     DEFAULT_GUEST_DEADLINE,
     EndpointsSource,
     LibraryEndpoints,
     StoreLoop,
-    guest_failure,
-    library_version,
     quiet_environment,
-    resolve_endpoints,
     run_endpoints,
 )
+from pytest_restore.libraries.system import (
+    LibraryRanker,
+    LibrarySearch,
+    LibrarySystem,
+    LibraryTally,
+)
 from pytest_restore.memory.eviction import EvictionContext
-from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
-from pytest_restore.memory.retrieval import Ranker, Store
-from pytest_restore.memory.systems import MemorySystem, SystemFigures
+from pytest_restore.memory.memories import memory_tokens
+from pytest_restore.memory.systems import SystemFigures
 from pytest_restore.models.fake_writer import WriterAsk, register_shape
 
 LIBRARY = "cognee"
@@ -294,15 +294,8 @@ def _count_calls(process: _Process, litellm: Any, engine: Any) -> None:
 # -- one store ----------------------------------------------------------------------------------
 
 
-@dataclass
-class CogneeTally:
-    """One store cognee built: the history, the budget, what cognee did, the held size."""
-
-    question: str
-    budget: int
-    figures: SystemFigures = field(default_factory=SystemFigures)
-    held: int = 0
-    held_tokens: int = 0
+#: One store cognee built (its figures: calls by kind, the answers it could not use).
+CogneeTally = LibraryTally
 
 
 @dataclass
@@ -311,7 +304,7 @@ class _Store:
 
     process: _Process
     dataset: str
-    tally: CogneeTally
+    tally: LibraryTally
     dataset_id: Any = None
     #: data item id -> unit position
     data: dict[str, int] = field(default_factory=dict)
@@ -327,36 +320,20 @@ class _Graph:
     edges: Sequence[tuple[str, str, str, Mapping[str, Any]]]
 
 
-class CogneeSystem(MemorySystem):
+class CogneeSystem(LibrarySystem[_Store]):
     """cognee as a memory system (module docstring): add and cognify per unit, provenance from its graph."""
 
     name = "cognee"
+    distribution = "cognee"
 
-    #: every finished store of the process, by (history id, held texts): what :class:`CogneeRanker` searches
-    live: ClassVar[dict[tuple[str, tuple[str, ...]], _Store]] = {}
+    #: stores made in this process (each a dataset of its own name)
     _made: ClassVar[int] = 0
 
     def __init__(
         self, endpoints: EndpointsSource = run_endpoints, *, budgeted: bool = True, deadline: float = COGNEE_DEADLINE
     ) -> None:
-        self._source = endpoints
-        self.budgeted = budgeted  # type: ignore[misc]  # per instance: with or without a budget
-        #: seconds one unit's add and cognify may take before it fails
-        self.deadline = deadline
-        #: the tallies of the stores this instance built, in order
-        self.tallies: list[CogneeTally] = []
-        self._store: _Store | None = None
-
-    @staticmethod
-    def version() -> str:
-        """The installed cognee's version (for the report)."""
-        return library_version("cognee")
-
-    @property
-    def store(self) -> _Store:
-        if self._store is None:
-            raise RuntimeError("memory system 'cognee': no store yet (reset() first)")
-        return self._store
+        """``deadline``: seconds one unit's add and cognify may take before it fails."""
+        super().__init__(endpoints, budgeted=budgeted, deadline=deadline)
 
     def _run(self, what: str, coroutine: Any) -> Any:
         """Run one of cognee's coroutines on the process's loop, its calls counted into this store's figures."""
@@ -365,23 +342,19 @@ class CogneeSystem(MemorySystem):
         try:
             return s.process.loop.run(coroutine, self.deadline)
         except Exception as err:
-            raise guest_failure(LIBRARY, self._question, what, err) from err
+            raise self.failure(what, err) from err
         finally:
             s.process.figures = None
 
     def reset(self, budget: int, ctx: EvictionContext) -> None:
-        self._question = ctx.question_id
+        tally = self.begin(budget, ctx)
         try:
-            process = _cognee(resolve_endpoints(self._source))
+            process = _cognee(self.resolved_endpoints())
         except (ImportError, RuntimeError) as err:
-            raise guest_failure(LIBRARY, ctx.question_id, "import", err) from None
+            raise self.failure("import", err) from None
         CogneeSystem._made += 1
         digest = hashlib.sha256(f"{ctx.question_id}:{budget}:{CogneeSystem._made}".encode()).hexdigest()[:16]
-        self.budget = budget
-        tally = CogneeTally(ctx.question_id, budget, SystemFigures(stores=1))
-        self.tallies.append(tally)
-        self._store = _Store(process, f"restore_{digest}", tally)
-        self._units: list[Unit] = []
+        self.store = _Store(process, f"restore_{digest}", tally)
 
     def add(self, unit: Unit) -> None:
         s = self.store
@@ -399,10 +372,9 @@ class CogneeSystem(MemorySystem):
         data = self._run(f"ingesting unit {unit.position}", ingest())
         new = [d for d in data if d not in before]
         if len(new) != 1:
-            raise guest_failure(LIBRARY, self._question, f"unit {unit.position}", f"{len(new)} data items were added, not 1")
+            raise self.failure(f"unit {unit.position}", f"{len(new)} data items were added, not 1")
         s.data[new[0]] = unit.position
-        s.tally.figures.units += 1
-        self._units.append(unit)
+        self.received(unit)
         self._read(unit.position)
         if self.budgeted:
             self._evict()
@@ -471,7 +443,7 @@ class CogneeSystem(MemorySystem):
         s = self.store
         cognee = s.process.cognee
         while s.data:
-            held = self._held()
+            held = self.held_memories()
             if sum(memory_tokens(list(held.values()))) <= self.budget:
                 return
             oldest = min(s.data, key=lambda d: s.data[d])
@@ -486,41 +458,19 @@ class CogneeSystem(MemorySystem):
             s.tally.figures.evicted += 1
             self._read(None)
 
-    def _held(self) -> dict[str, Memory]:
-        s = self.store
-        return {
-            key: Memory(text, self._units[max(sources)].date, sources) for key, (text, sources) in s.held.items()
-        }
-
-    def memories(self) -> list[Memory]:
-        return sorted(self._held().values(), key=lambda m: (m.sources, m.text))
-
-    def finish(self) -> None:
-        s = self.store
-        held = self.memories()
-        s.tally.held, s.tally.held_tokens = len(held), sum(memory_tokens(held))
-        CogneeSystem.live[(s.tally.question, tuple(sorted(m.text for m in held)))] = s
-
-    def figures(self) -> SystemFigures:
-        """What cognee did building the store it last built: its calls by kind, the answers it could not use."""
-        return self.store.tally.figures
+    def held_items(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Each memory read from the dataset's graph by its key: its text and the units it cites."""
+        return self.store.held
 
 
 # -- the ranker ---------------------------------------------------------------------------------
-
-
-@dataclass
-class _Search:
-    store: _Store
-    positions: dict[str, list[int]]
-    results: dict[int, list[int]] = field(default_factory=dict)
 
 
 #: The vector collections cognee indexes its memories in, and the field holding their text.
 COLLECTIONS = (("DocumentChunk", "text"), ("TextSummary", "text"), ("Entity", "name"))
 
 
-class CogneeRanker(Ranker):
+class CogneeRanker(LibraryRanker):
     """cognee's own vector search for the question over a store's chunks, summaries and entities, best first.
 
     Each collection is searched in the dataset's own vector database; the
@@ -531,30 +481,9 @@ class CogneeRanker(Ranker):
     """
 
     name = "cognee"
+    system = CogneeSystem
 
-    def prepare(self, history: History) -> _Search | None:
-        derived = [u for u in history.units if u.role == MEMORY_ROLE]
-        store = CogneeSystem.live.get((history.question.history_key, tuple(sorted(u.content for u in derived))))
-        if store is None:
-            return None
-        positions: dict[str, list[int]] = {}
-        for unit in derived:
-            positions.setdefault(unit.content, []).append(unit.position)
-        return _Search(store, positions)
-
-    def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
-        if state is None:
-            raise ValueError(
-                f"ranker {self.name!r} reads only the stores of the memory system 'cognee'; "
-                f"{history.question.question_id} was given another's"
-            )
-        if k not in state.results:
-            state.results[k] = self._search(history, state, max(k, 1))
-        members = np.asarray(store, dtype=bool)
-        return [p for p in state.results[k] if members[p]][:k]
-
-    @staticmethod
-    def _search(history: History, state: _Search, k: int) -> list[int]:
+    def search(self, history: History, state: LibrarySearch, k: int) -> list[int]:
         s: _Store = state.store
         from cognee.context_global_variables import set_database_global_context_variables
         from cognee.infrastructure.databases.vector import get_vector_engine
@@ -576,15 +505,9 @@ class CogneeRanker(Ranker):
             return found
 
         s.process.figures = None
-        try:
-            found = s.process.loop.run(search(), COGNEE_DEADLINE)
-        except Exception as err:
-            raise guest_failure(LIBRARY, history.question.question_id, "search", err) from err
-        ranked: list[int] = []
-        for _, key in sorted(found, key=lambda f: f[0]):  # a distance: the nearest first
-            text = s.held.get(key, ("", ()))[0]
-            ranked.extend(state.positions.get(text, []))
-        return list(dict.fromkeys(ranked))
+        found = s.process.loop.run(search(), COGNEE_DEADLINE)
+        # a distance: the nearest first
+        return self.placed(state, (s.held.get(key, ("", ()))[0] for _, key in sorted(found, key=lambda f: f[0])))
 
 
 # -- the offline writer's answers ---------------------------------------------------------------

@@ -85,20 +85,17 @@ from pytest_restore.data.dataset import parse_date
 from pytest_restore.data.locomo import parse_locomo_date
 from pytest_restore.data.units import History, Unit
 from pytest_restore.libraries import graphiti_shapes
-from pytest_restore.libraries.guest import (
-    DEFAULT_GUEST_DEADLINE,
-    EndpointsSource,
-    StoreLoop,
-    guest_failure,
-    library_version,
-    quiet_environment,
-    resolve_endpoints,
-    run_endpoints,
+from pytest_restore.libraries.guest import StoreLoop, guest_failure, quiet_environment
+from pytest_restore.libraries.system import (
+    LibraryRanker,
+    LibrarySearch,
+    LibrarySystem,
+    LibraryTally,
+    LiveKey,
 )
 from pytest_restore.memory.eviction import EvictionContext
-from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
-from pytest_restore.memory.retrieval import Ranker, Store
-from pytest_restore.memory.systems import MemorySystem, SystemFigures
+from pytest_restore.memory.retrieval import Store
+from pytest_restore.memory.systems import SystemFigures
 
 #: The distribution whose version the report names.
 DISTRIBUTION = "graphiti-core"
@@ -138,15 +135,8 @@ class Rejected(Exception):
     """An answer graphiti could not use (counted; graphiti gives up the episode)."""
 
 
-@dataclass
-class GraphitiTally:
-    """One store graphiti built: the history, the budget, what graphiti did, the held size."""
-
-    question: str
-    budget: int
-    figures: SystemFigures = field(default_factory=lambda: SystemFigures(stores=1))
-    held: int = 0
-    held_tokens: int = 0
+#: One store graphiti built (its figures: calls by kind, the answers it could not use, its facts' events).
+GraphitiTally = LibraryTally
 
 
 @dataclass
@@ -166,7 +156,7 @@ class _Store:
 
     graphiti: Any
     loop: StoreLoop
-    tally: GraphitiTally
+    tally: LibraryTally
     where: str
     deadline: float
     group_id: str = ""
@@ -311,40 +301,24 @@ def rejection_cause(err: BaseException) -> str:
     return f"unusable ({type(err).__name__})"
 
 
-class GraphitiSystem(MemorySystem):
+class GraphitiSystem(LibrarySystem[_Store]):
     """graphiti as a memory system (module docstring): an episode per unit, its facts held."""
 
     name = "graphiti"
+    distribution = DISTRIBUTION
 
     #: the newest finished stores of the process (:data:`LIVE_STORES`), by (history key, held texts): what
     #: :class:`GraphitiRanker` searches; an older one is closed
-    live: ClassVar[OrderedDict[tuple[str, tuple[str, ...]], _Store]] = OrderedDict()
+    live: ClassVar[OrderedDict[LiveKey, _Store]] = OrderedDict()
     #: the keys of the stores closed so (the ranker says so rather than mistake them for another system's)
-    closed: ClassVar[set[tuple[str, tuple[str, ...]]]] = set()
-
-    def __init__(
-        self, endpoints: EndpointsSource = run_endpoints, *, budgeted: bool = True, deadline: float = DEFAULT_GUEST_DEADLINE,
-    ) -> None:
-        self.endpoints = endpoints
-        self.budgeted = budgeted  # type: ignore[misc]  # per instance: graphiti with or without a budget
-        self.deadline = deadline
-        #: the tallies of the stores this instance built, in order
-        self.tallies: list[GraphitiTally] = []
-
-    @staticmethod
-    def version() -> str:
-        """The installed graphiti-core's version (for the report)."""
-        return library_version(DISTRIBUTION)
+    closed: ClassVar[set[LiveKey]] = set()
 
     # -- one store -------------------------------------------------------
 
     def reset(self, budget: int, ctx: EvictionContext) -> None:
         g = _graphiti()
-        e = resolve_endpoints(self.endpoints)
-        tally = GraphitiTally(ctx.question_id, budget)
-        self.tallies.append(tally)
-        self.budget = budget
-        self._units: list[Unit] = []
+        e = self.resolved_endpoints()
+        tally = self.begin(budget, ctx)
         loop = StoreLoop(LIBRARY)
         store = _Store(None, loop, tally, f"memory system {self.name!r} on {ctx.question_id}", self.deadline)
         self.store = store
@@ -362,7 +336,7 @@ class GraphitiSystem(MemorySystem):
             store.graphiti = g.Graphiti(graph_driver=driver, llm_client=llm, embedder=embedder, cross_encoder=g.NoCrossEncoder())
         except Exception as err:
             loop.close()
-            raise guest_failure(LIBRARY, ctx.question_id, "making a store", err) from err
+            raise self.failure("making a store", err) from err
         # Kuzu's full-text indexes: Graphiti.build_indices_and_constraints does nothing on Kuzu
 
         async def indexes() -> None:
@@ -374,12 +348,11 @@ class GraphitiSystem(MemorySystem):
     def add(self, unit: Unit) -> None:
         g = _graphiti()
         store = self.store
-        store.tally.figures.units += 1
-        self._units.append(unit)
+        self.received(unit)
         try:
             when = reference_time(unit)
         except ValueError as err:
-            raise guest_failure(LIBRARY, store.tally.question, f"add of unit {unit.position}", err) from err
+            raise self.failure(f"add of unit {unit.position}", err) from err
 
         async def add_episode() -> Any:
             try:
@@ -416,8 +389,8 @@ class GraphitiSystem(MemorySystem):
             key = str(edge.uuid)
             unknown = [u for u in edge.episodes if u not in store.episodes]
             if unknown or not edge.episodes:
-                raise guest_failure(LIBRARY, store.tally.question, f"reading its facts {when}",
-                                    f"fact {key} cites {'episode ' + unknown[0] if unknown else 'no episode'}, which no turn made")
+                raise self.failure(f"reading its facts {when}",
+                                   f"fact {key} cites {'episode ' + unknown[0] if unknown else 'no episode'}, which no turn made")
             sources = tuple(sorted({store.episodes[u] for u in edge.episodes}))
             invalid = edge.expired_at is not None  # graphiti's own mark of a fact no longer current
             before = store.facts.get(key)
@@ -436,12 +409,7 @@ class GraphitiSystem(MemorySystem):
         """Delete the oldest facts (through graphiti) while those held are over the budget."""
         g = _graphiti()
         store = self.store
-        held = self._held()
-        sizes = dict(zip(held, memory_tokens(list(held.values()))))
-        total = sum(sizes.values())
-        for key in sorted(held, key=lambda k: (max(store.facts[k].sources), store.facts[k].order)):
-            if total <= self.budget:
-                break
+        for key in self.oldest_over_budget({k: f.order for k, f in store.facts.items()}):
 
             async def delete(uuid: str = key) -> None:
                 edge = await g.EntityEdge.get_by_uuid(store.graphiti.driver, uuid)
@@ -449,25 +417,19 @@ class GraphitiSystem(MemorySystem):
 
             store.run(f"deleting a fact for the budget after unit {position}", delete)
             del store.facts[key]
-            total -= sizes[key]
-            store.tally.figures.evicted += 1
 
-    def _held(self) -> dict[str, Memory]:
-        """Each held fact by graphiti's uuid: its text, the date of its newest source, its sources."""
-        return {
-            key: Memory(f.text, self._units[max(f.sources)].date, f.sources) for key, f in self.store.facts.items()
-        }
-
-    def memories(self) -> list[Memory]:
-        return sorted(self._held().values(), key=lambda m: (m.sources, m.text))
+    def held_items(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Each fact graphiti holds by its uuid: its text and the units of its episodes."""
+        return {key: (f.text, f.sources) for key, f in self.store.facts.items()}
 
     def finish(self) -> None:
         store = self.store
         store.finished = True
-        held = self.memories()
-        store.tally.held, store.tally.held_tokens = len(held), sum(memory_tokens(held))
+        super().finish()
         store.tally.figures.held, store.tally.figures.held_tokens = store.tally.held, store.tally.held_tokens
-        key = (store.tally.question, tuple(sorted(m.text for m in held)))
+
+    def keep_live(self, key: LiveKey, store: _Store) -> None:
+        """Keep the newest :data:`LIVE_STORES` finished stores open for the ranker; close the older ones."""
         live = GraphitiSystem.live
         live[key] = store
         live.move_to_end(key)
@@ -478,10 +440,6 @@ class GraphitiSystem(MemorySystem):
                 gone.close()
                 GraphitiSystem.closed.add(old)
             _release_memory()
-
-    def figures(self) -> SystemFigures:
-        """What graphiti did building the store it last built: its calls by kind, the answers it could not use, its facts."""
-        return self.store.tally.figures
 
 
 def _count_calls(llm: Any, embedder: Any, store: _Store) -> None:
@@ -544,7 +502,7 @@ class _Ranking:
     closed: bool = False
 
 
-class GraphitiRanker(Ranker):
+class GraphitiRanker(LibraryRanker):
     """graphiti's own search over a ``graphiti`` store's facts, best first (the ranker ``graphiti``).
 
     graphiti's hybrid search (BM25 over the facts, cosine over their
@@ -561,13 +519,13 @@ class GraphitiRanker(Ranker):
     """
 
     name = "graphiti"
+    system = GraphitiSystem
 
     def __init__(self) -> None:
         self._orders: dict[tuple[str, str, tuple[str, ...]], tuple[int, ...]] = {}
 
-    def prepare(self, history: History) -> _Ranking | None:
-        derived = [u for u in history.units if u.role == MEMORY_ROLE]
-        key = (history.question.history_key, tuple(sorted(u.content for u in derived)))
+    def prepare(self, history: History) -> _Ranking | None:  # type: ignore[override]  # searched once, kept
+        key, positions = self.view(history)
         mine = (history.question.question_id, *key)
         if mine in self._orders:
             return _Ranking(self._orders[mine])
@@ -575,18 +533,13 @@ class GraphitiRanker(Ranker):
         if store is None:  # a raw history, or another system's memories: ranking it is the error
             return _Ranking(None, closed=True) if key in GraphitiSystem.closed else None
         GraphitiSystem.live.move_to_end(key)
-        positions: dict[str, list[int]] = {}
-        for unit in derived:
-            positions.setdefault(unit.content, []).append(unit.position)
-        order = self._orders[mine] = self._search(store, positions, history.question.question, max(len(derived), 1))
+        every = max(sum(len(p) for p in positions.values()), 1)
+        order = self._orders[mine] = tuple(dict.fromkeys(self.search(history, LibrarySearch(store, positions), every)))
         return _Ranking(order)
 
     def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
         if state is None:
-            raise ValueError(
-                f"ranker {self.name!r} reads only the stores of the memory system 'graphiti'; "
-                f"{history.question.question_id} was given another's"
-            )
+            raise self.not_its_store(history)
         if state.order is None:
             raise ValueError(
                 f"ranker {self.name!r}: the graphiti store of {history.question.question_id} was closed before the "
@@ -595,20 +548,16 @@ class GraphitiRanker(Ranker):
         members = np.asarray(store, dtype=bool)
         return [p for p in state.order if members[p]][:k]
 
-    @staticmethod
-    def _search(store: _Store, positions: dict[str, list[int]], question: str, limit: int) -> tuple[int, ...]:
+    def search(self, history: History, state: LibrarySearch, k: int) -> list[int]:
+        """graphiti's hybrid search for the question, ``k`` facts at most, without the invalidated ones."""
         g = _graphiti()
+        store: _Store = state.store
         # a copy of graphiti's recipe: Graphiti.search sets the shared recipe's limit, which its own
         # ingestion searches then use (a rank of 50 here would change the candidates every later store sees)
         config = g.EDGE_HYBRID_SEARCH_RRF.model_copy(deep=True)
-        config.limit = limit
+        config.limit = k
         current = g.SearchFilters(expired_at=[[g.DateFilter(comparison_operator=g.ComparisonOperator.is_null)]])
         found = store.run(
-            "search", lambda: store.graphiti.search_(question, config=config, group_ids=[store.group_id], search_filter=current)
+            "search", lambda: store.graphiti.search_(history.question.question, config=config, group_ids=[store.group_id], search_filter=current)
         )
-        ranked: list[int] = []
-        for edge in found.edges:
-            fact = store.facts.get(str(edge.uuid))
-            if fact is not None:
-                ranked.extend(positions.get(fact.text, []))
-        return tuple(dict.fromkeys(ranked))
+        return self.placed(state, (store.facts[str(e.uuid)].text for e in found.edges if str(e.uuid) in store.facts))

@@ -69,26 +69,24 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
-import numpy as np
+from typing import Any
 
 from pytest_restore.data.units import History, Unit
 from pytest_restore.libraries.guest import (
     DEFAULT_GUEST_DEADLINE,
     EndpointsSource,
-    LibraryEndpoints,
     StoreLoop,
-    guest_failure,
-    library_version,
     quiet_environment,
-    resolve_endpoints,
     run_endpoints,
 )
+from pytest_restore.libraries.system import (
+    LibraryRanker,
+    LibrarySearch,
+    LibrarySystem,
+    LibraryTally,
+)
 from pytest_restore.memory.eviction import EvictionContext
-from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
-from pytest_restore.memory.retrieval import Ranker, Store
-from pytest_restore.memory.systems import MemorySystem, SystemFigures
+from pytest_restore.memory.systems import SystemFigures
 from pytest_restore.models.fake_writer import ToolCalls, WriterAsk, register_shape
 
 LIBRARY = "langmem"
@@ -321,15 +319,8 @@ def _recording_store(base: type, index: Mapping[str, Any], writes: list[tuple[st
     return Recording(index=dict(index))
 
 
-@dataclass
-class LangmemTally:
-    """One store langmem built: the history, the budget, what langmem did, the held size."""
-
-    question: str
-    budget: int
-    figures: SystemFigures = field(default_factory=SystemFigures)
-    held: int = 0
-    held_tokens: int = 0
+#: One store langmem built (its figures: calls by kind, the replies it could not use, its writes).
+LangmemTally = LibraryTally
 
 
 @dataclass
@@ -342,7 +333,7 @@ class _Store:
     ids: Callable[[], uuid.UUID]
     counter: Any
     writes: list[tuple[str, Any]]
-    tally: LangmemTally
+    tally: LibraryTally
     sources: dict[str, tuple[int, ...]] = field(default_factory=dict)
     order: dict[str, int] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
@@ -355,13 +346,11 @@ class _Store:
         }
 
 
-class LangmemSystem(MemorySystem):
+class LangmemSystem(LibrarySystem[_Store]):
     """langmem as a memory system (module docstring): the store manager per unit, writes captured per id."""
 
     name = "langmem"
-
-    #: every finished store of the process, by (history id, held texts): what :class:`LangmemRanker` searches
-    live: ClassVar[dict[tuple[str, tuple[str, ...]], _Store]] = {}
+    distribution = "langmem"
 
     def __init__(
         self,
@@ -371,40 +360,18 @@ class LangmemSystem(MemorySystem):
         deadline: float = DEFAULT_GUEST_DEADLINE,
         query_limit: int = 5,
     ) -> None:
-        self._source = endpoints
-        self._endpoints: LibraryEndpoints | None = None
-        self.budgeted = budgeted  # type: ignore[misc]  # per instance: with or without a budget
-        #: seconds one unit's ingestion may take before it fails
-        self.deadline = deadline
-        #: how many of the nearest memories langmem shows the model with each message (its default: 5)
+        """``deadline``: seconds one unit's ingestion may take before it fails; ``query_limit``: how many of the
+        nearest memories langmem shows the model with each message (its default: 5)."""
+        super().__init__(endpoints, budgeted=budgeted, deadline=deadline)
         self.query_limit = query_limit
-        #: the tallies of the stores this instance built, in order
-        self.tallies: list[LangmemTally] = []
-        self._store: _Store | None = None
-
-    @staticmethod
-    def version() -> str:
-        """The installed langmem's version (for the report)."""
-        return library_version("langmem")
-
-    @property
-    def store(self) -> _Store:
-        if self._store is None:
-            raise RuntimeError("memory system 'langmem': no store yet (reset() first)")
-        return self._store
 
     def reset(self, budget: int, ctx: EvictionContext) -> None:
-        self._question = ctx.question_id
+        tally = self.begin(budget, ctx)
         try:
             lib = _import_langmem()
         except ImportError as err:
-            raise guest_failure(LIBRARY, ctx.question_id, "import", err) from None
-        if self._endpoints is None:
-            self._endpoints = resolve_endpoints(self._source)
-        e = self._endpoints
-        self.budget = budget
-        tally = LangmemTally(ctx.question_id, budget, SystemFigures(stores=1))
-        self.tallies.append(tally)
+            raise self.failure("import", err) from None
+        e = self.resolved_endpoints()
         chat = lib.chat_model(
             model=e.chat_model,
             base_url=e.base_url,
@@ -444,7 +411,6 @@ class LangmemSystem(MemorySystem):
             writes,
             tally,
         )
-        self._units: list[Unit] = []
 
     def add(self, unit: Unit) -> None:
         s = self.store
@@ -462,9 +428,8 @@ class LangmemSystem(MemorySystem):
             # a reply langchain cannot read into a message stops langmem's call: counted as rejected (the
             # callback did), the unit gives nothing, as an answer langmem drops; anything else is a failure
             if s.counter.unreadable == unreadable:
-                raise guest_failure(LIBRARY, self._question, f"ingesting unit {unit.position}", err) from err
-        s.tally.figures.units += 1
-        self._units.append(unit)
+                raise self.failure(f"ingesting unit {unit.position}", err) from err
+        self.received(unit)
         self._apply(unit.position)
         if self.budgeted:
             self._evict()
@@ -487,110 +452,39 @@ class LangmemSystem(MemorySystem):
         held = s.listing()
         unexplained = sorted(set(held) - set(s.sources))
         if unexplained:
-            raise guest_failure(
-                LIBRARY,
-                self._question,
-                f"unit {position}",
-                f"the store holds memory {unexplained[0]} that no write made",
-            )
+            raise self.failure(f"unit {position}", f"the store holds memory {unexplained[0]} that no write made")
         missing = sorted(set(s.sources) - set(held))
         if missing:
-            raise guest_failure(
-                LIBRARY,
-                self._question,
-                f"unit {position}",
-                f"memory {missing[0]} was written but is not held",
-            )
+            raise self.failure(f"unit {position}", f"memory {missing[0]} was written but is not held")
         s.texts = held
 
     def _evict(self) -> None:
         """Delete the oldest memories (through the store langmem reads) while those held are over the budget."""
         s = self.store
-        held = self._held()
-        sizes = dict(zip(held, memory_tokens(list(held.values()))))
-        total = sum(sizes.values())
-        for key in sorted(held, key=lambda k: (max(s.sources[k]), s.order[k])):
-            if total <= self.budget:
-                break
+        for key in self.oldest_over_budget(s.order):
             s.store.delete(NAMESPACE, key)
             s.sources.pop(key)
             del s.texts[key]
-            total -= sizes[key]
-            s.tally.figures.evicted += 1
         s.writes.clear()  # the adapter's own deletes are not langmem's
 
-    def _held(self) -> dict[str, Memory]:
+    def held_items(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Each memory the store holds by its key: its text and the units it cites."""
         s = self.store
-        return {
-            key: Memory(text, self._units[max(s.sources[key])].date, s.sources[key])
-            for key, text in s.texts.items()
-        }
-
-    def memories(self) -> list[Memory]:
-        return sorted(self._held().values(), key=lambda m: (m.sources, m.text))
-
-    def finish(self) -> None:
-        s = self.store
-        held = self.memories()
-        s.tally.held, s.tally.held_tokens = len(held), sum(memory_tokens(held))
-        LangmemSystem.live[(s.tally.question, tuple(sorted(m.text for m in held)))] = s
-
-    def figures(self) -> SystemFigures:
-        """What langmem did building the store it last built: its calls by kind, the replies it could not use,
-        its writes."""
-        return self.store.tally.figures
+        return {key: (text, s.sources[key]) for key, text in s.texts.items()}
 
 
 # -- the ranker --------------------------------------------------------------------------------
 
 
-@dataclass
-class _Search:
-    store: _Store
-    positions: dict[str, list[int]]
-    results: dict[int, list[int]] = field(default_factory=dict)
-
-
-class LangmemRanker(Ranker):
-    """The langmem store's own semantic search for the question, best first (the ranker ``langmem``).
-
-    A result is placed at the view's unit holding its text; units langmem does
-    not hold (the raw gold turns the restore adds) are not ranked.
-    """
+class LangmemRanker(LibraryRanker):
+    """The langmem store's own semantic search for the question, best first (the ranker ``langmem``)."""
 
     name = "langmem"
+    system = LangmemSystem
 
-    def prepare(self, history: History) -> _Search | None:
-        derived = [u for u in history.units if u.role == MEMORY_ROLE]
-        store = LangmemSystem.live.get(
-            (history.question.history_key, tuple(sorted(u.content for u in derived)))
-        )
-        if store is None:
-            return None
-        positions: dict[str, list[int]] = {}
-        for unit in derived:
-            positions.setdefault(unit.content, []).append(unit.position)
-        return _Search(store, positions)
-
-    def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
-        if state is None:
-            raise ValueError(
-                f"ranker {self.name!r} reads only the stores of the memory system 'langmem'; "
-                f"{history.question.question_id} was given another's"
-            )
-        if k not in state.results:
-            try:
-                found = state.store.store.search(
-                    NAMESPACE, query=history.question.question, limit=max(k, 1)
-                )
-            except Exception as err:
-                raise guest_failure(LIBRARY, history.question.question_id, "search", err) from err
-            ranked: list[int] = []
-            for item in found:
-                ranked.extend(state.positions.get(memory_text(item.value), []))
-            state.results[k] = list(dict.fromkeys(ranked))
-        members = np.asarray(store, dtype=bool)
-        return [p for p in state.results[k] if members[p]][:k]
+    def search(self, history: History, state: LibrarySearch, k: int) -> list[int]:
+        found = state.store.store.search(NAMESPACE, query=history.question.question, limit=k)
+        return self.placed(state, (memory_text(item.value) for item in found))
 
 
 # -- the offline writer's answers --------------------------------------------------------------

@@ -75,24 +75,23 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
-import numpy as np
+from typing import Any
 
 from pytest_restore.data.units import History, Unit
 from pytest_restore.libraries.guest import (
     EndpointsSource,
     LibraryEndpoints,
-    guest_failure,
-    library_version,
     quiet_environment,
-    resolve_endpoints,
     run_endpoints,
 )
+from pytest_restore.libraries.system import (
+    LibraryRanker,
+    LibrarySearch,
+    LibrarySystem,
+    LibraryTally,
+)
 from pytest_restore.memory.eviction import EvictionContext
-from pytest_restore.memory.memories import MEMORY_ROLE, Memory, memory_tokens
-from pytest_restore.memory.retrieval import Ranker, Store
-from pytest_restore.memory.systems import MemorySystem, SystemFigures
+from pytest_restore.memory.systems import SystemFigures
 from pytest_restore.models.fake_writer import WriterAsk, register_shape
 
 #: The logger mem0's ``Memory`` reports a dropped answer to.
@@ -126,17 +125,9 @@ def mem0_message(unit: Unit) -> tuple[str, str]:
     return "user", f"{unit.role}: {unit.content}"
 
 
-@dataclass
-class Mem0Tally:
-    """One store mem0 built: the history, the budget, what mem0 did (:class:`SystemFigures`), the held size."""
-
-    question: str
-    budget: int
-    #: units fed, model calls by kind (``fact extraction``, ``memory update``, ``embeddings``), the answers
-    #: mem0 dropped by kind and cause, the events ``add`` returned, the memories deleted for the budget
-    figures: SystemFigures = field(default_factory=SystemFigures)
-    held: int = 0
-    held_tokens: int = 0
+#: One store mem0 built (its figures: units fed, model calls by kind, ``fact extraction``, ``memory update``,
+#: ``embeddings``, the answers mem0 dropped by kind and cause, the events ``add`` returned, the evicted).
+Mem0Tally = LibraryTally
 
 
 def rejection_cause(error: str) -> str:
@@ -188,18 +179,16 @@ class _Store:
     user_id: str
     sources: dict[str, tuple[int, ...]]
     order: dict[str, int]
-    tally: Mem0Tally
+    tally: LibraryTally
     #: mem0 id -> text, as ``get_all`` last returned it
     texts: dict[str, str] = field(default_factory=dict)
 
 
-class Mem0System(MemorySystem):
+class Mem0System(LibrarySystem[_Store]):
     """mem0 as a memory system (module docstring): ``add`` per unit, provenance from its events."""
 
     name = "mem0"
-
-    #: every live store of the process, by (history id, held texts): what :class:`Mem0Ranker` searches
-    live: ClassVar[dict[tuple[str, tuple[str, ...]], _Store]] = {}
+    distribution = "mem0ai"
 
     def __init__(
         self,
@@ -211,14 +200,9 @@ class Mem0System(MemorySystem):
     ) -> None:
         """``endpoints``: where mem0's model calls go (default: the run's gateway, started on the first store);
         ``temperature`` and ``max_tokens``: what mem0 asks its model for."""
-        self.endpoints = endpoints
-        self.budgeted = budgeted  # type: ignore[misc]  # per instance: mem0 with or without a budget
+        super().__init__(endpoints, budgeted=budgeted)
         self.temperature = temperature
         self.max_tokens = max_tokens
-        #: the tallies of the stores this instance built, in order
-        self.tallies: list[Mem0Tally] = []
-        #: mem0's installed version (``1.0.11``, ``2.2.1``), for the report
-        self.version = library_version("mem0ai")
 
     # -- one store -------------------------------------------------------
 
@@ -258,20 +242,17 @@ class Mem0System(MemorySystem):
     def reset(self, budget: int, ctx: EvictionContext) -> None:
         memory_class = _import_mem0()
         self._major = _major(self.version)
+        tally = self.begin(budget, ctx)
         try:
-            self._endpoints: LibraryEndpoints = resolve_endpoints(self.endpoints)
+            self._endpoints: LibraryEndpoints = self.resolved_endpoints()
             with warnings.catch_warnings():  # local Qdrant says payload indexes do nothing there: as meant
                 warnings.filterwarnings("ignore", "Payload indexes have no effect", UserWarning)
                 memory = memory_class.from_config(self._config())
         except Exception as err:
-            raise guest_failure("mem0", ctx.question_id, "making a store", err) from err
+            raise self.failure("making a store", err) from err
         self._count_calls(memory)
-        self.budget = budget
-        self.question_id = ctx.question_id
         self._where = f"memory system {self.name!r} on {ctx.question_id}"
-        self.store = _Store(memory, "audit", {}, {}, Mem0Tally(ctx.question_id, budget, SystemFigures(stores=1)))
-        self.tallies.append(self.store.tally)
-        self._units: list[Unit] = []
+        self.store = _Store(memory, "audit", {}, {}, tally)
 
     def _count_calls(self, memory: Any) -> None:
         """Count the model calls mem0 makes (its LLM and embedder are wrapped where they call out)."""
@@ -296,9 +277,8 @@ class Mem0System(MemorySystem):
             try:
                 result = store.memory.add([{"role": role, "content": content}], user_id=store.user_id)
             except Exception as err:
-                raise guest_failure("mem0", self.question_id, f"add on unit {unit.position}", err) from err
-        store.tally.figures.units += 1
-        self._units.append(unit)
+                raise self.failure(f"add on unit {unit.position}", err) from err
+        self.received(unit)
         events = [e for e in (result.get("results", []) if isinstance(result, Mapping) else []) if isinstance(e, Mapping)]
         if self._major >= 2:  # add reports only ADD: what changed is read from get_all
             for event in events:
@@ -367,40 +347,19 @@ class Mem0System(MemorySystem):
     def _evict(self) -> None:
         """Delete the oldest memories (through mem0) while those held are over the budget."""
         store = self.store
-        held = self._held()
-        sizes = dict(zip(held, memory_tokens([m for _, m in held.items()])))
-        total = sum(sizes.values())
-        for key in sorted(held, key=lambda k: (max(store.sources[k]), store.order[k])):
-            if total <= self.budget:
-                break
+        for key in self.oldest_over_budget(store.order):
             store.memory.delete(key)
             store.sources.pop(key)
             del store.texts[key]
-            total -= sizes[key]
-            store.tally.figures.evicted += 1
 
-    def _held(self) -> dict[str, Memory]:
-        """Each held memory by mem0 id: its text, the date of its newest source, its sources."""
+    def held_items(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Each memory mem0 holds by its id: its text and the units it cites."""
         store = self.store
-        return {
-            key: Memory(text, self._units[max(store.sources[key])].date, store.sources[key])
-            for key, text in store.texts.items()
-        }
-
-    def memories(self) -> list[Memory]:
-        held = self._held()
-        return sorted(held.values(), key=lambda m: (m.sources, m.text))
+        return {key: (text, store.sources[key]) for key, text in store.texts.items()}
 
     def finish(self) -> None:
-        store = self.store
-        held = self.memories()
-        store.tally.held, store.tally.held_tokens = len(held), sum(memory_tokens(held))
-        store.tally.figures.library = f"mem0ai {self.version}"
-        Mem0System.live[(store.tally.question, tuple(sorted(m.text for m in held)))] = store
-
-    def figures(self) -> SystemFigures:
-        """What mem0 did building the store it last built: its calls by kind, the answers it dropped, its events."""
-        return self.store.tally.figures
+        super().finish()
+        self.store.tally.figures.library = f"mem0ai {self.version}"
 
 
 def _chat_kind(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
@@ -421,55 +380,20 @@ def _counting_rejections(figures: SystemFigures) -> Iterator[None]:
         logger.removeHandler(handler)
 
 
-@dataclass
-class _Search:
-    """A question's mem0 store and the positions of its view's memories by text."""
-
-    store: _Store
-    positions: dict[str, list[int]]
-    results: dict[int, list[int]] = field(default_factory=dict)
-
-
-class Mem0Ranker(Ranker):
-    """mem0's own ``search`` over a ``mem0`` store's memories, best first (the ranker ``mem0``).
-
-    mem0 ranks by the cosine of each memory's embedding to the question's.
-    A result is placed at the view's unit that holds its text (two memories
-    of one text: both, in view order). Units mem0 does not hold (the raw gold
-    turns the restore adds) are not ranked: the restore forces them anyway.
-    """
+class Mem0Ranker(LibraryRanker):
+    """mem0's own ``search`` over a ``mem0`` store's memories, best first (the ranker ``mem0``): the cosine
+    of each memory's embedding to the question's (:class:`~.system.LibraryRanker` places the results)."""
 
     name = "mem0"
+    system = Mem0System
 
-    def prepare(self, history: History) -> _Search | None:
-        derived = [u for u in history.units if u.role == MEMORY_ROLE]
-        key = (history.question.history_key, tuple(sorted(u.content for u in derived)))
-        store = Mem0System.live.get(key)
-        if store is None:
-            return None  # a raw history, or another system's memories: ranking it is the error
-        positions: dict[str, list[int]] = {}
-        for unit in derived:
-            positions.setdefault(unit.content, []).append(unit.position)
-        return _Search(store, positions)
-
-    def rank(self, history: History, store: Store, k: int, state: Any) -> list[int]:
-        if state is None:  # prepared for a store mem0 does not hold
-            raise ValueError(
-                f"ranker {self.name!r} reads only the stores of the memory system 'mem0'; "
-                f"{history.question.question_id} was given another's"
-            )
-        if k not in state.results:
-            memory = state.store.memory
-            if _major(library_version("mem0ai")) >= 2:  # every memory ranked, as mem0 1's search does (no threshold)
-                found = memory.search(history.question.question, filters={"user_id": state.store.user_id}, top_k=max(k, 1), threshold=0.0)
-            else:
-                found = memory.search(history.question.question, user_id=state.store.user_id, limit=max(k, 1))
-            ranked: list[int] = []
-            for result in found.get("results", []):
-                ranked.extend(state.positions.get(str(result["memory"]), []))
-            state.results[k] = list(dict.fromkeys(ranked))
-        members = np.asarray(store, dtype=bool)
-        return [p for p in state.results[k] if members[p]][:k]
+    def search(self, history: History, state: LibrarySearch, k: int) -> list[int]:
+        memory, user_id = state.store.memory, state.store.user_id
+        if _major(Mem0System.version) >= 2:  # every memory ranked, as mem0 1's search does (no threshold)
+            found = memory.search(history.question.question, filters={"user_id": user_id}, top_k=k, threshold=0.0)
+        else:
+            found = memory.search(history.question.question, user_id=user_id, limit=k)
+        return self.placed(state, (str(result["memory"]) for result in found.get("results", [])))
 
 
 def _major(version: str) -> int:
