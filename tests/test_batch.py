@@ -872,7 +872,7 @@ def test_the_writer_round_of_a_model_writing_system_is_exported_and_imported(
 
 
 def test_batch_export_takes_every_round_the_run_knows() -> None:
-    from pytest_restore.__main__ import EXPORT_ROUNDS
+    from pytest_restore.cli.batch import EXPORT_ROUNDS
     from pytest_restore.run.settings import BATCH_ROUNDS
 
     assert EXPORT_ROUNDS == BATCH_ROUNDS

@@ -29,6 +29,7 @@ STAGE = {
     "compare": 9,
     "run": 10,
     "plugin": 11,
+    "cli": 12,
     "__main__": 12,
 }
 
