@@ -14,7 +14,6 @@ upstream.
 from __future__ import annotations
 
 import re
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 import pytest
 from graphiti_model import GraphitiModel
 from library_audit import LOCOMO, audit_library
+from net_guard import net_guard
 from openai_server import OpenAIServer
 
 from pytest_restore.audit.run import Audit, AuditConfig, Prepared
@@ -316,35 +316,15 @@ def test_a_rerun_on_the_same_cache_sends_nothing_upstream(locomo: Dataset, tmp_p
         assert second.log == []
 
 
-def test_graphiti_connects_to_nothing_but_the_gateway(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A socket guard: while a store is built and searched, a connection anywhere but the gateway's port on
-    127.0.0.1 (a telemetry endpoint, a model download, a provider's API) fails the test, as would a name lookup."""
-    attempts: list[object] = []
-    allowed = ("127.0.0.1", gateway.port)
-    connect = socket.socket.connect
-
-    def guarded(sock: socket.socket, address: object) -> None:
-        if sock.family in (socket.AF_INET, socket.AF_INET6) and tuple(address)[:2] != allowed:  # type: ignore[arg-type]
-            attempts.append(address)
-            raise ConnectionRefusedError(f"the socket guard refused a connection to {address}")
-        connect(sock, address)  # type: ignore[arg-type]
-
-    def lookup(host: object, *args: object, **kwargs: object) -> object:
-        if host not in ("127.0.0.1", "localhost"):
-            attempts.append(host)
-            raise socket.gaierror(f"the socket guard refused to look up {host}")
-        return getaddrinfo(host, *args, **kwargs)  # type: ignore[arg-type]
-
-    getaddrinfo = socket.getaddrinfo
-    monkeypatch.setattr(socket.socket, "connect", guarded)
-    monkeypatch.setattr(socket, "getaddrinfo", lookup)
-    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", 9), timeout=1):
-        pass  # the guard holds
-    attempts.clear()
+def test_graphiti_connects_to_nothing_but_the_gateway(gateway: Gateway) -> None:
+    """The socket-level guard (``net_guard``): while a store is built, a connection anywhere but the gateway's
+    port on 127.0.0.1 (a telemetry endpoint, a model download, a provider's API) fails the test, as would a
+    name lookup, even where graphiti caught the error."""
     system = GraphitiSystem(endpoints(gateway))
     units = turns("Paula visits next weekend from Lisbon by train.", "Paula moved to Porto last spring with her cat.")
-    held = system.hold(units, np.full(2, 10), 1000, EvictionContext(question_id="guarded"))
-    assert held and attempts == []
+    with net_guard(gateway.port):
+        held = system.hold(units, np.full(2, 10), 1000, EvictionContext(question_id="guarded"))
+    assert held
 
 
 def test_graphiti_is_known_by_name_and_talks_to_the_runs_gateway() -> None:

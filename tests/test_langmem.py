@@ -14,7 +14,6 @@ loopback upstream whose rerun on the same cache is sent nothing.
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ import library_audit
 import numpy as np
 import pytest
 from library_audit import LOCOMO, audit_library
+from net_guard import net_guard
 from openai_server import OpenAIServer
 
 from pytest_restore.audit.run import Audit, AuditConfig, Prepared
@@ -280,27 +280,15 @@ def gateway_endpoints(gateway: Gateway) -> LibraryEndpoints:
     return LibraryEndpoints(gateway.base_url, gateway.token, gateway.chat_name, gateway.embedding_name, gateway.probe_dimensions())
 
 
-def test_through_the_gateway_the_fake_writer_answers_langmem_in_its_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_through_the_gateway_the_fake_writer_answers_langmem_in_its_shape() -> None:
     """The gateway over the fake writer (langmem's shape registered by its adapter) and the fake embedder:
     every tool call langmem makes is answered by the shape, what langmem holds cites the turns it came from, and
-    the process connects to nothing but the gateway while langmem runs (a socket-level guard)."""
+    the process connects to nothing but the gateway while langmem runs (the socket-level guard, ``net_guard``)."""
     writer = FakeWriter()
     with Gateway(writer, FakeEmbedder(DIMS), chat_name="fake", embedding_name="fake") as gw:
-        endpoints = gateway_endpoints(gw)
-        connected: list[Any] = []
-        real_connect = socket.socket.connect
-
-        def guarded(sock: socket.socket, address: Any) -> None:
-            connected.append(address)
-            if not (isinstance(address, tuple) and address[0] == "127.0.0.1" and address[1] == gw.port):
-                raise OSError(f"the net guard refused a connection to {address!r}")
-            real_connect(sock, address)
-
-        monkeypatch.setattr(socket.socket, "connect", guarded)
-        system = LangmemSystem(endpoints)
-        held = system.hold(UNITS, np.full(3, 10), 10**6, EvictionContext(question_id="bike"))
-        monkeypatch.undo()
-        assert connected and all(a == ("127.0.0.1", gw.port) for a in connected)
+        system = LangmemSystem(gateway_endpoints(gw))
+        with net_guard(gw.port):
+            held = system.hold(UNITS, np.full(3, 10), 10**6, EvictionContext(question_id="bike"))
         assert [(m.sources, m.text) for m in held] == [((2,), f"Ines: {UNITS[2].content}")]
         assert system.figures().events == {"insert": 2, "remove": 1} and system.figures().rejected == {}
         assert writer.answered == {"shape": 3} and gw.calls["tools"] == 3
