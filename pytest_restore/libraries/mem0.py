@@ -70,7 +70,6 @@ import os
 import re
 import tempfile
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -269,10 +268,10 @@ class Mem0System(LibrarySystem[_Store]):
         if hasattr(memory.embedding_model, "embed_batch"):  # mem0 2 embeds a message's memories in one call
             memory.embedding_model.embed_batch = counted("embeddings", memory.embedding_model.embed_batch)
 
-    def add(self, unit: Unit) -> None:
+    def ingest(self, unit: Unit) -> None:
+        """``add`` one message; provenance from its events (mem0 1) or captured from ``get_all`` (mem0 2)."""
         store = self.store
         role, content = mem0_message(unit)
-        started = time.monotonic()
         with _counting_rejections(store.tally.figures), _dated(unit.date):
             try:
                 result = store.memory.add([{"role": role, "content": content}], user_id=store.user_id)
@@ -288,9 +287,6 @@ class Mem0System(LibrarySystem[_Store]):
             for event in events:
                 self._apply(event, unit.position)
             self._read_held(f"after unit {unit.position} arrived")
-        store.tally.figures.ingest_seconds += time.monotonic() - started
-        if self.budgeted:
-            self._evict()
 
     def _apply(self, event: Mapping[str, Any], position: int) -> None:
         kind, key = str(event.get("event")), str(event.get("id"))
@@ -344,7 +340,7 @@ class Mem0System(LibrarySystem[_Store]):
             raise ValueError(f"{self._where} {when}: mem0 reported memory {missing[0]} but does not hold it")
         store.texts = texts
 
-    def _evict(self) -> None:
+    def delete_oldest(self, unit: Unit) -> None:
         """Delete the oldest memories (through mem0) while those held are over the budget."""
         store = self.store
         for key in self.oldest_over_budget(store.order):
@@ -356,10 +352,6 @@ class Mem0System(LibrarySystem[_Store]):
         """Each memory mem0 holds by its id: its text and the units it cites."""
         store = self.store
         return {key: (text, store.sources[key]) for key, text in store.texts.items()}
-
-    def finish(self) -> None:
-        super().finish()
-        self.store.tally.figures.library = f"mem0ai {self.version}"
 
 
 def _chat_kind(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:

