@@ -405,3 +405,56 @@ def test_a_server_echoing_the_key_or_never_answering_fails_one_store_in_one_line
     assert message.startswith(f"memory library 'mem0' on {audit.questions[0].history.question.history_key}: add on unit 0 failed")
     assert "\n" not in message and time.monotonic() - started < 30
     assert key not in message + caplog.text and key[:16] not in message + caplog.text
+
+
+@pytest.mark.parametrize("silent", ["chat", "embeddings"])
+def test_ctrl_c_ends_a_mem0_run_whose_model_server_never_answers_within_seconds(silent: str, tmp_path: Path) -> None:
+    """Issue 44: mem0's chat server (or its embeddings server) never answers, and the user presses Ctrl-C.
+    mem0 waits on its own client in its own thread pool, which it joins before the interrupt leaves its code;
+    before, the run went on for a minute and more after SIGINT (the gateway's deadline, then mem0's client's
+    retries). Now every wait the run started ends at once: the process exits 2 within seconds, says it was
+    interrupted in pytest's one line, shows no traceback, and leaves the earlier report as it was."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "test_grid.py").write_text(GRID)
+    earlier = tmp_path / "restore-report"
+    earlier.mkdir()
+    (earlier / "report.md").write_text("# an earlier run's report\n")
+    (earlier / "summary.json").write_text("{}\n")
+    models = (
+        ["--restore-writer-model=openai:small-model"] if silent == "chat"
+        else ["--restore-writer-model=fake", "--restore-writer-embedder=openai:text-embedding-3-small"]
+    )
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test-Mem0CtrlC0123456789abcdef"}
+    with OpenAIServer() as upstream:
+        upstream.mode = "hang"
+        child = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", f"--restore-data={LOCOMO}",
+             f"--restore-budgets={ALL}", "--restore-policies=mem0", *models, f"--restore-base-url={upstream.base_url}",
+             "--restore-bootstrap=200", "--restore-family-checks=report"],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while upstream.total_requests == 0 and child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert upstream.total_requests > 0 and child.poll() is None, "mem0 never called its model"
+            time.sleep(0.5)  # mem0's thread is blocked on the gateway, the gateway's on the upstream
+            child.send_signal(signal.SIGINT)
+            interrupted = time.monotonic()
+            out, _ = child.communicate(timeout=60)
+            ended = time.monotonic() - interrupted
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+    print(f"mem0 with a silent {silent} server: ended {ended:.1f} s after Ctrl-C")
+    assert child.returncode == pytest.ExitCode.INTERRUPTED, out[-2000:]
+    assert ended < 30, (ended, out[-2000:])  # about 6-10 s measured on 2 busy cores, most of it pytest's own end
+    lines = out.splitlines()
+    assert sum("KeyboardInterrupt !!!" in line for line in lines) == 1, out[-2000:]
+    assert "Traceback" not in out and "mem0/" not in out and "openai/" not in out, out[-2000:]
+    assert (earlier / "report.md").read_text() == "# an earlier run's report\n" and sorted(p.name for p in earlier.iterdir()) == ["report.md", "summary.json"]

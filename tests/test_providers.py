@@ -729,3 +729,39 @@ def test_two_replicas_share_the_grid_and_one_killed_mid_run_costs_no_record(
     # every record as the uninterrupted single-server run wrote it: the kill cost none
     assert (grid_dir.path / "replicas" / "records.jsonl").read_bytes() == (clean_run.report / "records.jsonl").read_bytes()
     assert set(doomed.successes) | set(survivor.successes) == clean_run.bodies
+
+
+@pytest.mark.parametrize(("bad", "workers"), [("500", 2), ("hang", 0)])
+def test_a_replica_that_errs_or_hangs_is_set_aside_and_said_once_by_the_controller(
+    grid_dir: pytest.Pytester, histories: list[History], reference: list[Record], tmp_path: Path, bad: str, workers: int
+) -> None:
+    """Issue 44: one of two replicas answers 500 to everything (each of two xdist workers sets it aside on
+    its own) or never answers (a 1 s deadline per request): every cell passes on the healthy one with every
+    answer, and the bad replica is said on the terminal once (by the controller) and in report.md."""
+    with OpenAIServer(fake_models_responder(histories), latency=0.002) as good, OpenAIServer() as sick:
+        if bad == "hang":
+            sick.mode = "hang"
+        else:
+            sick.faults = Faults(rate=1.0, kinds=("500",), max_per_request=None)
+        models = [f"--restore-{role}={spec}" for role, spec in MODELS.items()]
+        xdist = ["-n", str(workers)] if workers else ["-p", "no:xdist"]
+        started = time.monotonic()
+        result = grid_dir.runpytest_inprocess(
+            *xdist, *SMALL, *FEW_CELLS, *models, "--restore-base-url", f"{sick.base_url},{good.base_url}",
+            "--restore-timeout", "1", "--restore-cache", str(tmp_path / "cache"), "--restore-report-dir", "aside",
+        )
+        elapsed = time.monotonic() - started
+        where = sick.base_url.split("//")[1].split("/")[0]
+    result.assert_outcomes(passed=4)
+    assert elapsed < 90, elapsed
+    assert sick.total_requests > 0 and good.total_requests > 0
+    assert _records(grid_dir.path / "aside") == [r for r in reference if in_few_cells(r)]  # every answer
+    said = [line for line in result.outlines if "set aside" in line]
+    assert len(said) == 1, said
+    assert said[0].startswith(f"restore: replica http://{where}/v1 ") and where in said[0], said
+    assert said[0].endswith(": set aside, its calls go to the other replicas"), said
+    why = "failed 3 attempts in a row (HTTP 500" if bad == "500" else "failed 3 attempts in a row (no answer within 1s)"
+    assert why in said[0], said
+    report = (grid_dir.path / "aside" / "report.md").read_text()
+    (listed,) = [line for line in report.splitlines() if line.startswith(f"- http://{where}/v1 ")]
+    assert why in listed and "reader openai:fake-reader" in listed, listed

@@ -218,6 +218,10 @@ class ModelAPI(ABC):
         """Close the pooled connections."""
         self.transport.close()
 
+    def abort(self) -> None:
+        """Cut the exchanges in flight (Ctrl-C) and close the pooled connections."""
+        self.transport.abort()
+
 
 class BatchSettings(Protocol):
     """How batch rounds are followed (``batch.BatchOptions``)."""

@@ -34,7 +34,8 @@ run's writer embedder, each distinct text embedded once and kept on disk
 (:class:`~pytest_restore.models.embeddings.TextVectors`).
 
 Nothing waits for ever: a call that has no answer within the gateway's
-``deadline`` is answered 504, a failed one 502, each with OpenAI's error
+``deadline`` is answered 504, a failed one 502, and after Ctrl-C every call
+503 at once (:mod:`~pytest_restore.models.interrupt`), each with OpenAI's error
 body and ``x-should-retry: false`` (the managed layer has retried already;
 the ``openai`` client honours the header). Every text a library receives or
 the gateway logs passes :func:`~pytest_restore.models.redact.redact_keys`,
@@ -70,6 +71,7 @@ from pytest_restore.models.base import (
     read_wire_reply,
 )
 from pytest_restore.models.embeddings import Embedder, FakeEmbedder, TextVectors
+from pytest_restore.models.interrupt import register
 from pytest_restore.models.redact import REDACTED, KeyRedactor, redact_keys
 
 if TYPE_CHECKING:
@@ -88,6 +90,8 @@ DEFAULT_MAX_TOKENS = 2048
 DEFAULT_TEMPERATURE = 0.0
 #: The longest a call may take when the upstream model states no deadline of its own, in seconds.
 DEFAULT_DEADLINE = 600.0
+#: How often a call's wait looks for Ctrl-C, in seconds.
+INTERRUPT_POLL = 0.2
 #: The largest request body taken, in bytes (a library's prompt is kilobytes).
 MAX_BODY = 32 * 1024 * 1024
 
@@ -274,6 +278,7 @@ class Gateway:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
+        self._interrupted = threading.Event()  # Ctrl-C: every call answered at once
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="restore-gateway-call")
 
     # -- lifetime ---------------------------------------------------------------------
@@ -289,7 +294,13 @@ class Gateway:
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="restore-gateway", daemon=True)
         self._thread.start()
+        register(self)
         return self
+
+    def interrupt(self) -> None:
+        """Ctrl-C (``models.interrupt``): every call waiting here, and every later one, is answered 503 at once,
+        so a library's thread blocked on its client ends and the run stops within seconds."""
+        self._interrupted.set()
 
     @property
     def port(self) -> int:
@@ -340,12 +351,17 @@ class Gateway:
     def _within_deadline(self, what: str, call: Any) -> Any:
         if self._closing.is_set():
             raise GatewayError(503, "the run's gateway is closing", "server_error")
+        end = time.monotonic() + self.deadline
         future = self._pool.submit(call)
-        try:
-            return future.result(timeout=self.deadline)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise GatewayError(504, f"{what}: no answer within the run's deadline of {self.deadline:g} s", "server_error", "timeout") from None
+        while not self._interrupted.is_set():
+            try:  # in slices: Ctrl-C is seen within one
+                return future.result(timeout=min(INTERRUPT_POLL, max(0.0, end - time.monotonic())))
+            except concurrent.futures.TimeoutError:
+                if time.monotonic() >= end:
+                    future.cancel()
+                    raise GatewayError(504, f"{what}: no answer within the run's deadline of {self.deadline:g} s", "server_error", "timeout") from None
+        future.cancel()
+        raise GatewayError(503, f"{what}: the run was interrupted (Ctrl-C)", "server_error")
 
     def chat_completion(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /v1/chat/completions``: the body answered by the upstream model (``GatewayError`` when not)."""

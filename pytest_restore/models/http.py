@@ -165,6 +165,7 @@ class HTTPTransport:
         self.prefix = parts.path.rstrip("/")
         self.proxy = proxy_for(parts.scheme, self.host, self.port)
         self._idle: list[http.client.HTTPConnection] = []
+        self._busy: set[http.client.HTTPConnection] = set()  # exchanges in flight: cut by abort()
         self._lock = threading.Lock()
         self._context = ssl.create_default_context() if self.https else None
 
@@ -203,6 +204,8 @@ class HTTPTransport:
         """POST ``body`` to ``path`` and read the whole reply within ``timeout`` seconds; raises :class:`TransportError`."""
         deadline = time.monotonic() + timeout
         connection, _ = self._connection(timeout)
+        with self._lock:
+            self._busy.add(connection)
         try:
             # not sent again here when a kept-alive connection turns out closed: the caller's
             # retries count every attempt, so the server never gets a request it was not told of
@@ -223,6 +226,9 @@ class HTTPTransport:
             if self.proxy is not None:  # said with the proxy's address, never its credentials
                 error = TransportError(error.kind, f"{error.detail} (through {self.proxy})")
             raise error from exc
+        finally:
+            with self._lock:
+                self._busy.discard(connection)
         if reply.headers.get("connection", "").lower() == "close":
             connection.close()
         else:
@@ -249,6 +255,20 @@ class HTTPTransport:
         if incomplete:
             raise TransportError("connection", "the server ended the connection before its reply was complete")
         return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, b"".join(pieces))
+
+    def abort(self) -> None:
+        """Cut every exchange in flight (its thread's wait on the socket ends at once, as a failed
+        connection) and close the idle connections: Ctrl-C, which must not wait for a silent server."""
+        with self._lock:
+            busy = list(self._busy)
+        for connection in busy:
+            sock = connection.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:  # closed meanwhile
+                    pass
+        self.close()
 
     def close(self) -> None:
         """Close every pooled connection."""

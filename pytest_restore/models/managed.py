@@ -22,7 +22,8 @@ everything a run needs around a call is here, once, for chat and embeddings alik
   with the fewest calls in flight; each replica has its own adaptive limit
   and meters; a replica that cannot be reached, or that fails
   :data:`SET_ASIDE_AFTER` attempts in a row (timeouts, 5xx, malformed
-  replies), is set aside, said once, and its calls go to the others; a call
+  replies), is set aside (``set_aside``: the run's controller says it once, on the
+  terminal and in the report), and its calls go to the others; a call
   whose attempt failed on one replica is tried again on another at once (the
   run stops only when none is left). One response cache serves them all: a
   reply does not depend on which replica gave it.
@@ -60,6 +61,7 @@ from pytest_restore.models.api import FAIL, FATAL, OVERLOADED, CallFailure, Mode
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.cache import CacheError, KeyLock, ResponseCache, request_key
 from pytest_restore.models.decoding import estimate_tokens, with_usage
+from pytest_restore.models.interrupt import register
 from pytest_restore.models.pacing import AdaptiveLimit, Clock, RateMeter
 from pytest_restore.models.progress import Progress
 from pytest_restore.models.redact import redact_keys
@@ -220,6 +222,10 @@ class ManagedCalls:
         self._lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._executor_pid: int | None = None
+        #: Ctrl-C came (``interrupt``): every call of this model ends unsent, now and after.
+        self._interrupted = threading.Event()
+        self._stops: set[threading.Event] = set()  # each batch of calls in flight's own stop
+        register(self)
 
     def _new_limit(self) -> AdaptiveLimit:
         limit = AdaptiveLimit(self.max_concurrency, self.timeout)
@@ -243,6 +249,14 @@ class ManagedCalls:
     def concurrency_peak(self) -> int:
         """The most calls the adaptive limits let in flight at once, over the replicas (0 before any call)."""
         return sum(r.limit.peak for r in self.replicas if r.sent) if any(r.sent for r in self.replicas) else 0
+
+    @property
+    def set_aside(self) -> dict[str, str]:
+        """The replicas set aside while others served, by address: why (the run's controller says each once)."""
+        if len(self.replicas) < 2:
+            return {}  # the one replica's failure is the model's: its fatal error or its failed calls
+        with self._changed:
+            return {r.api.where: r.down for r in self.replicas if r.down is not None}
 
     @property
     def call_deadline(self) -> float:
@@ -277,6 +291,9 @@ class ManagedCalls:
         if not jobs:
             return []
         stop = threading.Event()
+        self._stops.add(stop)
+        if self._interrupted.is_set():
+            stop.set()
         pool = self._pool()
         futures = []
         with self._changed:  # tickets in the order the executor starts the jobs: the lowest waiting has a thread
@@ -295,6 +312,17 @@ class ManagedCalls:
             for future in futures:
                 future.cancel()
             raise
+        finally:
+            self._stops.discard(stop)
+
+    def interrupt(self) -> None:
+        """Ctrl-C (``models.interrupt``): every call of this model ends now, unsent, and none is sent after;
+        an attempt waiting on a silent server is cut, not waited out."""
+        self._interrupted.set()
+        for stop in list(self._stops):
+            stop.set()
+        for api in self.apis:
+            api.abort()
 
     def _ticketed(self, ticket: int, job: Callable[[threading.Event], T], stop: threading.Event) -> T:
         """Run ``job`` under ``ticket``, its place in the queue for slots (the order it was asked in).
@@ -393,7 +421,8 @@ class ManagedCalls:
             replica.failed_in_a_row += 1
             if replica.down is None and replica.failed_in_a_row >= SET_ASIDE_AFTER:
                 replica.down = f"{replica.api.where} failed {replica.failed_in_a_row} attempts in a row ({why})"
-                logger.warning("%s: %s; set aside, its calls go to the other replicas", self.name, replica.down)
+                # said on the terminal once a run by the controller (``set_aside``); here, the moment, for a log
+                logger.info("%s: %s; set aside, its calls go to the other replicas", self.name, replica.down)
             self._changed.notify_all()
             return True
 
@@ -553,9 +582,11 @@ class ManagedCalls:
                         elif failure.kind == "unreachable":
                             last_error = f"connection error: {detail}"
                             with self._changed:
-                                replica.down = f"{api.where} is unreachable ({detail})"
+                                first = replica.down is None  # several calls may find it gone at once
+                                replica.down = replica.down or f"{api.where} is unreachable ({detail})"
                             if any(r.down is None for r in self.replicas):
-                                logger.warning("%s: %s; its calls go to the other replicas", self.name, replica.down)
+                                if first:
+                                    logger.info("%s: %s; its calls go to the other replicas", self.name, replica.down)
                                 give_up = False
                                 continue  # straight to another replica: nothing was sent
                             # Nothing listens there (or the name does not resolve): minutes of backoff
@@ -607,6 +638,8 @@ class ManagedCalls:
                     elif overloaded:
                         with self._changed:
                             replica.limit.overloaded()
+                if self._interrupted.is_set():  # its attempt was cut: the server's answer is unknown, nothing kept
+                    return _Outcome(error="interrupted (Ctrl-C)", unsent=True)
                 if attempt < tries:
                     if stop.is_set():
                         return _Outcome(error="interrupted before its next try", unsent=True)

@@ -178,8 +178,10 @@ class ControllerSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Hand every item's message to the run (xdist forwards worker reports here), taken off the report."""
+        """Hand every item's message to the run (xdist forwards worker reports here), taken off the report;
+        a replica its process set aside is said now, once a run."""
         self.gathered.take(report)
+        self.run.say_set_aside()
 
     # -- the session's end: the report starts on a thread at the first sessionfinish and
     # is waited for at the last (``finish_report``), while xdist shuts its workers down

@@ -37,6 +37,19 @@ def render_grid_md(cells: Mapping[str, Sequence[str]]) -> str:
     return "\n".join(out)
 
 
+def replicas_set_aside(details: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """The replicas the models set aside, by address: why (the least reason, for a stable text) and by which
+    models, in one line each: one replica serves a run's models (reader, judge, scorer) at one address."""
+    by_where: dict[str, list[tuple[str, str]]] = {}
+    for name, detail in sorted(details.items()):
+        for where, why in detail.get("set_aside", {}).items():
+            by_where.setdefault(where, []).append((why, name))
+    return {
+        where: f"{min(why for why, _ in seen)} ({', '.join(name for _, name in seen)})"
+        for where, seen in sorted(by_where.items())
+    }
+
+
 def render_real_calls_md(details: Mapping[str, Mapping[str, Any]]) -> str:
     """report.md's real-model section: what was sent, the concurrency reached, failures by cause."""
     out = ["## Real model calls", "", "| model | decoding sent | concurrency reached | failed calls |", "|---|---|---:|---|"]
@@ -44,6 +57,10 @@ def render_real_calls_md(details: Mapping[str, Mapping[str, Any]]) -> str:
         decoding = ", ".join(f"{k}: {v}" for k, v in d.get("decoding", {}).items())
         failures = "; ".join(f"{n} x {cause}" for cause, n in sorted(d.get("failures", {}).items())) or "none"
         out.append(f"| {md_text(name)} | {decoding} | {d.get('concurrency', 0)} | {failures.replace('|', '/')} |")
+    aside = replicas_set_aside(details)
+    if aside:
+        out += ["", "Replicas set aside (their calls went to the other replicas):", ""]
+        out += [f"- {md_text(why)}" for why in aside.values()]
     return "\n".join(out)
 
 

@@ -39,6 +39,7 @@ from pytest_restore.models.providers import (
 )
 from pytest_restore.models.writers import offline_variant
 from pytest_restore.record import Record
+from pytest_restore.report.checks import replicas_set_aside
 from pytest_restore.run.parts import CallDetail, RunParts
 
 
@@ -62,8 +63,15 @@ class ModelCalls:
                 for cause, n in d["failures"].items():
                     t["failures"][cause] = t["failures"].get(cause, 0) + int(n)
                 t["concurrency"] = max(t["concurrency"], int(d["concurrency"]))
+                for where, why in d.get("set_aside", {}).items():  # each process sets a bad replica aside itself
+                    aside = t.setdefault("set_aside", {})
+                    aside[where] = min(why, aside.get(where, why))  # one why, whichever process arrived first
         total.update(self.side_calls)
         return total
+
+    def set_aside(self) -> dict[str, str]:
+        """Every replica set aside by any model in any process, by address: why, and by which models."""
+        return replicas_set_aside(self.all_details())
 
     def summarise_failures(self, by_process: dict[str, dict[str, CallDetail]] | None = None) -> list[str]:
         """One line per model whose calls failed: how many and why, grouped by cause."""

@@ -36,7 +36,7 @@ from pytest_restore.run.batch import BatchRound, batch_rounds
 from pytest_restore.run.calls import ModelCalls
 from pytest_restore.run.embeddings import embed_ahead, embedding_check
 from pytest_restore.run.grid import CellSpec
-from pytest_restore.run.parts import RunParts
+from pytest_restore.run.parts import CallDetail, RunParts
 from pytest_restore.run.quality import Console, RunStopped, calibration_gate, judge_audit
 from pytest_restore.run.report import grid_cells
 
@@ -241,17 +241,10 @@ class JudgeAudit(Check):
         return render_judge_audit_md(self.result)
 
 
-class CallDetail(TypedDict):
-    """One real model's calls: failures by cause, the concurrency reached, the decoding sent."""
-
-    failures: dict[str, int]
-    concurrency: int
-    decoding: dict[str, Any]
-
-
 @dataclass(frozen=True)
 class RealModelCalls(Check):
-    """What the real models were sent, the concurrency they reached and their failed calls by cause."""
+    """What the real models were sent, the concurrency they reached, their failed calls by cause and the
+    replicas they set aside."""
 
     name: ClassVar[str] = "model_calls"
     section: ClassVar[int] = 60

@@ -92,11 +92,14 @@ def data_meta(data: Mapping[str, Any]) -> DataMeta:
 
 def call_detail_json(data: Mapping[str, Any]) -> CallDetail:
     """``call_detail`` read back."""
-    return {
+    detail: CallDetail = {
         "failures": {str(k): int(n) for k, n in data["failures"].items()},
         "concurrency": int(data["concurrency"]),
         "decoding": {str(k): str(v) for k, v in data["decoding"].items()},
     }
+    if "set_aside" in data:
+        detail["set_aside"] = {str(k): str(v) for k, v in data["set_aside"].items()}
+    return detail
 
 
 def system_cell(data: Mapping[str, Any]) -> SystemCell:

@@ -25,6 +25,8 @@ from pytest_restore.models.decoding import describe_decoding
 from pytest_restore.models.embeddings import TextVectors, embedder_of
 from pytest_restore.models.fake import FakeReader
 from pytest_restore.models.gateway import Gateway, gateway_for
+from pytest_restore.models.interrupt import SigintHandler
+from pytest_restore.models.managed import ManagedCalls
 from pytest_restore.models.providers import close_model, is_real, make_model
 from pytest_restore.report.inputs import DataDescription
 from pytest_restore.run.embeddings import audited_texts, register_embedding_ranker
@@ -33,12 +35,18 @@ from pytest_restore.run.settings import RestoreSettings
 from pytest_restore.run.shared import SharedCells
 
 
-class CallDetail(TypedDict):
-    """One real model's calls in one process: failures by cause, the concurrency reached, the decoding sent."""
-
+class _Calls(TypedDict):
     failures: dict[str, int]
     concurrency: int
     decoding: dict[str, str]
+
+
+class CallDetail(_Calls, total=False):
+    """One real model's calls in one process: failures by cause, the concurrency reached, the decoding sent,
+    and the replicas it set aside (by address: why; absent when none was, so a report without replicas
+    reads as before)."""
+
+    set_aside: dict[str, str]
 
 
 class DataMeta(DataDescription, total=False):
@@ -54,11 +62,15 @@ def call_detail(model: ChatModel) -> CallDetail:
     if not isinstance(model, ServiceModel):
         return {"failures": {}, "concurrency": 0, "decoding": {}}
     name = model.model
-    return {
+    detail: CallDetail = {
         "failures": dict(sorted(model.failure_causes.items())),
         "concurrency": int(model.concurrency_peak),
         "decoding": describe_decoding(name) if name else {},
     }
+    aside = model.set_aside if isinstance(model, ManagedCalls) else {}  # a batch round's model has no replicas
+    if aside:
+        detail["set_aside"] = dict(sorted(aside.items()))
+    return detail
 
 
 #: Said when numba has not compiled the kernels yet (measured: ~9 s of a cold build on 2 busy cores).
@@ -78,6 +90,9 @@ class RunParts:
         self._models: dict[tuple[str, str], ChatModel] = {}
         # the memory libraries' model calls go to the run's gateway, made when a library's store first needs it
         configure_gateway(self.gateway)
+        # Ctrl-C ends the model calls in flight and the gateway's waits at once, not after their timeouts
+        self._sigint = SigintHandler()
+        self._sigint.install()
 
     def gateway(self) -> Gateway:
         """The run's gateway for memory libraries (not started): the writer model upstream, the writer embedder's vectors."""
@@ -253,3 +268,4 @@ class RunParts:
         close_gateway()
         for vectors in (self.vectors or {}).values():
             vectors.close()
+        self._sigint.restore()

@@ -158,6 +158,7 @@ class RunSession:
         self._report: Background | None = None  # the report being written
         self._target = Path(plan.settings.report_dir)  # where it goes (beside it, when partial)
         self._cancel = threading.Event()  # set by Ctrl-C while it is written: nothing is swapped in
+        self._said_aside: set[str] = set()  # the replicas said set aside, by address
 
     def check_run(self, partial: str | None = None) -> CheckRun:
         """What the run's checks run over (after the grid: the gathered records, and whether it ran whole)."""
@@ -179,6 +180,15 @@ class RunSession:
     def receive(self, message: ItemMessage, item: str) -> None:
         """One grid item's message (``item`` names it: a pytest node id, or a cell's id)."""
         self.grid.receive(message, item)
+        self.say_set_aside()
+
+    def say_set_aside(self) -> None:
+        """A replica set aside, in one line, the first time any process's message tells of it: once a run,
+        however many workers set it aside each."""
+        for where, why in self.grid.model_calls.set_aside().items():
+            if where not in self._said_aside:
+                self._said_aside.add(where)
+                self.parts.say(f"replica {why}: set aside, its calls go to the other replicas")
 
     def partial(self, cut_short: str | None = None) -> str | None:
         """Why the report is partial: ``cut_short`` (the host's words), else a part of the grid ran; ``None``: whole."""
@@ -194,6 +204,7 @@ class RunSession:
         got, outcome = self.grid, self.outcome
         outcome.records, outcome.run_meta = got.records, got.run_meta
         outcome.cells = grid_cells(got.records, self.plan.cells)
+        self.say_set_aside()  # the models outside the grid's (the calibration's judge) too
         if got.model_calls.usage_by_process or got.model_calls.side_calls:
             outcome.failure_summary = got.model_calls.summarise_failures()
             reason = got.model_calls.failed_run_reason(got.records)
