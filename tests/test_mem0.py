@@ -218,9 +218,11 @@ def pytest_restore_register_policies(registry, config):
 """
 
 
-def grid_with_mem0(pytester: pytest.Pytester, model: Mem0Model) -> tuple[pytest.RunResult, Path]:
-    """A grid run of mem0 on the LoCoMo fixture at one budget, its calls answered by ``model``."""
+def grid_with_mem0(pytester: pytest.Pytester, model: Mem0Model, mode: str | None = None) -> tuple[pytest.RunResult, Path]:
+    """A grid run of mem0 on the LoCoMo fixture at one budget, its calls answered by ``model`` (the
+    server in ``mode``, :class:`OpenAIServer`'s faults)."""
     with OpenAIServer(model) as local:
+        local.mode = mode
         pytester.makeconftest(MEM0_CONFTEST.format(url=local.base_url, embedder=EMBEDDER, dims=DIMS))
         pytester.makepyfile(test_grid=GRID)
         result = pytester.runpytest_inprocess(
@@ -262,6 +264,17 @@ def test_the_answers_mem0_rejected_reach_the_report_and_a_cell_that_used_none_fa
     [cell] = summary["run"]["checks"]["memory_systems"]["result"]["cells"]
     assert cell["figures"]["held"] == 0 and UPDATE not in cell["figures"]["calls"]
     assert "**No answer used** in mem0-5k" in (report / "report.md").read_text()
+
+    # mem0's client failing inside the cell (its server refuses the key, echoing it): the cell fails on
+    # one line naming the library and the question, none of mem0's or our frames
+    kept = (report / "report.md").read_text()
+    result, report = grid_with_mem0(pytester, Mem0Model(), mode="401-echo-key")
+    assert result.ret == 1
+    failed = [out for out in result.outlines if "memory library 'mem0' on fx-" in out]
+    assert failed and "add on unit 0 failed: AuthenticationError" in failed[0], result.outlines + result.errlines
+    output = "\n".join(result.outlines + result.errlines)
+    assert "Traceback" not in output and "mem0/memory/main.py" not in output and "def add(" not in output
+    assert (report / "report.md").read_text() == kept  # the earlier report kept
 
 
 # -- mem0 on the run's gateway -------------------------------------------------------------------

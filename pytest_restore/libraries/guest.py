@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, TypeVar
 
+from pytest_restore.memory.systems import MemorySystemError
 from pytest_restore.models.gateway import Gateway
 from pytest_restore.models.redact import redact_keys
 
@@ -194,9 +195,10 @@ def library_version(distribution: str) -> str:
         return "not installed"
 
 
-class GuestFailure(RuntimeError):
+class GuestFailure(MemorySystemError):
     """A library failed inside a store: the message is one line, names the library, the question
-    and the unit, and carries no key."""
+    and the unit, and carries no key. A memory system's failure like any other, so a grid cell ends
+    on this line alone, never on the library's frames."""
 
 
 def guest_failure(library: str, question_id: str, what: str, err: BaseException | str) -> GuestFailure:
