@@ -119,3 +119,6 @@ class StoreView(NamedTuple):
     lost: Mapping[int, int | None] | None
     #: what the system did building it
     figures: SystemFigures
+    #: a memory library's store: the tokens (in, out) of the chat calls it made through the run's gateway, and
+    #: whether some are estimated (``None``: no library's, its calls are not the gateway's)
+    tokens: tuple[int, int, bool] | None = None

@@ -34,6 +34,7 @@ exclude the record with their reason; they are never scored as wrong.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -59,6 +60,7 @@ from pytest_restore.audit.records import (
     score_counts,
     unit_label,
 )
+from pytest_restore.libraries.registry import library_of
 from pytest_restore.memory.eviction import Mask, Policy
 from pytest_restore.memory.systems import MemorySystem, SystemFigures
 from pytest_restore.record import REGIMES, Conditions, GoldMemories, Record, bin_of
@@ -133,6 +135,10 @@ class Audit(CellConditions):
             scorer_failed = {**scorer_failed, **lost}
         writer = self.writer.name if written is not None and written.calls[WRITER] else None
         builds = self.builds_with_a_model(policy)
+        # a memory library's own calls go to the run's gateway, whose upstream is the writer model: each question
+        # carries its share of its store's, priced as the writer's
+        library = isinstance(policy, MemorySystem) and library_of(policy) is not None
+        served = Counter(q.question.history_key for q in self.questions) if library else Counter()
         oracle = self.oracle(questions)
         shared = self._stores.get((policy.name, budget)) if ablate and not scorer_failed else None
         known = shared[1] if shared is not None and shared[0] is policy else None
@@ -158,6 +164,10 @@ class Audit(CellConditions):
             scores = score_counts(p, importance) if policy.needs_importance else None
             ties = self.score_ties(policy, p, seed)
             memory = self.memory_share(policy, p) if builds else None
+            wrote = writer
+            if library:
+                memory = self.library_share(policy, p, budget, seed, served[p.question.history_key])
+                wrote = self.writer.name if memory is not None else None
             read = {"a": next(injected), "b": next(injected)}
             next(injected)  # the restored context's
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
@@ -171,7 +181,7 @@ class Audit(CellConditions):
                 records.append(replace(
                     record, top_k=top_k, importance_scores=scores, score_ties=ties,
                     memory_tokens=memory[:2] if memory is not None else None,
-                    memory_tokens_estimated=memory[2] if memory is not None else None, writer=writer,
+                    memory_tokens_estimated=memory[2] if memory is not None else None, writer=wrote,
                 ))
         if ablate and self.config.ablations:
             records = self.ablate(records, {(p.question.question_id, seed): p for p, seed, _ in plan}, stores)

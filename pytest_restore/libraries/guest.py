@@ -20,7 +20,8 @@
   no run configuring one (a test, a script), a gateway over the fake writer
   and the fake embedder: offline and deterministic.
 - :class:`CallTally`: what the gateway was asked while one store was built
-  (the figures a report compares libraries by: calls per turn by kind).
+  (the figures a report compares libraries by: calls per turn by kind, and
+  the tokens the store's chat calls cost).
 """
 
 from __future__ import annotations
@@ -168,6 +169,7 @@ class CallTally:
     def __init__(self) -> None:
         gateway = run_gateway()
         self._start = Counter(gateway.calls) if gateway is not None else Counter()
+        self._tokens = Counter(gateway.tokens) if gateway is not None else Counter()
 
     def calls(self) -> Counter[str]:
         """The calls made since this tally began, by kind (``json_schema NAME``, ``tools``, ``json_object``,
@@ -178,6 +180,16 @@ class CallTally:
         now = Counter(gateway.calls)
         now.subtract(self._start)
         return Counter({k: v for k, v in now.items() if v > 0})
+
+    def tokens(self) -> tuple[int, int, int]:
+        """The tokens (in, out) of the chat calls answered since this tally began, cached ones included, and how
+        many of those calls' tokens were estimated (a model that reported no usage): what the store cost."""
+        gateway = run_gateway()
+        if gateway is None:
+            return 0, 0, 0
+        now = Counter(gateway.tokens)
+        now.subtract(self._tokens)
+        return now["input"], now["output"], now["estimated"]
 
 
 def quiet_environment() -> None:

@@ -107,7 +107,8 @@ class SystemFigures:
     held_tokens: int = 0
     #: a memory library's distribution and version (``mem0ai 2.2.1``; several joined by ``, ``), else empty
     library: str = ""
-    #: seconds a memory library spent taking the units in (its ``add`` calls, its model calls among them)
+    #: seconds a memory library's stores took to make and feed (the audit times every library alike, around
+    #: the whole history: the library's own work, its model calls and the adapter's reads of what it holds)
     ingest_seconds: float = 0.0
 
     def reject(self, kind: str, cause: str, n: int = 1) -> None:

@@ -70,6 +70,7 @@ from pytest_restore.models.base import (
     canonical_json,
     read_wire_reply,
 )
+from pytest_restore.models.decoding import is_estimated
 from pytest_restore.models.embeddings import Embedder, FakeEmbedder, TextVectors
 from pytest_restore.models.interrupt import register
 from pytest_restore.models.redact import REDACTED, KeyRedactor, redact_keys
@@ -273,6 +274,10 @@ class Gateway:
         self.usage = GatewayUsage()
         #: chat calls by what they asked (``json_schema NAME``, ``tool NAME``, ``json_object``, ``text``) and ``embeddings``
         self.calls: Counter[str] = Counter()
+        #: the tokens of every answered chat call, from the cache or not (``input``, ``output``), and how many
+        #: of those calls' tokens the managed layer estimated (``estimated``): what a library's store cost,
+        #: whoever paid it this time (:class:`GatewayUsage` counts only what went upstream)
+        self.tokens: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._numbers = iter(range(1, 2**62))
         self._server: ThreadingHTTPServer | None = None
@@ -379,6 +384,10 @@ class Gateway:
             self.calls[kind] += 1
         result: ChatResult = self._within_deadline(f"chat call of {self.chat_name}", lambda: self.chat.run([request])[0])
         with self._lock:
+            if result.ok:
+                self.tokens["input"] += result.input_tokens
+                self.tokens["output"] += result.output_tokens
+                self.tokens["estimated"] += is_estimated(result)
             if not result.ok:
                 self.usage.failed += 1
             elif result.cached:

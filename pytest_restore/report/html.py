@@ -9,7 +9,10 @@ budget, regime, bin and question type (and by question id or text); a record
 opens its question's story as ``python -m pytest_restore show`` prints it:
 the question, the reference, the gold and its fate in the cell, what each
 condition's reader saw (gold, forced, ranked), the answers, the verdicts and
-the bin.
+the bin; then every store of the question at the same budget side by side
+(each policy's regime-(b) record: a memory system's held memories that cite
+the gold and those its reader saw, with the turns each cites, a library's
+version; a store of raw turns, its gold turns kept or evicted).
 
 The page's state is in its address (``#policy=fifo&bin=irreversible&open=3``),
 so a view can be linked to, and a browser test drives the page through it.
@@ -46,8 +49,12 @@ EXCLUDED = "excluded"
 #: The fields of one record in the page's data, in order (strings as indices into the string table).
 RECORD_FIELDS: tuple[str, ...] = (
     "q", "policy", "budget", "seed", "regime", "reader", "judge", "ranker", "cell", "bin", "outcome",
-    "store_units", "store_tokens", "gold", "conditions",
+    "store_units", "store_tokens", "held", "gold", "conditions",
 )
+#: The fields of one held memory of a memory system's record (``held``; null for a store of raw turns), in
+#: order: where it sits (the turns it cites, and their date), its text (strings as indices), whether it cites
+#: the question's gold, and whether the policy condition's reader saw it.
+HELD_FIELDS: tuple[str, ...] = ("where", "text", "gold", "seen")
 #: The fields of one condition, in order: its name, what it is, the answer (strings as indices), the
 #: verdict, the injected tokens, the positions the reader saw and those forced in (null: not recorded).
 CONDITION_FIELDS: tuple[str, ...] = ("name", "about", "answer", "correct", "tokens", "seen", "forced")
@@ -83,11 +90,27 @@ def _bin_filter(record: Record) -> str:
     return EXCLUDED if record.excluded else record.bin or NO_BIN
 
 
+def held_memories(record: Record, s: Strings) -> list[list[Any]] | None:
+    """What a memory system's record says it held for its question (:data:`HELD_FIELDS`): the memories citing
+    the gold, then the others a condition's reader saw; ``None`` for a store of raw turns."""
+    m = record.memories
+    if m is None:
+        return None
+    injected = m.injected or (False,) * len(m.texts or ())
+    out = [[s(where), s(text), True, bool(seen)] for where, text, seen in zip(m.where or (), m.texts or (), injected)]
+    shown = set(record.conditions.policy.injected_positions or ())
+    out += [
+        [s(where), s(text), False, position in shown]
+        for position, where, text in zip(m.others or (), m.others_where or (), m.others_texts or ())
+    ]
+    return out
+
+
 def _row(record: Record, q: int, outcome: str, gold: list[Any], conditions: list[Any], s: Strings) -> list[Any]:
     r = record
     return [
         q, s(r.policy), r.budget, r.seed, r.regime, s(r.reader), s(r.judge), s(ranker_of(r)), s(cell_name(r)),
-        s(_bin_filter(r)), s(outcome), r.store_units, r.store_tokens, gold, conditions,
+        s(_bin_filter(r)), s(outcome), r.store_units, r.store_tokens, held_memories(r, s), gold, conditions,
     ]
 
 
@@ -153,10 +176,20 @@ def _questionless(records: Sequence[Record], q: int, s: Strings) -> tuple[dict[s
     return entry, [_row(x, q, x.excluded or x.bin or NO_BIN, [], [], s) for x in sorted(records, key=record_order)]
 
 
-def page_data(records: Sequence[Record], dataset: Dataset | None, texts_note: str = "") -> dict[str, Any]:
+def library_versions(info: RunInfo) -> dict[str, str]:
+    """Each memory library's policy -> its distribution and version, from the run's memory-systems check."""
+    found = info.checks.get("memory_systems")
+    cells = found.to_json()["cells"] if found is not None else []
+    return {str(c["policy"]): str(c["figures"]["library"]) for c in cells if c["figures"].get("library")}
+
+
+def page_data(
+    records: Sequence[Record], dataset: Dataset | None, texts_note: str = "", versions: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Everything the page's script reads: the questions (texts included), the records' stories, the filters' values.
 
     The records keep their order, so the page's record ``i`` is line ``i + 1`` of ``records.jsonl``.
+    ``versions``: each memory library's version by policy, named above its store beside the others'.
     """
     by_question: dict[str, list[Record]] = {}
     for r in records:
@@ -181,6 +214,8 @@ def page_data(records: Sequence[Record], dataset: Dataset | None, texts_note: st
         "condition_fields": list(CONDITION_FIELDS),
         "questions": questions,
         "records": rows,
+        "held_fields": list(HELD_FIELDS),
+        "versions": dict(sorted((versions or {}).items())),
         "texts": texts_note,
         "filters": {
             "policy": policies,
@@ -304,7 +339,7 @@ def render_html(
     page says why they are missing, ``texts_note``); ``notes`` say what the
     cells table's rows do not (``ReportFiles.notes``), under it.
     """
-    data = page_data(records, dataset, texts_note)
+    data = page_data(records, dataset, texts_note, library_versions(info))
     sections = [
         "<h1>Restore-counterfactual audit</h1>",
         *(markdown_html(line) for line in opening if line.strip()),
@@ -360,6 +395,10 @@ code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
 .condition{margin-top:.8em}.condition h4{margin:.2em 0}
 .ok{color:#1a6b2a;font-weight:600}.bad{color:#a11;font-weight:600}
 .note{color:#a11}
+#story-side{display:grid;grid-template-columns:repeat(auto-fill,minmax(270px,1fr));gap:.6em;margin-top:.4em}
+.store{border:1px solid #ccc;border-radius:4px;padding:.3em .5em;background:#fff}.store.open{border-color:#004488}
+.store h5{margin:.2em 0;font-size:13px}.store .unit{font-size:12px}.store .text{max-height:8em;overflow:auto}
+.mark.read{background:#eef4fb;color:#004488;border-color:#004488}.mark.evicted{background:#fff;color:#8a2a3a;border-color:#8a2a3a}
 """
 
 _BROWSER = """
@@ -494,7 +533,50 @@ function renderStory(i) {
     }
     out.push("</div>");
   });
+  out.push(renderSide(r, q));
   box.innerHTML = out.join("");
+}
+
+// The question's other stores at the same budget, side by side: each policy's regime-(b) record under the same
+// reader and ranker (the opened record's seed for its own policy, the first seed for the others). A memory
+// system shows the memories its record names (those citing the gold, then the others a reader saw), each with
+// the turns it cites; a store of raw turns shows its gold turns, kept or evicted.
+function renderSide(r, q) {
+  const peers = new Map();
+  DATA.records.forEach((x) => {
+    if (x.q !== r.q || x.budget !== r.budget || x.regime !== "b" || x.reader !== r.reader || x.ranker !== r.ranker) return;
+    if (x.policy === r.policy ? x.seed === r.seed : !peers.has(x.policy)) peers.set(x.policy, x);
+  });
+  if (peers.size < 2) return "";
+  const out = ['<h4 id="story-side-title">Every store of this question at ' + budgetLabel(r.budget) +
+    ", side by side (regime b; a seeded policy's first seed)</h4><div id=\"story-side\">"];
+  for (const [policy, x] of peers) {
+    const version = DATA.versions[policy];
+    out.push('<div class="store' + (policy === r.policy ? " open" : "") + '" data-policy="' + esc(policy) + '"' +
+      (version ? ' data-library="' + esc(version) + '"' : "") + "><h5>" + esc(policy) +
+      (version ? ' <span class="where">' + esc(version) + "</span>" : "") + ' <span class="bin-' + x.bin.replace(/ /g, "-") +
+      '">' + esc(x.bin === "no bin" && x.conditions[1] && x.conditions[1].correct ? "answered right" : x.bin) +
+      '</span></h5><p class="where">' + (x.store_units === null ? "?" : x.store_units) +
+      (x.held === null ? " turns, " : " memories, ") + (x.store_tokens === null ? "?" : x.store_tokens) + " tokens held</p>");
+    if (x.held === null) {
+      for (const [pos, evicted] of x.gold) {
+        const u = q.units[String(pos)];
+        out.push('<div class="unit gold held-turn" data-pos="' + pos + '"><span class="mark ' + (evicted ? "evicted" : "gold") + '">' +
+          (evicted ? "gold evicted" : "gold kept") + '</span><span class="where">' + esc(where(q, pos)) + "</span>" +
+          (evicted ? "" : '<div class="text">' + esc(u ? u[4] : "") + "</div>") + "</div>");
+      }
+    } else {
+      if (!x.held.length) out.push('<p class="where">no held memory cites the gold, and the reader saw none</p>');
+      for (const m of x.held) {
+        const marks = (m.gold ? ['<span class="mark gold">cites gold</span>'] : []).concat(m.seen ? ['<span class="mark read">read</span>'] : []);
+        out.push('<div class="unit memory' + (m.gold ? " gold" : "") + '" data-gold="' + m.gold + '">' + marks.join("") +
+          '<span class="where">' + esc(m.where) + '</span><div class="text">' + esc(m.text) + "</div></div>");
+      }
+    }
+    out.push("</div>");
+  }
+  out.push("</div>");
+  return out.join("");
 }
 
 function update(keepShown) {
@@ -523,9 +605,14 @@ async function load() {
       for (const f of ["name", "about", "answer"]) o[f] = str(o[f]);
       return o;
     });
+    r.held = r.held === null ? null : r.held.map((m) => {
+      const o = named(raw.held_fields, m);
+      for (const f of ["where", "text"]) o[f] = str(o[f]);
+      return o;
+    });
     return r;
   });
-  return {questions: raw.questions, records: records, texts: raw.texts, filters: raw.filters};
+  return {questions: raw.questions, records: records, texts: raw.texts, filters: raw.filters, versions: raw.versions};
 }
 
 async function init() {

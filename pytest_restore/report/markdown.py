@@ -32,6 +32,7 @@ from pytest_restore.report.numbers import (
     ties_findings,
 )
 from pytest_restore.report.rankers import rankers_findings, render_rankers_md
+from pytest_restore.report.side_by_side import SideRow, render_side_by_side_md
 from pytest_restore.report.simulated import simulated_reader_md
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.cost import CostFigures, cost_figures
@@ -501,12 +502,14 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
     return "\n".join(out) + "\n"
 
 
-def render_report_md(records: Sequence[Record], analysis: Analysis, log: RunLog) -> str:
+def render_report_md(records: Sequence[Record], analysis: Analysis, log: RunLog, side: Sequence[SideRow] = ()) -> str:
     """``report.md`` as text, from the records, their analysis and the run log ``summary.json`` holds.
 
     The answer first (what was run, the simulated-models notice where it
     applies, the findings), then the tables, families, cases and ablations;
-    the run's settings and exclusions last.
+    the run's settings and exclusions last. ``side``: a run with a memory
+    library's rows side by side (:mod:`pytest_restore.report.side_by_side`),
+    their section before the checks'.
     """
     info = log.run
     mark = partial_mark(info)
@@ -518,6 +521,8 @@ def render_report_md(records: Sequence[Record], analysis: Analysis, log: RunLog)
     comparison = compare_readers(analysis)
     if comparison is not None:
         out += ["", render_comparison_md(comparison)]
+    if side:
+        out += ["", render_side_by_side_md(side)]
     for section in info.check_sections():
         out += ["", section]
     out += ["", render_cases_md(records), render_ablations_md(analysis)]

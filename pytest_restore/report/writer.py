@@ -61,6 +61,7 @@ from pytest_restore.report.markdown import (
     session_failures,
     untestable_lines,
 )
+from pytest_restore.report.side_by_side import SIDE_COLUMNS, SideRow, side_by_side, side_columns
 from pytest_restore.report.simulated import simulated_label, simulated_note
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.results import (
@@ -92,12 +93,18 @@ def cell_rows(analysis: Analysis) -> list[dict[str, str]]:
     ]
 
 
-def render_cells_csv(analysis: Analysis) -> str:
-    """``cells.csv`` as text."""
+def render_cells_csv(analysis: Analysis, side: Sequence[SideRow] = ()) -> str:
+    """``cells.csv`` as text; with ``side`` (a run with a memory library), each row with its cell's
+    :data:`~pytest_restore.report.side_by_side.SIDE_COLUMNS` after the others."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=CELL_COLUMNS, lineterminator="\n")
+    extra = side_columns(side)
+    writer = csv.DictWriter(buf, fieldnames=CELL_COLUMNS + (SIDE_COLUMNS if extra else ()), lineterminator="\n")
     writer.writeheader()
-    writer.writerows(cell_rows(analysis))
+    blank = dict.fromkeys(SIDE_COLUMNS, "")
+    for row in cell_rows(analysis):
+        if extra:
+            row = {**row, **extra.get((row["policy"], int(row["budget"]), row["reader"]), blank)}
+        writer.writerow(row)
     return buf.getvalue()
 
 
@@ -199,10 +206,11 @@ def write_report(
         notes=tuple(memory_notes(info)),
         log=log,
     )
+    side = side_by_side(analysis, ordered, memory_cells(info), log.cost)
     files.records.write_text(render_records_jsonl(ordered, ordered=True), encoding="utf-8")
-    files.cells.write_text(render_cells_csv(analysis), encoding="utf-8")
+    files.cells.write_text(render_cells_csv(analysis, side), encoding="utf-8")
     files.hypotheses.write_text(render_hypotheses_json(analysis), encoding="utf-8")
-    report_md = render_report_md(ordered, analysis, log)
+    report_md = render_report_md(ordered, analysis, log, side)
     files.report.write_text(report_md, encoding="utf-8")
     files.summary.write_text(json.dumps(log.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     from pytest_restore.report.figure import (
@@ -246,10 +254,15 @@ def _write_html(
     files.html.write_text(page, encoding="utf-8")
 
 
+def memory_cells(info: RunInfo) -> list[dict[str, Any]]:
+    """The run's memory-systems check's cells as ``summary.json`` keeps them (empty: no memory system ran)."""
+    found = info.checks.get("memory_systems")
+    return list(found.to_json()["cells"]) if found is not None else []
+
+
 def memory_notes(info: RunInfo) -> list[str]:
     """The memory systems' budgets that never bound (:func:`unbound_notes`), from the run's memory-systems check."""
-    found = info.checks.get("memory_systems")
-    return unbound_notes(found.to_json()["cells"]) if found is not None else []
+    return unbound_notes(memory_cells(info))
 
 
 def terminal_lines(analysis: Analysis) -> list[str]:

@@ -22,7 +22,8 @@ is the model usage in ``summary.json``).
 Beside them, per regime-(b) cell, what the memory policy's own model calls
 cost per question (``memory``): the importance scorer's, priced as the
 record's ``scorer``, and a memory system's writer's (session-summary-model,
-fact-extract-model), priced as its ``writer`` (``--restore-writer-model``, else the reader). A store is built once per history and serves every
+fact-extract-model) and a memory library's own chat calls through the run's gateway (mem0, graphiti, ...),
+priced as its ``writer`` (``--restore-writer-model``, else the reader). A store is built once per history and serves every
 question of it, so each record carries its question's share
 (``memory_tokens``: each call split over the audited questions whose history
 it served); over a cell's questions the shares add up to the calls that built
