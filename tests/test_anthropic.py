@@ -137,8 +137,9 @@ def test_the_provider_declares_its_key_price_and_capabilities(monkeypatch: pytes
     monkeypatch.delenv(API_KEY_ENV, raising=False)
     monkeypatch.delenv(BASE_URL_ENV, raising=False)
     resolved = resolve(f"anthropic:{MODEL}-20251001")
-    assert resolved is not None and resolved[0].capabilities == frozenset({"chat"})
+    assert resolved is not None and resolved[0].capabilities == frozenset({"chat", "batch"})
     assert price_of(f"anthropic:{MODEL}-20251001") == (1.00, 5.00)
+    assert price_of(f"anthropic:{MODEL}-20251001", batch=True) == (0.50, 2.50)  # Message Batches: half
     assert price_of("anthropic:claude-unknown") is None
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     problem = missing_key_problem([f"anthropic:{MODEL}", "openai:gpt-4o-mini"], None)

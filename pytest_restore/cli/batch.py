@@ -37,7 +37,8 @@ def _ledger_entries(cache: str) -> list[LedgerEntry] | None:
 
 def _status(args: argparse.Namespace) -> int:
     """list the batches and exported files"""
-    from pytest_restore.models.batch import BatchClient, BatchError, with_counts
+    from pytest_restore.models.batch import BatchAPI, BatchError, with_counts
+    from pytest_restore.models.providers import batch_client
 
     entries = _ledger_entries(args.cache)
     if entries is None:
@@ -45,7 +46,7 @@ def _status(args: argparse.Namespace) -> int:
     if not entries:
         print(f"batch: no batch recorded in {args.cache}")
         return 0
-    clients: dict[str, BatchClient] = {}
+    clients: dict[tuple[str, str], BatchAPI] = {}
     for entry in entries:
         if entry.kind == "export":
             print(f"{entry.name}  {entry.round:<10} {entry.model}  exported {entry.requests:,} requests -> {entry.input_path}")
@@ -53,12 +54,14 @@ def _status(args: argparse.Namespace) -> int:
         if entry.state == "submitting":  # a create cut short: the next run looks for its batch first
             print(
                 f"{entry.name}  {entry.round:<10} {entry.model}  submitting: a batch of {entry.requests:,} requests "
-                f"may exist at the provider (metadata restore_intent={entry.intent}); the next run looks for it"
+                f"may exist at the provider ({batch_client(entry).intent_words(entry.intent, entry.requests)}); "
+                "the next run looks for it"
             )
             continue
         if entry.state == "pending":
             try:
-                client = clients.setdefault(entry.base_url, BatchClient(entry.base_url or None))
+                client = clients.get((entry.provider, entry.base_url)) or batch_client(entry)
+                clients[(entry.provider, entry.base_url)] = client
                 entry = with_counts(entry, client.retrieve(entry.batch_id))
             except BatchError as err:
                 print(f"{entry.batch_id}: {err}", file=sys.stderr)
@@ -76,7 +79,8 @@ def _status(args: argparse.Namespace) -> int:
 
 def _cancel(args: argparse.Namespace) -> int:
     """cancel running batches"""
-    from pytest_restore.models.batch import BatchClient, BatchError
+    from pytest_restore.models.batch import BatchError
+    from pytest_restore.models.providers import batch_client
 
     entries = _ledger_entries(args.cache)
     if entries is None:
@@ -92,7 +96,11 @@ def _cancel(args: argparse.Namespace) -> int:
         return 0
     failed = 0
     for entry in pending:
-        client = BatchClient(entry.base_url or None)
+        try:
+            client = batch_client(entry)
+        except BatchError as err:
+            failed += refuse(err, 1)
+            continue
         try:
             batch = client.cancel(entry.batch_id)
         except BatchError as err:

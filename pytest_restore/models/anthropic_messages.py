@@ -11,7 +11,8 @@ among the messages), the answer (its ``text`` content blocks, ``usage`` and
 ``stop_reason``), its error body (``{"type": "error", "error": {"type",
 "message"}}``), its 529 "overloaded" (retried with fewer calls in flight,
 as a 429) and its list prices. Retries, ``retry-after``, pacing, caching and
-failures are the managed layer's, as for every provider.
+failures are the managed layer's, as for every provider. Its batch interface
+(the Message Batches API, at half the list price) is ``anthropic_batches``.
 
 It speaks HTTP through the shared standard-library transport
 (``models.http``) rather than the ``anthropic`` SDK: the SDK would be a
@@ -28,6 +29,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from pytest_restore.models.anthropic_batches import AnthropicBatches
 from pytest_restore.models.api import (
     OVERLOADED,
     VALIDATORS,
@@ -43,6 +45,7 @@ from pytest_restore.models.base import (
     canonical_json,
     wire_reply,
 )
+from pytest_restore.models.batch import BatchChatModel, BatchRunner
 from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.managed import ManagedChatModel, split_base_urls
 from pytest_restore.models.progress import Progress
@@ -66,6 +69,8 @@ PRICES: dict[str, tuple[float, float]] = {
     "claude-sonnet-4-5": (3.00, 15.00),
     "claude-opus-4-5": (5.00, 25.00),
 }
+#: What the Message Batches API charges against the list price.
+BATCH_DISCOUNT = 0.5
 
 
 class AnthropicAPI(ModelAPI):
@@ -136,19 +141,38 @@ class AnthropicAPI(ModelAPI):
 
 
 class AnthropicProvider(ModelProvider):
-    """Anthropic's Messages API (chat only: it has no embeddings endpoint)."""
+    """Anthropic's Messages API (chat and its Message Batches; no embeddings endpoint)."""
 
     name = PROVIDER
-    capabilities = frozenset({"chat"})
+    capabilities = frozenset({"chat", "batch"})
     key_env = API_KEY_ENV
+    batch_discount = BATCH_DISCOUNT
     # no structured replies (reply_styles empty): the Messages API has no response_format; a run asking its
     # judge for one stops at the settings (providers.reply_problem), before any call
 
     def make(self, model: str, role: str, options: ModelOptions, *, use_cache: bool = True) -> ChatModel:
-        """A managed model over the Messages API with the run's pacing, retries and response cache."""
-        if options.batch is not None:
-            raise ValueError(f"--restore-batch: {PROVIDER}:{model} has no batch support here")
+        """A managed model over the Messages API with the run's pacing, retries and response cache.
+
+        Under ``--restore-batch`` it answers from the cache alone, inside a
+        ``BatchChatModel`` that sends what the cache lacks as a Message Batch.
+        """
         apis = [AnthropicAPI(model, url) for url in split_base_urls(resolved_base_url(options.base_url))]
+        if options.batch is not None:
+            inner = ManagedChatModel(
+                apis,
+                cache=ResponseCache(options.cache_dir) if use_cache else None,
+                cache_name=self.cache_name(model),
+                validator=VALIDATORS[role],
+                cache_only=True,
+            )
+            runner = BatchRunner(
+                options.cache_dir,
+                VALIDATORS,
+                poll=options.batch.poll,
+                resubmit=options.batch.resubmit,
+                client=self.batches(options.base_url),
+            )
+            return BatchChatModel(inner, role, runner)
         pacing = {k: v for k, v in options.pacing().items() if k != "base_url"}
         return ManagedChatModel(
             apis,
@@ -158,6 +182,10 @@ class AnthropicProvider(ModelProvider):
             progress=Progress(label=f"{role} calls", quiet=options.quiet),
             **pacing,
         )
+
+    def batches(self, base_url: str | None) -> AnthropicBatches:
+        """The Message Batches API, where this provider's calls go (:func:`resolved_base_url`)."""
+        return AnthropicBatches(AnthropicAPI, resolved_base_url(base_url))
 
     def cache_name(self, model: str) -> str | None:
         """``anthropic:MODEL``: no other provider's model of the same name shares its replies."""

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from pytest_restore.models.base import REPLY_STYLES, ChatModel, ChatRequest, ChatResult
+from pytest_restore.models.batch_api import BatchAPI
 from pytest_restore.models.http import HTTPTransport, TransportError
 from pytest_restore.models.pacing import parse_retry_after
 from pytest_restore.models.prompts import VERDICT_SCHEMA, parse_score, parse_verdict
@@ -301,7 +302,8 @@ class ModelProvider(ABC):
     #: The environment variable its key is read from (``None``: no key); its value is
     #: redacted from every text a model client passes on.
     key_env: ClassVar[str | None] = None
-    #: What its batch interface charges against the list price (``None``: no batch).
+    #: What its batch interface charges against the list price: the factor ``--restore-batch`` prices
+    #: its models at (``None``: no batch).
     batch_discount: ClassVar[float | None] = None
     #: What follows ``NAME:`` in a model name, as error messages spell it.
     spelled: ClassVar[str] = "MODEL"
@@ -324,6 +326,11 @@ class ModelProvider(ABC):
     def make_embedder(self, model: str, options: ModelOptions, limits: tuple[int, int] | None = None) -> Any:
         """The embedder ``model``, an ``embeddings.Embedder`` (a provider that declares ``embeddings`` implements it)."""
         raise NotImplementedError(f"{self.name}: no embeddings")
+
+    def batches(self, base_url: str | None) -> BatchAPI:
+        """Its batch interface (``batch_api.BatchAPI``: submit a round, poll it, read its answers, cancel
+        it) at ``base_url``, the run's option; a provider that declares ``batch`` implements it."""
+        raise NotImplementedError(f"{self.name}: no batch interface")
 
     def cache_name(self, model: str) -> str | None:
         """The name its replies are cached under in :class:`ResponseCache` (``None``: not cached)."""

@@ -1,84 +1,84 @@
-"""Batch execution: model calls through the OpenAI Batch API, or batch files for a self-hosted server.
+"""Batch rounds: a grid's model calls answered by a provider's batch service, at its batch price.
 
 A grid's calls are tens of thousands of requests that do not need an answer
-within seconds. The OpenAI Batch API answers a whole file of them within 24
-hours at half the list price; vLLM's ``run_batch`` answers the same file
-format offline on the user's own GPUs. This module is everything about those
-files and batches that does not depend on the grid:
+within seconds. OpenAI's Batch API and Anthropic's Message Batches answer a
+whole round of them within 24 hours at half the list price; vLLM's
+``run_batch`` answers OpenAI's file format offline on the user's own GPUs.
+A provider that batches declares it (``batch`` among its capabilities) and
+hands out its batch interface (``ModelProvider.batches``: a
+:class:`~pytest_restore.models.batch_api.BatchAPI`, here OpenAI's
+``openai_batches`` or Anthropic's ``anthropic_batches``). This module is the
+part that knows no provider:
 
-- the formats: one input line per request (``custom_id``, ``method``,
-  ``url``, ``body``; the body is exactly what a live call sends) and the
-  output line (``{"id", "custom_id", "response": {"status_code",
-  "request_id", "body"}, "error"}``) of the output and error files;
-- :class:`BatchClient`: upload a file (``/v1/files``, purpose ``batch``),
-  create, retrieve and cancel a batch (``/v1/batches``), download a file;
-- :class:`Ledger`: the batches of a response cache, persisted beside it
-  (``<cache>/batches/``), each with its requests, so that a session started
-  again attaches to a running batch instead of paying for it twice, and an
-  exported file's output can be imported later;
-- :func:`judge_line`: every output line checked exactly as a live reply is
-  (``OpenAIChatModel.read_completion``) before it may enter the cache;
 - :class:`BatchRunner`: one round (requests that do not depend on each
   other) submitted or attached, polled with backoff and a progress line,
-  harvested into the cache; what a partial batch returned is kept and the
-  rest are failures by cause, as live failures are;
+  harvested into the cache; its intent recorded in the ledger
+  (``batch_ledger``) before the create is sent, so a crash at any point
+  never pays twice; what a partial batch returned is kept and the rest are
+  failures by cause, as live failures are; every answer checked as a live
+  reply is (``batch_api.judge_line``) before it may enter the cache;
 - :class:`BatchChatModel`: a ``ChatModel`` whose misses go out as a batch
   round and whose hits come from the cache: under ``--restore-batch`` no
   request is ever sent live.
+
+A ledger entry's batch is followed through its provider's interface
+(``providers.batch_client``: ``batch status``, ``batch cancel``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_restore import jsonl
-from pytest_restore.exits import os_cause
-from pytest_restore.models.base import ChatRequest, ChatResult, ReplyFormat
-from pytest_restore.models.cache import ResponseCache, request_key, try_flock
-from pytest_restore.models.decoding import decoding_parameters
-from pytest_restore.models.openai_chat import (
-    API_KEY_ENV,
-    BASE_URL_ENV,
-    PLACEHOLDER_KEY,
-    OpenAIChatModel,
-    failure_cause,
+from pytest_restore.models.base import ChatRequest, ChatResult
+from pytest_restore.models.batch_api import (
+    INTENT_KEY,
+    AnswerReader,
+    BatchAPI,
+    BatchError,
+    BatchItem,
+    OutputLine,
+    Validator,
+    body_digest,
+    input_file,
+    is_unknown_batch,
+    judge_line,
+    short,
 )
-from pytest_restore.models.redact import KEY_VARIABLES, redact_keys
+from pytest_restore.models.batch_ledger import Ledger, LedgerEntry, LedgerError, with_counts
+from pytest_restore.models.cache import ResponseCache, request_key
+from pytest_restore.models.managed import ManagedChatModel, failure_cause
+from pytest_restore.models.openai_batches import OpenAIBatches
+from pytest_restore.models.redact import redact_keys
 
-# The client here reads this key: it is redacted in every process that follows batches, also one
-# that never defined the openai provider (``batch status``, ``batch cancel``).
-KEY_VARIABLES.add(API_KEY_ENV)
+__all__ = [
+    "INTENT_KEY",
+    "BatchAPI",
+    "BatchChatModel",
+    "BatchError",
+    "BatchItem",
+    "BatchOptions",
+    "BatchRunner",
+    "Ledger",
+    "LedgerEntry",
+    "LedgerError",
+    "OutputLine",
+    "RoundOutcome",
+    "body_digest",
+    "input_file",
+    "with_counts",
+]
 
-#: The one endpoint our batches call (the batch is created for it, with the only window the API offers: 24h).
-ENDPOINT = "/v1/chat/completions"
-#: Statuses after which a batch changes no more.
-TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
-#: Why a request of a batch that ended without answering it failed, by the batch's status.
-UNANSWERED = {
-    "expired": "batch expired before this request ran (24h window)",
-    "cancelled": "batch cancelled before this request ran",
-    "failed": "batch failed validation",
-    "completed": "batch completed without a line for this request",
-}
-
-#: The metadata key a batch carries its ledger entry's token under (how a batch whose create was cut short is found).
-INTENT_KEY = "restore_intent"
 #: How long past its own ``expires_at`` a batch that has not ended is still polled (the provider's
 #: own move to ``expired`` takes a while), before the round stops following it and says so.
 EXPIRY_GRACE = 1800.0
 
-#: A role's reply check (``providers.VALIDATORS``): judges and scorers reject what they cannot parse.
-Validator = Callable[[str], bool]
 #: Where progress lines go.
 Say = Callable[[str], None]
 
@@ -91,360 +91,9 @@ class BatchOptions:
     resubmit: int = 0
 
 
-class BatchError(RuntimeError):
-    """A batch could not be submitted or followed (the provider refused, a file is malformed)."""
-
-
-class LedgerError(BatchError):
-    """A ledger file that cannot be read (damaged, or its requests gone): one line naming it.
-
-    Never skipped: a damaged entry may stand for a batch still running, and
-    skipping it would submit (and pay for) its requests again.
-    """
-
-
 def _stderr(message: str) -> None:
     sys.stderr.write(f"restore: {message}\n")
     sys.stderr.flush()
-
-
-# --------------------------------------------------------------------------- formats
-
-
-@dataclass(frozen=True)
-class BatchItem:
-    """One request of a batch: who asks (role, model) and what."""
-
-    role: str
-    model: str
-    request: ChatRequest
-
-    @property
-    def custom_id(self) -> str:
-        """The line's id: the role and the response cache's key, so identical requests share one line."""
-        return f"{self.role}-{request_key(self.model, self.request)}"
-
-    def body(self) -> dict[str, Any]:
-        """The chat-completions body: exactly what a live call sends (decoding by model family)."""
-        r = self.request
-        return {
-            "model": self.model,
-            "messages": r.as_openai_messages(),
-            **decoding_parameters(self.model, r.max_tokens, r.temperature),
-            **r.openai_extras(),
-        }
-
-    def input_line(self) -> str:
-        """The batch input file's line for this request."""
-        line = {"custom_id": self.custom_id, "method": "POST", "url": ENDPOINT, "body": self.body()}
-        return jsonl.dumps_line(line, compact=True)
-
-    def to_json(self) -> dict[str, Any]:
-        """Everything needed to rebuild the item (the ledger's requests file)."""
-        r = self.request
-        return {
-            "custom_id": self.custom_id,
-            "role": self.role,
-            "model": self.model,
-            "messages": [list(m) for m in r.messages],
-            "max_tokens": r.max_tokens,
-            "temperature": r.temperature,
-            **({"reply_format": r.reply_format.to_json()} if r.reply_format is not None else {}),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BatchItem:
-        """The item :meth:`to_json` wrote."""
-        request = ChatRequest(
-            messages=tuple((str(role), str(content)) for role, content in data["messages"]),
-            max_tokens=int(data["max_tokens"]),
-            temperature=float(data["temperature"]),
-            reply_format=ReplyFormat(**data["reply_format"]) if data.get("reply_format") else None,
-        )
-        return cls(str(data["role"]), str(data["model"]), request)
-
-
-def body_digest(body: Mapping[str, Any]) -> str:
-    """A short digest of a request body (to tell whether a line's request is the one exported)."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
-
-
-def input_file(items: Sequence[BatchItem]) -> bytes:
-    """The batch input file (JSONL, one line per item)."""
-    return "".join(item.input_line() + "\n" for item in items).encode("utf-8")
-
-
-@dataclass(frozen=True)
-class OutputLine:
-    """One line of a batch's output or error file."""
-
-    custom_id: str
-    status_code: int | None
-    body: Any
-    error: Mapping[str, Any] | None
-
-
-def parse_output_line(text: str, where: str) -> OutputLine:
-    """An output line, or :class:`BatchError` naming ``where`` (file and line) and what is wrong."""
-    try:
-        line = json.loads(text)
-    except ValueError as exc:
-        raise BatchError(f"{where}: not JSON ({exc})") from None
-    if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
-        raise BatchError(f"{where}: field 'custom_id': missing or not a string")
-    response = line.get("response")
-    error = line.get("error")
-    if error is not None and not isinstance(error, dict):
-        error = {"message": str(error)}
-    if response is None:
-        if error is None:
-            raise BatchError(f"{where}: custom_id {line['custom_id']}: neither 'response' nor 'error'")
-        return OutputLine(line["custom_id"], None, None, error)
-    if not isinstance(response, dict) or not isinstance(response.get("status_code"), int):
-        raise BatchError(f"{where}: custom_id {line['custom_id']}: field 'response.status_code': missing or not a number")
-    return OutputLine(line["custom_id"], int(response["status_code"]), response.get("body"), error)
-
-
-def judge_line(line: OutputLine, item: BatchItem, reader: OpenAIChatModel) -> ChatResult:
-    """The result an output line stands for, checked exactly as a live reply is.
-
-    A success is ``reader.read_completion``'s verdict (key redacted, a reply
-    far over its budget refused, the role's validator applied); an error line
-    or a non-200 response is a failed call with its cause.
-    """
-    if line.error is not None and (line.status_code is None or line.status_code == 200):
-        code = str(line.error.get("code") or "error")
-        message = str(line.error.get("message") or "")
-        return ChatResult(text=None, error=_short(f"batch {code}: {message}"))
-    if line.status_code != 200:
-        detail = ""
-        body = line.body
-        if isinstance(body, dict):
-            inner = body.get("error", body)
-            detail = str(inner.get("message") if isinstance(inner, dict) else inner)
-        return ChatResult(text=None, error=_short(f"HTTP {line.status_code} (in a batch): {detail}"))
-    result, problem = reader.read_completion(line.body, item.request)
-    return result if result is not None else ChatResult(text=None, error=problem)
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= 200 else text[:197] + "..."
-
-
-# --------------------------------------------------------------------------- the ledger
-
-
-@dataclass
-class LedgerEntry:
-    """One batch (or one exported file) of a response cache."""
-
-    #: the file name under ``<cache>/batches/`` (the batch id, or ``export-...``)
-    name: str
-    #: ``batch`` (sent to a provider) or ``export`` (written for another program)
-    kind: str
-    #: the round it served (``reader``, ``judge calls``, ...)
-    round: str
-    model: str
-    #: ``submitting`` from before its create is sent until the provider names the batch, then ``pending``
-    #: until harvested (``done``), ``cancelled``, ``lost`` (the provider no longer knows it),
-    #: ``not created`` (an intent no batch was found for); exports: ``exported``
-    state: str
-    created: float
-    requests: int
-    batch_id: str = ""
-    base_url: str = ""
-    #: whether its answers go into the response cache (a calibration's fresh judge: no)
-    cache: bool = True
-    #: an export's input file, as written
-    input_path: str = ""
-    #: the provider's last request counts
-    counts: dict[str, int] = field(default_factory=dict)
-    status: str = ""
-    #: failed requests by cause, once harvested
-    failures: dict[str, int] = field(default_factory=dict)
-    #: the token in the batch's metadata (``restore_intent``) that finds it at the provider when its
-    #: create was cut short (an error after the batch was made, an interrupt)
-    intent: str = ""
-
-
-class Ledger:
-    """The batches of one response cache, in ``<cache>/batches/``: one JSON file each, plus its requests.
-
-    An entry is written before a batch's create is sent (the intent, with a
-    token the batch carries in its metadata), so a session killed or
-    interrupted at any point leaves its batch findable; entries are replaced
-    atomically (``os.replace``), every one redacted (:func:`redact_keys`).
-    """
-
-    def __init__(self, cache_dir: str | os.PathLike[str]) -> None:
-        self.root = Path(cache_dir) / "batches"
-
-    def lock(self) -> Any:
-        """An exclusive claim on the ledger (between deciding what to submit and recording it)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        path = self.root / ".lock"
-        while True:
-            held = try_flock(path)
-            if held is not None:
-                return held
-            time.sleep(0.05)
-
-    def save(self, entry: LedgerEntry, items: Sequence[BatchItem] | None = None) -> None:
-        """Record ``entry`` (and, the first time, its requests)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        if items is not None:
-            _write_atomic(
-                self.root / f"{entry.name}.requests.jsonl",
-                jsonl.dumps(i.to_json() for i in items),
-            )
-        text = json.dumps(asdict(entry), indent=1, sort_keys=True)
-        _write_atomic(self.root / f"{entry.name}.json", redact_keys(text))
-
-    def entries(self) -> list[LedgerEntry]:
-        """Every entry, oldest first; :class:`LedgerError` for one that cannot be read (never skipped)."""
-        out = []
-        for path in sorted(self.root.glob("*.json")) if self.root.is_dir() else []:
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                out.append(LedgerEntry(**data))
-            except OSError as err:
-                raise LedgerError(f"{path}: cannot read the ledger entry: {os_cause(err)}") from None
-            except (ValueError, TypeError) as err:
-                detail = err.msg if isinstance(err, json.JSONDecodeError) else type(err).__name__
-                raise LedgerError(
-                    f"{path}: damaged ledger entry ({detail}); it may stand for a batch still running, so nothing "
-                    "is submitted: look for the batch at the provider, then move the file away"
-                ) from None
-        return sorted(out, key=lambda e: (e.created, e.name))
-
-    def items(self, entry: LedgerEntry) -> dict[str, BatchItem]:
-        """The requests of ``entry`` by custom id; :class:`LedgerError` when its file is gone or damaged."""
-        path = self.root / f"{entry.name}.requests.jsonl"
-        what = f"{entry.batch_id or entry.name} ({entry.requests:,} requests of the {entry.round} round)"
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise LedgerError(
-                f"{path}: missing: the requests of {what} are gone, so its answers cannot be checked; "
-                f"cancel it (`python -m pytest_restore batch cancel`) or move {path.name.replace('.requests.jsonl', '.json')} away"
-            ) from None
-        except (OSError, UnicodeDecodeError) as err:
-            cause = os_cause(err) if isinstance(err, OSError) else "not UTF-8 text"
-            raise LedgerError(f"{path}: cannot read the requests of {what}: {cause}") from None
-        items = {}
-        for n, line in jsonl.numbered_lines(text):
-            try:
-                item = BatchItem.from_json(json.loads(line))
-            except (ValueError, KeyError, TypeError) as err:
-                raise LedgerError(f"{path} line {n}: damaged request of {what} ({type(err).__name__})") from None
-            items[item.custom_id] = item
-        return items
-
-    def forget(self, entry: LedgerEntry) -> None:
-        """Remove ``entry`` and its requests (an intent whose upload failed: no batch can exist)."""
-        for suffix in (".json", ".requests.jsonl"):
-            (self.root / f"{entry.name}{suffix}").unlink(missing_ok=True)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    # the thread too: two runners of one process (two sessions attaching to one batch) save the same entry
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-# --------------------------------------------------------------------------- the API
-
-
-class BatchClient:
-    """The Files and Batches endpoints of an OpenAI-compatible server, through the official client.
-
-    The key is read from ``$OPENAI_API_KEY`` only and never appears in an
-    error, a ledger entry or a log line.
-    """
-
-    def __init__(self, base_url: str | None = None, *, timeout: float = 120.0) -> None:
-        import openai  # the ``openai`` extra; a run without real models never loads it
-
-        self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None
-        key = os.environ.get(API_KEY_ENV)
-        self._client = openai.OpenAI(
-            api_key=key or PLACEHOLDER_KEY, base_url=self.base_url, timeout=timeout, max_retries=2
-        )
-
-    def _call(self, what: str, call: Callable[[], Any]) -> Any:
-        import openai
-
-        try:
-            return call()
-        except openai.OpenAIError as exc:
-            raise BatchError(redact_keys(f"{what}: {type(exc).__name__}: {exc}")) from None
-
-    def upload(self, items: Sequence[BatchItem]) -> str:
-        """Upload ``items`` as a batch input file; its file id."""
-        data = input_file(items)
-        uploaded = self._call(
-            "uploading the batch input file",
-            lambda: self._client.files.create(file=("restore-batch.jsonl", data), purpose="batch"),
-        )
-        return str(uploaded.id)
-
-    def create(self, file_id: str, metadata: Mapping[str, str]) -> str:
-        """Create the batch of an uploaded file; its id.
-
-        Sent once, never retried: a create that made the batch and then
-        failed to answer would make a second, paid batch if it were sent
-        again. After an error the caller looks for it (:meth:`find`).
-        """
-        batch = self._call(
-            "creating the batch",
-            lambda: self._client.with_options(max_retries=0).batches.create(
-                input_file_id=file_id,
-                endpoint="/v1/chat/completions",
-                completion_window="24h",
-                metadata=dict(metadata),
-            ),
-        )
-        return str(batch.id)
-
-    def find(self, intent: str, since: float) -> str | None:
-        """The id of the batch whose metadata carries ``intent`` (created after ``since``), or ``None``."""
-
-        def scan() -> str | None:
-            for batch in self._client.batches.list(limit=100):  # newest first; the pages follow on
-                if (batch.metadata or {}).get(INTENT_KEY) == intent:
-                    return str(batch.id)
-                if batch.created_at < since - 600:
-                    return None
-            return None
-
-        found: str | None = self._call("looking for the batch by its metadata", scan)
-        return found
-
-    def retrieve(self, batch_id: str) -> dict[str, Any]:
-        """The batch object as plain values (``status``, ``request_counts``, file ids, ``errors``)."""
-        batch = self._call(f"reading batch {batch_id}", lambda: self._client.batches.retrieve(batch_id))
-        return dict(batch.model_dump())
-
-    def cancel(self, batch_id: str) -> dict[str, Any]:
-        """Ask the provider to cancel the batch; the batch object."""
-        batch = self._call(f"cancelling batch {batch_id}", lambda: self._client.batches.cancel(batch_id))
-        return dict(batch.model_dump())
-
-    def content(self, file_id: str) -> str:
-        """A file's content (an output or error file)."""
-        response = self._call(f"downloading file {file_id}", lambda: self._client.files.content(file_id))
-        return bytes(response.content).decode("utf-8")
-
-    def close(self) -> None:
-        """Close the client's connections."""
-        self._client.close()
-
-
-def is_unknown_batch(error: BatchError) -> bool:
-    """Whether the provider answered that it knows no such batch (a 404)."""
-    return "NotFoundError" in str(error)
 
 
 # --------------------------------------------------------------------------- rounds
@@ -464,7 +113,7 @@ class RoundOutcome:
 
 
 class BatchRunner:
-    """Runs rounds of batch requests for one response cache and one provider."""
+    """Runs rounds of batch requests for one response cache through one provider's batch interface."""
 
     def __init__(
         self,
@@ -477,22 +126,23 @@ class BatchRunner:
         resubmit: int = 0,
         say: Say = _stderr,
         sleep: Callable[[float], None] = time.sleep,
-        client: BatchClient | None = None,
+        client: BatchAPI | None = None,
     ) -> None:
-        """``poll`` is the first wait between two looks at a batch (it grows 1.5x up to
-        ``poll_cap``); ``resubmit`` how many times a round sends what failed again as a new batch."""
+        """``client`` is the provider's batch interface (``ModelProvider.batches``; OpenAI's at
+        ``base_url`` when none is given). ``poll`` is the first wait between two looks at a batch (it
+        grows 1.5x up to ``poll_cap``); ``resubmit`` how many times a round sends what failed again as a
+        new batch."""
         self.cache_dir = Path(cache_dir)
         self.cache = ResponseCache(cache_dir)
         self.ledger = Ledger(cache_dir)
         self.validators = dict(validators)
-        self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None
+        self.client: BatchAPI = client if client is not None else OpenAIBatches(base_url)
+        self.base_url = self.client.base_url
         self.poll = poll
         self.poll_cap = poll_cap
         self.resubmit = resubmit
         self.say: Say = lambda line: say(self.redact(line))
         self._sleep = sleep
-        self._client = client
-        self._readers: dict[tuple[str, str], OpenAIChatModel] = {}
 
     def redact(self, text: str) -> str:
         """``text`` without an API key in any form a server may echo it in (the one redaction, :func:`redact_keys`)."""
@@ -503,25 +153,13 @@ class BatchRunner:
         error = None if result.error is None else redact_keys(result.error)
         return replace(result, text=text, error=error)
 
-    @property
-    def client(self) -> BatchClient:
-        """The provider's client, made on first use."""
-        if self._client is None:
-            self._client = BatchClient(self.base_url)
-        return self._client
-
     def close(self) -> None:
-        """Release the client."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        """Release the client's connections."""
+        self.client.close()
 
-    def reader(self, item: BatchItem) -> OpenAIChatModel:
-        """The model whose rules an output line of ``item`` is read by (nothing is sent through it)."""
-        key = (item.model, item.role)
-        if key not in self._readers:
-            self._readers[key] = OpenAIChatModel(model=item.model, validator=self.validators.get(item.role))
-        return self._readers[key]
+    def reader(self, item: BatchItem) -> AnswerReader:
+        """The model whose rules an answer line of ``item`` is read by (nothing is sent through it)."""
+        return self.client.reader(item.model, self.validators.get(item.role))
 
     def uncached(self, items: Iterable[BatchItem]) -> list[BatchItem]:
         """The distinct items the cache does not answer (a reply the role's validator rejects counts as absent)."""
@@ -560,8 +198,11 @@ class BatchRunner:
         self, name: str, todo: Mapping[str, BatchItem], cache: bool, outcome: RoundOutcome
     ) -> dict[str, ChatResult]:
         with self.ledger.lock():
-            # a batch sent elsewhere (another base URL) cannot be followed from here
-            here = [e for e in self.ledger.entries() if e.kind == "batch" and e.base_url == (self.base_url or "")]
+            # a batch sent elsewhere (another provider, another base URL) cannot be followed from here
+            here = [
+                e for e in self.ledger.entries()
+                if e.kind == "batch" and e.provider == self.client.provider and e.base_url == (self.base_url or "")
+            ]
             for entry in here:
                 if entry.state == "submitting":
                     self._resolve_intent(entry)
@@ -587,7 +228,8 @@ class BatchRunner:
         results: dict[str, ChatResult] = {}
         for entry in followed:
             results.update(self._follow(name, entry))
-        return {cid: results.get(cid) or ChatResult(text=None, error=UNANSWERED["completed"]) for cid in todo}
+        missing = "batch completed without a line for this request"
+        return {cid: results.get(cid) or ChatResult(text=None, error=missing) for cid in todo}
 
     def _submit(self, name: str, model: str, group: Sequence[BatchItem], cache: bool) -> LedgerEntry:
         """Upload and create one batch, its intent recorded in the ledger before the create is sent.
@@ -601,6 +243,7 @@ class BatchRunner:
         entry = LedgerEntry(
             name=f"batch-{intent}", kind="batch", round=name, model=model, state="submitting",
             created=time.time(), requests=len(group), base_url=self.base_url or "", cache=cache, intent=intent,
+            provider=self.client.provider,
         )
         self.ledger.save(entry, group)
         try:
@@ -612,13 +255,15 @@ class BatchRunner:
             self.ledger.forget(entry)
             raise
         try:
-            entry.batch_id = self.client.create(entry.input_path, {"restore_round": name[:64], INTENT_KEY: intent})
+            entry.batch_id = self.client.create(
+                entry.input_path, group, {"restore_round": name[:64], INTENT_KEY: intent}
+            )
         except KeyboardInterrupt:
             self.ledger.save(entry)
             self.say(
                 f"batch {name}: interrupted while creating a batch of {len(group):,} {model} requests: one may exist "
-                f"at the provider (metadata {INTENT_KEY}={intent}, recorded in {self.ledger.root}); the next run "
-                "looks for it before submitting anything, and `python -m pytest_restore batch status` lists it"
+                f"at the provider ({self.client.intent_words(intent, len(group))}, recorded in {self.ledger.root}); "
+                "the next run looks for it before submitting anything, and `python -m pytest_restore batch status` lists it"
             )
             raise
         except BatchError as err:
@@ -636,13 +281,14 @@ class BatchRunner:
     def _look_for(self, entry: LedgerEntry, why: str) -> str | None:
         """The batch ``entry``'s intent names, or ``None``; :class:`BatchError` when the lookup fails too."""
         try:
-            return self.client.find(entry.intent, entry.created)
+            claimed = {e.batch_id for e in self.ledger.entries() if e.batch_id}
+            return self.client.find(entry.intent, entry.created, entry.requests, claimed)
         except BatchError as err:
             self.ledger.save(entry)  # still ``submitting``: the next run looks again
             raise BatchError(
                 f"{why}; a batch of {entry.requests:,} {entry.model} requests may exist at the provider "
-                f"(metadata {INTENT_KEY}={entry.intent}) and looking for it failed too ({err}): nothing is "
-                "submitted until it is found or known absent; run again later"
+                f"({self.client.intent_words(entry.intent, entry.requests)}) and looking for it failed too ({err}): "
+                "nothing is submitted until it is found or known absent; run again later"
             ) from None
 
     def _resolve_intent(self, entry: LedgerEntry) -> None:
@@ -682,7 +328,7 @@ class BatchRunner:
                 if line.split(", ")[:3] != shown.split(", ")[:3]:
                     self.say(line)
                 shown = line
-                if status in TERMINAL:
+                if self.client.ended(batch):
                     entry.counts, entry.status = counts, status
                     return self._harvest(entry, batch)
                 expires = batch.get("expires_at")
@@ -707,21 +353,10 @@ class BatchRunner:
     def _harvest(self, entry: LedgerEntry, batch: Mapping[str, Any]) -> dict[str, ChatResult]:
         """Every answer of an ended batch, checked; answers go into the cache when the entry says so."""
         items = self.ledger.items(entry)
-        lines: list[tuple[str, str]] = []
-        for key in ("output_file_id", "error_file_id"):
-            file_id = batch.get(key)
-            if file_id:
-                text = self.client.content(str(file_id))
-                lines += [(f"{key} {file_id} line {n}", t) for n, t in jsonl.numbered_lines(text)]
-        results, refused = self.judge_lines(lines, items, cache=entry.cache)
-        status = str(batch.get("status"))
-        cause = UNANSWERED.get(status, f"batch {status}")
-        if status == "failed":
-            errors = (batch.get("errors") or {}).get("data") or []
-            if errors:
-                cause += ": " + "; ".join(str(e.get("message", e)) for e in errors[:3])
+        results, refused = self.judge_lines(self.client.results(batch), items, cache=entry.cache)
+        cause = self.client.unanswered(batch)
         for cid in items:
-            results.setdefault(cid, ChatResult(text=None, error=_short(self.redact(cause))))
+            results.setdefault(cid, ChatResult(text=None, error=short(self.redact(cause))))
         entry.state = "done"
         entry.failures = dict(Counter(failure_cause(r.error or "") for r in results.values() if not r.ok))
         if refused:
@@ -749,16 +384,19 @@ class BatchRunner:
         """
         refused: Counter[str] = Counter()
         by_id: dict[str, list[tuple[str, OutputLine]]] = {}
+        # the provider may know a request by a shorter id than ours (``BatchAPI.wire_id``)
+        ours = {self.client.wire_id(cid): cid for cid in items}
         for where, text in lines:
             try:
-                line = parse_output_line(text, where)
+                line = self.client.parse_line(text, where)
             except BatchError as err:
                 refused[self.redact(f"malformed line ({str(err).split(': ', 1)[-1][:80]})")] += 1
                 continue
-            if line.custom_id not in items:
+            cid = ours.get(line.custom_id)
+            if cid is None:
                 refused["custom_id never exported or submitted"] += 1
                 continue
-            by_id.setdefault(line.custom_id, []).append((where, line))
+            by_id.setdefault(cid, []).append((where, line))
         results: dict[str, ChatResult] = {}
         for cid, found in by_id.items():
             item = items[cid]
@@ -795,21 +433,21 @@ def _elapsed(seconds: float) -> str:
 class BatchChatModel:
     """A ``ChatModel`` that never sends a live call: misses go out as one batch round, hits come from the cache.
 
-    ``inner`` is the role's ``OpenAIChatModel`` made ``cache_only``; a
-    model without a cache (the calibration's fresh judge) gets every answer
-    from its batches and stores none.
+    ``inner`` is the role's managed model (its provider's) made
+    ``cache_only``; a model without a cache (the calibration's fresh judge)
+    gets every answer from its batches and stores none.
     """
 
-    def __init__(self, inner: OpenAIChatModel, role: str, runner: BatchRunner) -> None:
+    def __init__(self, inner: ManagedChatModel, role: str, runner: BatchRunner) -> None:
         self.inner = inner
         self.role = role
         self.runner = runner
-        #: Failed calls by cause (the batch's and the cache's), as ``OpenAIChatModel.failure_causes``.
+        #: Failed calls by cause (the batch's and the cache's), as ``ManagedChatModel.failure_causes``.
         self.failure_causes: Counter[str] = Counter()
 
     @property
     def name(self) -> str:
-        """The inner model's name (``openai:MODEL``)."""
+        """The inner model's name (``PROVIDER:MODEL``)."""
         return self.inner.name
 
     @property
@@ -836,7 +474,7 @@ class BatchChatModel:
         """Answer every request in order: one batch round for what the cache does not hold."""
         if not requests:
             return []
-        items = [BatchItem(self.role, self.inner.model, r) for r in requests]
+        items = [BatchItem(self.role, self.inner.cache_name, r) for r in requests]
         caching = self.inner.cache is not None
         misses = self.runner.uncached(items) if caching else list({i.custom_id: i for i in items}.values())
         fresh: dict[str, ChatResult] = {}
@@ -859,8 +497,3 @@ class BatchChatModel:
         self.inner.close()
         self.runner.close()
 
-
-def with_counts(entry: LedgerEntry, batch: Mapping[str, Any]) -> LedgerEntry:
-    """``entry`` with the provider's latest status and request counts."""
-    counts = {k: int(v or 0) for k, v in (batch.get("request_counts") or {}).items()}
-    return replace(entry, status=str(batch.get("status")), counts=counts)

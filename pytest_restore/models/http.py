@@ -202,6 +202,10 @@ class HTTPTransport:
 
     def post(self, path: str, body: bytes, headers: Mapping[str, str], timeout: float) -> Reply:
         """POST ``body`` to ``path`` and read the whole reply within ``timeout`` seconds; raises :class:`TransportError`."""
+        return self.request("POST", path, body, headers, timeout)
+
+    def request(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str], timeout: float) -> Reply:
+        """Send ``method`` (``GET``, ``POST``) to ``path`` and read the whole reply within ``timeout`` seconds, as :meth:`post`."""
         deadline = time.monotonic() + timeout
         connection, _ = self._connection(timeout)
         with self._lock:
@@ -209,7 +213,7 @@ class HTTPTransport:
         try:
             # not sent again here when a kept-alive connection turns out closed: the caller's
             # retries count every attempt, so the server never gets a request it was not told of
-            reply = self._exchange(connection, path, body, headers, deadline)
+            reply = self._exchange(connection, method, path, body, headers, deadline)
         except TransportError as exc:
             connection.close()
             if exc.kind != "timeout":
@@ -237,10 +241,16 @@ class HTTPTransport:
         return reply
 
     def _exchange(
-        self, connection: http.client.HTTPConnection, path: str, body: bytes, headers: Mapping[str, str], deadline: float
+        self,
+        connection: http.client.HTTPConnection,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        deadline: float,
     ) -> Reply:
         target, sent_headers = self._target(path, headers)
-        connection.request("POST", target, body, sent_headers)
+        connection.request(method, target, body, sent_headers)
         _left(connection, deadline)
         response = connection.getresponse()
         pieces = []

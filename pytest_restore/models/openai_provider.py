@@ -1,6 +1,7 @@
 """The OpenAI provider's declaration: what it can do, its key, its list prices, and how its models are made.
 
-Its wire format and models are ``openai_chat``; its batch rounds ``batch``.
+Its wire format and models are ``openai_chat``; its batch interface ``openai_batches``
+(rounds are run by ``batch``, as every provider's).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pytest_restore.models.base import REPLY_STYLES, ChatModel
 from pytest_restore.models.batch import BatchChatModel, BatchRunner
 from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.embeddings import EmbeddingLimits
+from pytest_restore.models.openai_batches import OpenAIBatches
 from pytest_restore.models.openai_chat import (
     API_KEY_ENV,
     BASE_URL_ENV,
@@ -74,9 +76,9 @@ class OpenAIProvider(ModelProvider):
             runner = BatchRunner(
                 options.cache_dir,
                 VALIDATORS,
-                base_url=options.base_url,
                 poll=options.batch.poll,
                 resubmit=options.batch.resubmit,
+                client=self.batches(options.base_url),
             )
             return BatchChatModel(inner, role, runner)
         return OpenAIChatModel(
@@ -96,6 +98,10 @@ class OpenAIProvider(ModelProvider):
             **options.pacing(),
             progress=Progress(label="embedding requests", quiet=options.quiet),
         )
+
+    def batches(self, base_url: str | None) -> OpenAIBatches:
+        """The Files and Batches API (``--restore-base-url``, else ``$OPENAI_BASE_URL``, else OpenAI's)."""
+        return OpenAIBatches(base_url)
 
     def cache_name(self, model: str) -> str | None:
         """Replies are cached under the bare model name."""

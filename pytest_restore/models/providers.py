@@ -24,6 +24,8 @@ from functools import lru_cache
 from pytest_restore.models.anthropic_messages import AnthropicProvider
 from pytest_restore.models.api import VALIDATORS, ModelOptions, ModelProvider
 from pytest_restore.models.base import ChatModel, ChatRequest
+from pytest_restore.models.batch_api import BatchAPI, BatchError
+from pytest_restore.models.batch_ledger import LedgerEntry
 from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.decoding import estimate_tokens
 from pytest_restore.models.embeddings import DEFAULT_LIMITS, Embedder, FakeEmbedder, TextVectors
@@ -176,6 +178,15 @@ def missing_key_problem(
         if problem is not None:
             return problem
     return None
+
+
+def batch_client(entry: LedgerEntry, providers: ProviderRegistry | None = None) -> BatchAPI:
+    """The batch interface a ledger entry's batch is followed through: its provider's, at its base URL
+    (``batch status``, ``batch cancel``); :class:`BatchError` for a provider not registered or not batching."""
+    registry = providers if providers is not None else _builtin_providers()
+    if entry.provider not in registry or "batch" not in registry[entry.provider].capabilities:
+        raise BatchError(f"{entry.batch_id or entry.name}: provider {entry.provider!r} does not batch here")
+    return registry[entry.provider].batches(entry.base_url or None)
 
 
 def close_model(model: object) -> None:

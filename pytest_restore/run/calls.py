@@ -24,18 +24,21 @@ from pytest_restore.memory.eviction import Policy
 from pytest_restore.memory.systems import MemorySystem
 from pytest_restore.models.base import ChatRequest
 from pytest_restore.models.batch import BatchItem, Ledger, LedgerEntry, LedgerError, input_file
+from pytest_restore.models.batch_ledger import FIRST_PROVIDER
 from pytest_restore.models.cache import ResponseCache, request_key
 from pytest_restore.models.decoding import estimate_tokens
 from pytest_restore.models.fake import FakeScorer, write
 from pytest_restore.models.prompts import READER_MAX_TOKENS, VERDICT_SCHEMA, parse_score
 from pytest_restore.models.providers import (
     CostLine,
+    ModelProvider,
     ProviderRegistry,
     cache_name,
     cached_text,
     cost_line,
     is_real,
     render_cost,
+    resolve,
 )
 from pytest_restore.models.writers import offline_variant
 from pytest_restore.record import Record
@@ -375,13 +378,18 @@ def export_round(
     name: str, planned: Sequence[Planned], path: Path, cache_dir: Path, providers: ProviderRegistry
 ) -> tuple[list[str], list[Path]]:
     """Write the round's uncached requests as a batch input file, recorded in the cache's ledger for
-    ``batch import``; one file per model (the Batch API takes one model per file). Lines said, files written."""
+    ``batch import``; one file per model (the Batch API takes one model per file), in its provider's batch
+    input format (``BatchAPI.input_file``: OpenAI's, which vLLM's ``run_batch`` reads too; Anthropic's
+    requests). Lines said, files written."""
     by_model: dict[str, list[BatchItem]] = {}
+    provider_of: dict[str, ModelProvider] = {}
     for spec, role, request in planned:
         name_of = cache_name(spec, providers)
-        if name_of is None:
+        resolved = resolve(spec, providers)
+        if name_of is None or resolved is None:
             continue
         by_model.setdefault(name_of, []).append(BatchItem(role, name_of, request))
+        provider_of[name_of] = resolved[0]
     runner_cache = ResponseCache(cache_dir)
     ledger = Ledger(cache_dir)
     lines: list[str] = []
@@ -393,12 +401,14 @@ def export_round(
         todo = [i for i in distinct if runner_cache.peek(request_key(i.model, i.request)) is None]
         target = path if len(by_model) == 1 else path.with_name(f"{path.stem}.{model}{path.suffix}")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(input_file(todo))
+        provider = provider_of[model]
+        target.write_bytes(provider.batches(None).input_file(todo) if "batch" in provider.capabilities else input_file(todo))
         written.append(target)
         digest = hashlib.sha256(target.read_bytes()).hexdigest()[:16]
         entry = LedgerEntry(
             name=f"export-{digest}", kind="export", round=name, model=model, state="exported",
             created=time.time(), requests=len(todo), input_path=str(target.resolve()),
+            provider=provider.name if "batch" in provider.capabilities else FIRST_PROVIDER,
         )
         ledger.save(entry, todo)
         lines.append(
