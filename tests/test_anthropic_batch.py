@@ -29,7 +29,6 @@ from openai_server import echo_responder, fake_models_responder
 from pytest_restore.__main__ import main
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import History, build_history
-from pytest_restore.models.anthropic_batches import AnthropicBatches
 from pytest_restore.models.anthropic_messages import (
     API_KEY_ENV,
     BASE_URL_ENV,
@@ -81,7 +80,7 @@ def echo() -> Iterator[AnthropicServer]:
 
 def runner_for(server: AnthropicServer, cache: Path, said: list[str], **kwargs: Any) -> BatchRunner:
     """A runner through Anthropic's batch interface on ``server`` that polls at once."""
-    client = AnthropicBatches(AnthropicAPI, server.base_url, sleep=lambda seconds: None)
+    client = AnthropicProvider().batches(server.base_url)
     return BatchRunner(cache, VALIDATORS, poll=0.001, say=said.append, client=client, **kwargs)
 
 
@@ -275,6 +274,34 @@ def test_status_and_cancel_from_the_command_line(
     assert outcome.created == [] and len(ResponseCache(cache)) == 8
     assert dict(outcome.failures()) == {"batch canceled: the batch was canceled before this request ran": 4}
     assert not any(KEY.encode() in path.read_bytes() for path in cache.rglob("*") if path.is_file())
+
+
+def test_an_exported_round_submitted_by_hand_is_imported_checked(
+    echo: AnthropicServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_restore.models.providers import default_providers
+    from pytest_restore.run.calls import export_round
+
+    cache, source = tmp_path / "cache", tmp_path / "reader.in.jsonl"
+    planned = [(SPEC, "reader", ChatRequest((("user", f"note {i}"),), max_tokens=40)) for i in range(4)]
+    said, _ = export_round("reader", planned, source, cache, default_providers())
+    assert said == [f"batch export: 4 {SPEC} requests of the reader round -> {source} (0 already cached, left out)"]
+    requests = [json.loads(line) for line in source.read_text().splitlines()]
+    assert all(set(r) == {"custom_id", "params"} and ID.match(r["custom_id"]) for r in requests)
+    requests[0]["params"]["messages"][0]["content"] += " (edited)"  # changed after the export
+    source.write_text("".join(json.dumps(r) + "\n" for r in requests))
+
+    # the user submits the file's requests themselves and downloads the results
+    created = json.loads(raw(echo, "POST", BATCHES, {"requests": requests})[1])
+    ended = json.loads(raw(echo, "GET", f"{BATCHES}/{created['id']}")[1])
+    results = raw(echo, "GET", ended["results_url"].removeprefix(echo.base_url))[1]
+    (tmp_path / "reader.out.jsonl").write_bytes(results)
+    capsys.readouterr()
+    assert main(["batch", "import", str(tmp_path / "reader.out.jsonl"), "--cache", str(cache)]) == 1
+    out = capsys.readouterr().out
+    assert "import: 3 answers checked and cached" in out and "import: 1 lines refused: request differs from the exported one" in out
+    cached = ResponseCache(cache)
+    assert len(cached) == 3 and [cached.contains(SPEC, request) for _, _, request in planned] == [False, True, True, True]
 
 
 # -- 3. the grid with --restore-batch ---------------------------------------------------------------

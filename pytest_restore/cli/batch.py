@@ -118,8 +118,10 @@ def _export(args: argparse.Namespace) -> int:
 
     Runs the grid's dry run (the --restore-* options after --; pytest's own arguments there are ignored,
     and no ini file or conftest.py is read) and writes the round's requests that the cache does not hold
-    as an OpenAI batch input file. Rounds go in order: scorer (only with llm-importance), writer (only
-    with a memory system that writes with a model), reader, judge; each needs the previous one imported.
+    as a batch input file in their provider's format (OpenAI's, which vLLM's run_batch reads; an
+    anthropic: model's as Message Batches requests). Rounds go in order: scorer (only with
+    llm-importance), writer (only with a memory system that writes with a model), reader, judge; each
+    needs the previous one imported.
     """
     import dataclasses
     import uuid
@@ -170,11 +172,13 @@ def _export(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     """read a batch output file into the response cache
 
-    Reads an OpenAI batch output (or error) file, as vLLM's run_batch writes it, into the response
-    cache. A line whose custom_id was never exported, or whose request differs from the exported one,
+    Reads a batch output file into the response cache, in the format of the export's provider: an
+    OpenAI batch output (or error) file, as vLLM's run_batch writes it, or an Anthropic Message Batch's
+    results. A line whose custom_id was never exported, or whose request differs from the exported one,
     is refused and counted; a reply is checked as a live one is (a judge's must be a verdict).
     """
     from pytest_restore.models.batch import (
+        BatchAPI,
         BatchError,
         BatchItem,
         BatchRunner,
@@ -182,21 +186,24 @@ def _import(args: argparse.Namespace) -> int:
         LedgerError,
         body_digest,
     )
-    from pytest_restore.models.openai_chat import failure_cause
-    from pytest_restore.models.providers import VALIDATORS
+    from pytest_restore.models.managed import failure_cause
+    from pytest_restore.models.providers import VALIDATORS, batch_client
 
     path = Path(args.file)
     if not path.is_file():
         return refuse(f"{path}: no such file")
     ledger = Ledger(args.cache)
-    items: dict[str, BatchItem] = {}
+    # each exported request by the id its provider knows it by, with that provider's batch interface
+    owners: dict[str, tuple[BatchAPI, BatchItem]] = {}
+    clients: dict[str, BatchAPI] = {}
     try:
         exports = [e for e in ledger.entries() if e.kind == "export"]
         for entry in exports:
-            items.update(ledger.items(entry))
-    except LedgerError as err:
+            client = clients.get(entry.provider) or clients.setdefault(entry.provider, batch_client(entry))
+            owners.update({client.wire_id(cid): (client, item) for cid, item in ledger.items(entry).items()})
+    except (LedgerError, BatchError) as err:
         return refuse(err)
-    if not items:
+    if not owners:
         return refuse(f"{args.cache}: no exported batch file recorded (run `batch export` first)")
     # the requests that produced the output, as the other program read them
     sources = [Path(args.input)] if args.input else [Path(e.input_path) for e in exports if Path(e.input_path).is_file()]
@@ -206,7 +213,8 @@ def _import(args: argparse.Namespace) -> int:
         try:
             for n, text in jsonl.numbered_lines(jsonl.read_text(source)):
                 line = json.loads(text)
-                sent[str(line["custom_id"])] = body_digest(line["body"])
+                reading = owners[line["custom_id"]][0] if line["custom_id"] in owners else next(iter(clients.values()))
+                sent[str(line["custom_id"])] = body_digest(reading.request_body(line))
         except jsonl.JsonlError as err:
             return refuse(err)
         except (OSError, ValueError, KeyError, TypeError) as err:
@@ -217,24 +225,32 @@ def _import(args: argparse.Namespace) -> int:
         return refuse(err)
     except OSError as err:
         return refuse(f"{path}: {os_cause(err)}")
-    lines: list[tuple[str, str]] = []
+    lines: dict[str, list[tuple[str, str]]] = {}  # by provider: each reads its own format
     refused: Counter[str] = Counter()
     for n, text in jsonl.numbered_lines(output):
         try:
             custom_id = str(json.loads(text).get("custom_id"))
         except (ValueError, AttributeError):
             custom_id = ""
-        item = items.get(custom_id)
-        if item is not None and custom_id in sent and sent[custom_id] != body_digest(item.body()):
-            refused["request differs from the exported one"] += 1
-            continue
-        lines.append((f"{path} line {n}", text))
-    runner = BatchRunner(args.cache, VALIDATORS)
-    try:
-        results, more = runner.judge_lines(lines, items)
-    except BatchError as err:
-        return refuse(err)
-    refused.update(more)
+        owner = owners.get(custom_id)
+        if owner is not None and custom_id in sent:
+            exported = body_digest(owner[0].request_body(owner[0].request_line(owner[1])))
+            if sent[custom_id] != exported:
+                refused["request differs from the exported one"] += 1
+                continue
+        # a line of no exported request: any provider's reading refuses it
+        reading = owner[0] if owner is not None else next(iter(clients.values()))
+        lines.setdefault(reading.provider, []).append((f"{path} line {n}", text))
+    results = {}
+    for provider, found in lines.items():
+        items = {item.custom_id: item for client, item in owners.values() if client.provider == provider}
+        runner = BatchRunner(args.cache, VALIDATORS, client=clients[provider])
+        try:
+            part, more = runner.judge_lines(found, items)
+        except BatchError as err:
+            return refuse(err)
+        results.update(part)
+        refused.update(more)
     ok = sum(1 for r in results.values() if r.ok)
     failures: Counter[str] = Counter(failure_cause(r.error or "") for r in results.values() if not r.ok)
     print(f"import: {ok:,} answers checked and cached from {path}")

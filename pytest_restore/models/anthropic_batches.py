@@ -42,6 +42,7 @@ from urllib.parse import quote, urlsplit
 from pytest_restore import jsonl
 from pytest_restore.models.api import ModelAPI
 from pytest_restore.models.batch_api import (
+    AnswerReader,
     BatchAPI,
     BatchError,
     BatchItem,
@@ -50,7 +51,6 @@ from pytest_restore.models.batch_api import (
     Validator,
 )
 from pytest_restore.models.http import HTTPTransport, TransportError
-from pytest_restore.models.managed import ManagedChatModel
 from pytest_restore.models.redact import KEY_VARIABLES, redact_keys
 
 #: Where the batches live.
@@ -108,12 +108,15 @@ class AnthropicBatches(BatchAPI):
         wire: type[ModelAPI],
         base_url: str | None = None,
         *,
+        reader: Callable[[str, Validator | None], AnswerReader],
         timeout: float = 120.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """``wire``: the provider's Messages API (its headers, its key, its own API's address);
-        ``base_url``: where the provider sends its calls (``None``: its own API; of replicas, the first)."""
+        ``base_url``: where the provider sends its calls (``None``: its own API; of replicas, the first);
+        ``reader``: the provider's managed model of a cache name, whose rules its answers are read by."""
         self.wire = wire
+        self._reader = reader
         self.provider = wire.provider
         super().__init__(base_url)
         self.timeout = timeout
@@ -131,10 +134,9 @@ class AnthropicBatches(BatchAPI):
         """The item's id cut to the 64 characters the API takes."""
         return custom_id[:MAX_ID]
 
-    def make_reader(self, model: str, validator: Validator | None) -> ManagedChatModel:
-        """The managed Messages model of ``model`` (``anthropic:MODEL``, its cache name)."""
-        api = self.wire(model.removeprefix(f"{self.provider}:"), self.base_url)
-        return ManagedChatModel([api], cache_name=model, validator=validator)
+    def make_reader(self, model: str, validator: Validator | None) -> AnswerReader:
+        """The provider's managed Messages model of ``model`` (``anthropic:MODEL``, its cache name)."""
+        return self._reader(model, validator)
 
     def request_line(self, item: BatchItem) -> dict[str, Any]:
         """``{"custom_id", "params"}``: ``params`` the body of the live call."""
@@ -142,7 +144,7 @@ class AnthropicBatches(BatchAPI):
 
     def request_body(self, line: Mapping[str, Any]) -> Any:
         """A request line's ``params``."""
-        return line.get("params")
+        return line["params"]
 
     # -- the wire ------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pytest_restore.models.anthropic_batches import AnthropicBatches
@@ -185,7 +185,7 @@ class AnthropicProvider(ModelProvider):
 
     def batches(self, base_url: str | None) -> AnthropicBatches:
         """The Message Batches API, where this provider's calls go (:func:`resolved_base_url`)."""
-        return AnthropicBatches(AnthropicAPI, resolved_base_url(base_url))
+        return AnthropicBatches(AnthropicAPI, resolved_base_url(base_url), reader=answer_reader)
 
     def cache_name(self, model: str) -> str | None:
         """``anthropic:MODEL``: no other provider's model of the same name shares its replies."""
@@ -203,6 +203,11 @@ class AnthropicProvider(ModelProvider):
             f"{', '.join(sorted(set(specs)))} would call api.anthropic.com but ${API_KEY_ENV} is not set "
             f"(set it, or point ${BASE_URL_ENV} or --restore-base-url at a server that needs no key)"
         )
+
+
+def answer_reader(model: str, validator: Callable[[str], bool] | None) -> ManagedChatModel:
+    """The managed model whose rules a batch's answer to ``model`` (``anthropic:MODEL``) is read by; it sends nothing."""
+    return ManagedChatModel([AnthropicAPI(model.removeprefix(f"{PROVIDER}:"))], cache_name=model, validator=validator)
 
 
 def resolved_base_url(option: str | None) -> str | None:

@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.batch_api import (
@@ -53,7 +53,7 @@ from pytest_restore.models.batch_api import (
 )
 from pytest_restore.models.batch_ledger import Ledger, LedgerEntry, LedgerError, with_counts
 from pytest_restore.models.cache import ResponseCache, request_key
-from pytest_restore.models.managed import ManagedChatModel, failure_cause
+from pytest_restore.models.managed import failure_cause
 from pytest_restore.models.openai_batches import OpenAIBatches
 from pytest_restore.models.redact import redact_keys
 
@@ -430,6 +430,29 @@ def _elapsed(seconds: float) -> str:
 # --------------------------------------------------------------------------- the model
 
 
+class CacheOnlyModel(Protocol):
+    """The model a batch model wraps: its provider's managed chat model made ``cache_only`` (``managed``)."""
+
+    cache: ResponseCache | None
+    cache_name: str
+    model: str
+    fatal_error: str | None
+    fatal_io: bool
+
+    @property
+    def name(self) -> str:
+        """``PROVIDER:MODEL``."""
+        ...
+
+    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Answers from the cache alone."""
+        ...
+
+    def close(self) -> None:
+        """Release it."""
+        ...
+
+
 class BatchChatModel:
     """A ``ChatModel`` that never sends a live call: misses go out as one batch round, hits come from the cache.
 
@@ -438,11 +461,11 @@ class BatchChatModel:
     gets every answer from its batches and stores none.
     """
 
-    def __init__(self, inner: ManagedChatModel, role: str, runner: BatchRunner) -> None:
+    def __init__(self, inner: CacheOnlyModel, role: str, runner: BatchRunner) -> None:
         self.inner = inner
         self.role = role
         self.runner = runner
-        #: Failed calls by cause (the batch's and the cache's), as ``ManagedChatModel.failure_causes``.
+        #: Failed calls by cause (the batch's and the cache's), as a managed model's ``failure_causes``.
         self.failure_causes: Counter[str] = Counter()
 
     @property

@@ -52,7 +52,7 @@ Validator = Callable[[str], bool]
 
 
 class AnswerReader(Protocol):
-    """What an answer is read by: a provider's managed chat model (``managed.ManagedChatModel``), never sending."""
+    """What an answer is read by: a provider's managed chat model (the managed layer's), never sending."""
 
     def read_completion(self, completion: Any, request: ChatRequest) -> tuple[ChatResult | None, str]:
         """A decoded answer checked as a live reply is (``None`` and why, when unusable)."""
@@ -216,8 +216,9 @@ class BatchAPI(ABC):
         """The request as the provider's batch input takes it (its id and exactly the body a live call sends)."""
 
     def request_body(self, line: Mapping[str, Any]) -> Any:
-        """The request body of an input line :meth:`request_line` wrote (to tell an edited one apart)."""
-        return line.get("body")
+        """The request body of an input line :meth:`request_line` wrote (to tell an edited one apart);
+        ``KeyError`` when it has none."""
+        return line["body"]
 
     def input_file(self, items: Sequence[BatchItem]) -> bytes:
         """The requests as a JSONL file, one :meth:`request_line` a line (``batch export``)."""

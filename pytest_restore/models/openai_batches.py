@@ -27,6 +27,7 @@ from pytest_restore import jsonl
 from pytest_restore.models.batch_api import (
     ENDPOINT,
     INTENT_KEY,
+    AnswerReader,
     BatchAPI,
     BatchError,
     BatchItem,
@@ -35,7 +36,6 @@ from pytest_restore.models.batch_api import (
     Validator,
     input_file,
 )
-from pytest_restore.models.managed import ManagedChatModel
 from pytest_restore.models.openai_chat import (
     API_KEY_ENV,
     BASE_URL_ENV,
@@ -118,7 +118,7 @@ class OpenAIBatches(BatchAPI):
         except openai.OpenAIError as exc:
             raise BatchError(redact_keys(f"{what}: {type(exc).__name__}: {exc}")) from None
 
-    def make_reader(self, model: str, validator: Validator | None) -> ManagedChatModel:
+    def make_reader(self, model: str, validator: Validator | None) -> AnswerReader:
         """An :class:`OpenAIChatModel` of ``model`` (its cache name is the bare model name)."""
         return OpenAIChatModel(model=model, validator=validator)
 
