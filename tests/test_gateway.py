@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,6 +33,7 @@ from pytest_restore.models.fake_writer import (
     SHAPES,
     FakeWriter,
     WriterAsk,
+    python_literal,
     register_shape,
     schema_instance,
 )
@@ -404,3 +406,19 @@ def test_the_net_guard_catches_a_library_phoning_home_even_when_it_swallows_the_
             socket.create_connection(("127.0.0.1", 9), timeout=1)  # loopback, but not the gateway
         guard.blocked.clear()
     assert socket.create_connection.__module__ == "socket"  # put back
+
+
+def test_the_libraries_python_literals_are_parsed_one_thread_at_a_time() -> None:
+    """``python_literal`` parses under one lock: CPython before 3.11.9 fails two threads parsing at once
+    (gh-106905, seen as a 500 from the gateway answering graphiti), so a parse waits for the one before."""
+    from pytest_restore.models import fake_writer
+
+    assert python_literal("[{'idx': 0, 'fact': 'A: hi'}]") == [{"idx": 0, "fact": "A: hi"}]
+    parsed: list[object] = []
+    with fake_writer._PARSING:  # another thread's parse in progress
+        waiting = threading.Thread(target=lambda: parsed.append(python_literal("[1, 2]")))
+        waiting.start()
+        waiting.join(0.2)
+        assert waiting.is_alive() and parsed == []
+    waiting.join(5)
+    assert parsed == [[1, 2]]

@@ -36,13 +36,12 @@ adapter calls it when graphiti is first imported), so
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pytest_restore.models.fake_writer import WriterAsk, register_shape
+from pytest_restore.models.fake_writer import WriterAsk, python_literal, register_shape
 
 #: The statements of one message that become entities and facts (a long turn would otherwise cost a
 #: timestamp call per sentence).
@@ -138,7 +137,7 @@ def node_resolutions(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def _facts(listing: str | None) -> list[tuple[int, str]]:
     """graphiti's fact lists (a Python literal of ``{"idx", "fact"}`` dicts) as (idx, fact)."""
-    found = ast.literal_eval(listing) if listing else []
+    found = python_literal(listing) if listing else []
     return [(int(f["idx"]), str(f["fact"])) for f in found]
 
 

@@ -87,7 +87,7 @@ from pytest_restore.libraries.system import (
 )
 from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.systems import SystemFigures
-from pytest_restore.models.fake_writer import ToolCalls, WriterAsk, register_shape
+from pytest_restore.models.fake_writer import ToolCalls, WriterAsk, python_literal, register_shape
 
 LIBRARY = "langmem"
 #: The kinds of model call langmem makes: the manager's tool call, trustcall's repairs of a reply that
@@ -599,10 +599,8 @@ def fake_answer(body: Mapping[str, Any], *, always_call: bool = False) -> dict[s
 
 def _instance_text(raw: str) -> str:
     """A memory's text as langmem shows it in the prompt (a Python dict's repr: ``{'content': '...'}``)."""
-    import ast
-
     try:
-        value = ast.literal_eval(raw)
+        value = python_literal(raw)
     except (ValueError, SyntaxError):
         return raw
     return str(value.get("content", raw)) if isinstance(value, dict) else raw

@@ -91,7 +91,7 @@ from pytest_restore.libraries.system import (
 )
 from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.systems import SystemFigures
-from pytest_restore.models.fake_writer import WriterAsk, register_shape
+from pytest_restore.models.fake_writer import WriterAsk, python_literal, register_shape
 
 #: The logger mem0's ``Memory`` reports a dropped answer to.
 MEM0_LOGGER = "mem0.memory.main"
@@ -468,12 +468,10 @@ def _extraction(ask: WriterAsk) -> Any:
 
 
 def _update(ask: WriterAsk) -> Any:
-    import ast
-
     blocks = _BLOCKS.findall(ask.last_user)
     try:
-        old = ast.literal_eval(blocks[0].strip()) if len(blocks) == 2 else []
-        new = ast.literal_eval(blocks[-1].strip()) if blocks else []
+        old = python_literal(blocks[0].strip()) if len(blocks) == 2 else []
+        new = python_literal(blocks[-1].strip()) if blocks else []
     except (ValueError, SyntaxError):
         old, new = [], []
     kept = [{"id": str(m.get("id")), "text": str(m.get("text")), "event": "NONE"} for m in old if isinstance(m, dict)]

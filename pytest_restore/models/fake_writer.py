@@ -33,9 +33,11 @@ the wrong shape, so that each library's rejections are seen and counted.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,6 +168,19 @@ class WriterShape:
 
 #: The registered shapes, in order (:func:`register_shape`).
 SHAPES: list[WriterShape] = []
+
+
+#: CPython before 3.11.9 keeps the AST constructor's recursion depth in state shared by threads: two
+#: threads parsing at once fail with "SystemError: AST constructor recursion depth mismatch" (gh-106905),
+#: and the gateway answers a library's calls on several threads. One parse at a time.
+_PARSING = threading.Lock()
+
+
+def python_literal(text: str) -> Any:
+    """``ast.literal_eval(text)``, one thread at a time: the libraries' prompts quote their lists and
+    dicts as Python literals (``ValueError``/``SyntaxError`` as ``literal_eval`` raises them)."""
+    with _PARSING:
+        return ast.literal_eval(text)
 
 
 def register_shape(match: str | Callable[[WriterAsk], bool], answer: ShapeAnswer, *, owner: str = "") -> WriterShape:
