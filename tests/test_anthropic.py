@@ -29,7 +29,7 @@ from pytest_restore.data.units import History, build_history
 from pytest_restore.models.anthropic_messages import API_KEY_ENV, BASE_URL_ENV, AnthropicProvider
 from pytest_restore.models.api import ModelOptions
 from pytest_restore.models.base import ChatRequest
-from pytest_restore.models.managed import ManagedChatModel
+from pytest_restore.models.managed_chat import ManagedChatModel
 from pytest_restore.models.providers import missing_key_problem, price_of, resolve
 from pytest_restore.run.options import parse_args
 from pytest_restore.run.parts import RunParts

@@ -82,7 +82,7 @@ class CatalogueEntry:
     #: the sha256 of its bytes
     sha256: str
     #: the option that reads it: ``--restore-data`` or ``--restore-errata``
-    option: str
+    option: str = "--restore-data"
 
 
 #: The datasets the audit knows. Sizes and checksums are those of the files at the pinned revisions
@@ -97,7 +97,6 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
         license="CC BY-NC 4.0 (non-commercial research use)",
         size=2_805_274,
         sha256="79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4",
-        option="--restore-data",
     ),
     CatalogueEntry(
         name="longmemeval-s",
@@ -111,7 +110,6 @@ CATALOGUE: tuple[CatalogueEntry, ...] = (
         license="MIT (the dataset card's)",
         size=277_383_467,
         sha256="d6f21ea9d60a0d56f34a05b609c79c88a451d2ae03597821ea3d5a9678c3a442",
-        option="--restore-data",
     ),
     CatalogueEntry(
         name="locomo-errata",
@@ -166,12 +164,23 @@ def state(entry: CatalogueEntry, directory: Path, *, verify: bool = False) -> st
         if part.exists():
             return f"not fetched (a cut download of {part.stat().st_size:,} of {entry.size:,} bytes: fetch resumes it)"
         return "not fetched"
+    problem = mismatch(entry, path, sha256=verify)
+    if problem is not None:
+        return f"a different file is there ({problem}): fetch replaces it"
+    return "here, sha256 checked" if verify else "here"
+
+
+def mismatch(entry: CatalogueEntry, path: Path, *, sha256: bool = True) -> str | None:
+    """Why the file at ``path`` is not ``entry``'s bytes (its size, else its sha256), or ``None``: the one check
+    of a stored file, a fetched one and a listed one. ``sha256=False``: the size alone (no hashing)."""
     size = path.stat().st_size
     if size != entry.size:
-        return f"a different file is there ({size:,} bytes, not {entry.size:,}): fetch replaces it"
-    if verify and file_sha256(path) != entry.sha256:
-        return "a different file is there (its sha256 is not the catalogue's): fetch replaces it"
-    return "here, sha256 checked" if verify else "here"
+        return f"{size:,} bytes, not the {entry.size:,} of {entry.filename}"
+    if sha256:
+        digest = file_sha256(path)
+        if digest != entry.sha256:
+            return f"its sha256 is not the catalogue's: {digest[:16]}..., not {entry.filename}'s {entry.sha256[:16]}..."
+    return None
 
 
 class NotFetched(ValueError):
@@ -245,7 +254,7 @@ def fetch(
     that does not exist (2).
     """
     path = directory / entry.filename
-    if path.is_file() and path.stat().st_size == entry.size and file_sha256(path) == entry.sha256:
+    if path.is_file() and mismatch(entry, path) is None:
         return Fetched(path, downloaded=False)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -275,14 +284,7 @@ def _copy(origin: str, part: Path) -> None:
 
 def _check(entry: CatalogueEntry, origin: str, part: Path) -> None:
     """The part file is the catalogue's bytes, else it is deleted and the fetch refused in one line."""
-    size = part.stat().st_size
-    problem = None
-    if size != entry.size:
-        problem = f"{size:,} bytes, not the {entry.size:,} of {entry.filename}"
-    else:
-        digest = file_sha256(part)
-        if digest != entry.sha256:
-            problem = f"sha256 {digest[:16]}..., not {entry.filename}'s {entry.sha256[:16]}..."
+    problem = mismatch(entry, part)
     if problem is not None:
         part.unlink()
         raise FetchError(f"{origin}: {problem}: refused, nothing kept", DATA_ERROR)

@@ -47,7 +47,8 @@ from pytest_restore.models.base import (
 )
 from pytest_restore.models.batch import BatchChatModel, BatchRunner
 from pytest_restore.models.cache import ResponseCache
-from pytest_restore.models.managed import ManagedChatModel, split_base_urls
+from pytest_restore.models.managed import split_base_urls
+from pytest_restore.models.managed_chat import ManagedChatModel
 from pytest_restore.models.progress import Progress
 
 #: The model provider these models belong to: names read ``anthropic:MODEL``.

@@ -52,15 +52,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pytest_restore.models.api import FAIL, FATAL, OVERLOADED, CallFailure, ModelAPI
-from pytest_restore.models.base import ChatRequest, ChatResult
-from pytest_restore.models.cache import CacheError, KeyLock, ResponseCache, request_key
-from pytest_restore.models.decoding import estimate_tokens, with_usage
+from pytest_restore.models.cache import KeyLock
 from pytest_restore.models.interrupt import register
 from pytest_restore.models.pacing import AdaptiveLimit, Clock, RateMeter
 from pytest_restore.models.progress import Progress
@@ -77,18 +74,12 @@ Wait = Callable[[float], None]
 
 #: Default longest ``Retry-After`` a call sleeps through; a longer one fails the call, said.
 DEFAULT_MAX_RETRY_AFTER = 60.0
-#: A reply longer than this many characters per output token of budget (plus a
-#: margin) cannot be an answer within the budget: refused as a failed call.
-MAX_CHARS_PER_TOKEN = 16
-_REPLY_MARGIN_CHARS = 4096
 #: Attempts in a row a replica fails (no answer in time, a 5xx, a malformed reply) before it is set
 #: aside while another replica still serves: one bad attempt may be chance, three are a replica that
 #: hangs or errs on every request, whose calls would otherwise each wait out their tries on it.
 SET_ASIDE_AFTER = 3
-#: ``_Outcome.last_kind`` of a call that timed out and is to be sent again in parts (``split_on_timeout``).
+#: ``CallOutcome.last_kind`` of a call that timed out and is to be sent again in parts (``split_on_timeout``).
 SPLIT = "timeout, to split"
-#: The error of a request a cache-only model does not hold (see ``cache_only``).
-CACHE_ONLY_MISS = "no batch answered this request (--restore-batch sends no live call)"
 
 
 def split_base_urls(base_url: str | None) -> list[str | None]:
@@ -115,12 +106,12 @@ class Replica:
     failed_in_a_row: int = 0
 
 
-class _Unsent(Exception):
+class Unsent(Exception):
     """The model stopped (fatal error or interrupt) before this call was sent."""
 
 
 @dataclass
-class _Outcome:
+class CallOutcome:
     """What one call through the retry loop came to."""
 
     value: Any = None
@@ -489,13 +480,13 @@ class ManagedCalls:
         hold: bool = False,
         split_on_timeout: bool = False,
         stop_on_failure: bool = False,
-    ) -> _Outcome:
+    ) -> CallOutcome:
         """Send a request with bounded, jittered retries, each attempt to the least busy replica; never raises.
 
         ``build`` gives the path and body for a replica's API; ``read`` turns
         the decoded answer into a value, or ``None`` and why it is unusable (a
         reply too long for its budget is not sent again). ``hold``: a
-        success keeps its slot (``_Outcome.held``) until the caller releases it,
+        success keeps its slot (``CallOutcome.held``) until the caller releases it,
         once the answer is stored, so a cache that cannot be written stops the
         model before another call is let out. ``split_on_timeout``: a
         timed-out attempt ends the call at once (``last_kind`` ``timeout``), for
@@ -515,14 +506,14 @@ class ManagedCalls:
         try:
             for attempt in range(1, tries + 1):
                 if self.fatal_error is not None:
-                    return _Outcome(error=self.fatal_error, unsent=True)
+                    return CallOutcome(error=self.fatal_error, unsent=True)
                 if replica is None:
                     replica = self._acquire(stop, failed_on)
                 if replica is None:
                     if self.fatal_error is not None or stop.is_set():
-                        return _Outcome(error=self.fatal_error or "interrupted before it was sent", unsent=True)
+                        return CallOutcome(error=self.fatal_error or "interrupted before it was sent", unsent=True)
                     reasons = "; ".join(sorted({r.down or "" for r in self.replicas}))
-                    return _Outcome(error=self._stop_run(f"no replica of {self.name} can be reached: {reasons}"))
+                    return CallOutcome(error=self._stop_run(f"no replica of {self.name} can be reached: {reasons}"))
                 latency: float | None = None
                 held = False
                 keep = False
@@ -548,12 +539,12 @@ class ManagedCalls:
                             status = failure.status
                             refused = api.refused_shape(status, detail, body)
                             if refused is not None:  # every request of this shape would be refused alike
-                                return _Outcome(error=self._stop_run(refused))
+                                return CallOutcome(error=self._stop_run(refused))
                             verdict = api.classify(status)
                             if verdict == FATAL:
-                                return _Outcome(error=self._stop_run(api.fatal_message(status, detail)))
+                                return CallOutcome(error=self._stop_run(api.fatal_message(status, detail)))
                             if verdict == FAIL:
-                                return _Outcome(error=f"HTTP {status} (not retried): {detail}", last_kind="status", last_status=status)
+                                return CallOutcome(error=f"HTTP {status} (not retried): {detail}", last_kind="status", last_status=status)
                             last_error = f"HTTP {status}: {detail}"
                             overloaded = verdict == OVERLOADED
                             keep = True
@@ -563,7 +554,7 @@ class ManagedCalls:
                                     f"{last_error}; the server asked to wait {retry_after:.0f}s, over the "
                                     f"{self.max_retry_after:g}s cap (--restore-max-retry-after)"
                                 )
-                                return _Outcome(error=error)
+                                return CallOutcome(error=error)
                             if status >= 500 and self._failed_on(replica, last_error):
                                 elsewhere = True
                         elif failure.kind == "timeout":
@@ -575,10 +566,10 @@ class ManagedCalls:
                             else:
                                 stalled = self._unanswered()
                                 if stalled is not None:
-                                    return _Outcome(error=self._stop_run(stalled))
+                                    return CallOutcome(error=self._stop_run(stalled))
                             if split_on_timeout:
                                 give_up = False  # sent again, in parts
-                                return _Outcome(error=last_error, last_kind=SPLIT)
+                                return CallOutcome(error=last_error, last_kind=SPLIT)
                         elif failure.kind == "unreachable":
                             last_error = f"connection error: {detail}"
                             with self._changed:
@@ -597,10 +588,10 @@ class ManagedCalls:
                             else:
                                 message = f"{last_error} (not retried: {api.where} is unreachable)"
                             if self._claim_stop(message):
-                                return _Outcome(error=message)
+                                return CallOutcome(error=message)
                             # Calls sent at once all find the server gone; the first says so. A
                             # refused connection carried nothing: the others are unsent, not failed.
-                            return _Outcome(error=self.fatal_error or message, unsent=True)
+                            return CallOutcome(error=self.fatal_error or message, unsent=True)
                         elif failure.kind == "malformed":
                             last_error = f"malformed response: {detail}"
                             keep = True
@@ -617,12 +608,12 @@ class ManagedCalls:
                             replica.answered += 1
                             replica.failed_in_a_row = 0
                             held = hold
-                            return _Outcome(value=value, held=replica if hold else None, latency=latency)
+                            return CallOutcome(value=value, held=replica if hold else None, latency=latency)
                         last_error = redact_keys(problem)
                         last_kind = "malformed"
                         keep = True
                         if problem.startswith("reply too long"):
-                            return _Outcome(error=problem)  # sending it again costs as much
+                            return CallOutcome(error=problem)  # sending it again costs as much
                     give_up = attempt >= tries
                     if elsewhere:
                         keep = False  # its slot is given back: the next attempt goes to another replica
@@ -639,10 +630,10 @@ class ManagedCalls:
                         with self._changed:
                             replica.limit.overloaded()
                 if self._interrupted.is_set():  # its attempt was cut: the server's answer is unknown, nothing kept
-                    return _Outcome(error="interrupted (Ctrl-C)", unsent=True)
+                    return CallOutcome(error="interrupted (Ctrl-C)", unsent=True)
                 if attempt < tries:
                     if stop.is_set():
-                        return _Outcome(error="interrupted before its next try", unsent=True)
+                        return CallOutcome(error="interrupted before its next try", unsent=True)
                     if elsewhere:
                         continue  # another replica serves: no backoff for this one's failure
                     delay = retry_after if retry_after is not None else self._backoff(attempt)
@@ -655,192 +646,7 @@ class ManagedCalls:
                 self._release(replica)
         error = f"failed after {tries} tries: {last_error}"
         logger.warning("%s: %s", self.name, error)
-        return _Outcome(error=error, last_kind=last_kind, last_status=last_status)
-
-
-class ManagedChatModel(ManagedCalls):
-    """A chat model (the ``ChatModel`` protocol) of any provider, managed: cached, paced, retried."""
-
-    def __init__(
-        self,
-        apis: Sequence[ModelAPI],
-        *,
-        cache: ResponseCache | None = None,
-        cache_name: str | None = None,
-        validator: Callable[[str], bool] | None = None,
-        cache_only: bool = False,
-        **options: Any,
-    ) -> None:
-        """``cache_name`` keys the cache (default: the model name); ``validator`` rejects malformed
-        replies (retried, then failed); ``cache_only`` answers from the cache alone (under
-        ``--restore-batch`` every reply comes from a batch, never from a live call). ``options``:
-        :class:`ManagedCalls`'."""
-        super().__init__(apis, **options)
-        self.cache = cache
-        self.cache_name = cache_name or self.model
-        self.validator = validator
-        self.cache_only = cache_only
-
-    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        """Answer every request, in order. Never raises for a single failed call."""
-        if not requests:
-            return []
-        keys = [request_key(self.cache_name, request) for request in requests]
-        distinct: dict[str, ChatRequest] = {}
-        for key, request in zip(keys, requests):
-            distinct.setdefault(key, request)
-        if self.progress is not None:
-            self.progress.add_total(len(distinct))
-        jobs = [
-            (lambda stop, key=key, request=request: self._answer(key, request, stop))
-            for key, request in distinct.items()
-        ]
-        by_key = dict(zip(distinct, self._gather(jobs, "a batch of requests")))
-        return [by_key[key] for key in keys]
-
-    def read_completion(self, completion: Any, request: ChatRequest) -> tuple[ChatResult | None, str]:
-        """A decoded answer checked as a live reply is (``None`` and why, when unusable).
-
-        A batch's output lines go through here, so a reply from a batch is
-        accepted, redacted and refused by exactly the rules of a live one.
-        """
-        return self._accept(self.api.read_chat(completion, request), request)
-
-    def body(self, request: ChatRequest) -> dict[str, Any]:
-        """The body sent for ``request`` (the provider's wire format)."""
-        return self.api.chat_request(request)[1]
-
-    # -- one distinct request ---------------------------------------------------------
-
-    def _answer(self, key: str, request: ChatRequest, stop: threading.Event) -> ChatResult:
-        try:
-            result = self._answer_via_cache(key, request, stop)
-        except _Unsent as unsent:
-            return ChatResult(text=None, error=str(unsent))
-        except CacheError as exc:  # a full disk: every later call would be paid for and lost
-            result = ChatResult(text=None, error=self._stop_run(str(exc), io=True))
-        except Exception as exc:  # one bug must not sink the whole batch
-            logger.exception("unexpected error answering a request for %s", self.name)
-            result = ChatResult(text=None, error=redact_keys(f"internal error: {exc!r}"))
-        if not result.ok:
-            self._count_failure(result.error or "")
-        if self.progress is not None:
-            self.progress.record(cached=result.cached, failed=not result.ok)
-        return result
-
-    def _usable(self, hit: ChatResult | None) -> ChatResult | None:
-        """A cached result, unless the role's validator rejects it (then it is a miss, sent again)."""
-        if hit is None or hit.text is None or self.validator is None:
-            return hit
-        try:
-            return hit if self.validator(hit.text) else None
-        except Exception:  # noqa: BLE001 - a validator that crashes rejects
-            return None
-
-    def _answer_via_cache(self, key: str, request: ChatRequest, stop: threading.Event) -> ChatResult:
-        cache = self.cache
-        if self.cache_only:
-            hit = self._usable(cache.get(self.cache_name, request)) if cache is not None else None
-            return hit if hit is not None else ChatResult(text=None, error=CACHE_ONLY_MISS)
-        if cache is None:
-            return self._call(request, None, stop)[0]
-        hit = self._usable(cache.get(self.cache_name, request))
-        if hit is not None:
-            return hit
-        waiting_since: float | None = None
-        # no longer than the holder's own call can take: a holder that outlives it is stuck
-        patience = min(cache.lock_timeout, self.call_deadline)
-        poll = 0.02
-        while True:
-            if self.fatal_error is not None:
-                raise _Unsent(self.fatal_error)
-            waited_out = waiting_since is not None and self._clock() - waiting_since > patience
-            lock = None if waited_out else cache.try_lock(key)
-            if lock is not None or waited_out:
-                with lock if lock is not None else nullcontext():
-                    # Another process may have finished it since our lookup, or failed it
-                    # for good in this run: its outcome is ours, success or failure alike.
-                    hit = self._usable(cache.peek(key))
-                    if hit is not None:
-                        return hit
-                    failed = cache.failure(key)
-                    if failed is not None:
-                        return ChatResult(text=None, error=failed, cached=True)
-                    result, held = self._call(request, lock, stop, hold=True)
-                    try:
-                        if result.ok:
-                            cache.put(self.cache_name, request, result)
-                        elif self.fatal_error is None:
-                            cache.put_failure(key, result.error or "failed")
-                    except CacheError as exc:
-                        # the reply is good, but the run stops: the next one could not be kept
-                        self._stop_run(str(exc), io=True)
-                    finally:
-                        if held.held is not None:
-                            self._release(held.held, held.latency)
-                return result
-            # Another process is sending this very request: wait for its entry, holding no slot.
-            if waiting_since is None:
-                waiting_since = self._clock()
-                cache.note_wait()
-                self._give_up_place()
-            self._wait(poll, stop)
-            if stop.is_set():
-                raise _Unsent("interrupted before it was sent")
-            poll = min(poll * 1.5, 0.5)
-
-    def _call(
-        self, request: ChatRequest, lock: KeyLock | None, stop: threading.Event, *, hold: bool = False
-    ) -> tuple[ChatResult, _Outcome]:
-        """Send ``request`` with bounded, jittered retries; never raises (``_Unsent`` when never sent).
-
-        Returns the result and the outcome, whose ``held`` slot the caller releases (``hold``).
-        """
-        token_cost = 0
-        if any(r.token_meter is not None for r in self.replicas):
-            input_tokens, output_tokens = estimate_tokens([request], self.model)
-            token_cost = input_tokens + output_tokens
-        outcome = self._post(
-            lambda api: api.chat_request(request),
-            lambda api, reply: self._accept(api.read_chat(reply, request), request),
-            stop,
-            token_cost=token_cost,
-            lock=lock,
-            hold=hold,
-        )
-        if outcome.unsent:
-            raise _Unsent(outcome.error or "not sent")
-        if outcome.value is not None:
-            result: ChatResult = outcome.value
-            return result, outcome
-        return ChatResult(text=None, error=outcome.error), outcome
-
-    def _accept(self, read: ChatResult | str, request: ChatRequest) -> tuple[ChatResult | None, str]:
-        """A provider's reading of an answer, checked: within its budget, the key redacted, the validator's."""
-        if isinstance(read, str):
-            return None, read
-        text = read.text
-        if text is None:
-            return None, read.error or "empty reply"
-        limit = request.max_tokens * MAX_CHARS_PER_TOKEN + _REPLY_MARGIN_CHARS
-        if len(text) > limit:
-            return None, (
-                f"reply too long: {len(text):,} characters for a budget of "
-                f"{request.max_tokens} tokens (refused, not stored)"
-            )
-        text = redact_keys(text)
-        if self.validator is not None:
-            try:
-                accepted = bool(self.validator(text))
-            except Exception:  # noqa: BLE001 - a validator that crashes rejects
-                accepted = False
-            if not accepted:
-                shown = text if len(text) <= 80 else text[:77] + "..."
-                return None, f"reply rejected by validator: {shown!r}"
-        extra = {name: redact_keys(value) for name, value in read.extra.items()}
-        # the usage the server reported, else an estimate said so (a local server often reports none)
-        result = ChatResult(text=text, input_tokens=read.input_tokens, output_tokens=read.output_tokens, extra=extra)
-        return with_usage(result, request), ""
+        return CallOutcome(error=error, last_kind=last_kind, last_status=last_status)
 
 
 def failure_cause(error: str) -> str:

@@ -30,12 +30,8 @@ from pytest_restore.models.api import (
 from pytest_restore.models.base import ChatRequest, ChatResult, wire_reply
 from pytest_restore.models.decoding import decoding_parameters
 from pytest_restore.models.embeddings import EmbeddingLimits, ManagedEmbedder
-from pytest_restore.models.managed import (
-    CACHE_ONLY_MISS,
-    ManagedChatModel,
-    failure_cause,
-    split_base_urls,
-)
+from pytest_restore.models.managed import failure_cause, split_base_urls
+from pytest_restore.models.managed_chat import CACHE_ONLY_MISS, ManagedChatModel
 from pytest_restore.models.redact import MIN_KEY_FRAGMENT, REDACTED, KeyRedactor
 
 __all__ = [
