@@ -3,7 +3,7 @@
 One :class:`Record` per (question, policy, budget, seed, regime, reader). The
 audit produces records, the statistics and the report consume them, and
 ``python -m pytest_restore report`` reads them back through
-:func:`read_records`. Everything a consumer needs to know about a record lives
+:func:`pytest_restore.records_file.read_records`. Everything a consumer needs to know about a record lives
 here:
 
 - the fields and their types (:data:`FIELDS`, the dataclass itself);
@@ -18,7 +18,7 @@ reader condition one :class:`Condition` (``record.conditions.policy.correct``),
 the restore-tightness ablations one optional :class:`Ablations`. Records cross
 xdist workers as plain JSON objects of the same shape (:meth:`Record.to_json`,
 :meth:`Record.from_json`); files of schema version 1 (one flat object per
-record) are migrated when read (:func:`migrate_v1`).
+record) are migrated when read (:mod:`pytest_restore.records_file`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
-from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
-
-from pytest_restore import jsonl
 
 BINS: tuple[str, ...] = ("irreversible", "recoverable", "distorted", "residual")
 REGIMES: tuple[str, ...] = ("a", "b")
@@ -94,11 +91,11 @@ def baseline_ranker(records: Iterable[Record]) -> str | None:
 
 #: The version of the record schema this package writes (``summary.json``'s ``record_schema``,
 #: beside ``records.jsonl``). Version 1 (a flat object per record; also every file written
-#: before there was a version) is migrated when read (:func:`migrate_v1`); any other version is
+#: before there was a version) is migrated when read (:func:`pytest_restore.records_file.migrate_v1`); any other version is
 #: refused in one line (:func:`check_schema_version`). Adding a field that reads as null when
 #: absent keeps the version; changing what a field means, moving or dropping one raises it.
 SCHEMA_VERSION = 2
-#: The versions :func:`read_records` reads.
+#: The versions :func:`pytest_restore.records_file.read_records` reads.
 READ_VERSIONS: tuple[int, ...] = (1, 2)
 #: The fields that identify a record: no two records of one run share them.
 KEY_FIELDS: tuple[str, ...] = ("question_id", "policy", "budget", "seed", "regime", "reader")
@@ -645,152 +642,3 @@ def check(record: Mapping[str, Any]) -> tuple[str, str] | None:
     if record["bin"] == "distorted" and not (memories and memories["forced"]["correct"] is False):
         return "bin", "'distorted' on a record whose forced memories were not read wrong (memories.forced.correct)"
     return None
-
-
-# -- version 1: one flat object per record -----------------------------------------------
-
-#: Where each field of a version-1 record went in version 2 (the fields not named here kept
-#: their name at the top): the three conditions' fields and the ablations' moved into objects.
-V1_MOVED: dict[str, str] = {
-    **{f"{c}_correct": f"conditions.{c}.correct" for c in CONDITIONS},
-    **{f"{c}_answer": f"conditions.{c}.answer" for c in CONDITIONS},
-    **{f"{c}_prompt": f"conditions.{c}.prompt" for c in CONDITIONS},
-    **{f"{c}_injected_tokens": f"conditions.{c}.injected_tokens" for c in ("policy", "restored")},
-    **{f"{c}_injected_units": f"conditions.{c}.injected_units" for c in ("policy", "restored")},
-    **{f"ablation_{a}_correct": f"ablations.{a}_correct" for a, _title in ABLATIONS},
-    "ablation_excluded": "ablations.excluded",
-    "ablation_store_tokens": "ablations.store_tokens",
-    "ablation_placebo_units": "ablations.placebo_units",
-    "ablation_placebo_tokens": "ablations.placebo_tokens",
-}
-_V1_REQUIRED = ("oracle_correct", "policy_correct", "restored_correct")
-_V1_NAME = {path: name for name, path in V1_MOVED.items()}
-
-
-def migrate_v1(data: Mapping[str, Any]) -> dict[str, Any]:
-    """A version-1 record (one flat object) as a version-2 JSON object; the values are not checked here.
-
-    Each condition's fields (``policy_answer``...) become that condition's
-    object; the ablation fields become the ``ablations`` object, null when the
-    ablations did not run (``ablation_excluded`` null). A version-1 verdict
-    field that is missing stays missing, so :func:`check` names it.
-    """
-    out: dict[str, Any] = {name: value for name, value in data.items() if name not in V1_MOVED}
-    conditions: dict[str, dict[str, Any]] = {c: {} for c in CONDITIONS}
-    ablations: dict[str, Any] = {}
-    for name, value in data.items():
-        path = V1_MOVED.get(name)
-        if path is None:
-            continue
-        parts = path.split(".")
-        if parts[0] == "conditions":
-            conditions[parts[1]][parts[2]] = value
-        else:
-            ablations[parts[1]] = value
-    out["conditions"] = conditions
-    ran = ablations.get("excluded") is not None
-    if not ran and any(v is not None for v in ablations.values()):
-        out["ablations"] = ablations  # refused by check: the ablations' fields without their 'excluded'
-    else:
-        out["ablations"] = ablations if ran else None
-    return out
-
-
-def from_v1(data: Mapping[str, Any]) -> Record:
-    """Validate a version-1 record and build it (:func:`migrate_v1`); errors name the version-1 field."""
-    for name in _V1_REQUIRED:
-        if name not in data:
-            raise RecordError(f"question {data.get('question_id', '?')!r}: field {name!r}: missing")
-    try:
-        return Record.from_json(migrate_v1(data))
-    except RecordError as err:
-        message = str(err)
-        for path, name in _V1_NAME.items():
-            message = message.replace(f"field {path!r}", f"field {name!r}")
-        raise RecordError(message) from None
-
-
-# -- records.jsonl ------------------------------------------------------------------------
-
-
-def dumps(records: Iterable[Record]) -> str:
-    """``records.jsonl`` text: one JSON object per record, keys sorted, in the given order."""
-    return jsonl.dumps((r.to_json() for r in records), sort_keys=True)
-
-
-def read_records(path: str | Path, version: int | None = None) -> list[Record]:
-    """Read and validate ``records.jsonl`` of schema ``version`` (see :data:`SCHEMA_VERSION`).
-
-    Version 1 is migrated as read (:func:`from_v1`). ``None`` (no
-    ``summary.json`` names the version): each line's shape decides, a record
-    with ``conditions`` being version 2 and one without version 1 (whose
-    schema has no such field). A bad line
-    is a one-line :class:`RecordError` naming the file, the line, the question
-    and the field. The records must be of one run: one ``run_id``, one
-    granularity, and no record key (:data:`KEY_FIELDS`) twice; the first
-    conflict is named with the line it contradicts.
-    """
-    p = Path(path)
-    check_schema_version(version, str(p))
-    try:
-        text = jsonl.read_text(p)
-    except OSError as exc:
-        raise RecordError(f"{p}: cannot read: {exc.strerror}") from None
-    except jsonl.JsonlError as err:
-        raise RecordError(str(err)) from None
-    records = []
-    run = _OneRun()
-    for n, line in jsonl.numbered_lines(text):
-        try:
-            data = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-            raise RecordError(f"{p}: line {n}: not JSON: {msg}") from None
-        if not isinstance(data, dict):
-            raise RecordError(f"{p}: line {n}: not a JSON object")
-        v1 = version == 1 or (version is None and "conditions" not in data)
-        try:
-            record = from_v1(data) if v1 else Record.from_json(data)
-        except RecordError as err:
-            raise RecordError(f"{p}: line {n}: {err}") from None
-        conflict = run.conflict(record, n)
-        if conflict is not None:
-            raise RecordError(f"{p}: line {n}: question {record.question_id!r}: {conflict}")
-        records.append(record)
-    if not records:
-        raise RecordError(f"{p}: no records")
-    return records
-
-
-def _run_fields(record: Record) -> tuple[tuple[str, str | None, str], ...]:
-    """The fields every record of one run shares: (name, this record's value, what mixing them means)."""
-    return (
-        ("run_id", record.run_id, "records of two runs"),
-        ("granularity", record.granularity, "mixed granularity"),
-    )
-
-
-class _OneRun:
-    """What the records read so far say about their run: its shared fields and the keys seen."""
-
-    def __init__(self) -> None:
-        self.first: tuple[int, Record] | None = None
-        self.seen: dict[tuple[str | int, ...], int] = {}
-
-    def conflict(self, record: Record, line: int) -> str | None:
-        """Why ``record`` (on ``line``) cannot join the records before it, or ``None``."""
-        if self.first is None:
-            self.first = (line, record)
-        first_line, first = self.first
-        for (name, mine, meaning), (_name, theirs, _meaning) in zip(_run_fields(record), _run_fields(first)):
-            if mine != theirs:
-                return f"field {name!r}: {mine!r} differs from line {first_line}'s {theirs!r} ({meaning})"
-        earlier = self.seen.setdefault(record.key, line)
-        if earlier != line:
-            return f"repeats the record of line {earlier} ({describe(record)})"
-        return None
-
-
-def describe(record: Record) -> str:
-    """The record's key fields, for an error message."""
-    return ", ".join(f"{k}={getattr(record, k)!r}" for k in KEY_FIELDS)

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from pytest_restore.record import Record, from_v1
+from pytest_restore.record import Record
+from pytest_restore.records_file import from_v1
 from pytest_restore.report.inputs import RunSettings
 from pytest_restore.settings import AuditSettings
 

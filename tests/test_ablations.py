@@ -20,7 +20,8 @@ from pytest_restore.memory.eviction import default_registry
 from pytest_restore.memory.retrieval import inject
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.record import ABLATIONS, Record, dumps
+from pytest_restore.record import ABLATIONS, Record
+from pytest_restore.records_file import dumps
 from pytest_restore.report.cases import bin_cases
 from pytest_restore.report.inputs import RunInfo, analyse_records, read_records
 from pytest_restore.report.markdown import render_report_md

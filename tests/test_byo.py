@@ -38,7 +38,8 @@ from pytest_restore.models.providers import (
     default_providers,
     make_model,
 )
-from pytest_restore.record import Record, read_records
+from pytest_restore.record import Record
+from pytest_restore.records_file import read_records
 from pytest_restore.stats.families import FAMILIES, Family, default_families
 
 SMALL = small_args()

@@ -16,12 +16,12 @@ import pytest
 
 from pytest_restore.data.dataset import (
     QUESTION_TYPES,
-    DataError,
     Dataset,
     Turn,
     is_official_sha256,
     load_dataset,
 )
+from pytest_restore.data.fields import DataError
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_restore.record import ABLATIONS, Record, read_records
+from pytest_restore.record import ABLATIONS, Record
+from pytest_restore.records_file import read_records
 from pytest_restore.synthetic.generator import generate, history_tokens
 
 EVICTING = ("fifo", "random", "redundancy", "llm-importance", "control")

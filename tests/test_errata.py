@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_restore.data.dataset import DataError, Dataset, RawData
+from pytest_restore.data.dataset import Dataset, RawData
 from pytest_restore.data.errata import (
     UNANSWERABLE,
     Correction,
@@ -19,6 +19,7 @@ from pytest_restore.data.errata import (
     load_errata,
     parse_parts,
 )
+from pytest_restore.data.fields import DataError
 from pytest_restore.data.loaders import load_data
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -14,6 +14,7 @@ import pathlib
 STAGE = {
     "registry": 0,
     "record": 0,
+    "records_file": 0,
     "bootstrap": 0,
     "exits": 0,
     "jsonl": 0,

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from pytest_restore.audit.run import Audit, AuditConfig
-from pytest_restore.data.dataset import DataError, Dataset, RawData, load_dataset
+from pytest_restore.data.dataset import Dataset, RawData, load_dataset
+from pytest_restore.data.fields import DataError
 from pytest_restore.data.loaders import (
     DatasetLoader,
     DatasetRegistry,
@@ -33,7 +34,7 @@ from pytest_restore.data.locomo import (
 from pytest_restore.data.units import Granularity, build_histories
 from pytest_restore.memory.eviction import default_registry
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
-from pytest_restore.record import read_records
+from pytest_restore.records_file import read_records
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 LOCOMO = FIXTURES / "locomo_tiny.json"

@@ -342,7 +342,7 @@ def test_the_controller_gathers_records_from_its_own_runner_and_from_a_worker() 
     # item's exit status, and every phase's report stripped of the plugin's property (junitxml would write it)
     from pytest_restore.plugin.gather import Gathered
     from pytest_restore.plugin.options import MESSAGE_PROPERTY
-    from pytest_restore.record import from_v1
+    from pytest_restore.records_file import from_v1
     from pytest_restore.run.message import ItemMessage
 
     fields = {

@@ -39,7 +39,8 @@ from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import History, build_history
 from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.prompts import READER_SYSTEM, SCORER_SYSTEM
-from pytest_restore.record import Conditions, Record, read_records
+from pytest_restore.record import Conditions, Record
+from pytest_restore.records_file import read_records
 
 DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
 SMALL = [*small_args(), "--restore-calibration", "off"]

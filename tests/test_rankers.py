@@ -17,7 +17,8 @@ from grid_helpers import GRID, TINY, ChildRun, flat_record
 
 from pytest_restore.__main__ import main
 from pytest_restore.libraries.registry import LIBRARIES
-from pytest_restore.record import CellKey, Record, baseline_ranker, read_records
+from pytest_restore.record import CellKey, Record, baseline_ranker
+from pytest_restore.records_file import read_records
 from pytest_restore.run.grid import ranker_labels
 from pytest_restore.stats.analysis import analyse
 from pytest_restore.stats.rankers import orderings, ranker_rows

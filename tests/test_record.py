@@ -13,17 +13,13 @@ from grid_helpers import RECORD_DEFAULTS
 from pytest_restore.record import (
     FIELDS,
     REQUIRED_FIELDS,
-    V1_MOVED,
     CellKey,
     Record,
     RecordError,
     bin_of,
-    dumps,
-    from_v1,
-    migrate_v1,
-    read_records,
     schema_markdown,
 )
+from pytest_restore.records_file import V1_MOVED, dumps, from_v1, migrate_v1, read_records
 from pytest_restore.stats.tally import tally, tally_cells
 
 

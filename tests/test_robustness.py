@@ -7,7 +7,8 @@ import csv
 import pytest
 from grid_helpers import GRID, flat_record, small_args
 
-from pytest_restore.record import Record, read_records
+from pytest_restore.record import Record
+from pytest_restore.records_file import read_records
 from pytest_restore.stats.analysis import analyse
 from pytest_restore.stats.robustness import compare_readers, render_comparison_md
 

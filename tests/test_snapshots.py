@@ -25,7 +25,8 @@ from syrupy.assertion import SnapshotAssertion
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from test_report import fixed_records
 
-from pytest_restore.record import Record, read_records
+from pytest_restore.record import Record
+from pytest_restore.records_file import read_records
 from pytest_restore.report.inputs import RunInfo, analyse_records
 from pytest_restore.report.markdown import render_tables_md
 from pytest_restore.report.writer import render_cells_csv

@@ -15,7 +15,8 @@ from scipy import stats as scipy_stats  # type: ignore[import-untyped]
 from statsmodels.stats.multitest import multipletests  # type: ignore[import-untyped]
 
 from pytest_restore.bootstrap import Resampler, holm, smoothed_p, two_sided_p
-from pytest_restore.record import Record, RecordError, from_v1
+from pytest_restore.record import Record, RecordError
+from pytest_restore.records_file import from_v1
 from pytest_restore.report.figure import write_figure
 from pytest_restore.stats.analysis import Analysis, analyse, cell_verdicts
 from pytest_restore.stats.engine import Engine

@@ -51,16 +51,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_restore.data.dataset import (
-    DataError,
-    Dataset,
-    PathLike,
-    Question,
-    RawData,
-    json_kind,
-    read_json,
-    show,
-)
+from pytest_restore.data.dataset import Dataset, PathLike, Question, RawData, read_json
+from pytest_restore.data.fields import DataError, json_kind, show
 from pytest_restore.data.locomo import resolve_reference
 from pytest_restore.registry import Registry
 

@@ -23,18 +23,16 @@ from typing import Any
 
 from pytest_restore.data.dataset import (
     LONGMEMEVAL_BUDGETS,
-    DataError,
     Dataset,
     PathLike,
     Question,
     RawData,
     is_prepared,
-    json_kind,
     load_cached,
     load_longmemeval,
     read_json,
-    show,
 )
+from pytest_restore.data.fields import DataError, json_kind, show
 from pytest_restore.data.locomo import LOCOMO_BUDGETS, fits_locomo, load_locomo
 from pytest_restore.registry import Registry
 

@@ -49,17 +49,8 @@ import re
 from collections import Counter
 from typing import Any
 
-from pytest_restore.data.dataset import (
-    DataError,
-    Dataset,
-    FieldChecks,
-    Question,
-    RawData,
-    Turn,
-    check_encodable,
-    json_kind,
-    show,
-)
+from pytest_restore.data.dataset import Dataset, Question, RawData, Turn, check_encodable
+from pytest_restore.data.fields import DataError, FieldChecks, json_kind, show
 
 __all__ = [
     "ADVERSARIAL",

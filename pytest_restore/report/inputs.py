@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
 from pytest_restore import record as record_module
+from pytest_restore import records_file
 from pytest_restore.audit.memo import ReaderCalls, UsageJSON
 from pytest_restore.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from pytest_restore.record import Record, RecordError, ranker_of
@@ -571,7 +572,7 @@ def read_run_log(records_path: str | Path, read_check: ReadCheck = read_raw_chec
 
 
 def read_records(path: str | Path) -> list[Record]:
-    """Read and validate ``records.jsonl`` (see :func:`pytest_restore.record.read_records`).
+    """Read and validate ``records.jsonl`` (see :func:`pytest_restore.records_file.read_records`).
 
     Records of several rankers (a run of ``--restore-rankers``) are compared in one report.
     The records are read at the schema version their ``summary.json`` (beside
@@ -580,7 +581,7 @@ def read_records(path: str | Path) -> list[Record]:
     summary, or one written before versions, each record's shape says its version.
     """
     log = read_run_log(path)
-    return record_module.read_records(path, log.record_schema if log is not None else None)
+    return records_file.read_records(path, log.record_schema if log is not None else None)
 
 
 def read_run_info(records_path: str | Path, read_check: ReadCheck = read_raw_check) -> RunInfo:

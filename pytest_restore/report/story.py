@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_restore.data.dataset import DataError, Dataset, Question
+from pytest_restore.data.dataset import Dataset, Question
+from pytest_restore.data.fields import DataError
 from pytest_restore.data.units import Granularity, unit_contents
 from pytest_restore.record import Record, ranker_of
 from pytest_restore.report.inputs import RunInfo, record_order

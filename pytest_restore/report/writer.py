@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_restore.audit.memo import model_calls
 from pytest_restore.record import Record
-from pytest_restore.record import dumps as records_text
+from pytest_restore.records_file import dumps as records_text
 from pytest_restore.report.checks import unbound_notes
 from pytest_restore.report.inputs import (
     RunInfo,

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_restore.data.dataset import DataError, Dataset
+from pytest_restore.data.dataset import Dataset
 from pytest_restore.data.dataset import auditable as data_auditable
 from pytest_restore.data.errata import ErrataRegistry, default_errata_formats
+from pytest_restore.data.fields import DataError
 from pytest_restore.data.loaders import (
     DatasetRegistry,
     data_is_prepared,
