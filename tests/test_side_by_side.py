@@ -4,7 +4,9 @@ One child run of the grid on the LoCoMo fixture (one budget that binds, the
 fake writer answering every library through the run's gateway) is shared by
 the module; each library the dev extra did not install here is skipped by
 name with its install line. A library's calls are priced per question from
-what the gateway counted (a writer that reports its usage), unit by unit.
+what the gateway counted (a writer that reports its usage), unit by unit;
+report.html is read in headless Chromium; a dry run estimates each library's
+calls without building a store.
 """
 
 from __future__ import annotations
@@ -209,3 +211,43 @@ def test_report_html_shows_each_librarys_held_memories_beside_the_other_stores(s
             mine.memories.others_texts or ()
         )
 
+
+# -- the dry run's estimate of the libraries' calls ------------------------------------------------
+
+
+def test_the_dry_run_estimates_each_librarys_calls_without_running_it(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each library named gets a line of the writer model's calls, its measured calls per turn times the turns its
+    stores will be fed, at its measured tokens per call, said to be an estimate and where the figures are; no
+    library store is built (the gateway would start for one). A library whose tokens were never measured is said
+    in a line of its own, left out of the sum."""
+    if not INSTALLED:
+        pytest.skip("no memory library is installed here")
+    from pytest_restore.libraries import registry
+    from pytest_restore.libraries.registry import CallEstimate
+
+    def no_gateway(self: Gateway) -> Gateway:
+        raise AssertionError("a dry run started the gateway: a library's store was built")
+
+    monkeypatch.setattr(Gateway, "start", no_gateway)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-DUMMY-KEY-0123456789")
+    unmeasured = INSTALLED[-1]
+    monkeypatch.setitem(registry.CALL_ESTIMATES, unmeasured, CallEstimate(2.0, None, "a test's figure"))
+    result = pytester.runpytest_inprocess(
+        "-p", "no:xdist", "-p", "no:cacheprovider", f"--restore-data={LOCOMO}", "--restore-budgets=2000,500",
+        f"--restore-policies={','.join(['fifo', *INSTALLED])}", "--restore-writer-model=openai:gpt-4o-mini",
+        "--restore-calibration=off", "--restore-dry-run",
+    )
+    assert result.ret == 0, result.outlines[-20:]
+    turns = 2 * (18 + 12)  # two budgets over the fixture's two conversations
+    lines = [line for line in result.outlines if line.startswith("library ")]
+    for name in INSTALLED[:-1]:
+        known = registry.CALL_ESTIMATES[name]
+        assert known.tokens is not None
+        line = next(line for line in lines if f"  {name}: estimate, {known.chat_per_turn:.2f} chat calls a turn x {turns} turns" in line)
+        calls = round(known.chat_per_turn * turns)
+        assert line.split()[1:6] == ["openai:gpt-4o-mini", f"{calls:,}", "0", f"{calls:,}", f"{calls * known.tokens[0]:,}"]
+        assert "libraries/registry.py" in line
+    [said] = [line for line in lines if line.startswith(f"library {unmeasured}:")]
+    assert f"~2 chat calls a turn (a test's figure) x {turns} turns" in said and "not in the estimate" in said
+    reader = next(line for line in result.outlines if line.startswith("reader"))
+    assert reader.endswith(f"{', '.join(INSTALLED)} counted as fact-extract's stores: estimate")

@@ -74,6 +74,33 @@ LIBRARIES += (
     ),
 )
 
+
+@dataclass(frozen=True)
+class CallEstimate:
+    """What a library's store asks its model per turn fed, as measured: the dry run's estimate before any call."""
+
+    #: chat calls per turn fed
+    chat_per_turn: float
+    #: mean input and output tokens of one chat call (o200k_base, the chat format's overhead included;
+    #: ``None``: not measured)
+    tokens: tuple[int, int] | None
+    #: where the figures come from
+    source: str
+
+
+#: Each library's chat calls per turn and tokens per call, measured through the run's gateway on the LoCoMo
+#: fixture (``fixtures/locomo_tiny.json``, 30 turns) with the fake writer: the calls and their inputs are the
+#: library's own prompts; the outputs are the fake writer's (a real model may write more). docs/LIBRARIES.md
+#: has the table. cognee is not in the dev extra: its calls per turn are the ones docs/LIBRARIES.md measured
+#: beside it, its tokens were not.
+CALL_ESTIMATES: dict[str, CallEstimate] = {
+    "mem0": CallEstimate(1.77, (1207, 75), "mem0ai 1.0.11, LoCoMo fixture, fake writer"),
+    "graphiti": CallEstimate(3.63, (1380, 44), "graphiti-core 0.31.2, LoCoMo fixture, fake writer"),
+    "langmem": CallEstimate(1.00, (701, 58), "langmem 0.0.30, LoCoMo fixture, fake writer"),
+    "cognee": CallEstimate(2.00, None, "cognee 1.6, LoCoMo fixture's second conversation, fake writer"),
+}
+
+
 #: The library policies' names: opt-in, run only when ``--restore-policies`` names them.
 LIBRARY_POLICIES: frozenset[str] = frozenset(library.name for library in LIBRARIES)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from pytest_restore.audit.memo import UsageJSON
 from pytest_restore.data.dataset import Question
 from pytest_restore.data.tokens import count_tokens
+from pytest_restore.libraries.registry import CALL_ESTIMATES, library_of
 from pytest_restore.memory.eviction import Policy
 from pytest_restore.memory.systems import MemorySystem
 from pytest_restore.models.base import ChatRequest
@@ -183,11 +184,14 @@ def reader_round(
     importance: dict[str, int] | None,
     tell: Callable[[str], None] = lambda _line: None,
     writes: Callable[[Policy], dict[Hashable, str] | None] = lambda _policy: {},
+    *,
+    stand_in: bool = False,
 ) -> dict[str, list[tuple[Question, ChatRequest]]]:
     """Each reader's requests over the grid, each with its question; ``importance=None`` counts the
     scored cells as ``fifo`` would (an upper bound before scoring), and a memory system whose writer's
-    replies ``writes`` does not know yet is counted as its offline variant (an estimate). ``tell``
-    hears a line per policy."""
+    replies ``writes`` does not know yet is counted as its offline variant (an estimate). ``stand_in``
+    (the dry run): a memory library's cells are counted as ``fact-extract``'s, since building the
+    library's store would call its model. ``tell`` hears a line per policy."""
     settings, policies, fifo = parts.settings, parts.plan.policies, parts.plan.registries.policies["fifo"]
     plans: dict[str, list[tuple[Question, ChatRequest]]] = {}
     for reader in settings.readers:
@@ -199,6 +203,8 @@ def reader_round(
                 replies = writes(policy) if audit.writer_requests(policy) else {}
                 if policy.needs_importance and importance is None:
                     planned += audit.planned_reader_requests(fifo, budget, {})
+                elif stand_in and library_of(policy) is not None:
+                    planned += audit.planned_reader_requests(parts.plan.registries.policies[LIBRARY_STAND_IN], budget, {})
                 elif replies is None:
                     planned += audit.planned_reader_requests(offline_variant(policy), budget, {})
                 elif replies and isinstance(policy, MemorySystem):
@@ -288,6 +294,42 @@ def batch_round_count(parts: RunParts, writes: bool = False) -> list[str]:
     return rounds
 
 
+#: What a memory library's cells are read as in a dry run (its own store would call its model): the offline system
+#: closest to one, a memory per fact of each turn.
+LIBRARY_STAND_IN = "fact-extract"
+
+
+def library_lines(parts: RunParts) -> tuple[list[CostLine], list[str]]:
+    """The dry run's estimate of each memory library's own chat calls (through the run's gateway, to the writer
+    model): its measured chat calls per turn and tokens per call (``libraries.registry.CALL_ESTIMATES``) times the
+    turns its stores will be fed (every audited history, at every budget and seed); and a line for each library
+    whose tokens were never measured (its calls are not in the estimate). No library runs in a dry run, so what
+    the cache already holds of its calls is not known: none is counted cached."""
+    s, audit = parts.settings, parts.audit()
+    histories = {p.question.history_key: len(p.history.units) for p in audit.questions}
+    lines, unmeasured = [], []
+    for policy in parts.plan.policies:
+        library = library_of(policy)
+        if library is None:
+            continue
+        turns = sum(histories.values()) * len(s.budgets) * (len(audit.config.seeds) if policy.seeded else 1)
+        known = CALL_ESTIMATES.get(library.name)
+        if known is None or known.tokens is None:
+            per_turn = f"~{known.chat_per_turn:g} chat calls a turn ({known.source}) x " if known is not None else ""
+            unmeasured.append(
+                f"library {library.name}: {per_turn}{turns:,} turns to the writer {s.writer_model}; its tokens per call "
+                "were never measured (libraries/registry.py), so its calls are not in the estimate above"
+            )
+            continue
+        calls = round(known.chat_per_turn * turns)
+        lines.append(CostLine(
+            "library", s.writer_model, calls, 0, calls * known.tokens[0], calls * known.tokens[1],
+            f"{library.name}: estimate, {known.chat_per_turn:.2f} chat calls a turn x {turns:,} turns at "
+            f"{known.tokens[0]:,} in and {known.tokens[1]:,} out per call ({known.source}; libraries/registry.py)",
+        ))
+    return lines, unmeasured
+
+
 def dry_run(parts: RunParts) -> list[str]:
     """Unique calls per model, what is already cached, and token estimates; no call is made.
 
@@ -309,14 +351,20 @@ def dry_run(parts: RunParts) -> list[str]:
     writer_requests = writer_round(parts)
     if writer_requests:  # the memory systems' writer: --restore-writer-model, else the run's reader
         lines.append(cost_line("writer", s.writer_model, writer_requests, cache, providers=providers))
+    guests, unmeasured = library_lines(parts)
+    lines += guests
     importance = known_importance(parts, cache)
-    plans = reader_round(parts, importance, parts.say, lambda p: known_writes(parts, p, cache))
+    plans = reader_round(parts, importance, parts.say, lambda p: known_writes(parts, p, cache), stand_in=True)
     note = "llm-importance cells counted after scoring: upper bound" if importance is None else ""
     unwritten = [p.name for p in policies if primary.writer_requests(p) and known_writes(parts, p, cache) is None]
+    libraries = [p.name for p in policies if library_of(p) is not None]
     for reader, planned in plans.items():
         reader_note = note if any(p.needs_importance for p in policies) else ""
         if unwritten:  # their contexts depend on what the writer will write
             reader_note = "; ".join(x for x in (reader_note, f"{', '.join(unwritten)} counted as written offline: estimate") if x)
+        if libraries:
+            said = f"{', '.join(libraries)} counted as {LIBRARY_STAND_IN}'s stores: estimate"
+            reader_note = "; ".join(x for x in (reader_note, said) if x)
         lines.append(cost_line("reader", reader, [request for _, request in planned], cache, reader_note, providers))
     judge_requests, unknown_answers = judge_round(parts, plans, cache)
     judge = cost_line("judge", s.judge, judge_requests, cache, providers=providers)
@@ -338,7 +386,7 @@ def dry_run(parts: RunParts) -> list[str]:
         judge = dataclasses.replace(judge, note="; ".join(x for x in (judge.note, schema) if x))
     lines.append(judge)
     prices = {model: (i, o) for model, i, o in s.prices}
-    out = render_cost(lines, prices, batch=s.batch, providers=providers)
+    out = render_cost(lines, prices, batch=s.batch, providers=providers) + unmeasured
     if s.batch:
         rounds = batch_round_count(parts, bool(writer_requests))
         out.append(f"batch rounds: {len(rounds)} ({', '.join(rounds)}), each within the API's 24 h window")
