@@ -316,9 +316,9 @@ class GraphitiSystem(LibrarySystem[_Store]):
     # -- one store -------------------------------------------------------
 
     def reset(self, budget: int, ctx: EvictionContext) -> None:
-        g = _graphiti()
-        e = self.resolved_endpoints()
         tally = self.begin(budget, ctx)
+        g = self.imported(_graphiti)
+        e = self.resolved_endpoints()
         loop = StoreLoop(LIBRARY)
         store = _Store(None, loop, tally, f"memory system {self.name!r} on {ctx.question_id}", self.deadline)
         self.store = store

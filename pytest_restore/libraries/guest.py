@@ -213,6 +213,10 @@ class GuestFailure(MemorySystemError):
     on this line alone, never on the library's frames."""
 
 
+class GuestImportFailure(GuestFailure, ImportError):
+    """A library that could not be imported when a store was made: the one line, and an ``ImportError``."""
+
+
 def guest_failure(library: str, question_id: str, what: str, err: BaseException | str) -> GuestFailure:
     """One line for a library's failure: ``library``'s ``what`` on ``question_id`` and the cause,
     redacted and cut to its first line."""
@@ -221,7 +225,8 @@ def guest_failure(library: str, question_id: str, what: str, err: BaseException 
     if len(first) > 300:
         first = first[:297] + "..."
     kind = "" if isinstance(err, str) else f"{type(err).__name__}: "
-    return GuestFailure(f"memory library {library!r} on {question_id}: {what} failed: {kind}{first}")
+    failure = GuestImportFailure if isinstance(err, ImportError) else GuestFailure
+    return failure(f"memory library {library!r} on {question_id}: {what} failed: {kind}{first}")
 
 
 class StoreLoop:

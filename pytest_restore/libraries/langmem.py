@@ -367,10 +367,7 @@ class LangmemSystem(LibrarySystem[_Store]):
 
     def reset(self, budget: int, ctx: EvictionContext) -> None:
         tally = self.begin(budget, ctx)
-        try:
-            lib = _import_langmem()
-        except ImportError as err:
-            raise self.failure("import", err) from None
+        lib = self.imported(_import_langmem)
         e = self.resolved_endpoints()
         chat = lib.chat_model(
             model=e.chat_model,

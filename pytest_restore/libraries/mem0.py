@@ -239,9 +239,9 @@ class Mem0System(LibrarySystem[_Store]):
         }
 
     def reset(self, budget: int, ctx: EvictionContext) -> None:
-        memory_class = _import_mem0()
-        self._major = _major(self.version)
         tally = self.begin(budget, ctx)
+        memory_class = self.imported(_import_mem0)
+        self._major = _major(self.version)
         try:
             self._endpoints: LibraryEndpoints = self.resolved_endpoints()
             with warnings.catch_warnings():  # local Qdrant says payload indexes do nothing there: as meant

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -77,6 +77,7 @@ class LibraryStore(Protocol):
 
 
 S = TypeVar("S", bound=LibraryStore)
+T = TypeVar("T")
 
 
 class LibraryVersion(str):
@@ -150,6 +151,14 @@ class LibrarySystem(MemorySystem, Generic[S]):
         tally = LibraryTally(ctx.question_id, budget)
         self.tallies.append(tally)
         return tally
+
+    def imported(self, load: Callable[[], T]) -> T:
+        """``load()``, the library's import: a library that cannot be imported is the one line naming it and
+        the question (:class:`~.guest.GuestImportFailure`, an ``ImportError`` too) with its install line."""
+        try:
+            return load()
+        except ImportError as err:
+            raise self.failure("import", err) from None
 
     def resolved_endpoints(self) -> LibraryEndpoints:
         """The endpoints :attr:`endpoints` names (the run's gateway started here when it is the default)."""
