@@ -64,6 +64,29 @@ def test_fake_embedder_is_deterministic_unit_length_and_sees_subwords() -> None:
     assert float(a[0] @ a[1]) > float(a[0] @ a[2]) + 0.1
 
 
+
+def test_the_fake_embedder_embeds_from_several_threads_at_once() -> None:
+    """The gateway embeds on a pool of threads (cognee sends its embeddings requests side by side): words new
+    to the embedder grow its table from every thread at once, and each text still gets its own vector (a table
+    replaced between reading its size and copying it failed ~2 requests in 3 here)."""
+    embedder, failed = FakeEmbedder(64), []
+    texts = [f"zqx{k}w{j}a zqx{k}w{j}b zqx{k}w{j}c" for k in range(8) for j in range(30)]
+
+    def embed(k: int) -> None:
+        try:
+            for j in range(30):
+                embedder.embed([texts[30 * k + j]])
+        except ValueError as err:
+            failed.append(err)
+
+    threads = [threading.Thread(target=embed, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failed == [] and np.array_equal(embedder.embed(texts), FakeEmbedder(64).embed(texts))
+
+
 # -- the store -------------------------------------------------------------------------
 
 

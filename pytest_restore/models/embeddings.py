@@ -48,6 +48,7 @@ import contextlib
 import hashlib
 import json
 import re
+import threading
 import time
 import zlib
 from collections import Counter
@@ -168,6 +169,7 @@ class FakeEmbedder:
         self.stats = EmbeddingStats()
         self._word_vectors: dict[int, Vectors] = {}
         self._table = np.zeros((0, dimensions), dtype=np.float32)
+        self._growing = threading.Lock()
 
     def word_vector(self, word: str) -> Vectors:
         """The hashed vector of one word (itself and its boundary-marked trigrams)."""
@@ -204,13 +206,17 @@ class FakeEmbedder:
         from pytest_restore.memory.lexical import word_of
 
         top = int(ids.max()) + 1 if ids.size else 0
-        if top > self._table.shape[0]:
-            grown = np.zeros((top, self.dimensions), dtype=np.float32)
-            grown[: self._table.shape[0]] = self._table
-            for i in range(self._table.shape[0], top):
-                grown[i] = self.word_vector(word_of(i))
-            self._table = grown
-        return self._table
+        # one grower at a time, from one snapshot: the gateway embeds on several threads, and a table
+        # replaced between reading its size and copying it failed a request ("could not broadcast")
+        with self._growing:
+            table = self._table
+            if top > table.shape[0]:
+                grown = np.zeros((top, self.dimensions), dtype=np.float32)
+                grown[: table.shape[0]] = table
+                for i in range(table.shape[0], top):
+                    grown[i] = self.word_vector(word_of(i))
+                self._table = table = grown
+        return table
 
     def close(self) -> None:
         """Nothing to release."""
