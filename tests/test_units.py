@@ -169,15 +169,25 @@ def test_units_identical_whatever_the_gold() -> None:
 
 
 def test_fast_unit_construction_is_a_plain_unit() -> None:
-    from pytest_restore.data.units import Unit, _unit
+    """A turn unit keeps no snippet of its own (its header and content make it when read) and is the Unit
+    that keeps one in every other way: equal, hashed, shown, copied, pickled alike."""
+    import copy
+    import pickle
 
-    fast = _unit(3, 1, 2, "2023/05/01 (Mon) 10:00", "user", "hello there", "[d] user:\nhello there", 9)
-    slow = Unit(3, 1, 2, "2023/05/01 (Mon) 10:00", "user", "hello there", "[d] user:\nhello there", 9)
+    from pytest_restore.data.units import Unit, _turn_unit
+
+    date = "2023/05/01 (Mon) 10:00"
+    fast = _turn_unit(3, 1, 2, date, "user", "hello there", 9)
+    slow = Unit(3, 1, 2, date, "user", "hello there", f"[{date}] user:\nhello there", 9)
+    assert "snippet" not in vars(fast) and fast.snippet == slow.snippet
     assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
-    assert type(fast) is Unit
+    assert type(fast) is Unit and copy.copy(fast) == slow and pickle.loads(pickle.dumps(fast)) == slow
+    assert build_history(make_question([[("user", "hello there", True)]], (0,))).units[0].snippet.endswith("user:\nhello there")
     import dataclasses
 
-    assert dataclasses.asdict(fast) == dataclasses.asdict(slow)
+    assert dataclasses.asdict(fast) == dataclasses.asdict(slow) and dataclasses.replace(fast, tokens=9) == slow
+    with pytest.raises(AttributeError, match="no attribute 'snipet'"):
+        fast.snipet  # type: ignore[attr-defined]  # noqa: B018
     try:
         fast.tokens = 1  # type: ignore[misc]
     except dataclasses.FrozenInstanceError:

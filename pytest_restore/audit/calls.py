@@ -111,11 +111,9 @@ class ModelCalls(AuditBase):
         failed: dict[str, str] = {}
         if contents:
             requests = [self.prompts.scorer(content=c) for c in contents]
-            results = [
-                with_usage(r, q, partial(self.prompts.scorer_tokens, content=c))
-                for r, q, c in zip(self.scorer.run(requests), requests, contents)
-            ]
-            for content, result in zip(contents, results):
+            for content, request, answered in zip(contents, requests, self.scorer.run(requests)):
+                # one result at a time: the scorer's answers to a full dataset are not held twice
+                result = with_usage(answered, request, partial(self.prompts.scorer_tokens, content=content))
                 score = parse_score(result.text) if result.ok and result.text is not None else None
                 if score is not None:
                     self._importance[content] = score

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +51,15 @@ class Unit:
     snippet: str  #: what the reader sees
     tokens: int  #: o200k_base tokens of the snippet
 
+    if not TYPE_CHECKING:  # for the type checker a Unit has its fields only
+
+        def __getattr__(self, name: str) -> str:
+            # a turn unit of history_units keeps no snippet: its header and content make it when it is read
+            # (a full dataset's snippets would repeat every turn's text: ~160 MB over 500 questions)
+            if name == "snippet":
+                return turn_header(self.date, self.role) + self.content
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
 
 @dataclass(frozen=True)
 class History:
@@ -72,15 +82,14 @@ class History:
         return int(self.sizes[list(self.gold)].sum()) if self.gold else 0
 
 
-def _unit(position: int, session: int, turn: int, date: str, role: str, content: str, snippet: str, tokens: int) -> Unit:
-    """``Unit(...)``, without the frozen dataclass's eight ``object.__setattr__`` calls.
+def _turn_unit(position: int, session: int, turn: int, date: str, role: str, content: str, tokens: int) -> Unit:
+    """A turn's ``Unit(...)``, its snippet made when read (``turn_header`` and the content: not kept twice), and
+    without the frozen dataclass's eight ``object.__setattr__`` calls.
 
     A full dataset makes a unit per turn, so their construction is on the preparation's path.
     """
     unit = object.__new__(Unit)
-    unit.__dict__.update(
-        position=position, session=session, turn=turn, date=date, role=role, content=content, snippet=snippet, tokens=tokens
-    )
+    unit.__dict__.update(position=position, session=session, turn=turn, date=date, role=role, content=content, tokens=tokens)
     return unit
 
 
@@ -118,7 +127,7 @@ def history_units(question: Question, granularity: Granularity) -> tuple[tuple[U
         contents = [content for *_, content in rows]
         sizes = _snippet_sizes(headers, contents)
         for pos, ((s, t, date, role, content), header, size) in enumerate(zip(rows, headers, sizes)):
-            units.append(_unit(pos, s, t, date, role, content, header + content, size))
+            units.append(_turn_unit(pos, s, t, date, role, content, size))
     else:
         snippets = [
             render_session(date, ((turn.role, turn.content) for turn in session))

@@ -446,8 +446,11 @@ class FakeScorer(_Named):
 
     def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Score each scorer request."""
-        contents = [_between(_user_message(r), "Snippet: ", "\nImportance (1-10):") or "" for r in requests]
-        return [ChatResult(str(score)) for score in self.scores(contents)]
+        # one content at a time: the snippets cut out of a full dataset's prompts are not held all at once
+        return [
+            ChatResult(str(self.score(_between(_user_message(r), "Snippet: ", "\nImportance (1-10):") or "")))
+            for r in requests
+        ]
 
     @staticmethod
     def score(content: str) -> int:
