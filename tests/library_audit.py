@@ -8,6 +8,7 @@ ranker, and then looks at what one question's store held.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +30,14 @@ def audit_library(
     *,
     run: Sequence[int] | None = None,
     seeds: tuple[int, ...] | None = None,
+    concurrency: int = 1,
 ) -> Audit:
     """An audit of ``dataset`` under ``budgets`` (and ``seeds``, else the default), read by BM25-lite and
-    ``ranker``, with ``system``'s cell of each budget of ``run`` (default: every budget) run once."""
+    ``ranker``, with ``system``'s cell of each budget of ``run`` (default: every budget) run once; ``concurrency``:
+    how many histories the system is fed at once (``AuditConfig.concurrency``, up to its ``parallel_stores``)."""
     reader = FakeReader()
-    config = AuditConfig(budgets=tuple(budgets)) if seeds is None else AuditConfig(budgets=tuple(budgets), seeds=seeds)
+    config = AuditConfig(budgets=tuple(budgets), concurrency=concurrency)
+    config = config if seeds is None else replace(config, seeds=seeds)
     audit = Audit(dataset, config, reader=reader, judge=FakeJudge(), scorer=FakeScorer(), rankers=[Bm25Lite(), ranker])
     reader.learn(p.history for p in audit.questions)
     for budget in budgets if run is None else run:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +31,7 @@ from pytest_restore.memory.derived import (
 )
 from pytest_restore.memory.eviction import EvictionContext, Policy, runs_by_default
 from pytest_restore.memory.memories import Memory
-from pytest_restore.memory.systems import MemorySystem
+from pytest_restore.memory.systems import MemorySystem, MemorySystemError
 from pytest_restore.models.fake import (
     FakeJudge,
     FakeReader,
@@ -483,3 +485,58 @@ def test_the_writer_model_writes_cached_priced_and_counted_as_its_own(
     [cell] = summary["cost"]["per_cell"]
     memory = cell["memory"]
     assert memory["tokens_in"] > 0 and memory["usd"] == pytest.approx((2 * memory["tokens_in"] + 8 * memory["tokens_out"]) / 1e6, rel=1e-3)
+
+
+# -- a library's histories fed side by side (MemorySystem.parallel_stores) ---------------------------------
+
+
+class SideBySide(FactExtract):
+    """fact-extract as a library that allows its stores to be built three at a time: each store's reset waits
+    until three are in (a barrier: fed one at a time, it breaks), and the history named ``fails`` raises."""
+
+    parallel_stores = 3
+
+    def __init__(self, barrier: threading.Barrier | None = None, fails: str | None = None) -> None:
+        super().__init__()
+        self.barrier, self.fails = barrier, fails
+        self.copies: set[int] = set()  # the instances that built a store (shared by the copies: a set)
+
+    def reset(self, budget: int, ctx: EvictionContext) -> None:
+        self.copies.add(id(self))
+        if self.barrier is not None:
+            self.barrier.wait()
+        if ctx.question_id == self.fails:
+            raise MemorySystemError(f"memory system {self.name!r} on {ctx.question_id}: refused")
+        super().reset(budget, ctx)
+
+
+class OneAtATime(SideBySide):
+    parallel_stores = 1
+
+
+def test_a_librarys_histories_are_fed_side_by_side_as_they_are_one_at_a_time(
+    embedded_audit: Audit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Up to the lesser of the system's parallel_stores and the run's concurrency, each history by a copy of the
+    system on its own thread; the records and figures are those of feeding them one at a time, and a history
+    that fails raises the same line at its first question."""
+    questions = embedded_audit.questions[:6]  # a history each
+    alone = embedded_audit.run_cell(OneAtATime(), 80_000, questions)
+    monkeypatch.setattr(embedded_audit, "config", replace(embedded_audit.config, concurrency=3))
+    system = SideBySide(threading.Barrier(3, timeout=30))  # two windows of three histories
+    together = embedded_audit.run_cell(system, 80_000, questions)
+    assert len(system.copies) == 6 and id(system) not in system.copies  # a copy per history, the system untouched
+    assert audited(together.records) == audited(alone.records)
+    assert together.memory is not None and alone.memory is not None
+    assert replace(together.memory, ingest_seconds=0.0) == replace(alone.memory, ingest_seconds=0.0)
+    # the run's concurrency bounds it: at 1 the barrier of three would break
+    monkeypatch.setattr(embedded_audit, "config", replace(embedded_audit.config, concurrency=1))
+    assert audited(embedded_audit.run_cell(SideBySide(), 80_000, questions).records) == audited(alone.records)
+    third = questions[2].question.history_key
+    errors = []
+    for system, concurrency in ((OneAtATime(fails=third), 1), (SideBySide(fails=third), 3)):
+        monkeypatch.setattr(embedded_audit, "config", replace(embedded_audit.config, concurrency=concurrency))
+        with pytest.raises(MemorySystemError) as raised:
+            embedded_audit.run_cell(system, 80_000, questions)
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1] == f"memory system 'fact-extract' on {third}: refused"

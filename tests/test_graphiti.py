@@ -83,8 +83,9 @@ def locomo() -> Dataset:
 @pytest.fixture(scope="module")
 def audited(gateway: Gateway, locomo: Dataset) -> tuple[Audit, GraphitiSystem]:
     """The fixture's two conversations under graphiti, the second (Ruth's twelve turns) also under a budget that evicts."""
+    # its two conversations fed side by side, each by a copy of the system (MemorySystem.parallel_stores)
     system = GraphitiSystem(endpoints(gateway))
-    audit = audit_library(locomo, system, GraphitiRanker(), (ALL, SMALL), run=(ALL,))
+    audit = audit_library(locomo, system, GraphitiRanker(), (ALL, SMALL), run=(ALL,), concurrency=2)
     ruths = next(p for p in audit.questions if p.history.question.question == RUTHS).history.question.history_key
     audit.run_cell(system, SMALL, questions=[p for p in audit.questions if p.history.question.history_key == ruths])
     return audit, system

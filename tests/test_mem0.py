@@ -81,8 +81,9 @@ def locomo() -> Dataset:
 @pytest.fixture(scope="module")
 def audited(server: OpenAIServer, locomo: Dataset) -> tuple[Audit, Mem0System]:
     """One audit of the fixture's two conversations with mem0 under both budgets, read by BM25-lite and mem0."""
+    # its two conversations fed side by side, each by a copy of the system (MemorySystem.parallel_stores)
     system = mem0_of(server)
-    return audit_library(locomo, system, Mem0Ranker(), (ALL, SMALL)), system
+    return audit_library(locomo, system, Mem0Ranker(), (ALL, SMALL), concurrency=2), system
 
 
 def view_of(audit: Audit, system: Mem0System, question: str, budget: int = ALL) -> tuple[Prepared, np.ndarray]:

@@ -127,13 +127,16 @@ class CellConditions(Stores):
         if known is not None:
             planned.evictions.update(known.evictions)
         for seed in seeds:
+            # a memory system's stores, in the questions' order (a library's histories fed side by side)
+            fed = [p for p in questions if p.question.question_id not in skip] if policy.derived else []
+            views = self.held_each(policy, fed, budget, seed, importance)
             for p in questions:
                 qid = p.question.question_id
                 if qid in skip:
                     planned.plan.append((p, seed, None))
                     continue
                 if policy.derived:
-                    p, mask = self.held(policy, p, budget, seed, importance)
+                    p, mask = next(views)
                 elif known is not None:
                     mask = known.stores[(qid, seed)]
                 else:

@@ -49,6 +49,9 @@ class AuditConfig:
     cache_dir: str | None = None
     #: the run every record names (``RestoreSettings.fingerprint``); ``None`` outside a session
     run_id: str | None = None
+    #: how many histories a memory library may ingest at once (its stores wait on model calls): the run's
+    #: ``max-concurrency``; a library says how many of its own it allows (``MemorySystem.parallel_stores``)
+    concurrency: int = 1
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,8 @@ class AuditBase:
         self._stores: dict[tuple[str, int], tuple[Policy, Planned]] = {}
         # a memory system's view of each history by (policy, budget, history, seed): fed once per process
         self._views: dict[tuple[int, int, str, int], StoreView] = {}
+        # a store fed beside others that failed, by the same key: raised at its history's first question
+        self._view_failures: dict[tuple[int, int, str, int], Exception] = {}
 
     def _prepare(self, history: History, sources: Sources | None = None) -> Prepared:
         index = LexicalIndex.build(history)

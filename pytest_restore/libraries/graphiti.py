@@ -247,6 +247,8 @@ def _release_memory() -> None:
 
 
 _KUZU_LOCK = threading.Lock()
+#: held while the finished stores kept open (``GraphitiSystem.live``) change
+_LIVE_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -306,6 +308,8 @@ class GraphitiSystem(LibrarySystem[_Store]):
 
     name = "graphiti"
     distribution = DISTRIBUTION
+    #: stores built side by side (each waits on its model calls): as many as stay open for the ranker
+    parallel_stores = LIVE_STORES
 
     #: the newest finished stores of the process (:data:`LIVE_STORES`), by (history key, held texts): what
     #: :class:`GraphitiRanker` searches; an older one is closed
@@ -430,14 +434,18 @@ class GraphitiSystem(LibrarySystem[_Store]):
     def keep_live(self, key: LiveKey, store: _Store) -> None:
         """Keep the newest :data:`LIVE_STORES` finished stores open for the ranker; close the older ones."""
         live = GraphitiSystem.live
-        live[key] = store
-        live.move_to_end(key)
-        GraphitiSystem.closed.discard(key)
-        if len(live) > LIVE_STORES:
+        with _LIVE_LOCK:  # stores of several histories may finish at once (MemorySystem.parallel_stores)
+            live[key] = store
+            live.move_to_end(key)
+            GraphitiSystem.closed.discard(key)
+            gone = []
             while len(live) > LIVE_STORES:
-                old, gone = live.popitem(last=False)
-                gone.close()
+                old, oldest = live.popitem(last=False)
+                gone.append(oldest)
                 GraphitiSystem.closed.add(old)
+        for oldest in gone:
+            oldest.close()
+        if gone:
             _release_memory()
 
 

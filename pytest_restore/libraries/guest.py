@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 from pytest_restore.memory.systems import MemorySystemError
 from pytest_restore.models.gateway import Gateway
+from pytest_restore.models.interrupt import interrupted
 from pytest_restore.models.redact import redact_keys
 
 T = TypeVar("T")
@@ -139,6 +140,8 @@ def run_endpoints() -> LibraryEndpoints:
     """The endpoints of this process's gateway, started on the first call (the default :data:`EndpointsSource`)."""
     with _RUN.lock:
         if _RUN.endpoints is None:
+            if interrupted():  # a store fed beside another that was waiting here when Ctrl-C came: no new gateway
+                raise KeyboardInterrupt
             gateway = (_RUN.factory or offline_gateway)()
             try:
                 gateway.start()

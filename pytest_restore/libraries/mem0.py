@@ -137,6 +137,11 @@ def rejection_cause(error: str) -> str:
     return f"JSON of the wrong shape ({error[:60]})"
 
 
+#: The figures of the store whose model call this thread made last (mem0 logs a dropped answer on the
+#: thread that called for it): which store's handler counts the line.
+_CALLER = threading.local()
+
+
 class _Rejections(logging.Handler):
     """Reads the error lines mem0 logs when it drops an answer into the store's figures."""
 
@@ -145,6 +150,10 @@ class _Rejections(logging.Handler):
         self.figures = figures
 
     def emit(self, record: logging.LogRecord) -> None:
+        # stores built side by side each listen: an error line is its store's whose call its thread made last
+        owner = getattr(_CALLER, "figures", None)
+        if owner is not None and owner is not self.figures:
+            return
         message = record.getMessage()
         found = next(((p, k, r) for p, k, r in REJECTIONS if message.startswith(p)), None)
         if found is None:
@@ -188,6 +197,8 @@ class Mem0System(LibrarySystem[_Store]):
 
     name = "mem0"
     distribution = "mem0ai"
+    #: stores built side by side (each waits on its model calls); every finished one stays searchable
+    parallel_stores = 64
 
     def __init__(
         self,
@@ -258,6 +269,7 @@ class Mem0System(LibrarySystem[_Store]):
 
         def counted(kind: str | None, call: Callable[..., Any]) -> Callable[..., Any]:
             def wrapper(*args: Any, **kwargs: Any) -> Any:
+                _CALLER.figures = self.store.tally.figures
                 self.store.tally.figures.calls[kind or _chat_kind(args, kwargs)] += 1
                 return call(*args, **kwargs)
 
@@ -272,6 +284,7 @@ class Mem0System(LibrarySystem[_Store]):
         """``add`` one message; provenance from its events (mem0 1) or captured from ``get_all`` (mem0 2)."""
         store = self.store
         role, content = mem0_message(unit)
+        _CALLER.figures = store.tally.figures
         with _counting_rejections(store.tally.figures), _dated(unit.date):
             try:
                 result = store.memory.add([{"role": role, "content": content}], user_id=store.user_id)

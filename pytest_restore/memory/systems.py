@@ -189,6 +189,12 @@ class MemorySystem(ReplyHooks, Policy):
     """A memory system that holds memories with declared provenance (module docstring)."""
 
     derived: ClassVar[bool] = True
+    #: how many of its stores (histories) a process may build at once, each by its own shallow copy of the
+    #: system (``copy.copy``, made before :meth:`reset`) on a thread of its own: 1 (the default) builds one
+    #: at a time. A library whose stores wait on its model calls allows more, and so keeps a model server
+    #: busy; the audit takes at most the run's concurrency. A system that allows more keeps a store's state
+    #: on the copy (set in :meth:`reset`) and shares only what is safe across threads.
+    parallel_stores: ClassVar[int] = 1
 
     @abstractmethod
     def reset(self, budget: int, ctx: EvictionContext) -> None:

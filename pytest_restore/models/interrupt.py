@@ -21,7 +21,7 @@ import weakref
 from types import FrameType
 from typing import Any, Protocol
 
-__all__ = ["Interruptible", "SigintHandler", "interrupt_all", "register"]
+__all__ = ["Interruptible", "SigintHandler", "interrupt_all", "interrupted", "register"]
 
 
 class Interruptible(Protocol):
@@ -33,6 +33,8 @@ class Interruptible(Protocol):
 
 
 _WAITS: weakref.WeakSet[Any] = weakref.WeakSet()
+#: set at Ctrl-C (until the next run installs its handler): a wait that would begin after it is not begun
+_INTERRUPTED = threading.Event()
 
 
 def register(wait: Interruptible) -> None:
@@ -41,9 +43,16 @@ def register(wait: Interruptible) -> None:
 
 
 def interrupt_all() -> None:
-    """Interrupt every registered wait."""
+    """Interrupt every registered wait (and say so to :func:`interrupted`)."""
+    _INTERRUPTED.set()
     for wait in list(_WAITS):
         wait.interrupt()
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C came in this run: a thread still at work (a memory library's store fed beside others)
+    starts nothing new that would wait (the run's gateway)."""
+    return _INTERRUPTED.is_set()
 
 
 class SigintHandler:
@@ -61,6 +70,7 @@ class SigintHandler:
         """Take SIGINT from whatever handled it."""
         if self._installed or threading.current_thread() is not threading.main_thread():
             return
+        _INTERRUPTED.clear()  # a new run
         previous = signal.getsignal(signal.SIGINT)
         if previous is signal.SIG_IGN or previous is None:  # ignored (a background job), or not Python's to take
             return

@@ -168,6 +168,7 @@ class RunParts:
             ablations=s.ablations,
             cache_dir=str(self.plan.cache_root / "prepared"),
             run_id=s.fingerprint([p.name for p in self.plan.policies], data),
+            concurrency=s.max_concurrency,  # a memory library's histories fed at once, as its calls may go
         )
 
     def audit(self, reader: str | None = None) -> Audit:
