@@ -49,13 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pytest_restore.record import Record
     from pytest_restore.report import writer
     from pytest_restore.report.inputs import (
-        analyse_records,
         dataset_label,
         read_records,
         read_run_info,
         sort_records,
     )
     from pytest_restore.report.markdown import render_report_md
+    from pytest_restore.report.writer import build_model
     from pytest_restore.run.checks import read_check
     from pytest_restore.stats.families import default_families
 
@@ -63,8 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = phase("read and check records.jsonl", lambda: read_records(records_path))
     info = replace(read_run_info(records_path, read_check), families=tuple(default_families().values()))
     ordered = phase("sort records", lambda: sort_records(Record.of(r) for r in records))
-    analysis = phase("statistics (tallies, bootstrap, families)", lambda: analyse_records(ordered, info))
-    log = phase("run log (summary.json's counts, model calls, cost)", lambda: writer.run_log(ordered, info, analysis))
+    model = phase("report model (statistics, summary.json's counts, model calls, cost, cases)", lambda: build_model(ordered, info))
+    analysis, log = model.analysis, model.log
     out = Path(tempfile.mkdtemp(prefix="pytest-restore-tail-"))
     files = writer.ReportFiles(
         out, out / "records.jsonl", out / "cells.csv", out / "report.md", out / "summary.json",
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     phase("records.jsonl", lambda: files.records.write_text(writer.render_records_jsonl(ordered, ordered=True), encoding="utf-8"))
     phase("cells.csv, hypotheses.json", lambda: (writer.render_cells_csv(analysis), writer.render_hypotheses_json(analysis)))
-    report_md = phase("report.md", lambda: render_report_md(ordered, analysis, log))
+    report_md = phase("report.md", lambda: render_report_md(model))
     phase("summary.json", lambda: json.dumps(log.to_json(), indent=2, sort_keys=True))
 
     def figure() -> None:

@@ -23,9 +23,9 @@ from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.record import ABLATIONS, Record
 from pytest_restore.records_file import dumps
 from pytest_restore.report.cases import bin_cases
-from pytest_restore.report.inputs import RunInfo, analyse_records, read_records
+from pytest_restore.report.inputs import RunInfo, read_records
 from pytest_restore.report.markdown import render_report_md
-from pytest_restore.report.writer import run_log, write_report
+from pytest_restore.report.writer import build_model, write_report
 from pytest_restore.stats.ablations import summarise
 
 BUDGETS = (600, 300, 100)
@@ -226,8 +226,7 @@ def test_report_sections_rebuild_from_records(tiny_records: list[Record], tmp_pa
     assert pooled["surviving"]["cases"] == pooled["gold"]["cases"] > 0
     # the report is a function of the records alone
     saved = read_records(files.records)
-    analysis = analyse_records(saved, info)
-    again = render_report_md(saved, analysis, run_log(saved, info, analysis))
+    again = render_report_md(build_model(saved, info))
     assert again == report
 
 

@@ -102,8 +102,8 @@ def _evicted_text(r: Record) -> str:
     return f"{evicted} of {total}" + (f": {listed}" if listed else "")
 
 
-def render_cases_md(records: Sequence[Record]) -> str:
-    """One real case of each bin per policy (regime b), as the report shows them."""
+def render_cases_md(cases: Sequence[Record]) -> str:
+    """One real case of each bin per policy (regime b), as the report shows them (``cases``: :func:`bin_cases`)."""
     out = [
         "## One case per bin (regime b)",
         "",
@@ -113,7 +113,6 @@ def render_cases_md(records: Sequence[Record]) -> str:
         ),
         "",
     ]
-    cases = bin_cases(records)
     if not cases:
         return "\n".join(out + ["No binned error.", ""])
     readers = {r.reader for r in cases}

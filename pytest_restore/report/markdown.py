@@ -7,20 +7,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_restore.audit.memo import ReaderCalls
 from pytest_restore.record import Record
 from pytest_restore.report.cases import render_ablations_md, render_cases_md
 from pytest_restore.report.inputs import (
     RunInfo,
-    RunLog,
     dataset_label,
     fmt,
     interval,
     md_text,
     num,
-    rankers_of,
     short,
 )
 from pytest_restore.report.numbers import (
@@ -32,7 +30,7 @@ from pytest_restore.report.numbers import (
     ties_findings,
 )
 from pytest_restore.report.rankers import rankers_findings, render_rankers_md
-from pytest_restore.report.side_by_side import SideRow, render_side_by_side_md
+from pytest_restore.report.side_by_side import render_side_by_side_md
 from pytest_restore.report.simulated import simulated_reader_md
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.cost import CostFigures, cost_figures
@@ -43,6 +41,9 @@ from pytest_restore.stats.results import (
     policy_order,
 )
 from pytest_restore.stats.robustness import compare_readers, render_comparison_md
+
+if TYPE_CHECKING:  # the model module imports this one for the run log's lines
+    from pytest_restore.report.model import ReportModel
 
 _share_with_interval = share_ci
 
@@ -389,17 +390,18 @@ def render_tables_md(analysis: Analysis, idle: frozenset[int] = frozenset()) -> 
     return "\n".join(out)
 
 
-def _run_line(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> str:
+def _run_line(model: ReportModel) -> str:
     """What was run, in one line: data, reader, judge, ranker, N."""
+    info, analysis = model.info, model.analysis
     st, ds = info.settings, info.dataset
     data = dataset_label(info) or "records without run settings"
     readers = analysis.readers
-    judges = sorted({r.judge for r in records if r.judge}) or [st.audit.judge if st is not None else "?"]
+    judges = list(model.judges) or [st.audit.judge if st is not None else "?"]
     answerable = analysis.counts.answerable()
     audited = ds.get("audited") or analysis.questions
     return (
         f"**Run:** {data}; reader {', '.join(readers)}; judge {', '.join(judges)}; ranker "
-        f"{', '.join(rankers_of(records))}; N = {audited} questions audited, {answerable} oracle-answerable "
+        f"{', '.join(model.rankers)}; N = {audited} questions audited, {answerable} oracle-answerable "
         "in some cell."
     )
 
@@ -442,8 +444,9 @@ def _errata_md(errata: Any) -> list[str]:
     return out
 
 
-def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> str:
+def render_settings_md(model: ReportModel) -> str:
     """The run's settings (as the options that set them), the dataset and the exclusions, as readable tables."""
+    info = model.info
     ds = info.dataset
     out = ["## Run settings", ""]
     sha = ds.get("sha256", "unknown")
@@ -464,7 +467,7 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
         out.append(f"| questions in the file / audited | {ds.get('questions', '?')} / {ds.get('audited', '?')} |")
         if ds.get("histories") is not None:
             out.append(f"| histories audited (questions sharing one are evicted once) | {ds['histories']} |")
-    used = rankers_of(records)
+    used = model.rankers
     out.append(f"| ranker | {', '.join(used)} ({'compared in one run' if len(used) > 1 else 'one per run'}; named in every record) |")
     for key, value in sorted((info.settings.to_json() if info.settings is not None else {}).items()):
         label = _SETTING_LABELS.get(key, f"--restore-{key.replace('_', '-')}")
@@ -480,7 +483,7 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
         out += ["", "Flawed evidence references, each handled by the loader's one rule:", "", "| kind | references |", "|---|---:|"]
         out += [f"| {kind} | {count} |" for kind, count in sorted(repairs.items())]  # summary.json sorts its keys
     out += _errata_md(ds.get("errata"))
-    failed = analysis.counts.exclusions()
+    failed = model.log.record_exclusions
     out += [
         "",
         "Records excluded from a cell's decomposition (failed model calls, never scored as wrong):",
@@ -502,37 +505,39 @@ def render_settings_md(records: Sequence[Record], info: RunInfo, analysis: Analy
     return "\n".join(out) + "\n"
 
 
-def render_report_md(records: Sequence[Record], analysis: Analysis, log: RunLog, side: Sequence[SideRow] = ()) -> str:
-    """``report.md`` as text, from the records, their analysis and the run log ``summary.json`` holds.
+def render_report_md(model: ReportModel) -> str:
+    """``report.md`` as text, from the report model (:mod:`pytest_restore.report.model`): the records'
+    analysis, the run log ``summary.json`` holds and what the records say, all made before rendering.
 
     The answer first (what was run, the simulated-models notice where it
     applies, the findings), then the tables, families, cases and ablations;
-    the run's settings and exclusions last. ``side``: a run with a memory
-    library's rows side by side (:mod:`pytest_restore.report.side_by_side`),
+    the run's settings and exclusions last. A run with a memory library gets
+    its rows side by side (:mod:`pytest_restore.report.side_by_side`),
     their section before the checks'.
     """
+    log, analysis = model.log, model.analysis
     info = log.run
     mark = partial_mark(info)
     out = ([mark] if mark else []) + ["# Restore-counterfactual audit", ""]
     if log.simulated_note:  # the first thing a reader sees: what these figures are, when a model is simulated
         out += [log.simulated_note, ""]
-    out += [_run_line(records, info, analysis), ""]
+    out += [_run_line(model), ""]
     out += [render_tables_md(analysis, info.idle_budgets)]
     comparison = compare_readers(analysis)
     if comparison is not None:
         out += ["", render_comparison_md(comparison)]
-    if side:
-        out += ["", render_side_by_side_md(side)]
+    if model.side:
+        out += ["", render_side_by_side_md(model.side)]
     for section in info.check_sections():
         out += ["", section]
-    out += ["", render_cases_md(records), render_ablations_md(analysis)]
-    reader_model = simulated_reader_md(records)
+    out += ["", render_cases_md(model.cases), render_ablations_md(analysis)]
+    reader_model = simulated_reader_md(model.fake_reader)
     if reader_model:
         out += ["", reader_model]
     for section in (render_model_calls_md(log.model_calls), render_cost_md(log.cost)):
         if section:
             out += ["", section]
-    out += ["", render_settings_md(records, info, analysis)]
+    out += ["", render_settings_md(model)]
     return "\n".join(out)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_restore.models.fake import ReaderKnobs, is_fake, simulated_models
+from pytest_restore.models.fake import ReaderKnobs, simulated_models
 from pytest_restore.record import Record
 
 #: The reader model in a few lines, as the report prints it.
@@ -37,9 +37,10 @@ def reader_model_lines(knobs: ReaderKnobs | None = None) -> list[str]:
     ]
 
 
-def simulated_note(records: Sequence[Record], official_data: bool | None = None) -> str | None:
-    """The one sentence a report opens with when any model is a fake; ``None`` when none is."""
-    fakes = [f"{role} `{name}`" for role, name in simulated_models(records)]
+def simulated_note(models: Sequence[tuple[str, str]], official_data: bool | None = None) -> str | None:
+    """The one sentence a report opens with when any model is a fake (``models``: the records' fakes,
+    :func:`~pytest_restore.models.fake.simulated_models`); ``None`` when none is."""
+    fakes = [f"{role} `{name}`" for role, name in models]
     if not fakes:
         return None
     data = "the official LongMemEval-S file" if official_data else "synthetic or unofficial data"
@@ -54,8 +55,8 @@ def simulated_label(records: Sequence[Record]) -> str:
     return ", ".join(f"{role} {name}" for role, name in simulated_models(records))
 
 
-def simulated_reader_md(records: Sequence[Record]) -> str:
+def simulated_reader_md(fake_reader: bool) -> str:
     """The report's section on the fake reader's model, when a fake reader took part; else empty."""
-    if not any(is_fake(r.reader) for r in records):
+    if not fake_reader:
         return ""
     return "\n".join(["## The simulated reader", "", *reader_model_lines(), ""])

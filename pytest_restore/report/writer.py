@@ -44,8 +44,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_restore.audit.memo import model_calls
+from pytest_restore.models.fake import simulated_models
 from pytest_restore.record import Record
 from pytest_restore.records_file import dumps as records_text
+from pytest_restore.report.cases import bin_cases
 from pytest_restore.report.checks import unbound_notes
 from pytest_restore.report.inputs import (
     RunInfo,
@@ -53,6 +55,7 @@ from pytest_restore.report.inputs import (
     analyse_records,
     dataset_label,
     fmt,
+    rankers_of,
     sort_records,
 )
 from pytest_restore.report.markdown import (
@@ -61,8 +64,9 @@ from pytest_restore.report.markdown import (
     session_failures,
     untestable_lines,
 )
+from pytest_restore.report.model import ReportModel, memory_cells
 from pytest_restore.report.side_by_side import SIDE_COLUMNS, SideRow, side_by_side, side_columns
-from pytest_restore.report.simulated import simulated_label, simulated_note
+from pytest_restore.report.simulated import simulated_note
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.results import (
     CELL_COLUMNS,
@@ -146,9 +150,15 @@ class ReportFiles:
     log: RunLog | None = None
 
 
-def run_log(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> RunLog:
+def run_log(
+    records: Sequence[Record],
+    info: RunInfo,
+    analysis: Analysis,
+    fakes: Sequence[tuple[str, str]] | None = None,
+) -> RunLog:
     """The run log (``summary.json``, :class:`~pytest_restore.report.inputs.RunLog`), made once per report:
-    the run section, the analysis's counts and hypothesis summary, the model calls and cost from the records."""
+    the run section, the analysis's counts and hypothesis summary, the model calls and cost from the records.
+    ``fakes``: the records' fake models when the caller has them (:func:`simulated_models`)."""
     counts = analysis.counts
     return RunLog(
         run=info,
@@ -158,10 +168,28 @@ def run_log(records: Sequence[Record], info: RunInfo, analysis: Analysis) -> Run
         hypotheses=tuple(analysis.summary()),
         failures=tuple(session_failures(analysis)),
         not_testable=tuple(untestable_lines(analysis, info.idle_budgets)),
-        simulated_note=simulated_note(records, info.dataset.get("official")),
+        simulated_note=simulated_note(simulated_models(records) if fakes is None else fakes, info.dataset.get("official")),
         cost=cost_of(records, info),
         importance_scores=tuple(analysis.importance),
         score_ties=tuple(analysis.ties),
+    )
+
+
+def build_model(ordered: Sequence[Record], info: RunInfo) -> ReportModel:
+    """The report model of records already in canonical order (:func:`~pytest_restore.report.inputs.sort_records`)."""
+    analysis = analyse_records(ordered, info)
+    fakes = tuple(simulated_models(ordered))
+    log = run_log(ordered, info, analysis, fakes)
+    cells = memory_cells(info)
+    return ReportModel(
+        analysis=analysis,
+        log=log,
+        side=side_by_side(analysis, ordered, cells, log.cost),
+        judges=tuple(sorted({r.judge for r in ordered if r.judge})),
+        rankers=tuple(rankers_of(ordered)),
+        fakes=fakes,
+        cases=tuple(bin_cases(ordered)),
+        notes=tuple(unbound_notes(cells)),
     )
 
 
@@ -188,8 +216,8 @@ def write_report(
     out = Path(out_dir)
     ordered = sort_records(Record.of(r) for r in records)
     out.mkdir(parents=True, exist_ok=True)
-    analysis = analyse_records(ordered, info)
-    log = run_log(ordered, info, analysis)
+    model = build_model(ordered, info)
+    analysis, log = model.analysis, model.log
     files = ReportFiles(
         out_dir=out,
         records=out / "records.jsonl",
@@ -203,21 +231,20 @@ def write_report(
         failures=log.failures,
         untestable=log.not_testable,
         table=tuple(terminal_lines(analysis)),
-        notes=tuple(memory_notes(info)),
+        notes=model.notes,
         log=log,
     )
-    side = side_by_side(analysis, ordered, memory_cells(info), log.cost)
     files.records.write_text(render_records_jsonl(ordered, ordered=True), encoding="utf-8")
-    files.cells.write_text(render_cells_csv(analysis, side), encoding="utf-8")
+    files.cells.write_text(render_cells_csv(analysis, model.side), encoding="utf-8")
     files.hypotheses.write_text(render_hypotheses_json(analysis), encoding="utf-8")
-    report_md = render_report_md(ordered, analysis, log, side)
+    report_md = render_report_md(model)
     files.report.write_text(report_md, encoding="utf-8")
     files.summary.write_text(json.dumps(log.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     from pytest_restore.report.figure import (
         write_figure,  # matplotlib loads when a report is written
     )
 
-    write_figure(analysis, out, dataset=dataset_label(info), simulated=simulated_label(records))
+    write_figure(analysis, out, dataset=dataset_label(info), simulated=model.simulated_label)
     _write_html(ordered, info, analysis, files, report_md, data_file, loaders, prepared)
     return files
 
@@ -252,17 +279,6 @@ def _write_html(
         notes=files.notes,
     )
     files.html.write_text(page, encoding="utf-8")
-
-
-def memory_cells(info: RunInfo) -> list[dict[str, Any]]:
-    """The run's memory-systems check's cells as ``summary.json`` keeps them (empty: no memory system ran)."""
-    found = info.checks.get("memory_systems")
-    return list(found.to_json()["cells"]) if found is not None else []
-
-
-def memory_notes(info: RunInfo) -> list[str]:
-    """The memory systems' budgets that never bound (:func:`unbound_notes`), from the run's memory-systems check."""
-    return unbound_notes(memory_cells(info))
 
 
 def terminal_lines(analysis: Analysis) -> list[str]:
