@@ -119,6 +119,9 @@ def test_report_md_has_a_row_per_policy_and_budget_with_its_version(side_by_side
     assert cells[1] == str(BUDGET) and cells[-1] == (_version(policy) or "-")
     cell = next(r for r in _cells(side_by_side_grid) if r["policy"] == policy and r["regime"] == "b")
     assert cells[2:7] == [cell[k] for k in ("N", "irr", "rec", "dis", "res")]
+    # the distortion share as its header says, dis / (irr + rec + dis): residual errors left out
+    irr, rec, dis = (int(cell[k]) for k in ("irr", "rec", "dis"))
+    assert cells[8] == (f"{dis / (irr + rec + dis):.2f}" if irr + rec + dis else "-")
 
 
 def test_a_library_records_carry_its_share_of_its_stores_calls(side_by_side_grid: ChildRun) -> None:

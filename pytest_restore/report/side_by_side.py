@@ -106,6 +106,13 @@ def _mean(values: Sequence[int | None]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
+def _restorable_share(num: int, restorable: int) -> float | None:
+    """``num`` over the errors a restore fixes or a memory kept a trace of (irr + rec + dis), as the
+    distortion finding reads it: residual errors are not in the denominator (cells.csv's ``dis_share``,
+    a share of every error, is another figure)."""
+    return num / restorable if restorable else None
+
+
 def side_by_side(
     analysis: Analysis, records: Sequence[Record], system_cells: Sequence[Mapping[str, Any]], cost: CostFigures | None
 ) -> tuple[SideRow, ...]:
@@ -138,7 +145,8 @@ def side_by_side(
             calls = embeddings = 0.0
         rows.append(SideRow(
             cell.policy, cell.budget, cell.reader, cell.N, cell.irr, cell.rec, cell.dis, cell.res,
-            cell.two_bin_share, cell.two_bin_lo, cell.two_bin_hi, cell.dis_share, cell.destruction_share,
+            cell.two_bin_share, cell.two_bin_lo, cell.two_bin_hi, _restorable_share(cell.dis, cell.irr + cell.rec + cell.dis),
+            cell.destruction_share,
             _mean([r.store_units for r in mine]), _mean([r.store_tokens for r in mine]),
             calls, embeddings, ingest,
             memory.usd if memory is not None else (0.0 if spent is not None else None),
