@@ -45,7 +45,7 @@ from pytest_restore.models.base import (
     canonical_json,
     wire_reply,
 )
-from pytest_restore.models.batch import BatchChatModel, BatchRunner
+from pytest_restore.models.batch import batch_model
 from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.managed import split_base_urls
 from pytest_restore.models.managed_chat import ManagedChatModel
@@ -166,14 +166,7 @@ class AnthropicProvider(ModelProvider):
                 validator=VALIDATORS[role],
                 cache_only=True,
             )
-            runner = BatchRunner(
-                options.cache_dir,
-                VALIDATORS,
-                poll=options.batch.poll,
-                resubmit=options.batch.resubmit,
-                client=self.batches(options.base_url),
-            )
-            return BatchChatModel(inner, role, runner)
+            return batch_model(inner, role, options, self.batches(options.base_url))
         pacing = {k: v for k, v in options.pacing().items() if k != "base_url"}
         return ManagedChatModel(
             apis,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from pytest_restore.models.api import VALIDATORS, ModelOptions
 from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.batch_api import (
     INTENT_KEY,
@@ -520,3 +521,10 @@ class BatchChatModel:
         self.inner.close()
         self.runner.close()
 
+
+def batch_model(inner: CacheOnlyModel, role: str, options: ModelOptions, client: BatchAPI) -> BatchChatModel:
+    """A provider's model under ``--restore-batch``: ``inner`` answers from the cache alone, and what the
+    cache lacks goes to ``client``, the provider's batch interface, as a round of the run's batches."""
+    assert options.batch is not None, "batch_model outside --restore-batch"
+    runner = BatchRunner(options.cache_dir, VALIDATORS, poll=options.batch.poll, resubmit=options.batch.resubmit, client=client)
+    return BatchChatModel(inner, role, runner)

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from pytest_restore.models.api import VALIDATORS, ModelOptions, ModelProvider, price_by_family
 from pytest_restore.models.base import REPLY_STYLES, ChatModel
-from pytest_restore.models.batch import BatchChatModel, BatchRunner
+from pytest_restore.models.batch import batch_model
 from pytest_restore.models.cache import ResponseCache
 from pytest_restore.models.embeddings import EmbeddingLimits
 from pytest_restore.models.openai_batches import OpenAIBatches
@@ -73,14 +73,7 @@ class OpenAIProvider(ModelProvider):
                 validator=VALIDATORS[role],
                 cache_only=True,
             )
-            runner = BatchRunner(
-                options.cache_dir,
-                VALIDATORS,
-                poll=options.batch.poll,
-                resubmit=options.batch.resubmit,
-                client=self.batches(options.base_url),
-            )
-            return BatchChatModel(inner, role, runner)
+            return batch_model(inner, role, options, self.batches(options.base_url))
         return OpenAIChatModel(
             model=model,
             cache=ResponseCache(options.cache_dir, run=options.run) if use_cache else None,
