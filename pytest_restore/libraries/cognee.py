@@ -72,19 +72,17 @@ from typing import Any, ClassVar
 
 from pytest_restore.data.tokens import shipped_encoding
 from pytest_restore.data.units import History, Unit
-from pytest_restore.libraries.guest import (
+from pytest_restore.libraries.system import (
     DEFAULT_GUEST_DEADLINE,
     EndpointsSource,
     LibraryEndpoints,
-    StoreLoop,
-    quiet_environment,
-    run_endpoints,
-)
-from pytest_restore.libraries.system import (
     LibraryRanker,
     LibrarySearch,
     LibrarySystem,
     LibraryTally,
+    StoreLoop,
+    importing,
+    run_endpoints,
 )
 from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.memories import memory_tokens
@@ -174,10 +172,9 @@ def _cognee(e: LibraryEndpoints) -> _Process:
                 "cognee reads its configuration once per process, and this process already has other endpoints"
             )
         return process
-    quiet_environment()
     root = tempfile.mkdtemp(prefix="restore-cognee-")
-    os.environ.update(cognee_environment(e, root))
-    try:
+    with importing("cognee", "cognee"):
+        os.environ.update(cognee_environment(e, root))  # read once, when cognee is first imported
         install_cl100k()
         import litellm
 
@@ -193,8 +190,6 @@ def _cognee(e: LibraryEndpoints) -> _Process:
         from cognee.infrastructure.databases.vector.embeddings import (
             OpenAICompatibleEmbeddingEngine as engines,
         )
-    except ImportError as err:
-        raise ImportError(f"needs cognee: pip install 'pytest-restore[cognee]' ({err})") from None
     env = cognee_environment(e, root)
     # the same settings through cognee's own setters too: a cognee imported earlier in the process read the
     # environment then, and keeps what it read

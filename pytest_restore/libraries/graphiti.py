@@ -85,13 +85,15 @@ from pytest_restore.data.dataset import parse_date
 from pytest_restore.data.locomo import parse_locomo_date
 from pytest_restore.data.units import History, Unit
 from pytest_restore.libraries import graphiti_shapes
-from pytest_restore.libraries.guest import StoreLoop, guest_failure, quiet_environment
 from pytest_restore.libraries.system import (
     LibraryRanker,
     LibrarySearch,
     LibrarySystem,
     LibraryTally,
     LiveKey,
+    StoreLoop,
+    guest_failure,
+    importing,
 )
 from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.retrieval import Store
@@ -192,8 +194,7 @@ class _Store:
 @functools.cache
 def _graphiti() -> Any:
     """graphiti's module namespace, imported with its telemetry off (once per process)."""
-    quiet_environment()
-    try:
+    with importing("graphiti-core with Kuzu", "graphiti"):
         import kuzu
         from graphiti_core import Graphiti
         from graphiti_core.cross_encoder.client import CrossEncoderClient
@@ -212,10 +213,6 @@ def _graphiti() -> Any:
             DateFilter,
             SearchFilters,
         )
-    except ImportError as err:
-        raise ImportError(
-            f"the graphiti memory system needs graphiti-core with Kuzu: pip install 'pytest-restore[graphiti]' ({err})"
-        ) from None
 
     class NoCrossEncoder(CrossEncoderClient):
         """graphiti's reranker slot: the searches the audit runs fuse ranks and never ask it."""

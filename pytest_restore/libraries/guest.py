@@ -6,7 +6,9 @@
   it when its first store is made, so a run that never asks for the library
   starts no gateway.
 - :func:`quiet_environment`: telemetry switched off before a library is
-  imported (the variables each library reads once, at import).
+  imported (the variables each library reads once, at import); :func:`importing`
+  around an adapter's imports of its library: telemetry off, and a missing
+  package said with its install line.
 - :func:`library_version`: the installed distribution's version, for the report.
 - :class:`GuestFailure` / :func:`guest_failure`: a library's exception as one
   line naming the library, the question and the unit, its text redacted.
@@ -31,7 +33,7 @@ import contextlib
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from importlib import metadata
@@ -200,6 +202,18 @@ def quiet_environment() -> None:
     setting of one of these variables is kept)."""
     for name, value in TELEMETRY_OFF.items():
         os.environ.setdefault(name, value)
+
+
+@contextlib.contextmanager
+def importing(needs: str, extra: str) -> Iterator[None]:
+    """Around a library's imports: its telemetry off first (each library reads it once, when first imported),
+    and an ``ImportError`` inside raised again as one naming what is missing and the install line
+    (``needs cognee: pip install 'pytest-restore[cognee]' (No module named 'cognee')``)."""
+    quiet_environment()
+    try:
+        yield
+    except ImportError as err:
+        raise ImportError(f"needs {needs}: pip install 'pytest-restore[{extra}]' ({err})") from None
 
 
 def library_version(distribution: str) -> str:

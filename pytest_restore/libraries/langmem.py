@@ -72,18 +72,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_restore.data.units import History, Unit
-from pytest_restore.libraries.guest import (
+from pytest_restore.libraries.system import (
     DEFAULT_GUEST_DEADLINE,
     EndpointsSource,
-    StoreLoop,
-    quiet_environment,
-    run_endpoints,
-)
-from pytest_restore.libraries.system import (
     LibraryRanker,
     LibrarySearch,
     LibrarySystem,
     LibraryTally,
+    StoreLoop,
+    importing,
+    run_endpoints,
 )
 from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.systems import SystemFigures
@@ -184,16 +182,13 @@ def _import_langmem() -> _Langmem:
     with the install line when langmem is not installed)."""
     if _LOADED:
         return _LOADED[0]
-    quiet_environment()
-    try:
+    with importing("langmem", "langmem"):
         from langchain_core.callbacks import BaseCallbackHandler
         from langchain_core.embeddings import Embeddings
         from langchain_openai import ChatOpenAI, OpenAIEmbeddings
         from langgraph.store.memory import InMemoryStore
         from langmem import create_memory_store_manager
         from langmem.knowledge import extraction
-    except ImportError as err:
-        raise ImportError(f"needs langmem: pip install 'pytest-restore[langmem]' ({err})") from None
     extraction.uuid = _CountedUuid()  # reproducible ids (module docstring)
     loaded = _Langmem(
         create_memory_store_manager,

@@ -77,17 +77,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_restore.data.units import History, Unit
-from pytest_restore.libraries.guest import (
+from pytest_restore.libraries.system import (
     EndpointsSource,
     LibraryEndpoints,
-    quiet_environment,
-    run_endpoints,
-)
-from pytest_restore.libraries.system import (
     LibraryRanker,
     LibrarySearch,
     LibrarySystem,
     LibraryTally,
+    importing,
+    run_endpoints,
 )
 from pytest_restore.memory.eviction import EvictionContext
 from pytest_restore.memory.systems import SystemFigures
@@ -168,14 +166,11 @@ class _Rejections(logging.Handler):
 
 def _import_mem0() -> Any:
     """mem0's ``Memory`` class, imported with its telemetry off and its home directory out of the way."""
-    quiet_environment()  # read once, when mem0 is first imported
-    os.environ["MEM0_TELEMETRY"] = "False"
-    if not os.environ.get("MEM0_DIR"):
-        os.environ["MEM0_DIR"] = tempfile.mkdtemp(prefix="mem0-home-")
-    try:
+    with importing("mem0", "mem0"):
+        os.environ["MEM0_TELEMETRY"] = "False"  # read once, when mem0 is first imported
+        if not os.environ.get("MEM0_DIR"):
+            os.environ["MEM0_DIR"] = tempfile.mkdtemp(prefix="mem0-home-")
         from mem0 import Memory
-    except ImportError as err:
-        raise ImportError(f"the mem0 memory system needs mem0: pip install 'pytest-restore[mem0]' ({err})") from None
     return Memory
 
 

@@ -21,6 +21,11 @@ lives here, once:
   finished store found in its system's ``live`` table by (history, held
   texts), each result placed at the view's units holding its text, and one
   error for a store that is not the library's.
+
+An adapter imports what it builds on from here alone: these classes, and
+:mod:`.guest`'s names an adapter uses (its endpoints and their default, the
+deadline, the event loop of the async libraries, the failure line and
+:func:`~.guest.importing` around its library's imports).
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ from pytest_restore.libraries.guest import (
     EndpointsSource,
     GuestFailure,
     LibraryEndpoints,
+    StoreLoop,
     guest_failure,
+    importing,
     library_version,
     resolve_endpoints,
     run_endpoints,
@@ -303,3 +310,22 @@ class LibraryRanker(Ranker):
     def placed(state: LibrarySearch, texts: Iterable[str]) -> list[int]:
         """The view's positions of ``texts`` (the library's results, best first)."""
         return [p for text in texts for p in state.positions.get(text, [])]
+
+
+__all__ = [
+    "DEFAULT_GUEST_DEADLINE",
+    "EndpointsSource",
+    "LibraryEndpoints",
+    "LibraryRanker",
+    "LibrarySearch",
+    "LibraryStore",
+    "LibrarySystem",
+    "LibraryTally",
+    "LibraryVersion",
+    "LiveKey",
+    "StoreLoop",
+    "guest_failure",
+    "importing",
+    "live_key",
+    "run_endpoints",
+]
