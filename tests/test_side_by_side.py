@@ -35,7 +35,9 @@ from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.fake_writer import FakeWriter
 from pytest_restore.models.gateway import Gateway
 from pytest_restore.report.inputs import read_records
+from pytest_restore.report.numbers import share_ci
 from pytest_restore.report.side_by_side import SIDE_COLUMNS
+from pytest_restore.stats.analysis import analyse
 from pytest_restore.stats.cost import cost_figures
 from pytest_restore.stats.results import CELL_COLUMNS, policy_order
 
@@ -121,7 +123,12 @@ def test_report_md_has_a_row_per_policy_and_budget_with_its_version(side_by_side
     assert cells[2:7] == [cell[k] for k in ("N", "irr", "rec", "dis", "res")]
     # the distortion share as its header says, dis / (irr + rec + dis): residual errors left out
     irr, rec, dis = (int(cell[k]) for k in ("irr", "rec", "dis"))
-    assert cells[8] == (f"{dis / (irr + rec + dis):.2f}" if irr + rec + dis else "-")
+    assert cells[8].split(" ")[0] == (f"{dis / (irr + rec + dis):.2f}" if irr + rec + dis else "-")
+    # with its question-cluster interval, as the two-bin share has it: the run's resamples over the same questions
+    analysis = analyse(read_records(side_by_side_grid.report / "records.jsonl"), resamples=200)
+    [share] = [d for d in analysis.distortion if (d.key.policy, d.key.budget) == (policy, BUDGET)]
+    assert cells[8] == share_ci(share.share, share.lo, share.hi)
+    assert share.share is None or (share.lo is not None and share.hi is not None and share.lo <= share.share <= share.hi)
 
 
 def test_a_library_records_carry_its_share_of_its_stores_calls(side_by_side_grid: ChildRun) -> None:

@@ -5,8 +5,10 @@ fifo,session-summary,mem0,graphiti,langmem``) asks which store to deploy, so
 its report puts each regime-(b) cell's figures on one row, from the sources
 that already hold them (nothing here is counted again):
 
-- the bins, the two-bin share with its interval, the distortion and
-  destruction shares: the cell's :class:`~pytest_restore.stats.results.CellStats`;
+- the bins, the two-bin share with its interval, the destruction share: the
+  cell's :class:`~pytest_restore.stats.results.CellStats`; the distortion
+  share with its interval (the same question-cluster bootstrap):
+  :attr:`~pytest_restore.stats.analysis.Analysis.distortion`;
 - the memories and tokens held: the mean over the cell's records of the store
   each question was read from (``store_units``, ``store_tokens``: units for a
   store of raw turns, memories for a memory system);
@@ -69,6 +71,9 @@ class SideRow:
     two_bin_lo: float | None
     two_bin_hi: float | None
     dis_share: float | None
+    #: the distortion share's question-cluster bootstrap interval (the two-bin share's resamples and confidence)
+    dis_lo: float | None
+    dis_hi: float | None
     destruction_share: float | None
     #: mean memories (units, for a store of raw turns) and tokens in the store a question was read from
     memories_held: float | None
@@ -126,11 +131,13 @@ def side_by_side(
     for r in records:
         if r.regime == "b" and ranker_of(r) == ranker:
             stores.setdefault((r.policy, r.budget, r.reader), []).append(r)
+    distortion = {d.key: d for d in analysis.distortion}
     rows = []
     for cell in analysis.cells:
         if cell.regime != "b":
             continue
         key = (cell.policy, cell.budget, cell.reader)
+        dis = distortion.get(cell.key)
         mine = stores.get(key, [])
         f = figures.get(key)
         spent = costs.get(key)
@@ -146,7 +153,7 @@ def side_by_side(
         rows.append(SideRow(
             cell.policy, cell.budget, cell.reader, cell.N, cell.irr, cell.rec, cell.dis, cell.res,
             cell.two_bin_share, cell.two_bin_lo, cell.two_bin_hi, _restorable_share(cell.dis, cell.irr + cell.rec + cell.dis),
-            cell.destruction_share,
+            dis.lo if dis is not None else None, dis.hi if dis is not None else None, cell.destruction_share,
             _mean([r.store_units for r in mine]), _mean([r.store_tokens for r in mine]),
             calls, embeddings, ingest,
             memory.usd if memory is not None else (0.0 if spent is not None else None),
@@ -179,7 +186,7 @@ def render_side_by_side_md(rows: Sequence[SideRow]) -> str:
         "",
         (
             "Each policy and budget on one row: the bins and the two-bin share with its 95% question-cluster interval; "
-            "the distortion share dis / (irr + rec + dis) and the destruction share (irr + dis) / (irr + rec + dis); "
+            "the distortion share dis / (irr + rec + dis) with its interval and the destruction share (irr + dis) / (irr + rec + dis); "
             "what the store a question was read from held (the mean over the cell's questions: memories for a memory "
             "system, turns for a store of raw turns, and their tokens); the policy's own model calls per turn it was "
             "fed (chat calls, then embeddings requests), the seconds a library took to make and feed its stores per "
@@ -189,7 +196,7 @@ def render_side_by_side_md(rows: Sequence[SideRow]) -> str:
         "",
         (
             "| policy | budget |" + (" reader |" if several else "") + " N | irr | rec | dis | res | two-bin (95% CI) | "
-            "dis share | destruction | memories held | tokens held | calls / turn | embeddings / turn | ingest s / turn "
+            "dis share (95% CI) | destruction | memories held | tokens held | calls / turn | embeddings / turn | ingest s / turn "
             "| own calls USD / question | version |"
         ),
         "|---|---|" + ("---|" if several else "") + "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
@@ -200,7 +207,7 @@ def render_side_by_side_md(rows: Sequence[SideRow]) -> str:
         reader = f" {md_text(row.reader)} |" if several else ""
         out.append(
             f"| {md_text(row.policy)} | {budget_label(row.budget)} |{reader} {row.N} | {row.irr} | {row.rec} | {row.dis} | "
-            f"{row.res} | {share_ci(row.two_bin_share, row.two_bin_lo, row.two_bin_hi)} | {fmt(row.dis_share, 2) or '-'} | "
+            f"{row.res} | {share_ci(row.two_bin_share, row.two_bin_lo, row.two_bin_hi)} | {share_ci(row.dis_share, row.dis_lo, row.dis_hi)} | "
             f"{fmt(row.destruction_share, 2) or '-'} | {_per_turn(row.memories_held, 1)} | {_per_turn(row.tokens_held, 0)} | "
             f"{_per_turn(row.calls_per_turn)} | {_per_turn(row.embeddings_per_turn)} | {_per_turn(row.ingest_s_per_turn, 3)} | "
             f"{_usd(row.memory_usd_per_question)}{'*' if row.memory_estimated else ''} | {md_text(row.library) or '-'} |"

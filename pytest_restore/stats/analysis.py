@@ -42,7 +42,7 @@ from pytest_restore.bootstrap import (
 from pytest_restore.record import BINS, REGIMES, CellKey, Record, baseline_ranker, ranker_of
 from pytest_restore.stats import ablations
 from pytest_restore.stats.answers import AnswerFigures, answer_figures, answers_by_type
-from pytest_restore.stats.engine import _CORRECT, _ERR, _IRR, _N, _REC, Engine
+from pytest_restore.stats.engine import _CORRECT, _DIS, _ERR, _IRR, _N, _REC, Engine
 from pytest_restore.stats.families import (
     POWER,
     Family,
@@ -232,6 +232,9 @@ class Analysis:
     ranker_cells: tuple[CellStats, ...] = ()
     baseline_ranker: str | None = None
     recoverable: tuple[RecoverableShare, ...] = ()
+    #: each regime-(b) cell's distortion share ``dis / (irr + rec + dis)`` with its interval (the baseline ranker's
+    #: cells; the memory libraries' side-by-side table reads it)
+    distortion: tuple[ShareInterval, ...] = ()
     #: each importance policy's score distribution over its questions' units, and whether its decisions are mostly ties
     importance: tuple[ScoreDistribution, ...] = ()
     #: each other policy deciding by its own per-unit score: how many units share their history's two top scores
@@ -357,8 +360,8 @@ def _family_sizes(tests: Sequence[HypothesisTest]) -> dict[tuple[str, str], int]
 
 
 @dataclass(frozen=True)
-class RecoverableShare:
-    """The recoverable share of a cell's errors (``rec / err``) with its interval."""
+class ShareInterval:
+    """A share of a cell's errors with its question-cluster bootstrap interval (the run's resamples)."""
 
     key: CellKey
     share: float | None
@@ -366,10 +369,23 @@ class RecoverableShare:
     hi: float | None
 
 
-def _recoverable(engine: Engine, key: CellKey) -> RecoverableShare:
-    stat = engine.ratio(key, [_REC], [_ERR])
+#: The recoverable share of a cell's errors (``rec / err``) with its interval.
+RecoverableShare = ShareInterval
+
+
+def _share_interval(engine: Engine, key: CellKey, num: Sequence[int], den: Sequence[int]) -> ShareInterval:
+    stat = engine.ratio(key, num, den)
     lo, hi = stat.interval(engine.settings.confidence)
-    return RecoverableShare(key, _round(stat.point), _round(lo), _round(hi))
+    return ShareInterval(key, _round(stat.point), _round(lo), _round(hi))
+
+
+def _recoverable(engine: Engine, key: CellKey) -> RecoverableShare:
+    return _share_interval(engine, key, [_REC], [_ERR])
+
+
+def _distortion(engine: Engine, key: CellKey) -> ShareInterval:
+    """``dis / (irr + rec + dis)``: the distorted errors among those a restore fixes or a memory kept a trace of."""
+    return _share_interval(engine, key, [_DIS], [_IRR, _REC, _DIS])
 
 
 def _cell_figures(engine: Engine, key: CellKey, cell: CellTally) -> CellStats:
@@ -515,6 +531,7 @@ def analyse(
         ranker_cells=ranked,
         baseline_ranker=counts.baseline_ranker,
         recoverable=tuple(_recoverable(engine, key) for key in [*counts.cells, *counts.ranked] if key.regime == "b"),
+        distortion=tuple(_distortion(engine, key) for key in counts.cells if key.regime == "b"),
         answers_by_type=tuple(answers_by_type(r for key, r in keyed if not key.ranker).items()),
         importance=tuple(score_distributions(records)),
         ties=tuple(score_ties(records)),

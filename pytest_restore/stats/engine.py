@@ -22,6 +22,7 @@ from pytest_restore.record import CellKey
 from pytest_restore.stats.results import PairMatch, StatsSettings, policy_order
 from pytest_restore.stats.tally import (
     CORRECT_ROW,
+    DIS_ROW,
     ERR_ROW,
     GOLD_ROW,
     IRR_ROW,
@@ -33,8 +34,8 @@ from pytest_restore.stats.tally import (
 )
 
 # Rows of a cell's count matrix (the tally's, see pytest_restore.record).
-_N, _ERR, _IRR, _REC, _RES, _CORRECT, _GOLD = (
-    N_ROW, ERR_ROW, IRR_ROW, REC_ROW, RES_ROW, CORRECT_ROW, GOLD_ROW
+_N, _ERR, _IRR, _REC, _RES, _CORRECT, _GOLD, _DIS = (
+    N_ROW, ERR_ROW, IRR_ROW, REC_ROW, RES_ROW, CORRECT_ROW, GOLD_ROW, DIS_ROW
 )
 _ROWS = len(ROWS)
 
