@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sort_records,
     )
     from pytest_restore.report.markdown import render_report_md
-    from pytest_restore.report.writer import build_model
+    from pytest_restore.report.model import build_model
     from pytest_restore.run.checks import read_check
     from pytest_restore.stats.families import default_families
 
@@ -71,18 +71,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         out / "hypotheses.json", out / "figure.png", out / "figure.svg", out / "report.html",
     )
     phase("records.jsonl", lambda: files.records.write_text(writer.render_records_jsonl(ordered, ordered=True), encoding="utf-8"))
-    phase("cells.csv, hypotheses.json", lambda: (writer.render_cells_csv(analysis), writer.render_hypotheses_json(analysis)))
+    phase("cells.csv, hypotheses.json", lambda: (writer.render_cells_csv(analysis), writer.render_hypotheses_json(model.findings)))
     report_md = phase("report.md", lambda: render_report_md(model))
     phase("summary.json", lambda: json.dumps(log.to_json(), indent=2, sort_keys=True))
 
     def figure() -> None:
         from pytest_restore.report.figure import write_figure
 
-        write_figure(analysis, out, dataset=dataset_label(info))
+        write_figure(model.findings, out, dataset=dataset_label(info))
 
     phase("figure (matplotlib import, PNG, SVG)", figure)
     phase("report.html (the data's texts, the stories, the page)",
-          lambda: writer._write_html(ordered, info, analysis, files, report_md, args.data, prepared=args.prepared))
+          lambda: writer._write_html(ordered, info, model, files, report_md, args.data, prepared=args.prepared))
     total_cpu, total_wall = sum(r[1] for r in rows), sum(r[2] for r in rows)
     width = max(len(r[0]) for r in rows)
     print(f"{len(ordered):,} records; CPU and wall seconds per phase")

@@ -21,6 +21,7 @@ from pytest_restore.report.figure import (
 )
 from pytest_restore.report.inputs import analyse_records, dataset_label, read_records, read_run_info
 from pytest_restore.report.simulated import simulated_label
+from pytest_restore.stats.findings import findings
 
 #: "fifo 0.91 (95% CI .77-1.00)" in the findings' first line
 _FINDING = re.compile(r"([\w-]+) (\d\.\d\d) \(95% CI ([.\d]+)-([.\d]+)\)")
@@ -49,7 +50,7 @@ def test_the_headline_is_the_findings_first_line(embedded_report: Path, tmp_path
     budget, written = _first_finding((embedded_report / "report.md").read_text(encoding="utf-8"))
     assert set(written) == {"fifo", "random", "redundancy", "llm-importance"}
 
-    figure = draw_figure(analysis, dataset=dataset_label(info))
+    figure = draw_figure(findings(analysis), dataset=dataset_label(info))
     headline = figure.axes[0]
     drawn = {}
     for container in headline.containers:
@@ -65,7 +66,7 @@ def test_the_headline_is_the_findings_first_line(embedded_report: Path, tmp_path
     for share, lo, hi in written.values():
         assert f"{share}\n{lo}-{hi}" in labels
 
-    write_figure(analysis, tmp_path, dataset=dataset_label(info), simulated=simulated_label(records))
+    write_figure(findings(analysis), tmp_path, dataset=dataset_label(info), simulated=simulated_label(records))
     assert (tmp_path / "figure.svg").read_bytes() == (embedded_report / "figure.svg").read_bytes()
 
 
@@ -75,10 +76,10 @@ def test_the_title_says_simulated_and_what_the_headline_leaves_out(embedded_repo
     analysis = analyse_records(records, read_run_info(embedded_report / "records.jsonl"))
     fakes = simulated_label(records)
     assert fakes.startswith("reader fake")
-    title = draw_figure(analysis, simulated=fakes).axes[0].get_title(loc="left").splitlines()
+    title = draw_figure(findings(analysis), simulated=fakes).axes[0].get_title(loc="left").splitlines()
     assert title[0] == f"SIMULATED: fake models ({fakes}), not a finding about any model"
     assert title[-1] == "left out here, in the panel below: no-evict (the reference), control (the positive control)"
-    real = draw_figure(analysis).axes[0].get_title(loc="left")  # a real reader's figure has no such line
+    real = draw_figure(findings(analysis)).axes[0].get_title(loc="left")  # a real reader's figure has no such line
     assert "SIMULATED" not in real and real.splitlines()[0].startswith("Irreversible share")
 
 
@@ -87,7 +88,7 @@ def test_each_bin_is_one_hatched_shape_of_its_cells_shares(embedded_report: Path
     a rectangle per cell where the bin's share is above zero, as tall as that share."""
     records = read_records(embedded_report / "records.jsonl")
     analysis = analyse_records(records, read_run_info(embedded_report / "records.jsonl"))
-    decomposition = draw_figure(analysis).axes[1]
+    decomposition = draw_figure(findings(analysis)).axes[1]
     cells = [c for c in analysis.cells if c.regime == "b" and not c.ranker and c.err]
     shapes = {p.get_hatch(): p for p in decomposition.patches if isinstance(p, PathPatch)}
     shares = {

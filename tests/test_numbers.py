@@ -28,6 +28,7 @@ from pytest_restore.record import Record
 from pytest_restore.report.markdown import render_findings_md
 from pytest_restore.report.numbers import render_importance_md, render_retrieval_md
 from pytest_restore.stats.analysis import analyse
+from pytest_restore.stats.findings import findings as findings_of
 from pytest_restore.stats.results import CELL_COLUMNS
 from pytest_restore.stats.retrieval import RETRIEVAL_COLUMNS, Found, found, ndcg
 
@@ -208,13 +209,13 @@ def test_a_scorer_answering_mostly_1_makes_the_findings_warn_of_ties(locomo: Dat
     assert (scores.policy, scores.scorer, scores.questions) == ("llm-importance", "one-or-ten", 10)
     assert scores.counts[1:9] == (0,) * 8 and scores.top == [1, 10] and scores.top_share == 1.0 and scores.mostly_ties
     assert 0.6 < scores.share(1) < 0.95
-    findings = render_findings_md(analysis)
+    findings = render_findings_md(findings_of(analysis))
     assert "- **Ties.** llm-importance (scorer one-or-ten): two scores hold 100% of the" in findings
     assert f"(1: {scores.share(1):.0%}, 10: {scores.share(10):.0%})" in findings
     assert "| llm-importance | one-or-ten | 10 |" in render_importance_md(analysis)
     # the fake scorer spreads its scores: no warning
     fake = analyse(grid(locomo, Recency(), budgets=(250,)), resamples=200)
-    assert fake.importance and not fake.importance[0].mostly_ties and "**Ties.**" not in render_findings_md(fake)
+    assert fake.importance and not fake.importance[0].mostly_ties and "**Ties.**" not in render_findings_md(findings_of(fake))
 
 
 class WordCount(VictimPolicy):
@@ -250,7 +251,7 @@ def test_any_policy_deciding_by_a_score_is_checked_for_ties(locomo: Dataset) -> 
     assert set(ties) == {"word-count", "control"} and ties["word-count"].questions == 10
     assert ties["word-count"].mostly_ties and not ties["control"].mostly_ties
     assert ties["word-count"].top_share > 0.9 and ties["control"].top_share < 0.5
-    findings = render_findings_md(analysis)
+    findings = render_findings_md(findings_of(analysis))
     assert (
         f"- **Ties.** word-count: {ties['word-count'].top_share:.0%} of the {ties['word-count'].units:,} units hold their "
         "history's two most common scores, at least the 80% that makes its decisions mostly ties" in findings

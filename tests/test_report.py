@@ -20,13 +20,13 @@ from pytest_restore.__main__ import main
 from pytest_restore.data.dataset import QUESTION_TYPES
 from pytest_restore.record import Record
 from pytest_restore.report.inputs import RecordsError, RunInfo, analyse_records, read_records
-from pytest_restore.report.markdown import session_failures
 from pytest_restore.report.writer import (
     render_records_jsonl,
     terminal_lines,
     write_report,
 )
 from pytest_restore.stats.families import FAMILIES
+from pytest_restore.stats.findings import findings, session_failures
 from pytest_restore.stats.results import CELL_COLUMNS, INTERVAL_COLUMNS, PROTOCOL_COLUMNS
 
 #: A record's fields in the flat layout of schema version 1 (see ``grid_helpers.flat_record``).
@@ -578,7 +578,7 @@ def test_a_policy_name_is_text_in_the_figure_markdown_html_and_csv(tmp_path: Pat
     from pytest_restore.report.inputs import read_run_info
 
     analysis = analyse_records(read_records(out / "records.jsonl"), read_run_info(out / "records.jsonl"))
-    texts = {t.get_text() for ax in draw_figure(analysis).axes for t in ax.texts + ax.get_xticklabels()}
+    texts = {t.get_text() for ax in draw_figure(findings(analysis)).axes for t in ax.texts + ax.get_xticklabels()}
     assert any(HOSTILE_NAME in t for t in texts), texts
 
     report = (out / "report.md").read_text(encoding="utf-8")

@@ -9,8 +9,9 @@ from grid_helpers import GRID, flat_record, small_args
 
 from pytest_restore.record import Record
 from pytest_restore.records_file import read_records
+from pytest_restore.report.markdown import render_comparison_md
 from pytest_restore.stats.analysis import analyse
-from pytest_restore.stats.robustness import compare_readers, render_comparison_md
+from pytest_restore.stats.robustness import compare_readers
 
 
 def test_second_reader_runs_the_grid_again_and_is_compared(pytester: pytest.Pytester) -> None:

@@ -30,6 +30,7 @@ from pytest_restore.records_file import read_records
 from pytest_restore.report.inputs import RunInfo, analyse_records
 from pytest_restore.report.markdown import render_tables_md
 from pytest_restore.report.writer import render_cells_csv
+from pytest_restore.stats.findings import findings
 
 
 class CsvSnapshot(SingleFileSnapshotExtension):
@@ -49,7 +50,7 @@ def test_rendering_from_fixed_records(snapshot: SnapshotAssertion) -> None:
     assert render_cells_csv(analysis) == snapshot(
         name="cells", extension_class=CsvSnapshot
     )
-    assert render_tables_md(analysis) == snapshot(
+    assert render_tables_md(findings(analysis)) == snapshot(
         name="report-tables", extension_class=MarkdownSnapshot
     )
 
@@ -80,6 +81,6 @@ def test_regression_gate_embedded_default_grid(
     assert render_cells_csv(analysis) == snapshot(
         name="cells", extension_class=CsvSnapshot
     )
-    assert render_tables_md(analysis) == snapshot(
+    assert render_tables_md(findings(analysis)) == snapshot(
         name="report-tables", extension_class=MarkdownSnapshot
     )

@@ -27,6 +27,7 @@ from pytest_restore.stats.families import (
     family_of,
     minimum_detectable,
 )
+from pytest_restore.stats.findings import findings
 from pytest_restore.stats.results import CELL_COLUMNS, INTERVAL_COLUMNS, CellStats, HypothesisTest
 from pytest_restore.stats.tally import IRR_ROW, N_ROW
 
@@ -607,8 +608,8 @@ def test_figure_written_and_deterministic(tmp_path: Path) -> None:
     records = table1_records() + accuracy_cell("fifo", 50, 10, 5, budget=8_000)
     records += cell("no-evict", 40, 0, 0, 0)
     analysis = analyse(records, resamples=200)
-    png, svg = write_figure(analysis, tmp_path / "one")
-    again = write_figure(analysis, tmp_path / "two")
+    png, svg = write_figure(findings(analysis), tmp_path / "one")
+    again = write_figure(findings(analysis), tmp_path / "two")
     assert png.name == "figure.png" and svg.name == "figure.svg"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert svg.read_bytes() == again[1].read_bytes()

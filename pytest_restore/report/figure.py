@@ -13,8 +13,9 @@ Two panels per reader, both of the top-k regime (b) by default:
   ``res/err``) as stacked bars, the cell's error count above each.
 
 Bars are grouped by policy, budgets from loose to tight inside a group. Every
-figure is read off the :class:`~pytest_restore.stats.analysis.Analysis`;
-nothing is recomputed here. The bins differ in hatching as well as colour,
+figure is read off the :class:`~pytest_restore.stats.findings.Findings`
+(its analysis's cells, its evicting policies); nothing is recomputed here.
+The bins differ in hatching as well as colour,
 and their colours (Paul Tol's high-contrast scheme) stay three distinct greys
 when printed in black and white and distinct to red-green colour-blind readers.
 
@@ -41,8 +42,7 @@ from matplotlib.patches import Patch, PathPatch
 from matplotlib.path import Path as DrawnPath
 
 from pytest_restore.report.inputs import short
-from pytest_restore.report.markdown import evicting_policies
-from pytest_restore.stats.analysis import Analysis
+from pytest_restore.stats.findings import Findings
 from pytest_restore.stats.results import CellStats, budget_label
 
 
@@ -96,41 +96,41 @@ class HeadlineBar:
         return f"{self.share:.2f}{interval}"
 
 
-def headline_bars(analysis: Analysis, reader: str, regime: str = "b") -> list[HeadlineBar]:
+def headline_bars(findings: Findings, reader: str, regime: str = "b") -> list[HeadlineBar]:
     """The headline panel's bars for one reader: the evicting policies' cells, in the analysis's order."""
-    policies = set(evicting_policies(analysis))
+    policies = set(findings.evicting)
     return [
         HeadlineBar(c.policy, c.budget, c.reader, c.two_bin_share, c.two_bin_lo, c.two_bin_hi)
-        for c in _cells(analysis, reader, regime)
+        for c in _cells(findings, reader, regime)
         if c.policy in policies
     ]
 
 
-def left_out_line(analysis: Analysis, reader: str, regime: str, bars: Sequence[HeadlineBar]) -> str:
+def left_out_line(findings: Findings, reader: str, regime: str, bars: Sequence[HeadlineBar]) -> str:
     """The headline panel's word on the policies it leaves out (the reference, the control), which the
     panel below shows: a new line of its title, or "" when it leaves none out."""
     shown = {bar.policy for bar in bars}
-    left = [c.policy for c in _cells(analysis, reader, regime) if c.policy not in shown]
+    left = [c.policy for c in _cells(findings, reader, regime) if c.policy not in shown]
     if not left:
         return ""
-    st = analysis.settings
+    st = findings.analysis.settings
     roles = {st.reference: "the reference", st.control: "the positive control"}
     named = [f"{p} ({roles[p]})" if p in roles else p for p in dict.fromkeys(left)]
     return f"\nleft out here, in the panel below: {', '.join(named)}"
 
 
-def _cells(analysis: Analysis, reader: str, regime: str) -> list[CellStats]:
+def _cells(findings: Findings, reader: str, regime: str) -> list[CellStats]:
     """One reader's cells of a regime under the run's (baseline) ranker, in the analysis's order."""
-    return [c for c in analysis.cells if c.regime == regime and c.reader == reader and not c.ranker]
+    return [c for c in findings.analysis.cells if c.regime == regime and c.reader == reader and not c.ranker]
 
 
-def draw_figure(analysis: Analysis, *, regime: str = "b", dataset: str = "", simulated: str = "") -> Figure:
+def draw_figure(findings: Findings, *, regime: str = "b", dataset: str = "", simulated: str = "") -> Figure:
     """The figure, drawn (two panels per reader); :func:`write_figure` saves it.
 
     ``simulated`` names the fake models that took part (``"reader fake, judge fake"``; empty: none): the
     figure's title then opens with SIMULATED, so the caveat goes wherever the figure is pasted.
     """
-    readers = sorted({c.reader for c in analysis.cells if c.regime == regime}) or [""]
+    readers = sorted({c.reader for c in findings.analysis.cells if c.regime == regime}) or [""]
     with _style():
         figure = Figure(figsize=(COLUMN_WIDTH, 5.4 * len(readers) + 0.4), layout="constrained")
         FigureCanvasAgg(figure)
@@ -141,15 +141,15 @@ def draw_figure(analysis: Analysis, *, regime: str = "b", dataset: str = "", sim
         for i, reader in enumerate(readers):
             about = "; ".join(x for x in (f"reader {reader}" if reader else "", dataset) if x)
             top, bottom = axes[2 * i], axes[2 * i + 1]
-            bars = headline_bars(analysis, reader, regime)
+            bars = headline_bars(findings, reader, regime)
             _draw_headline(top, bars)
             top.set_title(
                 (f"SIMULATED: fake models ({simulated}), not a finding about any model\n" if simulated else "")
                 + "Irreversible share of the errors a restore fixes, irr / (irr + rec), with 95% intervals\n"
-                f"{title}" + (f" ({about})" if about else "") + left_out_line(analysis, reader, regime, bars),
+                f"{title}" + (f" ({about})" if about else "") + left_out_line(findings, reader, regime, bars),
                 loc="left",
             )
-            _draw_decomposition(bottom, _cells(analysis, reader, regime))
+            _draw_decomposition(bottom, _cells(findings, reader, regime))
             bottom.set_title(
                 "Every error of a cell in its bin (shares of the cell's errors)", loc="left"
             )
@@ -168,7 +168,7 @@ def draw_figure(analysis: Analysis, *, regime: str = "b", dataset: str = "", sim
 
 
 def write_figure(
-    analysis: Analysis,
+    findings: Findings,
     out_dir: str | os.PathLike[str],
     *,
     regime: str = "b",
@@ -182,7 +182,7 @@ def write_figure(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    figure = draw_figure(analysis, regime=regime, dataset=dataset, simulated=simulated)
+    figure = draw_figure(findings, regime=regime, dataset=dataset, simulated=simulated)
     png, svg = out / "figure.png", out / "figure.svg"
     with _style():
         # lay the figure out once, then keep it: each save would otherwise run the constrained

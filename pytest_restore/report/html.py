@@ -33,10 +33,8 @@ from typing import Any
 
 from pytest_restore.data.dataset import Dataset
 from pytest_restore.record import BINS, Record, ranker_of
-from pytest_restore.report.inputs import RunInfo, record_order
-from pytest_restore.report.markdown import render_cell_table, render_findings_md
+from pytest_restore.report.inputs import record_order
 from pytest_restore.report.story import Story, UnitText, cell_name, tell
-from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.results import policy_order
 
 #: The values of the page's bin filter besides the three bins.
@@ -174,13 +172,6 @@ def _questionless(records: Sequence[Record], q: int, s: Strings) -> tuple[dict[s
         "date": "", "gold": [], "units": {},
     }
     return entry, [_row(x, q, x.excluded or x.bin or NO_BIN, [], [], s) for x in sorted(records, key=record_order)]
-
-
-def library_versions(info: RunInfo) -> dict[str, str]:
-    """Each memory library's policy -> its distribution and version, from the run's memory-systems check."""
-    found = info.checks.get("memory_systems")
-    cells = found.to_json()["cells"] if found is not None else []
-    return {str(c["policy"]): str(c["figures"]["library"]) for c in cells if c["figures"].get("library")}
 
 
 def page_data(
@@ -323,9 +314,9 @@ def _svg_inline(svg: str) -> str:
 
 def render_html(
     records: Sequence[Record],
-    info: RunInfo,
-    analysis: Analysis,
+    sections: tuple[str, str, str],
     *,
+    versions: Mapping[str, str],
     figure_svg: str,
     dataset: Dataset | None,
     texts_note: str = "",
@@ -334,23 +325,26 @@ def render_html(
 ) -> str:
     """``report.html`` as text: findings, figure, cells tables, then every record's story.
 
-    ``opening`` are report.md's first lines (the run line, a simulated or
+    ``sections`` are report.md's findings and its cells tables of regimes (b) and (a), as markdown
+    (:func:`~pytest_restore.report.markdown.page_sections`); ``versions`` each memory library's version
+    by policy (``ReportModel.versions``). ``opening`` are report.md's first lines (the run line, a simulated or
     partial notice), shown first; ``dataset`` gives the texts (``None``: the
     page says why they are missing, ``texts_note``); ``notes`` say what the
     cells table's rows do not (``ReportFiles.notes``), under it.
     """
-    data = page_data(records, dataset, texts_note, library_versions(info))
-    sections = [
+    data = page_data(records, dataset, texts_note, versions)
+    findings, cells_b, cells_a = sections
+    shown = [
         "<h1>Restore-counterfactual audit</h1>",
         *(markdown_html(line) for line in opening if line.strip()),
-        markdown_html(render_findings_md(analysis, info.idle_budgets)),
+        markdown_html(findings),
         '<h2 id="figure-title">Figure</h2>',
         f'<figure id="figure">{_svg_inline(figure_svg)}</figure>',
         '<h2 id="cells">Regime (b): top-k retrieval</h2>',
-        markdown_html(render_cell_table(analysis, "b")),
+        markdown_html(cells_b),
         *([markdown_html("\n".join(["**Budgets that never bound.**", "", *(f"- {n}" for n in notes)]))] if notes else []),
         "<h2>Regime (a): forced surviving gold</h2>",
-        markdown_html(render_cell_table(analysis, "a")),
+        markdown_html(cells_a),
         markdown_html(
             "report.md, beside this page, holds the run's other sections: retrieval, the hypothesis tests, "
             "cost per question, the memory systems and scores, the run's checks and settings."
@@ -361,7 +355,7 @@ def render_html(
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
         f"<title>Restore-counterfactual audit</title><style>{_STYLE}</style></head><body>\n"
         + "<main>\n"
-        + "\n".join(sections)
+        + "\n".join(shown)
         + _BROWSER
         + "</main>\n"
         + f'<script type="application/octet-stream" id="data">{pack(data)}</script>\n'

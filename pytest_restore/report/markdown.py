@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_restore.audit.memo import ReaderCalls
-from pytest_restore.record import Record
 from pytest_restore.report.cases import render_ablations_md, render_cases_md
 from pytest_restore.report.inputs import (
     RunInfo,
@@ -33,16 +32,11 @@ from pytest_restore.report.rankers import rankers_findings, render_rankers_md
 from pytest_restore.report.side_by_side import render_side_by_side_md
 from pytest_restore.report.simulated import simulated_reader_md
 from pytest_restore.stats.analysis import Analysis
-from pytest_restore.stats.cost import CostFigures, cost_figures
-from pytest_restore.stats.families import POSITIVE_CONTROL, POWER, families_of, family_of
-from pytest_restore.stats.results import (
-    HypothesisTest,
-    budget_label,
-    policy_order,
-)
-from pytest_restore.stats.robustness import compare_readers, render_comparison_md
+from pytest_restore.stats.families import POWER
+from pytest_restore.stats.findings import Findings, ReaderFindings, budget_list
+from pytest_restore.stats.results import HypothesisTest, budget_label
 
-if TYPE_CHECKING:  # the model module imports this one for the run log's lines
+if TYPE_CHECKING:  # the model imports the renderers' row types; the renderers read the model
     from pytest_restore.report.model import ReportModel
 
 _share_with_interval = share_ci
@@ -106,8 +100,9 @@ def render_family_table(tests: Sequence[HypothesisTest]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_hypotheses_md(analysis: Analysis, idle: frozenset[int] = frozenset()) -> str:
-    """The hypothesis-family sections of ``report.md``, one per declared family (``idle``: as :func:`untestable_lines`)."""
+def render_hypotheses_md(findings: Findings) -> str:
+    """The hypothesis-family sections of ``report.md``, one per declared family the report shows."""
+    analysis = findings.analysis
     s = analysis.settings
     out = [
         "## Hypothesis tests",
@@ -124,21 +119,20 @@ def render_hypotheses_md(analysis: Analysis, idle: frozenset[int] = frozenset())
         "| family | reader | tests | empty | rejected | expectation not met | not testable at this N |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for row in analysis.summary():
+    for row in findings.summary:
         out.append(
             f"| {row.family} | {md_text(row.reader)} | {row.tests} | {row.empty} | {row.rejected} | "
             f"{row.expectation_unmet} | {row.not_testable} |"
         )
-    failures = session_failures(analysis)
+    failures = findings.failures
     out += ["", "Expectations not met (each fails the session):" if failures else "Every testable expectation is met.", ""]
     if failures:
         out += [f"- {line}" for line in failures] + [""]
-    untestable = untestable_lines(analysis, idle)
+    untestable = findings.untestable
     if untestable:
         out += ["Not testable at this N (reported, not failed):", ""] + [f"- {line}" for line in untestable] + [""]
-    for family in families_of(analysis.settings):
-        if family.shown_empty or analysis.family(family.name):
-            out += [f"### {family.title}", "", family.tests, "", render_family_table(analysis.family(family.name))]
+    for family, tests in findings.families:
+        out += [f"### {family.title}", "", family.tests, "", render_family_table(tests)]
     return "\n".join(out)
 
 
@@ -150,11 +144,10 @@ def render_decisions_md(analysis: Analysis) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_pairs_md(analysis: Analysis) -> str:
+def render_pairs_md(findings: Findings) -> str:
     """The H2 pairs table: every candidate pair, matched or not and why, with the resolution."""
-    resolution = {
-        (t.reader, t.budget, t.policy, t.other): t.half_width for t in analysis.family("H2")
-    }
+    analysis = findings.analysis
+    resolution = {(t.reader, t.budget, t.policy, t.other): t.half_width for t in findings.h2}
     out = [
         "## H2 pairs: accuracy matching (regime b)",
         "",
@@ -209,38 +202,25 @@ def render_bins_by_type_md(analysis: Analysis) -> str:
     return "\n".join(out) + "\n"
 
 
-def evicting_policies(analysis: Analysis) -> list[str]:
-    """The policies a finding is about (and the figure's headline shows): every policy but the reference and the control."""
-    st = analysis.settings
-    names = {c.policy for c in analysis.cells if c.policy not in (st.reference, st.control)}
-    return sorted(names, key=policy_order)
-
-
 def _ci(lo: float | None, hi: float | None) -> str:
     return "" if lo is None or hi is None else f" (95% CI {short(lo)}-{short(hi)})"
 
 
-def distortion_findings(analysis: Analysis, reader: str, tag: str) -> list[str]:
+def _distortion_line(reader: ReaderFindings, tag: str) -> list[str]:
     """The findings line on memory systems holding derived memories: how much of each one's loss is distortion.
 
     Per system and budget, under top-k retrieval: distorted errors as a share of those a restore fixes,
     dis / (irr + rec + dis), and the destruction share, (irr + dis) / (irr + rec + dis).
     """
     parts = []
-    for policy in analysis.counts.derived:
-        cells = [c for c in analysis.cells if c.policy == policy and c.reader == reader and c.regime == "b"]
-        shown = []
-        for cell in sorted(cells, key=lambda c: -c.budget):
-            fixed = cell.irr + cell.rec + cell.dis
-            if not fixed:
-                shown.append(f"{budget_label(cell.budget)} no restorable error")
-                continue
-            shown.append(
-                f"{budget_label(cell.budget)} {cell.dis / fixed:.2f} ({cell.dis} of {fixed}; "
-                f"destruction {fmt(cell.destruction_share, 2)})"
-            )
-        if shown:
-            parts.append(f"{md_text(policy)} " + ", ".join(shown))
+    for policy, cells in reader.distortion:
+        shown = [
+            f"{budget_label(c.budget)} {c.share:.2f} ({c.dis} of {c.fixed}; destruction {fmt(c.destruction_share, 2)})"
+            if c.share is not None
+            else f"{budget_label(c.budget)} no restorable error"
+            for c in cells
+        ]
+        parts.append(f"{md_text(policy)} " + ", ".join(shown))
     if not parts:
         return []
     return [
@@ -252,95 +232,110 @@ def distortion_findings(analysis: Analysis, reader: str, tag: str) -> list[str]:
     ]
 
 
-def render_findings_md(analysis: Analysis, idle: frozenset[int] = frozenset()) -> str:
+def _h2_resolution(reader: ReaderFindings, idle: frozenset[int]) -> str:
+    """The H2 pairs' resolution, in words that hold when an interval is empty or a budget evicts nothing.
+
+    A pair whose questions all score alike on both sides has an interval of
+    width 0: there is nothing to resolve, so it is counted, not shown as a
+    resolution of ±0.000. A pair at a budget that binds for no history compares
+    a store with itself.
+    """
+    halves, alike = reader.h2_halves, reader.h2_alike
+    text = f" at a resolution of ±{halves[0]:.3f} to ±{halves[1]:.3f}" if halves else ""
+    if alike:
+        text += (
+            f"; {alike} {'pair scores' if alike == 1 else 'pairs score'} every question alike on "
+            "both sides (no irr / N difference to resolve)"
+        )
+    if reader.h2_idle:
+        text += (
+            f"; {reader.h2_idle} at budgets that evict nothing ({budget_list(idle)}), where both sides "
+            "are the same store"
+        )
+    return text
+
+
+def _control_text(reader: ReaderFindings) -> str:
+    if not reader.control:
+        return " The run has no positive control."
+    diffs = reader.control_diffs
+    return (
+        f" The positive control is detected in {reader.detected} of {reader.control} contrasts"
+        + (f" (irr-rate difference {diffs[0]:+.2f} to {diffs[1]:+.2f})" if diffs else "")
+        + (f"; {reader.control_untested} not testable at this N" if reader.control_untested else "")
+        + (
+            f"; {reader.control_idle} at budgets that evict nothing, so the control evicts no gold there"
+            if reader.control_idle
+            else ""
+        )
+        + "."
+    )
+
+
+def _reader_findings(reader: ReaderFindings, tag: str, idle: frozenset[int]) -> list[str]:
+    """One reader's lines: destruction (R1), distortion, the regimes (H3), matched accuracy (H2, control)."""
+    parts = []
+    for d in reader.destruction:
+        if d.share is None:
+            parts.append(f"{md_text(d.policy)} no restorable error")
+            continue
+        verdict = "a majority" if d.majority else "not shown a majority"
+        parts.append(f"{md_text(d.policy)} {d.share:.2f}{_ci(d.lo, d.hi)}, {verdict}")
+    out = [
+        f"- **Destruction{tag}.** At {budget_label(reader.loose)} under top-k retrieval, irreversible errors as a "
+        "share of those a restore fixes, irr / (irr + rec) (a majority where the lower bound clears "
+        "0.5): " + ("; ".join(parts) if parts else "no evicting policy in the run") + "."
+    ]
+    out += _distortion_line(reader, tag)
+    moved = reader.h3_moved
+    shown = ", ".join(
+        f"{md_text(t.policy)} {budget_label(t.budget)} {t.statistic:+.2f}{_ci(t.ci_lo, t.ci_hi)}"
+        for t in moved[:4]
+        if t.statistic is not None
+    )
+    out.append(
+        f"- **Regimes{tag}.** The recoverable share differs between top-k retrieval (b) and forced gold (a) "
+        f"in {len(moved)} of {len(reader.h3)} cells (H3, Holm)"
+        + (f": {shown}" + (" ..." if len(moved) > 4 else "") if moved else "")
+        + (
+            f"; regime (a) holds recoverable errors in {reader.h3_violations} cells (construct violation)."
+            if reader.h3_violations
+            else "; regime (a) holds no recoverable error, as it must."
+        )
+    )
+    split = reader.h2_split
+    out.append(
+        f"- **Matched accuracy{tag}.** {reader.matched} of {reader.pairs} policy pairs are accuracy-matched; "
+        + (
+            f"{len(split)} {'dissociates' if len(split) == 1 else 'dissociate'} on irr / N (H2, Holm)"
+            + (": " + ", ".join(f"{md_text(t.policy)} vs {md_text(str(t.other))} {budget_label(t.budget)}" for t in split) if split else "")
+            + _h2_resolution(reader, idle)
+            + "."
+            if reader.h2
+            else "no pair to test."
+        )
+        + _control_text(reader)
+    )
+    return out
+
+
+def render_findings_md(findings: Findings) -> str:
     """The answer first: the paper's findings for this run, in words, with their intervals.
 
     In the paper's order: destruction's share at the loosest budget per policy
     and whether its lower bound clears 0.5 (R1); where the two regimes differ
     (H3); whether an accuracy-matched pair dissociates, with the positive
     control's resolution (H2, TOST, positive control); then the expectations.
-    ``idle`` are the budgets that bind for no history (:attr:`RunInfo.idle_budgets`):
-    their contrasts compare a store with itself, and the findings say so.
+    Contrasts at a budget that binds for no history (``findings.idle``) compare
+    a store with itself, and the findings say so.
     """
     out = ["## Findings", ""]
-    out += rankers_findings(analysis)
-    out += ties_findings(analysis)
-    readers = analysis.readers
-    for reader in readers:
-        tag = f" (reader {md_text(reader)})" if len(readers) > 1 else ""
-        budgets = sorted({c.budget for c in analysis.cells if c.reader == reader}, reverse=True)
-        if not budgets:
-            continue
-        loose = budgets[0]
-        parts = []
-        for policy in evicting_policies(analysis):
-            cell = analysis.cell(policy, loose, "b", reader)
-            if cell is None:
-                continue
-            if cell.two_bin_share is None:
-                parts.append(f"{md_text(policy)} no restorable error")
-                continue
-            verdict = (
-                "a majority" if cell.two_bin_lo is not None and cell.two_bin_lo > 0.5 else "not shown a majority"
-            )
-            parts.append(f"{md_text(policy)} {cell.two_bin_share:.2f}{_ci(cell.two_bin_lo, cell.two_bin_hi)}, {verdict}")
-        out.append(
-            f"- **Destruction{tag}.** At {budget_label(loose)} under top-k retrieval, irreversible errors as a "
-            "share of those a restore fixes, irr / (irr + rec) (a majority where the lower bound clears "
-            "0.5): " + ("; ".join(parts) if parts else "no evicting policy in the run") + "."
-        )
-        out += distortion_findings(analysis, reader, tag)
-        h3 = [t for t in analysis.family("H3", reader) if t.decision != "empty"]
-        moved = [t for t in h3 if t.decision == "reject"]
-        shown = ", ".join(
-            f"{md_text(t.policy)} {budget_label(t.budget)} {t.statistic:+.2f}{_ci(t.ci_lo, t.ci_hi)}"
-            for t in moved[:4]
-            if t.statistic is not None
-        )
-        violations = [t for t in h3 if t.expectation_met is False]
-        out.append(
-            f"- **Regimes{tag}.** The recoverable share differs between top-k retrieval (b) and forced gold (a) "
-            f"in {len(moved)} of {len(h3)} cells (H3, Holm)"
-            + (f": {shown}" + (" ..." if len(moved) > 4 else "") if moved else "")
-            + (
-                f"; regime (a) holds recoverable errors in {len(violations)} cells (construct violation)."
-                if violations
-                else "; regime (a) holds no recoverable error, as it must."
-            )
-        )
-        pairs = [m for m in analysis.matching if m.reader == reader]
-        matched = [m for m in pairs if m.matched]
-        h2 = [t for t in analysis.family("H2", reader) if t.decision != "empty"]
-        split = [t for t in h2 if t.decision == "reject"]
-        resolution = _h2_resolution(h2, idle)
-        control = [t for t in analysis.family(POSITIVE_CONTROL, reader) if t.decision != "empty"]
-        detected = [t for t in control if t.expectation_met]
-        at_idle = [t for t in control if t.budget in idle]
-        untested = [t for t in control if not t.testable and t.budget not in idle]
-        diffs = [t.statistic for t in control if t.statistic is not None]
-        control_text = (
-            f" The positive control is detected in {len(detected)} of {len(control)} contrasts"
-            + (f" (irr-rate difference {min(diffs):+.2f} to {max(diffs):+.2f})" if diffs else "")
-            + (f"; {len(untested)} not testable at this N" if untested else "")
-            + (f"; {len(at_idle)} at budgets that evict nothing, so the control evicts no gold there" if at_idle else "")
-            + "."
-            if control
-            else " The run has no positive control."
-        )
-        out.append(
-            f"- **Matched accuracy{tag}.** {len(matched)} of {len(pairs)} policy pairs are accuracy-matched; "
-            + (
-                f"{len(split)} {'dissociates' if len(split) == 1 else 'dissociate'} on irr / N (H2, Holm)"
-                + (": " + ", ".join(f"{md_text(t.policy)} vs {md_text(str(t.other))} {budget_label(t.budget)}" for t in split) if split else "")
-                + resolution
-                + "."
-                if h2
-                else "no pair to test."
-            )
-            + control_text
-        )
-    failures = session_failures(analysis)
-    untestable = untestable_lines(analysis, idle)
+    out += rankers_findings(findings)
+    out += ties_findings(findings.analysis)
+    several = len(findings.readers) > 1
+    for reader in findings.readers:
+        out += _reader_findings(reader, f" (reader {md_text(reader.reader)})" if several else "", findings.idle)
+    failures, untestable = findings.failures, findings.untestable
     if failures:
         out.append(f"- **Expectations.** {len(failures)} not met (each fails the run): " + "; ".join(failures) + ".")
     else:
@@ -350,14 +345,15 @@ def render_findings_md(analysis: Analysis, idle: frozenset[int] = frozenset()) -
     return "\n".join(out) + "\n"
 
 
-def render_tables_md(analysis: Analysis, idle: frozenset[int] = frozenset()) -> str:
+def render_tables_md(findings: Findings) -> str:
     """The findings and the tables of ``report.md``: both regimes, every family, the H2 pairs, bins by type.
 
-    A function of the analysis (and of the budgets that bind for no history, ``idle``), with no
+    A function of the findings (of the analysis and the budgets that bind for no history), with no
     run settings, dataset or paths, so the snapshot tests compare exactly this.
     """
+    analysis = findings.analysis
     out = [
-        render_findings_md(analysis, idle),
+        render_findings_md(findings),
         "## Regime (b): top-k retrieval",
         "",
         (
@@ -382,12 +378,47 @@ def render_tables_md(analysis: Analysis, idle: frozenset[int] = frozenset()) -> 
         ),
         "",
         render_cell_table(analysis, "a"),
-        *([render_rankers_md(analysis)] if analysis.baseline_ranker else []),
-        render_hypotheses_md(analysis, idle),
-        render_pairs_md(analysis),
+        *([render_rankers_md(findings)] if analysis.baseline_ranker else []),
+        render_hypotheses_md(findings),
+        render_pairs_md(findings),
         render_bins_by_type_md(analysis),
     ]
     return "\n".join(out)
+
+
+def render_comparison_md(comparison: dict[str, Any]) -> str:
+    """The robustness section of ``report.md``."""
+    readers: list[str] = comparison["readers"]
+    per = comparison["per_reader"]
+    lines = [
+        "## Robustness reader",
+        "",
+        "| reader | H1 rejected | H3 rejected | residual (regime b, all cells) |",
+        "|---|---:|---:|---:|",
+    ]
+    for reader in readers:
+        fam = per[reader]["families"]
+        lines.append(
+            f"| {reader} | {fam['H1']['rejected']}/{fam['H1']['tests']} | "
+            f"{fam['H3']['rejected']}/{fam['H3']['tests']} | {sum(per[reader]['residual'].values())} |"
+        )
+    lines += ["", "Regime-(b) two-bin share ordering, highest first:", "", "| budget | " + " | ".join(readers) + " |"]
+    lines.append("|---|" + "---|" * len(readers))
+    budgets = list(per[readers[0]]["two_bin_ordering"])
+    for budget in budgets:
+        row = [" > ".join(per[r]["two_bin_ordering"].get(budget, [])) for r in readers]
+        lines.append(f"| {budget} | " + " | ".join(row) + " |")
+    first = readers[0]
+    for other in readers[1:]:
+        same = comparison["same_ordering_as"][first][other]
+        counts = comparison["same_reject_counts_as"][first][other]
+        lines.append("")
+        lines.append(
+            f"{other} vs {first}: same H1/H3 reject counts: "
+            f"{'yes' if all(counts.values()) else 'no'}; same two-bin ordering at "
+            f"{sum(same.values())} of {len(same)} budgets."
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _run_line(model: ReportModel) -> str:
@@ -522,10 +553,9 @@ def render_report_md(model: ReportModel) -> str:
     if log.simulated_note:  # the first thing a reader sees: what these figures are, when a model is simulated
         out += [log.simulated_note, ""]
     out += [_run_line(model), ""]
-    out += [render_tables_md(analysis, info.idle_budgets)]
-    comparison = compare_readers(analysis)
-    if comparison is not None:
-        out += ["", render_comparison_md(comparison)]
+    out += [render_tables_md(model.findings)]
+    if model.findings.comparison is not None:
+        out += ["", render_comparison_md(model.findings.comparison)]
     if model.side:
         out += ["", render_side_by_side_md(model.side)]
     for section in info.check_sections():
@@ -539,12 +569,6 @@ def render_report_md(model: ReportModel) -> str:
             out += ["", section]
     out += ["", render_settings_md(model)]
     return "\n".join(out)
-
-
-def cost_of(records: Sequence[Record], info: RunInfo) -> CostFigures | None:
-    """The run's cost per answer at the prices its summary names (:mod:`pytest_restore.stats.cost`)."""
-    prices = info.settings.model_prices if info.settings is not None else None
-    return cost_figures(records, prices or {})
 
 
 def partial_mark(info: RunInfo) -> str:
@@ -582,106 +606,10 @@ def render_model_calls_md(calls: Mapping[str, ReaderCalls]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _reader_suffix(analysis: Analysis, test: HypothesisTest) -> str:
-    readers = {t.reader for t in analysis.tests}
-    return f" (reader {test.reader})" if len(readers) > 1 else ""
-
-
-def session_failures(analysis: Analysis) -> list[str]:
-    """One short line, in words, per expectation the run could test and did not meet.
-
-    An H1 cell not rejected, a positive-control contrast that is not
-    significant with the control the more destructive (where the run had the
-    power to show it), and an H3 construct violation (a recoverable error in
-    regime (a)). Empty tests carry no expectation and are not failures. The
-    grid items fail on the same lines (:func:`pytest_restore.stats.analysis.cell_verdicts`).
-    """
-    return [
-        family_of(t.family, families_of(analysis.settings)).describe(t) + _reader_suffix(analysis, t) for t in analysis.failures()
-    ]
-
-
-def _h2_resolution(h2: Sequence[HypothesisTest], idle: frozenset[int]) -> str:
-    """The H2 pairs' resolution, in words that hold when an interval is empty or a budget evicts nothing.
-
-    A pair whose questions all score alike on both sides has an interval of
-    width 0: there is nothing to resolve, so it is counted, not shown as a
-    resolution of ±0.000. A pair at a budget that binds for no history compares
-    a store with itself.
-    """
-    live = [t for t in h2 if t.budget not in idle]
-    halves = [t.half_width for t in live if t.half_width]  # None (no interval) and 0 (no spread) left out
-    alike = [t for t in live if t.half_width == 0]
-    text = f" at a resolution of ±{min(halves):.3f} to ±{max(halves):.3f}" if halves else ""
-    if alike:
-        text += (
-            f"; {len(alike)} {'pair scores' if len(alike) == 1 else 'pairs score'} every question alike on "
-            "both sides (no irr / N difference to resolve)"
-        )
-    if len(live) < len(h2):
-        text += (
-            f"; {len(h2) - len(live)} at budgets that evict nothing ({_budget_list(idle)}), where both sides "
-            "are the same store"
-        )
-    return text
-
-
-def _budget_list(budgets: frozenset[int]) -> str:
-    return ", ".join(budget_label(b) for b in sorted(budgets, reverse=True))
-
-
-def untestable_lines(analysis: Analysis, idle: frozenset[int] = frozenset()) -> list[str]:
-    """One line per family: the expectations this run could not test, why, and what would make them testable.
-
-    Why, in the power rule's own figures: the least effect each test could
-    detect (:class:`~pytest_restore.stats.results.PowerShortfall`) against the
-    one the family is about. Tests at a budget in ``idle`` (one that binds for
-    no history, :attr:`RunInfo.idle_budgets`) get a line of their own: no
-    number of questions tests them, a smaller budget does.
-    """
-    lines = []
-    for family in families_of(analysis.settings):
-        tests = [t for t in analysis.untestable() if t.family == family.name]
-        if not tests:
-            continue
-        total = len(analysis.family(family.name))
-        stuck = [t for t in tests if t.budget in idle]
-        tests = [t for t in tests if t.budget not in idle]
-        if stuck:
-            budgets = frozenset(t.budget for t in stuck)
-            lines.append(
-                f"{family.name}: {len(stuck)} of {total} tests, nor at any N: "
-                f"{'budget' if len(budgets) == 1 else 'budgets'} {_budget_list(budgets)} "
-                f"{'binds' if len(budgets) == 1 else 'bind'} for no history, so no policy evicts and both sides "
-                "of each contrast are the same store (a budget below the histories' length would test them, "
-                "--restore-budgets)"
-            )
-        if not tests:
-            continue
-        needed = [
-            t.shortfall.questions_needed
-            for t in tests
-            if t.shortfall is not None and t.shortfall.questions_needed is not None
-        ]
-        least = [
-            t.shortfall.minimum_detectable
-            for t in tests
-            if t.shortfall is not None and t.shortfall.minimum_detectable is not None
-        ]
-        n = max(t.n_questions for t in tests)
-        text = f"{family.name}: {len(tests)} of {total} tests not testable at {n} questions"
-        if least:
-            text += (
-                f": the least {family.statistic} they could detect is {min(least):.2f} to {max(least):.2f}, "
-                f"above the {family.effect:.2f} the family is about"
-            )
-        alike = sum(1 for t in tests if t.half_width == 0)
-        if alike:
-            text += f" ({alike} score every question alike on both sides: too few questions to tell)"
-        if needed:
-            text += (
-                f"; about {max(needed)} questions would test them (raise --restore-questions, or "
-                "--restore-embedded-questions for the embedded data)"
-            )
-        lines.append(text)
-    return lines
+def page_sections(model: ReportModel) -> tuple[str, str, str]:
+    """What ``report.html`` shows of ``report.md``, as markdown: the findings and the cells tables of regimes (b), (a)."""
+    return (
+        render_findings_md(model.findings),
+        render_cell_table(model.analysis, "b"),
+        render_cell_table(model.analysis, "a"),
+    )

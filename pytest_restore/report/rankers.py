@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pytest_restore.report.inputs import md_text
 from pytest_restore.report.numbers import share_ci
-from pytest_restore.stats.analysis import Analysis
-from pytest_restore.stats.rankers import RankerRow, orderings, ranker_rows
+from pytest_restore.stats.findings import Findings
+from pytest_restore.stats.rankers import RankerRow
 from pytest_restore.stats.results import budget_label
 
 _share = share_ci
@@ -24,11 +24,12 @@ def _diff(row: RankerRow, figure: str) -> str:
     return f"{test.statistic:+.2f}{ci}{p}"
 
 
-def rankers_findings(analysis: Analysis) -> list[str]:
+def rankers_findings(findings: Findings) -> list[str]:
     """The first finding of a run that compares rankers: how the recoverable share at the loosest budget moves."""
-    rows = ranker_rows(analysis)
+    rows = findings.ranker_rows
     if not rows:
         return []
+    analysis = findings.analysis
     st = analysis.settings
     out = []
     for reader in sorted({r.reader for r in rows}):
@@ -47,7 +48,7 @@ def rankers_findings(analysis: Analysis) -> list[str]:
                     text += f" ({test.statistic:+.2f}{ci}, Holm {test.decision})"
                 shown.append(text)
             parts.append(f"{policy}: " + ", ".join(shown))
-        changed = [o for o in orderings(analysis) if o.reader == reader and o.budget == loose]
+        changed = [o for o in findings.orderings if o.reader == reader and o.budget == loose]
         order = (
             " The policies' order by recoverable share "
             + ("changes with the ranker." if changed and changed[0].changes else "is the same under every ranker.")
@@ -63,11 +64,12 @@ def rankers_findings(analysis: Analysis) -> list[str]:
     return out
 
 
-def render_rankers_md(analysis: Analysis) -> str:
+def render_rankers_md(findings: Findings) -> str:
     """The "Rankers compared" section: per policy x budget, each ranker's shares and its differences from the baseline."""
-    rows = ranker_rows(analysis)
+    rows = findings.ranker_rows
     if not rows:
         return ""
+    analysis = findings.analysis
     out = [
         "## Rankers compared (regime b)",
         "",
@@ -95,7 +97,7 @@ def render_rankers_md(analysis: Analysis) -> str:
             f"{share_ci(*c.retrieval.shares['ndcg_k']) if c.retrieval else '-'} |"
         )
     out += ["", "Policies by recoverable share, highest first:", ""]
-    for o in orderings(analysis):
+    for o in findings.orderings:
         lines = "; ".join(f"{ranker}: {' > '.join(order)}" for ranker, order in o.by_ranker.items())
         verdict = "changes" if o.changes else "same order"
         out.append(f"- {budget_label(o.budget)} ({md_text(o.reader)}): {verdict}. {lines}")

@@ -43,31 +43,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_restore.audit.memo import model_calls
-from pytest_restore.models.fake import simulated_models
 from pytest_restore.record import Record
 from pytest_restore.records_file import dumps as records_text
-from pytest_restore.report.cases import bin_cases
-from pytest_restore.report.checks import unbound_notes
-from pytest_restore.report.inputs import (
-    RunInfo,
-    RunLog,
-    analyse_records,
-    dataset_label,
-    fmt,
-    rankers_of,
-    sort_records,
-)
-from pytest_restore.report.markdown import (
-    cost_of,
-    render_report_md,
-    session_failures,
-    untestable_lines,
-)
-from pytest_restore.report.model import ReportModel, memory_cells
-from pytest_restore.report.side_by_side import SIDE_COLUMNS, SideRow, side_by_side, side_columns
-from pytest_restore.report.simulated import simulated_note
+from pytest_restore.report.inputs import RunInfo, RunLog, dataset_label, fmt, sort_records
+from pytest_restore.report.markdown import page_sections, render_report_md
+from pytest_restore.report.model import ReportModel, build_model
+from pytest_restore.report.side_by_side import SIDE_COLUMNS, SideRow, side_columns
 from pytest_restore.stats.analysis import Analysis
+from pytest_restore.stats.findings import Findings
 from pytest_restore.stats.results import (
     CELL_COLUMNS,
     POLICY_GLOSS,
@@ -117,11 +100,9 @@ def render_records_jsonl(records: Iterable[Record], *, ordered: bool = False) ->
     return records_text(records if ordered else sort_records(records))
 
 
-def render_hypotheses_json(analysis: Analysis) -> str:
+def render_hypotheses_json(findings: Findings) -> str:
     """``hypotheses.json`` as text: settings, per-family summary, every test, the H2 matching, the ablations."""
-    data = analysis.to_json()
-    data["ablations"] = analysis.ablations_json()
-    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+    return json.dumps(findings.hypotheses, indent=2, sort_keys=True) + "\n"
 
 
 @dataclass(frozen=True)
@@ -150,49 +131,6 @@ class ReportFiles:
     log: RunLog | None = None
 
 
-def run_log(
-    records: Sequence[Record],
-    info: RunInfo,
-    analysis: Analysis,
-    fakes: Sequence[tuple[str, str]] | None = None,
-) -> RunLog:
-    """The run log (``summary.json``, :class:`~pytest_restore.report.inputs.RunLog`), made once per report:
-    the run section, the analysis's counts and hypothesis summary, the model calls and cost from the records.
-    ``fakes``: the records' fake models when the caller has them (:func:`simulated_models`)."""
-    counts = analysis.counts
-    return RunLog(
-        run=info,
-        counts=counts.totals(),
-        record_exclusions=counts.exclusions(),
-        model_calls=model_calls(records),
-        hypotheses=tuple(analysis.summary()),
-        failures=tuple(session_failures(analysis)),
-        not_testable=tuple(untestable_lines(analysis, info.idle_budgets)),
-        simulated_note=simulated_note(simulated_models(records) if fakes is None else fakes, info.dataset.get("official")),
-        cost=cost_of(records, info),
-        importance_scores=tuple(analysis.importance),
-        score_ties=tuple(analysis.ties),
-    )
-
-
-def build_model(ordered: Sequence[Record], info: RunInfo) -> ReportModel:
-    """The report model of records already in canonical order (:func:`~pytest_restore.report.inputs.sort_records`)."""
-    analysis = analyse_records(ordered, info)
-    fakes = tuple(simulated_models(ordered))
-    log = run_log(ordered, info, analysis, fakes)
-    cells = memory_cells(info)
-    return ReportModel(
-        analysis=analysis,
-        log=log,
-        side=side_by_side(analysis, ordered, cells, log.cost),
-        judges=tuple(sorted({r.judge for r in ordered if r.judge})),
-        rankers=tuple(rankers_of(ordered)),
-        fakes=fakes,
-        cases=tuple(bin_cases(ordered)),
-        notes=tuple(unbound_notes(cells)),
-    )
-
-
 def write_report(
     records: Sequence[Record],
     info: RunInfo,
@@ -205,7 +143,7 @@ def write_report(
     """Write every report file into ``out_dir``; the statistics pass runs once.
 
     ``ReportFiles.failures`` lists the family expectations that failed (see
-    :func:`session_failures`); the plugin fails the session on them.
+    :func:`~pytest_restore.stats.findings.session_failures`); the plugin fails the session on them.
     ``data_file`` is the data the run read (default: the one ``summary.json``
     names, :func:`pytest_restore.report.story.open_data`): ``report.html``
     takes its texts from it, read by the run's ``loaders`` (a session's
@@ -236,7 +174,7 @@ def write_report(
     )
     files.records.write_text(render_records_jsonl(ordered, ordered=True), encoding="utf-8")
     files.cells.write_text(render_cells_csv(analysis, model.side), encoding="utf-8")
-    files.hypotheses.write_text(render_hypotheses_json(analysis), encoding="utf-8")
+    files.hypotheses.write_text(render_hypotheses_json(model.findings), encoding="utf-8")
     report_md = render_report_md(model)
     files.report.write_text(report_md, encoding="utf-8")
     files.summary.write_text(json.dumps(log.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -244,15 +182,15 @@ def write_report(
         write_figure,  # matplotlib loads when a report is written
     )
 
-    write_figure(analysis, out, dataset=dataset_label(info), simulated=model.simulated_label)
-    _write_html(ordered, info, analysis, files, report_md, data_file, loaders, prepared)
+    write_figure(model.findings, out, dataset=dataset_label(info), simulated=model.simulated_label)
+    _write_html(ordered, info, model, files, report_md, data_file, loaders, prepared)
     return files
 
 
 def _write_html(
     records: Sequence[Record],
     info: RunInfo,
-    analysis: Analysis,
+    model: ReportModel,
     files: ReportFiles,
     report_md: str,
     data_file: str | Path | None,
@@ -270,8 +208,8 @@ def _write_html(
     opening = report_md.split("## Findings", 1)[0].replace("# Restore-counterfactual audit", "", 1)
     page = render_html(
         records,
-        info,
-        analysis,
+        page_sections(model),
+        versions=model.versions,
         figure_svg=files.figure_svg.read_text(encoding="utf-8"),
         dataset=dataset,
         texts_note=note,

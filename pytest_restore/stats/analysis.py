@@ -285,8 +285,9 @@ class Analysis:
     def summary(self) -> list[FamilySummary]:
         """Per family and reader: tests, rejections after Holm, unmet expectations, untestable ones."""
         rows = []
+        families = families_of(self.settings)
         for reader in sorted({t.reader for t in self.tests}):
-            for family in families_of(self.settings):
+            for family in families:
                 tests = self.family(family.name, reader)
                 if not tests:
                     continue

@@ -13,6 +13,7 @@ changes with the ranker. It computes nothing the analysis has not.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_restore.record import CellKey
@@ -73,9 +74,12 @@ def ranker_rows(analysis: Analysis) -> list[RankerRow]:
     return sorted(rows, key=lambda r: (r.reader, policy_order(r.policy), -r.budget, r.cell.ranker != "", r.ranker))
 
 
-def orderings(analysis: Analysis) -> list[Ordering]:
-    """Per reader and budget, the evicting policies by recoverable share under each ranker (empty for one ranker)."""
-    rows = ranker_rows(analysis)
+def orderings(analysis: Analysis, rows: Sequence[RankerRow] | None = None) -> list[Ordering]:
+    """Per reader and budget, the evicting policies by recoverable share under each ranker (empty for one ranker).
+
+    ``rows``: :func:`ranker_rows` of ``analysis`` when the caller has them.
+    """
+    rows = ranker_rows(analysis) if rows is None else rows
     st = analysis.settings
     out = []
     for reader, budget in sorted({(r.reader, r.budget) for r in rows}, key=lambda rb: (rb[0], -rb[1])):

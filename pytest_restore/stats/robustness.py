@@ -62,38 +62,3 @@ def compare_readers(analysis: Analysis) -> dict[str, Any] | None:
         "same_ordering_as": {first: same_ordering},
         "same_reject_counts_as": {first: same_counts},
     }
-
-
-def render_comparison_md(comparison: dict[str, Any]) -> str:
-    """The robustness section of ``report.md``."""
-    readers: list[str] = comparison["readers"]
-    per = comparison["per_reader"]
-    lines = [
-        "## Robustness reader",
-        "",
-        "| reader | H1 rejected | H3 rejected | residual (regime b, all cells) |",
-        "|---|---:|---:|---:|",
-    ]
-    for reader in readers:
-        fam = per[reader]["families"]
-        lines.append(
-            f"| {reader} | {fam['H1']['rejected']}/{fam['H1']['tests']} | "
-            f"{fam['H3']['rejected']}/{fam['H3']['tests']} | {sum(per[reader]['residual'].values())} |"
-        )
-    lines += ["", "Regime-(b) two-bin share ordering, highest first:", "", "| budget | " + " | ".join(readers) + " |"]
-    lines.append("|---|" + "---|" * len(readers))
-    budgets = list(per[readers[0]]["two_bin_ordering"])
-    for budget in budgets:
-        row = [" > ".join(per[r]["two_bin_ordering"].get(budget, [])) for r in readers]
-        lines.append(f"| {budget} | " + " | ".join(row) + " |")
-    first = readers[0]
-    for other in readers[1:]:
-        same = comparison["same_ordering_as"][first][other]
-        counts = comparison["same_reject_counts_as"][first][other]
-        lines.append("")
-        lines.append(
-            f"{other} vs {first}: same H1/H3 reject counts: "
-            f"{'yes' if all(counts.values()) else 'no'}; same two-bin ordering at "
-            f"{sum(same.values())} of {len(same)} budgets."
-        )
-    return "\n".join(lines) + "\n"
