@@ -3,7 +3,7 @@
 The questions an :class:`~pytest_restore.audit.run.Audit` reads (no abstention, some gold, the
 ``--restore-questions`` subset) and why the others are left out, found without building their
 histories; :class:`Prepared`, a question ready to audit (its history, lexical index and rankers'
-states); the token counts an xdist controller makes once for its workers.
+states); the token counts and word profiles an xdist controller makes once for its workers.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from pytest_restore.data.dataset import Dataset, Question
-from pytest_restore.data.units import Granularity, History, count_ahead, counts_file_name, has_gold
+from pytest_restore.data.units import Granularity, History, counts_file_name, has_gold
 from pytest_restore.memory.eviction import Mask, stable_seed
 from pytest_restore.memory.memories import Sources
 from pytest_restore.memory.retrieval import INJECT_CAP, TOP_K, LexicalIndex
+from pytest_restore.memory.shared_texts import share_ahead
 
 # Exclusion reasons, as the report prints them.
 ABSTENTION = "abstention question (no evidence to restore)"
@@ -172,15 +173,18 @@ def excluded_questions(dataset: Dataset, config: AuditConfig, audited: Sequence[
 def count_tokens_ahead(
     dataset: Dataset, config: AuditConfig, starting: Callable[[int], None] | None = None, processes: int = 1
 ) -> bool:
-    """Count, once, the tokens of every text an :class:`Audit` of ``dataset`` reads; whether any was counted.
+    """Count, once, the tokens of every text an :class:`Audit` of ``dataset`` reads, and profile its unit
+    texts' words; whether anything was made.
 
     An xdist controller calls this before its workers build their audits:
-    each worker then reads the counts file instead of counting every text
-    again. Without a cache directory there is nowhere to share them: nothing
+    each worker then maps the shared texts file instead of counting and
+    profiling every text again. Without a cache directory there is nowhere to share them: nothing
     is done. ``starting`` hears the number of texts before they are counted;
     ``processes`` share the counting out (the workers' number: they wait).
     """
     counts_file = prepared_counts_file(dataset, config)
-    if counts_file is None:
+    if counts_file is None or config.cache_dir is None:
         return False
-    return count_ahead(audited_questions(dataset, config), config.granularity, counts_file, starting, processes)
+    # the word profiles too, and both in one file each worker maps (memory/shared_texts.py)
+    audited = audited_questions(dataset, config)
+    return share_ahead(audited, config.granularity, dataset.sha256, config.cache_dir, counts_file, starting, processes)

@@ -23,6 +23,7 @@ from pytest_restore.data.units import History, build_histories
 from pytest_restore.memory.eviction import Mask, Policy
 from pytest_restore.memory.memories import Sources
 from pytest_restore.memory.retrieval import Bm25Lite, LexicalIndex, Ranker, checked_rank
+from pytest_restore.memory.shared_texts import use_shared
 from pytest_restore.models.base import ChatModel
 from pytest_restore.models.prompts import PromptSet
 
@@ -59,7 +60,10 @@ class AuditBase:
         audited = audited_questions(dataset, config)
         self.exclusions = excluded_questions(dataset, config, audited)
         # only the audited questions' histories are built: a 20-question subset prepares 20
-        histories = build_histories(audited, config.granularity, counts_file=prepared_counts_file(dataset, config))
+        # an xdist worker takes the token counts and word profiles its controller made (memory/shared_texts.py)
+        shared = config.cache_dir is not None and use_shared(audited, config.granularity, dataset.sha256, config.cache_dir)
+        counts_file = None if shared else prepared_counts_file(dataset, config)
+        histories = build_histories(audited, config.granularity, counts_file=counts_file, counted=shared)
         # has_gold is build_history's rule; a history that still has no gold is left out all the same
         self.exclusions += [(h.question.question_id, NO_GOLD) for h in histories if not h.gold]
         with_gold = [h for h in histories if h.gold]

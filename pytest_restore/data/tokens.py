@@ -315,6 +315,13 @@ def count_in_processes(texts: Sequence[str], processes: int) -> list[int]:
     return count_tokens(texts)  # every one known now: in order, from the memo
 
 
+def known_counts(texts: Sequence[str]) -> list[int] | None:
+    """The counts of ``texts`` when this process knows every one already (nothing is encoded); else ``None``."""
+    if _COUNTER.unknown(texts):
+        return None
+    return _COUNTER.count_many(texts)
+
+
 def remember_counts(counts: Mapping[str, int]) -> None:
     """Give the process-wide memo counts made earlier (by another process, say)."""
     _COUNTER.remember(counts)

@@ -218,6 +218,7 @@ def build_histories(
     granularity: Granularity = Granularity.TURN,
     *,
     counts_file: str | os.PathLike[str] | None = None,
+    counted: bool = False,
 ) -> list[History]:
     """:func:`build_history` of every question, their distinct texts counted once, up front.
 
@@ -225,13 +226,15 @@ def build_histories(
     text is encoded: the tokenizer is not even loaded) and written there when
     it does not, atomically, as a ``marshal`` mapping of text to count. The
     caller keys the file by the dataset's sha256, the granularity and the
-    code (see :func:`counts_file_name`).
+    code (see :func:`counts_file_name`). ``counted``: this process knows
+    the counts already (taken from another's); the texts are not listed.
     """
-    texts = distinct_texts(questions, granularity)
-    if counts_file is None:
-        count_tokens(texts)
-    else:
-        _count_cached(texts, Path(counts_file))
+    if not counted:
+        texts = distinct_texts(questions, granularity)
+        if counts_file is None:
+            count_tokens(texts)
+        else:
+            _count_cached(texts, Path(counts_file))
     # questions asked of one history (a LoCoMo conversation) share its units: cut once
     shared: dict[str, tuple[tuple[Unit, ...], npt.NDArray[np.int64]]] = {}
     histories = []
@@ -286,10 +289,17 @@ def _count_cached(texts: list[str], counts_file: Path) -> None:
     """
     known = _complete_counts(texts, counts_file)
     if known is not None:
-        remember_counts(known)
+        # keyed by this process's strings: the file's are a second copy of every text, let go here
+        remember_counts({t: known[t] for t in texts})
         return
     counts = count_tokens(texts)
     _write_counts(counts_file, dict(zip(texts, counts)))
+
+
+def read_counts(texts: Sequence[str], counts_file: str | os.PathLike[str]) -> list[int] | None:
+    """The count of each of ``texts`` from ``counts_file``, when it holds every one; else ``None``."""
+    known = _complete_counts(texts, counts_file)
+    return None if known is None else [known[t] for t in texts]
 
 
 def _complete_counts(texts: Sequence[str], counts_file: str | os.PathLike[str]) -> dict[str, int] | None:

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pytest_restore.data.units import Unit
-from pytest_restore.memory.lexical import word_id_rows
+from pytest_restore.memory.lexical import profile_rows
 from pytest_restore.memory.memories import Memory
 from pytest_restore.registry import Registry
 
@@ -407,10 +407,8 @@ def _overlaps(units: Sequence[Unit]) -> tuple[npt.NDArray[np.uint16], npt.NDArra
     a unit's own count on the diagonal, zeros above it), and each unit's word count."""
     from pytest_restore.memory import kernels
 
-    rows = word_id_rows([unit.content for unit in units])
-    n = len(units)
-    lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=n)
-    words = np.concatenate(rows) if n else np.zeros(0, dtype=np.int32)
+    rows = profile_rows([unit.content for unit in units])
+    lengths, words = rows.sizes, rows.ids
     overlap = kernels.pair_overlaps(words, lengths, int(words.max()) + 1 if words.size else 0)
     dtype = np.uint16 if overlap.size == 0 or overlap.max() < 1 << 16 else np.uint32
     return overlap.astype(dtype), lengths.astype(np.float64)

@@ -46,7 +46,7 @@ import numpy.typing as npt
 
 from pytest_restore.data.units import History
 from pytest_restore.data.words import words
-from pytest_restore.memory.lexical import term_id, word_profiles
+from pytest_restore.memory.lexical import profile_rows, term_id
 from pytest_restore.registry import Registry
 
 TOP_K = 60
@@ -69,16 +69,15 @@ class LexicalIndex:
     def build(cls, history: History) -> LexicalIndex:
         """Index one question's history against its question text."""
         terms = list(dict.fromkeys(words(history.question.question)))
-        profiles = word_profiles([unit.content for unit in history.units])
-        n = len(profiles)
-        lengths = np.fromiter((p.total for p in profiles), dtype=np.float64, count=n)
+        # every unit's (word id, count) pairs end to end; a term's column is where its id occurs
+        profiles = profile_rows([unit.content for unit in history.units])
+        n = profiles.sizes.size
+        lengths = profiles.totals.astype(np.float64)
         tf = np.zeros((n, len(terms)), dtype=np.float64)
         if not terms or not n:
             return cls(tf, lengths)
-        # every unit's (word id, count) pairs end to end; a term's column is where its id occurs
-        ids = np.concatenate([p.ids for p in profiles])
-        counts = np.concatenate([p.counts for p in profiles])
-        owner = np.repeat(np.arange(n), np.fromiter((p.ids.size for p in profiles), dtype=np.int64, count=n))
+        ids, counts = profiles.ids, profiles.counts
+        owner = np.repeat(np.arange(n), profiles.sizes)
         for j, term in enumerate(terms):
             tid = term_id(term)  # after profiling: a word of any unit here has an id
             if tid >= 0:

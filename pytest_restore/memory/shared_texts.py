@@ -1,0 +1,270 @@
+"""The distinct texts of an audit prepared once for every process of a run: token counts and word profiles.
+
+Every xdist worker audits every question, so each used to prepare every
+history itself: read the token counts (a mapping of every distinct text,
+unmarshalled into a second copy of the file's text), then profile every unit
+content's words again (``memory/lexical.py``), private arrays and an object
+per text in each worker. The controller now does both once
+(:func:`share_ahead`), the profiling on a thread while its counting
+processes run, into one file in the prepared cache that each worker maps
+(:func:`use_shared`): the counts become its token memo's (keyed by its own
+strings), the profiles are read off the mapped arrays, and the file's
+vocabulary becomes the worker's, so its word ids are the file's.
+
+The file is a header (its format, its key, where each array lies, and the
+CRC-32 of everything after it) followed by the arrays. Its name and its
+header carry the key: the data file's sha256, the granularity, the audited
+questions and the code that makes the texts, counts and profiles. Rows
+follow the texts' first-use order over the audited questions, which every
+process lists the same way, and each row's length in characters is stored
+and compared. A file that is stale (another key, other texts), truncated or
+damaged (its CRC) is never used: the process prepares its histories itself,
+as a serial run does, and the controller writes it again on its next run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pytest_restore.data.dataset import Question
+from pytest_restore.data.tokens import known_counts, remember_counts
+from pytest_restore.data.units import (
+    Granularity,
+    count_ahead,
+    distinct_texts,
+    read_counts,
+    unit_contents,
+)
+from pytest_restore.memory.lexical import ProfileRows, SharedProfiles, install_shared, profile_csr
+
+#: The file's first bytes: what it is and its layout's version.
+MAGIC = b"PRTEXTS1"
+#: Each array starts at a multiple of this (mapped arrays are then aligned).
+_ALIGN = 64
+#: The arrays, in the file's order, and their element types.
+_ARRAYS = {
+    "tokens": np.int64,  # per counted text (distinct_texts' order): its o200k count
+    "counted_chars": np.int64,  # per counted text: its length, compared with the reader's
+    "profiled_chars": np.int64,  # per profiled text (unit contents, first use): its length
+    "offsets": np.int64,  # per profiled text, and one more: where its row starts in ids and counts
+    "ids": np.int32,  # the rows' word ids (the file's vocabulary), ascending within a row
+    "counts": np.int32,  # how often each word occurs in its text
+    "totals": np.int64,  # per profiled text: its content words
+    "vocabulary": np.uint8,  # the words by id, ASCII, one a line
+}
+
+
+class SharedTextsError(ValueError):
+    """A shared texts file that may not be used, and why."""
+
+
+@dataclass(frozen=True)
+class TextLists:
+    """What the file holds a row for: the texts whose counts make the units' sizes (``data/units.distinct_texts``)
+    and the unit contents whose words are profiled, each in first-use order over the audited questions."""
+
+    counted: list[str]
+    profiled: list[str]
+
+
+@dataclass(frozen=True)
+class SharedTexts:
+    """A checked file's rows: the counted texts' counts, the profiles and the vocabulary their ids are of."""
+
+    tokens: npt.NDArray[np.int64]
+    profiles: SharedProfiles
+    words: list[str]
+
+
+def text_lists(questions: Sequence[Question], granularity: Granularity) -> TextLists:
+    """The texts of the audited ``questions`` the file has rows for, in the same order in every process."""
+    contents: dict[str, None] = {}
+    seen: set[str] = set()
+    for q in questions:
+        if q.history_key not in seen:  # a shared history's units once
+            seen.add(q.history_key)
+            contents.update(dict.fromkeys(unit_contents(q, granularity)))
+    return TextLists(distinct_texts(questions, granularity), list(contents))
+
+
+def shared_texts_name(dataset_sha256: str, granularity: Granularity, questions: Sequence[Question]) -> str:
+    """The file's name: the data, the granularity, the audited questions and the code all in its key."""
+    return f"shared-texts-{_key(dataset_sha256, granularity, questions)[:24]}.bin"
+
+
+def _key(dataset_sha256: str, granularity: Granularity, questions: Sequence[Question]) -> str:
+    from pytest_restore.data import tokens, units, words
+    from pytest_restore.memory import kernels, lexical
+
+    code = hashlib.sha256()
+    for module in (units, tokens, words, lexical, kernels):
+        code.update(Path(str(module.__file__)).read_bytes())
+    code.update(Path(__file__).read_bytes())
+    audited = hashlib.sha256("\x1e".join(f"{q.question_id}\x1f{q.history_key}" for q in questions).encode())
+    parts = (MAGIC.decode(), dataset_sha256, granularity.value, audited.hexdigest(), code.hexdigest())
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def _chars(texts: Sequence[str]) -> npt.NDArray[np.int64]:
+    return np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+
+
+def write_shared(path: Path, key: str, lists: TextLists, tokens: Sequence[int], words: Sequence[str], rows: ProfileRows) -> None:
+    """Write the file atomically (a temporary file renamed): readers see the old file or the whole new one."""
+    offsets = np.zeros(len(lists.profiled) + 1, dtype=np.int64)
+    np.cumsum(rows.sizes, out=offsets[1:])
+    arrays: dict[str, npt.NDArray[Any]] = {
+        "tokens": np.asarray(tokens, dtype=np.int64),
+        "counted_chars": _chars(lists.counted),
+        "profiled_chars": _chars(lists.profiled),
+        "offsets": offsets,
+        "ids": rows.ids,
+        "counts": rows.counts,
+        "totals": rows.totals,
+        "vocabulary": np.frombuffer("\n".join(words).encode("ascii"), dtype=np.uint8),
+    }
+    layout: dict[str, list[int]] = {}
+    at = 0
+    for name, dtype in _ARRAYS.items():
+        data = np.ascontiguousarray(arrays[name], dtype=dtype)
+        arrays[name] = data
+        layout[name] = [at, data.size]
+        at += -(-data.nbytes // _ALIGN) * _ALIGN
+    crc = 0
+    for name in _ARRAYS:
+        crc = zlib.crc32(_padded(arrays[name]), crc)
+    header = json.dumps({"key": key, "arrays": layout, "crc32": crc, "words": len(words)}).encode()
+    head = MAGIC + len(header).to_bytes(8, "little") + header
+    head += b"\0" * (-len(head) % _ALIGN)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(head)
+        for name in _ARRAYS:
+            f.write(_padded(arrays[name]))
+    os.replace(tmp, path)
+
+
+def _padded(data: npt.NDArray[np.generic]) -> bytes:
+    raw = data.tobytes()
+    return raw + b"\0" * (-len(raw) % _ALIGN)
+
+
+def read_shared(path: Path, key: str, lists: TextLists) -> SharedTexts:
+    """The file's rows for ``lists``, mapped, once it is checked; :class:`SharedTextsError` says why not."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(16)
+            if len(start) < 16 or start[:8] != MAGIC:
+                raise SharedTextsError(f"{path.name}: not a shared texts file")
+            size = int.from_bytes(start[8:], "little")
+            try:
+                header = json.loads(f.read(size))
+                layout = {name: (int(at), int(n)) for name, (at, n) in header["arrays"].items()}
+                stored_key, crc, n_words = header["key"], int(header["crc32"]), int(header["words"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SharedTextsError(f"{path.name}: unreadable header") from exc
+            if stored_key != key:
+                raise SharedTextsError(f"{path.name}: made for other data, questions or code")
+            base = 16 + size + (-(16 + size) % _ALIGN)
+            if set(layout) != set(_ARRAYS):
+                raise SharedTextsError(f"{path.name}: unreadable header")
+            end = base + max(at + -(-n * np.dtype(_ARRAYS[name]).itemsize // _ALIGN) * _ALIGN for name, (at, n) in layout.items())
+            if os.fstat(f.fileno()).st_size != end:
+                raise SharedTextsError(f"{path.name}: {os.fstat(f.fileno()).st_size} bytes, expected {end}")
+            # the check reads the file (the page cache), not the mapping: pages are mapped in as rows are read
+            got = 0
+            f.seek(base)
+            while chunk := f.read(8 << 20):
+                got = zlib.crc32(chunk, got)
+            if got != crc:
+                raise SharedTextsError(f"{path.name}: damaged (CRC-32 {got:08x}, expected {crc:08x})")
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise SharedTextsError(f"{path.name}: {exc.strerror or exc}") from exc
+    arrays = {
+        name: np.frombuffer(mapped, dtype=_ARRAYS[name], count=n, offset=base + at) for name, (at, n) in layout.items()
+    }
+    if arrays["counted_chars"].size != len(lists.counted) or arrays["profiled_chars"].size != len(lists.profiled):
+        raise SharedTextsError(f"{path.name}: rows for other texts")
+    if not (np.array_equal(arrays["counted_chars"], _chars(lists.counted))
+            and np.array_equal(arrays["profiled_chars"], _chars(lists.profiled))):
+        raise SharedTextsError(f"{path.name}: rows for other texts")
+    words = arrays["vocabulary"].tobytes().decode("ascii").split("\n") if n_words else []
+    if len(words) != n_words or arrays["offsets"].size != len(lists.profiled) + 1:
+        raise SharedTextsError(f"{path.name}: inconsistent arrays")
+    profiles = SharedProfiles(lists.profiled, arrays["offsets"], arrays["ids"], arrays["counts"], arrays["totals"])
+    return SharedTexts(arrays["tokens"], profiles, words)
+
+
+def share_ahead(
+    questions: Sequence[Question],
+    granularity: Granularity,
+    dataset_sha256: str,
+    directory: str | os.PathLike[str],
+    counts_file: str | os.PathLike[str],
+    starting: Callable[[int], None] | None = None,
+    processes: int = 1,
+) -> bool:
+    """Leave in ``directory`` the shared texts file of ``questions`` (and their counts file: ``count_ahead``); whether
+    anything was made. What an xdist controller does once before its workers prepare their histories: the
+    profiles are made on a thread while the counting processes run (their wait holds no lock)."""
+    lists = text_lists(questions, granularity)
+    key = _key(dataset_sha256, granularity, questions)
+    path = Path(directory) / shared_texts_name(dataset_sha256, granularity, questions)
+    try:
+        read_shared(path, key, lists)
+        return False
+    except SharedTextsError:
+        pass
+    made: list[tuple[list[str], ProfileRows]] = []
+    profiling = threading.Thread(target=lambda: made.append(profile_csr(lists.profiled)), name="restore-profiles")
+    profiling.start()
+    try:
+        count_ahead(questions, granularity, counts_file, starting, processes)
+    finally:
+        profiling.join()
+    if not made:
+        raise RuntimeError("profiling the unit texts failed")  # the thread printed its traceback
+    tokens = known_counts(lists.counted)
+    if tokens is None:  # counted by an earlier run: its file holds them
+        from_file = read_counts(lists.counted, counts_file)
+        if from_file is None:
+            raise RuntimeError(f"{counts_file}: the token counts just written cannot be read")
+        tokens = from_file
+    words, rows = made[0]
+    try:
+        write_shared(path, key, lists, tokens, words, rows)
+    except OSError:
+        return False  # a cache that cannot be written only costs time: each worker prepares its own
+    return True
+
+
+def use_shared(
+    questions: Sequence[Question], granularity: Granularity, dataset_sha256: str, directory: str | os.PathLike[str]
+) -> bool:
+    """Take the token counts and word profiles of ``questions`` from the shared texts file in ``directory``,
+    when there is one made for them and it checks out; whether this process's counts now come from it."""
+    path = Path(directory) / shared_texts_name(dataset_sha256, granularity, questions)
+    if not path.exists():
+        return False
+    lists = text_lists(questions, granularity)
+    try:
+        shared = read_shared(path, _key(dataset_sha256, granularity, questions), lists)
+    except SharedTextsError:
+        return False
+    remember_counts(dict(zip(lists.counted, shared.tokens.tolist())))
+    install_shared(shared.words, shared.profiles)  # a process with a vocabulary of its own profiles the texts itself
+    return True
