@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         read_run_info,
         sort_records,
     )
-    from pytest_restore.report.markdown import render_report_md
+    from pytest_restore.report.markdown import render_markdown
     from pytest_restore.report.model import build_model
     from pytest_restore.run.checks import read_check
     from pytest_restore.stats.families import default_families
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     phase("records.jsonl", lambda: files.records.write_text(writer.render_records_jsonl(ordered, ordered=True), encoding="utf-8"))
     phase("cells.csv, hypotheses.json", lambda: (writer.render_cells_csv(analysis), writer.render_hypotheses_json(model.findings)))
-    report_md = phase("report.md", lambda: render_report_md(model))
+    report_md = phase("report.md", lambda: render_markdown(model))
     phase("summary.json", lambda: json.dumps(log.to_json(), indent=2, sort_keys=True))
 
     def figure() -> None:

@@ -22,12 +22,12 @@ from pytest_restore.models.base import ChatRequest, ChatResult
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.record import ABLATIONS, Record
 from pytest_restore.records_file import dumps
-from pytest_restore.report.cases import bin_cases
 from pytest_restore.report.inputs import RunInfo, read_records
 from pytest_restore.report.markdown import render_report_md
 from pytest_restore.report.model import build_model
 from pytest_restore.report.writer import write_report
 from pytest_restore.stats.ablations import summarise
+from pytest_restore.stats.findings import bin_cases
 
 BUDGETS = (600, 300, 100)
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from anthropic_server import BATCHES, MESSAGES, VERSION, AnthropicServer
 from grid_helpers import GRID, TINY, small_args
-from openai_server import echo_responder, fake_models_responder
+from openai_server import OpenAIServer, echo_responder, fake_models_responder
 
 from pytest_restore.__main__ import main
 from pytest_restore.data.dataset import load_dataset
@@ -50,6 +50,8 @@ from pytest_restore.models.prompts import JUDGE_SYSTEM
 from pytest_restore.models.providers import VALIDATORS, price_of
 
 KEY = "sk-ant-test-BATCH-0123456789abcdef"
+#: The OpenAI server's key, for the grid that batches both providers.
+OPENAI_KEY = "sk-test-BATCH-MIXED-0123456789"
 MODEL = "claude-haiku-4-5"
 SPEC = f"anthropic:{MODEL}"
 #: Four cells: a policy that calls the scorer and one that does not, at two budgets.
@@ -375,3 +377,41 @@ def test_an_anthropic_grid_by_batch_at_half_price_submitted_once_and_a_rerun_sen
     for path in pytester.path.rglob("*"):
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_a_grid_of_an_openai_reader_and_an_anthropic_judge_batches_each_provider_once_and_a_rerun_sends_nothing(
+    histories: list[History], pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one grid, two providers: the reader's round goes to OpenAI's Batch API, the judge's to Anthropic's
+    # Message Batches, each provider at its own server (the run's base URL is OpenAI's; Anthropic's its own)
+    pytester.makepyfile(test_grid=GRID)
+    cells = ["--restore-policies", "fifo", "--restore-budgets", "600,100", "--restore-calibration", "off"]
+    models = ["--restore-reader=openai:fake-reader", f"--restore-judge={SPEC}"]
+    with (
+        OpenAIServer(fake_models_responder(histories), expected_key=OPENAI_KEY) as openai,
+        AnthropicServer(fake_models_responder(histories), expected_key=KEY) as anthropic,
+    ):
+        monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+        monkeypatch.setenv(BASE_URL_ENV, anthropic.base_url)
+        args = ["-p", "no:xdist", *small_args(), *cells, *models, f"--restore-base-url={openai.base_url}"]
+        batch = ["--restore-batch", "--restore-batch-poll=0.01", f"--restore-cache={pytester.path / 'cache'}"]
+        first = pytester.runpytest_inprocess(*args, *batch, "--restore-report-dir=batch")
+        first.assert_outcomes(passed=2)
+        # each provider's round submitted once, every request in exactly one batch, nothing sent live
+        assert len(openai.batches.created) == 1 and set(openai.batches.lines_by_body.values()) == {1}
+        assert len(anthropic.message_batches.created) == 1
+        assert set(anthropic.message_batches.requests_by_params.values()) == {1}
+        assert not any(entry.path == "/v1/chat/completions" for entry in openai.log) and live_calls(anthropic) == 0
+        output = first.stdout.str()
+        assert "restore: batch reader: submitted batch_" in output and "restore: batch judge: submitted msgbatch_" in output
+
+        # the same grid again on the same cache: not one request reaches either server
+        sent = (openai.total_requests, anthropic.total_requests)
+        again = pytester.runpytest_inprocess(*args, *batch, "--restore-report-dir=again")
+        again.assert_outcomes(passed=2)
+        assert (openai.total_requests, anthropic.total_requests) == sent and "submitted" not in again.stdout.str()
+    batch_records = (pytester.path / "batch" / "records.jsonl").read_text().splitlines()
+    assert [json.loads(line)["reader"] for line in batch_records][:1] == ["openai:fake-reader"]
+    for path in pytester.path.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes() and OPENAI_KEY.encode() not in path.read_bytes(), path

@@ -11,7 +11,7 @@ from pytest_restore.record import Record
 from pytest_restore.records_file import read_records
 from pytest_restore.report.markdown import render_comparison_md
 from pytest_restore.stats.analysis import analyse
-from pytest_restore.stats.robustness import compare_readers
+from pytest_restore.stats.findings import compare_readers
 
 
 def test_second_reader_runs_the_grid_again_and_is_compared(pytester: pytest.Pytester) -> None:

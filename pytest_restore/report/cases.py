@@ -1,5 +1,5 @@
-"""The records behind the figures, for ``report.md``: one real case per bin and policy,
-and the restore-tightness ablations.
+"""The records behind the figures, for ``report.md``: one real case per bin and policy
+(chosen by :func:`pytest_restore.stats.findings.bin_cases`), and the restore-tightness ablations.
 """
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_restore.audit.ablations import PLACEBO_MAX_RATIO
-from pytest_restore.record import ABLATIONS, BINS, Record
+from pytest_restore.record import ABLATIONS, Record
 from pytest_restore.report.inputs import md_text, short
 from pytest_restore.stats.analysis import Analysis
-from pytest_restore.stats.results import budget_label, policy_order
+from pytest_restore.stats.results import budget_label
 
 
 def render_ablations_md(analysis: Analysis) -> str:
@@ -62,27 +62,6 @@ def render_ablations_md(analysis: Analysis) -> str:
 _CASE_TEXT = 300
 
 
-def bin_cases(records: Sequence[Record]) -> list[Record]:
-    """One regime-(b) record per reader, policy and bin, chosen deterministically.
-
-    The loosest budget at which the policy has a case of that bin, then the
-    smallest question id, then the smallest seed.
-    """
-    chosen: dict[tuple[str, str, str], Record] = {}
-    for r in records:
-        if r.regime != "b" or r.bin is None:
-            continue
-        key = (r.reader, r.policy, r.bin)
-        best = chosen.get(key)
-        rank = (-r.budget, r.question_id, r.seed)
-        if best is None or rank < (-best.budget, best.question_id, best.seed):
-            chosen[key] = r
-    return [
-        chosen[k]
-        for k in sorted(chosen, key=lambda k: (k[0], policy_order(k[1]), BINS.index(k[2])))
-    ]
-
-
 def _case_text(value: str | None) -> str:
     if value is None:
         return "-"
@@ -103,7 +82,7 @@ def _evicted_text(r: Record) -> str:
 
 
 def render_cases_md(cases: Sequence[Record]) -> str:
-    """One real case of each bin per policy (regime b), as the report shows them (``cases``: :func:`bin_cases`)."""
+    """One real case of each bin per policy (regime b), as the report shows them (``cases``: :func:`~pytest_restore.stats.findings.bin_cases`)."""
     out = [
         "## One case per bin (regime b)",
         "",

@@ -326,7 +326,7 @@ def render_html(
     """``report.html`` as text: findings, figure, cells tables, then every record's story.
 
     ``sections`` are report.md's findings and its cells tables of regimes (b) and (a), as markdown
-    (:func:`~pytest_restore.report.markdown.page_sections`); ``versions`` each memory library's version
+    (:class:`~pytest_restore.report.markdown.ReportMarkdown`); ``versions`` each memory library's version
     by policy (``ReportModel.versions``). ``opening`` are report.md's first lines (the run line, a simulated or
     partial notice), shown first; ``dataset`` gives the texts (``None``: the
     page says why they are missing, ``texts_note``); ``notes`` say what the

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_restore.audit.memo import ReaderCalls
 from pytest_restore.report.cases import render_ablations_md, render_cases_md
 from pytest_restore.report.inputs import (
     RunInfo,
-    dataset_label,
     fmt,
     interval,
     md_text,
@@ -26,7 +26,6 @@ from pytest_restore.report.numbers import (
     render_importance_md,
     render_retrieval_md,
     share_ci,
-    ties_findings,
 )
 from pytest_restore.report.rankers import rankers_findings, render_rankers_md
 from pytest_restore.report.side_by_side import render_side_by_side_md
@@ -35,6 +34,7 @@ from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.families import POWER
 from pytest_restore.stats.findings import Findings, ReaderFindings, budget_list
 from pytest_restore.stats.results import HypothesisTest, budget_label
+from pytest_restore.stats.ties import TIE_SHARE
 
 if TYPE_CHECKING:  # the model imports the renderers' row types; the renderers read the model
     from pytest_restore.report.model import ReportModel
@@ -272,6 +272,29 @@ def _control_text(reader: ReaderFindings) -> str:
     )
 
 
+def _ties_lines(analysis: Analysis) -> list[str]:
+    """A finding per policy whose decisions are mostly ties (the rule of :mod:`pytest_restore.stats.ties`)."""
+    out = []
+    for t in analysis.ties:
+        if t.mostly_ties:
+            out.append(
+                f"- **Ties.** {md_text(t.policy)}: {t.top_share:.0%} of the {t.units:,} units hold their history's two most "
+                f"common scores, at least the {TIE_SHARE:.0%} that makes its decisions mostly ties: among equal "
+                "scores another rule decides (the built-in policies: the older unit first), so its cells measure that "
+                "rule more than the policy's score."
+            )
+    for d in analysis.importance:
+        if not d.mostly_ties:
+            continue
+        top = ", ".join(f"{s}: {d.share(s):.0%}" for s in d.top)
+        out.append(
+            f"- **Ties.** {md_text(d.policy)} (scorer {md_text(d.scorer)}): two scores hold {d.top_share:.0%} of the {d.units:,} units "
+            f"({top}), at least the {TIE_SHARE:.0%} that makes its decisions mostly ties: it evicts oldest first "
+            "among equal scores, so its cells measure FIFO within a score more than the scorer's judgement."
+        )
+    return out
+
+
 def _reader_findings(reader: ReaderFindings, tag: str, idle: frozenset[int]) -> list[str]:
     """One reader's lines: destruction (R1), distortion, the regimes (H3), matched accuracy (H2, control)."""
     parts = []
@@ -319,7 +342,7 @@ def _reader_findings(reader: ReaderFindings, tag: str, idle: frozenset[int]) -> 
     return out
 
 
-def render_findings_md(findings: Findings) -> str:
+def render_findings_md(findings: Findings, rankers_lead: Sequence[str] | None = None) -> str:
     """The answer first: the paper's findings for this run, in words, with their intervals.
 
     In the paper's order: destruction's share at the loosest budget per policy
@@ -327,11 +350,12 @@ def render_findings_md(findings: Findings) -> str:
     (H3); whether an accuracy-matched pair dissociates, with the positive
     control's resolution (H2, TOST, positive control); then the expectations.
     Contrasts at a budget that binds for no history (``findings.idle``) compare
-    a store with itself, and the findings say so.
+    a store with itself, and the findings say so. ``rankers_lead``: the rankers'
+    findings line when the caller has it (:func:`~pytest_restore.report.rankers.rankers_findings`).
     """
     out = ["## Findings", ""]
-    out += rankers_findings(findings)
-    out += ties_findings(findings.analysis)
+    out += rankers_findings(findings) if rankers_lead is None else rankers_lead
+    out += _ties_lines(findings.analysis)
     several = len(findings.readers) > 1
     for reader in findings.readers:
         out += _reader_findings(reader, f" (reader {md_text(reader.reader)})" if several else "", findings.idle)
@@ -345,15 +369,50 @@ def render_findings_md(findings: Findings) -> str:
     return "\n".join(out) + "\n"
 
 
+@dataclass(frozen=True)
+class _Borrowed:
+    """The sections among the tables that other modules render, asked for before this module's own."""
+
+    #: the rankers' findings line and section (a run of one ranker: none)
+    rankers_lead: list[str]
+    rankers: str
+    #: retrieval, LoCoMo's answer metrics and the importance scores, those the run has
+    numbers: list[str]
+
+
+def _borrowed(findings: Findings) -> _Borrowed:
+    analysis = findings.analysis
+    return _Borrowed(
+        rankers_findings(findings),
+        render_rankers_md(findings) if analysis.baseline_ranker else "",
+        [
+            section
+            for section in (render_retrieval_md(analysis), render_answers_md(analysis), render_importance_md(analysis))
+            if section
+        ],
+    )
+
+
 def render_tables_md(findings: Findings) -> str:
     """The findings and the tables of ``report.md``: both regimes, every family, the H2 pairs, bins by type.
 
     A function of the findings (of the analysis and the budgets that bind for no history), with no
     run settings, dataset or paths, so the snapshot tests compare exactly this.
     """
+    borrowed = _borrowed(findings)
     analysis = findings.analysis
+    return _tables_md(
+        findings,
+        borrowed,
+        render_findings_md(findings, borrowed.rankers_lead),
+        render_cell_table(analysis, "b"),
+        render_cell_table(analysis, "a"),
+    )
+
+
+def _tables_md(findings: Findings, borrowed: _Borrowed, findings_md: str, cells_b: str, cells_a: str) -> str:
     out = [
-        render_findings_md(findings),
+        findings_md,
         "## Regime (b): top-k retrieval",
         "",
         (
@@ -363,12 +422,8 @@ def render_tables_md(findings: Findings) -> str:
             "destruction = (irr + dis) / (irr + rec + dis); irr-rate = irr / N."
         ),
         "",
-        render_cell_table(analysis, "b"),
-        *[
-            section
-            for section in (render_retrieval_md(analysis), render_answers_md(analysis), render_importance_md(analysis))
-            if section
-        ],
+        cells_b,
+        *borrowed.numbers,
         "## Regime (a): forced surviving gold (construct reference)",
         "",
         (
@@ -377,11 +432,11 @@ def render_tables_md(findings: Findings) -> str:
             "(a violation shows as a failed H3 expectation)."
         ),
         "",
-        render_cell_table(analysis, "a"),
-        *([render_rankers_md(findings)] if analysis.baseline_ranker else []),
+        cells_a,
+        *([borrowed.rankers] if borrowed.rankers else []),
         render_hypotheses_md(findings),
         render_pairs_md(findings),
-        render_bins_by_type_md(analysis),
+        render_bins_by_type_md(findings.analysis),
     ]
     return "\n".join(out)
 
@@ -425,7 +480,7 @@ def _run_line(model: ReportModel) -> str:
     """What was run, in one line: data, reader, judge, ranker, N."""
     info, analysis = model.info, model.analysis
     st, ds = info.settings, info.dataset
-    data = dataset_label(info) or "records without run settings"
+    data = model.dataset or "records without run settings"
     readers = analysis.readers
     judges = list(model.judges) or [st.audit.judge if st is not None else "?"]
     answerable = analysis.counts.answerable()
@@ -536,39 +591,64 @@ def render_settings_md(model: ReportModel) -> str:
     return "\n".join(out) + "\n"
 
 
+@dataclass(frozen=True)
+class ReportMarkdown:
+    """``report.md``, and the sections of it ``report.html`` shows, rendered once."""
+
+    text: str
+    #: the findings, and the cells tables of regimes (b) and (a), as markdown
+    findings: str
+    cells_b: str
+    cells_a: str
+
+
 def render_report_md(model: ReportModel) -> str:
-    """``report.md`` as text, from the report model (:mod:`pytest_restore.report.model`): the records'
-    analysis, the run log ``summary.json`` holds and what the records say, all made before rendering.
+    """``report.md`` as text (:func:`render_markdown`)."""
+    return render_markdown(model).text
+
+
+def render_markdown(model: ReportModel) -> ReportMarkdown:
+    """``report.md`` from the report model (:mod:`pytest_restore.report.model`): the records'
+    analysis and its findings, the run log ``summary.json`` holds and what the records say, all made
+    before rendering; with the sections ``report.html`` shares.
 
     The answer first (what was run, the simulated-models notice where it
     applies, the findings), then the tables, families, cases and ablations;
     the run's settings and exclusions last. A run with a memory library gets
     its rows side by side (:mod:`pytest_restore.report.side_by_side`),
-    their section before the checks'.
+    their section before the checks'. The sections other modules render are
+    asked for first, each module once, then this module's own.
     """
-    log, analysis = model.log, model.analysis
+    found, log = model.findings, model.log
     info = log.run
+    borrowed = _borrowed(found)
+    cost = render_cost_md(log.cost)
+    side = render_side_by_side_md(model.side) if model.side else ""
+    checks = info.check_sections()
+    cases, ablations = render_cases_md(model.cases), render_ablations_md(found.analysis)
+    reader_model = simulated_reader_md(model.fake_reader)
+    findings_md = render_findings_md(found, borrowed.rankers_lead)
+    cells_b, cells_a = render_cell_table(found.analysis, "b"), render_cell_table(found.analysis, "a")
     mark = partial_mark(info)
     out = ([mark] if mark else []) + ["# Restore-counterfactual audit", ""]
     if log.simulated_note:  # the first thing a reader sees: what these figures are, when a model is simulated
         out += [log.simulated_note, ""]
     out += [_run_line(model), ""]
-    out += [render_tables_md(model.findings)]
-    if model.findings.comparison is not None:
-        out += ["", render_comparison_md(model.findings.comparison)]
-    if model.side:
-        out += ["", render_side_by_side_md(model.side)]
-    for section in info.check_sections():
+    out += [_tables_md(found, borrowed, findings_md, cells_b, cells_a)]
+    if found.comparison is not None:
+        out += ["", render_comparison_md(found.comparison)]
+    if side:
+        out += ["", side]
+    for section in checks:
         out += ["", section]
-    out += ["", render_cases_md(model.cases), render_ablations_md(analysis)]
-    reader_model = simulated_reader_md(model.fake_reader)
+    out += ["", cases, ablations]
     if reader_model:
         out += ["", reader_model]
-    for section in (render_model_calls_md(log.model_calls), render_cost_md(log.cost)):
+    for section in (render_model_calls_md(log.model_calls), cost):
         if section:
             out += ["", section]
     out += ["", render_settings_md(model)]
-    return "\n".join(out)
+    return ReportMarkdown("\n".join(out), findings_md, cells_b, cells_a)
 
 
 def partial_mark(info: RunInfo) -> str:
@@ -605,11 +685,3 @@ def render_model_calls_md(calls: Mapping[str, ReaderCalls]) -> str:
         )
     return "\n".join(out) + "\n"
 
-
-def page_sections(model: ReportModel) -> tuple[str, str, str]:
-    """What ``report.html`` shows of ``report.md``, as markdown: the findings and the cells tables of regimes (b), (a)."""
-    return (
-        render_findings_md(model.findings),
-        render_cell_table(model.analysis, "b"),
-        render_cell_table(model.analysis, "a"),
-    )

@@ -17,14 +17,13 @@ from typing import Any
 from pytest_restore.audit.memo import model_calls
 from pytest_restore.models.fake import simulated_models
 from pytest_restore.record import Record
-from pytest_restore.report.cases import bin_cases
 from pytest_restore.report.checks import unbound_notes
-from pytest_restore.report.inputs import RunInfo, RunLog, analyse_records, rankers_of
+from pytest_restore.report.inputs import RunInfo, RunLog, analyse_records, dataset_label, rankers_of
 from pytest_restore.report.side_by_side import SideRow, side_by_side
 from pytest_restore.report.simulated import simulated_note
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.cost import CostFigures, cost_figures
-from pytest_restore.stats.findings import Findings, findings
+from pytest_restore.stats.findings import Findings, bin_cases, findings
 
 
 @dataclass(frozen=True)
@@ -43,12 +42,14 @@ class ReportModel:
     rankers: tuple[str, ...]
     #: ``(role, name)`` of every fake model in the records, readers first
     fakes: tuple[tuple[str, str], ...]
-    #: one regime-(b) record per reader, policy and bin (:func:`~pytest_restore.report.cases.bin_cases`)
+    #: one regime-(b) record per reader, policy and bin (:func:`~pytest_restore.stats.findings.bin_cases`)
     cases: tuple[Record, ...]
     #: the memory systems' budgets that never bound (:func:`~pytest_restore.report.checks.unbound_notes`)
     notes: tuple[str, ...]
     #: each memory library's policy -> its distribution and version (the memory-systems check's)
     versions: dict[str, str]
+    #: the data the run read, in words (:func:`~pytest_restore.report.inputs.dataset_label`; "": not said)
+    dataset: str
 
     @property
     def analysis(self) -> Analysis:
@@ -119,17 +120,19 @@ def build_model(ordered: Sequence[Record], info: RunInfo) -> ReportModel:
     """The report model of records already in canonical order (:func:`~pytest_restore.report.inputs.sort_records`)."""
     analysis = analyse_records(ordered, info)
     found = findings(analysis, info.idle_budgets)
+    cases = tuple(bin_cases(ordered))
     fakes = tuple(simulated_models(ordered))
     log = run_log(ordered, info, found, fakes)
     cells = memory_cells(info)
     return ReportModel(
         findings=found,
         log=log,
-        side=side_by_side(found.analysis, ordered, cells, log.cost),
+        side=side_by_side(analysis, ordered, cells, log.cost),
         judges=tuple(sorted({r.judge for r in ordered if r.judge})),
         rankers=tuple(rankers_of(ordered)),
         fakes=fakes,
-        cases=tuple(bin_cases(ordered)),
+        cases=cases,
         notes=tuple(unbound_notes(cells)),
         versions=library_versions(cells),
+        dataset=dataset_label(info),
     )

@@ -14,7 +14,7 @@ from pytest_restore.stats.results import budget_label
 from pytest_restore.stats.ties import TIE_SHARE
 
 __all__ = [
-    "render_answers_md", "render_cost_md", "render_importance_md", "render_retrieval_md", "share_ci", "ties_findings",
+    "render_answers_md", "render_cost_md", "render_importance_md", "render_retrieval_md", "share_ci",
 ]
 
 
@@ -99,29 +99,6 @@ def render_answers_md(analysis: Analysis) -> str:
                 f"| {md_text(reader)} | {md_text(question_type)} | {figures.answers} | {' | '.join(fmt(row[col], 3) or '-' for col in row)} |"
             )
     return "\n".join(out) + "\n"
-
-
-def ties_findings(analysis: Analysis) -> list[str]:
-    """A finding per policy whose decisions are mostly ties (the rule of :mod:`pytest_restore.stats.ties`)."""
-    out = []
-    for t in analysis.ties:
-        if t.mostly_ties:
-            out.append(
-                f"- **Ties.** {md_text(t.policy)}: {t.top_share:.0%} of the {t.units:,} units hold their history's two most "
-                f"common scores, at least the {TIE_SHARE:.0%} that makes its decisions mostly ties: among equal "
-                "scores another rule decides (the built-in policies: the older unit first), so its cells measure that "
-                "rule more than the policy's score."
-            )
-    for d in analysis.importance:
-        if not d.mostly_ties:
-            continue
-        top = ", ".join(f"{s}: {d.share(s):.0%}" for s in d.top)
-        out.append(
-            f"- **Ties.** {md_text(d.policy)} (scorer {md_text(d.scorer)}): two scores hold {d.top_share:.0%} of the {d.units:,} units "
-            f"({top}), at least the {TIE_SHARE:.0%} that makes its decisions mostly ties: it evicts oldest first "
-            "among equal scores, so its cells measure FIFO within a score more than the scorer's judgement."
-        )
-    return out
 
 
 def render_importance_md(analysis: Analysis) -> str:

@@ -22,7 +22,7 @@ that already hold them (nothing here is counted again):
 
 :func:`side_by_side` builds the rows once per report; ``report.md``'s section
 (:func:`render_side_by_side_md`) and ``cells.csv``'s extra columns
-(:data:`SIDE_COLUMNS`, :func:`side_columns`) read them. A run without a
+(:data:`SIDE_COLUMNS`, :meth:`SideRow.csv_values`) read them. A run without a
 library gets neither, so its files are as before.
 """
 
@@ -161,11 +161,6 @@ def side_by_side(
             str(f.get("library", "")) if f is not None else "",
         ))
     return tuple(rows)
-
-
-def side_columns(rows: Sequence[SideRow]) -> dict[tuple[str, int, str], dict[str, str]]:
-    """``cells.csv``'s extra values by (policy, budget, reader)."""
-    return {(row.policy, row.budget, row.reader): row.csv_values() for row in rows}
 
 
 def _usd(value: float | None) -> str:

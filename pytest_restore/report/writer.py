@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_restore.record import Record
 from pytest_restore.records_file import dumps as records_text
-from pytest_restore.report.inputs import RunInfo, RunLog, dataset_label, fmt, sort_records
-from pytest_restore.report.markdown import page_sections, render_report_md
+from pytest_restore.report.inputs import RunInfo, RunLog, fmt, sort_records
+from pytest_restore.report.markdown import ReportMarkdown, render_markdown
 from pytest_restore.report.model import ReportModel, build_model
-from pytest_restore.report.side_by_side import SIDE_COLUMNS, SideRow, side_columns
+from pytest_restore.report.side_by_side import SIDE_COLUMNS, SideRow
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.findings import Findings
 from pytest_restore.stats.results import (
@@ -84,7 +84,7 @@ def render_cells_csv(analysis: Analysis, side: Sequence[SideRow] = ()) -> str:
     """``cells.csv`` as text; with ``side`` (a run with a memory library), each row with its cell's
     :data:`~pytest_restore.report.side_by_side.SIDE_COLUMNS` after the others."""
     buf = io.StringIO()
-    extra = side_columns(side)
+    extra = {(row.policy, row.budget, row.reader): row.csv_values() for row in side}
     writer = csv.DictWriter(buf, fieldnames=CELL_COLUMNS + (SIDE_COLUMNS if extra else ()), lineterminator="\n")
     writer.writeheader()
     blank = dict.fromkeys(SIDE_COLUMNS, "")
@@ -175,14 +175,14 @@ def write_report(
     files.records.write_text(render_records_jsonl(ordered, ordered=True), encoding="utf-8")
     files.cells.write_text(render_cells_csv(analysis, model.side), encoding="utf-8")
     files.hypotheses.write_text(render_hypotheses_json(model.findings), encoding="utf-8")
-    report_md = render_report_md(model)
-    files.report.write_text(report_md, encoding="utf-8")
+    report_md = render_markdown(model)
+    files.report.write_text(report_md.text, encoding="utf-8")
     files.summary.write_text(json.dumps(log.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     from pytest_restore.report.figure import (
         write_figure,  # matplotlib loads when a report is written
     )
 
-    write_figure(model.findings, out, dataset=dataset_label(info), simulated=model.simulated_label)
+    write_figure(model.findings, out, dataset=model.dataset, simulated=model.simulated_label)
     _write_html(ordered, info, model, files, report_md, data_file, loaders, prepared)
     return files
 
@@ -192,7 +192,7 @@ def _write_html(
     info: RunInfo,
     model: ReportModel,
     files: ReportFiles,
-    report_md: str,
+    report_md: ReportMarkdown,
     data_file: str | Path | None,
     loaders: DatasetRegistry | None = None,
     prepared: str | Path | None = None,
@@ -205,10 +205,10 @@ def _write_html(
         dataset, note = open_data(info, data_file, loaders, prepared), ""
     except StoryError as err:
         dataset, note = None, f"The units' texts are not shown: {err}."
-    opening = report_md.split("## Findings", 1)[0].replace("# Restore-counterfactual audit", "", 1)
+    opening = report_md.text.split("## Findings", 1)[0].replace("# Restore-counterfactual audit", "", 1)
     page = render_html(
         records,
-        page_sections(model),
+        (report_md.findings, report_md.cells_b, report_md.cells_a),
         versions=model.versions,
         figure_svg=files.figure_svg.read_text(encoding="utf-8"),
         dataset=dataset,

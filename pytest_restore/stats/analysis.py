@@ -282,12 +282,13 @@ class Analysis:
             t for t in self.tests if t.family == name and (reader is None or t.reader == reader)
         ]
 
-    def summary(self) -> list[FamilySummary]:
-        """Per family and reader: tests, rejections after Holm, unmet expectations, untestable ones."""
+    def summary(self, families: Sequence[Family] | None = None) -> list[FamilySummary]:
+        """Per family and reader: tests, rejections after Holm, unmet expectations, untestable ones
+        (``families``: the pass's, :func:`families_of` of its settings, when the caller has them)."""
+        declared = families_of(self.settings) if families is None else families
         rows = []
-        families = families_of(self.settings)
         for reader in sorted({t.reader for t in self.tests}):
-            for family in families:
+            for family in declared:
                 tests = self.family(family.name, reader)
                 if not tests:
                     continue
@@ -312,15 +313,16 @@ class Analysis:
         """The tests whose expectation was not met but which this run had no power to meet."""
         return [t for t in self.tests if not t.testable]
 
-    def to_json(self) -> dict[str, Any]:
-        """Deterministic JSON-able dict for ``hypotheses.json`` (the ablations apart: :meth:`ablations_json`)."""
-        families = families_of(self.settings)
+    def to_json(self, families: Sequence[Family] | None = None) -> dict[str, Any]:
+        """Deterministic JSON-able dict for ``hypotheses.json`` (the ablations apart: :meth:`ablations_json`;
+        ``families``: as :meth:`summary`)."""
+        families = families_of(self.settings) if families is None else families
         return {
             "settings": self.settings.to_json(),
             # the power rule: an unmet expectation fails only where the run could have met it
             "power": {"power": POWER, "effects": {f.name: f.effect for f in families if f.effect is not None}},
             "questions": self.questions,
-            "summary": [row.to_json() for row in self.summary()],
+            "summary": [row.to_json() for row in self.summary(families)],
             "families": {
                 family.name: [t.to_json() for t in self.family(family.name)]
                 for family in families
@@ -500,7 +502,11 @@ def analyse(
     engine = Engine({**counts.cells, **counts.ranked}, counts.question_ids, settings)
     keyed = [(CellKey.of(r, counts.baseline_ranker), r) for r in records]
     answers = answer_figures(keyed)
+    typed_answers = answers_by_type(r for key, r in keyed if not key.ranker)
     found = retrieval_figures(keyed, counts.question_ids, engine.resampler, confidence)
+    importance, ties = score_distributions(records), score_ties(records)
+    ablation_cells = ablations.by_cell(records)
+    ablation_rows = ablations.summarise(records, resamples=resamples, seed=seed, confidence=confidence)
     cells = tuple(
         replace(_cell_figures(engine, key, tally), answers=answers.get(key), retrieval=found.get(key))
         for key, tally in counts.cells.items()
@@ -527,15 +533,15 @@ def analyse(
         counts=counts,
         by_type=tuple(_type_bins(k, t) for k, t in counts.by_type.items() if t.N),
         raw_tests=tuple(raw),
-        ablations=tuple(ablations.summarise(records, resamples=resamples, seed=seed, confidence=confidence)),
-        ablation_cells=tuple(ablations.by_cell(records)),
+        ablations=tuple(ablation_rows),
+        ablation_cells=tuple(ablation_cells),
         ranker_cells=ranked,
         baseline_ranker=counts.baseline_ranker,
         recoverable=tuple(_recoverable(engine, key) for key in [*counts.cells, *counts.ranked] if key.regime == "b"),
         distortion=tuple(_distortion(engine, key) for key in counts.cells if key.regime == "b"),
-        answers_by_type=tuple(answers_by_type(r for key, r in keyed if not key.ranker).items()),
-        importance=tuple(score_distributions(records)),
-        ties=tuple(score_ties(records)),
+        answers_by_type=tuple(typed_answers.items()),
+        importance=tuple(importance),
+        ties=tuple(ties),
     )
 
 

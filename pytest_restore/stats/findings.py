@@ -4,8 +4,9 @@
 no history) and returns :class:`Findings`: per reader, the destruction share of each evicting policy at the
 loosest budget, the distortion of each memory system, the H3, H2 and positive-control counts; the
 expectations not met and those this run could not test, in words; the families' summary and tests; the
-rankers' rows and orders; the readers' comparison; ``hypotheses.json``'s data. ``report.md``, the figure,
-``report.html`` and ``summary.json`` format these fields and count nothing again.
+rankers' rows and orders; the readers' comparison when a robustness reader ran (:func:`compare_readers`);
+``hypotheses.json``'s data. With one real case per bin and policy (:func:`bin_cases`, from the records),
+``report.md``, the figure, ``report.html`` and ``summary.json`` format these fields and count nothing again.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_restore.record import BINS, Record
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.families import POSITIVE_CONTROL, Family, families_of
 from pytest_restore.stats.rankers import Ordering, RankerRow, orderings, ranker_rows
 from pytest_restore.stats.results import FamilySummary, HypothesisTest, budget_label, policy_order
-from pytest_restore.stats.robustness import compare_readers
 
 
 @dataclass(frozen=True)
@@ -117,9 +118,9 @@ def evicting_policies(analysis: Analysis) -> list[str]:
 def findings(analysis: Analysis, idle: frozenset[int] = frozenset()) -> Findings:
     """The findings of ``analysis`` (``idle``: the budgets that bind for no history, :attr:`RunInfo.idle_budgets`)."""
     declared = families_of(analysis.settings)
-    hypotheses = analysis.to_json()
+    hypotheses = analysis.to_json(declared)
     hypotheses["ablations"] = analysis.ablations_json()
-    summary = tuple(analysis.summary())
+    summary = tuple(analysis.summary(declared))
     rows = tuple(ranker_rows(analysis))
     orders = tuple(orderings(analysis, rows))
     comparison = compare_readers(analysis)
@@ -148,6 +149,63 @@ def findings(analysis: Analysis, idle: frozenset[int] = frozenset()) -> Findings
 def _family(tests: Sequence[HypothesisTest], name: str, reader: str | None = None) -> list[HypothesisTest]:
     """The tests of one family (of one reader), in report order (as :meth:`Analysis.family`)."""
     return [t for t in tests if t.family == name and (reader is None or t.reader == reader)]
+
+
+_REJECTED = frozenset({"reject"})
+
+
+def compare_readers(analysis: Analysis) -> dict[str, Any] | None:
+    """The robustness reader's comparison (the paper's appendix C), or ``None`` when the run had one reader.
+
+    Per reader: the H1 and H3 rejection counts after Holm, the per-policy ordering of the regime-(b)
+    two-bin shares at each budget, and the residual bin; then whether each other reader has the first
+    one's counts and orderings. Structural results should hold across readers; the residual bin is
+    expected to move with the reader's skill.
+    """
+    readers = sorted({c.reader for c in analysis.cells})
+    if len(readers) < 2:
+        return None
+    per_reader: dict[str, Any] = {}
+    for reader in readers:
+        counts = {
+            family: {
+                "rejected": sum(t.decision in _REJECTED for t in _family(analysis.tests, family, reader)),
+                "tests": len(_family(analysis.tests, family, reader)),
+            }
+            for family in ("H1", "H3")
+        }
+        ordering: dict[str, list[str]] = {}
+        residual: dict[str, int] = {}
+        for cell in analysis.cells:
+            if cell.reader != reader or cell.regime != "b":
+                continue
+            residual[f"{cell.policy}@{cell.budget}"] = cell.res
+        budgets = sorted({c.budget for c in analysis.cells if c.reader == reader}, reverse=True)
+        for budget in budgets:
+            shares = [
+                (c.two_bin_share, c.policy)
+                for c in analysis.cells
+                if c.reader == reader and c.regime == "b" and c.budget == budget and c.two_bin_share is not None
+            ]
+            # highest share first; ties in the built-in policy order
+            shares.sort(key=lambda item: (-(item[0] or 0.0), policy_order(item[1])))
+            ordering[str(budget)] = [policy for _, policy in shares]
+        per_reader[reader] = {"families": counts, "two_bin_ordering": ordering, "residual": dict(sorted(residual.items()))}
+    first, *others = readers
+    same_ordering = {
+        other: {b: per_reader[first]["two_bin_ordering"].get(b) == o for b, o in per_reader[other]["two_bin_ordering"].items()}
+        for other in others
+    }
+    same_counts = {
+        other: {f: per_reader[first]["families"][f]["rejected"] == per_reader[other]["families"][f]["rejected"] for f in ("H1", "H3")}
+        for other in others
+    }
+    return {
+        "readers": readers,
+        "per_reader": per_reader,
+        "same_ordering_as": {first: same_ordering},
+        "same_reject_counts_as": {first: same_counts},
+    }
 
 
 def _span(values: Sequence[float]) -> tuple[float, float] | None:
@@ -223,6 +281,27 @@ def _failures(analysis: Analysis, declared: Sequence[Family]) -> list[str]:
         by_name[t.family].describe(t) + (f" (reader {t.reader})" if several else "")
         for t in analysis.tests
         if t.expectation_met is False and t.testable  # as Analysis.failures
+    ]
+
+
+def bin_cases(records: Sequence[Record]) -> list[Record]:
+    """One regime-(b) record per reader, policy and bin, chosen deterministically.
+
+    The loosest budget at which the policy has a case of that bin, then the
+    smallest question id, then the smallest seed.
+    """
+    chosen: dict[tuple[str, str, str], Record] = {}
+    for r in records:
+        if r.regime != "b" or r.bin is None:
+            continue
+        key = (r.reader, r.policy, r.bin)
+        best = chosen.get(key)
+        rank = (-r.budget, r.question_id, r.seed)
+        if best is None or rank < (-best.budget, best.question_id, best.seed):
+            chosen[key] = r
+    return [
+        chosen[k]
+        for k in sorted(chosen, key=lambda k: (k[0], policy_order(k[1]), BINS.index(k[2])))
     ]
 
 

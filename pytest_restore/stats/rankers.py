@@ -61,7 +61,7 @@ def ranker_rows(analysis: Analysis) -> list[RankerRow]:
         return []
     shares = {r.key: r for r in analysis.recoverable}
     tests: dict[tuple[str, str, int, str], dict[str, HypothesisTest]] = {}
-    for t in analysis.family("rankers"):
+    for t in (t for t in analysis.tests if t.family == "rankers"):  # the family's tests, in report order
         tests.setdefault((t.reader, t.policy, t.budget, t.other or ""), {})[t.note] = t
     rows = [
         RankerRow(
