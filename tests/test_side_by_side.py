@@ -36,10 +36,10 @@ from pytest_restore.models.fake_writer import FakeWriter
 from pytest_restore.models.gateway import Gateway
 from pytest_restore.report.inputs import read_records
 from pytest_restore.report.numbers import share_ci
-from pytest_restore.report.side_by_side import SIDE_COLUMNS
 from pytest_restore.stats.analysis import analyse
 from pytest_restore.stats.cost import cost_figures
 from pytest_restore.stats.results import CELL_COLUMNS, policy_order
+from pytest_restore.stats.side_by_side import SIDE_COLUMNS
 
 LOCOMO = Path(__file__).resolve().parent.parent / "fixtures" / "locomo_tiny.json"
 #: one budget, and one that binds: fifo evicts, the libraries' adapters delete their oldest memories

@@ -19,11 +19,11 @@ from pytest_restore.models.fake import simulated_models
 from pytest_restore.record import Record
 from pytest_restore.report.checks import unbound_notes
 from pytest_restore.report.inputs import RunInfo, RunLog, analyse_records, dataset_label, rankers_of
-from pytest_restore.report.side_by_side import SideRow, side_by_side
 from pytest_restore.report.simulated import simulated_note
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.cost import CostFigures, cost_figures
 from pytest_restore.stats.findings import Findings, bin_cases, findings
+from pytest_restore.stats.side_by_side import SideRow, side_by_side
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,6 @@ from pytest_restore.records_file import dumps as records_text
 from pytest_restore.report.inputs import RunInfo, RunLog, fmt, sort_records
 from pytest_restore.report.markdown import ReportMarkdown, render_markdown
 from pytest_restore.report.model import ReportModel, build_model
-from pytest_restore.report.side_by_side import SIDE_COLUMNS, SideRow
 from pytest_restore.stats.analysis import Analysis
 from pytest_restore.stats.findings import Findings
 from pytest_restore.stats.results import (
@@ -58,6 +57,7 @@ from pytest_restore.stats.results import (
     budget_label,
     cell_order,
 )
+from pytest_restore.stats.side_by_side import SIDE_COLUMNS, SideRow
 
 if TYPE_CHECKING:  # the loaders are imported where a file is read
     from pytest_restore.data.loaders import DatasetRegistry
@@ -82,9 +82,9 @@ def cell_rows(analysis: Analysis) -> list[dict[str, str]]:
 
 def render_cells_csv(analysis: Analysis, side: Sequence[SideRow] = ()) -> str:
     """``cells.csv`` as text; with ``side`` (a run with a memory library), each row with its cell's
-    :data:`~pytest_restore.report.side_by_side.SIDE_COLUMNS` after the others."""
+    :data:`~pytest_restore.stats.side_by_side.SIDE_COLUMNS` after the others, formatted as its other figures are."""
     buf = io.StringIO()
-    extra = {(row.policy, row.budget, row.reader): row.csv_values() for row in side}
+    extra = {(row.policy, row.budget, row.reader): _side_values(row) for row in side}
     writer = csv.DictWriter(buf, fieldnames=CELL_COLUMNS + (SIDE_COLUMNS if extra else ()), lineterminator="\n")
     writer.writeheader()
     blank = dict.fromkeys(SIDE_COLUMNS, "")
@@ -93,6 +93,12 @@ def render_cells_csv(analysis: Analysis, side: Sequence[SideRow] = ()) -> str:
             row = {**row, **extra.get((row["policy"], int(row["budget"]), row["reader"]), blank)}
         writer.writerow(row)
     return buf.getvalue()
+
+
+def _side_values(row: SideRow) -> dict[str, str]:
+    """One row's :data:`~pytest_restore.stats.side_by_side.SIDE_COLUMNS`: figures to 4 decimals (USD to 6), the library as named."""
+    values: dict[str, Any] = {column: getattr(row, column) for column in SIDE_COLUMNS}
+    return {k: v if isinstance(v, str) else fmt(v, 6 if k == "memory_usd_per_question" else 4) for k, v in values.items()}
 
 
 def render_records_jsonl(records: Iterable[Record], *, ordered: bool = False) -> str:
