@@ -233,7 +233,7 @@ def share_ahead(
     profiling = threading.Thread(target=lambda: made.append(profile_csr(lists.profiled)), name="restore-profiles")
     profiling.start()
     try:
-        count_ahead(questions, granularity, counts_file, starting, processes)
+        count_ahead(questions, granularity, counts_file, starting, processes, texts=lists.counted)
     finally:
         profiling.join()
     if not made:
