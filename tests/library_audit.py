@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from pytest_restore.audit.run import Audit, AuditConfig, Prepared
 from pytest_restore.data.dataset import Dataset
+from pytest_restore.libraries.system import LibrarySystem, LibraryTally
 from pytest_restore.memory.retrieval import Bm25Lite, Ranker
 from pytest_restore.memory.systems import MemorySystem
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
@@ -51,3 +53,27 @@ def view_of(audit: Audit, system: MemorySystem, question: str, budget: int) -> t
     view, mask = audit.held(system, p, budget, 0, {})
     assert view.sources is not None  # a memory system's view: what each unit cites
     return view, mask
+
+
+def assert_the_budget_kept_the_newest(
+    audit: Audit, system: LibrarySystem[Any], question: str, full: int, small: int
+) -> tuple[Prepared, np.ndarray, LibraryTally]:
+    """Assert that under ``small`` the library's store for ``question`` held what fits and let the oldest go.
+
+    Against the store under ``full`` (which holds more than ``small`` allows): what is held fits ``small``,
+    the store's tally counts evictions and the held memories and tokens, the newest memory stays and the
+    one citing the earliest turns went. Returns the view under ``small``, its mask and its tally, for the
+    library's own checks of its store.
+    """
+    whole, whole_mask = view_of(audit, system, question, full)
+    view, mask = view_of(audit, system, question, small)
+    tokens = int(view.history.sizes[mask].sum())
+    assert tokens <= small < int(whole.history.sizes[whole_mask].sum())
+    tally = next(t for t in system.tallies if t.question == view.history.question.history_key and t.budget == small)
+    assert tally.figures.evicted > 0 and tally.held == int(mask.sum()) and tally.held_tokens == tokens
+    assert view.sources is not None and whole.sources is not None
+    kept = [max(view.sources[p]) for p in np.flatnonzero(mask)]
+    everything = [max(whole.sources[p]) for p in np.flatnonzero(whole_mask)]
+    assert max(kept) == max(everything)  # the newest memory stays
+    assert min(kept) > min(everything)  # the oldest went
+    return view, mask, tally

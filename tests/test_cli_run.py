@@ -7,18 +7,24 @@ LoCoMo fixture (over a pool of two processes). The records, ``cells.csv``,
 ``report.md`` and ``hypotheses.json`` are byte-identical and ``summary.json``
 equal but its session's id and start; a wrong option and a run stopped
 before the grid end with pytest's exit code and line.
+
+Both run in this test's process (``pytester.runpytest_inprocess`` and the
+command's ``main``): ``-n auto`` runs these small audits in one process, and
+the pool of ``--workers 2`` starts its own processes from here; a child
+interpreter for each would add its start and its imports to every run.
 """
 
 from __future__ import annotations
 
+# The pool's module, imported here: a module first imported inside an in-process pytest run is dropped
+# when it ends, and the pool's worker function would then no longer be the one spawn pickles by name.
+import concurrent.futures.process  # noqa: F401
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID, ROOT, ChildRun, child_env, run_child, shared_run
+from grid_helpers import GRID, ROOT
 from openai_server import refused_port
 
 from pytest_restore.__main__ import main
@@ -34,28 +40,14 @@ CASES = {
 WORKERS = {"embedded": "auto", "locomo": "2"}
 
 
-def run_command(args: list[str], cwd: Path, report: Path) -> ChildRun:
-    """``python -m pytest_restore run *args`` in ``cwd``, its report to ``report``."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest_restore", "run", *args, "--restore-report-dir", str(report)],
-        cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=600, check=False,
-    )
-    return ChildRun(report, done.returncode, done.stdout + done.stderr)
-
-
-def _build(project: Path) -> None:
-    (project / "test_grid.py").write_text(GRID)
-    for name, args in CASES.items():
-        run_child(["-n", "auto", "-q", *args], project, project / f"{name}-pytest")
-        command = run_command(["--workers", WORKERS[name], *args], project, project / f"{name}-run")
-        (project / f"{name}-run-exit-code.txt").write_text(str(command.ret))
-        (project / f"{name}-run-output.txt").write_text(command.output)
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project where each case ran under pytest and under ``run``."""
-    return shared_run(tmp_path_factory, "cli-run", _build)
+@pytest.fixture
+def grid_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A project holding the grid module (pytester's directory, the current one), with no OpenAI settings
+    and no xdist worker's identity in the environment (this process may be a worker)."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makepyfile(test_grid=GRID)
+    return pytester
 
 
 def _summary(path: Path) -> dict[str, Any]:
@@ -67,53 +59,62 @@ def _summary(path: Path) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_run_writes_pytest_s_report_byte_for_byte(project: Path, case: str) -> None:
-    by_pytest, by_run = project / f"{case}-pytest", project / f"{case}-run"
-    output = (project / f"{case}-run-output.txt").read_text()
-    assert (project / f"{case}-pytest-exit-code.txt").read_text() == "0"
-    assert (project / f"{case}-run-exit-code.txt").read_text() == "0", output[-3000:]
+def test_run_writes_pytest_s_report_byte_for_byte(
+    grid_project: pytest.Pytester, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    by_pytest, by_run = grid_project.path / "pytest-report", grid_project.path / "run-report"
+    result = grid_project.runpytest_inprocess("-n", "auto", "-q", *CASES[case], "--restore-report-dir", str(by_pytest))
+    pytest_output = "\n".join(result.outlines + result.errlines)
+    assert result.ret == 0, pytest_output[-3000:]
+    capsys.readouterr()
+    code = main(["run", "--workers", WORKERS[case], *CASES[case], "--restore-report-dir", str(by_run)])
+    said = capsys.readouterr()
+    output = said.out + said.err
+    assert code == 0, output[-3000:]
     for name in ("records.jsonl", "cells.csv", "report.md", "hypotheses.json"):
         assert (by_run / name).read_bytes() == (by_pytest / name).read_bytes(), name
     assert _summary(by_run / "summary.json") == _summary(by_pytest / "summary.json")
     # the same terminal summary: its table and where the report went
-    pytest_output = (project / f"{case}-pytest-output.txt").read_text()
     table = [line for line in pytest_output.splitlines() if line.startswith(("policy ", "fifo ", "control "))]
     assert table and all(line in output.splitlines() for line in table)
     assert f"report: {by_run}" in output and "Traceback" not in output
     assert ("--workers auto: this small audit runs in one process" in output) == (WORKERS[case] == "auto")
 
 
-def test_a_wrong_option_is_pytest_s_usage_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "test_grid.py").write_text(GRID)
-    monkeypatch.chdir(tmp_path)
+def _ran(result: pytest.RunResult) -> str:
+    """What an in-process pytest run said, its output and its errors."""
+    return "\n".join(result.outlines + result.errlines)
+
+
+def test_a_wrong_option_is_pytest_s_usage_error(grid_project: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    report = grid_project.path / "report"
     for wrong in ("--restore-policies=fifo,lru", "--restore-judge=f1:0"):
-        by_pytest = run_child(["-p", "no:xdist", "-q", wrong], tmp_path, tmp_path / "report")
+        by_pytest = grid_project.runpytest_inprocess("-p", "no:xdist", "-q", wrong, "--restore-report-dir", str(report))
+        capsys.readouterr()
         assert main(["run", wrong]) == by_pytest.ret == pytest.ExitCode.USAGE_ERROR
         said = capsys.readouterr().err.strip()
-        assert said.startswith("ERROR: --restore-") and said in by_pytest.output, (said, by_pytest.output)
+        assert said.startswith("ERROR: --restore-") and said in _ran(by_pytest), (said, _ran(by_pytest))
     # an option pytest does not know either: a usage error, one line
     assert main(["run", "--restore-polices=fifo"]) == pytest.ExitCode.USAGE_ERROR
     assert capsys.readouterr().err.strip() == "ERROR: --restore-polices: no such option of the audit"
     assert main(["run", "--workers", "none"]) == pytest.ExitCode.USAGE_ERROR
-    assert not (tmp_path / "report").exists()
+    assert not report.exists()
 
 
 def test_a_run_stopped_by_the_calibration_gate_ends_as_pytest_s(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    grid_project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "test_grid.py").write_text(GRID)
-    monkeypatch.chdir(tmp_path)
+    path = grid_project.path
     with refused_port() as port:  # nothing listens there: the gate's first call stops the run
         args = [
             "--restore-questions=12", "--restore-reader=openai:fake-reader", f"--restore-base-url=http://127.0.0.1:{port}/v1",
-            f"--restore-cache={tmp_path / 'cache'}", "--restore-calibration=on",
+            f"--restore-cache={path / 'cache'}", "--restore-calibration=on",
         ]
-        by_pytest = run_child(["-p", "no:xdist", "-q", *args], tmp_path, tmp_path / "pytest-report")
-        code = main(["run", *args, f"--restore-report-dir={tmp_path / 'run-report'}"])
+        by_pytest = grid_project.runpytest_inprocess("-p", "no:xdist", "-q", *args, f"--restore-report-dir={path / 'pytest-report'}")
+        capsys.readouterr()
+        code = main(["run", *args, f"--restore-report-dir={path / 'run-report'}"])
     said = capsys.readouterr().out.splitlines()
     stop = "restore: run stopped before the grid: reader openai:fake-reader: "
     assert code == by_pytest.ret == pytest.ExitCode.TESTS_FAILED
-    assert [line for line in said if line.startswith(stop)] and stop in by_pytest.output, said
-    assert not (tmp_path / "run-report").exists() and not (tmp_path / "pytest-report").exists()
+    assert [line for line in said if line.startswith(stop)] and stop in _ran(by_pytest), said
+    assert not (path / "run-report").exists() and not (path / "pytest-report").exists()

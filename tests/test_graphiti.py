@@ -22,7 +22,7 @@ import library_audit
 import numpy as np
 import pytest
 from graphiti_model import GraphitiModel
-from library_audit import LOCOMO, audit_library
+from library_audit import LOCOMO, assert_the_budget_kept_the_newest, audit_library
 from net_guard import net_guard
 from openai_server import OpenAIServer
 
@@ -165,16 +165,7 @@ def test_a_cells_figures_are_its_stores_graphiti_counted_once_each(audited: tupl
 
 def test_the_budget_deletes_the_oldest_facts_through_graphiti(audited: tuple[Audit, GraphitiSystem]) -> None:
     audit, system = audited
-    full, full_mask = view_of(audit, system, RUTHS, ALL)
-    small, small_mask = view_of(audit, system, RUTHS, SMALL)
-    tokens = int(small.history.sizes[small_mask].sum())
-    assert tokens <= SMALL < int(full.history.sizes[full_mask].sum())
-    tally = next(t for t in system.tallies if t.question == small.history.question.history_key and t.budget == SMALL)
-    assert tally.figures.evicted > 0 and tally.held == int(small_mask.sum()) and tally.held_tokens == tokens
-    kept = [small.sources[p] for p in np.flatnonzero(small_mask)]
-    everything = [full.sources[p] for p in np.flatnonzero(full_mask)]
-    assert max(max(s) for s in kept) == max(max(s) for s in everything)  # the newest fact stays
-    assert min(max(s) for s in kept) > min(max(s) for s in everything)  # the oldest went
+    small, small_mask, tally = assert_the_budget_kept_the_newest(audit, system, RUTHS, ALL, SMALL)
     # deleted in graphiti itself: its own search finds no fact the adapter let go
     store = GraphitiSystem.live[(tally.question, tuple(sorted(small.history.units[p].content for p in np.flatnonzero(small_mask))))]
     assert len(store.facts) == tally.held

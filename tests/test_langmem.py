@@ -23,7 +23,7 @@ from typing import Any
 import library_audit
 import numpy as np
 import pytest
-from library_audit import LOCOMO, audit_library
+from library_audit import LOCOMO, assert_the_budget_kept_the_newest, audit_library
 from net_guard import net_guard
 from openai_server import OpenAIServer
 
@@ -160,16 +160,7 @@ def test_a_cells_figures_are_its_stores_langmem_counted_once_each(audited: tuple
 
 def test_the_budget_deletes_the_oldest_memories_through_the_store(audited: tuple[Audit, LangmemSystem]) -> None:
     audit, system = audited
-    question = "How many tarts were left over?"
-    full, full_mask = view_of(audit, system, question, ALL)
-    small, small_mask = view_of(audit, system, question, SMALL)
-    tokens = int(small.history.sizes[small_mask].sum())
-    assert tokens <= SMALL < int(full.history.sizes[full_mask].sum())
-    tally = next(t for t in system.tallies if t.question == small.history.question.history_key and t.budget == SMALL)
-    assert tally.figures.evicted > 0 and tally.held == int(small_mask.sum()) and tally.held_tokens == tokens
-    kept = [small.sources[p] for p in np.flatnonzero(small_mask)]
-    assert max(max(s) for s in kept) == max(max(full.sources[p]) for p in np.flatnonzero(full_mask))
-    assert min(max(s) for s in kept) > min(max(full.sources[p]) for p in np.flatnonzero(full_mask))
+    small, small_mask, tally = assert_the_budget_kept_the_newest(audit, system, "How many tarts were left over?", ALL, SMALL)
     # the deleted memories are gone from langmem's own store, not just from the view
     store = LangmemSystem.live[(tally.question, tuple(sorted(small.history.units[p].content for p in np.flatnonzero(small_mask))))]
     assert sorted(store.listing().values()) == sorted(small.history.units[p].content for p in np.flatnonzero(small_mask))

@@ -19,7 +19,7 @@ import library_audit
 import numpy as np
 import pytest
 from grid_helpers import GRID
-from library_audit import LOCOMO, audit_library
+from library_audit import LOCOMO, assert_the_budget_kept_the_newest, audit_library
 from mem0_model import LONG, Mem0Model
 from net_guard import net_guard
 from openai_server import OpenAIServer
@@ -159,17 +159,8 @@ def test_deletes_and_rejected_shapes_from_add_events() -> None:
 
 def test_the_budget_evicts_the_oldest_memories_through_mem0(audited: tuple[Audit, Mem0System]) -> None:
     audit, system = audited
-    question = "How many tarts were left over?"
-    full, full_mask = view_of(audit, system, question, ALL)
-    small, small_mask = view_of(audit, system, question, SMALL)
-    tokens = int(small.history.sizes[small_mask].sum())
-    assert tokens <= SMALL < int(full.history.sizes[full_mask].sum())
-    tally = next(t for t in system.tallies if t.question == small.history.question.history_key and t.budget == SMALL)
-    assert tally.figures.evicted > 0 and tally.held == int(small_mask.sum()) and tally.held_tokens == tokens
     # the oldest went: what is left holds the newest memory, and nothing from the first session's start
-    kept = [small.sources[p] for p in np.flatnonzero(small_mask)]
-    assert max(max(s) for s in kept) == max(max(full.sources[p]) for p in np.flatnonzero(full_mask))
-    assert min(max(s) for s in kept) > min(max(full.sources[p]) for p in np.flatnonzero(full_mask))
+    assert_the_budget_kept_the_newest(audit, system, "How many tarts were left over?", ALL, SMALL)
 
 
 def test_the_mem0_ranker_is_mem0s_search(audited: tuple[Audit, Mem0System]) -> None:
@@ -202,14 +193,7 @@ def test_mem0_runs_with_its_telemetry_off(audited: tuple[Audit, Mem0System]) -> 
 
 #: A conftest that audits mem0 against the loopback server at ``{url}``.
 MEM0_CONFTEST = """
-from pytest_restore.libraries.guest import (
-    GuestFailure,
-    LibraryEndpoints,
-    close_gateway,
-    configure_gateway,
-    library_version,
-    run_gateway,
-)
+from pytest_restore.libraries.guest import LibraryEndpoints
 from pytest_restore.libraries.mem0 import Mem0System
 
 
