@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
+import io
 import json
 import os
 import re
@@ -177,6 +179,36 @@ def run_child(
     (report.parent / f"{report.name}-output.txt").write_text(output)
     (report.parent / f"{report.name}-exit-code.txt").write_text(str(result.returncode))
     return ChildRun(report, result.returncode, output)
+
+
+def run_audit_here(args: list[str], cwd: Path, report: Path, env: dict[str, str] | None = None) -> ChildRun:
+    """Run ``python -m pytest_restore run *args`` as this process's own call of the command, in ``cwd``, writing
+    its report to ``report``; its output and exit code are kept beside it, as :func:`run_child` keeps them.
+
+    For a shared run whose tests read only what the audit wrote (records, report, cache) and compare no
+    terminal output of pytest's: the command writes pytest's files byte for byte (``test_cli_run.py``)
+    without a child interpreter's start and imports. ``env`` is set for the call (no OpenAI settings
+    and no xdist worker's identity otherwise, as in a child run). Not on a background build's thread:
+    the call changes this process's working directory and environment while it runs.
+    """
+    from pytest_restore.__main__ import main
+
+    assert getattr(_BACKGROUND, "environ", None) is None, "run_audit_here in a background build"
+    saved, here = dict(os.environ), os.getcwd()
+    out = io.StringIO()
+    try:
+        os.environ.clear()
+        os.environ.update({**child_env(), **(env or {})})
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            code = main(["run", *args, "--restore-report-dir", str(report)])
+    finally:
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(saved)
+    (report.parent / f"{report.name}-output.txt").write_text(out.getvalue())
+    (report.parent / f"{report.name}-exit-code.txt").write_text(str(code))
+    return ChildRun(report, code, out.getvalue())
 
 
 def read_child(report: Path) -> ChildRun:

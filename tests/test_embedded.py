@@ -18,7 +18,8 @@ import pytest
 
 from pytest_restore.record import ABLATIONS, Record
 from pytest_restore.records_file import read_records
-from pytest_restore.synthetic.generator import generate, history_tokens
+from pytest_restore.synthetic.embedded import EMBEDDED_QUESTIONS
+from pytest_restore.synthetic.generator import history_tokens
 
 EVICTING = ("fifo", "random", "redundancy", "llm-importance", "control")
 BUDGETS = (80_000, 30_000, 8_000)
@@ -120,8 +121,10 @@ def test_report_says_the_figures_are_simulated(embedded_report: Path) -> None:
     assert summary["simulated"] is True and summary["simulated_note"] == report[2]
 
 
-def test_full_synthetic_file_history_size() -> None:
-    """The 500-question synthetic file has LongMemEval-S-sized histories."""
-    records = generate(500, 0)
+def test_full_synthetic_file_history_size(embedded_data: Path) -> None:
+    """The synthetic file has LongMemEval-S-sized histories: the embedded default's hundred, as generated afresh
+    (each history is generated to the same size whatever the number of questions)."""
+    records = json.loads(embedded_data.read_text(encoding="utf-8"))
+    assert len(records) == EMBEDDED_QUESTIONS
     sizes = [history_tokens(r) for r in records]
     assert 95_000 <= sum(sizes) / len(sizes) <= 110_000

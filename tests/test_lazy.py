@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -74,11 +75,11 @@ def test_a_progress_line_comes_before_the_first_result(pytester: pytest.Pytester
 
 #: The README's command on the embedded default, with no ``--restore-*`` option, run in one project in turn:
 #: first under xdist (the data is generated then), then with ``-n auto`` (it is in the project's cache by then,
-#: as on a user's second run). One cell each (a part of the grid: its report is the partial one).
-NO_OPTION_RUNS = {
-    "xdist": ["-n", "2", "-v", "-k", "fifo-8k"],
-    "n-auto": ["test_grid.py", "-n", "auto", "-v", "-k", "fifo-8k"],
-}
+#: as on a user's second run). One cell each (a part of the grid: its report is the partial one). The first
+#: runs in a child pytest (its workers are processes anyway); the second, in one process, in the test's own
+#: (``test_n_auto_runs_a_small_grid_found_in_the_given_paths_in_one_process``, on a copy of the project).
+NO_OPTION_RUNS = {"xdist": ["-n", "2", "-v", "-k", "fifo-8k"]}
+N_AUTO = ["test_grid.py", "-n", "auto", "-v", "-k", "fifo-8k"]
 
 
 def _build_no_option_runs(project: Path) -> None:
@@ -116,13 +117,21 @@ def test_an_xdist_controller_starts_the_plugin_from_its_workers_collection(no_op
     assert (run.report / "cells.csv").read_text().count("fifo,8000,") == 2
 
 
-def test_n_auto_runs_a_small_grid_found_in_the_given_paths_in_one_process(no_option_runs: dict[str, ChildRun]) -> None:
+def test_n_auto_runs_a_small_grid_found_in_the_given_paths_in_one_process(
+    no_option_runs: dict[str, ChildRun], pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the README's command has no --restore-* option: the grid is found in the test files themselves
-    run = no_option_runs["n-auto"]
-    run.assert_passed(1)
-    assert "restore: -n auto: this small audit runs in one process" in run.output
-    assert "[gw0]" not in run.output and "created:" not in run.output
-    assert (run.report / "cells.csv").read_text().count("fifo,8000,") == 2
+    project = no_option_runs["xdist"].report.parent
+    for name in ("test_grid.py", ".pytest_cache"):  # the project as the xdist run left it, its cache filled
+        (shutil.copytree if name.startswith(".") else shutil.copy)(project / name, pytester.path / name)
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
+        monkeypatch.delenv(name, raising=False)  # as in a child run: this process may be an xdist worker
+    result = pytester.runpytest_inprocess(*N_AUTO)
+    output = "\n".join(result.outlines + result.errlines)
+    result.assert_outcomes(passed=1)
+    assert "restore: -n auto: this small audit runs in one process" in output
+    assert "[gw0]" not in output and "created:" not in output
+    assert (pytester.path / "restore-report.partial" / "cells.csv").read_text().count("fifo,8000,") == 2
 
 
 def test_paths_without_a_grid_leave_n_auto_to_xdist(pytester: pytest.Pytester) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import FAST_RETRIES, GRID, TINY, run_child, shared_run, small_args
+from grid_helpers import FAST_RETRIES, GRID, TINY, run_audit_here, shared_run, small_args
 from openai_server import FAULT_KINDS, SNAPSHOT_SUFFIX, Faults, OpenAIServer, fake_models_responder
 
 from pytest_restore.data.dataset import load_dataset
@@ -78,8 +78,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> list[Record]:
     """
 
     def build(where: Path) -> None:
-        (where / "test_grid.py").write_text(GRID)
-        run = run_child(["-p", "no:xdist", "-p", "no:cacheprovider", "-q", *SMALL], where, where / "restore-report")
+        run = run_audit_here(SMALL, where, where / "restore-report")
         assert run.ret == 0, run.output[-3000:]
 
     records = _records(shared_run(tmp_path_factory, "providers-reference", build) / "restore-report")
@@ -161,16 +160,9 @@ def clean_run(histories: list[History], tmp_path_factory: pytest.TempPathFactory
     """
 
     def build(project: Path) -> None:
-        (project / "test_grid.py").write_text(GRID)
-        (project / "conftest.py").write_text(FAST_RETRIES)
         with OpenAIServer(fake_models_responder(histories), latency=0.002) as server:
-            run = run_child(
-                ["-p", "no:xdist", *model_args(server, project / "cache")],
-                project,
-                project / "restore-report",
-                env={"OPENAI_API_KEY": DUMMY_KEY},
-            )
-            run.assert_passed(CELLS)
+            run = run_audit_here(model_args(server, project / "cache"), project, project / "restore-report", {"OPENAI_API_KEY": DUMMY_KEY})
+            assert run.ret == 0 and _cells(run.report) == CELLS, run.output[-3000:]
             (project / "bodies.json").write_text(json.dumps(sorted(server.successes)))
 
     project = shared_run(tmp_path_factory, "providers-clean-run", build)
@@ -178,6 +170,11 @@ def clean_run(histories: list[History], tmp_path_factory: pytest.TempPathFactory
     sent = Counter(json.loads(body)["model"] for body in bodies)
     with OpenAIServer(fake_models_responder(histories), latency=0.002) as server:
         yield CleanRun(server, project / "cache", project / "restore-report", bodies, sent)
+
+
+def _cells(report: Path) -> int:
+    """How many cells (policy and budget) the report's records come from."""
+    return len({(r.policy, r.budget) for r in read_records(report / "records.jsonl")})
 
 
 def _records(report: Path, *, usage: bool = False) -> list[Record]:
@@ -548,18 +545,12 @@ def local_run(histories: list[History], tmp_path_factory: pytest.TempPathFactory
     """
 
     def build(project: Path) -> None:
-        (project / "test_grid.py").write_text(GRID)
-        (project / "conftest.py").write_text(FAST_RETRIES)
         priced = [arg for spec, (i, o) in LOCAL_PRICES.items() for arg in ("--restore-price", f"{spec}={i},{o}")]
         with OpenAIServer(one_or_ten(histories), latency=0.002) as server:
             server.mode = "no-usage"
-            run = run_child(
-                ["-p", "no:xdist", *model_args(server, project / "cache"), *FEW_CELLS, *priced],
-                project,
-                project / "restore-report",
-                env={"OPENAI_API_KEY": DUMMY_KEY},
-            )
-            run.assert_passed(4)
+            args = [*model_args(server, project / "cache"), *FEW_CELLS, *priced]
+            run = run_audit_here(args, project, project / "restore-report", {"OPENAI_API_KEY": DUMMY_KEY})
+            assert run.ret == 0 and _cells(run.report) == 4, run.output[-3000:]
 
     return shared_run(tmp_path_factory, "providers-local-run", build)
 
