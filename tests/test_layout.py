@@ -17,6 +17,7 @@ STAGE = {
     "records_file": 0,
     "bootstrap": 0,
     "exits": 0,
+    "timeline": 0,
     "jsonl": 0,
     "settings": 0,
     "data": 1,
@@ -120,9 +121,11 @@ def test_the_check_finds_a_circle_and_a_backward_import() -> None:
     assert any(line.startswith("circle: ") for line in found)
 
 
-#: What ``plugin/`` may import at run time: the run core, the record types, the exit codes, itself.
+#: What ``plugin/`` may import at run time: the run core, the record types, the exit codes, the timeline, itself.
 #: (Type-only imports, under ``if TYPE_CHECKING:``, may name a stage's types: a hook's registry, a cell's run.)
-PLUGIN_IMPORTS = ("pytest_restore.run", "pytest_restore.record", "pytest_restore.exits", "pytest_restore.plugin")
+PLUGIN_IMPORTS = (
+    "pytest_restore.run", "pytest_restore.record", "pytest_restore.exits", "pytest_restore.timeline", "pytest_restore.plugin"
+)
 #: Where the plugin may read xdist's ``workerinput``: the one decision of a process's role
 #: (session.py), the worker's own input (worker.py) and the controller's hook handing it out (__init__.py).
 READS_WORKERINPUT = {"session.py", "worker.py", "__init__.py"}

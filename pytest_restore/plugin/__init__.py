@@ -191,6 +191,9 @@ def pytest_sessionstart(session: pytest.Session) -> Generator[None, None, None]:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Close real models' connections and progress displays."""
+    from pytest_restore.timeline import mark
+
+    mark("unconfigure")
     session = config.stash.get(SESSION_KEY, None)
     if session is not None:
         session.close()

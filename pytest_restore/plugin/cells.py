@@ -16,6 +16,7 @@ from pytest_restore.run.cells import CellFailed, cell_failures, run_cell
 from pytest_restore.run.grid import CellSpec
 from pytest_restore.run.parts import RunParts
 from pytest_restore.run.settings import SettingsError
+from pytest_restore.timeline import phase
 
 if TYPE_CHECKING:
     from pytest_restore.audit.run import Audit, CellRun
@@ -51,7 +52,8 @@ class RestoreCell:
             self.stop(unreadable, IO_ERROR)  # outside the except: one line, no chained traceback
         broken: str | None = None
         try:
-            self.run = run = run_cell(parts, self.spec, audit)
+            with phase(f"cell {self.spec.id}"):
+                self.run = run = run_cell(parts, self.spec, audit)
         except CellFailed as err:
             broken = str(err)  # a user's system broke the adapter's rules: its line, not the package's frames
         if broken is not None:
@@ -60,7 +62,8 @@ class RestoreCell:
         if fatal is not None:
             # A wrong key or an unknown model fails every call alike: stop at the first.
             self.stop(fatal, parts.fatal_exit_code())
-        self.session.ship(self.item, audit, run)
+        with phase(f"send {self.spec.id}"):
+            self.session.ship(self.item, audit, run)
         return run
 
     def stop(self, line: str, code: int) -> NoReturn:
@@ -73,6 +76,7 @@ class RestoreCell:
         """Fail the item, one short line per case, when one of the cell's checks fails (``run/cells.py``:
         the construct checks, then the family expectations this cell decides)."""
         run = self.run if self.run is not None else self.audit()
-        failures = cell_failures(self.session.parts, self.spec, run)
+        with phase(f"check {self.spec.id}"):
+            failures = cell_failures(self.session.parts, self.spec, run)
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)

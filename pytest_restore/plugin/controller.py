@@ -38,6 +38,7 @@ from pytest_restore.run.quality import RunStopped
 from pytest_restore.run.report import HeldCtrlC, partial_report_line, preload_figure
 from pytest_restore.run.session import RunSession
 from pytest_restore.run.staging import remove_orphans
+from pytest_restore.timeline import mark, phase
 
 
 def say_on_terminal(config: pytest.Config, message: str) -> None:
@@ -106,6 +107,7 @@ class ControllerSession:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Before any worker starts: the dry run's count (no item runs), or the checks before the grid."""
         try:
+            mark("session start")
             self.run.before_grid()
         except RunStopped as stop:
             self.stop_before_grid(session, stop)
@@ -190,7 +192,8 @@ class ControllerSession:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Judge the model calls, run the checks after the grid, start writing the report."""
         got = self.gathered
-        self.run.start_finish(self.run.partial(interrupted(session, got.selected, got.ran, got.failed)))
+        with phase("start finish"):
+            self.run.start_finish(self.run.partial(interrupted(session, got.selected, got.ran, got.failed)))
         if self.run.outcome.calls_failed:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if self.run.reporting():
@@ -204,7 +207,8 @@ class ControllerSession:
             # status the hook was called with back in.
             session.exitstatus = pytest.ExitCode.OK
         try:
-            outcome = self.run.await_finish(self._ctrl_c, self._quit_unwritten)
+            with phase("await report"):
+                outcome = self.run.await_finish(self._ctrl_c, self._quit_unwritten)
         finally:
             self._ctrl_c.release()  # Ctrl-C raises again: the report is written or given up
         session.exitstatus = self.run.exit_status(int(session.exitstatus))

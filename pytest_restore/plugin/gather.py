@@ -15,6 +15,7 @@ import pytest
 from pytest_restore.plugin.options import MESSAGE_PROPERTY
 from pytest_restore.run.message import ItemMessage
 from pytest_restore.run.session import GridMessages
+from pytest_restore.timeline import phase
 
 
 class Gathered(GridMessages):
@@ -42,4 +43,5 @@ class Gathered(GridMessages):
             return
         for name, value in properties:
             if name == MESSAGE_PROPERTY:
-                self.receive(ItemMessage.of(value), report.nodeid)
+                with phase(f"receive {report.nodeid.rsplit('[', 1)[-1].rstrip(']')}"):
+                    self.receive(ItemMessage.of(value), report.nodeid)

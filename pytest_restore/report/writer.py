@@ -58,6 +58,7 @@ from pytest_restore.stats.results import (
     cell_order,
 )
 from pytest_restore.stats.side_by_side import SIDE_COLUMNS, SideRow
+from pytest_restore.timeline import phase
 
 if TYPE_CHECKING:  # the loaders are imported where a file is read
     from pytest_restore.data.loaders import DatasetRegistry
@@ -158,9 +159,11 @@ def write_report(
     in its place when it is there.
     """
     out = Path(out_dir)
-    ordered = sort_records(Record.of(r) for r in records)
+    with phase("report: sort records"):
+        ordered = sort_records(Record.of(r) for r in records)
     out.mkdir(parents=True, exist_ok=True)
-    model = build_model(ordered, info)
+    with phase("report: model (statistics)"):
+        model = build_model(ordered, info)
     analysis, log = model.analysis, model.log
     files = ReportFiles(
         out_dir=out,
@@ -178,18 +181,22 @@ def write_report(
         notes=model.notes,
         log=log,
     )
-    files.records.write_text(render_records_jsonl(ordered, ordered=True), encoding="utf-8")
-    files.cells.write_text(render_cells_csv(analysis, model.side), encoding="utf-8")
-    files.hypotheses.write_text(render_hypotheses_json(model.findings), encoding="utf-8")
-    report_md = render_markdown(model)
-    files.report.write_text(report_md.text, encoding="utf-8")
-    files.summary.write_text(json.dumps(log.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    with phase("report: records.jsonl"):
+        files.records.write_text(render_records_jsonl(ordered, ordered=True), encoding="utf-8")
+    with phase("report: cells.csv, hypotheses.json, report.md, summary.json"):
+        files.cells.write_text(render_cells_csv(analysis, model.side), encoding="utf-8")
+        files.hypotheses.write_text(render_hypotheses_json(model.findings), encoding="utf-8")
+        report_md = render_markdown(model)
+        files.report.write_text(report_md.text, encoding="utf-8")
+        files.summary.write_text(json.dumps(log.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     from pytest_restore.report.figure import (
         write_figure,  # matplotlib loads when a report is written
     )
 
-    write_figure(model.findings, out, dataset=model.dataset, simulated=model.simulated_label)
-    _write_html(ordered, info, model, files, report_md, data_file, loaders, prepared)
+    with phase("report: figure"):
+        write_figure(model.findings, out, dataset=model.dataset, simulated=model.simulated_label)
+    with phase("report: report.html"):
+        _write_html(ordered, info, model, files, report_md, data_file, loaders, prepared)
     return files
 
 
@@ -208,7 +215,8 @@ def _write_html(
     from pytest_restore.report.story import StoryError, open_data
 
     try:
-        dataset, note = open_data(info, data_file, loaders, prepared), ""
+        with phase("report: report.html: the data's texts"):
+            dataset, note = open_data(info, data_file, loaders, prepared), ""
     except StoryError as err:
         dataset, note = None, f"The units' texts are not shown: {err}."
     opening = report_md.text.split("## Findings", 1)[0].replace("# Restore-counterfactual audit", "", 1)

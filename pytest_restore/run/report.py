@@ -42,6 +42,7 @@ from pytest_restore.run.grid import CellSpec
 from pytest_restore.run.parts import DataMeta
 from pytest_restore.run.plan import Plan
 from pytest_restore.run.staging import partial_dir, staging_dir, swap_into_place
+from pytest_restore.timeline import phase
 
 if TYPE_CHECKING:  # the loaders are imported where a file is read
     from pytest_restore.data.loaders import DatasetRegistry
@@ -158,15 +159,17 @@ def write_in_place(
     )
     try:
         # every file written once, whole: the provenance and the partial mark are the writer's input
-        files = write_report(
-            records, dataclasses.replace(info, provenance=provenance), staging, data_file=data_file, loaders=loaders,
-            prepared=prepared,
-        )
+        with phase("report: written"):
+            files = write_report(
+                records, dataclasses.replace(info, provenance=provenance), staging, data_file=data_file,
+                loaders=loaders, prepared=prepared,
+            )
         if calibration_json is not None:
             (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")
         if cancelled is not None and cancelled.is_set():
             raise ReportCancelled(f"{target} was not replaced")
-        swap_into_place(staging, target)
+        with phase("report: swap into place"):
+            swap_into_place(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -47,6 +47,7 @@ from pytest_restore.run.report import (
     write_in_place,
 )
 from pytest_restore.run.staging import partial_dir, remove_orphans
+from pytest_restore.timeline import phase
 
 
 class GridMessages:
@@ -213,7 +214,8 @@ class RunSession:
                 outcome.calls_failed = True
         if not got.records:
             return
-        self.checks.update(run_checks("after_grid", self.check_run(partial)))
+        with phase("checks after the grid"):
+            self.checks.update(run_checks("after_grid", self.check_run(partial)))
         report_dir = Path(self.settings.report_dir)
         self._target = report_dir if partial is None else partial_dir(report_dir)
         if partial is not None:
