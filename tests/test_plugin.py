@@ -395,6 +395,22 @@ class _Worker:
         self.shutting_down = True
 
 
+def test_records_travel_between_the_runs_processes_as_they_were_made() -> None:
+    import base64
+    import pickle
+
+    from pytest_restore.records_file import read_records
+    from pytest_restore.run.shared import records_of_text, records_text
+
+    records = tuple(read_records(Path(__file__).resolve().parent.parent / "fixtures" / "records-v2" / "records.jsonl"))
+    assert records_of_text(records_text(records)) == records
+    assert records_of_text(records_text(())) == ()
+    with pytest.raises(TypeError, match="not a tuple of records"):
+        records_of_text(base64.b64encode(pickle.dumps([1])).decode("ascii"))
+    with pytest.raises(TypeError, match="not a grid item's records"):
+        records_of_text(b"bytes")
+
+
 def test_the_grid_scheduler_implements_xdist_s_scheduling_protocol(pytester: pytest.Pytester) -> None:
     from xdist.scheduler.protocol import Scheduling  # type: ignore[import-untyped]
 

@@ -9,7 +9,6 @@ controller says what the workers do) and writes no report.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import pytest
@@ -18,6 +17,7 @@ from pytest_restore.plugin.runner import CellRunner
 from pytest_restore.run.message import ItemMessage
 from pytest_restore.run.parts import RunParts
 from pytest_restore.run.plan import Plan
+from pytest_restore.run.shared import records_text
 
 if TYPE_CHECKING:
     from pytest_restore.audit.run import Audit, CellRun
@@ -39,10 +39,11 @@ class WorkerRunner(CellRunner):
 
         Not nested values: xdist's serializer is pure Python and would take
         seconds over a full grid's records (each phase's report carries them).
+        The records are made into text once, for both.
         """
         if audit is None or run is None:
             return message.to_text()
-        records = json.dumps([r.to_json() for r in run.records])
+        records = records_text(run.records)
         self.parts.shared_cells().share(audit, run, records)
         return message.to_text(records)
 

@@ -15,7 +15,6 @@ benches/`` with the same options.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import shutil
@@ -37,6 +36,7 @@ from pytest_restore.run.plan import build_plan, check_before_work, default_regis
 from pytest_restore.run.quality import RunStopped
 from pytest_restore.run.session import RunSession
 from pytest_restore.run.settings import SettingsError
+from pytest_restore.run.shared import records_text
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def run_one(parts: RunParts, spec: CellSpec, process: str, share: bool) -> CellD
     message = cell_message(parts, process, spec, run)
     sent: ItemMessage | str = message
     if share:  # another process's check may read this cell's records
-        records = json.dumps([r.to_json() for r in run.records])
+        records = records_text(run.records)
         parts.shared_cells().share(audit, run, records)
         sent = message.to_text(records)
     return CellDone(spec.id, sent, tuple(cell_failures(parts, spec, run)))

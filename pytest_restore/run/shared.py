@@ -1,34 +1,53 @@
-"""Where a run's processes leave their cells' records for each other: one JSON file per cell.
+"""Where a run's processes leave their cells' records for each other: one file per cell.
 
 So a cell's check can read the cells it compares with (the control's
 baselines) from the xdist worker that ran them, instead of running them again.
+A file holds the cell's records as its item's message carries them
+(:func:`records_text`), made once for both.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
-import json
 import os
+import pickle
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
 
 from pytest_restore.audit.run import Audit, CellRun
 from pytest_restore.memory.eviction import Policy
 from pytest_restore.record import Record
 
 
+def records_text(records: Sequence[Record]) -> str:
+    """A cell's records as they travel between the run's own processes (a message, the shared cells):
+    one pickle of the records, in base64 (a string: xdist's messages and the shared files carry text)."""
+    return base64.b64encode(pickle.dumps(tuple(records), protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
+
+
+def records_of_text(text: object) -> tuple[Record, ...]:
+    """The records :func:`records_text` made, from a process of the same run (nothing else writes them)."""
+    if not isinstance(text, str):
+        raise TypeError(f"not a grid item's records: {type(text).__name__}")
+    records = pickle.loads(base64.b64decode(text))  # written by this run's own processes
+    if not isinstance(records, tuple) or not all(isinstance(r, Record) for r in records):
+        raise TypeError("not a grid item's records: not a tuple of records")
+    return records
+
+
 class SharedCells:
-    """Where a run's xdist workers leave their cells' records for each other: one JSON file per cell."""
+    """Where a run's xdist workers leave their cells' records for each other: one file per cell."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
     def _cell_file(self, reader: str, policy: str, budget: int, ranker: str) -> Path:
         digest = hashlib.sha256(f"{reader}\x1f{policy}\x1f{ranker}".encode()).hexdigest()[:16]
-        return self.root / f"{digest}-{budget}.json"
+        return self.root / f"{digest}-{budget}.records"
 
     def share(self, audit: Audit, run: CellRun, payload: str) -> None:
-        """Leave a worker's cell records (``payload``, their JSON) where other workers can read them."""
+        """Leave a worker's cell records (``payload``, their ``records_text``) where other workers can read them."""
         ranker = run.records[0].ranker if run.records else None
         path = self._cell_file(audit.reader.name, run.policy, run.budget, ranker or audit.ranker.name)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -47,6 +66,5 @@ class SharedCells:
         if not audit.has_cell(policy, budget, ranker):
             path = self._cell_file(audit.reader.name, policy.name, budget, ranker or audit.ranker.name)
             if path.exists():
-                shared = json.loads(path.read_text(encoding="utf-8"))
-                return [Record.from_json(r) for r in cast("list[dict[str, Any]]", shared)]
+                return list(records_of_text(path.read_text(encoding="ascii")))
         return audit.run_cell(policy, budget, ranker=ranker).records
