@@ -5,10 +5,12 @@ Runs the default grid with the fake models under ``pytest -n 2`` (as
 so every process of the run writes when each of its phases starts and ends
 (:mod:`pytest_restore.timeline`): the workers' cells, the messages they send
 and their checks, the controller's reading of each message, the checks after
-the grid, each part of the report, the wait for it. It prints the timeline
-(seconds from the start of the pytest process), the tail (what the session
-did after the last cell ended), each process's CPU seconds, and the machine's
-load, since on a shared machine wall time means little without it.
+the grid, each part of the report, the wait for it, and the report's page
+process (``run/page.py``). It prints the timeline (seconds from the start of
+the pytest process, each phase's wall and its process's CPU seconds), the tail
+(what the session did after the last cell ended), the process tree's CPU
+seconds and the machine's load, since on a shared machine wall time means
+little without them.
 
 ``--cache DIR`` is the run's pytest cache: a copy of a warm one (the prepared
 data, ``d/restore/prepared``) times the warm grid, which is what the tail is
@@ -74,6 +76,10 @@ def show(run: dict[str, Any]) -> None:
     """The run's timeline, its tail and each process's CPU."""
     start = run["start"]
     phases = sorted(run["phases"], key=lambda p: (p["start"], p["end"]))
+    controller = next((p["pid"] for p in phases if p["name"] == "session start"), None)
+    for p in phases:  # the report's page process writes as "main" too: named apart
+        if p["process"] == "main" and controller is not None and p["pid"] != controller:
+            p["process"] = "page"
     print(f"wall {run['wall']:.1f} s, CPU {run['cpu']:.1f} s (process tree), load {run['load'][0]:.2f} -> {run['load'][1]:.2f}")
     print(f"  {'process':<8} {'thread':<22} {'start':>6} {'end':>6} {'wall':>6} {'CPU':>6}  phase")
     for p in phases:
@@ -88,6 +94,12 @@ def show(run: dict[str, Any]) -> None:
           f"a tail of {run['wall'] - (cells_end - start):.1f} s")
     print(f"  the controller read {len(receives)} messages in {sum(p['end'] - p['start'] for p in receives):.1f} s "
           f"of wall, {sum(p['cpu'] for p in receives):.1f} CPU s")
+    written = [p for p in phases if p["name"] == "report: written"]
+    paged = [p for p in phases if p["process"] == "page"]
+    if written:
+        w = written[0]
+        print(f"  the report: {w['end'] - w['start']:.1f} s of wall, {w['cpu']:.1f} CPU s of the controller"
+              + (f", {sum(p['cpu'] for p in paged):.1f} CPU s of its page process" if paged else ""))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

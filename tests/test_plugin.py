@@ -272,6 +272,7 @@ def test_ctrl_c_while_the_report_is_written_leaves_the_earlier_report_whole(
         data_file: Path | None = None,
         loaders: object = None,
         prepared: Path | None = None,
+        page: object = None,
     ) -> ReportFiles:
         writing.set()
         release.wait(30)

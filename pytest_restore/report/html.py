@@ -322,6 +322,7 @@ def render_html(
     texts_note: str = "",
     opening: Sequence[str] = (),
     notes: Sequence[str] = (),
+    packed: str | None = None,
 ) -> str:
     """``report.html`` as text: findings, figure, cells tables, then every record's story.
 
@@ -330,9 +331,12 @@ def render_html(
     by policy (``ReportModel.versions``). ``opening`` are report.md's first lines (the run line, a simulated or
     partial notice), shown first; ``dataset`` gives the texts (``None``: the
     page says why they are missing, ``texts_note``); ``notes`` say what the
-    cells table's rows do not (``ReportFiles.notes``), under it.
+    cells table's rows do not (``ReportFiles.notes``), under it. ``packed``:
+    the page's data when it was made already (``pack(page_data(...))``, by
+    another process), in place of ``records``, ``dataset`` and ``texts_note``.
     """
-    data = page_data(records, dataset, texts_note, versions)
+    if packed is None:
+        packed = pack(page_data(records, dataset, texts_note, versions))
     findings, cells_b, cells_a = sections
     shown = [
         "<h1>Restore-counterfactual audit</h1>",
@@ -358,7 +362,7 @@ def render_html(
         + "\n".join(shown)
         + _BROWSER
         + "</main>\n"
-        + f'<script type="application/octet-stream" id="data">{pack(data)}</script>\n'
+        + f'<script type="application/octet-stream" id="data">{packed}</script>\n'
         + f"<script>{_SCRIPT}</script>\n</body></html>\n"
     )
 

@@ -38,7 +38,7 @@ import csv
 import io
 import json
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,7 +61,14 @@ from pytest_restore.stats.side_by_side import SIDE_COLUMNS, SideRow
 from pytest_restore.timeline import phase
 
 if TYPE_CHECKING:  # the loaders are imported where a file is read
+    from pytest_restore.data.dataset import Dataset
     from pytest_restore.data.loaders import DatasetRegistry
+
+#: ``report.html``'s data made elsewhere while the rest of the report is written (``run/page.py``: in a fresh
+#: process, beside the statistics and the figure): called with the records in canonical order and the run's
+#: info as the report starts, it returns what gives the packed data (:func:`page_text`) once it is made, or
+#: ``None`` when it was not (the data is then made here, as without it).
+PageMaker = Callable[[Sequence[Record], RunInfo], Callable[[], "str | None"]]
 
 
 def _cell_value(value: Any) -> str:
@@ -146,6 +153,7 @@ def write_report(
     data_file: str | Path | None = None,
     loaders: DatasetRegistry | None = None,
     prepared: str | Path | None = None,
+    page: PageMaker | None = None,
 ) -> ReportFiles:
     """Write every report file into ``out_dir``; the statistics pass runs once.
 
@@ -156,11 +164,14 @@ def write_report(
     takes its texts from it, read by the run's ``loaders`` (a session's
     include its conftest.py's); without it the page says why it has none.
     ``prepared`` is where the run keeps its prepared copy of that data, read
-    in its place when it is there.
+    in its place when it is there. ``page`` makes the page's data elsewhere
+    meanwhile (:data:`PageMaker`); the files are the same either way.
     """
     out = Path(out_dir)
     with phase("report: sort records"):
         ordered = sort_records(Record.of(r) for r in records)
+    with phase("report: report.html's data started elsewhere"):
+        page_made = page(ordered, info) if page is not None else None
     out.mkdir(parents=True, exist_ok=True)
     with phase("report: model (statistics)"):
         model = build_model(ordered, info)
@@ -196,7 +207,7 @@ def write_report(
     with phase("report: figure"):
         write_figure(model.findings, out, dataset=model.dataset, simulated=model.simulated_label)
     with phase("report: report.html"):
-        _write_html(ordered, info, model, files, report_md, data_file, loaders, prepared)
+        _write_html(ordered, info, model, files, report_md, data_file, loaders, prepared, page_made)
     return files
 
 
@@ -209,28 +220,52 @@ def _write_html(
     data_file: str | Path | None,
     loaders: DatasetRegistry | None = None,
     prepared: str | Path | None = None,
+    page_made: Callable[[], str | None] | None = None,
 ) -> None:
-    """``report.html``, its texts from the run's data file (or a line saying why there are none)."""
+    """``report.html``, its texts from the run's data file (or a line saying why there are none);
+    its data from ``page_made`` when that made it (:data:`PageMaker`)."""
     from pytest_restore.report.html import render_html
-    from pytest_restore.report.story import StoryError, open_data
 
-    try:
-        with phase("report: report.html: the data's texts"):
-            dataset, note = open_data(info, data_file, loaders, prepared), ""
-    except StoryError as err:
-        dataset, note = None, f"The units' texts are not shown: {err}."
+    with phase("report: report.html: waiting for its data"):
+        packed = page_made() if page_made is not None else None
+    if packed is None:
+        with phase("report: report.html: its data made here"):
+            packed = page_text(records, *page_dataset(info, data_file, loaders, prepared), model.versions)
     opening = report_md.text.split("## Findings", 1)[0].replace("# Restore-counterfactual audit", "", 1)
     page = render_html(
         records,
         (report_md.findings, report_md.cells_b, report_md.cells_a),
         versions=model.versions,
         figure_svg=files.figure_svg.read_text(encoding="utf-8"),
-        dataset=dataset,
-        texts_note=note,
+        dataset=None,
         opening=opening.splitlines(),
         notes=files.notes,
+        packed=packed,
     )
     files.html.write_text(page, encoding="utf-8")
+
+
+def page_dataset(
+    info: RunInfo,
+    data_file: str | Path | None,
+    loaders: DatasetRegistry | None = None,
+    prepared: str | Path | None = None,
+) -> tuple[Dataset | None, str]:
+    """The data ``report.html`` takes the units' texts from, and the page's note when it has none (why)."""
+    from pytest_restore.report.story import StoryError, open_data
+
+    try:
+        return open_data(info, data_file, loaders, prepared), ""
+    except StoryError as err:
+        return None, f"The units' texts are not shown: {err}."
+
+
+def page_text(ordered: Sequence[Record], dataset: Dataset | None, note: str, versions: Mapping[str, str]) -> str:
+    """``report.html``'s data, packed: every record's story (records in canonical order) with the texts of
+    ``dataset`` (:func:`page_dataset`, ``note`` when there are none) and the memory libraries' ``versions``."""
+    from pytest_restore.report.html import pack, page_data
+
+    return pack(page_data(ordered, dataset, note, versions))
 
 
 def terminal_lines(analysis: Analysis) -> list[str]:

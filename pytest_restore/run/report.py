@@ -39,6 +39,7 @@ from pytest_restore.report.inputs import (
 from pytest_restore.report.writer import ReportFiles, write_report
 from pytest_restore.run.calls import ModelCalls
 from pytest_restore.run.grid import CellSpec
+from pytest_restore.run.page import page_maker
 from pytest_restore.run.parts import DataMeta
 from pytest_restore.run.plan import Plan
 from pytest_restore.run.staging import partial_dir, staging_dir, swap_into_place
@@ -148,7 +149,8 @@ def write_in_place(
     is swapped in: the staging directory goes and :class:`ReportCancelled`
     is raised, so ``target`` stays as it was. ``data_file`` is the data the
     run read, for ``report.html``'s texts, read by the run's ``loaders`` (from its
-    prepared copy in ``prepared``, where there is one).
+    prepared copy in ``prepared``, where there is one); the page's data is made
+    in a fresh process meanwhile where that helps (``run/page.py``).
     """
     staging = staging_dir(target)
     provenance = Provenance(
@@ -162,7 +164,7 @@ def write_in_place(
         with phase("report: written"):
             files = write_report(
                 records, dataclasses.replace(info, provenance=provenance), staging, data_file=data_file,
-                loaders=loaders, prepared=prepared,
+                loaders=loaders, prepared=prepared, page=page_maker(data_file, loaders, prepared),
             )
         if calibration_json is not None:
             (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")
