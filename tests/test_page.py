@@ -66,6 +66,16 @@ def test_a_page_process_that_fails_leaves_the_page_to_this_one(tmp_path: Path, m
     assert made == [None]
 
 
+def test_what_does_not_pickle_leaves_the_page_to_this_process() -> None:
+    import dataclasses
+
+    info = read_run_info(RECORDS)
+    assert info.settings is not None
+    odd = dataclasses.replace(info, settings=dataclasses.replace(info.settings, extra={"hook": lambda: None}))
+    started = page.PageProcess(read_records(RECORDS), odd, TINY, None)
+    assert started.process is None and started.result() is None  # no process left waiting for its input
+
+
 def test_a_small_report_one_core_or_a_conftests_loader_make_the_page_here(monkeypatch: pytest.MonkeyPatch) -> None:
     small = page_maker(TINY, default_datasets(), None, min_records=10**6)
     if small is not None:  # the process starts for a report of at least min_records records only

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import queue
 import signal
 import subprocess
 import sys
@@ -98,29 +99,37 @@ class PageProcess:
     """One page's data being made by a fresh Python process; :meth:`result` waits for it."""
 
     def __init__(self, ordered: Sequence[Record], info: RunInfo, data_file: Path | None, prepared: Path | None) -> None:
+        """Start the process and send it what it reads: first what the data's texts need (it reads them
+        while the records are pickled here), then the records. Whatever fails here leaves the page to
+        the report's process (:meth:`result` is ``None``), never the report unwritten."""
+        self.process: subprocess.Popen[bytes] | None = None
+        self._feeder: threading.Thread | None = None
         package_root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
-        # what the data's texts need first (the process reads them while the records are pickled here)
-        head = pickle.dumps(
-            (info.settings, info.dataset, library_versions(memory_cells(info)), data_file, prepared), protocol=pickle.HIGHEST_PROTOCOL
-        )
-        self._feeder: threading.Thread | None = None
         try:
-            self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
+            head = pickle.dumps(
+                (info.settings, info.dataset, library_versions(memory_cells(info)), data_file, prepared),
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
+            self.process = subprocess.Popen(
                 [sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL, env=env, start_new_session=True,
             )
-        except OSError:
-            self.process = None
+        except Exception:  # noqa: BLE001 - a setting that does not pickle, no process to start: made here
             return
         assert self.process.stdin is not None
-        with phase("report: report.html's data: records pickled for its process"):
-            body = pickle.dumps(tuple(ordered), protocol=pickle.HIGHEST_PROTOCOL)
-        # written by a thread: a pipe's write waits for the reader (without the interpreter lock)
+        # written by a thread: a pipe's write waits for its reader (without the interpreter lock)
+        sent: queue.Queue[bytes | None] = queue.Queue()
         self._feeder = threading.Thread(
-            target=_feed, args=(self.process.stdin, head + body), name="pytest-restore-page-feed", daemon=True
+            target=_feed, args=(self.process.stdin, sent), name="pytest-restore-page-feed", daemon=True
         )
         self._feeder.start()
+        sent.put(head)
+        try:
+            with phase("report: report.html's data: records pickled for its process"):
+                sent.put(pickle.dumps(tuple(ordered), protocol=pickle.HIGHEST_PROTOCOL))
+        finally:
+            sent.put(None)  # its input closed: without the records the process fails, and result() says so
 
     def result(self) -> str | None:
         """The packed page data, or ``None`` when the process failed (then it is made here)."""
@@ -139,12 +148,15 @@ class PageProcess:
         return out.decode("ascii") if out else None
 
 
-def _feed(pipe: BinaryIO, data: bytes) -> None:
-    """Write ``data`` to the page's process and close its input (a process that ended early only loses it)."""
-    with contextlib.suppress(OSError):  # BrokenPipeError: the process failed; result() says so
-        try:
-            pipe.write(data)
-        finally:
+def _feed(pipe: BinaryIO, sent: queue.Queue[bytes | None]) -> None:
+    """Write what is ``sent`` to the page's process until ``None``, then close its input (a process that
+    ended early only loses what was still to come)."""
+    try:
+        pipe.writelines(iter(sent.get, None))
+    except OSError:  # BrokenPipeError: the process failed; result() says so
+        pass
+    finally:
+        with contextlib.suppress(OSError):
             pipe.close()
 
 
