@@ -24,7 +24,7 @@ import pytest
 from net_guard import BlockedConnection, net_guard
 from openai_server import OpenAIServer
 
-from pytest_restore.data.tokens import shipped_encoding
+from pytest_restore.data.tokens import count_tokens, shipped_encoding
 from pytest_restore.models.anthropic_messages import translated_reply, translated_request
 from pytest_restore.models.base import ChatRequest, ReplyFormat, read_wire_reply
 from pytest_restore.models.cache import request_key
@@ -276,7 +276,9 @@ def test_the_cache_key_of_an_audit_request_is_unchanged_and_a_gateways_covers_it
 
 
 def test_a_rerun_on_the_same_cache_sends_nothing_upstream(tmp_path: Path) -> None:
-    def run_once(server: OpenAIServer) -> None:
+    texts = ["a lake", "a group"]
+
+    def run_once(server: OpenAIServer) -> Gateway:
         chat = OpenAIChatModel(model="gpt-4o-mini", base_url=server.base_url, cache=_cache(tmp_path), max_tries=1)
         embedder = OpenAIEmbedder(model="text-embedding-3-small", base_url=server.base_url, max_tries=1)
         with Gateway(chat, embedder, cache_dir=tmp_path) as gw:
@@ -284,14 +286,17 @@ def test_a_rerun_on_the_same_cache_sends_nothing_upstream(tmp_path: Path) -> Non
             c.chat.completions.create(model="x", messages=[{"role": "user", "content": TURN}], tools=TOOLS)
             json_ask = [{"role": "system", "content": "Reply in JSON."}, {"role": "user", "content": TURN}]
             c.chat.completions.create(model="x", messages=json_ask, response_format={"type": "json_object"})
-            assert len(c.embeddings.create(model="x", input=["a lake", "a group"]).data[1].embedding) == 1536
+            assert len(c.embeddings.create(model="x", input=texts).data[1].embedding) == 1536
             assert gw.usage.cached + gw.usage.sent == 2
+        # what the texts cost is counted whoever paid it (a library's store); what went upstream, in its usage
+        assert gw.tokens["embedding"] == sum(count_tokens(texts)) > 0
+        return gw
 
     with OpenAIServer() as first:
-        run_once(first)
+        assert run_once(first).usage.embedded_tokens == sum(count_tokens(texts))
         assert len(first.log) == 3  # two chat calls, one embeddings request
     with OpenAIServer() as second:
-        run_once(second)
+        assert run_once(second).usage.embedded_tokens == 0
         assert second.log == []  # the rerun: everything from the response cache and the vectors on disk
 
 

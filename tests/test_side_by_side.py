@@ -12,6 +12,7 @@ calls without building a store.
 from __future__ import annotations
 
 import csv
+import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -34,6 +35,7 @@ from pytest_restore.models.embeddings import FakeEmbedder
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 from pytest_restore.models.fake_writer import FakeWriter
 from pytest_restore.models.gateway import Gateway
+from pytest_restore.models.providers import price_of
 from pytest_restore.report.inputs import read_records
 from pytest_restore.report.numbers import share_ci
 from pytest_restore.stats.analysis import analyse
@@ -142,6 +144,14 @@ def test_a_library_records_carry_its_share_of_its_stores_calls(side_by_side_grid
             assert r.writer == "fake" and r.memory_tokens == (0.0, 0.0)
         elif r.policy == "fifo":
             assert r.writer is None and r.memory_tokens is None
+    # and its embeddings: the tokens its stores embedded, per question, beside the chat calls' (the fake embedder: free)
+    summary = json.loads((side_by_side_grid.report / "summary.json").read_text())
+    figures = {c["policy"]: c["figures"] for c in summary["run"]["checks"]["memory_systems"]["result"]["cells"]}
+    costs = {c["policy"]: c["memory"] for c in summary["cost"]["per_cell"]}
+    for name in INSTALLED:
+        assert figures[name]["embedder"] == "fake" and figures[name]["embedding_tokens"] > 0
+        assert costs[name]["embedding_tokens"] > 0 and costs[name]["usd"] == 0.0
+    assert "embedder" not in figures["session-summary"] and "embedding_tokens" not in (costs.get("fifo") or {})
 
 
 # -- a library's calls priced per question ---------------------------------------------------------
@@ -185,6 +195,18 @@ def test_a_librarys_own_calls_are_priced_and_split_over_the_questions_of_its_sto
     assert mine.memory is not None and mine.memory.usd == pytest.approx(
         (2.0 * gateway.tokens["input"] + 8.0 * gateway.tokens["output"]) / 1e6 / len(records), rel=1e-3
     )  # each share is kept to a hundredth of a token
+    # its embeddings: the store's figures name the embedder and the tokens of every text it asked for, priced at
+    # the embedder's price (an OpenAI embedding model's here: $0.02 per million tokens in) over the same questions
+    assert cell.memory is not None and cell.memory.embedder == "fake"
+    assert cell.memory.embedding_tokens == gateway.tokens["embedding"] > 0
+    embedder = "openai:text-embedding-3-small"
+    assert price_of(embedder) == (0.02, 0.0) and price_of("openai:my-local-embedder") is None
+    where = {(r.policy, r.budget, r.reader): (embedder, cell.memory.embedding_tokens) for r in records}
+    [embedded] = cost_figures(records, {"fake": (2.0, 8.0), embedder: (0.02, 0.0)}, where).cells  # type: ignore[union-attr]
+    assert embedded.memory is not None and embedded.memory.embedding_tokens == pytest.approx(gateway.tokens["embedding"] / len(records))
+    assert embedded.memory.usd == pytest.approx(mine.memory.usd + 0.02 * gateway.tokens["embedding"] / 1e6 / len(records))
+    [unpriced] = cost_figures(records, {"fake": (2.0, 8.0), embedder: None}, where).cells  # type: ignore[union-attr]
+    assert unpriced.memory is not None and unpriced.memory.usd is None  # an embedder of unknown price: unknown
 
 
 # -- report.html: each store of a question beside the others -------------------------------------
@@ -245,7 +267,7 @@ def test_the_dry_run_estimates_each_librarys_calls_without_running_it(pytester: 
     result = pytester.runpytest_inprocess(
         "-p", "no:xdist", "-p", "no:cacheprovider", f"--restore-data={LOCOMO}", "--restore-budgets=2000,500",
         f"--restore-policies={','.join(['fifo', *INSTALLED])}", "--restore-writer-model=openai:gpt-4o-mini",
-        "--restore-calibration=off", "--restore-dry-run",
+        "--restore-writer-embedder=openai:text-embedding-3-small", "--restore-calibration=off", "--restore-dry-run",
     )
     assert result.ret == 0, result.outlines[-20:]
     turns = 2 * (18 + 12)  # two budgets over the fixture's two conversations
@@ -257,6 +279,16 @@ def test_the_dry_run_estimates_each_librarys_calls_without_running_it(pytester: 
         calls = round(known.chat_per_turn * turns)
         assert line.split()[1:6] == ["openai:gpt-4o-mini", f"{calls:,}", "0", f"{calls:,}", f"{calls * known.tokens[0]:,}"]
         assert "libraries/registry.py" in line
+    for name in INSTALLED[:-1]:  # the embeddings beside, at the embedder's price (OpenAI's: $0.02 per million tokens in)
+        embeddings = registry.CALL_ESTIMATES[name].embeddings
+        assert embeddings is not None
+        requests = round(embeddings[0] * turns)
+        line = next(line for line in lines if f"  {name}: estimate, {embeddings[0]:.2f} embeddings requests a turn" in line)
+        tokens = requests * embeddings[1]
+        assert line.split()[1:8] == [
+            "openai:text-embedding-3-small", f"{requests:,}", "0", f"{requests:,}", f"{tokens:,}", "0", f"{tokens * 0.02 / 1e6:,.2f}"
+        ]
+    assert any(line.startswith("estimated cost of what is still to send: at most $") for line in result.outlines)
     [said] = [line for line in lines if line.startswith(f"library {unmeasured}:")]
     assert f"~2 chat calls a turn (a test's figure) x {turns} turns" in said and "not in the estimate" in said
     reader = next(line for line in result.outlines if line.startswith("reader"))

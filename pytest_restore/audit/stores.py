@@ -156,11 +156,16 @@ class Stores(ModelCalls):
         chat = {id(r): sum(n for kind, n in r.figures.calls.items() if kind != "embeddings") for r in built}
         priced = library_of(policy) is not None and (window.calls() or not any(sum(r.figures.calls.values()) for r in built))
         tokens_in, tokens_out, estimated = window.tokens()
+        embedded = window.embeddings()
+        asked = {id(r): r.figures.calls.get("embeddings", 0) for r in built}
         for key in pending:
             result = done[key]
             if isinstance(result, StoreView):
                 if priced:  # each store's share of the window's tokens by its own chat calls (its adapter counts them)
                     part = chat[id(result)] / max(1, sum(chat.values()))
+                    if embedded is not None and asked[id(result)]:  # and of its embedded tokens by its requests
+                        result.figures.embedder = embedded[0]
+                        result.figures.embedding_tokens = round(embedded[1] * asked[id(result)] / sum(asked.values()))
                     result = result._replace(tokens=(round(tokens_in * part), round(tokens_out * part), estimated > 0))
                 self._views[key] = result
             elif isinstance(result, Exception):
@@ -196,6 +201,9 @@ class Stores(ModelCalls):
                 if alone and (tally.calls() or not sum(figures.calls.values())):  # else its calls went elsewhere
                     tokens_in, tokens_out, estimated = tally.tokens()
                     tokens = (tokens_in, tokens_out, estimated > 0)
+                    embedded = tally.embeddings()
+                    if embedded is not None and figures.calls.get("embeddings"):
+                        figures.embedder, figures.embedding_tokens = embedded
         else:
             memories = system.hold(history.units, history.sizes, budget, ctx)
         view, mask, sources = memory_view(history, memories)

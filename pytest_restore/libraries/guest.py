@@ -196,6 +196,15 @@ class CallTally:
         now.subtract(self._tokens)
         return now["input"], now["output"], now["estimated"]
 
+    def embeddings(self) -> tuple[str, int] | None:
+        """The embedder the gateway sends to (its run name: ``fake``, ``openai:MODEL``) and the o200k_base tokens
+        of the texts embeddings requests asked for since this tally began, read from disk or not: what the store's
+        embeddings cost (``None``: no gateway)."""
+        gateway = run_gateway()
+        if gateway is None:
+            return None
+        return gateway.embedder.name, gateway.tokens["embedding"] - self._tokens["embedding"]
+
 
 def quiet_environment() -> None:
     """Switch every known library's telemetry off (before the library is imported; a user's own

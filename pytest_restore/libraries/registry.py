@@ -86,18 +86,22 @@ class CallEstimate:
     tokens: tuple[int, int] | None
     #: where the figures come from
     source: str
+    #: embeddings requests per turn fed and o200k_base tokens per request (``None``: not measured)
+    embeddings: tuple[float, int] | None = None
 
 
 #: Each library's chat calls per turn and tokens per call, measured through the run's gateway on the LoCoMo
 #: fixture (``fixtures/locomo_tiny.json``, 30 turns) with the fake writer: the calls and their inputs are the
 #: library's own prompts; the outputs are the fake writer's (a real model may write more). docs/LIBRARIES.md
 #: has the table. cognee is not in the dev extra: its calls per turn are the ones docs/LIBRARIES.md measured
-#: beside it, its tokens were not.
+#: beside it, its tokens were not (its embeddings were, with cognee 1.6.5 on the whole fixture). An embeddings
+#: request's tokens are its texts' o200k_base tokens, as the gateway counts them (the fake writer's texts: a real
+#: model's may be longer).
 CALL_ESTIMATES: dict[str, CallEstimate] = {
-    "mem0": CallEstimate(1.77, (1207, 75), "mem0ai 1.0.11, LoCoMo fixture, fake writer"),
-    "graphiti": CallEstimate(3.63, (1380, 44), "graphiti-core 0.31.2, LoCoMo fixture, fake writer"),
-    "langmem": CallEstimate(1.00, (701, 58), "langmem 0.0.30, LoCoMo fixture, fake writer"),
-    "cognee": CallEstimate(2.00, None, "cognee 1.6, LoCoMo fixture's second conversation, fake writer"),
+    "mem0": CallEstimate(1.77, (1207, 75), "mem0ai 1.0.11, LoCoMo fixture, fake writer", (0.83, 13)),
+    "graphiti": CallEstimate(3.63, (1380, 44), "graphiti-core 0.31.2, LoCoMo fixture, fake writer", (3.57, 8)),
+    "langmem": CallEstimate(1.00, (701, 58), "langmem 0.0.30, LoCoMo fixture, fake writer", (2.07, 29)),
+    "cognee": CallEstimate(2.00, None, "cognee 1.6, LoCoMo fixture's second conversation, fake writer", (6.00, 34)),
 }
 
 

@@ -64,6 +64,8 @@ class _LibraryFiguresJSON(TypedDict, total=False):
 
     library: str
     ingest_seconds: float
+    embedder: str
+    embedding_tokens: int
 
 
 class SystemFiguresJSON(_LibraryFiguresJSON):
@@ -110,6 +112,11 @@ class SystemFigures:
     #: seconds a memory library's stores took to make and feed (the audit times every library alike, around
     #: the whole history: the library's own work, its model calls and the adapter's reads of what it holds)
     ingest_seconds: float = 0.0
+    #: the embedder a memory library's embeddings went to through the run's gateway (its run name: ``fake``,
+    #: ``openai:MODEL``; several joined by ``, ``), and the o200k_base tokens of the texts its stores asked it to
+    #: embed, read from disk or not (what they cost, whoever paid it this time); "" and 0: none
+    embedder: str = ""
+    embedding_tokens: int = 0
 
     def reject(self, kind: str, cause: str, n: int = 1) -> None:
         """Count ``n`` answers of a ``kind`` of call the system could not use, for ``cause``."""
@@ -126,6 +133,8 @@ class SystemFigures:
             self.events + other.events, self.evicted + other.evicted, self.held_tokens + other.held_tokens,
             ", ".join(sorted({v for f in (self, other) for v in f.library.split(", ") if v})),
             self.ingest_seconds + other.ingest_seconds,
+            ", ".join(sorted({v for f in (self, other) for v in f.embedder.split(", ") if v})),
+            self.embedding_tokens + other.embedding_tokens,
         )
         for figures in (self, other):
             for kind, causes in figures.rejected.items():
@@ -134,7 +143,7 @@ class SystemFigures:
         return out
 
     def to_json(self) -> SystemFiguresJSON:
-        """The figures as plain, sorted JSON values (a library's two only for a library)."""
+        """The figures as plain, sorted JSON values (a library's own only for a library)."""
         out: SystemFiguresJSON = {
             "stores": self.stores,
             "units": self.units,
@@ -149,6 +158,9 @@ class SystemFigures:
         if self.library:
             out["library"] = self.library
             out["ingest_seconds"] = round(self.ingest_seconds, 3)
+        if self.embedder:
+            out["embedder"] = self.embedder
+            out["embedding_tokens"] = self.embedding_tokens
         return out
 
     @classmethod
@@ -160,6 +172,7 @@ class SystemFigures:
             {k: Counter(c) for k, c in data["rejected"].items()},
             Counter(data["events"]), int(data["evicted"]), int(data.get("held_tokens", 0)),
             str(data.get("library", "")), float(data.get("ingest_seconds", 0.0)),
+            str(data.get("embedder", "")), int(data.get("embedding_tokens", 0)),
         )
 
 

@@ -111,6 +111,8 @@ class GatewayUsage:
     embedding_requests: int = 0
     embedded_texts: int = 0
     embedded_upstream: int = 0
+    #: the o200k_base tokens of the texts embedded upstream (what the embedder is paid for)
+    embedded_tokens: int = 0
 
     def to_json(self) -> dict[str, int]:
         """Plain values."""
@@ -275,8 +277,9 @@ class Gateway:
         #: chat calls by what they asked (``json_schema NAME``, ``tool NAME``, ``json_object``, ``text``) and ``embeddings``
         self.calls: Counter[str] = Counter()
         #: the tokens of every answered chat call, from the cache or not (``input``, ``output``), and how many
-        #: of those calls' tokens the managed layer estimated (``estimated``): what a library's store cost,
-        #: whoever paid it this time (:class:`GatewayUsage` counts only what went upstream)
+        #: of those calls' tokens the managed layer estimated (``estimated``), and the o200k_base tokens of every
+        #: text an embeddings request asked for, embedded upstream or read from disk (``embedding``): what a
+        #: library's store cost, whoever paid it this time (:class:`GatewayUsage` counts only what went upstream)
         self.tokens: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._numbers = iter(range(1, 2**62))
@@ -410,11 +413,17 @@ class Gateway:
         asked = body.get("dimensions")
         if asked is not None and self.dimensions is not None and asked != self.dimensions:
             raise GatewayError(400, f"'dimensions': {self.embedding_name} gives {self.dimensions}, not {asked}")
+        # tiktoken: loaded when a library embeds
+        from pytest_restore.data.tokens import count_tokens
+
+        priced = sum(count_tokens(texts))  # as the dry run counts an embedder's texts
         with self._lock:
             self.calls["embeddings"] += 1
             self.usage.embedding_requests += 1
             self.usage.embedded_texts += len(texts)
         vectors = self._within_deadline(f"embeddings of {self.embedding_name}", lambda: self._embed(texts))
+        with self._lock:
+            self.tokens["embedding"] += priced
         data = []
         for i, row in enumerate(np.asarray(vectors, dtype=np.float32)):
             value: Any = base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") if encoding == "base64" else [float(x) for x in row]
@@ -422,11 +431,17 @@ class Gateway:
         return {"object": "list", "data": data, "model": str(body.get("model") or self.embedding_name), "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
     def _embed(self, texts: Sequence[str]) -> Any:
+        from pytest_restore.data.tokens import count_tokens
+
         try:
             if self.vectors is not None:
+                todo = self.vectors.missing(texts)
                 done = self.vectors.ensure(texts)
+                # another process may have embedded some of ``todo`` meanwhile: the tokens of the share done here
+                tokens = sum(count_tokens(todo)) * done // len(todo) if done else 0
                 with self._lock:
                     self.usage.embedded_upstream += done
+                    self.usage.embedded_tokens += tokens
                 return self.vectors.store.vectors(texts)
             vectors, got, error = self.embedder.embed_partial(texts)
         except Exception as err:  # noqa: BLE001 - any failure of the embedder is the library's 502
@@ -435,6 +450,7 @@ class Gateway:
             raise GatewayError(502, f"{self.embedding_name}: {error or 'some texts got no vector'}", "server_error", "upstream_failed")
         with self._lock:
             self.usage.embedded_upstream += len(texts)
+            self.usage.embedded_tokens += sum(count_tokens(texts))
         return vectors
 
 

@@ -253,7 +253,8 @@ def price_of(
 
     A price given (``--restore-price``, as ``PROVIDER:MODEL`` or the bare
     model) is taken as given, exact or by family; else the provider's own
-    declaration, at its batch discount under ``batch``.
+    declaration, at its batch discount under ``batch``; for an embedding model
+    (a memory library's embedder), its embedding price in and nothing out.
     """
     resolved = resolve(spec, providers)
     if resolved is None or not resolved[0].real:
@@ -266,7 +267,10 @@ def price_of(
     if known:
         return given[max(known, key=len)]
     declared = provider.price(model)
-    if declared is None or not batch:
+    if declared is None:  # an embedding model's: its price per million input tokens, nothing out (never batched)
+        embedding = provider.embedding_price(model)
+        return (embedding, 0.0) if embedding is not None else None
+    if not batch:
         return declared
     discount = provider.batch_discount if provider.batch_discount is not None else 1.0
     return (declared[0] * discount, declared[1] * discount)

@@ -83,10 +83,23 @@ def library_versions(cells: Sequence[dict[str, Any]]) -> dict[str, str]:
     return {str(c["policy"]): str(c["figures"]["library"]) for c in cells if c["figures"].get("library")}
 
 
+def library_embeddings(cells: Sequence[dict[str, Any]]) -> dict[tuple[str, int, str], tuple[str, int]]:
+    """By (policy, budget, reader): the embedder a memory library's stores embedded with through the run's gateway,
+    and the tokens they embedded, from the memory-systems check's cells (empty when no library embedded)."""
+    return {
+        (str(c["policy"]), int(c.get("budget", 0)), str(c.get("reader", ""))): (
+            str(c["figures"]["embedder"]), int(c["figures"].get("embedding_tokens", 0))
+        )
+        for c in cells
+        if c["figures"].get("embedder")
+    }
+
+
 def cost_of(records: Sequence[Record], info: RunInfo) -> CostFigures | None:
-    """The run's cost per answer at the prices its summary names (:mod:`pytest_restore.stats.cost`)."""
+    """The run's cost per answer at the prices its summary names (:mod:`pytest_restore.stats.cost`), a memory
+    library's embeddings among its own calls'."""
     prices = info.settings.model_prices if info.settings is not None else None
-    return cost_figures(records, prices or {})
+    return cost_figures(records, prices or {}, library_embeddings(memory_cells(info)))
 
 
 def run_log(

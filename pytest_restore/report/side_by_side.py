@@ -38,7 +38,8 @@ def render_side_by_side_md(rows: Sequence[SideRow]) -> str:
             "system, turns for a store of raw turns, and their tokens); the policy's own model calls per turn it was "
             "fed (chat calls, then embeddings requests), the seconds a library took to make and feed its stores per "
             "turn, and what its own calls cost per question (its chat calls through the run's gateway at the writer "
-            "model's price, each store's split over the questions of its history); and the library's version."
+            "model's price and its embeddings at the embedder's, each store's split over the questions of its history); "
+            "and the library's version."
         ),
         "",
         (

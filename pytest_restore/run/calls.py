@@ -302,7 +302,8 @@ LIBRARY_STAND_IN = "fact-extract"
 def library_lines(parts: RunParts) -> tuple[list[CostLine], list[str]]:
     """The dry run's estimate of each memory library's own chat calls (through the run's gateway, to the writer
     model): its measured chat calls per turn and tokens per call (``libraries.registry.CALL_ESTIMATES``) times the
-    turns its stores will be fed (every audited history, at every budget and seed); and a line for each library
+    turns its stores will be fed (every audited history, at every budget and seed), beside it its embeddings
+    requests and their tokens at the embedder's price where the embedder is real; and a line for each library
     whose tokens were never measured (its calls are not in the estimate). No library runs in a dry run, so what
     the cache already holds of its calls is not known: none is counted cached."""
     s, audit = parts.settings, parts.audit()
@@ -320,13 +321,22 @@ def library_lines(parts: RunParts) -> tuple[list[CostLine], list[str]]:
                 f"library {library.name}: {per_turn}{turns:,} turns to the writer {s.writer_model}; its tokens per call "
                 "were never measured (libraries/registry.py), so its calls are not in the estimate above"
             )
-            continue
-        calls = round(known.chat_per_turn * turns)
-        lines.append(CostLine(
-            "library", s.writer_model, calls, 0, calls * known.tokens[0], calls * known.tokens[1],
-            f"{library.name}: estimate, {known.chat_per_turn:.2f} chat calls a turn x {turns:,} turns at "
-            f"{known.tokens[0]:,} in and {known.tokens[1]:,} out per call ({known.source}; libraries/registry.py)",
-        ))
+        else:
+            calls = round(known.chat_per_turn * turns)
+            lines.append(CostLine(
+                "library", s.writer_model, calls, 0, calls * known.tokens[0], calls * known.tokens[1],
+                f"{library.name}: estimate, {known.chat_per_turn:.2f} chat calls a turn x {turns:,} turns at "
+                f"{known.tokens[0]:,} in and {known.tokens[1]:,} out per call ({known.source}; libraries/registry.py)",
+            ))
+        embedder = s.writer_embedder or "fake"
+        if embedder != "fake" and known is not None and known.embeddings is not None:  # the fake embedder is free
+            per_request, tokens = known.embeddings
+            requests = round(per_request * turns)
+            lines.append(CostLine(
+                "library", embedder, requests, 0, requests * tokens, 0,
+                f"{library.name}: estimate, {per_request:.2f} embeddings requests a turn x {turns:,} turns at "
+                f"{tokens:,} tokens each ({known.source}; libraries/registry.py)",
+            ))
     return lines, unmeasured
 
 

@@ -239,6 +239,13 @@ class RunParts:
                 "sent": u.sent, "cached": u.cached, "failed": u.failed, "input_tokens": u.input_tokens,
                 "output_tokens": u.output_tokens, "served": [],
             }
+        embedder = self.settings.writer_embedder
+        if gateway is not None and embedder is not None and is_real(embedder, self.plan.registries.providers):
+            u = gateway.usage  # their embeddings: texts embedded upstream (sent) or read from disk (cached)
+            seen[f"library-embedder {embedder}"] = {
+                "sent": u.embedded_upstream, "cached": u.embedded_texts - u.embedded_upstream, "failed": 0,
+                "input_tokens": u.embedded_tokens, "output_tokens": 0, "served": [],
+            }
         return seen
 
     def fatal_error(self) -> str | None:

@@ -75,7 +75,9 @@ def run_info(
     the plan's. Each reader's and the judge's price (USD per million tokens
     in and out: ``--restore-price``, else the provider's declaration;
     ``None``: unknown), and the importance scorer's and the writer's when a
-    policy called them, go in ``model_prices`` for the cost per question.
+    policy called them, and the embedder's when a memory library embedded
+    through the run's gateway (its embedding price in, nothing out), go in
+    ``model_prices`` for the cost per question.
     """
     settings, providers = plan.settings, plan.registries.providers
     shown = settings.to_json()  # the declared settings only: none of the run's own (where the report goes)
@@ -92,7 +94,7 @@ def run_info(
     writers = tuple(dict.fromkeys(r.writer for r in records if r.writer is not None and r.writer not in settings.readers))
     priced = {
         spec: price_of(spec, given, providers, batch=settings.batch)
-        for spec in dict.fromkeys((*settings.readers, settings.judge, *scorer, *writers))
+        for spec in dict.fromkeys((*settings.readers, settings.judge, *scorer, *writers, *library_embedders(checks)))
     }
     shown_settings = RunSettings(
         audit=AuditSettings.from_json(shown), keys=tuple(keys), run_id=records[0].run_id if records else None,
@@ -103,6 +105,14 @@ def run_info(
         settings=shown_settings, dataset=data_description(run_meta), exclusions=dict(run_meta.get("exclusions", {})),
         checks=dict(checks), families=plan.families,
     )
+
+
+def library_embedders(checks: Mapping[str, CheckResult]) -> tuple[str, ...]:
+    """The embedders the memory libraries' stores embedded with through the run's gateway (the memory-systems
+    check's figures; empty when no library ran)."""
+    found = checks.get("memory_systems")
+    cells = found.to_json()["cells"] if found is not None else []
+    return tuple(dict.fromkeys(e for c in cells for e in str(c["figures"].get("embedder", "")).split(", ") if e))
 
 
 def grid_cells(records: Sequence[Record], cells: Sequence[CellSpec]) -> dict[str, list[str]]:

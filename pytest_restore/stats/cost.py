@@ -23,7 +23,9 @@ Beside them, per regime-(b) cell, what the memory policy's own model calls
 cost per question (``memory``): the importance scorer's, priced as the
 record's ``scorer``, and a memory system's writer's (session-summary-model,
 fact-extract-model) and a memory library's own chat calls through the run's gateway (mem0, graphiti, ...),
-priced as its ``writer`` (``--restore-writer-model``, else the reader). A store is built once per history and serves every
+priced as its ``writer`` (``--restore-writer-model``, else the reader), and a library's embeddings through the
+gateway, priced as its embedder (``--restore-writer-embedder``: an embedding model's price in, nothing out; the
+tokens its stores embedded, from the memory-systems check). A store is built once per history and serves every
 question of it, so each record carries its question's share
 (``memory_tokens``: each call split over the audited questions whose history
 it served); over a cell's questions the shares add up to the calls that built
@@ -65,10 +67,16 @@ class ConditionCost:
     usd: float | None
     #: answers whose tokens are (partly) estimated: a model reported no usage
     estimated: int
+    #: a memory library's share: the tokens its stores embedded through the run's gateway per question, priced in
+    #: ``usd`` at the embedder's price (``None``: no library embedded; not in ``tokens_in``, the chat calls')
+    embedding_tokens: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """Plain values (``summary.json``)."""
-        return {"answers": self.answers, **_price_json(self.tokens_in, self.tokens_out, self.usd), "estimated": self.estimated}
+        """Plain values (``summary.json``; ``embedding_tokens`` only where a library embedded)."""
+        out = {"answers": self.answers, **_price_json(self.tokens_in, self.tokens_out, self.usd), "estimated": self.estimated}
+        if self.embedding_tokens is not None:
+            out["embedding_tokens"] = round(self.embedding_tokens, 2)
+        return out
 
 
 @dataclass(frozen=True)
@@ -181,8 +189,11 @@ def _mean(answers: Sequence[tuple[Record, Condition]], prices: Mapping[str, tupl
     return ConditionCost(n, tokens_in / n, tokens_out / n, usd, sum(1 for _, c in answers if c.tokens_estimated))
 
 
-def _memory_mean(records: Sequence[Record], prices: Mapping[str, tuple[float, float] | None]) -> ConditionCost:
-    """Mean tokens and dollars per question of the memory policy's own calls (records carrying ``memory_tokens``)."""
+def _memory_mean(
+    records: Sequence[Record], prices: Mapping[str, tuple[float, float] | None], embedded: tuple[str, int] | None = None
+) -> ConditionCost:
+    """Mean tokens and dollars per question of the memory policy's own calls (records carrying ``memory_tokens``),
+    and of a library's embeddings (``embedded``: the embedder and the tokens the cell's stores embedded)."""
     n = len(records)
     tokens = [r.memory_tokens for r in records if r.memory_tokens is not None]
     tokens_in = sum(t[0] for t in tokens)
@@ -191,11 +202,27 @@ def _memory_mean(records: Sequence[Record], prices: Mapping[str, tuple[float, fl
     usd = None
     if all(p is not None for p in priced):
         usd = sum(t[0] * p[0] + t[1] * p[1] for t, p in zip(tokens, priced) if p is not None) / 1e6 / n
-    return ConditionCost(n, tokens_in / n, tokens_out / n, usd, sum(1 for r in records if r.memory_tokens_estimated))
+    if embedded is None:
+        return ConditionCost(n, tokens_in / n, tokens_out / n, usd, sum(1 for r in records if r.memory_tokens_estimated))
+    embedder, embedding_tokens = embedded
+    price = prices.get(embedder)
+    if usd is not None:
+        usd = usd + embedding_tokens * price[0] / 1e6 / n if price is not None else None
+    return ConditionCost(
+        n, tokens_in / n, tokens_out / n, usd, sum(1 for r in records if r.memory_tokens_estimated), embedding_tokens / n
+    )
 
 
-def cost_figures(records: Iterable[Record], prices: Mapping[str, Sequence[float] | None]) -> CostFigures | None:
-    """The run's cost per answer; ``None`` when no record carries tokens (written before they were recorded)."""
+def cost_figures(
+    records: Iterable[Record],
+    prices: Mapping[str, Sequence[float] | None],
+    embeddings: Mapping[tuple[str, int, str], tuple[str, int]] | None = None,
+) -> CostFigures | None:
+    """The run's cost per answer; ``None`` when no record carries tokens (written before they were recorded).
+
+    ``embeddings``: by (policy, budget, reader), the embedder a memory library's stores embedded with through the
+    run's gateway and the tokens they embedded (the memory-systems check's figures), priced at the embedder's
+    price in ``prices`` and split over the cell's questions as its chat calls are."""
     priced = {m: (float(p[0]), float(p[1])) if p is not None else None for m, p in prices.items()}
     oracle: dict[tuple[str, str], tuple[Record, Condition]] = {}
     pooled: dict[tuple[str, str], list[tuple[Record, Condition]]] = {}
@@ -230,7 +257,7 @@ def cost_figures(records: Iterable[Record], prices: Mapping[str, Sequence[float]
             CellCost(
                 *key,
                 tuple((name, _mean(found[name], priced)) for name in CELL_CONDITIONS if name in found),
-                _memory_mean(memory[key], priced) if key in memory else None,
+                _memory_mean(memory[key], priced, (embeddings or {}).get(key[:3])) if key in memory else None,
             )
             for key, found in cells.items()
             if found

@@ -17,8 +17,8 @@ that already hold them (nothing here is counted again):
   that is no memory system makes no call of its own, and has no ingest time);
 - the cost per question of the policy's own model calls: the cell's memory
   share in :mod:`pytest_restore.stats.cost` (a library's chat calls through
-  the run's gateway, priced as the writer model, split over the questions of
-  each store).
+  the run's gateway, priced as the writer model, and its embeddings, priced
+  as the embedder, split over the questions of each store).
 
 :func:`side_by_side` builds the rows once per report, before anything renders
 (:func:`pytest_restore.report.model.build_model`); ``report.md``'s section
