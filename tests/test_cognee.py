@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,7 +31,7 @@ import pytest
 from library_audit import LOCOMO, audit_library
 from openai_server import OpenAIServer
 
-from pytest_restore.audit.run import Audit
+from pytest_restore.audit.run import Audit, AuditConfig
 from pytest_restore.data.dataset import Dataset
 from pytest_restore.data.loaders import load_data
 from pytest_restore.data.units import Unit
@@ -45,6 +48,9 @@ from pytest_restore.libraries.cognee import (
 )
 from pytest_restore.libraries.guest import GuestFailure, LibraryEndpoints
 from pytest_restore.memory.eviction import EvictionContext
+from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+from pytest_restore.synthetic.embedded import EMBEDDED_SEED
+from pytest_restore.synthetic.generator import generate, write_dataset
 
 #: found, not imported (cognee reads its configuration when imported): every test but the shapes' needs it
 needs_cognee = pytest.mark.skipif(
@@ -204,6 +210,86 @@ def test_cognee_failures_are_one_line_naming_it_the_question_and_the_unit(
     with pytest.raises(GuestFailure, match=r"^memory library 'cognee' on q-none: import failed: ImportError: needs cognee: "
                        r"pip install 'pytest-restore\[cognee\]'"):
         CogneeSystem(endpoints).reset(100, EvictionContext(question_id="q-none"))
+
+
+@pytest.fixture(scope="module")
+def embedded_small(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    """One question of the embedded default's generator (its seed), at 1,000 tokens a history (~14 turns): the
+    default's 102k-token histories are ~470 turns each, and cognee takes 2 to 7 s a turn."""
+    path = tmp_path_factory.mktemp("embedded") / "embedded-small.json"
+    write_dataset(generate(1, EMBEDDED_SEED, tokens_per_history=1000), path)
+    return load_data(path)
+
+
+#: a budget that binds on the embedded history (the test asserts cognee forgot some of what it made)
+BUDGET = 1000
+
+
+@needs_cognee
+def test_the_embedded_defaults_generator(endpoints: LibraryEndpoints, embedded_small: Dataset) -> None:
+    """cognee holds memories of the generator's turns, every one citing turns it received, within a budget that
+    binds, and the cell's records are scored. (At 300 tokens it holds nothing: what one turn leaves, its chunk,
+    summary, entities and relations, is over 300 tokens, so each turn forgets the one before.)"""
+    reader = FakeReader()
+    audit = Audit(embedded_small, AuditConfig(budgets=(BUDGET,), seeds=(0,)), reader=reader, judge=FakeJudge(), scorer=FakeScorer())
+    reader.learn(p.history for p in audit.questions)
+    system = CogneeSystem(endpoints)
+    cell = audit.run_cell(system, BUDGET)
+    figures = cell.memory
+    units = sum(len(p.history.units) for p in audit.questions)
+    assert figures is not None and figures.stores == 1 and figures.held > 0 and cell.records
+    assert figures.units == units == figures.calls[GRAPH] == figures.calls[SUMMARY]
+    assert figures.held_tokens <= BUDGET and figures.evicted > 0
+    [p] = audit.questions
+    view, mask = audit.held(system, p, BUDGET, 0, {})
+    assert view.sources is not None and all(0 <= s < units for q in np.flatnonzero(mask) for s in view.sources[q])
+
+
+#: A child process feeding three turns to cognee through a gateway of its own, whose upstream is a loopback
+#: server (argv: its base URL, the cache's directory, the turns, the embeddings model): cognee configures itself once per process, so
+#: each run of the same history through a new gateway is a process of its own, as a rerun of the audit is.
+RERUN = """
+import json, sys
+import numpy as np
+from pytest_restore.data.units import Unit
+from pytest_restore.libraries.cognee import CogneeSystem
+from pytest_restore.libraries.guest import LibraryEndpoints
+from pytest_restore.memory.eviction import EvictionContext
+from pytest_restore.models.cache import ResponseCache
+from pytest_restore.models.gateway import Gateway
+from pytest_restore.models.openai_chat import OpenAIChatModel, OpenAIEmbedder
+
+url, cache, embedding_model = sys.argv[1], sys.argv[2], sys.argv[4]
+units = [Unit(i, 0, i, f"2024/01/0{i + 1}", s, t, f"{s}: {t}", 10) for i, (s, t) in enumerate(json.loads(sys.argv[3]))]
+chat = OpenAIChatModel(model="small-model", base_url=url, cache=ResponseCache(cache + "/responses"), max_tries=1)
+embedder = OpenAIEmbedder(model=embedding_model, base_url=url, max_tries=1)
+with Gateway(chat, embedder, cache_dir=__import__("pathlib").Path(cache)) as gw:
+    e = LibraryEndpoints(gw.base_url, gw.token, gw.chat_name, gw.embedding_name, gw.probe_dimensions())
+    held = CogneeSystem(e, budgeted=False).hold(units, np.full(len(units), 10), 10**6, EvictionContext(question_id="bike"))
+print(json.dumps(sorted([m.text, list(m.sources)] for m in held)))
+"""
+
+
+@needs_cognee
+def test_a_rerun_through_the_gateway_on_the_same_cache_sends_nothing_upstream(tmp_path: Path) -> None:
+    """The same three turns fed to cognee twice, each time in a process of its own through a gateway over a managed
+    model and embedder with one response cache: the second run holds the same memories and sends nothing upstream."""
+    turns = json.dumps([(u.role, u.content) for u in UNITS])
+
+    def run_once(server: OpenAIServer) -> Any:
+        done = subprocess.run(
+            [sys.executable, "-c", RERUN, server.base_url, str(tmp_path), turns, EMBEDDER],
+            check=False, capture_output=True, text=True, timeout=600, env={**os.environ, "OPENAI_API_KEY": "sk-loopback-0123456789"},
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    with OpenAIServer(CogneeModel(cut="")) as first:
+        held = run_once(first)
+        assert held and len(first.log) >= 2 * len(UNITS)  # two chat calls a turn, and its embeddings
+    with OpenAIServer(CogneeModel(cut="")) as second:
+        assert run_once(second) == held
+        assert second.log == []  # the rerun: every answer from the response cache and the vectors on disk
 
 
 def test_the_fake_writer_answers_cognees_two_calls_and_its_re_ask_through_the_gateway() -> None:
