@@ -1,10 +1,11 @@
 """cognee audited as a memory system, its model calls answered offline in cognee's own formats.
 
-cognee is not in the dev extra (measured: 130 packages, ~1.3 GB, ~4.5 min to
-install, and it downgrades openai, pandas, SQLAlchemy, pillow and
-python-dateutil a major version), so this module is skipped, saying so,
-where it is not installed (``pip install 'pytest-restore[cognee]'``). Where
-it is, the real cognee runs: add and cognify turn by turn into a dataset of
+cognee is not in the dev extra (measured beside it: it downgrades openai,
+pandas and SQLAlchemy, and brings ladybug, which breaks graphiti's Kuzu
+driver offline), so this module is skipped, saying so, where it is not
+installed (``pip install 'pytest-restore[cognee]'``); CI runs it in a venv
+of its own (the second stage of ``.ci/run``). Where it is, the real cognee
+runs: add and cognify turn by turn into a dataset of
 its own per store (SQLite, LanceDB and its graph as files under a scratch
 directory), its chat and embeddings calls to
 :class:`~openai_server.OpenAIServer` on 127.0.0.1, the chat calls answered
