@@ -87,6 +87,17 @@ def pytest_configure(config: pytest.Config) -> None:
         "PIL.PngImagePlugin",
     ):
         importlib.import_module(_module)
+    # The OpenAI client's HTTP stack likewise: httpx2 maps httpcore2's errors to its own through a
+    # table it fills on the first error, with the httpcore2 classes of that moment. Were httpcore2
+    # first imported inside an in-process run, the run would drop it, a later run would import it
+    # again, and its connection errors (new classes) would no longer match the table: they escape
+    # the client as httpcore2.ConnectError, not openai.APIConnectionError (test_batch's unreachable
+    # batch API failed so under -n whenever an earlier in-process run had opened a client first).
+    for _module in ("openai", "httpx2", "httpcore2", "httpx", "httpcore"):
+        try:
+            importlib.import_module(_module)
+        except ImportError:  # the openai extra is not installed: no test here opens its client
+            pass
 
     # numba imports its typing registries on the first compiled call. Make that call here, before
     # pytester's in-process runs snapshot sys.modules: a registry imported inside such a run is
