@@ -19,7 +19,7 @@ text's profile off the file's arrays instead of profiling it again.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -199,6 +199,19 @@ def _raw(text: str) -> bytes:
     return text.encode("ascii") if text.isascii() else text.lower().encode("utf-8", "surrogatepass")
 
 
+def _chunks(texts: Sequence[str]) -> Iterator[tuple[Sequence[str], list[bytes]]]:
+    """``texts`` in consecutive runs of about ``_CHUNK_BYTES`` of what the compiled pass reads (:func:`_raw`),
+    each with those bytes: one compiled pass a run."""
+    start, batch, size = 0, [], 0
+    for k, text in enumerate(texts):
+        raw = _raw(text)
+        batch.append(raw)
+        size += len(raw)
+        if size >= _CHUNK_BYTES or k == len(texts) - 1:
+            yield texts[start : k + 1], batch
+            start, batch, size = k + 1, [], 0
+
+
 def _profile_new(texts: Sequence[str]) -> None:
     """Profile the texts of ``texts`` the memo lacks, in compiled passes of about ``_CHUNK_BYTES``."""
     global _TABLE
@@ -207,17 +220,8 @@ def _profile_new(texts: Sequence[str]) -> None:
     if todo:
         if _TABLE is None:
             _TABLE = _WordTable(_VOCABULARY, _WORDS)
-        batch: list[bytes] = []
-        names: list[str] = []
-        size = 0
-        for k, text in enumerate(todo):
-            raw = _raw(text)
-            batch.append(raw)
-            names.append(text)
-            size += len(raw)
-            if size >= _CHUNK_BYTES or k == len(todo) - 1:
-                memo.update(zip(names, _TABLE.profile(batch)))
-                batch, names, size = [], [], 0
+        for names, batch in _chunks(todo):
+            memo.update(zip(names, _TABLE.profile(batch)))
         while len(memo) > _PROFILE_MEMO:
             del memo[next(iter(memo))]
 
@@ -263,16 +267,9 @@ def profile_csr(texts: Sequence[str]) -> tuple[list[str], ProfileRows]:
     process's (its memo and vocabulary are left as they were)."""
     table = _WordTable({}, [])
     parts: list[ProfileRows] = []
-    batch: list[bytes] = []
-    size = 0
-    for k, text in enumerate(texts):
-        raw = _raw(text)
-        batch.append(raw)
-        size += len(raw)
-        if size >= _CHUNK_BYTES or k == len(texts) - 1:
-            rows = table.rows(batch)
-            parts.append(ProfileRows(rows.ids.copy(), rows.counts.copy(), rows.sizes, rows.totals))
-            batch, size = [], 0
+    for _, batch in _chunks(texts):
+        rows = table.rows(batch)
+        parts.append(ProfileRows(rows.ids.copy(), rows.counts.copy(), rows.sizes, rows.totals))
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
         return table.words, ProfileRows(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), empty, empty)
