@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,37 @@ from pytest_restore.synthetic.embedded import embedded_dataset
 # parses and compiles every one of those modules again: 0.45 s of CPU a child grid run, measured on
 # the tiny grid. The processes this session starts keep Python's default and cache their bytecode.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+# The langmem extra (in dev) brings langsmith, which registers a pytest plugin that every pytest
+# process loads: 0.8 CPU s of imports (pydantic models, requests) a process. pyproject's addopts
+# blocks it in this suite's own processes, but a child grid run in a project of its own (a pytester
+# directory, a temporary project) reads no pyproject of ours: the environment carries the option to
+# them, ~0.65 CPU s less for each tiny child grid (4 runs each way, load 6-8). pytester removes
+# PYTEST_ADDOPTS from the environment of its tests, so ``pytest_runtest_call`` puts it back there.
+_NO_LANGSMITH = "-p no:langsmith_plugin"
+
+
+def _block_langsmith_in_children() -> str | None:
+    """Add ``-p no:langsmith_plugin`` to ``PYTEST_ADDOPTS``; return the value it had (``None``: unset)."""
+    before = os.environ.get("PYTEST_ADDOPTS")
+    if _NO_LANGSMITH not in (before or ""):
+        os.environ["PYTEST_ADDOPTS"] = f"{before} {_NO_LANGSMITH}" if before else _NO_LANGSMITH
+    return before
+
+
+_block_langsmith_in_children()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    """The child runs a test starts block langsmith's plugin too, pytester's tests included (above)."""
+    before = _block_langsmith_in_children()
+    try:
+        return (yield)
+    finally:
+        if before is None:
+            os.environ.pop("PYTEST_ADDOPTS", None)
+        else:
+            os.environ["PYTEST_ADDOPTS"] = before
 
 #: The lock an xdist controller holds while ``warm_kernels.py`` compiles the package's numba kernels
 #: into their disk cache; its path reaches the workers (and no one else) in this environment variable.
