@@ -394,3 +394,15 @@ def bootstrap_settings(bootstrap: int) -> RunSettings:
     settings = build_plan(raw, default_registries(), "helper", Path(tempfile.gettempdir()), lambda _line: None).settings
     shown = settings.to_json()
     return RunSettings(audit=AuditSettings.from_json(shown), keys=tuple(shown))
+
+
+# langsmith (the langmem extra's) registers a pytest plugin whose import costs ~0.5 s of CPU. pyproject's
+# addopts keep it out of this session, but a run in a project of its own (pytester's in-process runs) reads no
+# pyproject and loads it, and pytester drops the modules a run imported: each in-process run imported it afresh
+# (a one-cell tiny grid in process: 1.2 -> 0.6 s of CPU with it imported here once; a run finds it imported).
+with contextlib.suppress(ImportError):
+    import langsmith.pytest_plugin  # noqa: F401
+
+#: Options for a child pytest in a project of its own (no pyproject): leave langsmith's plugin out, as the
+#: project's addopts do (its import, ~0.5 s of CPU, in every child process and xdist worker).
+NO_LANGSMITH = ["-p", "no:langsmith_plugin"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from grid_helpers import SMALLEST_GRID, TINY
+from grid_helpers import NO_LANGSMITH, SMALLEST_GRID, TINY
 from openai_server import EMBED_MODES, EMBEDDING_MAX_TOKENS, INVALID_INPUT, Faults, OpenAIServer
 
 from pytest_restore.audit.run import AuditConfig, audited_questions
@@ -287,7 +287,7 @@ def test_a_grid_embeds_each_distinct_text_once_and_a_rerun_sends_nothing(
 
 
 def test_an_xdist_grid_sends_no_text_twice(project: pytest.Pytester, server: OpenAIServer, tmp_path: Path) -> None:
-    result = _run(project, server, tmp_path / "cache", "-n", "2")
+    result = _run(project, server, tmp_path / "cache", "-n", "2", *NO_LANGSMITH)
     assert result.ret == 0, result.outlines[-30:]
     assert server.received_inputs == _distinct_texts()
 
