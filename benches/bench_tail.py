@@ -3,9 +3,10 @@
 Runs the default grid with the fake models under ``pytest -n 2`` (as
 ``benches/bench_grid.py``'s grids run) with ``PYTEST_RESTORE_TIMELINE`` set,
 so every process of the run writes when each of its phases starts and ends
-(:mod:`pytest_restore.timeline`): the workers' cells, the messages they send
-and their checks, the controller's reading of each message, the checks after
-the grid, each part of the report, the wait for it, and the report's page
+(:mod:`pytest_restore.timeline`): the data loaded, the controller's token
+counts and word profiles made for the workers, each worker's histories
+prepared, the workers' cells, the messages they send and their checks, the
+controller's reading of each message, the checks after the grid, each part of the report, the wait for it, and the report's page
 process (``run/page.py``). It prints the timeline (seconds from the start of
 the pytest process, each phase's wall and its process's CPU seconds), the tail
 (what the session did after the last cell ended), the process tree's CPU

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import gc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -24,7 +25,7 @@ from pytest_restore.run.checks import (
 )
 from pytest_restore.run.options import OptionsError, parse_args
 from pytest_restore.run.parts import RunParts
-from pytest_restore.run.plan import build_plan, default_registries
+from pytest_restore.run.plan import build_plan, default_registries, long_lived
 from pytest_restore.run.settings import RestoreSettings, SettingsError
 
 LOCOMO_TINY = ROOT / "fixtures" / "locomo_tiny.json"
@@ -49,6 +50,24 @@ def test_the_plan_resolves_the_budgets_from_the_data_s_loader_once(tmp_path: Pat
     assert parts.settings is locomo.settings and parts.audit_config().budgets == LOCOMO_BUDGETS
     with pytest.raises(dataclasses.FrozenInstanceError):
         locomo.settings.budgets = (1,)  # type: ignore[misc]
+
+
+def test_long_lived_data_is_built_with_the_collector_paused_and_it_runs_again_after() -> None:
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        with long_lived():
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        with pytest.raises(ValueError), long_lived():
+            raise ValueError("a load that fails")
+        assert gc.isenabled()  # on again after a failure too
+        gc.disable()  # a caller that turned it off keeps it off
+        with long_lived():
+            pass
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
 
 
 def test_a_writer_model_is_another_model_than_the_reader(tmp_path: Path) -> None:

@@ -30,9 +30,10 @@ from pytest_restore.models.managed import ManagedCalls
 from pytest_restore.models.providers import close_model, is_real, make_model
 from pytest_restore.report.inputs import DataDescription
 from pytest_restore.run.embeddings import audited_texts, register_embedding_ranker
-from pytest_restore.run.plan import Plan, Say
+from pytest_restore.run.plan import Plan, Say, long_lived
 from pytest_restore.run.settings import RestoreSettings
 from pytest_restore.run.shared import SharedCells
+from pytest_restore.timeline import phase
 
 
 class _Calls(TypedDict):
@@ -183,19 +184,21 @@ class RunParts:
                 self.say(COMPILING)
             planned = len(audited_questions(dataset, config))
             self.say(f"preparing {planned} histories (memory units, token counts, lexical index) ...")
-            audit = Audit(
-                dataset,
-                config,
-                reader=reader_model,
-                judge=self.model(s.judge, "judge"),
-                scorer=self.model(s.scorer, "scorer"),
-                prompts=self.settings.prompt_set(),
-                rankers=self.grid_rankers(),
-                # the memory systems that write with a model: --restore-writer-model's, else this reader writes
-                writer=self.model(s.writer, "writer") if s.writer and s.writer != spec else None,
-            )
+            with phase("histories prepared"), long_lived():
+                audit = Audit(
+                    dataset,
+                    config,
+                    reader=reader_model,
+                    judge=self.model(s.judge, "judge"),
+                    scorer=self.model(s.scorer, "scorer"),
+                    prompts=self.settings.prompt_set(),
+                    rankers=self.grid_rankers(),
+                    # the memory systems that write with a model: --restore-writer-model's, else this reader writes
+                    writer=self.model(s.writer, "writer") if s.writer and s.writer != spec else None,
+                )
             if isinstance(reader_model, FakeReader):
-                reader_model.learn(p.history for p in audit.questions)
+                with phase("the fake reader learned the histories"):
+                    reader_model.learn(p.history for p in audit.questions)
             self._audits[spec] = audit
         return self._audits[spec]
 

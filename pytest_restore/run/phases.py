@@ -20,6 +20,7 @@ from pytest_restore.models.providers import missing_key_problem
 from pytest_restore.run.calls import dry_run, export_batch_round
 from pytest_restore.run.embeddings import embedding_dry_run
 from pytest_restore.run.parts import COMPILING, RunParts
+from pytest_restore.timeline import phase
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,9 @@ def prepare_data(parts: RunParts, workers: int) -> None:
         ready = f"{parts.plan.data.path().name} validated"  # as the plan was checked
     parts.say(ready)
     counting = f"counting the o200k tokens of {{:,}} distinct texts once, for every xdist worker (in up to {workers} processes) ...".format
-    if count_tokens_ahead(parts.dataset(), parts.audit_config(), lambda n: parts.say(counting(n)), workers):
+    with phase("tokens counted and words profiled for the workers"):
+        shared = count_tokens_ahead(parts.dataset(), parts.audit_config(), lambda n: parts.say(counting(n)), workers)
+    if shared:
         parts.say("token counts ready in the prepared cache")
     if not kernels_cached_on_disk():
         parts.say(f"the xdist workers start by {COMPILING}")
