@@ -430,7 +430,8 @@ def test_ctrl_c_ends_a_mem0_run_whose_model_server_never_answers_within_seconds(
     with OpenAIServer() as upstream:
         upstream.mode = "hang"
         child = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", f"--restore-data={LOCOMO}",
+            # langsmith's pytest plugin (langmem's dependency, installed here) costs the child 0.8 s of imports
+            [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", f"--restore-data={LOCOMO}",
              f"--restore-budgets={ALL}", "--restore-policies=mem0", *models, f"--restore-base-url={upstream.base_url}",
              "--restore-bootstrap=200", "--restore-family-checks=report"],
             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
