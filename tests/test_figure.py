@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.container import ErrorbarContainer
 from matplotlib.patches import PathPatch
 
+from pytest_restore.record import Record
 from pytest_restore.report.figure import (
     DISTORTED,
     IRREVERSIBLE,
@@ -19,9 +21,16 @@ from pytest_restore.report.figure import (
     draw_figure,
     write_figure,
 )
-from pytest_restore.report.inputs import analyse_records, dataset_label, read_records, read_run_info
+from pytest_restore.report.inputs import (
+    RunInfo,
+    analyse_records,
+    dataset_label,
+    read_records,
+    read_run_info,
+)
 from pytest_restore.report.simulated import simulated_label
-from pytest_restore.stats.findings import findings
+from pytest_restore.stats.analysis import Analysis
+from pytest_restore.stats.findings import Findings, findings
 
 #: "fifo 0.91 (95% CI .77-1.00)" in the findings' first line
 _FINDING = re.compile(r"([\w-]+) (\d\.\d\d) \(95% CI ([.\d]+)-([.\d]+)\)")
@@ -36,21 +45,36 @@ def _first_finding(report_md: str) -> tuple[str, dict[str, tuple[str, str, str]]
     return budget.group(1), {m[0]: (m[1], m[2], m[3]) for m in _FINDING.findall(first)}
 
 
+@dataclass(frozen=True)
+class Run:
+    """The embedded report's records and run info, analysed once for this module's tests (2-3 CPU s each time)."""
+
+    records: list[Record]
+    info: RunInfo
+    analysis: Analysis
+    findings: Findings
+
+
+@pytest.fixture(scope="module")
+def run(embedded_report: Path) -> Run:
+    records = read_records(embedded_report / "records.jsonl")
+    info = read_run_info(embedded_report / "records.jsonl")
+    analysis = analyse_records(records, info)
+    return Run(records, info, analysis, findings(analysis))
+
+
 def _short(value: float) -> str:
     text = f"{value:.2f}"
     return text[1:] if text.startswith("0.") else text
 
 
-def test_the_headline_is_the_findings_first_line(embedded_report: Path, tmp_path: Path) -> None:
+def test_the_headline_is_the_findings_first_line(embedded_report: Path, run: Run, tmp_path: Path) -> None:
     """Each evicting policy's headline bar at the loosest budget draws the share and interval the
     findings' first line prints; the figure the report holds is that drawing."""
-    records = read_records(embedded_report / "records.jsonl")
-    info = read_run_info(embedded_report / "records.jsonl")
-    analysis = analyse_records(records, info)
     budget, written = _first_finding((embedded_report / "report.md").read_text(encoding="utf-8"))
     assert set(written) == {"fifo", "random", "redundancy", "llm-importance"}
 
-    figure = draw_figure(findings(analysis), dataset=dataset_label(info))
+    figure = draw_figure(run.findings, dataset=dataset_label(run.info))
     headline = figure.axes[0]
     drawn = {}
     for container in headline.containers:
@@ -66,30 +90,26 @@ def test_the_headline_is_the_findings_first_line(embedded_report: Path, tmp_path
     for share, lo, hi in written.values():
         assert f"{share}\n{lo}-{hi}" in labels
 
-    write_figure(findings(analysis), tmp_path, dataset=dataset_label(info), simulated=simulated_label(records))
+    write_figure(run.findings, tmp_path, dataset=dataset_label(run.info), simulated=simulated_label(run.records))
     assert (tmp_path / "figure.svg").read_bytes() == (embedded_report / "figure.svg").read_bytes()
 
 
-def test_the_title_says_simulated_and_what_the_headline_leaves_out(embedded_report: Path) -> None:
+def test_the_title_says_simulated_and_what_the_headline_leaves_out(run: Run) -> None:
     """Pasted into slides, the figure keeps its caveat; its top panel names the policies it leaves out."""
-    records = read_records(embedded_report / "records.jsonl")
-    analysis = analyse_records(records, read_run_info(embedded_report / "records.jsonl"))
-    fakes = simulated_label(records)
+    fakes = simulated_label(run.records)
     assert fakes.startswith("reader fake")
-    title = draw_figure(findings(analysis), simulated=fakes).axes[0].get_title(loc="left").splitlines()
+    title = draw_figure(run.findings, simulated=fakes).axes[0].get_title(loc="left").splitlines()
     assert title[0] == f"SIMULATED: fake models ({fakes}), not a finding about any model"
     assert title[-1] == "left out here, in the panel below: no-evict (the reference), control (the positive control)"
-    real = draw_figure(findings(analysis)).axes[0].get_title(loc="left")  # a real reader's figure has no such line
+    real = draw_figure(run.findings).axes[0].get_title(loc="left")  # a real reader's figure has no such line
     assert "SIMULATED" not in real and real.splitlines()[0].startswith("Irreversible share")
 
 
-def test_each_bin_is_one_hatched_shape_of_its_cells_shares(embedded_report: Path) -> None:
+def test_each_bin_is_one_hatched_shape_of_its_cells_shares(run: Run) -> None:
     """A panel draws each bin's fills as one shape (a hatch tile rendered once, not once per bar):
     a rectangle per cell where the bin's share is above zero, as tall as that share."""
-    records = read_records(embedded_report / "records.jsonl")
-    analysis = analyse_records(records, read_run_info(embedded_report / "records.jsonl"))
-    decomposition = draw_figure(findings(analysis)).axes[1]
-    cells = [c for c in analysis.cells if c.regime == "b" and not c.ranker and c.err]
+    decomposition = draw_figure(run.findings).axes[1]
+    cells = [c for c in run.analysis.cells if c.regime == "b" and not c.ranker and c.err]
     shapes = {p.get_hatch(): p for p in decomposition.patches if isinstance(p, PathPatch)}
     shares = {
         IRREVERSIBLE: [c.irr_share for c in cells], RECOVERABLE: [c.rec_share for c in cells],

@@ -21,6 +21,7 @@ from pytest_restore.data.dataset import QUESTION_TYPES
 from pytest_restore.record import Record
 from pytest_restore.report.inputs import RecordsError, RunInfo, analyse_records, read_records
 from pytest_restore.report.writer import (
+    ReportFiles,
     render_records_jsonl,
     terminal_lines,
     write_report,
@@ -138,6 +139,15 @@ def record(
 INFO = RunInfo(
     settings=bootstrap_settings(2000), dataset={"sha256": "0" * 64}, exclusions={"no gold units": 1}
 )
+#: The data file these reports name for report.html's texts: none (the records are made by hand, of no data).
+#: Unnamed, the settings' data (the embedded default) would be read, 0.5 CPU s a report (generated first on a
+#: clean checkout), only to be refused for its sha256; the page says why it has no texts either way.
+NO_DATA = Path(__file__).resolve().parent / "no-such-data.json"
+
+
+def write(records: list[Record], out: Path, info: RunInfo = INFO) -> ReportFiles:
+    """The report of hand-made ``records`` (:func:`write_report`, no data file for the page)."""
+    return write_report(records, info, out, data_file=NO_DATA)
 
 
 def _csv(text: str) -> list[dict[str, str]]:
@@ -148,7 +158,7 @@ def _csv(text: str) -> list[dict[str, str]]:
 def healthy_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A report written from the healthy records."""
     out = tmp_path_factory.mktemp("healthy")
-    write_report(fixed_records(), INFO, out)
+    write(fixed_records(), out)
     return out
 
 
@@ -246,14 +256,19 @@ def test_session_failures_name_a_tame_control(tmp_path: Path) -> None:
     assert all(line.startswith("positive-control: control not shown more destructive than ") for line in failures)
     assert any(" at 80k (irr-rate difference " in line for line in failures)
     assert all(", CI " in line and len(line) < 120 for line in failures), failures
-    files = write_report(records, INFO, tmp_path)
+    files = write(records, tmp_path)
     assert list(files.failures) == failures
     assert "Expectations not met (each fails the session):" in files.report.read_text()
 
 
-def test_a_tame_control_on_few_questions_is_not_testable_and_says_how_many_would_do(tmp_path: Path) -> None:
-    records = fixed_records(TAME_CONTROL)  # 36 questions
-    files = write_report(records, INFO, tmp_path)
+@pytest.fixture(scope="module")
+def tame_report(tmp_path_factory: pytest.TempPathFactory) -> ReportFiles:
+    """The report of the tame control on 36 questions (too few to test it)."""
+    return write(fixed_records(TAME_CONTROL), tmp_path_factory.mktemp("tame"))
+
+
+def test_a_tame_control_on_few_questions_is_not_testable_and_says_how_many_would_do(tame_report: ReportFiles) -> None:
+    files = tame_report
     assert files.failures == ()
     (line,) = files.untestable
     assert line.startswith("positive-control: ") and " not testable at 32 questions" in line
@@ -263,8 +278,8 @@ def test_a_tame_control_on_few_questions_is_not_testable_and_says_how_many_would
     assert json.loads(files.summary.read_text())["not_testable"] == [line]
 
 
-def test_an_untestable_line_gives_the_least_detectable_effect_not_a_width_called_too_wide(tmp_path: Path) -> None:
-    (line,) = write_report(fixed_records(TAME_CONTROL), INFO, tmp_path).untestable
+def test_an_untestable_line_gives_the_least_detectable_effect_not_a_width_called_too_wide(tame_report: ReportFiles) -> None:
+    (line,) = tame_report.untestable
     least = line.split("the least irr-rate difference they could detect is ")[1].split(",")[0]
     low, high = (float(x) for x in least.split(" to "))
     assert 0.15 < low <= high, line  # above the effect the family is about, as the sentence says
@@ -277,7 +292,7 @@ NO_EVICTION = {policy: (0.0, 0.0) for policy in HEALTHY}
 
 def test_contrasts_of_identical_stores_are_not_given_a_resolution_of_zero(tmp_path: Path) -> None:
     # irr is 0 in every cell, so every contrast's interval is [0, 0]: nothing was resolved to ±0.000
-    files = write_report(fixed_records(NO_EVICTION), INFO, tmp_path)
+    files = write(fixed_records(NO_EVICTION), tmp_path)
     matched = next(line for line in files.report.read_text().splitlines() if line.startswith("- **Matched accuracy.**"))
     assert "±0.000" not in matched and "pairs score every question alike on both sides" in matched, matched
     (line,) = files.untestable
@@ -287,7 +302,7 @@ def test_contrasts_of_identical_stores_are_not_given_a_resolution_of_zero(tmp_pa
 def test_budgets_that_bind_for_no_history_are_named_as_the_reason_not_the_number_of_questions(tmp_path: Path) -> None:
     idle = RunInfo(settings=INFO.settings, dataset={"sha256": "0" * 64, "budget_binding": {"80000": 0.0, "8000": 0.0}})
     assert idle.idle_budgets == {80_000, 8_000}
-    files = write_report(fixed_records(NO_EVICTION), idle, tmp_path)
+    files = write(fixed_records(NO_EVICTION), tmp_path, idle)
     (line,) = files.untestable
     assert line.startswith("positive-control: 6 of 6 tests, nor at any N: budgets 80k, 8k bind for no history"), line
     assert "questions would test them" not in line  # more questions would not
