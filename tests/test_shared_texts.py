@@ -39,6 +39,7 @@ def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in (("_TABLE", None), ("_VOCABULARY", {}), ("_WORDS", []), ("_PROFILES", {}), ("_SHARED", None)):
         monkeypatch.setattr(lexical, name, value)
     monkeypatch.setattr(eviction, "_OVERLAPS", eviction._OverlapCache())
+    monkeypatch.setattr(eviction, "_DENSITIES", {})
 
 
 def _made_here(questions: list[Question]) -> tuple[list[list[int]], list[LexicalIndex], list[np.ndarray], list[list[dict[str, int]]]]:
@@ -64,6 +65,8 @@ def test_a_worker_takes_counts_and_profiles_from_the_file_equal_to_its_own(
 ) -> None:
     _fresh(monkeypatch)
     sizes, indexes, overlaps, profiles = _made_here(questions)
+    contents = text_lists(questions, Granularity.TURN).profiled
+    densities = [eviction._fact_density_python(c) for c in contents]
     _fresh(monkeypatch)
     _share(questions, tmp_path)
     assert not share_ahead(questions, Granularity.TURN, SHA, tmp_path, tmp_path / "counts")  # made already: nothing to do
@@ -71,10 +74,12 @@ def test_a_worker_takes_counts_and_profiles_from_the_file_equal_to_its_own(
     assert use_shared(questions, Granularity.TURN, SHA, tmp_path)
 
     def never(*args: object) -> object:
-        raise AssertionError("a worker with the shared file encoded or profiled a unit text")
+        raise AssertionError("a worker with the shared file encoded, profiled or scanned a unit text")
 
     monkeypatch.setattr(tokens, "encoding", never)
     monkeypatch.setattr(kernels, "profile_texts", never)
+    monkeypatch.setattr(kernels, "fact_counts", never)
+    assert [eviction.fact_density(c) for c in contents] == densities  # the control's scores, not scanned again
     histories = build_histories(questions, counted=True)
     assert [h.sizes.tolist() for h in histories] == sizes
     for history, index, overlap, words in zip(histories, indexes, overlaps, profiles):

@@ -40,14 +40,20 @@ def test_fact_density_kernel_is_the_rule() -> None:
     texts = [*strings(30_000, 1), "I met Anna at 5pm. She said my car was fine!", "(I'm) [mine] we. Our",
              "i\x00 my\x00\x00 x we\x01"]  # NUL and control bytes are token characters too
     assert all(t.isascii() for t in texts)
-    assert [eviction.fact_density.__wrapped__(t) for t in texts] == [eviction._fact_density_python(t) for t in texts]
+    rule = [eviction._fact_density_python(t) for t in texts]
+    assert eviction.fact_densities(texts).tolist() == rule  # one compiled pass over them all
+    eviction._DENSITIES.clear()  # a text at a time, none known from an earlier test
+    assert [eviction.fact_density(t) for t in texts] == rule
 
 
 def test_fact_density_of_non_ascii_text_is_the_rule() -> None:
     texts = [*strings(30_000, 7, NON_ASCII), "Café owner Zoë told me: my order is 12 crêpes.",
              "\u0130 met \u212aelvin at \u0663pm\u2003today. \u00c9mile said my car\xa0was fine"]
     assert not all(t.isascii() for t in texts)
-    assert [eviction.fact_density.__wrapped__(t) for t in texts] == [eviction._fact_density_python(t) for t in texts]
+    rule = [eviction._fact_density_python(t) for t in texts]
+    assert eviction.fact_densities(texts).tolist() == rule  # one compiled pass over them all
+    eviction._DENSITIES.clear()  # a text at a time, none known from an earlier test
+    assert [eviction.fact_density(t) for t in texts] == rule
 
 
 def test_words_ascii_path_matches_the_regex() -> None:

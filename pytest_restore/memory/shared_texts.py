@@ -1,20 +1,24 @@
-"""The distinct texts of an audit prepared once for every process of a run: token counts and word profiles.
+"""The distinct texts of an audit prepared once for every process of a run: token counts, word profiles and
+fact densities.
 
 Every xdist worker audits every question, so each used to prepare every
 history itself: read the token counts (a mapping of every distinct text,
 unmarshalled into a second copy of the file's text), then profile every unit
 content's words again (``memory/lexical.py``), private arrays and an object
-per text in each worker. The controller now does both once
+per text in each worker, and the control policy scanned every unit content for
+its fact density (``memory/eviction.py``) in each worker that ran one of its
+cells. The controller now does all three once
 (:func:`share_ahead`), the profiling on a thread while its counting
 processes run, into one file in the prepared cache that each worker maps
 (:func:`use_shared`): the counts become its token memo's (keyed by its own
 strings), the profiles are read off the mapped arrays, and the file's
-vocabulary becomes the worker's, so its word ids are the file's.
+vocabulary becomes the worker's, so its word ids are the file's, and the
+densities join the worker's memo of them.
 
 The file is a header (its format, its key, where each array lies, and the
 CRC-32 of everything after it) followed by the arrays. Its name and its
 header carry the key: the data file's sha256, the granularity, the audited
-questions and the code that makes the texts, counts and profiles. Rows
+questions and the code that makes the texts, counts, profiles and densities. Rows
 follow the texts' first-use order over the audited questions, which every
 process lists the same way, and each row's length in characters is stored
 and compared. A file that is stale (another key, other texts), truncated or
@@ -47,6 +51,7 @@ from pytest_restore.data.units import (
     read_counts,
     unit_contents,
 )
+from pytest_restore.memory.eviction import fact_densities, remember_densities
 from pytest_restore.memory.lexical import ProfileRows, SharedProfiles, install_shared, profile_csr
 
 #: The file's first bytes: what it is and its layout's version.
@@ -62,6 +67,7 @@ _ARRAYS = {
     "ids": np.int32,  # the rows' word ids (the file's vocabulary), ascending within a row
     "counts": np.int32,  # how often each word occurs in its text
     "totals": np.int64,  # per profiled text: its content words
+    "densities": np.float64,  # per profiled text: its fact density (the control policy's score)
     "vocabulary": np.uint8,  # the words by id, ASCII, one a line
 }
 
@@ -86,6 +92,7 @@ class SharedTexts:
     tokens: npt.NDArray[np.int64]
     profiles: SharedProfiles
     words: list[str]
+    densities: npt.NDArray[np.float64]
 
 
 def text_lists(questions: Sequence[Question], granularity: Granularity) -> TextLists:
@@ -106,10 +113,10 @@ def shared_texts_name(dataset_sha256: str, granularity: Granularity, questions: 
 
 def _key(dataset_sha256: str, granularity: Granularity, questions: Sequence[Question]) -> str:
     from pytest_restore.data import tokens, units, words
-    from pytest_restore.memory import kernels, lexical
+    from pytest_restore.memory import eviction, kernels, lexical
 
     code = hashlib.sha256()
-    for module in (units, tokens, words, lexical, kernels):
+    for module in (units, tokens, words, lexical, kernels, eviction):  # eviction: the fact density's rule
         code.update(Path(str(module.__file__)).read_bytes())
     code.update(Path(__file__).read_bytes())
     audited = hashlib.sha256("\x1e".join(f"{q.question_id}\x1f{q.history_key}" for q in questions).encode())
@@ -121,7 +128,10 @@ def _chars(texts: Sequence[str]) -> npt.NDArray[np.int64]:
     return np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
 
 
-def write_shared(path: Path, key: str, lists: TextLists, tokens: Sequence[int], words: Sequence[str], rows: ProfileRows) -> None:
+def write_shared(
+    path: Path, key: str, lists: TextLists, tokens: Sequence[int], words: Sequence[str], rows: ProfileRows,
+    densities: npt.NDArray[np.float64],
+) -> None:
     """Write the file atomically (a temporary file renamed): readers see the old file or the whole new one."""
     offsets = np.zeros(len(lists.profiled) + 1, dtype=np.int64)
     np.cumsum(rows.sizes, out=offsets[1:])
@@ -133,6 +143,7 @@ def write_shared(path: Path, key: str, lists: TextLists, tokens: Sequence[int], 
         "ids": rows.ids,
         "counts": rows.counts,
         "totals": rows.totals,
+        "densities": densities,
         "vocabulary": np.frombuffer("\n".join(words).encode("ascii"), dtype=np.uint8),
     }
     layout: dict[str, list[int]] = {}
@@ -203,10 +214,10 @@ def read_shared(path: Path, key: str, lists: TextLists) -> SharedTexts:
             and np.array_equal(arrays["profiled_chars"], _chars(lists.profiled))):
         raise SharedTextsError(f"{path.name}: rows for other texts")
     words = arrays["vocabulary"].tobytes().decode("ascii").split("\n") if n_words else []
-    if len(words) != n_words or arrays["offsets"].size != len(lists.profiled) + 1:
+    if len(words) != n_words or arrays["offsets"].size != len(lists.profiled) + 1 or arrays["densities"].size != len(lists.profiled):
         raise SharedTextsError(f"{path.name}: inconsistent arrays")
     profiles = SharedProfiles(lists.profiled, arrays["offsets"], arrays["ids"], arrays["counts"], arrays["totals"])
-    return SharedTexts(arrays["tokens"], profiles, words)
+    return SharedTexts(arrays["tokens"], profiles, words, arrays["densities"])
 
 
 def share_ahead(
@@ -220,7 +231,7 @@ def share_ahead(
 ) -> bool:
     """Leave in ``directory`` the shared texts file of ``questions`` (and their counts file: ``count_ahead``); whether
     anything was made. What an xdist controller does once before its workers prepare their histories: the
-    profiles are made on a thread while the counting processes run (their wait holds no lock)."""
+    profiles and the fact densities are made on a thread while the counting processes run (their wait holds no lock)."""
     lists = text_lists(questions, granularity)
     key = _key(dataset_sha256, granularity, questions)
     path = Path(directory) / shared_texts_name(dataset_sha256, granularity, questions)
@@ -229,8 +240,12 @@ def share_ahead(
         return False
     except SharedTextsError:
         pass
-    made: list[tuple[list[str], ProfileRows]] = []
-    profiling = threading.Thread(target=lambda: made.append(profile_csr(lists.profiled)), name="restore-profiles")
+    made: list[tuple[tuple[list[str], ProfileRows], npt.NDArray[np.float64]]] = []
+
+    def profile() -> None:  # both compiled passes release the interpreter lock
+        made.append((profile_csr(lists.profiled), fact_densities(lists.profiled)))
+
+    profiling = threading.Thread(target=profile, name="restore-profiles")
     profiling.start()
     try:
         count_ahead(questions, granularity, counts_file, starting, processes, texts=lists.counted)
@@ -244,9 +259,9 @@ def share_ahead(
         if from_file is None:
             raise RuntimeError(f"{counts_file}: the token counts just written cannot be read")
         tokens = from_file
-    words, rows = made[0]
+    (words, rows), densities = made[0]
     try:
-        write_shared(path, key, lists, tokens, words, rows)
+        write_shared(path, key, lists, tokens, words, rows, densities)
     except OSError:
         return False  # a cache that cannot be written only costs time: each worker prepares its own
     return True
@@ -255,7 +270,7 @@ def share_ahead(
 def use_shared(
     questions: Sequence[Question], granularity: Granularity, dataset_sha256: str, directory: str | os.PathLike[str]
 ) -> bool:
-    """Take the token counts and word profiles of ``questions`` from the shared texts file in ``directory``,
+    """Take the token counts, word profiles and fact densities of ``questions`` from the shared texts file in ``directory``,
     when there is one made for them and it checks out; whether this process's counts now come from it."""
     path = Path(directory) / shared_texts_name(dataset_sha256, granularity, questions)
     if not path.exists():
@@ -266,5 +281,6 @@ def use_shared(
     except SharedTextsError:
         return False
     remember_counts(dict(zip(lists.counted, shared.tokens.tolist())))
+    remember_densities(lists.profiled, shared.densities.tolist())
     install_shared(shared.words, shared.profiles)  # a process with a vocabulary of its own profiles the texts itself
     return True
