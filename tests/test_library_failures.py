@@ -178,7 +178,7 @@ def test_a_grid_whose_libraries_fail_inside_says_so_in_a_line_each_and_keeps_the
     pytester.makepyfile(test_grid=GRID)
     pytester.makeconftest(DOWN_CONFTEST.format(names=names))
     result = pytester.runpytest_inprocess(
-        "-p", "no:xdist", *small_args(), "--restore-budgets", "300", "--restore-policies", ",".join(["fifo", *names]),
+        "-p", "no:xdist", *small_args(bootstrap=200), "--restore-budgets", "300", "--restore-policies", ",".join(["fifo", *names]),
     )
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED, out[-3000:]

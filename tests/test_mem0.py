@@ -306,7 +306,8 @@ def test_mem0_on_the_command_line_is_the_built_in_and_on_the_embedded_default_of
 ) -> None:
     """``--restore-policies mem0`` with nothing registered by hand: the built-in, lazily imported, with the
     fake writer; the report's memory-systems cell names mem0's version. Then the embedded default's first
-    history, its first 24 turns (mem0 takes ~0.25 s a turn offline: a whole ~450-turn history takes minutes)."""
+    history, its first 12 turns under a budget they outgrow (mem0 makes ~10 calls a turn: a whole ~450-turn
+    history takes minutes)."""
     pytester.makepyfile(test_grid=GRID)
     result = pytester.runpytest_inprocess(
         "-p", "no:xdist", "-p", "no:cacheprovider", f"--restore-data={LOCOMO}", f"--restore-budgets={ALL}",
@@ -324,13 +325,13 @@ def test_mem0_on_the_command_line_is_the_built_in_and_on_the_embedded_default_of
     dataset = load_data(embedded_dataset(tmp_path, questions=1))
     audit = Audit(dataset, AuditConfig(budgets=(ALL,)), reader=FakeReader(), judge=FakeJudge(), scorer=FakeScorer())
     history = audit.questions[0].history
-    units, sizes = history.units[:24], history.sizes[:24]
+    units, sizes = history.units[:12], history.sizes[:12]
     system = Mem0System()
     with net_guard():
-        held = system.hold(units, sizes, 300, EvictionContext(question_id=history.question.history_key))
-    assert held and sum(system.tokens(m) for m in held) <= 300
-    assert all(0 <= min(m.sources) and max(m.sources) < 24 for m in held)
-    assert system.figures().calls[EXTRACTION] == 24 and system.figures().evicted > 0
+        held = system.hold(units, sizes, 200, EvictionContext(question_id=history.question.history_key))
+    assert held and sum(system.tokens(m) for m in held) <= 200
+    assert all(0 <= min(m.sources) and max(m.sources) < 12 for m in held)
+    assert system.figures().calls[EXTRACTION] == 12 and system.figures().evicted > 0
 
 
 def test_a_missing_mem0_is_one_install_line(monkeypatch: pytest.MonkeyPatch) -> None:

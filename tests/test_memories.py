@@ -229,7 +229,7 @@ def test_the_guides_memory_system_costs_what_a_built_in_one_does(embedded_data: 
     the built-in fact-extract (summing every note's size after each turn took 3-4 times as much)."""
     from pytest_restore.memory.derived import FactExtract
 
-    histories = [build_history(q) for q in load_dataset(embedded_data).questions[:4]]  # ~470 turns each
+    histories = [build_history(q) for q in load_dataset(embedded_data).questions[:2]]  # ~470 turns each
 
     def cpu(system: Any) -> float:
         best = float("inf")
@@ -351,7 +351,7 @@ def test_a_users_broken_system_fails_its_cell_in_one_line_naming_system_question
     pytester.makepyfile(test_grid=GRID)
     pytester.makeconftest(BROKEN_SYSTEMS)
     result = pytester.runpytest_inprocess(
-        "-p", "no:xdist", *small_args(), "--restore-budgets", "100",
+        "-p", "no:xdist", *small_args(bootstrap=200), "--restore-budgets", "100",
         "--restore-policies", ",".join(["fifo", *(f"broken-{mode}" for mode in BROKEN_LINES)]),
     )
     out = result.stdout.str()
