@@ -260,23 +260,16 @@ def test_users_provider_policy_ranker_and_family_from_one_conftest(pytester: pyt
 def test_recency_ranker_is_built_in_and_moves_the_recoverable_share(
     pytester: pytest.Pytester,
 ) -> None:
+    """recency beside bm25-lite in one run (``--restore-rankers``: the same stores read by each; one
+    ranker alone, ``--restore-ranker``, is the user's ranker's test above)."""
     pytester.makepyfile(test_grid=GRID)
-    runs = {}
-    for ranker in ("bm25-lite", "recency"):
-        result = pytester.runpytest(
-            "-p",
-            "no:xdist",
-            *SMALL,
-            "--restore-policies",
-            "no-evict",
-            "--restore-ranker",
-            ranker,
-            "--restore-report-dir",
-            ranker,
-        )
-        result.assert_outcomes(passed=3)
-        runs[ranker] = _records(pytester.path / ranker / "records.jsonl")
-        assert {r.ranker for r in runs[ranker]} == {ranker}
+    result = pytester.runpytest(
+        "-p", "no:xdist", *SMALL, "--restore-policies", "no-evict", "--restore-rankers", "bm25-lite,recency"
+    )
+    result.assert_outcomes(passed=6)
+    records = _records(pytester.path / "restore-report" / "records.jsonl")
+    runs = {ranker: [r for r in records if r.ranker == ranker] for ranker in ("bm25-lite", "recency")}
+    assert {r.ranker for r in records} == set(runs) and all(runs.values())
     # the store (no-evict keeps everything) is the same; only what is retrieved differs
     injected = {
         k: [r.conditions.policy.injected_units for r in v if r.regime == "b"] for k, v in runs.items()

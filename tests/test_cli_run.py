@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID, ROOT
+from grid_helpers import GRID, ROOT, TINY
 from openai_server import refused_port
 
 from pytest_restore.__main__ import main
@@ -32,7 +32,7 @@ from pytest_restore.__main__ import main
 LOCOMO_TINY = ROOT / "fixtures" / "locomo_tiny.json"
 #: The two audits compared: the embedded default with few questions and two budgets, and the LoCoMo fixture.
 CASES = {
-    "embedded": ["--restore-questions=12", "--restore-budgets=30k,8k", "--restore-bootstrap=300"],
+    "embedded": ["--restore-questions=6", "--restore-budgets=30k,8k", "--restore-bootstrap=300"],
     "locomo": [f"--restore-data={LOCOMO_TINY}", "--restore-bootstrap=300"],
 }
 #: ``run``'s processes per case: the embedded audit as ``-n auto`` (small data: the command's own process),
@@ -107,7 +107,7 @@ def test_a_run_stopped_by_the_calibration_gate_ends_as_pytest_s(
     path = grid_project.path
     with refused_port() as port:  # nothing listens there: the gate's first call stops the run
         args = [
-            "--restore-questions=12", "--restore-reader=openai:fake-reader", f"--restore-base-url=http://127.0.0.1:{port}/v1",
+            f"--restore-data={TINY}", "--restore-reader=openai:fake-reader", f"--restore-base-url=http://127.0.0.1:{port}/v1",
             f"--restore-cache={path / 'cache'}", "--restore-calibration=on",
         ]
         by_pytest = grid_project.runpytest_inprocess("-p", "no:xdist", "-q", *args, f"--restore-report-dir={path / 'pytest-report'}")

@@ -41,8 +41,10 @@ def own_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> p
 
 
 def test_restore_runs_the_shipped_grid_with_the_users_own_policy(own_project: pytest.Pytester) -> None:
+    """The shipped grid runs where nothing was collected, on ``--restore`` or on any audit option alone: the
+    issue-30 case (``pytest --restore-...`` in a directory with no test collected 0 items and exited 5)."""
     args = [*SMALLEST_GRID, "--restore-policies=fifo,evict-longest", "-p", "no:xdist", "-v"]
-    result = own_project.runpytest_inprocess("--restore", *args)
+    result = own_project.runpytest_inprocess(*args)  # audit options, no --restore
     assert result.ret == 0, result.outlines[-20:]
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([f"{GRID_NODE}::test_cell[[]fifo-300[]] PASSED*", f"{GRID_NODE}::test_cell[[]evict-longest-300[]] PASSED*"])
@@ -103,14 +105,6 @@ def pytest_restore_register_policies(registry, config):
     assert cells == [f"{p}-300" for p in ("no-evict", "fifo", "random", "redundancy", "llm-importance", "control", "evict-longest")]
     named = own_project.runpytest_inprocess("--restore", *SMALLEST_GRID, "-p", "no:xdist", "--collect-only", "-q")
     assert "registered" not in named.stdout.str()  # the user chose the grid: nothing to say
-
-
-def test_an_audit_option_where_nothing_was_collected_runs_the_shipped_grid(own_project: pytest.Pytester) -> None:
-    """The issue-30 case: ``pytest --restore-...`` in a directory with no test collected 0 items and exited 5."""
-    result = own_project.runpytest_inprocess(*SMALLEST_GRID, "-p", "no:xdist")
-    assert result.ret == 0, result.outlines[-20:]
-    result.assert_outcomes(passed=2)
-    assert (own_project.path / "restore-report" / "report.md").exists()
 
 
 def test_a_session_that_is_no_audit_gets_no_grid(own_project: pytest.Pytester) -> None:

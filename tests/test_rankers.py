@@ -125,7 +125,7 @@ def test_item_ids_name_a_ranker_by_its_family_unless_two_share_it() -> None:
 
 def test_an_unknown_ranker_in_the_list_is_one_line(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_grid=GRID)
-    result = pytester.runpytest_subprocess(f"--restore-data={TINY}", "--restore-rankers=bm25-lite,bm99", "-p", "no:xdist")
+    result = pytester.runpytest_inprocess(f"--restore-data={TINY}", "--restore-rankers=bm25-lite,bm99", "-p", "no:xdist")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in result.errlines if line.startswith("ERROR:")]
     # the built-in rankers, then the memory libraries' (registered by name, imported only when asked for)

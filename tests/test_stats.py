@@ -395,16 +395,21 @@ def _with_regime_a(records: list[Record]) -> list[Record]:
     return records
 
 
-def test_an_items_verdicts_are_the_sessions() -> None:
-    """Items decide each of their tests as the session does (Holm and power included)."""
+@pytest.fixture(scope="module")
+def control_analysis() -> tuple[list[Record], Analysis]:
+    """The control grid with regime (a), analysed once (1,000 resamples) for the items' verdicts."""
     records = _with_regime_a(control_grid())
-    session = {t.name: t for t in analyse(records, resamples=1000).tests}
+    return records, analyse(records, resamples=1000)
+
+
+def test_an_items_verdicts_are_the_sessions(control_analysis: tuple[list[Record], Analysis]) -> None:
+    """Items decide each of their tests as the session does (Holm and power included)."""
+    records, analysis = control_analysis
+    session = {t.name: t for t in analysis.tests}
     budgets = (80_000, 30_000, 8_000)
     for policy in ("control", "fifo"):
         for budget in budgets:
-            verdicts = cell_verdicts(
-                analyse(records, resamples=1000), policy, budget, budgets=budgets, family_sizes=SIZES
-            )
+            verdicts = cell_verdicts(analysis, policy, budget, budgets=budgets, family_sizes=SIZES)
             families = [t.family for t in verdicts]
             assert families == (["H1", "H3"] + [POSITIVE_CONTROL] * 3 * (policy == "control"))
             for t in verdicts:
@@ -416,8 +421,10 @@ def test_an_items_verdicts_are_the_sessions() -> None:
     assert cell_verdicts(analyse(records, resamples=100), "llm-importance", 80_000, budgets=budgets, family_sizes=SIZES) == []
 
 
-def test_an_item_asks_for_the_whole_family_only_where_holm_could_go_either_way() -> None:
-    records = _with_regime_a(control_grid())
+def test_an_item_asks_for_the_whole_family_only_where_holm_could_go_either_way(
+    control_analysis: tuple[list[Record], Analysis],
+) -> None:
+    records, analysis = control_analysis
     asked: list[list[tuple[str, int]]] = []
 
     def fetch(cells: Any) -> list[Record]:
@@ -425,7 +432,6 @@ def test_an_item_asks_for_the_whole_family_only_where_holm_could_go_either_way()
         return records
 
     budgets = (80_000, 30_000, 8_000)
-    analysis = analyse(records, resamples=1000)
     clear = cell_verdicts(analysis, "control", 80_000, budgets=budgets, family_sizes=SIZES, fetch=fetch)
     assert asked == []  # every p is far from alpha: Holm cannot change a decision
     # a family so large that Holm's bound straddles alpha: the item decides with the whole family
