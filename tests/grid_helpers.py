@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -396,13 +396,27 @@ def bootstrap_settings(bootstrap: int) -> RunSettings:
     return RunSettings(audit=AuditSettings.from_json(shown), keys=tuple(shown))
 
 
-# langsmith (the langmem extra's) registers a pytest plugin whose import costs ~0.5 s of CPU. pyproject's
-# addopts keep it out of this session, but a run in a project of its own (pytester's in-process runs) reads no
-# pyproject and loads it, and pytester drops the modules a run imported: each in-process run imported it afresh
-# (a one-cell tiny grid in process: 1.2 -> 0.6 s of CPU with it imported here once; a run finds it imported).
-with contextlib.suppress(ImportError):
-    import langsmith.pytest_plugin  # noqa: F401
+@contextlib.contextmanager
+def figures_not_rendered() -> Iterator[None]:
+    """Meanwhile, the reports written in this process build their figure but do not render it.
 
-#: Options for a child pytest in a project of its own (no pyproject): leave langsmith's plugin out, as the
-#: project's addopts do (its import, ~0.5 s of CPU, in every child process and xdist worker).
-NO_LANGSMITH = ["-p", "no:langsmith_plugin"]
+    Rendering figure.png (300 dpi) and figure.svg is most of a small grid's report: 0.5-1 s of CPU in a
+    run of the tiny fixture. For the modules whose runs' point is elsewhere (a provider, a batch, a
+    cache) and that read no figure: the figure is still built from the run's findings (``draw_figure``,
+    where a name a user chose once crashed it), and its two files are placeholders. ``test_figure``,
+    the report's tests and the shared runs (child processes) render it.
+    """
+    from pytest_restore.report import figure
+
+    def built_not_rendered(findings: Any, out_dir: str | os.PathLike[str], **options: Any) -> tuple[Path, Path]:
+        figure.draw_figure(findings, **options)  # a matplotlib Figure, not pyplot's: nothing to close
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        png, svg = out / "figure.png", out / "figure.svg"
+        png.write_bytes(b"")
+        svg.write_text('<svg xmlns="http://www.w3.org/2000/svg"><title>not rendered</title></svg>\n', encoding="utf-8")
+        return png, svg
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(figure, "write_figure", built_not_rendered)
+        yield

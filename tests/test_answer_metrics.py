@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from grid_helpers import figures_not_rendered
 
 from pytest_restore.data.answer_metrics import bleu1, category_of, locomo_f1, normalise, token_f1
 from pytest_restore.data.porter import stem
@@ -130,7 +131,8 @@ def test_a_grid_judged_by_f1(pytester: pytest.Pytester) -> None:
     locomo = ROOT / "fixtures" / "locomo_tiny.json"
     args = ["-p", "no:xdist", "--restore-bootstrap", "200", "--restore-family-checks", "report", f"--restore-data={locomo}",
             "--restore-budgets", "250", "--restore-policies", "no-evict"]
-    result = pytester.runpytest(*args, "--restore-judge", "f1:0.5")
+    with figures_not_rendered():  # the test reads the records and report.md, not the figure
+        result = pytester.runpytest(*args, "--restore-judge", "f1:0.5")
     result.assert_outcomes(passed=1)
     records = (pytester.path / "restore-report" / "records.jsonl").read_text(encoding="utf-8")
     assert '"judge": "f1:0.5"' in records and "Real model calls" not in (pytester.path / "restore-report" / "report.md").read_text()

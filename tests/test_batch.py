@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID, NO_LANGSMITH, TINY, child_env, small_args
+from grid_helpers import GRID, TINY, child_env, figures_not_rendered, small_args
 from openai_server import OpenAIServer, echo_responder, fake_models_responder, refused_port
 from test_providers import CleanRun, clean_run  # noqa: F401 - the live run the batch runs must match
 
@@ -58,6 +58,13 @@ def records_of(report: Path) -> list[dict[str, Any]]:
     for r in records:
         del r["run_id"]
     return records
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _figures() -> Iterator[None]:
+    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
+    with figures_not_rendered():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -333,7 +340,7 @@ def test_a_session_killed_mid_batch_attaches_to_it_when_started_again(
     env = {**child_env(), "OPENAI_API_KEY": DUMMY_KEY}
     with OpenAIServer(fake_models_responder(histories), expected_key=DUMMY_KEY) as server:
         server.batches.behaviour.hold = True  # the first batch stays in progress
-        command = [sys.executable, "-m", "pytest", *NO_LANGSMITH, *grid_command(server, cache, *BATCH, *FEW_CELLS), "--restore-report-dir=killed"]
+        command = [sys.executable, "-m", "pytest", *grid_command(server, cache, *BATCH, *FEW_CELLS), "--restore-report-dir=killed"]
         with open(pytester.path / "killed.out", "w") as out:
             child = subprocess.Popen(command, cwd=pytester.path, env=env, stdout=out, stderr=subprocess.STDOUT)
             try:

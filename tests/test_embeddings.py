@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from grid_helpers import NO_LANGSMITH, SMALLEST_GRID, TINY
+from grid_helpers import SMALLEST_GRID, TINY, figures_not_rendered
 from openai_server import EMBED_MODES, EMBEDDING_MAX_TOKENS, INVALID_INPUT, Faults, OpenAIServer
 
 from pytest_restore.audit.run import AuditConfig, audited_questions
@@ -40,6 +40,13 @@ from pytest_restore.run.embeddings import audited_texts
 
 MODEL = "text-embedding-3-small"
 KEY = "sk-test-embeddings-0123456789abcdef"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _figures() -> Iterator[None]:
+    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
+    with figures_not_rendered():
+        yield
 
 
 @pytest.fixture
@@ -287,7 +294,7 @@ def test_a_grid_embeds_each_distinct_text_once_and_a_rerun_sends_nothing(
 
 
 def test_an_xdist_grid_sends_no_text_twice(project: pytest.Pytester, server: OpenAIServer, tmp_path: Path) -> None:
-    result = _run(project, server, tmp_path / "cache", "-n", "2", *NO_LANGSMITH)
+    result = _run(project, server, tmp_path / "cache", "-n", "2")
     assert result.ret == 0, result.outlines[-30:]
     assert server.received_inputs == _distinct_texts()
 

@@ -35,8 +35,8 @@ import pytest
 from grid_helpers import (
     FAST_RETRIES,
     GRID,
-    NO_LANGSMITH,
     TINY,
+    figures_not_rendered,
     run_audit_here,
     shared_run,
     small_args,
@@ -68,6 +68,13 @@ def in_few_cells(record: Record) -> bool:
     return record.policy in ("fifo", "llm-importance") and record.budget in (600, 100)
 #: The question whose reader prompts fail for good in the persistent-failure test.
 BROKEN_QUESTION = "How many siblings do I have?"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _figures() -> Iterator[None]:
+    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
+    with figures_not_rendered():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +144,7 @@ def run_grid(
     cells: int = CELLS,
 ) -> pytest.RunResult:
     """Run the grid in a pytest run of its own; every cell (``cells`` of them) must pass."""
-    xdist = ["-n", str(workers), *NO_LANGSMITH] if workers else ["-p", "no:xdist"]
+    xdist = ["-n", str(workers)] if workers else ["-p", "no:xdist"]
     result = pytester.runpytest_inprocess(*xdist, *grid_args(server, cache, report, *extra))
     result.assert_outcomes(passed=cells)
     return result
@@ -283,7 +290,6 @@ def test_killed_run_restarts_without_resending_and_writes_the_same_records(
         "pytest",
         "-p",
         "no:xdist",
-        *NO_LANGSMITH,
         f"--basetemp={tmp_path / 'killed-tmp'}",
     ]
     args += grid_args(server, cache, "killed", "--restore-timeout", "60")
@@ -723,7 +729,7 @@ def test_two_replicas_share_the_grid_and_one_killed_mid_run_costs_no_record(
         # a process of its own: in this one, the run's threads and the two servers' share the interpreter
         # lock, and the doomed replica could be left short of the requests it must answer before the kill
         result = grid_dir.runpytest_subprocess(
-            "-p", "no:xdist", *NO_LANGSMITH, *SMALL, *models, "--restore-base-url", f"{doomed.base_url},{survivor.base_url}",
+            "-p", "no:xdist", *SMALL, *models, "--restore-base-url", f"{doomed.base_url},{survivor.base_url}",
             "--restore-cache", str(tmp_path / "cache"), "--restore-report-dir", "replicas", timeout=120,
         )
         killer.join()
@@ -750,7 +756,7 @@ def test_a_replica_that_errs_or_hangs_is_set_aside_and_said_once_by_the_controll
         else:
             sick.faults = Faults(rate=1.0, kinds=("500",), max_per_request=None)
         models = [f"--restore-{role}={spec}" for role, spec in MODELS.items()]
-        xdist = ["-n", str(workers), *NO_LANGSMITH] if workers else ["-p", "no:xdist"]
+        xdist = ["-n", str(workers)] if workers else ["-p", "no:xdist"]
         started = time.monotonic()
         result = grid_dir.runpytest_inprocess(
             *xdist, *SMALL, *FEW_CELLS, *models, "--restore-base-url", f"{sick.base_url},{good.base_url}",
