@@ -397,11 +397,17 @@ def test_a_selected_part_of_the_grid_says_so_first_and_leaves_the_complete_repor
         "*grid cells not selected in this run (2): no-evict-300, random-300*",
     ])
     # the whole grid again: written in place, replacing the report as a whole (no file of the old one
-    # survives), and the partial report beside it goes
+    # survives), and the partial report beside it goes; so do the staging directories of sessions that
+    # ended without their report, but not a live session's
     (report / "stale-from-an-old-version.txt").write_text("x")
+    orphans = [".restore-report.99999999.k3j4h5g6.tmp", ".restore-report.k3j4h5g6.tmp", ".restore-report.99999999.ab.old"]
+    live = ".restore-report.1.k3j4h5g6.tmp"  # pid 1 runs: another session's, being written
+    for name in [*orphans, live]:
+        (project.path / name).mkdir()
     whole = project.runpytest_inprocess("-p", "no:xdist", *INTERRUPTED_ARGS)
     assert whole.ret == 0 and not partial.exists()
     assert set(_files(report)) == set(before)
+    assert sorted(p.name for p in project.path.iterdir() if p.name.startswith(".restore-report")) == [live]
     assert not (report / "report.md").read_text().startswith("> **PARTIAL")
     assert "PART OF THE GRID" not in whole.stdout.str()
     summary = json.loads((report / "summary.json").read_text())
@@ -675,15 +681,8 @@ def test_a_full_disk_under_the_report_is_one_line_exit_74_and_the_earlier_report
     assert sorted(p.name for p in out.iterdir()) == ["restore-report"]  # no staging left beside it
 
 
-def test_orphaned_staging_directories_are_removed_and_a_live_sessions_kept(project: pytest.Pytester) -> None:
-    orphans = [".restore-report.99999999.k3j4h5g6.tmp", ".restore-report.k3j4h5g6.tmp", ".restore-report.99999999.ab.old"]
-    live = ".restore-report.1.k3j4h5g6.tmp"  # pid 1 runs: another session's, being written
-    for name in [*orphans, live]:
-        (project.path / name).mkdir()
-    result = project.runpytest_inprocess("-p", "no:xdist", *GRID_ARGS, "--restore-calibration=off")
-    assert result.ret == 0
-    left = sorted(p.name for p in project.path.iterdir() if p.name.startswith(".restore-report"))
-    assert left == [live]
+# Orphaned staging directories removed and a live session's kept: asserted on the whole run of
+# test_a_selected_part_of_the_grid_says_so_first_and_leaves_the_complete_report.
 
 
 #: The report's writer is busy for a long time (a large bootstrap in native code); a real Ctrl-C twice.

@@ -76,9 +76,10 @@ def test_a_progress_line_comes_before_the_first_result(pytester: pytest.Pytester
 #: The README's command on the embedded default, with no ``--restore-*`` option, run in one project in turn:
 #: first under xdist (the data is generated then), then with ``-n auto`` (it is in the project's cache by then,
 #: as on a user's second run). One cell each (a part of the grid: its report is the partial one). The first
-#: runs in a child pytest (its workers are processes anyway); the second, in one process, in the test's own
+#: runs in a child pytest (its workers are processes anyway), with one worker (the controller's part, under
+#: test, is the same for any number); the second, in one process, in the test's own
 #: (``test_n_auto_runs_a_small_grid_found_in_the_given_paths_in_one_process``, on a copy of the project).
-NO_OPTION_RUNS = {"xdist": ["-n", "2", "-v", "-k", "fifo-8k"]}
+NO_OPTION_RUNS = {"xdist": ["-n", "1", "-v", "-k", "fifo-8k"]}
 N_AUTO = ["test_grid.py", "-n", "auto", "-v", "-k", "fifo-8k"]
 
 
@@ -109,7 +110,7 @@ def test_an_xdist_controller_starts_the_plugin_from_its_workers_collection(no_op
     lines = run.output.splitlines()
     first_result = next(i for i, line in enumerate(lines) if "PASSED" in line)
     generating = next(i for i, line in enumerate(lines) if line.startswith("restore: generating the embedded"))
-    # on this empty cache the controller counts the tokens once, for both workers, before they prepare
+    # on this empty cache the controller counts the tokens once, for its workers, before they prepare
     counting = next(i for i, line in enumerate(lines) if line.startswith("restore: counting the o200k tokens of"))
     assert generating < counting < first_result
     prepared = (run.report.parent / "xdist-prepared.txt").read_text().split()  # as this run left the cache

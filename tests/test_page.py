@@ -44,25 +44,32 @@ def _spied(maker: PageMaker, made: list[str | None]) -> PageMaker:
     return start
 
 
+@pytest.fixture(scope="module")
+def here(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """The report with its page made in this process, written once: what each way of making it elsewhere must equal."""
+    return _written(tmp_path_factory.mktemp("page"), "here", None)
+
+
 @needs_two_cores
-def test_the_page_made_in_its_process_is_the_page_made_here(tmp_path: Path) -> None:
+def test_the_page_made_in_its_process_is_the_page_made_here(tmp_path: Path, here: dict[str, bytes]) -> None:
     maker = page_maker(TINY, None, None, min_records=0)
     assert maker is not None
     made: list[str | None] = []
     apart = _written(tmp_path, "apart", _spied(maker, made))
     assert len(made) == 1 and made[0]  # the process made it
-    here = _written(tmp_path, "here", None)
     assert apart == here
     assert made[0] in here["report.html"].decode("utf-8")  # texts from the data file included
 
 
 @needs_two_cores
-def test_a_page_process_that_fails_leaves_the_page_to_this_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_page_process_that_fails_leaves_the_page_to_this_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, here: dict[str, bytes]
+) -> None:
     monkeypatch.setattr(page, "_CHILD", "raise SystemExit(3)")
     maker = page_maker(TINY, None, None, min_records=0)
     assert maker is not None
     made: list[str | None] = []
-    assert _written(tmp_path, "failed", _spied(maker, made)) == _written(tmp_path, "here", None)
+    assert _written(tmp_path, "failed", _spied(maker, made)) == here
     assert made == [None]
 
 

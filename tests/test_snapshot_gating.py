@@ -57,8 +57,10 @@ def test_a_users_snapshot_pins_the_cells_and_a_policy_change_fails_with_a_diff(p
 
 
 def test_without_syrupys_plugin_restore_snapshot_fails_in_one_line_before_any_work(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_audit=USER_TEST)
-    result = pytester.runpytest_subprocess("-p", "no:xdist", "-p", "no:syrupy")
+    # in process (named apart from this suite's test_audit.py): the session's own plugins are what counts,
+    # whatever this process has imported
+    pytester.makepyfile(test_users_audit=USER_TEST)
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:syrupy")
     result.assert_outcomes(errors=1)
     out = result.stdout.str()
     line = ("restore_snapshot needs syrupy's pytest plugin, which this session does not load "
