@@ -396,6 +396,29 @@ def bootstrap_settings(bootstrap: int) -> RunSettings:
     return RunSettings(audit=AuditSettings.from_json(shown), keys=tuple(shown))
 
 
+#: :func:`figures_not_rendered`'s stand-in for ``report.figure.write_figure``, as source text, so that a child
+#: run's conftest can hold it too (:data:`FIGURES_NOT_RENDERED_CONFTEST`).
+_BUILT_NOT_RENDERED = """
+from pathlib import Path
+
+from pytest_restore.report import figure
+
+
+def built_not_rendered(findings, out_dir, **options):
+    figure.draw_figure(findings, **options)  # a matplotlib Figure, not pyplot's: nothing to close
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    png, svg = out / "figure.png", out / "figure.svg"
+    png.write_bytes(b"")
+    svg.write_text('<svg xmlns="http://www.w3.org/2000/svg"><title>not rendered</title></svg>\\n', encoding="utf-8")
+    return png, svg
+"""
+
+#: A conftest for a child run that writes a report no test reads the figure of: the figure is built, not
+#: rendered, for the whole run (:func:`figures_not_rendered`).
+FIGURES_NOT_RENDERED_CONFTEST = _BUILT_NOT_RENDERED + "\nfigure.write_figure = built_not_rendered\n"
+
+
 @contextlib.contextmanager
 def figures_not_rendered() -> Iterator[None]:
     """Meanwhile, the reports written in this process build their figure but do not render it.
@@ -408,15 +431,8 @@ def figures_not_rendered() -> Iterator[None]:
     """
     from pytest_restore.report import figure
 
-    def built_not_rendered(findings: Any, out_dir: str | os.PathLike[str], **options: Any) -> tuple[Path, Path]:
-        figure.draw_figure(findings, **options)  # a matplotlib Figure, not pyplot's: nothing to close
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        png, svg = out / "figure.png", out / "figure.svg"
-        png.write_bytes(b"")
-        svg.write_text('<svg xmlns="http://www.w3.org/2000/svg"><title>not rendered</title></svg>\n', encoding="utf-8")
-        return png, svg
-
+    namespace: dict[str, object] = {}
+    exec(_BUILT_NOT_RENDERED, namespace)  # noqa: S102 - our own source text, shared with child runs
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(figure, "write_figure", built_not_rendered)
+        patch.setattr(figure, "write_figure", namespace["built_not_rendered"])
         yield

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 from grid_helpers import (
     FAST_RETRIES,
+    FIGURES_NOT_RENDERED_CONFTEST,
     GRID,
     TINY,
     figures_not_rendered,
@@ -708,6 +709,7 @@ KILL_AT = 30  # of the run's 84 requests, counted over both replicas
 def test_two_replicas_share_the_grid_and_one_killed_mid_run_costs_no_record(
     grid_dir: pytest.Pytester, histories: list[History], tmp_path: Path, clean_run: CleanRun
 ) -> None:
+    grid_dir.makeconftest(FAST_RETRIES + FIGURES_NOT_RENDERED_CONFTEST)  # the test reads the records alone
     with OpenAIServer(fake_models_responder(histories), latency=0.002) as survivor:
         doomed = OpenAIServer(fake_models_responder(histories), latency=0.002).start()
 
