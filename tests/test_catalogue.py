@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
-from grid_helpers import ROOT
+from grid_helpers import ROOT, figures_not_rendered
 
 from pytest_restore import __main__ as cli
 from pytest_restore.data import catalogue as cat
@@ -34,6 +34,14 @@ from pytest_restore.data.catalogue import (
     state,
 )
 from pytest_restore.exits import IO_ERROR
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _figures() -> Iterator[None]:
+    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
+    with figures_not_rendered():
+        yield
+
 
 LOCOMO_FIXTURE = ROOT / "fixtures" / "locomo_tiny.json"
 PAYLOAD = bytes(range(256)) * 40  # 10,240 bytes: the "dataset" the loopback server serves

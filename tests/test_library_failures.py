@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from grid_helpers import GRID, small_args
+from grid_helpers import GRID, figures_not_rendered, small_args
 
 from pytest_restore.data.units import Unit
 from pytest_restore.libraries.guest import GuestFailure, LibraryEndpoints
@@ -34,6 +34,14 @@ from pytest_restore.models.embeddings import FakeEmbedder
 from pytest_restore.models.fake_writer import FakeWriter
 from pytest_restore.models.gateway import Gateway
 from pytest_restore.report.checks import unused_calls
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _figures() -> Iterator[None]:
+    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
+    with figures_not_rendered():
+        yield
+
 
 DIMS = 64
 #: every library of the table but cognee (one configuration per process: its own module tests it)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 import runpy
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from grid_helpers import figures_not_rendered
 
 from pytest_restore.audit.checks import construct_checks
 from pytest_restore.audit.run import Audit, AuditConfig
@@ -20,6 +21,14 @@ from pytest_restore.memory.eviction import EvictionContext, Fifo, PolicyRegistry
 from pytest_restore.memory.memories import Memory, memory_tokens, memory_view
 from pytest_restore.memory.systems import CapturedMemorySystem, MemorySystem, MemorySystemError
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _figures() -> Iterator[None]:
+    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
+    with figures_not_rendered():
+        yield
+
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 BUDGETS = (600, 300, 100)
