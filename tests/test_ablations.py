@@ -217,7 +217,8 @@ def test_flips_are_counted_when_the_reader_can_be_flipped(tiny: Dataset) -> None
 
 def test_report_sections_rebuild_from_records(tiny_records: list[Record], tmp_path: Path) -> None:
     info = RunInfo(settings=bootstrap_settings(500))
-    files = write_report(tiny_records, info, tmp_path / "out")
+    # the records' data, for report.html's texts (the settings name the embedded default, parsed for nothing)
+    files = write_report(tiny_records, info, tmp_path / "out", data_file=TINY)
     report = files.report.read_text()
     assert "## Restore-tightness ablations" in report and "## One case per bin (regime b)" in report
     assert "; ranker bm25-lite; " in report  # the run line
@@ -253,7 +254,7 @@ def test_records_of_two_rankers_make_one_report_that_compares_them(tiny_records:
     records += [replace(r, ranker="recency") for r in records]
     path = tmp_path / "records.jsonl"
     path.write_text(dumps(records))
-    assert main(["report", str(path), "--out", str(tmp_path / "o")]) == 0
+    assert main(["report", str(path), "--out", str(tmp_path / "o"), "--data", str(TINY)]) == 0
     report = (tmp_path / "o" / "report.md").read_text()
     assert "## Rankers compared (regime b)" in report and "the baseline is bm25-lite" in report
 

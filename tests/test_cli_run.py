@@ -20,14 +20,16 @@ from __future__ import annotations
 # when it ends, and the pool's worker function would then no longer be the one spawn pickles by name.
 import concurrent.futures.process  # noqa: F401
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID, ROOT, TINY
+from grid_helpers import GRID, ROOT, TINY, figures_not_rendered
 from openai_server import refused_port
 
 from pytest_restore.__main__ import main
+from pytest_restore.synthetic.embedded import embedded_path
 
 LOCOMO_TINY = ROOT / "fixtures" / "locomo_tiny.json"
 #: The two audits compared: the embedded default with few questions and two budgets, and the LoCoMo fixture.
@@ -38,6 +40,13 @@ CASES = {
 #: ``run``'s processes per case: the embedded audit as ``-n auto`` (small data: the command's own process),
 #: LoCoMo's over a pool of two.
 WORKERS = {"embedded": "auto", "locomo": "2"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _figures() -> Iterator[None]:
+    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
+    with figures_not_rendered():
+        yield
 
 
 @pytest.fixture
@@ -58,11 +67,22 @@ def _summary(path: Path) -> dict[str, Any]:
     return data
 
 
+def _holds_the_embedded_default(project: Path, embedded_data: Path) -> None:
+    """The project's cache holds the embedded default already, as after its first run: the test run's own copy
+    (``embedded_data``, generated once for every test that reads it). A project's first run generates its
+    hundred questions (2-3 CPU s, most of this test's own work); the generator has tests of its own."""
+    cached = embedded_path(project / ".pytest_cache" / "d" / "restore")
+    cached.parent.mkdir(parents=True)
+    cached.symlink_to(embedded_data)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_run_writes_pytest_s_report_byte_for_byte(
-    grid_project: pytest.Pytester, capsys: pytest.CaptureFixture[str], case: str
+    grid_project: pytest.Pytester, capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest, case: str
 ) -> None:
     by_pytest, by_run = grid_project.path / "pytest-report", grid_project.path / "run-report"
+    if case == "embedded":
+        _holds_the_embedded_default(grid_project.path, request.getfixturevalue("embedded_data"))
     result = grid_project.runpytest_inprocess("-n", "auto", "-q", *CASES[case], "--restore-report-dir", str(by_pytest))
     pytest_output = "\n".join(result.outlines + result.errlines)
     assert result.ret == 0, pytest_output[-3000:]

@@ -9,9 +9,10 @@ fresh virtualenv by hand (docs/CI.md says how); these runs are in process, cheap
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
-from grid_helpers import SMALLEST_GRID
+from grid_helpers import SMALLEST_GRID, figures_not_rendered
 
 from pytest_restore.plugin.grid import GRID_NODE
 
@@ -29,6 +30,13 @@ class EvictLongest(VictimPolicy):
 def pytest_restore_register_policies(registry, config):
     registry.register(EvictLongest())
 """
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _figures() -> Iterator[None]:
+    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
+    with figures_not_rendered():
+        yield
 
 
 @pytest.fixture

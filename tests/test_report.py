@@ -19,7 +19,15 @@ from grid_helpers import TINY, ChildRun, bootstrap_settings, flat_record, report
 from pytest_restore.__main__ import main
 from pytest_restore.data.dataset import QUESTION_TYPES
 from pytest_restore.record import Record
-from pytest_restore.report.inputs import RecordsError, RunInfo, analyse_records, read_records
+from pytest_restore.report.inputs import (
+    RecordsError,
+    RunInfo,
+    analyse_records,
+    read_records,
+    sort_records,
+)
+from pytest_restore.report.markdown import render_report_md
+from pytest_restore.report.model import build_model
 from pytest_restore.report.writer import (
     ReportFiles,
     render_records_jsonl,
@@ -148,6 +156,13 @@ NO_DATA = Path(__file__).resolve().parent / "no-such-data.json"
 def write(records: list[Record], out: Path, info: RunInfo = INFO) -> ReportFiles:
     """The report of hand-made ``records`` (:func:`write_report`, no data file for the page)."""
     return write_report(records, info, out, data_file=NO_DATA)
+
+
+def report_md(records: list[Record], info: RunInfo = INFO) -> tuple[str, tuple[str, ...]]:
+    """``report.md``'s text and the not-testable lines of ``records``, from the report model ``write_report``
+    renders (:func:`build_model`): for tests of what the text says, without the figure and page (1 CPU s)."""
+    model = build_model(sort_records(records), info)
+    return render_report_md(model), model.log.not_testable
 
 
 def _csv(text: str) -> list[dict[str, str]]:
@@ -290,23 +305,23 @@ def test_an_untestable_line_gives_the_least_detectable_effect_not_a_width_called
 NO_EVICTION = {policy: (0.0, 0.0) for policy in HEALTHY}
 
 
-def test_contrasts_of_identical_stores_are_not_given_a_resolution_of_zero(tmp_path: Path) -> None:
+def test_contrasts_of_identical_stores_are_not_given_a_resolution_of_zero() -> None:
     # irr is 0 in every cell, so every contrast's interval is [0, 0]: nothing was resolved to ±0.000
-    files = write(fixed_records(NO_EVICTION), tmp_path)
-    matched = next(line for line in files.report.read_text().splitlines() if line.startswith("- **Matched accuracy.**"))
+    report, untestable = report_md(fixed_records(NO_EVICTION))
+    matched = next(line for line in report.splitlines() if line.startswith("- **Matched accuracy.**"))
     assert "±0.000" not in matched and "pairs score every question alike on both sides" in matched, matched
-    (line,) = files.untestable
+    (line,) = untestable
     assert "±0.00" not in line and "score every question alike on both sides" in line, line
 
 
-def test_budgets_that_bind_for_no_history_are_named_as_the_reason_not_the_number_of_questions(tmp_path: Path) -> None:
+def test_budgets_that_bind_for_no_history_are_named_as_the_reason_not_the_number_of_questions() -> None:
     idle = RunInfo(settings=INFO.settings, dataset={"sha256": "0" * 64, "budget_binding": {"80000": 0.0, "8000": 0.0}})
     assert idle.idle_budgets == {80_000, 8_000}
-    files = write(fixed_records(NO_EVICTION), tmp_path, idle)
-    (line,) = files.untestable
+    report, untestable = report_md(fixed_records(NO_EVICTION), idle)
+    (line,) = untestable
     assert line.startswith("positive-control: 6 of 6 tests, nor at any N: budgets 80k, 8k bind for no history"), line
     assert "questions would test them" not in line  # more questions would not
-    matched = next(line for line in files.report.read_text().splitlines() if line.startswith("- **Matched accuracy.**"))
+    matched = next(line for line in report.splitlines() if line.startswith("- **Matched accuracy.**"))
     assert "at budgets that evict nothing (80k, 8k), where both sides are the same store" in matched, matched
     assert "so the control evicts no gold there" in matched and "resolution" not in matched
 
