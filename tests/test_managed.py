@@ -263,13 +263,20 @@ def test_a_replica_that_hangs_or_errs_every_time_is_set_aside_and_the_other_answ
     said once. Before, each call's tries all went to the bad replica (held by its slot) and failed."""
     from openai_server import Faults
 
-    with OpenAIServer(latency=0.02) as good, OpenAIServer() as sick:
+    # The timeout is what each of the sick replica's hangs costs, and it bounds the good replica's
+    # answers too: one that takes longer is sent again and paid twice (at 0.2 s, under -n 3 at load 9,
+    # the good one was paid 81 times for 80). A hang must still be set aside (three timeouts in a
+    # row) while the good replica works through the 80: 80 x 0.05 s against 3 x 0.5 s. A 500 costs
+    # no wait, so there the timeout only bounds the good answers.
+    timeout, latency = (0.5, 0.05) if bad == "hang" else (5.0, 0.02)
+    with OpenAIServer(latency=latency) as good, OpenAIServer() as sick:
         if bad == "hang":
             sick.mode = "hang"
         else:
             sick.faults = Faults(rate=1.0, kinds=("500",), max_per_request=None)
         model = OpenAIChatModel(
-            model="m", base_url=f"{sick.base_url},{good.base_url}", timeout=0.2, max_concurrency=1,  # one call at a time each: the sick one is tried as often as it is free
+            # one call at a time each: the sick one is tried as often as it is free
+            model="m", base_url=f"{sick.base_url},{good.base_url}", timeout=timeout, max_concurrency=1,
             backoff_base=0.001, backoff_cap=0.01,
         )
         started = time.monotonic()
