@@ -34,6 +34,7 @@ from grid_helpers import (
     TINY,
     ChildRun,
     background_build,
+    figures_not_rendered,
     read_child,
     run_child,
     shared_run,
@@ -348,6 +349,15 @@ def tiny_report(tiny_grid_runs: tuple[ChildRun, ChildRun]) -> Path:
 def tiny_records(tiny_report: Path) -> list[dict[str, Any]]:
     """The serial tiny grid's records, as records.jsonl holds them (one JSON object per line, in order)."""
     return [json.loads(line) for line in (tiny_report / "records.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def figures_unrendered() -> Iterator[None]:
+    """For a module (``pytestmark = pytest.mark.usefixtures("figures_unrendered")``) whose tests read no report's
+    figure: the reports its runs write in this process build the figure and do not render it
+    (``grid_helpers.figures_not_rendered``)."""
+    with figures_not_rendered():
+        yield
 
 
 @pytest.fixture

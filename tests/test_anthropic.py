@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from anthropic_server import ANTHROPIC_FAULTS, MESSAGES, VERSION, AnthropicServer
-from grid_helpers import FAST_RETRIES, GRID, TINY, figures_not_rendered, small_args
+from grid_helpers import FAST_RETRIES, GRID, TINY, small_args
 from openai_server import Faults, OpenAIServer, fake_models_responder
 
 from pytest_restore.data.dataset import load_dataset
@@ -42,11 +42,8 @@ MODEL = "claude-haiku-4-5"
 FEW_CELLS = ("--restore-policies", "fifo,llm-importance", "--restore-budgets", "600,100", "--restore-calibration", "off")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 @pytest.fixture(scope="module")

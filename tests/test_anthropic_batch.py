@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from anthropic_server import BATCHES, MESSAGES, VERSION, AnthropicServer
-from grid_helpers import GRID, TINY, figures_not_rendered, small_args
+from grid_helpers import GRID, TINY, small_args
 from openai_server import OpenAIServer, echo_responder, fake_models_responder
 
 from pytest_restore.__main__ import main
@@ -59,11 +59,8 @@ FEW_CELLS = ["--restore-policies", "fifo,llm-importance", "--restore-budgets", "
 ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID, TINY, child_env, figures_not_rendered, small_args
+from grid_helpers import GRID, TINY, child_env, small_args
 from openai_server import OpenAIServer, echo_responder, fake_models_responder, refused_port
 from test_providers import CleanRun, clean_run  # noqa: F401 - the live run the batch runs must match
 
@@ -60,11 +60,8 @@ def records_of(report: Path) -> list[dict[str, Any]]:
     return records
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 @pytest.fixture(scope="module")

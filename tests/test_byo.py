@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from grid_helpers import GRID, TINY, figures_not_rendered, small_args
+from grid_helpers import GRID, TINY, small_args
 
 from pytest_restore import registry
 from pytest_restore.audit.run import Audit, AuditConfig
@@ -165,11 +165,8 @@ def pytest_restore_register_providers(registry, config):
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 def _cells(path: Path) -> list[dict[str, str]]:

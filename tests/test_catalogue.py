@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
-from grid_helpers import ROOT, figures_not_rendered
+from grid_helpers import ROOT
 
 from pytest_restore import __main__ as cli
 from pytest_restore.data import catalogue as cat
@@ -35,12 +35,8 @@ from pytest_restore.data.catalogue import (
 )
 from pytest_restore.exits import IO_ERROR
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 LOCOMO_FIXTURE = ROOT / "fixtures" / "locomo_tiny.json"

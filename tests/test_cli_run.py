@@ -20,12 +20,11 @@ from __future__ import annotations
 # when it ends, and the pool's worker function would then no longer be the one spawn pickles by name.
 import concurrent.futures.process  # noqa: F401
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import GRID, ROOT, TINY, figures_not_rendered
+from grid_helpers import GRID, ROOT, TINY
 from openai_server import refused_port
 
 from pytest_restore.__main__ import main
@@ -42,11 +41,8 @@ CASES = {
 WORKERS = {"embedded": "auto", "locomo": "2"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 @pytest.fixture

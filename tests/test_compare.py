@@ -5,11 +5,10 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from grid_helpers import GRID, ChildRun, figures_not_rendered, flat_record, full_disk
+from grid_helpers import GRID, ChildRun, flat_record, full_disk
 
 from pytest_restore.__main__ import main
 from pytest_restore.compare import (
@@ -23,12 +22,8 @@ from pytest_restore.exits import IO_ERROR
 from pytest_restore.record import Record
 from pytest_restore.stats.comparison import compare_records
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 def _record(qid: str, bin_: str | None, correct: bool, seed: int = 0) -> Record:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-from grid_helpers import GRID, figures_not_rendered
+from grid_helpers import GRID
 from openai_server import OpenAIServer, fake_models_responder
 from test_html import CHROMIUM, open_page
 
@@ -62,11 +62,8 @@ TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 CTX = EvictionContext(question_id="q")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 def turn(pos: int, session: int, content: str, role: str = "user", tokens: int = 20) -> Unit:

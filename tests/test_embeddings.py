@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from grid_helpers import SMALLEST_GRID, TINY, figures_not_rendered
+from grid_helpers import SMALLEST_GRID, TINY
 from openai_server import EMBED_MODES, EMBEDDING_MAX_TOKENS, INVALID_INPUT, Faults, OpenAIServer
 
 from pytest_restore.audit.run import AuditConfig, audited_questions
@@ -42,11 +42,8 @@ MODEL = "text-embedding-3-small"
 KEY = "sk-test-embeddings-0123456789abcdef"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 @pytest.fixture

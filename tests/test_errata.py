@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import figures_not_rendered
 
 from pytest_restore.data.dataset import Dataset, RawData
 from pytest_restore.data.errata import (
@@ -24,12 +22,8 @@ from pytest_restore.data.errata import (
 from pytest_restore.data.fields import DataError
 from pytest_restore.data.loaders import load_data
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

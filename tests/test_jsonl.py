@@ -9,22 +9,17 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from grid_helpers import GRID, SMALLEST_GRID, TINY, figures_not_rendered
+from grid_helpers import GRID, SMALLEST_GRID, TINY
 
 from pytest_restore import jsonl
 from pytest_restore.__main__ import main
 
-
 #: Characters ``str.splitlines()`` ends a line at that JSON keeps unescaped in a string.
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 SEPARATORS = "\u2028\u2029\x85"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from grid_helpers import GRID, figures_not_rendered, small_args
+from grid_helpers import GRID, small_args
 
 from pytest_restore.data.units import Unit
 from pytest_restore.libraries.guest import GuestFailure, LibraryEndpoints
@@ -35,12 +35,8 @@ from pytest_restore.models.fake_writer import FakeWriter
 from pytest_restore.models.gateway import Gateway
 from pytest_restore.report.checks import unused_calls
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 DIMS = 64

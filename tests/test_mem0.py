@@ -18,7 +18,7 @@ from pathlib import Path
 import library_audit
 import numpy as np
 import pytest
-from grid_helpers import GRID, figures_not_rendered
+from grid_helpers import GRID
 from library_audit import LOCOMO, assert_the_budget_kept_the_newest, audit_library
 from mem0_model import LONG, Mem0Model
 from net_guard import net_guard
@@ -60,11 +60,8 @@ MEM0_1 = library_version("mem0ai").startswith("1.")
 speaks_mem0_1 = pytest.mark.skipif(not MEM0_1, reason="the loopback model answers mem0 1's extraction and update calls")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,12 @@ from __future__ import annotations
 import re
 import runpy
 import time
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from grid_helpers import figures_not_rendered
 
 from pytest_restore.audit.checks import construct_checks
 from pytest_restore.audit.run import Audit, AuditConfig
@@ -22,12 +21,8 @@ from pytest_restore.memory.memories import Memory, memory_tokens, memory_view
 from pytest_restore.memory.systems import CapturedMemorySystem, MemorySystem, MemorySystemError
 from pytest_restore.models.fake import FakeJudge, FakeReader, FakeScorer
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"

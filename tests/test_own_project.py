@@ -9,10 +9,9 @@ fresh virtualenv by hand (docs/CI.md says how); these runs are in process, cheap
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
-from grid_helpers import SMALLEST_GRID, figures_not_rendered
+from grid_helpers import SMALLEST_GRID
 
 from pytest_restore.plugin.grid import GRID_NODE
 
@@ -32,11 +31,8 @@ def pytest_restore_register_policies(registry, config):
 """
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 @pytest.fixture

@@ -37,7 +37,6 @@ from grid_helpers import (
     FIGURES_NOT_RENDERED_CONFTEST,
     GRID,
     TINY,
-    figures_not_rendered,
     run_audit_here,
     shared_run,
     small_args,
@@ -71,11 +70,8 @@ def in_few_cells(record: Record) -> bool:
 BROKEN_QUESTION = "How many siblings do I have?"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 @pytest.fixture(scope="module")

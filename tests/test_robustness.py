@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
 
 import pytest
-from grid_helpers import GRID, figures_not_rendered, flat_record, small_args
+from grid_helpers import GRID, flat_record, small_args
 
 from pytest_restore.record import Record
 from pytest_restore.records_file import read_records
@@ -14,12 +13,8 @@ from pytest_restore.report.markdown import render_comparison_md
 from pytest_restore.stats.analysis import analyse
 from pytest_restore.stats.findings import compare_readers
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _figures() -> Iterator[None]:
-    """No test here reads a report's figure: the runs build it and do not render it (``figures_not_rendered``)."""
-    with figures_not_rendered():
-        yield
+#: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 def test_second_reader_runs_the_grid_again_and_is_compared(pytester: pytest.Pytester) -> None:
