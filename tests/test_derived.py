@@ -506,10 +506,12 @@ class SideBySide(FactExtract):
     def __init__(self, barrier: threading.Barrier | None = None, fails: str | None = None) -> None:
         super().__init__()
         self.barrier, self.fails = barrier, fails
-        self.copies: set[int] = set()  # the instances that built a store (shared by the copies: a set)
+        # the instances that built a store, by id (shared by the copies). The dict holds each copy, so that a
+        # copy freed once its history is fed cannot leave its id to the next one (train 130928 counted 5 of 6)
+        self.copies: dict[int, SideBySide] = {}
 
     def reset(self, budget: int, ctx: EvictionContext) -> None:
-        self.copies.add(id(self))
+        self.copies[id(self)] = self
         if self.barrier is not None:
             self.barrier.wait()
         if ctx.question_id == self.fails:
