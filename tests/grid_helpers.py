@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import faulthandler
 import fcntl
 import io
 import json
@@ -309,7 +310,7 @@ def stop_background_builds(thread: threading.Thread) -> None:
 
 #: A full disk under some directories, as the process sees it: files and directories can still be
 #: made there (a real full disk often has inodes left), but every write of bytes into a file under
-#: them fails with ENOSPC. Source text, so a child run's conftest can hold it too (``full_disk_conftest``).
+#: them fails with ENOSPC. Source text, so a child run's conftest can hold it too (``full_disk`` runs it here).
 FULL_DISK = '''
 import builtins, errno, io, os
 
@@ -377,10 +378,20 @@ def full_disk(monkeypatch: pytest.MonkeyPatch, *roots: Path, code: int = errno.E
         monkeypatch.setattr(obj, name, replacement)
 
 
-def full_disk_conftest(*roots: Path) -> str:
-    """A conftest that makes the disk under ``roots`` full for the whole child run."""
-    listed = ", ".join(repr(str(r)) for r in roots)
-    return FULL_DISK + f"\nfor _obj, _name, _new in full_disk_patches({listed}):\n    setattr(_obj, _name, _new)\n"
+@contextlib.contextmanager
+def hang_fails(seconds: float) -> Iterator[None]:
+    """Meanwhile, a hang ends this process after ``seconds``, every thread's stack said on its standard error.
+
+    The guard of an in-process run that could hang (a full disk under the run): as a child run's timeout
+    fails its test, so this fails it (under xdist: the worker "crashed while running" it; with ``-n 0``:
+    the session ends) where a hung run would hold the suite until CI's own limit. faulthandler's timer is
+    a native thread: it fires with the interpreter's lock held by the hung code too.
+    """
+    faulthandler.dump_traceback_later(seconds, exit=True, file=sys.__stderr__)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def bootstrap_settings(bootstrap: int) -> RunSettings:

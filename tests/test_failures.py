@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +21,11 @@ from typing import Any
 import pytest
 from grid_helpers import (
     FAST_RETRIES,
-    FULL_DISK,
+    FIGURES_NOT_RENDERED_CONFTEST,
     SMALLEST_GRID,
     TINY,
-    full_disk_conftest,
+    full_disk,
+    hang_fails,
     run_audit_here,
     shared_run,
 )
@@ -33,11 +35,15 @@ from pytest_restore.__main__ import main
 from pytest_restore.data.dataset import load_dataset
 from pytest_restore.data.units import History, build_history
 from pytest_restore.exits import IO_ERROR
+from pytest_restore.models.cache import ResponseCache
 
 GRID_ARGS = SMALLEST_GRID
 REAL = [f"--restore-{role}=openai:fake-{role}" for role in ("reader", "judge", "scorer")]
 
-
+#: No test here reads a report's figure (report.md, summary.json, records and file names are compared): the
+#: runs in this process build it and do not render it (conftest's ``figures_unrendered``), and so do the child
+#: runs that write a report (``FIGURES_NOT_RENDERED_CONFTEST`` in their conftest).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 @pytest.fixture(scope="module")
@@ -341,7 +347,7 @@ def test_ctrl_c_while_the_report_is_written_leaves_the_complete_report_untouched
     report = project.path / "restore-report"
     shutil.copytree(complete_report, report)  # what an earlier whole session left
     before = _files(report)
-    project.makeconftest(FAST_RETRIES + CTRL_C_WHILE_WRITING.format(where=where))
+    project.makeconftest(FAST_RETRIES + FIGURES_NOT_RENDERED_CONFTEST + CTRL_C_WHILE_WRITING.format(where=where))
     cut = project.runpytest_subprocess("-p", "no:xdist", *INTERRUPTED_ARGS, timeout=120)
     output = cut.stdout.str() + cut.stderr.str()
     assert cut.ret == pytest.ExitCode.INTERRUPTED, output
@@ -361,7 +367,7 @@ def test_ctrl_c_after_the_report_was_swapped_in_cuts_nothing_short_and_says_so(
     report = project.path / "restore-report"
     shutil.copytree(complete_report, report)
     (report / "report.md").write_text("the earlier report")
-    project.makeconftest(FAST_RETRIES + CTRL_C_WHILE_WRITING.format(where="late"))
+    project.makeconftest(FAST_RETRIES + FIGURES_NOT_RENDERED_CONFTEST + CTRL_C_WHILE_WRITING.format(where="late"))
     late = project.runpytest_subprocess("-p", "no:xdist", *INTERRUPTED_ARGS, timeout=120)
     output = late.stdout.str() + late.stderr.str()
     assert late.ret == pytest.ExitCode.OK, output
@@ -482,6 +488,7 @@ def test_a_one_slot_server_at_default_concurrency_completes_without_recomputing(
     # A local server computing one call at a time; time scaled down (0.2 s a call against a
     # 1 s timeout, as 12 s calls against the default 60 s). Sixteen calls at once would queue
     # past the timeout there and be computed again.
+    project.makeconftest(FAST_RETRIES + FIGURES_NOT_RENDERED_CONFTEST)
     with OpenAIServer(fake_models_responder(histories), latency=0.2, slots=1) as server:
         # a process of its own: the run's threads and the server's then keep off each other's interpreter lock
         result = project.runpytest_subprocess(
@@ -501,34 +508,34 @@ def test_a_one_slot_server_at_default_concurrency_completes_without_recomputing(
 
 # -- 8. resources that fail under the run: one line, its own exit code (exits.py), no hang ---------
 
-#: The disk under the response cache fills once the run has started (its start check passed): at
-#: the first claim of a request, as a real disk fills while a long run writes its cache.
-FILLS_AT_FIRST_CALL = FULL_DISK + """
-from pytest_restore.models.cache import ResponseCache
 
-_try_lock = ResponseCache.try_lock
+def fill_the_disk_at_the_first_claim(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk under the response cache fills once the run has started (its start check passed): at the
+    first claim of a request, as a real disk fills while a long run writes its cache (``full_disk``, undone
+    with the test's ``monkeypatch``)."""
+    try_lock, filled = ResponseCache.try_lock, threading.Lock()
 
+    def filling(self: ResponseCache, key: str) -> object:
+        with filled:  # the calibration gate's calls claim from several threads at once
+            if ResponseCache.try_lock is filling:
+                full_disk(monkeypatch, self.directory)
+                monkeypatch.setattr(ResponseCache, "try_lock", try_lock)
+        return try_lock(self, key)
 
-def _filling(self, key):
-    for obj, name, new in full_disk_patches(self.directory):
-        setattr(obj, name, new)
-    return _try_lock(self, key)
-
-
-ResponseCache.try_lock = _filling
-"""
+    monkeypatch.setattr(ResponseCache, "try_lock", filling)
 
 
 @pytest.mark.parametrize("calibration", ["on", "off"])
 def test_a_full_disk_under_the_cache_stops_the_run_with_one_line_and_exit_74(
-    project: pytest.Pytester, server: OpenAIServer, tmp_path: Path, calibration: str
+    project: pytest.Pytester, server: OpenAIServer, tmp_path: Path, calibration: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = tmp_path / "cache"
-    project.makeconftest(FAST_RETRIES + FILLS_AT_FIRST_CALL)
-    result = project.runpytest_subprocess(
-        "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}", f"--restore-cache={cache}",
-        f"--restore-calibration={calibration}", timeout=60,  # a hang fails here
-    )
+    fill_the_disk_at_the_first_claim(monkeypatch)
+    with hang_fails(60):  # a hang fails here (in this process: no interpreter started for the run)
+        result = project.runpytest_inprocess(
+            "-p", "no:xdist", *GRID_ARGS, *REAL, f"--restore-base-url={server.base_url}", f"--restore-cache={cache}",
+            f"--restore-calibration={calibration}",
+        )
     assert result.ret == IO_ERROR, result.outlines[-20:]
     text = "\n".join(result.outlines + result.errlines)
     assert f"response cache {cache}: cannot write: No space left on device" in text
@@ -662,16 +669,15 @@ def test_lf_after_a_failure_exits_as_the_items_it_runs_again(
 
 
 def test_a_full_disk_under_the_report_is_one_line_exit_74_and_the_earlier_report_stays(
-    project: pytest.Pytester, complete_report: Path
+    project: pytest.Pytester, complete_report: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = project.path / "out"
     report = out / "restore-report"
     shutil.copytree(complete_report, report)
     before = _files(report)
-    project.makeconftest(FAST_RETRIES + full_disk_conftest(out))
-    result = project.runpytest_subprocess(
-        "-p", "no:xdist", *INTERRUPTED_ARGS, f"--restore-report-dir={report}", timeout=120
-    )
+    full_disk(monkeypatch, out)
+    with hang_fails(120):  # in this process: no interpreter started for the run
+        result = project.runpytest_inprocess("-p", "no:xdist", *INTERRUPTED_ARGS, f"--restore-report-dir={report}")
     assert result.ret == IO_ERROR, result.outlines[-20:]
     said = f"report not written: {report}: No space left on device; {report} was left as it was"
     assert said in result.outlines
