@@ -281,6 +281,51 @@ def test_kernels_fall_back_to_per_process_compiling_without_a_cache(monkeypatch:
     assert calls == [{"cache": True, "nogil": True}, {"nogil": True}]
 
 
+def test_the_kernels_cache_is_looked_for_where_numba_keeps_it() -> None:
+    # kernel_cache answers without loading numba: the directories and index names numba itself gives
+    from pytest_restore.memory import kernel_cache, kernels
+
+    kernels.fact_counts("I have 3 dogs.")  # a kernel compiled, or loaded from the disk cache
+    indexes = [
+        Path(k._cache._cache_file._index_path)
+        for k in vars(kernels).values()
+        if getattr(getattr(k, "_cache", None), "_cache_file", None) is not None
+    ]
+    assert len(indexes) > 10
+    directories = kernel_cache.cache_directories()
+    for index in indexes:
+        assert index.parent in directories, (index, directories)
+        assert index.name.startswith("kernels.") and index.name.endswith(kernel_cache.index_suffix()), index
+    assert kernel_cache.cached_on_disk() is any(index.exists() for index in indexes) is True
+
+
+@pytest.mark.parametrize("where", ["in-tree", "NUMBA_CACHE_DIR", "user", "none"])
+def test_the_kernels_cache_is_found_in_each_place_numba_may_keep_it(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_restore.memory import kernel_cache
+
+    source = tmp_path / "pkg" / "kernels.py"
+    source.parent.mkdir()
+    source.write_text("")
+    monkeypatch.delenv("NUMBA_DISABLE_JIT", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba-dir"))
+    in_tree, numba_dir, user = (source.parent / "__pycache__", *kernel_cache.cache_directories(source)[::2])
+    assert kernel_cache.cache_directories(source) == [numba_dir, in_tree, user]
+    assert numba_dir.parent == tmp_path / "numba-dir" and user.parent == tmp_path / "home-cache" / "numba"
+    found = {"in-tree": in_tree, "NUMBA_CACHE_DIR": numba_dir, "user": user}.get(where)
+    for directory in (in_tree, numba_dir, user):
+        directory.mkdir(parents=True)
+        (directory / f"other.f-12{kernel_cache.index_suffix()}").write_text("")  # another module's kernel
+        (directory / "kernels.f-12.py27.nbi").write_text("")  # another interpreter's
+    if found is not None:
+        (found / f"kernels.lowest_key-57{kernel_cache.index_suffix()}").write_text("")
+    assert kernel_cache.cached_on_disk(source) is (found is not None)
+    monkeypatch.setenv("NUMBA_DISABLE_JIT", "1")  # nothing compiles
+    assert kernel_cache.cached_on_disk(source)
+
+
 def test_bench_breakdown_accounts_for_the_grid_phase_by_phase() -> None:
     from bench_grid import measure_breakdown
 

@@ -75,6 +75,11 @@ def encoding() -> tiktoken.Encoding:
     )
 
 
+def _encode(text: str) -> list[int]:
+    """``text``'s o200k_base tokens, the encoding built on first use (a warm memo may never need it)."""
+    return encoding().encode_ordinary(text)
+
+
 _SHIPPED_LOCK = threading.Lock()
 
 
@@ -181,7 +186,7 @@ class TokenCounter:
         count (a unit's size); the other parts are counted through the memo.
         """
         with self._lock:
-            encode = encoding().encode_ordinary
+            encode = _encode  # the encoding is built on the first text not in the memo, if any
             memo = self._counts
             shapes = self._shapes
 

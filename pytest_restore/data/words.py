@@ -18,6 +18,12 @@ STOPWORDS = frozenset(
 )
 
 
+#: The first-person words the control's fact density counts (``memory/eviction.fact_density``; the compiled
+#: scan in ``memory/kernels.py`` packs them).
+FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'd", "my", "me", "mine", "we", "our"})
+#: What fact density strips from both ends of a token before looking it up in :data:`FIRST_PERSON`.
+FACT_STRIPPED = "\"'()[],;:!?."
+
 #: Stopwords and one-character tokens: what ``words`` leaves out.
 _DROPPED = STOPWORDS | frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
 #: Bytes outside ``[a-z0-9]`` as spaces (``bytes.translate``).

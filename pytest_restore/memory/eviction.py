@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pytest_restore.data.units import Unit
+from pytest_restore.data.words import FACT_STRIPPED, FIRST_PERSON
 from pytest_restore.memory.lexical import profile_rows
 from pytest_restore.memory.memories import Memory
 from pytest_restore.registry import Registry
@@ -591,9 +592,6 @@ def remember_densities(texts: Sequence[str], densities: Sequence[float]) -> None
 
 def _fact_density_python(content: str) -> float:
     """``fact_density`` by the rule as written, for any text: the reference the compiled scan is tested against."""
-    # the word lists live with the compiled scan that packs them (the lower module)
-    from pytest_restore.memory.kernels import FACT_STRIPPED, FIRST_PERSON
-
     tokens = content.split()
     digits = _NUMBER.search(content) is not None  # most turns have none: skip the per-token search
     facts = 0

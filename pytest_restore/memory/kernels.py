@@ -22,7 +22,6 @@ adversarial strings with and without non-ASCII characters.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
@@ -30,6 +29,8 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import numpy.typing as npt
 from numba import njit
+
+from pytest_restore.data.words import FACT_STRIPPED, FIRST_PERSON
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -351,11 +352,6 @@ def _word_code(word: bytes) -> int:
     return int.from_bytes(word, "little") | len(word) << 56
 
 
-#: The first-person words the control's fact density counts (``eviction.fact_density``).
-FIRST_PERSON = frozenset({"i", "i'm", "i've", "i'd", "my", "me", "mine", "we", "our"})
-#: What fact density strips from both ends of a token before looking it up in :data:`FIRST_PERSON`.
-FACT_STRIPPED = "\"'()[],;:!?."
-
 _STRIP = np.zeros(256, dtype=np.bool_)
 _STRIP[[ord(c) for c in FACT_STRIPPED]] = True
 assert all(w.isascii() and len(w) <= _PACKED_MAX for w in FIRST_PERSON)
@@ -607,20 +603,3 @@ def weighted_row_sums(
             for d in range(dims):
                 out[t, d] += w * table[row, d]
     return out
-
-
-def cached_on_disk() -> bool:
-    """Whether numba's disk cache holds the kernels' machine code (else the first calls compile them).
-
-    Read from numba's cache index files: any kernel's index counts (a kernel
-    called only from other kernels is compiled into them and has none of its
-    own). Where numba does not say (no disk cache, another numba version),
-    ``True``: this only decides whether to warn that the first run compiles.
-    """
-    indexes = []
-    for kernel in list(globals().values()):
-        cache_file = getattr(getattr(kernel, "_cache", None), "_cache_file", None)
-        index = getattr(cache_file, "_index_path", None)
-        if isinstance(index, str):
-            indexes.append(index)
-    return not indexes or any(os.path.exists(index) for index in indexes)

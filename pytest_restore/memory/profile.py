@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from pytest_restore.data.units import Granularity, History
+from pytest_restore.data.words import FIRST_PERSON
 from pytest_restore.memory.eviction import fact_density, similarity_matrix
-from pytest_restore.memory.kernels import FIRST_PERSON
 
 __all__ = ["DataProfile", "profile"]
 

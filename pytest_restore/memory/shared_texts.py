@@ -113,11 +113,13 @@ def shared_texts_name(dataset_sha256: str, granularity: Granularity, questions: 
 
 def _key(dataset_sha256: str, granularity: Granularity, questions: Sequence[Question]) -> str:
     from pytest_restore.data import tokens, units, words
-    from pytest_restore.memory import eviction, kernels, lexical
+    from pytest_restore.memory import eviction, lexical
+    from pytest_restore.memory.kernel_cache import KERNELS_FILE  # its source, without loading numba
 
     code = hashlib.sha256()
-    for module in (units, tokens, words, lexical, kernels, eviction):  # eviction: the fact density's rule
-        code.update(Path(str(module.__file__)).read_bytes())
+    sources = [Path(str(module.__file__)) for module in (units, tokens, words, lexical)]
+    for source in (*sources, KERNELS_FILE, Path(str(eviction.__file__))):  # eviction: the fact density's rule
+        code.update(source.read_bytes())
     code.update(Path(__file__).read_bytes())
     audited = hashlib.sha256("\x1e".join(f"{q.question_id}\x1f{q.history_key}" for q in questions).encode())
     parts = (MAGIC.decode(), dataset_sha256, granularity.value, audited.hexdigest(), code.hexdigest())

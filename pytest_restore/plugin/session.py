@@ -28,7 +28,7 @@ import pytest
 from pytest_restore.plugin.controller import ControllerSession, say_on_terminal
 from pytest_restore.plugin.options import RUN_KEY, SESSION_KEY, raw_options
 from pytest_restore.plugin.worker import WorkerSession, quiet
-from pytest_restore.run.plan import Registries, build_plan, default_registries
+from pytest_restore.run.plan import Registries, build_plan, default_registries, freeze_long_lived
 from pytest_restore.run.settings import SettingsError
 
 #: The session object of a process: the controller's, or an xdist worker's.
@@ -61,6 +61,7 @@ def activate(config: pytest.Config) -> Role:
 
     A problem with the options or the data they name is a usage error, before any work.
     """
+    freeze_long_lived("imports")  # the audit's modules are all imported by now
     # the one place the process's role is decided: xdist gives its workers ``workerinput``
     worker = hasattr(config, "workerinput")
     if worker:

@@ -32,7 +32,12 @@ from pytest_restore.run.message import ItemMessage
 from pytest_restore.run.options import RawOptions, small_data
 from pytest_restore.run.parts import RunParts
 from pytest_restore.run.phases import prepare_data
-from pytest_restore.run.plan import build_plan, check_before_work, default_registries
+from pytest_restore.run.plan import (
+    build_plan,
+    check_before_work,
+    default_registries,
+    freeze_long_lived,
+)
 from pytest_restore.run.quality import RunStopped
 from pytest_restore.run.session import RunSession
 from pytest_restore.run.settings import SettingsError
@@ -77,6 +82,7 @@ _WORKER: tuple[RunParts, str] | None = None
 
 def _start_worker(raw: RawOptions, session_id: str, cache_root: Path) -> None:
     global _WORKER
+    freeze_long_lived("imports")
     plan = build_plan(raw, default_registries(), session_id, cache_root, lambda _line: None)
     _WORKER = (RunParts(plan, lambda _line: None), f"pool-{multiprocessing.current_process().pid}")
 
@@ -188,6 +194,7 @@ def run_audit(
     A bad option value is a :class:`~pytest_restore.run.settings.SettingsError` (the caller's usage error,
     as pytest's); the run stopped before its grid says its line and ends with its status.
     """
+    freeze_long_lived("imports")
     plan = build_plan(raw, default_registries(), uuid.uuid4().hex, cache_root, say)
     check_before_work(plan)
     session = RunSession(plan, say, lambda: terminal)

@@ -18,7 +18,7 @@ from pytest_restore.data.dataset import Dataset
 from pytest_restore.data.units import Granularity
 from pytest_restore.exits import FAILED, IO_ERROR
 from pytest_restore.libraries.guest import close_gateway, configure_gateway, run_gateway
-from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
+from pytest_restore.memory.kernel_cache import cached_on_disk as kernels_cached_on_disk
 from pytest_restore.memory.retrieval import Bm25Lite, Ranker
 from pytest_restore.models.base import ChatModel, ServiceModel
 from pytest_restore.models.decoding import describe_decoding
@@ -30,7 +30,7 @@ from pytest_restore.models.managed import ManagedCalls
 from pytest_restore.models.providers import close_model, is_real, make_model
 from pytest_restore.report.inputs import DataDescription
 from pytest_restore.run.embeddings import audited_texts, register_embedding_ranker
-from pytest_restore.run.plan import Plan, Say, long_lived
+from pytest_restore.run.plan import Plan, Say, freeze_long_lived, long_lived
 from pytest_restore.run.settings import RestoreSettings
 from pytest_restore.run.shared import SharedCells
 from pytest_restore.timeline import phase
@@ -199,6 +199,7 @@ class RunParts:
             if isinstance(reader_model, FakeReader):
                 with phase("the fake reader learned the histories"):
                     reader_model.learn(p.history for p in audit.questions)
+            freeze_long_lived("prepared")  # the histories, and numba's front end their kernels loaded
             self._audits[spec] = audit
         return self._audits[spec]
 

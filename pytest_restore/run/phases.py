@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_restore.audit.run import count_tokens_ahead
-from pytest_restore.memory.kernels import cached_on_disk as kernels_cached_on_disk
+from pytest_restore.memory.kernel_cache import cached_on_disk as kernels_cached_on_disk
 from pytest_restore.models.providers import missing_key_problem
 from pytest_restore.run.calls import dry_run, export_batch_round
 from pytest_restore.run.embeddings import embedding_dry_run
