@@ -21,6 +21,10 @@ from pytest_restore.plugin import _is_grid_id, options
 
 SMALL = small_args()
 
+#: No test here reads a report's figure: the in-process runs build it and do not render it (conftest's
+#: ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
+
 #: A conftest that writes down, as the session ends, which of the plugin's heavy modules were loaded.
 MODULES_CONFTEST = """
 import sys

@@ -22,6 +22,10 @@ from pytest_restore.run.staging import swap_into_place
 
 SMALL = small_args(bootstrap=2000)
 
+#: No test here reads a report's figure (the tiny grid's runs render theirs, which test_report compares byte for
+#: byte): the in-process runs build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
+
 
 def _cells(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as fh:

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grid_helpers import TINY, ChildRun, bootstrap_settings, flat_record, report_file
+from grid_helpers import (
+    TINY,
+    ChildRun,
+    bootstrap_settings,
+    figures_not_rendered,
+    flat_record,
+    report_file,
+)
 
 from pytest_restore.__main__ import main
 from pytest_restore.data.dataset import QUESTION_TYPES
@@ -271,15 +278,17 @@ def test_session_failures_name_a_tame_control(tmp_path: Path) -> None:
     assert all(line.startswith("positive-control: control not shown more destructive than ") for line in failures)
     assert any(" at 80k (irr-rate difference " in line for line in failures)
     assert all(", CI " in line and len(line) < 120 for line in failures), failures
-    files = write(records, tmp_path)
+    with figures_not_rendered():  # the report's failures and text are read here, not its figure
+        files = write(records, tmp_path)
     assert list(files.failures) == failures
     assert "Expectations not met (each fails the session):" in files.report.read_text()
 
 
 @pytest.fixture(scope="module")
 def tame_report(tmp_path_factory: pytest.TempPathFactory) -> ReportFiles:
-    """The report of the tame control on 36 questions (too few to test it)."""
-    return write(fixed_records(TAME_CONTROL), tmp_path_factory.mktemp("tame"))
+    """The report of the tame control on 36 questions (too few to test it); its figure built, not rendered (not read)."""
+    with figures_not_rendered():
+        return write(fixed_records(TAME_CONTROL), tmp_path_factory.mktemp("tame"))
 
 
 def test_a_tame_control_on_few_questions_is_not_testable_and_says_how_many_would_do(tame_report: ReportFiles) -> None:
@@ -431,7 +440,8 @@ def test_report_cli_error_is_one_line_exit_2(tmp_path: Path) -> None:
 def test_report_cli_without_summary_uses_an_empty_run_info(tmp_path: Path) -> None:
     path = tmp_path / "records.jsonl"
     path.write_text(render_records_jsonl(fixed_records(questions=12)))
-    result = _cli("report", str(path), "--out", str(tmp_path / "out"))
+    with figures_not_rendered():  # report.md and summary.json are read, not the figure
+        result = _cli("report", str(path), "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     report = (tmp_path / "out" / "report.md").read_text()
     assert "| dataset sha256 | `unknown` (unknown) |" in report and "| --restore-" not in report
@@ -531,7 +541,8 @@ def test_a_version_1_records_file_is_migrated_and_rebuilds_the_report_of_version
     assert any(r.ablations is not None for r in old) and any(r.ablations is None for r in old)
     assert all(r.conditions.policy.answer is not None for r in old)
     for source in (RECORDS_V1, RECORDS_V2):
-        result = _cli("report", str(source / "records.jsonl"), "--out", str(tmp_path / source.name))
+        with figures_not_rendered():  # the rebuilt records, tables and summary are compared, not the figures
+            result = _cli("report", str(source / "records.jsonl"), "--out", str(tmp_path / source.name))
         assert result.returncode == 0, result.stderr
     for name in ("records.jsonl", "cells.csv", "hypotheses.json", "report.md"):
         rebuilt_v1, rebuilt_v2 = (tmp_path / d.name / name for d in (RECORDS_V1, RECORDS_V2))
@@ -580,7 +591,8 @@ def test_report_refuses_another_record_schema_and_reads_an_unversioned_one(
     )
     assert not out.exists()
     summary.write_text(json.dumps({"run": {}}))  # written before versions: each record's shape says its version
-    assert main(["report", str(path), "--out", str(out)]) == 0
+    with figures_not_rendered():  # its summary is read, not its figure
+        assert main(["report", str(path), "--out", str(out)]) == 0
     assert json.loads((out / "summary.json").read_text())["record_schema"] == SCHEMA_VERSION
 
 

@@ -18,7 +18,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from grid_helpers import GRID, ChildRun, background_build, read_child, run_child, shared_run
+from grid_helpers import (
+    FIGURES_NOT_RENDERED_CONFTEST,
+    GRID,
+    ChildRun,
+    background_build,
+    read_child,
+    run_child,
+    shared_run,
+)
 from test_html import CHROMIUM, open_page
 
 from pytest_restore.audit.run import Audit, AuditConfig
@@ -55,6 +63,8 @@ POLICIES = ["fifo", "session-summary", *INSTALLED]
 
 def _build(project: Path) -> None:
     (project / "test_grid.py").write_text(GRID)
+    # no test reads its figure (report.html is read for its stores, beside whatever figure it holds): built, not rendered
+    (project / "conftest.py").write_text(FIGURES_NOT_RENDERED_CONFTEST)
     run_child(
         [
             "-p", "no:xdist", "-p", "no:cacheprovider", f"--restore-data={LOCOMO}", f"--restore-budgets={BUDGET}",
