@@ -138,10 +138,10 @@ def test_token_counts_file_gives_the_same_histories_without_encoding(
     # a fresh process: empty memo, and an encoder that must not be asked
     monkeypatch.setattr(tokens, "_COUNTER", tokens.TokenCounter())
 
-    def no_encoding() -> Any:
+    def no_encoding(*args: object) -> Any:
         raise AssertionError("the counts file should have made encoding unnecessary")
 
-    monkeypatch.setattr(tokens, "encoding", no_encoding)
+    monkeypatch.setattr(tokens, "_count_text", no_encoding)  # tiktoken's and the Python count alike
     again = build_histories(questions, counts_file=counts)
     assert [h.sizes.tolist() for h in again] == [h.sizes.tolist() for h in first]
     assert [h.units for h in again] == [h.units for h in first]
@@ -161,10 +161,10 @@ def test_counts_made_ahead_let_an_audit_build_without_encoding(
     # a worker: empty memo, and an encoder that must not be asked
     monkeypatch.setattr(tokens, "_COUNTER", tokens.TokenCounter())
 
-    def no_encoding() -> Any:
+    def no_encoding(*args: object) -> Any:
         raise AssertionError("the counts made ahead should have made encoding unnecessary")
 
-    monkeypatch.setattr(tokens, "encoding", no_encoding)
+    monkeypatch.setattr(tokens, "_count_text", no_encoding)  # tiktoken's and the Python count alike
     worker = _audit(small, cache_dir=str(tmp_path))
     assert [p.history.sizes.tolist() for p in worker.questions] == [p.history.sizes.tolist() for p in reference.questions]
 

