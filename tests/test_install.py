@@ -42,6 +42,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from grid_helpers import shared_run
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "fixtures" / "tiny.json"
@@ -67,29 +68,41 @@ def _git_repository() -> bool:
     return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=False, capture_output=True).returncode == 0
 
 
+def _bare_clone(where: Path) -> None:
+    subprocess.run(["git", "clone", "-q", "--bare", str(ROOT), str(where / "pytest-restore.git")], check=True)
+
+
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A bare clone of this checkout's commit: what ``https://github.com/OWNER/pytest-restore`` reaches here."""
+    """A bare clone of this checkout's commit: what ``https://github.com/OWNER/pytest-restore`` reaches here.
+
+    Made once for the test run, as :func:`build_backend` is (``shared_run``): under xdist the three
+    blocks' tests may each run on a worker of its own.
+    """
     if not _git_repository():
         pytest.skip("not a git checkout: the git URL cannot be served from it")
-    where = tmp_path_factory.mktemp("origin") / "pytest-restore.git"
-    subprocess.run(["git", "clone", "-q", "--bare", str(ROOT), str(where)], check=True)
-    return where
+    return shared_run(tmp_path_factory, "install-origin", _bare_clone) / "pytest-restore.git"
+
+
+def _install_build_backend(where: Path) -> None:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    requires = re.search(r"^\[build-system\]\nrequires = \[(.*?)\]", text, re.MULTILINE)
+    assert requires, "pyproject.toml names no build requirements"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", str(where / "site"),
+         *re.findall(r'"([^"]+)"', requires.group(1))],
+        check=True,
+    )
 
 
 @pytest.fixture(scope="module")
 def build_backend(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project's build requirements (``[build-system] requires``), installed from the index into a directory."""
-    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    requires = re.search(r"^\[build-system\]\nrequires = \[(.*?)\]", text, re.MULTILINE)
-    assert requires, "pyproject.toml names no build requirements"
-    where = tmp_path_factory.mktemp("build-backend")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", str(where),
-         *re.findall(r'"([^"]+)"', requires.group(1))],
-        check=True,
-    )
-    return where
+    """The project's build requirements (``[build-system] requires``), installed from the index into a directory.
+
+    Installed once for the test run and read by every worker's blocks (``shared_run``): a pip install
+    from the index, 2 CPU s, which each xdist worker running one of the blocks made again.
+    """
+    return shared_run(tmp_path_factory, "install-build-backend", _install_build_backend) / "site"
 
 
 def fresh_environment(where: Path) -> Path:
