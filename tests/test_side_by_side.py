@@ -1,8 +1,9 @@
 """The memory libraries audited side by side with the built-in policies, in one run and one report.
 
-One child run of the grid on the LoCoMo fixture (one budget that binds, the
-fake writer answering every library through the run's gateway) is shared by
-the module; each library the dev extra did not install here is skipped by
+One run of the grid on the LoCoMo fixture (one budget that binds, the fake
+writer answering every library through the run's gateway) is shared by the
+module, run in this process as ``python -m pytest_restore run`` (which writes
+pytest's files byte for byte, ``test_cli_run.py``); each library the dev extra did not install here is skipped by
 name with its install line. A library's calls are priced per question from
 what the gateway counted (a writer that reports its usage), unit by unit;
 report.html is read in headless Chromium; a dry run estimates each library's
@@ -19,12 +20,11 @@ from pathlib import Path
 
 import pytest
 from grid_helpers import (
-    FIGURES_NOT_RENDERED_CONFTEST,
     GRID,
     ChildRun,
-    background_build,
+    figures_not_rendered,
     read_child,
-    run_child,
+    run_audit_here,
     shared_run,
 )
 from test_html import CHROMIUM, open_page
@@ -62,25 +62,25 @@ POLICIES = ["fifo", "session-summary", *INSTALLED]
 
 
 def _build(project: Path) -> None:
+    """The run, as this process's own call of the ``run`` command: its tests read its exit code and the files it
+    wrote, no terminal output of pytest's. A child pytest cost its start, its imports (the three libraries among
+    them, which this process imports for its other tests anyway) and its exit: 13-15 CPU s against 6-10."""
     (project / "test_grid.py").write_text(GRID)
     # no test reads its figure (report.html is read for its stores, beside whatever figure it holds): built, not rendered
-    (project / "conftest.py").write_text(FIGURES_NOT_RENDERED_CONFTEST)
-    run_child(
-        [
-            "-p", "no:xdist", "-p", "no:cacheprovider", f"--restore-data={LOCOMO}", f"--restore-budgets={BUDGET}",
-            f"--restore-policies={','.join(POLICIES)}", "--restore-writer-model=fake", "--restore-bootstrap=200",
-            "--restore-family-checks=report",
-        ],
-        project, project / "report",
-    )
-
-
-background_build("side_by_side_grid", "side-by-side-grid", _build)
+    with figures_not_rendered():
+        run_audit_here(
+            [
+                f"--restore-data={LOCOMO}", f"--restore-budgets={BUDGET}", f"--restore-policies={','.join(POLICIES)}",
+                "--restore-writer-model=fake", "--restore-bootstrap=200", "--restore-family-checks=report",
+            ],
+            project, project / "report",
+        )
 
 
 @pytest.fixture(scope="module")
 def side_by_side_grid(tmp_path_factory: pytest.TempPathFactory) -> ChildRun:
-    """``--restore-policies fifo,session-summary,mem0,graphiti,langmem`` (those installed) at one budget, fake models."""
+    """``--restore-policies fifo,session-summary,mem0,graphiti,langmem`` (those installed) at one budget, fake models;
+    run once per test run (the xdist workers that run this module's tests share it: ``shared_run``)."""
     return read_child(shared_run(tmp_path_factory, "side-by-side-grid", _build) / "report")
 
 
