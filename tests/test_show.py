@@ -13,7 +13,7 @@ from grid_helpers import TINY
 from pytest_restore.__main__ import main
 from pytest_restore.data.dataset import Question, load_dataset
 from pytest_restore.data.units import Granularity, build_history
-from pytest_restore.report.story import history_texts
+from pytest_restore.report.story import _Units, history_texts
 from pytest_restore.stats.results import budget_label
 
 
@@ -45,6 +45,12 @@ def test_the_units_a_story_names_are_the_audits(tiny_records: list[dict[str, Any
             assert [(u.session, u.turn, u.date, u.role, u.content) for u in history.units] == [
                 (u.session, u.turn, u.date, u.role, u.content) for u in texts
             ]
+            # a story makes each unit when it names one, backwards or forwards, and they are the same units
+            named = _Units(question, granularity)
+            assert len(named) == len(texts) and [named[p] for p in reversed(range(len(texts)))] == texts[::-1]
+            assert named[-1] == texts[-1] and named[1:4] == texts[1:4] and list(named) == texts
+            with pytest.raises(IndexError):
+                named[len(texts)]
     by_id = {q.question_id: q for q in dataset.questions}
     for r in tiny_records[:20]:
         assert tuple(r["gold_positions"]) == build_history(by_id[r["question_id"]]).gold

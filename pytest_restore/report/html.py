@@ -122,27 +122,38 @@ def story_payload(story: Story, q: int, s: Strings) -> tuple[dict[str, Any], lis
     # a derived memory's position is its cell's own (another system's memory may sit there): it gets a key
     # of the page, one per distinct memory, past every unit of the data
     derived: dict[tuple[str, str], int] = {}
-
-    def key(unit: UnitText) -> int:
-        if unit.session >= 0:
-            return unit.position
-        return derived.setdefault((unit.label, unit.content), DERIVED_KEYS + len(derived))
+    # the keys whose row holds the text: a unit's row is the same in every context that names it, so it is
+    # made once (a question's units are named again by each of its cells and conditions)
+    texted: set[int] = set()
+    # a context the story shares between conditions (:func:`~pytest_restore.report.story.tell`) is read
+    # once: its keys by the tuple's id, which the story holds while this runs
+    told: dict[int, tuple[list[int], list[int]]] = {}
 
     for unit in story.gold:
         units[unit.position] = _unit_row(unit, True)
+        texted.add(unit.position)
     rows = []
     for cell in story.cells:
         conditions = []
         for cond in cell.conditions:
-            for seen in cond.seen or ():
-                units[key(seen.unit)] = _unit_row(seen.unit, True)
-            conditions.append(
-                [
-                    s(cond.name), s(cond.about), s(cond.answer), cond.correct, cond.tokens,
-                    None if cond.seen is None else [key(x.unit) for x in cond.seen],
-                    None if cond.seen is None else [key(x.unit) for x in cond.seen if x.forced],
-                ]
-            )
+            keys: list[int] | None = None
+            forced: list[int] | None = None
+            known = told.get(id(cond.seen)) if cond.seen is not None else None
+            if known is not None:
+                keys, forced = known
+            elif cond.seen is not None:
+                keys, forced = [], []
+                for x in cond.seen:
+                    unit = x.unit
+                    k = unit.position if unit.session >= 0 else derived.setdefault((unit.label, unit.content), DERIVED_KEYS + len(derived))
+                    if k not in texted:
+                        units[k] = _unit_row(unit, True)
+                        texted.add(k)
+                    keys.append(k)
+                    if x.forced:
+                        forced.append(k)
+                told[id(cond.seen)] = (keys, forced)
+            conditions.append([s(cond.name), s(cond.about), s(cond.answer), cond.correct, cond.tokens, keys, forced])
         gold = []
         for fate in cell.gold:
             after = fate.evicted_after

@@ -23,10 +23,11 @@ import hashlib
 import os
 import tempfile
 import textwrap
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from pytest_restore.data.dataset import Dataset, Question
 from pytest_restore.data.fields import DataError
@@ -303,8 +304,56 @@ def _forced(record: Record, name: str, gold: Sequence[int], evicted: Iterable[in
     return set()
 
 
-class _Units(list[UnitText]):
-    """A history's units; a position past them is a memory a memory system derived (not in the data file)."""
+class _Units(Sequence[UnitText]):
+    """A history's units, each made when a story first names it; a position past them is a memory a memory
+    system derived (not in the data file).
+
+    The same units as :func:`history_texts` lists, but a story names a few dozen of a history's hundreds
+    (its gold, what its readers saw, the arrivals that evicted gold): the report's page tells every
+    question's story, and listing every unit of every history was a fifth of its data's making.
+    """
+
+    def __init__(self, question: Question, granularity: Granularity) -> None:
+        self.question = question
+        self.turns = granularity is Granularity.TURN
+        #: each session's first unit (turn units), then the history's length
+        self.starts = [0]
+        if self.turns:
+            for session in question.haystack_sessions:
+                self.starts.append(self.starts[-1] + len(session))
+        else:
+            self.starts.append(len(question.haystack_sessions))
+        self.made: dict[int, UnitText] = {}
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    @overload
+    def __getitem__(self, position: int) -> UnitText: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[UnitText]: ...
+
+    def __getitem__(self, position: int | slice) -> UnitText | list[UnitText]:
+        if isinstance(position, slice):
+            return [self[i] for i in range(*position.indices(len(self)))]
+        made = self.made.get(position)
+        if made is not None:
+            return made
+        n = len(self)
+        p = position + n if position < 0 else position
+        if not 0 <= p < n:
+            raise IndexError("unit position out of range")
+        q = self.question
+        if self.turns:
+            s = bisect_right(self.starts, p) - 1
+            t = p - self.starts[s]
+            turn = q.haystack_sessions[s][t]
+            unit = UnitText(p, s, t, q.haystack_dates[s], turn.role, turn.content)
+        else:
+            unit = UnitText(p, p, -1, q.haystack_dates[p], "session", "\n".join(t.content for t in q.haystack_sessions[p]))
+        self.made[position] = unit
+        return unit
 
     def at(self, position: int, record: Record | None = None) -> UnitText:
         """The unit at ``position``; past them, a derived memory as ``record`` names it (if it cites gold)."""
@@ -328,8 +377,11 @@ class _Units(list[UnitText]):
 def tell(records: Sequence[Record], question: Question) -> Story:
     """The story of one question from its records (all of one question), in the records' order."""
     granularity = Granularity(records[0].granularity or "turn") if records else Granularity.TURN
-    units = _Units(history_texts(question, granularity))
+    units = _Units(question, granularity)
     gold = gold_positions(records[0], question, units) if records else ()
+    # a unit of the history seen as gold or not, forced or not, is the same Seen in every context naming it
+    seen_as: dict[tuple[int, bool, bool], Seen] = {}
+    contexts: dict[tuple[tuple[int, ...], frozenset[int]], tuple[Seen, ...]] = {}
     cells = []
     for r in sorted(records, key=record_order):
         evicted = tuple(r.gold_evicted_units or ())
@@ -352,7 +404,17 @@ def tell(records: Sequence[Record], question: Question) -> Story:
         for name, about in CONDITIONS + ((FORCED,) if forced_too else ()):
             answer, correct, tokens, injected = _condition(r, name)
             forced = _forced(r, name, gold, evicted)
-            seen = None if injected is None else tuple(Seen(units.at(p, r), p in gold, p in forced) for p in injected)
+            if injected is None:
+                seen = None
+            elif r.memories is None:
+                # a store of the history's units: the same context (its units, the forced among them) is told
+                # once per question and shared by every condition that read it (the oracle's in every cell)
+                context = (injected, frozenset(forced))
+                seen = contexts.get(context)
+                if seen is None:
+                    seen = contexts[context] = tuple(_seen(units, r, p, p in gold, p in forced, seen_as) for p in injected)
+            else:
+                seen = tuple(_seen(units, r, p, p in gold, p in forced, seen_as) for p in injected)
             conditions.append(
                 ConditionView(
                     name if name != "policy" else f"policy (regime {r.regime})",
@@ -365,6 +427,18 @@ def tell(records: Sequence[Record], question: Question) -> Story:
             )
         cells.append(CellStory(r, fates, tuple(conditions)))
     return Story(question, tuple(units[g] for g in gold), tuple(cells))
+
+
+def _seen(units: _Units, record: Record, position: int, gold: bool, forced: bool, seen_as: dict[tuple[int, bool, bool], Seen]) -> Seen:
+    """The :class:`Seen` of ``position`` in a context of ``record``: one per (unit, gold, forced) of the history;
+    a derived memory's is its record's own."""
+    if position >= len(units):
+        return Seen(units.at(position, record), gold, forced)
+    key = (position, gold, forced)
+    one = seen_as.get(key)
+    if one is None:
+        one = seen_as[key] = Seen(units[position], gold, forced)
+    return one
 
 
 def _condition(record: Record, name: str) -> tuple[str | None, bool | None, int | None, tuple[int, ...] | None]:
