@@ -459,16 +459,21 @@ def test_prompt_tokens_from_parts_are_the_whole_prompts_counts(tiny: Dataset) ->
 
 
 def test_scorer_tests_without_regexes_read_as_the_regexes(tiny: Dataset) -> None:
-    """The scorer's first-person and digit tests on an ASCII text (no regular expression) agree with the
-    regexes that define them, on random texts dense in word edges (apostrophes, underscores, digits glued to
-    the words, case) and on the fixture's contents; a text that is not ASCII is read with the regexes."""
+    """The scorer's first-person, digit and length tests on an ASCII text (its bytes through one table) agree
+    with the regexes and the word split that define them, on random texts dense in word edges (apostrophes,
+    underscores, digits glued to the words, case, every kind of whitespace ``str.split`` cuts at) and on the
+    fixture's contents; a text that is not ASCII is read with the regexes and the split."""
     import random
 
     rng = random.Random(11)
     pieces = ["I", "i", "me", "Me", "MY", "we", "our", "Our", "ours", "mine", "_", "'", "m", "e", "y", "o", "u", "r",
-              "w", "9", "x", " ", " ", ".", "-", "\n", "\t", "I'm", "we've", "i2", "é", "İ", "ı", "٣"]
+              "w", "9", "x", " ", " ", ".", "-", "\n", "\t", "I'm", "we've", "i2", "é", "İ", "ı", "٣",
+              "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\x85", "\u2003", "\x00"]
     texts = ["".join(rng.choices(pieces, k=rng.randint(0, 14))) for _ in range(5000)]
     texts += [t.content for q in tiny.questions for s in q.haystack_sessions for t in s]
     for text in texts:
         assert fake._says_first_person(text) == (fake._FIRST_PERSON.search(text) is not None), text
         assert fake._has_digit(text) == (fake._DIGIT.search(text) is not None), text
+        words = len(text.split())
+        for limit in (0, 1, 2, 4, 8, fake.LONG_WORDS):
+            assert fake._more_words_than(text, limit) == (words > limit), (text, limit)

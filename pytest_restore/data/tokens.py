@@ -339,15 +339,9 @@ class TokenCounter:
         count (a unit's size); the other parts are counted through the memo.
         """
         with self._lock:
+            # the memo's hits inline: a grid joins hundreds of thousands of prompts, nearly every piece known
             memo = self._counts
             shapes = self._shapes
-
-            def known(text: str) -> int:
-                count = memo.get(text)
-                if count is None:
-                    count = memo[text] = self._count(text)
-                return count
-
             total = 0
             pending = ""  # the text since the last seam, not counted yet
             for i, part in enumerate(parts):
@@ -355,21 +349,34 @@ class TokenCounter:
                     continue
                 shape = shapes.get(part)
                 if shape is None:
-                    first = _FIRST_SEAM.search(part)
-                    if first is None:
-                        shape = shapes[part] = (-1, -1, 0)
-                    else:
-                        head, tail = first.start(), _last_seam(part)
-                        given = counts[i] if i < len(counts) else None
-                        whole = known(part) if given is None else given
-                        shape = shapes[part] = (head, tail, whole - known(part[:head]) - known(part[tail:]))
+                    shape = shapes[part] = self._shape(part, counts[i] if i < len(counts) else None)
                 head, tail, inner = shape
                 if head < 0:
                     pending += part
                     continue
-                total += known(pending + part[:head]) + inner
+                text = pending + part[:head]
+                count = memo.get(text)
+                total += (self._known(text) if count is None else count) + inner
                 pending = part[tail:]
-            return total + known(pending)
+            count = memo.get(pending)
+            return total + (self._known(pending) if count is None else count)
+
+    def _shape(self, part: str, given: int | None) -> tuple[int, int, int]:
+        """Where ``part``'s first and last seams are, and its count between them (:meth:`count_joined`);
+        ``(-1, -1, 0)`` for a part without a seam. ``given``: its count, where known. Under the lock."""
+        first = _FIRST_SEAM.search(part)
+        if first is None:
+            return (-1, -1, 0)
+        head, tail = first.start(), _last_seam(part)
+        whole = self._known(part) if given is None else given
+        return (head, tail, whole - self._known(part[:head]) - self._known(part[tail:]))
+
+    def _known(self, text: str) -> int:
+        """The count of ``text``, through the memo (counted when it is not there). Under the lock."""
+        count = self._counts.get(text)
+        if count is None:
+            count = self._counts[text] = self._count(text)
+        return count
 
     def unknown(self, texts: Sequence[str]) -> list[str]:
         """The texts of ``texts`` not counted yet, once each."""

@@ -108,7 +108,10 @@ def with_usage(
         return result
     tokens_in = chat_input_tokens(message_counts()) if message_counts is not None else estimate_tokens([request])[0]
     tokens_out = count_tokens([result.text])[0]
-    return replace(result, input_tokens=tokens_in, output_tokens=tokens_out, extra={**result.extra, "usage": ESTIMATED})
+    extra = {**result.extra, "usage": ESTIMATED}
+    if type(result) is ChatResult:  # made directly: replace() reads the class's fields again at every call
+        return ChatResult(result.text, result.error, tokens_in, tokens_out, result.cached, extra)
+    return replace(result, input_tokens=tokens_in, output_tokens=tokens_out, extra=extra)
 
 
 def is_estimated(result: ChatResult) -> bool:
