@@ -31,6 +31,10 @@ from pytest_restore.stats.findings import bin_cases
 
 BUDGETS = (600, 300, 100)
 
+#: No test here reads a report's figure (report.md, hypotheses.json and the records are read): the reports written
+#: in this process build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
+
 
 def make_audit(dataset: Dataset, config: AuditConfig, reader: Any = None) -> Audit:
     fake = FakeReader()

@@ -23,6 +23,10 @@ from pytest_restore.run.grid import ranker_labels
 from pytest_restore.stats.analysis import analyse
 from pytest_restore.stats.rankers import orderings, ranker_rows
 
+#: No test here reads a report's figure (the report CLI's rebuild is read for report.md): the reports written in this
+#: process build it and do not render it (conftest's ``figures_unrendered``).
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
+
 
 @pytest.fixture(scope="module")
 def grid_run(rankers_grid: ChildRun) -> ChildRun:
