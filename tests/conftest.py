@@ -45,6 +45,8 @@ from grid_helpers import (
 )
 
 from pytest_restore.memory import kernels
+from pytest_restore.record import Record
+from pytest_restore.report.inputs import read_records
 from pytest_restore.synthetic.embedded import embedded_dataset
 
 # The suite starts some fifty Python processes (the xdist workers, the child grid runs) that import
@@ -252,6 +254,14 @@ def embedded_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     the report (``pytest-output.txt``, ``pytest-exit-code.txt``).
     """
     return shared_run(tmp_path_factory, "embedded-report", _build_embedded_report) / "report"
+
+
+@pytest.fixture(scope="session")
+def embedded_records(embedded_report: Path) -> tuple[Record, ...]:
+    """The main job's records (``embedded_report``), read and validated once per process: ~0.9 CPU s a read of its
+    4,512 records, which test_embedded, test_figure, test_snapshots and test_ablations each made (the module-scoped
+    ones once per xdist worker running one of their tests). Records are frozen: each reader takes its own list."""
+    return tuple(read_records(embedded_report / "records.jsonl"))
 
 
 @pytest.fixture(scope="session")

@@ -289,13 +289,13 @@ def test_plugin_runs_the_ablations_identically_serial_and_parallel(
 
 
 @pytest.fixture(scope="module")
-def embedded_ablations(embedded_report: Path) -> list[Record]:
+def embedded_ablations(embedded_records: tuple[Record, ...]) -> list[Record]:
     """The fake-model grid with ablations on the embedded default, for three policies.
 
     Read from the main job's records (``pytest benches/ --restore-ablations``,
     run once per test run), not computed again.
     """
-    return [r for r in read_records(embedded_report / "records.jsonl") if r.policy in ("fifo", "random", "control")]
+    return [r for r in embedded_records if r.policy in ("fifo", "random", "control")]
 
 
 @pytest.mark.slow

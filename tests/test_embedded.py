@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from pytest_restore.record import ABLATIONS, Record
-from pytest_restore.records_file import read_records
 from pytest_restore.synthetic.embedded import EMBEDDED_QUESTIONS
 from pytest_restore.synthetic.generator import history_tokens
 
@@ -64,8 +63,8 @@ def test_construct_checks(cells: Cells) -> None:
 
 
 @pytest.fixture(scope="module")
-def records(embedded_report: Path) -> list[Record]:
-    return read_records(embedded_report / "records.jsonl")
+def records(embedded_records: tuple[Record, ...]) -> list[Record]:
+    return list(embedded_records)
 
 
 def test_the_simulation_can_surprise_the_audit(records: list[Record]) -> None:

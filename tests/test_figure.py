@@ -25,7 +25,6 @@ from pytest_restore.report.inputs import (
     RunInfo,
     analyse_records,
     dataset_label,
-    read_records,
     read_run_info,
 )
 from pytest_restore.report.simulated import simulated_label
@@ -56,8 +55,8 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(embedded_report: Path) -> Run:
-    records = read_records(embedded_report / "records.jsonl")
+def run(embedded_report: Path, embedded_records: tuple[Record, ...]) -> Run:
+    records = list(embedded_records)
     info = read_run_info(embedded_report / "records.jsonl")
     analysis = analyse_records(records, info)
     return Run(records, info, analysis, findings(analysis))

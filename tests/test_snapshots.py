@@ -17,8 +17,6 @@ machine-dependent values (the run section of ``report.md`` is left out).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from grid_helpers import bootstrap_settings
 from syrupy.assertion import SnapshotAssertion
@@ -26,7 +24,6 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from test_report import fixed_records
 
 from pytest_restore.record import Record
-from pytest_restore.records_file import read_records
 from pytest_restore.report.inputs import RunInfo, analyse_records
 from pytest_restore.report.markdown import render_tables_md
 from pytest_restore.report.writer import render_cells_csv
@@ -56,7 +53,7 @@ def test_rendering_from_fixed_records(snapshot: SnapshotAssertion) -> None:
 
 
 @pytest.fixture(scope="session")
-def embedded_grid_records(embedded_report: Path) -> list[Record]:
+def embedded_grid_records(embedded_records: tuple[Record, ...]) -> list[Record]:
     """Every record of the default fake-model grid on the embedded dataset: the main job's.
 
     The main job reads the embedded dataset from the project's cache, under a
@@ -64,7 +61,7 @@ def embedded_grid_records(embedded_report: Path) -> list[Record]:
     generator is run afresh, never hidden by an older file. (Its ablations
     add fields to the records; the tables do not read them.)
     """
-    return read_records(embedded_report / "records.jsonl")
+    return list(embedded_records)
 
 
 @pytest.mark.slow
