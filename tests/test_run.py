@@ -226,3 +226,25 @@ def test_the_run_log_declares_every_key_a_run_writes(embedded_report: Path) -> N
     assert set(run["settings"]) <= settings_keys(), set(run["settings"]) - settings_keys()
     assert set(run["dataset"]) <= set(DataDescription.__annotations__), set(run["dataset"]) - set(DataDescription.__annotations__)
     assert {"settings", "dataset", "exclusions", "checks"} <= set(run) and run["checks"]["grid"]["result"]["ran"]
+
+
+def test_the_data_a_cell_and_a_kept_message_are_frozen_once_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a session keeps to its end is frozen out of the collector's full passes: the parsed data, each
+    cell's records and the audit's memos once the cell ran, each grid message's records once kept; each point
+    once per process (a second run of the same cell in this process freezes nothing more)."""
+    from pytest_restore.run import plan as plan_module
+    from pytest_restore.run.cells import cell_message, run_cell
+    from pytest_restore.run.session import GridMessages
+
+    frozen: list[int] = []
+    monkeypatch.setattr(plan_module, "_FROZEN", set())
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(gc.get_count()[0]))  # this test's process keeps its heap
+    plan = plan_of([f"--restore-data={LOCOMO_TINY}", "--restore-policies=fifo", "--restore-budgets=2000"], tmp_path)
+    parts = RunParts(plan, lambda _line: None)
+    spec = plan.cells[0]
+    run = run_cell(parts, spec, parts.audit())
+    assert {"data", "prepared", f"cell {spec.id}"} <= plan_module._FROZEN
+    before = len(frozen)
+    assert run_cell(parts, spec, parts.audit()).records == run.records and len(frozen) == before
+    GridMessages().receive(cell_message(parts, "gw0", spec, run), "test_grid.py::test_cell[fifo-2k]")
+    assert "records test_grid.py::test_cell[fifo-2k]" in plan_module._FROZEN and len(frozen) == before + 1

@@ -19,6 +19,7 @@ from pytest_restore.run.checks import SystemCell
 from pytest_restore.run.grid import CellSpec
 from pytest_restore.run.message import ItemMessage
 from pytest_restore.run.parts import RunParts
+from pytest_restore.run.plan import freeze_long_lived
 from pytest_restore.stats.analysis import Analysis, analyse, cell_verdicts
 from pytest_restore.stats.families import family_of
 from pytest_restore.stats.results import HypothesisTest, StatsSettings
@@ -34,9 +35,13 @@ class CellFailed(Exception):
 def run_cell(parts: RunParts, spec: CellSpec, audit: Audit) -> CellRun:
     """Run one grid cell in this process, under its reader's ``audit`` (each cell once per process)."""
     try:
-        return audit.run_cell(parts.plan.registries.policies[spec.policy], spec.budget, ranker=spec.ranker)
+        run = audit.run_cell(parts.plan.registries.policies[spec.policy], spec.budget, ranker=spec.ranker)
     except MemorySystemError as err:
         raise CellFailed(str(err)) from None
+    # its records and what the audit keeps of it (the scores, the stores the checks read) live to the
+    # process's end: the full collections of the cells after it need not walk them
+    freeze_long_lived(f"cell {spec.id}")
+    return run
 
 
 def cell_message(parts: RunParts, process: str, spec: CellSpec, run: CellRun) -> ItemMessage:

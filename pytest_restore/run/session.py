@@ -35,7 +35,7 @@ from pytest_restore.run.checks import Calibration, Check, CheckRun, SystemCell, 
 from pytest_restore.run.message import ItemMessage
 from pytest_restore.run.parts import DataMeta, RunParts
 from pytest_restore.run.phases import dry_run_phase
-from pytest_restore.run.plan import Plan, Say
+from pytest_restore.run.plan import Plan, Say, freeze_long_lived
 from pytest_restore.run.quality import Console
 from pytest_restore.run.report import (
     Background,
@@ -74,6 +74,8 @@ class GridMessages:
             return
         self.ran.add(item)
         self.records.extend(message.records)
+        # kept to the report: the full collections while the other cells arrive need not walk them
+        freeze_long_lived(f"records {item}")
         self.run_meta = message.data
         # cumulative per process: the latest message of each process wins
         self.model_calls.usage_by_process[message.process] = dict(message.usage)
