@@ -23,7 +23,6 @@ from pytest_restore.models.prompts import (
     JUDGE_MAX_TOKENS,
     READER_MAX_TOKENS,
     SCORER_MAX_TOKENS,
-    SCORER_USER,
     PromptSet,
     parse_score,
     parse_verdict,
@@ -478,20 +477,3 @@ def test_scorer_tests_without_regexes_read_as_the_regexes(tiny: Dataset) -> None
         words = len(text.split())
         for limit in (0, 1, 2, 4, 8, fake.LONG_WORDS):
             assert fake._more_words_than(text, limit) == (words > limit), (text, limit)
-
-
-def test_the_scorer_s_template_filled_around_its_one_field_is_the_template_filled() -> None:
-    """The scorer's request and its usage fill a template whose one field is ``{content}`` by the text around
-    it (once per template); any template reads the same as :func:`_filled` makes it, escaped braces included,
-    and one with a conversion or a format spec is filled by :func:`_filled` itself."""
-    from pytest_restore.data.tokens import count_joined
-    from pytest_restore.models.prompts import _around, _filled
-
-    templates = [SCORER_USER, "{content}", "A {{x}} {content} b {{", "{content!r} z", "x{content:>5}y"]
-    assert [_around(t, "content") is not None for t in templates] == [True, True, True, False, False]
-    for template in templates:
-        prompts = PromptSet(scorer_user=template)
-        for content in ["", "I", " x", "\nfoo", "a\n", "I paid 30 dollars for my bike.", "{not a field}"]:
-            parts = _filled(template, content=content)
-            assert prompts.scorer(content=content).messages[1] == ("user", "".join(parts[0]))
-            assert prompts.scorer_tokens(content=content) == (count_joined([prompts.scorer_system]), count_joined(*parts))

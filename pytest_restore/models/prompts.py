@@ -198,16 +198,13 @@ class PromptSet:
 
     def scorer(self, *, content: str) -> ChatRequest:
         """The importance scorer's request: one unit's content, nothing else."""
-        around = _around(self.scorer_user, "content")
-        user = around[0] + content + around[1] if around is not None else "".join(_filled(self.scorer_user, content=content)[0])
+        user = "".join(_filled(self.scorer_user, content=content)[0])
         return ChatRequest((("system", self.scorer_system), ("user", user)), SCORER_MAX_TOKENS)
 
     def scorer_tokens(self, *, content: str) -> tuple[int, int]:
         """The o200k tokens of :meth:`scorer`'s two messages, counted from their parts (the content's count is
         the one the audit made of the unit)."""
-        around = _around(self.scorer_user, "content")
-        parts = [around[0], content, around[1]] if around is not None else _filled(self.scorer_user, content=content)[0]
-        return _joined_alone(self.scorer_system), count_joined(parts)
+        return count_joined([self.scorer_system]), count_joined(*_filled(self.scorer_user, content=content))
 
 
 @lru_cache(maxsize=64)
@@ -217,25 +214,6 @@ def _template(text: str) -> tuple[tuple[str, str | None, str, str | None], ...]:
 
 
 _FORMATTER = string.Formatter()
-
-
-@lru_cache(maxsize=64)
-def _around(template: str, name: str) -> tuple[str, str] | None:
-    """The literal text before and after ``template``'s one placeholder when it is ``{name}`` alone (no
-    conversion, no format spec), once per template; else ``None`` (:func:`_filled` fills it). A grid fills
-    the scorer's template once per distinct unit content, twice (the request, its usage)."""
-    pieces = _template(template)
-    fields = [p for p in pieces if p[1] is not None]
-    if len(fields) != 1 or fields[0][1] != name or fields[0][2] or fields[0][3]:
-        return None
-    at = pieces.index(fields[0])
-    return "".join(p[0] for p in pieces[: at + 1]), "".join(p[0] for p in pieces[at + 1 :])
-
-
-@lru_cache(maxsize=64)
-def _joined_alone(text: str) -> int:
-    """A system prompt's count (:func:`count_joined` of it alone), once per text: it is the same in every request."""
-    return count_joined([text])
 
 
 def _filled(

@@ -181,27 +181,12 @@ def _usd(c: Condition, reader: tuple[float, float] | None, judge: tuple[float, f
 
 
 def _mean(answers: Sequence[tuple[Record, Condition]], prices: Mapping[str, tuple[float, float] | None]) -> ConditionCost:
-    # one pass over the answers (a 500-question grid's report makes 39 of these over 90,000 answers); the sums
-    # add the same terms in the same order as a pass per figure did, and the dollars stop at the first unknown
     n = len(answers)
-    tokens_in = tokens_out = estimated = 0
-    dollars: list[float] | None = []
-    for r, c in answers:
-        reader = c.reader_tokens
-        if reader:
-            judge = c.judge_tokens or (0, 0)
-            tokens_in += reader[0] + judge[0]
-            tokens_out += reader[1] + judge[1]
-        if c.tokens_estimated:
-            estimated += 1
-        if dollars is not None:
-            usd_one = _usd(c, prices.get(r.reader), prices.get(r.judge or ""))
-            if usd_one is None:
-                dollars = None
-            else:
-                dollars.append(usd_one)
-    usd = None if dollars is None else sum(dollars) / n
-    return ConditionCost(n, tokens_in / n, tokens_out / n, usd, estimated)
+    tokens_in = sum(c.reader_tokens[0] + (c.judge_tokens or (0, 0))[0] for _, c in answers if c.reader_tokens)
+    tokens_out = sum(c.reader_tokens[1] + (c.judge_tokens or (0, 0))[1] for _, c in answers if c.reader_tokens)
+    dollars = [_usd(c, prices.get(r.reader), prices.get(r.judge or "")) for r, c in answers]
+    usd = None if any(d is None for d in dollars) else sum(d for d in dollars if d is not None) / n
+    return ConditionCost(n, tokens_in / n, tokens_out / n, usd, sum(1 for _, c in answers if c.tokens_estimated))
 
 
 def _memory_mean(
