@@ -339,8 +339,6 @@ class TokenCounter:
         count (a unit's size); the other parts are counted through the memo.
         """
         with self._lock:
-            # the memo's hits inline: a grid joins hundreds of thousands of prompts, nearly every piece known
-            memo = self._counts
             shapes = self._shapes
             total = 0
             pending = ""  # the text since the last seam, not counted yet
@@ -354,12 +352,9 @@ class TokenCounter:
                 if head < 0:
                     pending += part
                     continue
-                text = pending + part[:head]
-                count = memo.get(text)
-                total += (self._known(text) if count is None else count) + inner
+                total += self._known(pending + part[:head]) + inner
                 pending = part[tail:]
-            count = memo.get(pending)
-            return total + (self._known(pending) if count is None else count)
+            return total + self._known(pending)
 
     def _shape(self, part: str, given: int | None) -> tuple[int, int, int]:
         """Where ``part``'s first and last seams are, and its count between them (:meth:`count_joined`);
