@@ -33,6 +33,7 @@ from pytest_restore.data.catalogue import (
     resolve_name,
     state,
 )
+from pytest_restore.data.tokens import _ranks_cache_dirs
 from pytest_restore.exits import IO_ERROR
 
 #: No test here reads a report's figure: the runs build it and do not render it (conftest's ``figures_unrendered``).
@@ -286,6 +287,11 @@ def test_a_name_resolves_to_the_fetched_file(tmp_path: Path, monkeypatch: pytest
     monkeypatch.delenv(cat.DATA_DIR_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cat.data_dir() == tmp_path / "xdg" / "pytest-restore" / "data"
+    # one rule for the user's cache (user_cache.py): tiktoken's parsed ranks are kept beside the data
+    assert _ranks_cache_dirs()[-1] == cat.data_dir().parent
+    monkeypatch.setenv("XDG_CACHE_HOME", "")  # set but empty: the default, as the XDG rule says
+    assert cat.data_dir() == Path.home() / ".cache" / "pytest-restore" / "data" and _ranks_cache_dirs()[-1] == cat.data_dir().parent
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     with pytest.raises(NotFetched, match=f"or set {cat.DATA_DIR_ENV} to where it is"):
         resolve_name("longmemeval-s", "--restore-data")
 

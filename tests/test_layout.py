@@ -20,6 +20,7 @@ STAGE = {
     "timeline": 0,
     "jsonl": 0,
     "settings": 0,
+    "user_cache": 0,
     "data": 1,
     "synthetic": 2,
     "memory": 3,

@@ -248,3 +248,37 @@ def test_the_data_a_cell_and_a_kept_message_are_frozen_once_each(tmp_path: Path,
     assert run_cell(parts, spec, parts.audit()).records == run.records and len(frozen) == before
     GridMessages().receive(cell_message(parts, "gw0", spec, run), "test_grid.py::test_cell[fifo-2k]")
     assert "records test_grid.py::test_cell[fifo-2k]" in plan_module._FROZEN and len(frozen) == before + 1
+
+
+def test_a_run_core_run_lets_go_of_what_an_earlier_run_in_the_process_froze(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A notebook that runs audits one after another: the next run's start thaws the earlier run's frozen points and
+    collects the cycles they held; with nothing frozen before, a run's start collects nothing."""
+    import weakref
+
+    from pytest_restore.run import plan as plan_module
+
+    class Node:
+        """A cycle's link (a weak reference can name it)."""
+
+        def __init__(self) -> None:
+            self.other: Node | None = None
+
+    monkeypatch.setattr(plan_module, "_FROZEN", set())
+    gc.collect()
+    gc.freeze()  # this test's process: only what it makes below is in the generations
+    try:
+        collected = gc.get_stats()[2]["collections"]
+        plan_module.thaw_earlier_runs()
+        assert gc.get_stats()[2]["collections"] == collected  # nothing frozen: no full collection
+        first, second = Node(), Node()
+        first.other, second.other = second, first  # a cycle the earlier run held (its audit, say) when it froze
+        alive = weakref.ref(first)
+        plan_module.freeze_long_lived("cell fifo-2k")
+        del first, second  # then dropped, at its end
+        assert alive() is not None and gc.get_freeze_count() > 0
+        gc.collect()
+        assert alive() is not None
+        plan_module.thaw_earlier_runs()
+        assert alive() is None and plan_module._FROZEN == set()
+    finally:
+        gc.unfreeze()

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_restore.exits import IO_ERROR, os_cause
+from pytest_restore.user_cache import user_cache_dir
 
 __all__ = [
     "CATALOGUE",
@@ -140,8 +141,7 @@ def data_dir(given: str | os.PathLike[str] | None = None) -> Path:
         return Path(given).expanduser()
     if os.environ.get(DATA_DIR_ENV):
         return Path(os.environ[DATA_DIR_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "pytest-restore" / "data"
+    return user_cache_dir() / "data"
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:

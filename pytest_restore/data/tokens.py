@@ -32,6 +32,8 @@ from pathlib import Path
 
 import tiktoken
 
+from pytest_restore.user_cache import user_cache_dir
+
 #: The sha256 tiktoken checks for the o200k_base ranks file.
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 
@@ -94,8 +96,7 @@ _RANKS_MAGIC = b"pytest-restore parsed ranks 1\n"
 def _ranks_cache_dirs() -> list[Path]:
     """Where parsed ranks may be kept, in the order they are looked for: this module's ``__pycache__`` (where
     Python keeps its bytecode), then the user's cache directory."""
-    user = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return [Path(__file__).with_name("__pycache__"), Path(user) / "pytest-restore"]
+    return [Path(__file__).with_name("__pycache__"), user_cache_dir()]
 
 
 def _cached_ranks(path: Path) -> dict[bytes, int] | None:

@@ -37,6 +37,7 @@ from pytest_restore.run.plan import (
     check_before_work,
     default_registries,
     freeze_long_lived,
+    thaw_earlier_runs,
 )
 from pytest_restore.run.quality import RunStopped
 from pytest_restore.run.session import RunSession
@@ -194,6 +195,7 @@ def run_audit(
     A bad option value is a :class:`~pytest_restore.run.settings.SettingsError` (the caller's usage error,
     as pytest's); the run stopped before its grid says its line and ends with its status.
     """
+    thaw_earlier_runs()  # an audit this process ran before (a notebook) lets go of what it froze
     freeze_long_lived("imports")
     plan = build_plan(raw, default_registries(), uuid.uuid4().hex, cache_root, say)
     check_before_work(plan)

@@ -74,8 +74,25 @@ def long_lived() -> Iterator[None]:
 _FROZEN: set[str] = set()
 
 
+def thaw_earlier_runs() -> None:
+    """Let the collector have what earlier runs in this process froze; :func:`~pytest_restore.run.local.run_audit`
+    calls it as a run begins.
+
+    What :func:`freeze_long_lived` froze is never collected while it stays
+    frozen: a cycle among an earlier run's records, memos or audit would live
+    to the process's end. A process that runs one audit (a grid's worker, a
+    pool's process, ``python -m pytest_restore run``) never gets here twice;
+    one that calls the run core again (a notebook) collects the earlier runs'
+    garbage once, here, and the new run freezes its own points again.
+    """
+    if _FROZEN:
+        _FROZEN.clear()
+        gc.unfreeze()
+        gc.collect()
+
+
 def freeze_long_lived(point: str) -> None:
-    """Take what the process holds at ``point`` out of the collector's full passes, once per point and process.
+    """Take what the process holds at ``point`` out of the collector's full passes, once per point and run.
 
     A run's process holds, before its first cell, objects that live to its
     end and that every full collection walked again, freeing nothing: its
@@ -90,9 +107,9 @@ def freeze_long_lived(point: str) -> None:
     measurable time instead of 0.18 s. The youngest generation is
     collected first: after :func:`long_lived` it holds everything the block
     made, which the collector was about to walk once anyway, so the cycles
-    the block dropped are freed rather than frozen. Once per point: a process
-    that starts several runs (a test suite's in-process runs) would
-    otherwise keep earlier runs' uncollected garbage for good.
+    the block dropped are freed rather than frozen. Once per point: a process that runs several audits (a notebook) keeps an earlier
+    run's frozen objects until the run core's next run begins and thaws them
+    (:func:`thaw_earlier_runs`); pytest sessions run in one process (pytester's) keep theirs.
     """
     if point in _FROZEN:
         return
