@@ -38,6 +38,7 @@ from grid_helpers import (
     figures_not_rendered,
     read_child,
     run_child,
+    shared_dir,
     shared_run,
     small_args,
     start_background_builds,
@@ -237,8 +238,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"tests/warm_kernels.py {how}: {lines[-1]}")
 
 
+#: The pytest cache directory of the main job (``embedded_report``), in the directory this test run's workers share.
+#: The embedded default is generated there once (under its own file lock), for the main job and for
+#: ``embedded_data`` both: a clean checkout has no cached copy, and each generated its own (2-3 CPU s).
+MAIN_JOB_CACHE = "main-job-cache"
+
+
+def _main_job_data(shared: Path) -> Path:
+    """Where the main job's cache keeps the embedded default (``cache.mkdir("restore")`` there)."""
+    return shared / MAIN_JOB_CACHE / "d" / "restore"
+
+
 def _build_embedded_report(out: Path) -> None:
-    run = run_child(["benches/", "-p", "no:xdist", "-q", "--restore-ablations"], ROOT, out / "report")
+    cache = f"cache_dir={out.parent / MAIN_JOB_CACHE}"
+    run = run_child(["benches/", "-p", "no:xdist", "-q", "--restore-ablations", "-o", cache], ROOT, out / "report")
     if not (run.report / "cells.csv").exists():
         pytest.fail(f"the main job wrote no report:\n{run.output[-6000:]}")
     (run.report / "pytest-output.txt").write_text(run.output)
@@ -268,10 +281,13 @@ def embedded_records(embedded_report: Path) -> tuple[Record, ...]:
 def embedded_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded default dataset, generated afresh once per test run.
 
-    Not taken from ``.pytest_cache``: a cached file from an older generator
-    would hide a change to the generator from the tests that read it.
+    Not taken from the checkout's ``.pytest_cache``: a cached file from an
+    older generator would hide a change to the generator from the tests that
+    read it. The main job (``embedded_report``) reads the same file, from the
+    cache directory of its own that this test run gives it; whichever asks
+    first generates it.
     """
-    return embedded_dataset(shared_run(tmp_path_factory, "embedded-data", embedded_dataset))
+    return embedded_dataset(_main_job_data(shared_dir(tmp_path_factory)))
 
 
 #: The tiny grid, every policy and budget, with the ablations: the shared serial and ``-n 2`` runs.

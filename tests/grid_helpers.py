@@ -234,13 +234,17 @@ def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
     return out
 
 
+def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory all xdist workers of this test run share (the session's own base directory without xdist)."""
+    shared = tmp_path_factory.getbasetemp()
+    return shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
+
+
 def _shared_run(
     tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object], *, wait: bool
 ) -> Path | None:
     """:func:`shared_run`; ``wait=False``: ``None`` at once when another caller holds the lock (is building it)."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the directory all workers of this run share
+    shared = shared_dir(tmp_path_factory)
     out = shared / name
     with open(shared / f"{name}.lock", "w") as lock:
         try:

@@ -295,6 +295,9 @@ def test_an_interrupted_session_leaves_the_complete_report_untouched(
 #: until the session has taken the Ctrl-C (cancelled the report), so it is caught in the middle of its work.
 #: ``{where}``: "hook", in another plugin's ``pytest_sessionfinish`` (as pytest's own temporary-directory
 #: clean-up), between the report's start and the wait for it; "wait", while the session waits for it.
+#: The run is in the test's own process (the signal to it, as a user's Ctrl-C to a pytest, is the point, not
+#: a process of its own: 0.4 CPU s against 2 for a child pytest): the writer and the wait are replaced for
+#: that run alone, and put back when it ends.
 CTRL_C_WHILE_WRITING = """
 import os
 import signal
@@ -335,9 +338,26 @@ def pytest_sessionfinish(session):
         os.kill(os.getpid(), signal.SIGINT)
 
 
-finish.write_report = _held_back
-run_session.await_report = _awaited
+def _put_back():
+    finish.write_report, run_session.await_report = _write_report, _await_report
+
+
+def pytest_configure(config):
+    finish.write_report, run_session.await_report = _held_back, _awaited
+    config.add_cleanup(_put_back)
 """
+
+
+def _ctrl_c_run(project: pytest.Pytester, where: str) -> pytest.RunResult:
+    """The interrupted test's grid in this process, with a real Ctrl-C ``where`` (``CTRL_C_WHILE_WRITING``).
+
+    The main thread (an xdist worker's too) is the one Ctrl-C reaches and the report's wait holds it in;
+    a hang fails the test, as a child run's timeout did.
+    """
+    assert threading.current_thread() is threading.main_thread()
+    project.makeconftest(FAST_RETRIES + CTRL_C_WHILE_WRITING.format(where=where))
+    with hang_fails(120):
+        return project.runpytest_inprocess("-p", "no:xdist", *INTERRUPTED_ARGS, no_reraise_ctrlc=True)
 
 
 @pytest.mark.parametrize("where", ["hook", "wait"])
@@ -347,8 +367,7 @@ def test_ctrl_c_while_the_report_is_written_leaves_the_complete_report_untouched
     report = project.path / "restore-report"
     shutil.copytree(complete_report, report)  # what an earlier whole session left
     before = _files(report)
-    project.makeconftest(FAST_RETRIES + FIGURES_NOT_RENDERED_CONFTEST + CTRL_C_WHILE_WRITING.format(where=where))
-    cut = project.runpytest_subprocess("-p", "no:xdist", *INTERRUPTED_ARGS, timeout=120)
+    cut = _ctrl_c_run(project, where)
     output = cut.stdout.str() + cut.stderr.str()
     assert cut.ret == pytest.ExitCode.INTERRUPTED, output
     assert _files(report) == before  # byte-identical: the new report was not swapped in
@@ -367,8 +386,7 @@ def test_ctrl_c_after_the_report_was_swapped_in_cuts_nothing_short_and_says_so(
     report = project.path / "restore-report"
     shutil.copytree(complete_report, report)
     (report / "report.md").write_text("the earlier report")
-    project.makeconftest(FAST_RETRIES + FIGURES_NOT_RENDERED_CONFTEST + CTRL_C_WHILE_WRITING.format(where="late"))
-    late = project.runpytest_subprocess("-p", "no:xdist", *INTERRUPTED_ARGS, timeout=120)
+    late = _ctrl_c_run(project, "late")
     output = late.stdout.str() + late.stderr.str()
     assert late.ret == pytest.ExitCode.OK, output
     assert (report / "report.md").read_text() == (complete_report / "report.md").read_text()  # the new one, whole

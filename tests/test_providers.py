@@ -34,9 +34,9 @@ from typing import Any
 import pytest
 from grid_helpers import (
     FAST_RETRIES,
-    FIGURES_NOT_RENDERED_CONFTEST,
     GRID,
     TINY,
+    hang_fails,
     run_audit_here,
     shared_run,
     small_args,
@@ -693,7 +693,6 @@ KILL_AT = 30  # of the run's 84 requests, counted over both replicas
 def test_two_replicas_share_the_grid_and_one_killed_mid_run_costs_no_record(
     grid_dir: pytest.Pytester, histories: list[History], tmp_path: Path, clean_run: CleanRun
 ) -> None:
-    grid_dir.makeconftest(FAST_RETRIES + FIGURES_NOT_RENDERED_CONFTEST)  # the test reads the records alone
     with OpenAIServer(fake_models_responder(histories), latency=0.002) as survivor:
         doomed = OpenAIServer(fake_models_responder(histories), latency=0.002).start()
 
@@ -712,12 +711,14 @@ def test_two_replicas_share_the_grid_and_one_killed_mid_run_costs_no_record(
         killer = threading.Thread(target=kill)
         killer.start()
         models = [f"--restore-{role}={spec}" for role, spec in MODELS.items()]
-        # a process of its own: in this one, the run's threads and the two servers' share the interpreter
-        # lock, and the doomed replica could be left short of the requests it must answer before the kill
-        result = grid_dir.runpytest_subprocess(
-            "-p", "no:xdist", *SMALL, *models, "--restore-base-url", f"{doomed.base_url},{survivor.base_url}",
-            "--restore-cache", str(tmp_path / "cache"), "--restore-report-dir", "replicas", timeout=120,
-        )
+        # in this process, with the two servers (the kill is of a server, not of the run): the kill comes at a
+        # count over both replicas, which a run sharing the interpreter lock with them reaches as surely (it was a
+        # process of its own while the count was the doomed replica's alone, which the run could leave short)
+        with hang_fails(180):  # a hung run fails the test, as a child's timeout did
+            result = grid_dir.runpytest_inprocess(
+                "-p", "no:xdist", *SMALL, *models, "--restore-base-url", f"{doomed.base_url},{survivor.base_url}",
+                "--restore-cache", str(tmp_path / "cache"), "--restore-report-dir", "replicas",
+            )
         killer.join()
         result.assert_outcomes(passed=CELLS)
     [(before_kill, survivor_then)], rest = killed_at, survivor.total_requests
