@@ -77,3 +77,10 @@ def assert_the_budget_kept_the_newest(
     assert max(kept) == max(everything)  # the newest memory stays
     assert min(kept) > min(everything)  # the oldest went
     return view, mask, tally
+
+
+def shortest(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The generated record of fewest turns among ``records`` that has a gold turn: a library makes several model
+    calls a turn, so a test of its ingestion on the generator's data feeds it the least that has a gold to cite."""
+    answerable = [r for r in records if any(t.get("has_answer") for s in r["haystack_sessions"] for t in s)]
+    return min(answerable, key=lambda r: sum(len(s) for s in r["haystack_sessions"]))

@@ -22,7 +22,7 @@ import library_audit
 import numpy as np
 import pytest
 from graphiti_model import GraphitiModel
-from library_audit import LOCOMO, assert_the_budget_kept_the_newest, audit_library
+from library_audit import LOCOMO, assert_the_budget_kept_the_newest, audit_library, shortest
 from net_guard import net_guard
 from openai_server import OpenAIServer
 
@@ -249,8 +249,8 @@ def test_graphiti_runs_with_its_telemetry_off_and_reports_its_version(audited: t
 def test_graphiti_on_the_embedded_defaults_data(gateway: Gateway, tmp_path: Path) -> None:
     """A question of the embedded default's kind (the synthetic LongMemEval-S generator, a short history):
     the user's and the assistant's turns become facts citing their turns, and the gold turn is among them."""
-    records = generate(2, 0, tokens_per_history=1000)[1:]  # its ten turns: graphiti makes ~7 calls a turn
-    write_dataset(records, tmp_path / "embedded.json")
+    # the shortest history of six (four turns, a gold among them): graphiti makes ~7 calls a turn
+    write_dataset([shortest(generate(6, 0, tokens_per_history=1000))], tmp_path / "embedded.json")
     reader = FakeReader()
     audit = Audit(load_data(tmp_path / "embedded.json"), AuditConfig(budgets=(ALL,)), reader=reader, judge=FakeJudge(),
                   scorer=FakeScorer())
@@ -293,11 +293,11 @@ def test_only_the_newest_stores_stay_open(monkeypatch: pytest.MonkeyPatch, gatew
 
 def test_a_rerun_on_the_same_cache_sends_nothing_upstream(locomo: Dataset, tmp_path: Path) -> None:
     """graphiti through the gateway over a managed model: the first run's calls reach the loopback upstream,
-    the rerun's come from the run's response cache and the vectors kept on disk. Ruth's first four turns:
+    the rerun's come from the run's response cache and the vectors kept on disk. Ruth's first two turns:
     each turn's calls are cached alike (graphiti makes ~7 a turn), so a longer history adds only time."""
     history = next(p for p in Audit(locomo, AuditConfig(budgets=(ALL,)), reader=FakeReader(), judge=FakeJudge(),
                                     scorer=FakeScorer()).questions if p.history.question.question == RUTHS).history
-    units, sizes = history.units[:4], history.sizes[:4]
+    units, sizes = history.units[:2], history.sizes[:2]
 
     def ingest(upstream: OpenAIServer) -> list[tuple[tuple[int, ...], str]]:
         chat = OpenAIChatModel(model="small-model", base_url=upstream.base_url, cache=ResponseCache(tmp_path / "responses"), max_tries=1)

@@ -23,7 +23,7 @@ from typing import Any
 import library_audit
 import numpy as np
 import pytest
-from library_audit import LOCOMO, assert_the_budget_kept_the_newest, audit_library
+from library_audit import LOCOMO, assert_the_budget_kept_the_newest, audit_library, shortest
 from net_guard import net_guard
 from openai_server import OpenAIServer
 
@@ -233,11 +233,12 @@ def test_langmem_failures_are_one_line_naming_it_the_question_and_the_unit(
 
 @pytest.fixture(scope="module")
 def embedded_small(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
-    """A question of the embedded default's generator (its seed), at 4k tokens a history (22 turns): the
-    default's 102k-token histories are ~470 turns each, one langmem call a turn. (A cell's stores summed over
-    several histories: the LoCoMo fixture's two conversations, above.)"""
+    """A question of the embedded default's generator (its seed): the shortest history of six at 1k tokens a
+    history (4 turns, its gold among them; the budget below still evicts). The default's 102k-token histories
+    are ~470 turns each, one langmem call and ~10 embeddings a turn. (A cell's stores summed over several
+    histories: the LoCoMo fixture's two conversations, above.)"""
     path = tmp_path_factory.mktemp("embedded") / "embedded-small.json"
-    write_dataset(generate(1, EMBEDDED_SEED, tokens_per_history=4000), path)
+    write_dataset([shortest(generate(6, EMBEDDED_SEED, tokens_per_history=1000))], path)
     return load_data(path)
 
 

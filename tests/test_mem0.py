@@ -19,7 +19,7 @@ import library_audit
 import numpy as np
 import pytest
 from grid_helpers import GRID
-from library_audit import LOCOMO, assert_the_budget_kept_the_newest, audit_library
+from library_audit import LOCOMO, assert_the_budget_kept_the_newest, audit_library, shortest
 from mem0_model import LONG, Mem0Model
 from net_guard import net_guard
 from openai_server import OpenAIServer
@@ -309,9 +309,9 @@ def test_mem0_on_the_command_line_is_the_built_in_and_on_the_embedded_default_of
     pytester: pytest.Pytester, offline_gateway: None, tmp_path: Path
 ) -> None:
     """``--restore-policies mem0`` with nothing registered by hand: the built-in, lazily imported, with the
-    fake writer; the report's memory-systems cell names mem0's version. Then the embedded default's first
-    history, its first 12 turns under a budget they outgrow (mem0 makes ~10 calls a turn: a whole ~450-turn
-    history takes minutes)."""
+    fake writer; the report's memory-systems cell names mem0's version. Then a history of the embedded default's
+    generator (its seed): the shortest of six at 1k tokens a history, four turns, under a budget they outgrow
+    (mem0 makes ~10 calls a turn: a whole ~450-turn history of the default takes minutes)."""
     pytester.makepyfile(test_grid=GRID)
     result = pytester.runpytest_inprocess(
         "-p", "no:xdist", "-p", "no:cacheprovider", f"--restore-data={LOCOMO}", f"--restore-budgets={ALL}",
@@ -324,18 +324,20 @@ def test_mem0_on_the_command_line_is_the_built_in_and_on_the_embedded_default_of
     assert cell["figures"]["calls"][EXTRACTION] == cell["figures"]["units"] > 0
     assert "**Memory libraries.**" in (pytester.path / "restore-report" / "report.md").read_text()
 
-    from pytest_restore.synthetic.embedded import embedded_dataset
+    from pytest_restore.synthetic.embedded import EMBEDDED_SEED
+    from pytest_restore.synthetic.generator import generate, write_dataset
 
-    dataset = load_data(embedded_dataset(tmp_path, questions=1))
+    write_dataset([shortest(generate(6, EMBEDDED_SEED, tokens_per_history=1000))], tmp_path / "embedded.json")
+    dataset = load_data(tmp_path / "embedded.json")
     audit = Audit(dataset, AuditConfig(budgets=(ALL,)), reader=FakeReader(), judge=FakeJudge(), scorer=FakeScorer())
     history = audit.questions[0].history
-    units, sizes = history.units[:12], history.sizes[:12]
+    units, sizes = history.units, history.sizes
     system = Mem0System()
     with net_guard():
         held = system.hold(units, sizes, 200, EvictionContext(question_id=history.question.history_key))
-    assert held and sum(system.tokens(m) for m in held) <= 200
-    assert all(0 <= min(m.sources) and max(m.sources) < 12 for m in held)
-    assert system.figures().calls[EXTRACTION] == 12 and system.figures().evicted > 0
+    assert held and sum(system.tokens(m) for m in held) <= 200 < int(sizes.sum())
+    assert all(0 <= min(m.sources) and max(m.sources) < len(units) for m in held)
+    assert system.figures().calls[EXTRACTION] == len(units) and system.figures().evicted > 0
 
 
 def test_a_missing_mem0_is_one_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -365,17 +367,18 @@ def _through_gateway(server: OpenAIServer, cache: Path, **options: object) -> No
 @speaks_mem0_1
 def test_a_rerun_through_the_gateway_sends_nothing_upstream(locomo: Dataset, tmp_path: Path) -> None:
     """mem0's extraction, update and embedding calls go through the gateway into the run's response cache:
-    the same stores built again on the same cache send not one request to the server."""
+    the same stores built again on the same cache send not one request to the server. The first conversation's
+    first four turns: each turn's calls are cached alike (mem0 makes ~10 a turn), so a longer history adds only time."""
     audit = Audit(locomo, AuditConfig(budgets=(ALL,)), reader=FakeReader(), judge=FakeJudge(), scorer=FakeScorer())
+    history = audit.questions[0].history
+    units, sizes = history.units[:4], history.sizes[:4]
     held = []
     try:
         for _ in range(2):
             with OpenAIServer(Mem0Model()) as upstream:
                 _through_gateway(upstream, tmp_path)
-                system = Mem0System()
-                p = audit.questions[0]
-                view, mask = audit.held(system, p, ALL, 0, {})
-                held.append(sorted(view.history.units[i].content for i in np.flatnonzero(mask)))
+                memories = Mem0System().hold(units, sizes, ALL, EvictionContext(question_id=history.question.history_key))
+                held.append(sorted((m.sources, m.text) for m in memories))
                 sent = len(upstream.log)
                 close_gateway()
             if len(held) == 1:
