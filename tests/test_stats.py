@@ -18,7 +18,12 @@ from pytest_restore.bootstrap import Resampler, holm, smoothed_p, two_sided_p
 from pytest_restore.record import Record, RecordError
 from pytest_restore.records_file import from_v1
 from pytest_restore.report.figure import write_figure
-from pytest_restore.stats.analysis import Analysis, analyse, cell_verdicts
+from pytest_restore.stats.analysis import (
+    Analysis,
+    analyse,
+    cell_verdicts,
+    construct_failures,
+)
 from pytest_restore.stats.engine import Engine
 from pytest_restore.stats.families import (
     FAMILIES,
@@ -635,3 +640,20 @@ def test_one_policy_order_for_the_builtins_and_the_cells() -> None:
     keys = [CellKey("mine", 8_000, "b", "r"), CellKey("fifo", 8_000, "a", "r"), CellKey("fifo", 80_000, "b", "r")]
     assert sorted(keys, key=cell_order) == [keys[2], keys[1], keys[0]]
     assert policy_order("control") < policy_order("aaa-user-policy")
+
+
+def test_construct_failures_from_counts_are_the_analysis_s() -> None:
+    # an item under --restore-family-checks report checks its counts without an analysis: the same lines
+    unbinned = record("q-unbinned", regime="a", correct=False)  # an error in no bin: the bins miss one
+    records = cell("fifo", 50, 10, 2, 3, regime="a") + [unbinned] + cell("no-evict", 30, 2, 0, 1)
+    analysis = analyse(records, resamples=200)
+    for policy in ("fifo", "no-evict", "random"):
+        assert construct_failures(records, policy, 80_000, "reader") == analysis.construct_failures(policy, 80_000, "reader")
+    assert construct_failures(records, "fifo", 80_000, "reader") == [
+        "fifo @ 80000 regime (a): irr 10 + rec 2 + dis 0 + res 3 != err 16",
+        "fifo @ 80000 regime (a): forced-gold regime has 2 recoverable errors (must be 0)",
+    ]
+    assert construct_failures(records, "no-evict", 80_000, "reader") == [
+        "no-evict @ 80000 regime (b): no-evict has 2 irreversible errors (must be 0)"
+    ]
+    assert construct_failures(records, "no-evict", 80_000, "reader", reference="fifo") == []

@@ -232,7 +232,9 @@ def page_data(
 def pack(data: Mapping[str, Any]) -> str:
     """The page's data as base64 of gzipped JSON (the browser's ``DecompressionStream`` opens it); deterministic."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
-    return base64.b64encode(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
+    # zlib's default level: level 9 spent about twice the CPU (2.3 against 1.3 s on the 500-question grid's
+    # 21.7 MB of JSON, the largest part of the page process) for data 1% smaller
+    return base64.b64encode(gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0)).decode("ascii")
 
 
 def unpack(packed: str) -> dict[str, Any]:

@@ -167,6 +167,40 @@ def count(records: Sequence[Record]) -> Counts:
     )
 
 
+def construct_failures(
+    records: Sequence[Record], policy: str, budget: int, reader: str, *, reference: str = REFERENCE
+) -> list[str]:
+    """The count-level construct checks of one grid item (PROTOCOL section 5), one line each, from its
+    records' counts alone: what :meth:`Analysis.construct_failures` finds, without resampling.
+
+    The bins add up to the errors, the forced-gold regime has no recoverable
+    error and ``reference`` (``no-evict``) no irreversible one. An item that
+    decides no family expectation (``--restore-family-checks report``) needs
+    nothing more of the statistics.
+    """
+    return _construct_failures(count(records).cells, policy, budget, reader, reference)
+
+
+def _construct_failures(
+    cells: Mapping[CellKey, CellTally], policy: str, budget: int, reader: str, reference: str
+) -> list[str]:
+    failures = []
+    for regime in REGIMES:
+        cell = cells.get(CellKey(policy, budget, regime, reader))
+        if cell is None:
+            continue
+        label = f"{policy} @ {budget} regime ({regime})"
+        if cell.irr + cell.rec + cell.dis + cell.res != cell.err:
+            failures.append(
+                f"{label}: irr {cell.irr} + rec {cell.rec} + dis {cell.dis} + res {cell.res} != err {cell.err}"
+            )
+        if regime == "a" and cell.rec:
+            failures.append(f"{label}: forced-gold regime has {cell.rec} recoverable errors (must be 0)")
+        if policy == reference and cell.irr:
+            failures.append(f"{label}: {policy} has {cell.irr} irreversible errors (must be 0)")
+    return failures
+
+
 @dataclass(frozen=True)
 class TypeBins:
     """The bins of one (reader, regime, question type), every policy, budget and seed pooled."""
@@ -248,26 +282,9 @@ class Analysis:
         return sorted({c.reader for c in self.cells})
 
     def construct_failures(self, policy: str, budget: int, reader: str) -> list[str]:
-        """The count-level construct checks of one grid item (PROTOCOL section 5), one line each.
-
-        The bins add up to the errors, the forced-gold regime has no
-        recoverable error and ``no-evict`` no irreversible one.
-        """
-        failures = []
-        for regime in REGIMES:
-            cell = self.cell(policy, budget, regime, reader)
-            if cell is None:
-                continue
-            label = f"{policy} @ {budget} regime ({regime})"
-            if cell.irr + cell.rec + cell.dis + cell.res != cell.err:
-                failures.append(
-                    f"{label}: irr {cell.irr} + rec {cell.rec} + dis {cell.dis} + res {cell.res} != err {cell.err}"
-                )
-            if regime == "a" and cell.rec:
-                failures.append(f"{label}: forced-gold regime has {cell.rec} recoverable errors (must be 0)")
-            if policy == self.settings.reference and cell.irr:
-                failures.append(f"{label}: {policy} has {cell.irr} irreversible errors (must be 0)")
-        return failures
+        """The count-level construct checks of one grid item (PROTOCOL section 5), one line each
+        (:func:`construct_failures`, on this pass's counts and with its reference policy)."""
+        return _construct_failures(self.counts.cells, policy, budget, reader, self.settings.reference)
 
     def cell(self, policy: str, budget: int, regime: str, reader: str) -> CellStats | None:
         """One cell's figures, or None when the records hold no such cell."""
