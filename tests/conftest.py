@@ -23,9 +23,68 @@ import threading
 import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
+
+#: The directory of the two locks, ``configure`` and ``collect``, by which the first xdist worker to start compiles
+#: the bytecode alone: its path reaches the workers (and no one else) in this environment variable.
+START_LOCKS = "RESTORE_TESTS_START_LOCKS"
+#: A worker's hold on those locks: ``lead`` (the first worker: the locks it holds) or ``follow`` (the others).
+_START: dict[str, Any] = {}
+
+
+def _hold_shared(lock: IO[str], deadline: float = 120.0) -> None:
+    """Wait until no process holds ``lock`` alone (or ``deadline`` seconds pass: then go on without it)."""
+    give_up = time.monotonic() + deadline
+    while time.monotonic() < give_up:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            time.sleep(0.05)
+        else:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            return
+
+
+def _first_worker_alone() -> None:
+    """Under xdist, let the first worker compile the package's and the tests' bytecode while the others wait.
+
+    A clean checkout has no bytecode: pytest rewrites the asserts of the package (its plugin's distribution) and of
+    the test modules, and writes the result beside them. The workers start together, and each rewrote and compiled
+    the same some 220 modules for itself: about 5 CPU s a worker (a collection on a clean clone 12.4 CPU s, again
+    7.5). The first worker holds ``configure`` through this module's imports and its ``pytest_configure``, and
+    ``collect`` through its collection; the others wait for each before they do the same, and read its bytecode.
+    """
+    where = os.environ.pop(START_LOCKS, None)
+    if not where or not Path(where).is_dir():
+        return
+    # held open as long as the lock they carry is held
+    configure, collect = (open(Path(where) / name, "a") for name in ("configure", "collect"))  # noqa: SIM115
+    try:
+        fcntl.flock(configure, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # one first worker per run: a late one that finds the lock free finds this file made
+        os.close(os.open(Path(where) / "first", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except OSError:  # BlockingIOError: another holds it; FileExistsError: another was first
+        fcntl.flock(configure, fcntl.LOCK_UN)
+        _hold_shared(configure)
+        configure.close()
+        _START["follow"] = collect
+        return
+    fcntl.flock(collect, fcntl.LOCK_EX)  # no other worker asks for it before ``configure`` is free
+    _START["lead"] = {"configure": configure, "collect": collect}
+
+
+def _let_others(phase: str) -> None:
+    """The first worker is done with ``phase``: the others may go on with it."""
+    lock = _START.get("lead", {}).pop(phase, None)
+    if lock is not None:
+        lock.close()  # and with it the lock
+
+
+# before the package's modules and the grid helpers are imported, for their bytecode
+_first_worker_alone()
+
 from grid_helpers import (
     BACKGROUND_BUILDS,
     FAST_RETRIES,
@@ -45,7 +104,6 @@ from grid_helpers import (
     stop_background_builds,
 )
 
-from pytest_restore.memory import kernels
 from pytest_restore.record import Record
 from pytest_restore.report.inputs import read_records
 from pytest_restore.synthetic.embedded import embedded_dataset
@@ -135,27 +193,49 @@ def pytest_configure(config: pytest.Config) -> None:
         except ImportError:  # the openai extra is not installed: no test here opens its client
             pass
 
-    # numba imports its typing registries on the first compiled call. Make that call here, before
-    # pytester's in-process runs snapshot sys.modules: a registry imported inside such a run is
-    # dropped when the snapshot is restored, and importing it again later fails with
-    # "cannot augment Function(...)".
-    kernels.fact_counts("warm up")
-    # That call may be served from numba's disk cache (another xdist worker compiled it first), which
-    # imports none of the compiler's lazily imported modules: numba.core.boxing, imported on the first
-    # real compile, would then be imported inside an in-process run, dropped with it, and registering
-    # its boxers again on the next compile fails ("duplicate registration for ... Boolean"). So
-    # compile one function for real here, whatever the disk cache holds, and import boxing by name.
-    import numba.core.boxing  # noqa: F401
-    import numpy as np
-    from numba import njit
-
-    njit(cache=False)(lambda values, flag: values.sum() if flag else 0.0)(np.zeros(2), True)
-
     # A worker holds a large heap (the imports, the module fixtures' data) and allocates fast: at
     # Python's default thresholds the two workers made 45 full collections of it, 13.8 s of CPU with
     # the younger generations' (measured with gc.callbacks); collecting the youngest generation every
     # 20k allocations rather than every 700, 3 full collections and 4.6 s. Child runs keep the defaults.
     gc.set_threshold(20_000, 10, 10)
+    _let_others("configure")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> None:
+    """A worker other than the first collects once the first has (:func:`_first_worker_alone`)."""
+    follow = _START.pop("follow", None)
+    if follow is not None:
+        with follow:
+            _hold_shared(follow)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Make numba's first compiled call once the controller's kernel warm-up has ended, before any test runs.
+
+    numba imports its typing registries on the first compiled call. That call is made here, before pytester's
+    in-process runs snapshot sys.modules: a registry imported inside such a run is dropped when the snapshot is
+    restored, and importing it again later fails with "cannot augment Function(...)". It comes after the warm-up
+    (:func:`_wait_for_kernels`), which compiles the kernel it calls: made in ``pytest_configure``, before the wait,
+    each worker of a clean checkout compiled it for itself beside the warm-up, 0.6 CPU s each. The shared child
+    runs start after this too (``shared_runs_in_background``): they load the kernels, not compile them.
+    """
+    _let_others("collect")
+    _wait_for_kernels()
+    # imported here, not with this module: an xdist controller, which runs no kernel, imports numba no more (0.4 CPU s)
+    from pytest_restore.memory import kernels
+
+    kernels.fact_counts("warm up")
+    # That call may be served from numba's disk cache (the warm-up or another worker compiled it first), which
+    # imports none of the compiler's lazily imported modules: numba.core.boxing, imported on the first real
+    # compile, would then be imported inside an in-process run, dropped with it, and registering its boxers
+    # again on the next compile fails ("duplicate registration for ... Boolean"). So compile one function for
+    # real here, whatever the disk cache holds, and import boxing by name.
+    import numba.core.boxing  # noqa: F401
+    import numpy as np
+    from numba import njit
+
+    njit(cache=False)(lambda values, flag: values.sum() if flag else 0.0)(np.zeros(2), True)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
@@ -194,6 +274,8 @@ def _warm_kernels(config: pytest.Config) -> None:
         [sys.executable, str(script), str(scratch / "cache")], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
     )
     os.environ[KERNELS_LOCK] = lock.name  # the workers, started after this, inherit it
+    (scratch / "start").mkdir()
+    os.environ[START_LOCKS] = str(scratch / "start")  # likewise (:func:`_first_worker_alone`)
 
     def release() -> None:
         child.wait()
@@ -351,7 +433,6 @@ def shared_runs_in_background(request: pytest.FixtureRequest, tmp_path_factory: 
     list, so the two build two runs at once while both run other tests.
     """
     fixtures = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
-    _wait_for_kernels()  # before the children start, so that they load the kernels, not compile them
     tmp_path_factory.getbasetemp()  # made here, not on the thread
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     thread = start_background_builds(tmp_path_factory, fixtures, first=int(worker.removeprefix("gw") or 0))

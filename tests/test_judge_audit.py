@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 from grid_helpers import flat_record
 from openai_server import OpenAIServer
-from statsmodels.stats.inter_rater import cohens_kappa  # type: ignore[import-untyped]
 
 from pytest_restore.audit.judge_audit import (
     Agreement,
@@ -44,6 +43,14 @@ TINY = Path(__file__).resolve().parent.parent / "fixtures" / "tiny.json"
 BUDGETS = (600, 300, 100)
 DUMMY_KEY = "sk-test-DUMMY-KEY-0123456789"
 Responder = Callable[[list[dict[str, Any]]], str]
+
+
+def cohens_kappa(table: Any) -> Any:
+    """statsmodels' Cohen's kappa of ``table``: statsmodels (and scipy) imported by the tests that compare with it,
+    not at collection, where every xdist worker paid ~1 CPU s for them."""
+    from statsmodels.stats.inter_rater import cohens_kappa as theirs  # type: ignore[import-untyped]
+
+    return theirs(table)
 
 
 @pytest.fixture(scope="module")
