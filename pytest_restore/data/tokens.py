@@ -25,7 +25,7 @@ import re
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -431,7 +431,7 @@ _CHILD = (
 _MIN_SHARED = 4096
 
 
-def count_in_processes(texts: Sequence[str], processes: int) -> list[int]:
+def count_in_processes(texts: Sequence[str], processes: int, meanwhile: Callable[[], None] | None = None) -> list[int]:
     """Token counts of ``texts`` (distinct), shared out over ``processes`` fresh Python processes.
 
     For an xdist controller, whose workers wait for the counts: the count is
@@ -441,11 +441,14 @@ def count_in_processes(texts: Sequence[str], processes: int) -> list[int]:
     caller's main script again) given every ``processes``-th text in a file.
     Only texts this process has not counted yet are shared out. With one
     process, few such texts, or a process that fails, they are counted
-    here. The counts join this process's memo.
+    here. The counts join this process's memo. ``meanwhile`` runs here, once,
+    while the processes count (before the count, when there are none).
     """
     texts = list(texts)
     todo = _COUNTER.unknown(texts)  # texts this process counted already (generating the data, say) are known
     if processes <= 1 or len(todo) < _MIN_SHARED:
+        if meanwhile is not None:
+            meanwhile()
         return count_tokens(texts)
     import subprocess
 
@@ -453,15 +456,19 @@ def count_in_processes(texts: Sequence[str], processes: int) -> list[int]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)}
     with tempfile.TemporaryDirectory(prefix="pytest-restore-count-") as work:
         files = [(os.path.join(work, f"in{i}"), os.path.join(work, f"out{i}")) for i in range(processes)]
-        for i, (inp, _) in enumerate(files):
+        children = []
+        for i, (inp, out) in enumerate(files):
             with open(inp, "wb") as f:
                 marshal.dump(todo[i::processes], f)
-        # a child that fails only costs time (the texts are then counted here): its output is not shown
-        children = [
-            subprocess.Popen([sys.executable, "-c", _CHILD, inp, out], env=env, stderr=subprocess.DEVNULL)
-            for inp, out in files
-        ]
-        if any(child.wait() != 0 for child in children):  # wait for every one, then judge
+            # started at once: it loads tiktoken while the next one's texts are written; a child that
+            # fails only costs time (the texts are then counted here): its output is not shown
+            children.append(subprocess.Popen([sys.executable, "-c", _CHILD, inp, out], env=env, stderr=subprocess.DEVNULL))
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        finally:
+            failed = [child.wait() != 0 for child in children]  # wait for every one, then judge
+        if any(failed):
             return count_tokens(texts)
         counts = [0] * len(todo)
         for i, (_, out) in enumerate(files):
@@ -469,13 +476,6 @@ def count_in_processes(texts: Sequence[str], processes: int) -> list[int]:
                 counts[i::processes] = marshal.load(f)
     remember_counts(dict(zip(todo, counts)))
     return count_tokens(texts)  # every one known now: in order, from the memo
-
-
-def known_counts(texts: Sequence[str]) -> list[int] | None:
-    """The counts of ``texts`` when this process knows every one already (nothing is encoded); else ``None``."""
-    if _COUNTER.unknown(texts):
-        return None
-    return _COUNTER.count_many(texts)
 
 
 def remember_counts(counts: Mapping[str, int]) -> None:

@@ -269,23 +269,30 @@ def count_ahead(
     starting: Callable[[int], None] | None = None,
     processes: int = 1,
     texts: Sequence[str] | None = None,
-) -> bool:
-    """Leave the token count of every distinct text of ``questions`` in ``counts_file``; whether any was counted.
+    meanwhile: Callable[[], None] | None = None,
+) -> list[int]:
+    """The token count of every distinct text of ``questions``, in order, left in ``counts_file``.
 
     What :func:`build_histories` reads from the file, made ahead of it (by
     an xdist controller, once, before its workers build their histories,
-    over ``processes`` processes: see :func:`count_in_processes`).
-    ``starting`` hears the number of texts before they are counted;
-    ``texts``: their :func:`distinct_texts`, when the caller has listed them.
+    over ``processes`` processes: see :func:`count_in_processes`, which runs
+    ``meanwhile`` while they count). A file that holds every count already
+    is read (``meanwhile`` then runs at once). ``starting`` hears the number
+    of texts before they are counted; ``texts``: their :func:`distinct_texts`,
+    when the caller has listed them.
     """
     if texts is None:
         texts = distinct_texts(questions, granularity)
-    if _complete_counts(texts, counts_file) is not None:
-        return False
+    known = read_counts(texts, counts_file)
+    if known is not None:
+        if meanwhile is not None:
+            meanwhile()
+        return known
     if starting is not None:
         starting(len(texts))
-    _write_counts(counts_file, dict(zip(texts, count_in_processes(texts, processes))))
-    return True
+    counts = count_in_processes(texts, processes, meanwhile)
+    _write_counts(counts_file, dict(zip(texts, counts)))
+    return counts
 
 
 def counts_file_name(dataset_sha256: str, granularity: Granularity) -> str:

@@ -8,8 +8,8 @@ content's words again (``memory/lexical.py``), private arrays and an object
 per text in each worker, and the control policy scanned every unit content for
 its fact density (``memory/eviction.py``) in each worker that ran one of its
 cells. The controller now does all three once
-(:func:`share_ahead`), the profiling on a thread while its counting
-processes run, into one file in the prepared cache that each worker maps
+(:func:`share_ahead`), the profiling while its counting processes
+run, into one file in the prepared cache that each worker maps
 (:func:`use_shared`): the counts become its token memo's (keyed by its own
 strings), the profiles are read off the mapped arrays, and the file's
 vocabulary becomes the worker's, so its word ids are the file's, and the
@@ -32,7 +32,6 @@ import hashlib
 import json
 import mmap
 import os
-import threading
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,12 +42,11 @@ import numpy as np
 import numpy.typing as npt
 
 from pytest_restore.data.dataset import Question
-from pytest_restore.data.tokens import known_counts, remember_counts
+from pytest_restore.data.tokens import remember_counts
 from pytest_restore.data.units import (
     Granularity,
     count_ahead,
     distinct_texts,
-    read_counts,
     unit_contents,
 )
 from pytest_restore.memory.eviction import fact_densities, remember_densities
@@ -233,7 +231,7 @@ def share_ahead(
 ) -> bool:
     """Leave in ``directory`` the shared texts file of ``questions`` (and their counts file: ``count_ahead``); whether
     anything was made. What an xdist controller does once before its workers prepare their histories: the
-    profiles and the fact densities are made on a thread while the counting processes run (their wait holds no lock)."""
+    profiles and the fact densities are made here while the counting processes count (they are started first)."""
     lists = text_lists(questions, granularity)
     key = _key(dataset_sha256, granularity, questions)
     path = Path(directory) / shared_texts_name(dataset_sha256, granularity, questions)
@@ -244,23 +242,10 @@ def share_ahead(
         pass
     made: list[tuple[tuple[list[str], ProfileRows], npt.NDArray[np.float64]]] = []
 
-    def profile() -> None:  # both compiled passes release the interpreter lock
+    def profile() -> None:
         made.append((profile_csr(lists.profiled), fact_densities(lists.profiled)))
 
-    profiling = threading.Thread(target=profile, name="restore-profiles")
-    profiling.start()
-    try:
-        count_ahead(questions, granularity, counts_file, starting, processes, texts=lists.counted)
-    finally:
-        profiling.join()
-    if not made:
-        raise RuntimeError("profiling the unit texts failed")  # the thread printed its traceback
-    tokens = known_counts(lists.counted)
-    if tokens is None:  # counted by an earlier run: its file holds them
-        from_file = read_counts(lists.counted, counts_file)
-        if from_file is None:
-            raise RuntimeError(f"{counts_file}: the token counts just written cannot be read")
-        tokens = from_file
+    tokens = count_ahead(questions, granularity, counts_file, starting, processes, texts=lists.counted, meanwhile=profile)
     (words, rows), densities = made[0]
     try:
         write_shared(path, key, lists, tokens, words, rows, densities)
