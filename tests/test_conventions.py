@@ -31,6 +31,28 @@ def test_item_ids_say_budgets_as_the_report_does(pytester: pytest.Pytester) -> N
     assert [line for line in both.outlines if "test_cell[" in line] == ["test_grid.py::test_cell[fifo-8k]"]
 
 
+@pytest.mark.parametrize("verbosity", [[], ["-q"]], ids=["default", "quiet"])
+def test_a_progress_line_starts_a_line_of_its_own_after_the_progress_letters(
+    pytester: pytest.Pytester, verbosity: list[str]
+) -> None:
+    """A ``restore:`` line said between two items (a replica set aside, say) is a line of its own: under ``-q``
+    (and under xdist, whose letters are written alike) a passed item's ``.`` leaves no file path for pytest's
+    ``ensure_newline`` to end, and the line was glued to it (``.restore: replica ...``)."""
+    pytester.makeconftest(
+        "from pytest_restore.plugin.controller import say_on_terminal\n"
+        "SEEN = []\n"
+        "def pytest_configure(config):\n"
+        "    SEEN.append(config)\n"
+        "def pytest_runtest_logfinish(nodeid, location):\n"
+        "    say_on_terminal(SEEN[0], 'after ' + nodeid.split('::')[-1])\n"
+    )
+    pytester.makepyfile(test_two="def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:randomly", *verbosity)
+    assert result.ret == 0
+    said = [line for line in result.outlines if "restore: after" in line]
+    assert said == ["restore: after test_a", "restore: after test_b"], result.outlines
+
+
 def test_version_and_help_name_the_console_script(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "argv", ["/venv/bin/pytest-restore"])
     parser = build_parser()

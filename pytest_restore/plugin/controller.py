@@ -48,7 +48,10 @@ def say_on_terminal(config: pytest.Config, message: str) -> None:
     # inside an item's call the output is captured: said past the capture, as live logging is
     with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
         if reporter is not None:
-            reporter.ensure_newline()
+            reporter.ensure_newline()  # after a file's path (pytest's default verbosity)
+            writer = config.get_terminal_writer()
+            if writer.width_of_current_line:  # after -q's progress letters, which leave no path to end
+                writer.line()
             reporter.write_line(f"restore: {message}", flush=True)
         else:  # at configure time: no terminal reporter yet
             sys.stdout.write(f"restore: {message}\n")
