@@ -301,14 +301,8 @@ def _wait_for_kernels(deadline: float = 180.0) -> None:
     path = os.environ.pop(KERNELS_LOCK, None)
     if not path or not Path(path).exists():
         return
-    give_up = time.monotonic() + deadline
     with open(path) as lock:
-        while time.monotonic() < give_up:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                time.sleep(0.05)
+        _hold_shared(lock, deadline)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

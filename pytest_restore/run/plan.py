@@ -107,9 +107,11 @@ def freeze_long_lived(point: str) -> None:
     measurable time instead of 0.18 s. The youngest generation is
     collected first: after :func:`long_lived` it holds everything the block
     made, which the collector was about to walk once anyway, so the cycles
-    the block dropped are freed rather than frozen. Once per point: a process that runs several audits (a notebook) keeps an earlier
-    run's frozen objects until the run core's next run begins and thaws them
-    (:func:`thaw_earlier_runs`); pytest sessions run in one process (pytester's) keep theirs.
+    the block dropped are freed rather than frozen. Once per point: a process
+    that runs several audits (a notebook) keeps an earlier run's frozen
+    objects until the run core's next run begins and thaws them
+    (:func:`thaw_earlier_runs`); pytest sessions run in one process
+    (pytester's) keep theirs.
     """
     if point in _FROZEN:
         return
