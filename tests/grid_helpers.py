@@ -234,10 +234,17 @@ def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
     return out
 
 
+#: This process's xdist worker id (``None``: not a worker), read once as the session imports this module.
+#: Not read again later: tests delete it from the environment (``project``) while a background build's
+#: thread may be asking for the shared directory, which then became the worker's own and each worker
+#: built the shared runs again (the main job, the tiny grid: about 20 CPU s of a suite).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+
 def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The directory all xdist workers of this test run share (the session's own base directory without xdist)."""
     shared = tmp_path_factory.getbasetemp()
-    return shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
+    return shared.parent if _WORKER else shared
 
 
 def _shared_run(
