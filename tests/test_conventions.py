@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from grid_helpers import GRID, small_args
+from grid_helpers import GRID, shared_dir, small_args
 
 from pytest_restore import __version__
 from pytest_restore.__main__ import build_parser
@@ -143,3 +143,15 @@ def test_every_package_module_names_its_tests_in_the_tests_readme() -> None:
     assert sorted(m for m in listed if not (package / m).is_file()) == [], "rows for modules that do not exist"
     named = {name for _, cell in rows for name in re.findall(r"`(test_\w+\.py)`", cell)}
     assert named and sorted(n for n in named if not (tests / n).is_file()) == [], "test modules that do not exist"
+
+
+def test_the_suite_s_shared_directory_holds_while_a_test_deletes_the_worker_id(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The shared child runs (the main job, the tiny grid) are built once for all xdist workers, in the
+    # directory they share; a worker's background build asks for it while tests on the main thread run
+    # with PYTEST_XDIST_WORKER deleted (the project fixture). It once followed the environment there and
+    # the worker built every shared run again in its own directory. Under xdist (the README's command).
+    shared = shared_dir(tmp_path_factory)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    assert shared_dir(tmp_path_factory) == shared
