@@ -14,6 +14,7 @@ from pytest_restore.report.inputs import RunInfo, read_records, read_run_info
 from pytest_restore.report.writer import PageMaker, write_report
 from pytest_restore.run import page
 from pytest_restore.run.page import page_maker
+from pytest_restore.run.shared import pickled_records, records_text
 
 RECORDS = Path(__file__).resolve().parent.parent / "fixtures" / "records-v2" / "records.jsonl"
 FILES = ("records.jsonl", "cells.csv", "hypotheses.json", "report.md", "summary.json", "report.html")
@@ -59,6 +60,20 @@ def test_the_page_made_in_its_process_is_the_page_made_here(tmp_path: Path, here
     assert len(made) == 1 and made[0]  # the process made it
     assert apart == here
     assert made[0] in here["report.html"].decode("utf-8")  # texts from the data file included
+
+
+@needs_two_cores
+def test_the_workers_pickles_make_the_same_page(tmp_path: Path, here: dict[str, bytes]) -> None:
+    # the records as xdist's workers send them: one pickle per cell, the cells arriving in any order
+    records = read_records(RECORDS)
+    third = len(records) // 3 + 1
+    pickled = [pickled_records(records_text(records[i : i + third])) for i in reversed(range(0, len(records), third))]
+    assert len(pickled) == 3
+    maker = page_maker(TINY, None, None, min_records=0, pickled=pickled)
+    assert maker is not None
+    made: list[str | None] = []
+    assert _written(tmp_path, "pickled", _spied(maker, made)) == here
+    assert len(made) == 1 and made[0]  # the process made it, from the pickles
 
 
 @needs_two_cores

@@ -31,7 +31,7 @@ from pytest_restore.record import Record
 from pytest_restore.report.inputs import data_description, usage_json
 from pytest_restore.run.checks import SystemCell
 from pytest_restore.run.parts import CallDetail, DataMeta
-from pytest_restore.run.shared import records_of_text, records_text
+from pytest_restore.run.shared import pickled_records, records_of_pickle, records_text
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,9 @@ class ItemMessage:
     exit_code: int | None = None
     #: a memory system's cell: what the system did building the cell's stores (``None``: a policy of raw units)
     memory: SystemCell | None = None
+    #: ``records`` as they arrived from another process, pickled (``None``: made in this one), kept for
+    #: the report's page process, which reads them as they are (``run/page.py``)
+    pickled: bytes | None = field(default=None, compare=False, repr=False)
 
     def to_text(self, records: str | None = None) -> str:
         """The message as one JSON string; ``records``: the records' :func:`records_text` when already made."""
@@ -72,15 +75,16 @@ class ItemMessage:
         if not isinstance(value, str):
             raise TypeError(f"not a grid item's message: {type(value).__name__}")
         data = json.loads(value)
-        records = data["records"]
+        pickled = None if data["records"] is None else pickled_records(data["records"])
         return cls(
             process=str(data["process"]),
-            records=None if records is None else records_of_text(records),
+            records=None if pickled is None else records_of_pickle(pickled),
             data=data_meta(data["data"]),
             usage={str(name): usage_json(u) for name, u in data["usage"].items()},
             calls={str(name): call_detail_json(d) for name, d in data["calls"].items()},
             exit_code=None if data["exit_code"] is None else int(data["exit_code"]),
             memory=system_cell(data["memory"]) if data["memory"] else None,
+            pickled=pickled,
         )
 
 

@@ -148,6 +148,7 @@ def write_in_place(
     data_file: Path | None = None,
     loaders: DatasetRegistry | None = None,
     prepared: Path | None = None,
+    pickled: Sequence[bytes] | None = None,
 ) -> ReportFiles:
     """Write the report (and the calibration gate's, if any) into a fresh directory beside ``target``, then swap it into place.
 
@@ -160,7 +161,9 @@ def write_in_place(
     is raised, so ``target`` stays as it was. ``data_file`` is the data the
     run read, for ``report.html``'s texts, read by the run's ``loaders`` (from its
     prepared copy in ``prepared``, where there is one); the page's data is made
-    in a fresh process meanwhile where that helps (``run/page.py``).
+    in a fresh process meanwhile where that helps (``run/page.py``), which reads
+    the records from ``pickled`` (:meth:`~pytest_restore.run.session.GridMessages.pickled_records`)
+    where the workers' pickles hold them all.
     """
     staging = staging_dir(target)
     provenance = Provenance(
@@ -174,7 +177,7 @@ def write_in_place(
         with phase("report: written"):
             files = write_report(
                 records, dataclasses.replace(info, provenance=provenance), staging, data_file=data_file,
-                loaders=loaders, prepared=prepared, page=page_maker(data_file, loaders, prepared),
+                loaders=loaders, prepared=prepared, page=page_maker(data_file, loaders, prepared, pickled=pickled),
             )
         if calibration_json is not None:
             (staging / "calibration.json").write_text(calibration_json, encoding="utf-8")

@@ -65,6 +65,15 @@ class GridMessages:
         self.exit_code: int | None = None
         #: What each memory system's cell's stores cost and dropped, by cell id (``ItemMessage.memory``).
         self.memory: dict[str, SystemCell] = {}
+        #: The records as they arrived pickled from other processes (``ItemMessage.pickled``), in
+        #: ``records``' order, and how many records they hold: the report's page process reads them.
+        self.pickled: list[bytes] = []
+        self._pickled_records = 0
+
+    def pickled_records(self) -> list[bytes] | None:
+        """Every record as pickled by the processes that made them, in arrival order; ``None`` when some
+        were made in this process (they have no pickle: the report pickles them all)."""
+        return self.pickled if self._pickled_records == len(self.records) else None
 
     def receive(self, message: ItemMessage, item: str) -> None:
         """One item's message: its records and data description, its process's model calls, or its exit status."""
@@ -74,6 +83,9 @@ class GridMessages:
             return
         self.ran.add(item)
         self.records.extend(message.records)
+        if message.pickled is not None:
+            self.pickled.append(message.pickled)
+            self._pickled_records += len(message.records)
         # kept to the report: the full collections while the other cells arrive need not walk them
         freeze_long_lived(f"records {item}")
         self.run_meta = message.data
@@ -228,7 +240,7 @@ class RunSession:
         self._report = Background(
             write_in_place, got.records, info, self._target, partial, calibration_json,
             self.started_utc, self.plan.session_id, self._cancel, self.plan.data.path(), self.plan.registries.datasets,
-            self.plan.data.prepared(),
+            self.plan.data.prepared(), got.pickled_records(),
         )
 
     def reporting(self) -> bool:

@@ -28,9 +28,20 @@ def records_text(records: Sequence[Record]) -> str:
 
 def records_of_text(text: object) -> tuple[Record, ...]:
     """The records :func:`records_text` made, from a process of the same run (nothing else writes them)."""
+    return records_of_pickle(pickled_records(text))
+
+
+def pickled_records(text: object) -> bytes:
+    """The pickle :func:`records_text` carries: what :func:`records_of_pickle` reads, and what the report's
+    page process reads as it is (``run/page.py``: the records are not pickled a second time for it)."""
     if not isinstance(text, str):
         raise TypeError(f"not a grid item's records: {type(text).__name__}")
-    records = pickle.loads(base64.b64decode(text))  # written by this run's own processes
+    return base64.b64decode(text)
+
+
+def records_of_pickle(pickled: bytes) -> tuple[Record, ...]:
+    """The records of one :func:`pickled_records`, written by this run's own processes."""
+    records = pickle.loads(pickled)
     if not isinstance(records, tuple) or not all(isinstance(r, Record) for r in records):
         raise TypeError("not a grid item's records: not a tuple of records")
     return records

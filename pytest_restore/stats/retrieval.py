@@ -157,8 +157,12 @@ def retrieval_figures(
         if where.ranks:
             ranks.setdefault(key, []).append(where.ranks[0])
     out = {}
-    for key, rows in sums.items():
-        totals = resampler.totals(rows.T)
+    # one product for every cell, as the engine's counts: the resample matrix is streamed once, not per cell
+    width = len(SHARES) + 1
+    resampled = resampler.totals(np.concatenate([rows.T for rows in sums.values()], axis=1)) if sums else None
+    for n, (key, rows) in enumerate(sums.items()):
+        assert resampled is not None
+        totals = resampled[:, n * width : (n + 1) * width]
         shares = {}
         for i, name in enumerate(SHARES, start=1):
             stat = Statistic.ratio(float(rows[i].sum()), float(rows[0].sum()), totals[:, i], totals[:, 0])
