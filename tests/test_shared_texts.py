@@ -18,7 +18,7 @@ from pytest_restore.memory.shared_texts import (
     read_shared,
     share_ahead,
     shared_texts_name,
-    text_lists,
+    unit_texts,
     use_shared,
 )
 from pytest_restore.synthetic.generator import generate, write_dataset
@@ -65,13 +65,14 @@ def test_a_worker_takes_counts_and_profiles_from_the_file_equal_to_its_own(
 ) -> None:
     _fresh(monkeypatch)
     sizes, indexes, overlaps, profiles = _made_here(questions)
-    contents = text_lists(questions, Granularity.TURN).profiled
+    contents = unit_texts(questions, Granularity.TURN).contents
     densities = [eviction._fact_density_python(c) for c in contents]
     _fresh(monkeypatch)
     _share(questions, tmp_path)
     assert not share_ahead(questions, Granularity.TURN, SHA, tmp_path, tmp_path / "counts")  # made already: nothing to do
     _fresh(monkeypatch)  # a worker: nothing counted or profiled
-    assert use_shared(questions, Granularity.TURN, SHA, tmp_path)
+    shared = use_shared(questions, Granularity.TURN, SHA, tmp_path)
+    assert shared is not None
 
     def never(*args: object) -> object:
         raise AssertionError("a worker with the shared file encoded, profiled or scanned a unit text")
@@ -80,8 +81,8 @@ def test_a_worker_takes_counts_and_profiles_from_the_file_equal_to_its_own(
     monkeypatch.setattr(kernels, "profile_texts", never)
     monkeypatch.setattr(kernels, "fact_counts", never)
     assert [eviction.fact_density(c) for c in contents] == densities  # the control's scores, not scanned again
-    histories = build_histories(questions, counted=True)
-    assert [h.sizes.tolist() for h in histories] == sizes
+    histories = build_histories(questions, sizes=shared)
+    assert [h.sizes.tolist() for h in histories] == sizes  # each unit's size read off the file
     for history, index, overlap, words in zip(histories, indexes, overlaps, profiles):
         built = LexicalIndex.build(history)
         assert np.array_equal(built.tf, index.tf) and np.array_equal(built.lengths, index.lengths)
@@ -89,6 +90,24 @@ def test_a_worker_takes_counts_and_profiles_from_the_file_equal_to_its_own(
         mine = lexical.word_profiles([u.content for u in history.units])
         assert [{lexical.word_of(int(i)): int(c) for i, c in zip(p.ids, p.counts)} for p in mine] == words
     assert lexical._PROFILES == {}  # no profile object per text: read off the mapped arrays
+
+
+def test_session_units_take_their_sizes_from_the_file_too(
+    questions: list[Question], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fresh(monkeypatch)
+    made = [h.sizes.tolist() for h in build_histories(questions, Granularity.SESSION)]
+    _fresh(monkeypatch)
+    assert share_ahead(questions, Granularity.SESSION, SHA, tmp_path, tmp_path / counts_file_name(SHA, Granularity.SESSION))
+    _fresh(monkeypatch)
+    shared = use_shared(questions, Granularity.SESSION, SHA, tmp_path)
+    assert shared is not None
+
+    def never(*args: object) -> object:
+        raise AssertionError("a session unit's size was counted again")
+
+    monkeypatch.setattr(tokens, "_count_text", never)
+    assert [h.sizes.tolist() for h in build_histories(questions, Granularity.SESSION, sizes=shared)] == made
 
 
 def test_the_file_is_keyed_by_data_granularity_and_questions(questions: list[Question]) -> None:
@@ -119,15 +138,15 @@ def test_a_damaged_file_is_never_used(
     path = _share(questions, tmp_path)
     _damaged(path, how)
     _fresh(monkeypatch)
-    lists = text_lists(questions, Granularity.TURN)
+    texts = unit_texts(questions, Granularity.TURN)
     with pytest.raises(SharedTextsError, match=why):
-        read_shared(path, shared_texts._key(SHA, Granularity.TURN, questions), lists)
-    assert not use_shared(questions, Granularity.TURN, SHA, tmp_path)
+        read_shared(path, shared_texts._key(SHA, Granularity.TURN, questions), texts)
+    assert use_shared(questions, Granularity.TURN, SHA, tmp_path) is None
     assert lexical._SHARED is None
     assert [h.sizes.tolist() for h in build_histories(questions)] == sizes  # prepared here instead
     # the controller's next run writes it again
     assert share_ahead(questions, Granularity.TURN, SHA, tmp_path, tmp_path / "counts")
-    assert use_shared(questions, Granularity.TURN, SHA, tmp_path)
+    assert use_shared(questions, Granularity.TURN, SHA, tmp_path) is not None
 
 
 def test_a_stale_file_is_never_used(questions: list[Question], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,15 +158,20 @@ def test_a_stale_file_is_never_used(questions: list[Question], tmp_path: Path, m
     other_path = _share(questions[1:], other)
     path.write_bytes(other_path.read_bytes())
     with pytest.raises(SharedTextsError, match="other data, questions or code"):
-        read_shared(path, shared_texts._key(SHA, Granularity.TURN, questions), text_lists(questions, Granularity.TURN))
-    # the right key with rows for other texts (the same questions' texts changed): the rows' lengths say so
+        read_shared(path, shared_texts._key(SHA, Granularity.TURN, questions), unit_texts(questions, Granularity.TURN))
+    # the right key with rows for other texts (the same questions' texts changed): the rows' lengths say so,
+    # and so do the numbers of units and of headers
     key = shared_texts._key(SHA, Granularity.TURN, questions[1:])
-    lists = text_lists(questions[1:], Granularity.TURN)
-    changed = shared_texts.TextLists([t + "!" for t in lists.counted], lists.profiled)
-    with pytest.raises(SharedTextsError, match="rows for other texts"):
-        read_shared(other_path, key, changed)
+    texts = unit_texts(questions[1:], Granularity.TURN)
+    for changed in (
+        shared_texts.UnitTexts([t + "!" for t in texts.contents], texts.headers, texts.histories),
+        shared_texts.UnitTexts(texts.contents, texts.headers, [(k, n + 1) for k, n in texts.histories]),
+        shared_texts.UnitTexts(texts.contents, texts.headers[1:], texts.histories),
+    ):
+        with pytest.raises(SharedTextsError, match="rows for other texts"):
+            read_shared(other_path, key, changed)
     _fresh(monkeypatch)
-    assert not use_shared(questions, Granularity.TURN, SHA, tmp_path)
+    assert use_shared(questions, Granularity.TURN, SHA, tmp_path) is None
 
 
 def test_a_process_with_a_vocabulary_of_its_own_profiles_itself(
@@ -157,7 +181,7 @@ def test_a_process_with_a_vocabulary_of_its_own_profiles_itself(
     _share(questions, tmp_path)
     _fresh(monkeypatch)
     lexical.word_profiles(["zebra quokka"])  # ids this process handed out first
-    assert use_shared(questions, Granularity.TURN, SHA, tmp_path)  # the counts still come from the file
-    assert lexical._SHARED is None
-    history = build_histories(questions, counted=True)[0]
+    shared = use_shared(questions, Granularity.TURN, SHA, tmp_path)  # the sizes and counts still come from the file
+    assert shared is not None and lexical._SHARED is None
+    history = build_histories(questions, sizes=shared)[0]
     assert LexicalIndex.build(history).lengths.sum() > 0

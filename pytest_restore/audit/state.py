@@ -61,9 +61,9 @@ class AuditBase:
         self.exclusions = excluded_questions(dataset, config, audited)
         # only the audited questions' histories are built: a 20-question subset prepares 20
         # an xdist worker takes the token counts and word profiles its controller made (memory/shared_texts.py)
-        shared = config.cache_dir is not None and use_shared(audited, config.granularity, dataset.sha256, config.cache_dir)
-        counts_file = None if shared else prepared_counts_file(dataset, config)
-        histories = build_histories(audited, config.granularity, counts_file=counts_file, counted=shared)
+        shared = use_shared(audited, config.granularity, dataset.sha256, config.cache_dir) if config.cache_dir is not None else None
+        counts_file = None if shared is not None else prepared_counts_file(dataset, config)
+        histories = build_histories(audited, config.granularity, counts_file=counts_file, sizes=shared)
         # has_gold is build_history's rule; a history that still has no gold is left out all the same
         self.exclusions += [(h.question.question_id, NO_GOLD) for h in histories if not h.gold]
         with_gold = [h for h in histories if h.gold]

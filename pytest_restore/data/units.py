@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -130,18 +130,23 @@ def build_history(question: Question, granularity: Granularity = Granularity.TUR
     return History(question, granularity, units, sizes, gold_of(question, granularity, units))
 
 
-def history_units(question: Question, granularity: Granularity) -> tuple[tuple[Unit, ...], npt.NDArray[np.int64]]:
-    """The units of a question's haystack, in order, and their token sizes (nothing of the gold)."""
+def history_units(
+    question: Question, granularity: Granularity, sizes: Sequence[int] | None = None
+) -> tuple[tuple[Unit, ...], npt.NDArray[np.int64]]:
+    """The units of a question's haystack, in order, and their token sizes (nothing of the gold).
+
+    ``sizes``: each unit's size, made by another process (:func:`unit_sizes`, in the shared texts file): no
+    count is looked up here.
+    """
     units: list[Unit] = []
     if granularity is Granularity.TURN:
         rows: list[tuple[int, int, str, str, str]] = []
         for s, (date, session) in enumerate(zip(question.haystack_dates, question.haystack_sessions)):
             for t, turn in enumerate(session):
                 rows.append((s, t, date, turn.role, turn.content))
-        headers = [turn_header(date, role) for _, _, date, role, _ in rows]
-        contents = [content for *_, content in rows]
-        sizes = _snippet_sizes(headers, contents)
-        for pos, ((s, t, date, role, content), header, size) in enumerate(zip(rows, headers, sizes)):
+        if sizes is None:
+            sizes = _snippet_sizes([turn_header(date, role) for _, _, date, role, _ in rows], [r[4] for r in rows])
+        for pos, ((s, t, date, role, content), size) in enumerate(zip(rows, sizes, strict=True)):
             units.append(_turn_unit(pos, s, t, date, role, content, size))
     else:
         snippets = [
@@ -149,11 +154,27 @@ def history_units(question: Question, granularity: Granularity) -> tuple[tuple[U
             for date, session in zip(question.haystack_dates, question.haystack_sessions)
         ]
         contents = unit_contents(question, granularity)
-        for s, (snippet, size) in enumerate(zip(snippets, count_tokens(snippets))):
+        for s, (snippet, size) in enumerate(zip(snippets, count_tokens(snippets) if sizes is None else sizes, strict=True)):
             date = question.haystack_dates[s]
             units.append(Unit(s, s, -1, date, "session", contents[s], snippet, size))
     sizes_arr = np.fromiter((u.tokens for u in units), dtype=np.int64, count=len(units))
     return tuple(units), sizes_arr
+
+
+def unit_sizes(question: Question, granularity: Granularity, counts: Mapping[str, int]) -> list[int]:
+    """Each unit's size from the counts of its :func:`distinct_texts` (``counts``), by :func:`history_units`' rule:
+    what an xdist controller writes for its workers, so that they look up no count to build a history."""
+    if granularity is Granularity.SESSION:
+        return [
+            counts[render_session(date, ((turn.role, turn.content) for turn in session))]
+            for date, session in zip(question.haystack_dates, question.haystack_sessions)
+        ]
+    sizes = []
+    for date, session in zip(question.haystack_dates, question.haystack_sessions):
+        for turn in session:
+            header, content = turn_header(date, turn.role), turn.content
+            sizes.append(counts[header + content] if content.startswith(("\n", "\r", "/")) else counts[header] + counts[content])
+    return sizes
 
 
 def gold_of(question: Question, granularity: Granularity, units: Sequence[Unit]) -> tuple[int, ...]:
@@ -233,7 +254,7 @@ def build_histories(
     granularity: Granularity = Granularity.TURN,
     *,
     counts_file: str | os.PathLike[str] | None = None,
-    counted: bool = False,
+    sizes: Mapping[str, Sequence[int]] | None = None,
 ) -> list[History]:
     """:func:`build_history` of every question, their distinct texts counted once, up front.
 
@@ -241,10 +262,10 @@ def build_histories(
     text is encoded: the tokenizer is not even loaded) and written there when
     it does not, atomically, as a ``marshal`` mapping of text to count. The
     caller keys the file by the dataset's sha256, the granularity and the
-    code (see :func:`counts_file_name`). ``counted``: this process knows
-    the counts already (taken from another's); the texts are not listed.
+    code (see :func:`counts_file_name`). ``sizes``: each history's unit sizes by
+    history key, made by another process (the shared texts file): no text is listed or counted.
     """
-    if not counted:
+    if sizes is None:
         texts = distinct_texts(questions, granularity)
         if counts_file is None:
             count_tokens(texts)
@@ -256,9 +277,9 @@ def build_histories(
     for q in questions:
         key = q.history_key
         if key not in shared:
-            shared[key] = history_units(q, granularity)
-        units, sizes = shared[key]
-        histories.append(History(q, granularity, units, sizes, gold_of(q, granularity, units)))
+            shared[key] = history_units(q, granularity, None if sizes is None else sizes[key])
+        units, unit_sizes = shared[key]
+        histories.append(History(q, granularity, units, unit_sizes, gold_of(q, granularity, units)))
     return histories
 
 

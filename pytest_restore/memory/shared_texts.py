@@ -10,9 +10,11 @@ its fact density (``memory/eviction.py``) in each worker that ran one of its
 cells. The controller now does all three once
 (:func:`share_ahead`), the profiling while its counting processes
 run, into one file in the prepared cache that each worker maps
-(:func:`use_shared`): the counts become its token memo's (keyed by its own
-strings), the profiles are read off the mapped arrays, and the file's
-vocabulary becomes the worker's, so its word ids are the file's, and the
+(:func:`use_shared`): each unit's size is read off the file (the worker
+neither lists the texts that were counted nor looks a count up to build a
+history), the contents' and turn headers' counts join its token memo (keyed
+by its own strings), the profiles are read off the mapped arrays, and the
+file's vocabulary becomes the worker's, so its word ids are the file's, and the
 densities join the worker's memo of them.
 
 The file is a header (its format, its key, where each array lies, and the
@@ -20,10 +22,11 @@ CRC-32 of everything after it) followed by the arrays. Its name and its
 header carry the key: the data file's sha256, the granularity, the audited
 questions and the code that makes the texts, counts, profiles and densities. Rows
 follow the texts' first-use order over the audited questions, which every
-process lists the same way, and each row's length in characters is stored
-and compared. A file that is stale (another key, other texts), truncated or
-damaged (its CRC) is never used: the process prepares its histories itself,
-as a serial run does, and the controller writes it again on its next run.
+process lists the same way (:func:`unit_texts`), each row's length in
+characters is stored and compared, and so are the numbers of units and
+headers. A file that is stale (another key, other texts), truncated or damaged
+(its CRC) is never used: the process prepares its histories itself, as a
+serial run does, and the controller writes it again on its next run.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import json
 import mmap
 import os
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,19 +50,22 @@ from pytest_restore.data.units import (
     Granularity,
     count_ahead,
     distinct_texts,
+    turn_header,
     unit_contents,
+    unit_sizes,
 )
 from pytest_restore.memory.eviction import fact_densities, remember_densities
 from pytest_restore.memory.lexical import ProfileRows, SharedProfiles, install_shared, profile_csr
 
 #: The file's first bytes: what it is and its layout's version.
-MAGIC = b"PRTEXTS1"
+MAGIC = b"PRTEXTS2"
 #: Each array starts at a multiple of this (mapped arrays are then aligned).
 _ALIGN = 64
 #: The arrays, in the file's order, and their element types.
 _ARRAYS = {
-    "tokens": np.int64,  # per counted text (distinct_texts' order): its o200k count
-    "counted_chars": np.int64,  # per counted text: its length, compared with the reader's
+    "sizes": np.int64,  # per unit of each audited history (first use), in order: its o200k size (History.sizes)
+    "content_tokens": np.int64,  # per profiled text: its own o200k count, -1 where it was not counted alone
+    "header_tokens": np.int64,  # per turn header (UnitTexts.headers): its o200k count
     "profiled_chars": np.int64,  # per profiled text (unit contents, first use): its length
     "offsets": np.int64,  # per profiled text, and one more: where its row starts in ids and counts
     "ids": np.int32,  # the rows' word ids (the file's vocabulary), ascending within a row
@@ -75,33 +81,62 @@ class SharedTextsError(ValueError):
 
 
 @dataclass(frozen=True)
-class TextLists:
-    """What the file holds a row for: the texts whose counts make the units' sizes (``data/units.distinct_texts``)
-    and the unit contents whose words are profiled, each in first-use order over the audited questions."""
+class UnitTexts:
+    """What every process lists of the audited questions' units, in the same order (first use over the
+    questions, a shared history once): the distinct unit contents (the file's rows), the distinct turn
+    headers, and each distinct history's key with its number of units (the file's sizes, end to end)."""
 
-    counted: list[str]
-    profiled: list[str]
+    contents: list[str]
+    headers: list[str]
+    histories: list[tuple[str, int]]
 
 
 @dataclass(frozen=True)
 class SharedTexts:
-    """A checked file's rows: the counted texts' counts, the profiles and the vocabulary their ids are of."""
+    """A checked file's arrays: the units' sizes, the contents' and headers' counts, the profiles and the
+    vocabulary their ids are of, the densities."""
 
-    tokens: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int64]
+    content_tokens: npt.NDArray[np.int64]
+    header_tokens: npt.NDArray[np.int64]
     profiles: SharedProfiles
     words: list[str]
     densities: npt.NDArray[np.float64]
 
 
-def text_lists(questions: Sequence[Question], granularity: Granularity) -> TextLists:
-    """The texts of the audited ``questions`` the file has rows for, in the same order in every process."""
+def unit_texts(questions: Sequence[Question], granularity: Granularity) -> UnitTexts:
+    """The units' texts of the audited ``questions`` the file has rows for, in the same order in every process.
+
+    One pass over the turns, no text made: a turn header is made once per distinct (date, role).
+    """
     contents: dict[str, None] = {}
+    pairs: dict[tuple[str, str], None] = {}
+    histories: list[tuple[str, int]] = []
+    for q in _first_of_each_history(questions):
+        if granularity is Granularity.TURN:
+            n = 0
+            for date, session in zip(q.haystack_dates, q.haystack_sessions):
+                for turn in session:
+                    contents[turn.content] = None
+                    pairs[date, turn.role] = None
+                n += len(session)
+            histories.append((q.history_key, n))
+        else:
+            texts = unit_contents(q, granularity)
+            contents.update(dict.fromkeys(texts))
+            histories.append((q.history_key, len(texts)))
+    return UnitTexts(list(contents), [turn_header(date, role) for date, role in pairs], histories)
+
+
+def _first_of_each_history(questions: Sequence[Question]) -> list[Question]:
+    """``questions`` without the later questions of a history another one asked first (a LoCoMo conversation)."""
     seen: set[str] = set()
+    out = []
     for q in questions:
-        if q.history_key not in seen:  # a shared history's units once
+        if q.history_key not in seen:
             seen.add(q.history_key)
-            contents.update(dict.fromkeys(unit_contents(q, granularity)))
-    return TextLists(distinct_texts(questions, granularity), list(contents))
+            out.append(q)
+    return out
 
 
 def shared_texts_name(dataset_sha256: str, granularity: Granularity, questions: Sequence[Question]) -> str:
@@ -129,16 +164,18 @@ def _chars(texts: Sequence[str]) -> npt.NDArray[np.int64]:
 
 
 def write_shared(
-    path: Path, key: str, lists: TextLists, tokens: Sequence[int], words: Sequence[str], rows: ProfileRows,
-    densities: npt.NDArray[np.float64],
+    path: Path, key: str, texts: UnitTexts, counts: Mapping[str, int], sizes: Sequence[int], words: Sequence[str],
+    rows: ProfileRows, densities: npt.NDArray[np.float64],
 ) -> None:
-    """Write the file atomically (a temporary file renamed): readers see the old file or the whole new one."""
-    offsets = np.zeros(len(lists.profiled) + 1, dtype=np.int64)
+    """Write the file atomically (a temporary file renamed): readers see the old file or the whole new one.
+    ``counts``: every :func:`~pytest_restore.data.units.distinct_texts` count; ``sizes``: the units', end to end."""
+    offsets = np.zeros(len(texts.contents) + 1, dtype=np.int64)
     np.cumsum(rows.sizes, out=offsets[1:])
     arrays: dict[str, npt.NDArray[Any]] = {
-        "tokens": np.asarray(tokens, dtype=np.int64),
-        "counted_chars": _chars(lists.counted),
-        "profiled_chars": _chars(lists.profiled),
+        "sizes": np.asarray(sizes, dtype=np.int64),
+        "content_tokens": np.fromiter((counts.get(c, -1) for c in texts.contents), dtype=np.int64, count=len(texts.contents)),
+        "header_tokens": np.fromiter((counts[h] for h in texts.headers), dtype=np.int64, count=len(texts.headers)),
+        "profiled_chars": _chars(texts.contents),
         "offsets": offsets,
         "ids": rows.ids,
         "counts": rows.counts,
@@ -173,8 +210,8 @@ def _padded(data: npt.NDArray[np.generic]) -> bytes:
     return raw + b"\0" * (-len(raw) % _ALIGN)
 
 
-def read_shared(path: Path, key: str, lists: TextLists) -> SharedTexts:
-    """The file's rows for ``lists``, mapped, once it is checked; :class:`SharedTextsError` says why not."""
+def read_shared(path: Path, key: str, texts: UnitTexts) -> SharedTexts:
+    """The file's arrays for ``texts``, mapped, once it is checked; :class:`SharedTextsError` says why not."""
     try:
         with open(path, "rb") as f:
             start = f.read(16)
@@ -208,16 +245,19 @@ def read_shared(path: Path, key: str, lists: TextLists) -> SharedTexts:
     arrays = {
         name: np.frombuffer(mapped, dtype=_ARRAYS[name], count=n, offset=base + at) for name, (at, n) in layout.items()
     }
-    if arrays["counted_chars"].size != len(lists.counted) or arrays["profiled_chars"].size != len(lists.profiled):
+    units = sum(n for _, n in texts.histories)
+    if (arrays["profiled_chars"].size != len(texts.contents) or arrays["sizes"].size != units
+            or arrays["header_tokens"].size != len(texts.headers)):
         raise SharedTextsError(f"{path.name}: rows for other texts")
-    if not (np.array_equal(arrays["counted_chars"], _chars(lists.counted))
-            and np.array_equal(arrays["profiled_chars"], _chars(lists.profiled))):
+    if not np.array_equal(arrays["profiled_chars"], _chars(texts.contents)):
         raise SharedTextsError(f"{path.name}: rows for other texts")
     words = arrays["vocabulary"].tobytes().decode("ascii").split("\n") if n_words else []
-    if len(words) != n_words or arrays["offsets"].size != len(lists.profiled) + 1 or arrays["densities"].size != len(lists.profiled):
+    n = len(texts.contents)
+    if (len(words) != n_words or arrays["offsets"].size != n + 1 or arrays["densities"].size != n
+            or arrays["content_tokens"].size != n):
         raise SharedTextsError(f"{path.name}: inconsistent arrays")
-    profiles = SharedProfiles(lists.profiled, arrays["offsets"], arrays["ids"], arrays["counts"], arrays["totals"])
-    return SharedTexts(arrays["tokens"], profiles, words, arrays["densities"])
+    profiles = SharedProfiles(texts.contents, arrays["offsets"], arrays["ids"], arrays["counts"], arrays["totals"])
+    return SharedTexts(arrays["sizes"], arrays["content_tokens"], arrays["header_tokens"], profiles, words, arrays["densities"])
 
 
 def share_ahead(
@@ -231,24 +271,28 @@ def share_ahead(
 ) -> bool:
     """Leave in ``directory`` the shared texts file of ``questions`` (and their counts file: ``count_ahead``); whether
     anything was made. What an xdist controller does once before its workers prepare their histories: the
-    profiles and the fact densities are made here while the counting processes count (they are started first)."""
-    lists = text_lists(questions, granularity)
+    profiles and the fact densities are made here while the counting processes count (they are started first),
+    then each unit's size from the counts."""
+    texts = unit_texts(questions, granularity)
     key = _key(dataset_sha256, granularity, questions)
     path = Path(directory) / shared_texts_name(dataset_sha256, granularity, questions)
     try:
-        read_shared(path, key, lists)
+        read_shared(path, key, texts)
         return False
     except SharedTextsError:
         pass
     made: list[tuple[tuple[list[str], ProfileRows], npt.NDArray[np.float64]]] = []
 
     def profile() -> None:
-        made.append((profile_csr(lists.profiled), fact_densities(lists.profiled)))
+        made.append((profile_csr(texts.contents), fact_densities(texts.contents)))
 
-    tokens = count_ahead(questions, granularity, counts_file, starting, processes, texts=lists.counted, meanwhile=profile)
+    counted = distinct_texts(questions, granularity)
+    tokens = count_ahead(questions, granularity, counts_file, starting, processes, texts=counted, meanwhile=profile)
     (words, rows), densities = made[0]
+    counts = dict(zip(counted, tokens))
+    sizes = [size for q in _first_of_each_history(questions) for size in unit_sizes(q, granularity, counts)]
     try:
-        write_shared(path, key, lists, tokens, words, rows, densities)
+        write_shared(path, key, texts, counts, sizes, words, rows, densities)
     except OSError:
         return False  # a cache that cannot be written only costs time: each worker prepares its own
     return True
@@ -256,18 +300,30 @@ def share_ahead(
 
 def use_shared(
     questions: Sequence[Question], granularity: Granularity, dataset_sha256: str, directory: str | os.PathLike[str]
-) -> bool:
-    """Take the token counts, word profiles and fact densities of ``questions`` from the shared texts file in ``directory``,
-    when there is one made for them and it checks out; whether this process's counts now come from it."""
+) -> dict[str, list[int]] | None:
+    """Take the units' sizes, the contents' and headers' token counts, word profiles and fact densities of
+    ``questions`` from the shared texts file in ``directory``, when there is one made for them and it checks
+    out: each audited history's unit sizes by history key (``build_histories``' ``sizes``), else ``None``.
+
+    Nothing is counted and no text but the units' own is listed: the counts join this process's token memo
+    keyed by its own strings (a prompt's usage reads its contents' counts there)."""
     path = Path(directory) / shared_texts_name(dataset_sha256, granularity, questions)
     if not path.exists():
-        return False
-    lists = text_lists(questions, granularity)
+        return None
+    texts = unit_texts(questions, granularity)
     try:
-        shared = read_shared(path, _key(dataset_sha256, granularity, questions), lists)
+        shared = read_shared(path, _key(dataset_sha256, granularity, questions), texts)
     except SharedTextsError:
-        return False
-    remember_counts(dict(zip(lists.counted, shared.tokens.tolist())))
-    remember_densities(lists.profiled, shared.densities.tolist())
+        return None
+    counts = dict(zip(texts.headers, shared.header_tokens.tolist()))
+    counts.update((c, n) for c, n in zip(texts.contents, shared.content_tokens.tolist()) if n >= 0)
+    remember_counts(counts)
+    remember_densities(texts.contents, shared.densities.tolist())
     install_shared(shared.words, shared.profiles)  # a process with a vocabulary of its own profiles the texts itself
-    return True
+    sizes = shared.sizes.tolist()
+    by_history: dict[str, list[int]] = {}
+    at = 0
+    for history_key, n in texts.histories:
+        by_history[history_key] = sizes[at : at + n]
+        at += n
+    return by_history
