@@ -201,6 +201,44 @@ def test_cells_run_once_per_process_and_records_carry_prompt_ids(small: Path) ->
     assert "## Model calls" in section and f"| {calls.reader_naive} | {calls.reader_unique} |" in section
 
 
+def test_a_request_is_hashed_once_and_a_scorer_request_not_at_all(small: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_restore.audit import calls, memo
+
+    audit = _audit(small, budgets=(3000, 1000))
+    hashed: list[ChatRequest] = []
+    digest = memo.request_digest
+
+    def counted(request: ChatRequest) -> bytes:
+        hashed.append(request)
+        return digest(request)
+
+    monkeypatch.setattr(memo, "request_digest", counted)
+    monkeypatch.setattr(calls, "request_digest", counted)
+    asked: list[ChatRequest] = []
+    run = audit.reader.run
+
+    def reader_run(requests: Sequence[ChatRequest], keys: Any = None) -> Any:
+        asked.extend(requests)
+        return run(requests, keys)
+
+    monkeypatch.setattr(audit.reader, "run", reader_run)
+    policy = audit_policy("llm-importance")
+    first = audit.run_cell(policy, 3000)
+    contents = {u.content for p in audit.questions for u in p.history.units}
+    # each distinct unit content scored once, its request known to the memo by the content: none hashed
+    assert audit.scorer.usage.sent == len(contents) and audit.scorer.usage.failed == 0
+    assert not any(r.messages[0][1] == audit.prompts.scorer_system for r in hashed)
+    # a reader request's one digest names it in the memo and gives its record's prompt id
+    readers = [r for r in hashed if r.messages[0][1] == audit.prompts.reader_system]
+    assert asked and len(readers) == len(asked)
+    assert {prompt_id(r) for r in asked} == {c.prompt for r in first.records for _, c in r.conditions.by_name()}
+    audit.run_cell(policy, 1000)  # the scores are known: nothing more is sent to the scorer
+    assert audit.scorer.usage.sent == len(contents)
+    assert first.records[0].importance_scores is not None and sum(first.records[0].importance_scores) == len(
+        audit.history(first.records[0].question_id).units
+    )
+
+
 def audit_policy(name: str) -> Any:
     from pytest_restore.memory.eviction import default_registry
 

@@ -13,9 +13,10 @@ from collections import Counter
 from collections.abc import Hashable, Sequence
 from functools import partial
 
-from pytest_restore.audit.memo import prompt_id
+from pytest_restore.audit.memo import prompt_id_of, request_digest
 from pytest_restore.audit.outcomes import Failure, Outcome
 from pytest_restore.audit.questions import Prepared
+from pytest_restore.audit.records import score_counts
 from pytest_restore.audit.state import AuditBase
 from pytest_restore.data.units import History, Unit
 from pytest_restore.memory.eviction import Policy
@@ -46,18 +47,19 @@ class ModelCalls(AuditBase):
         # A cell's conditions often share a context (nothing evicted, nothing restored):
         # each distinct one is rendered, named and looked up once.
         keys = [(id(history), tuple(injected)) for history, injected in items]
-        built: dict[tuple[int, tuple[int, ...]], tuple[ChatRequest, str]] = {}
+        built: dict[tuple[int, tuple[int, ...]], tuple[ChatRequest, bytes]] = {}
         for key, (history, injected) in zip(keys, items):
             if key not in built:
                 request = self.reader_request(history, injected)
-                built[key] = (request, prompt_id(request))
+                built[key] = (request, request_digest(request))
         distinct = list(built)
         context = dict(zip(keys, items))
+        # the memo knows each request by the digest its record's prompt id is cut from: hashed once
+        sent = self.reader.run([built[k][0] for k in distinct], keys=[built[k][1] for k in distinct])
         answered = {
-            k: with_usage(result, built[k][0], partial(self.reader_tokens, *context[k]))
-            for k, result in zip(distinct, self.reader.run([built[k][0] for k in distinct]))
+            k: with_usage(result, built[k][0], partial(self.reader_tokens, *context[k])) for k, result in zip(distinct, sent)
         }
-        prompts = [built[k][1] for k in keys]
+        prompts = [prompt_id_of(built[k][1]) for k in keys]
         answers = [answered[k] for k in keys]
         judge_requests: list[ChatRequest] = []
         judged: list[dict[str, str]] = []  # what each judge request was filled with: its usage is counted from them
@@ -102,7 +104,10 @@ class ModelCalls(AuditBase):
 
     def importance(self, questions: Sequence[Prepared]) -> tuple[dict[str, int], dict[str, Failure]]:
         """Importance scores of every unit content, and the questions whose scoring failed."""
-        histories = {p.question.history_key: p.history for p in questions}  # a shared history is scored once
+        # a shared history is scored once, and a history whose every unit has its score is not read again
+        histories = {
+            p.question.history_key: p.history for p in questions if p.question.history_key not in self._scored
+        }
         contents = list(
             dict.fromkeys(
                 u.content for h in histories.values() for u in h.units if u.content not in self._importance
@@ -111,7 +116,9 @@ class ModelCalls(AuditBase):
         failed: dict[str, str] = {}
         if contents:
             requests = [self.prompts.scorer(content=c) for c in contents]
-            for content, request, answered in zip(contents, requests, self.scorer.run(requests)):
+            # the scorer's memo knows each request by its content, as the scores are known (the request is the
+            # prompt set's scorer template filled with it): no request hashed
+            for content, request, answered in zip(contents, requests, self.scorer.run(requests, keys=contents)):
                 # one result at a time: the scorer's answers to a full dataset are not held twice
                 result = with_usage(answered, request, partial(self.prompts.scorer_tokens, content=content))
                 score = parse_score(result.text) if result.ok and result.text is not None else None
@@ -120,6 +127,7 @@ class ModelCalls(AuditBase):
                     self._build_tokens[content] = (result.input_tokens, result.output_tokens, is_estimated(result))
                 else:
                     failed[content] = result.error or f"not a score: {result.text!r}"
+        self._scored.update(k for k, h in histories.items() if not failed or not any(u.content in failed for u in h.units))
         bad = {}
         if failed:
             for p in questions:
@@ -128,6 +136,18 @@ class ModelCalls(AuditBase):
                         bad[p.question.question_id] = Failure("scorer", failed[u.content])
                         break
         return self._importance, bad
+
+    def importance_counts(self, prepared: Prepared) -> tuple[int, ...] | None:
+        """:func:`~pytest_restore.audit.records.score_counts` of the question's history under the importance
+        scores, once per history: every cell of a policy that reads them asks again, and once every unit has
+        its score they do not change."""
+        key = prepared.question.history_key
+        counts = self._score_counts.get(key)
+        if counts is None:
+            counts = score_counts(prepared, self._importance)
+            if counts is not None:
+                self._score_counts[key] = counts
+        return counts
 
     def write(self, system: MemorySystem, questions: Sequence[Prepared]) -> tuple[dict[str, Failure], SystemFigures]:
         """Ask the writer model every request ``system`` needs for these questions' histories at once

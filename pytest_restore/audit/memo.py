@@ -11,7 +11,7 @@ condition of every record.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -33,7 +33,12 @@ def prompt_id(request: ChatRequest) -> str:
     Records carry it for each condition, so a report can count the distinct
     reader calls a grid needed against one call per condition of every record.
     """
-    return request_digest(request).hex()[:16]
+    return prompt_id_of(request_digest(request))
+
+
+def prompt_id_of(digest: bytes) -> str:
+    """:func:`prompt_id` from the request's :func:`request_digest`, where the digest is made anyway."""
+    return digest.hex()[:16]
 
 
 @dataclass(frozen=True)
@@ -148,9 +153,9 @@ class MemoModel:
 
     def __init__(self, model: ChatModel) -> None:
         self.model = model
-        # Keyed by the request's sha256, not the request: reader prompts are long, and
-        # keeping every one alive would hold every rendered context in memory.
-        self._memo: dict[bytes, ChatResult] = {}
+        # Keyed by the request's sha256 (or the caller's key), not the request: reader prompts are long,
+        # and keeping every one alive would hold every rendered context in memory.
+        self._memo: dict[Hashable, ChatResult] = {}
         self.usage = Usage()
 
     @property
@@ -158,9 +163,17 @@ class MemoModel:
         """The wrapped model's name."""
         return self.model.name
 
-    def run(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        """Results for ``requests``; only requests never sent before are sent."""
-        keys = [request_digest(r) for r in requests]
+    def run(self, requests: Sequence[ChatRequest], keys: Sequence[Hashable] | None = None) -> list[ChatResult]:
+        """Results for ``requests``; only requests never sent before are sent.
+
+        ``keys``: each request's name where the caller has one already, in place of its digest: the
+        digest it made of the request (a record's :func:`prompt_id`), or what the request was filled
+        with when that decides the whole request (an importance request's unit content, under the
+        audit's one prompt set). A key names one request only; the other callers' are digests (bytes),
+        so a text key never meets one.
+        """
+        if keys is None:
+            keys = [request_digest(r) for r in requests]
         missing = {k: r for k, r in zip(keys, requests) if k not in self._memo}
         if missing:
             for key, result in zip(missing, self.model.run(list(missing.values()))):

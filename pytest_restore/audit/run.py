@@ -161,7 +161,7 @@ class Audit(CellConditions):
                 continue
             regime_a, regime_b, restored = next(outcomes), next(outcomes), next(outcomes)
             fate = fates[(qid, seed)]
-            scores = score_counts(p, importance) if policy.needs_importance else None
+            scores = self.importance_counts(p) if policy.needs_importance else None
             ties = self.score_ties(policy, p, seed)
             memory = self.memory_share(policy, p) if builds else None
             wrote = writer

@@ -73,6 +73,10 @@ class AuditBase:
         self._oracle: dict[str, Outcome] = {}
         self._placebo: dict[str, list[int] | None] = {}
         self._importance: dict[str, int] = {}
+        # the histories whose every unit content has its importance score (by history key): not read again
+        self._scored: set[str] = set()
+        # how many of a history's units have each importance score (records.score_counts), by history key
+        self._score_counts: dict[str, tuple[int, ...]] = {}
         # the tokens (in, out, estimated) of each call that built a store: the scorer's by the unit content it
         # scored, a memory system's writer's by its request; how many audited questions each served, per
         # policy; and a question's share of them, by (policy, question)

@@ -174,7 +174,7 @@ class PromptSet:
         user = _filled(
             self.reader_user, {"snippets": counts}, question=question, question_date=question_date, snippets=snippets
         )
-        return count_joined([self.reader_system]), count_joined(*user)
+        return _counted(self.reader_system), count_joined(*user)
 
     def _judge_system(self) -> str:
         return self.judge_system if self.judge_format == "text" else self.judge_json_system
@@ -194,7 +194,7 @@ class PromptSet:
         """The o200k tokens of :meth:`judge`'s two messages, counted from their parts (the question, the
         reference and the prediction each counted once, the template's pieces once)."""
         user = _filled(self.judge_user, question=question, answer=answer, prediction=prediction)
-        return count_joined([self._judge_system()]), count_joined(*user)
+        return _counted(self._judge_system()), count_joined(*user)
 
     def scorer(self, *, content: str) -> ChatRequest:
         """The importance scorer's request: one unit's content, nothing else."""
@@ -204,13 +204,19 @@ class PromptSet:
     def scorer_tokens(self, *, content: str) -> tuple[int, int]:
         """The o200k tokens of :meth:`scorer`'s two messages, counted from their parts (the content's count is
         the one the audit made of the unit)."""
-        return count_joined([self.scorer_system]), count_joined(*_filled(self.scorer_user, content=content))
+        return _counted(self.scorer_system), count_joined(*_filled(self.scorer_user, content=content))
 
 
 @lru_cache(maxsize=64)
 def _template(text: str) -> tuple[tuple[str, str | None, str, str | None], ...]:
     """A user template's literal pieces and placeholders (:meth:`string.Formatter.parse`), parsed once."""
     return tuple((literal, name, spec or "", conversion) for literal, name, spec, conversion in string.Formatter().parse(text))
+
+
+@lru_cache(maxsize=64)
+def _counted(system: str) -> int:
+    """A system prompt's o200k count, made once per text: every request of a role sends the same one."""
+    return count_joined([system])
 
 
 _FORMATTER = string.Formatter()
