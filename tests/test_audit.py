@@ -330,6 +330,37 @@ def test_each_distinct_request_sent_once(grid: Any) -> None:
         assert len(requests) == len(set(requests)), role
 
 
+def test_each_context_read_and_judged_once_per_process(tiny: Dataset, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A context several cells read (the oracle's, a store no budget binds, nothing to restore) is read once per
+    process: the reader's request made once per distinct context, the judge's once per distinct (question,
+    reference, answer), though the grid's conditions ask for them many times over."""
+    audit, _, models = make_audit(tiny, AuditConfig(budgets=BUDGETS))
+    made: Counter[tuple[int, tuple[int, ...]]] = Counter()
+    reader_request = audit.reader_request
+
+    def counted(history: Any, injected: Sequence[int]) -> ChatRequest:
+        made[(id(history), tuple(injected))] += 1
+        return reader_request(history, injected)
+
+    audit.reader_request = counted  # type: ignore[method-assign]
+    judged: Counter[tuple[str, str, str]] = Counter()
+    judge = PromptSet.judge
+
+    def counted_judge(self: PromptSet, *, question: str, answer: str, prediction: str) -> ChatRequest:
+        judged[(question, answer, prediction)] += 1
+        return judge(self, question=question, answer=answer, prediction=prediction)
+
+    monkeypatch.setattr(PromptSet, "judge", counted_judge)
+    runs = run_grid(audit, ("no-evict", "fifo", "random", "control"))
+    asked = len(audit.questions) + sum(3 * len(run.stores) for run in runs)  # the oracle's, then three a store
+    assert set(made.values()) == {1} and set(judged.values()) == {1}
+    assert len(made) < asked // 2 and len(judged) < len(made)
+    assert len(models["reader"].requests) == len(made) and len(models["judge"].requests) == len(judged)
+    # and the records say so: every context read, each a prompt of its own
+    prompts = {c.prompt for r in records_of(runs) for _, c in r.conditions.by_name() if c.prompt is not None}
+    assert len(prompts) == len(made)
+
+
 def test_session_granularity_grid(tiny: Dataset) -> None:
     audit, _, _ = make_audit(
         tiny, AuditConfig(budgets=(300, 100), granularity=Granularity.SESSION, seeds=(0, 1))

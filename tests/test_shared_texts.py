@@ -38,7 +38,9 @@ def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokens, "_COUNTER", tokens.TokenCounter())
     for name, value in (("_TABLE", None), ("_VOCABULARY", {}), ("_WORDS", []), ("_PROFILES", {}), ("_SHARED", None)):
         monkeypatch.setattr(lexical, name, value)
-    monkeypatch.setattr(eviction, "_OVERLAPS", eviction._OverlapCache())
+    for name in ("_OVERLAPS", "_DENSITY_KEYS"):  # what its policies keep per history
+        kept = getattr(eviction, name)
+        monkeypatch.setattr(eviction, name, eviction._PerHistory(kept.make, kept.size, kept.max_bytes))
     monkeypatch.setattr(eviction, "_DENSITIES", {})
 
 

@@ -43,44 +43,54 @@ class ModelCalls(AuditBase):
     """The audit's model calls (a part of :class:`~pytest_restore.audit.run.Audit`)."""
 
     def evaluate(self, items: Sequence[tuple[History, Sequence[int]]]) -> list[Outcome]:
-        """Read and judge each (history, injected positions) context."""
-        # A cell's conditions often share a context (nothing evicted, nothing restored):
-        # each distinct one is rendered, named and looked up once.
+        """Read and judge each (history, injected positions) context.
+
+        Each distinct context is read and judged once per process: a grid's cells share many (a store no
+        budget binds, nothing to restore, the same store under two policies), and the models would give
+        them the same outcome (each request is sent once: :class:`MemoModel`). A context of one of the
+        audit's own histories is kept for every later cell; one of a memory system's view of a history
+        (made per question) for this call.
+        """
         keys = [(id(history), tuple(injected)) for history, injected in items]
-        built: dict[tuple[int, tuple[int, ...]], tuple[ChatRequest, bytes]] = {}
-        for key, (history, injected) in zip(keys, items):
-            if key not in built:
-                request = self.reader_request(history, injected)
-                built[key] = (request, request_digest(request))
-        distinct = list(built)
-        context = dict(zip(keys, items))
-        # the memo knows each request by the digest its record's prompt id is cut from: hashed once
-        sent = self.reader.run([built[k][0] for k in distinct], keys=[built[k][1] for k in distinct])
-        answered = {
-            k: with_usage(result, built[k][0], partial(self.reader_tokens, *context[k])) for k, result in zip(distinct, sent)
-        }
-        prompts = [prompt_id_of(built[k][1]) for k in keys]
-        answers = [answered[k] for k in keys]
-        judge_requests: list[ChatRequest] = []
-        judged: list[dict[str, str]] = []  # what each judge request was filled with: its usage is counted from them
+        fresh: dict[tuple[int, tuple[int, ...]], tuple[History, Sequence[int]]] = {}
+        for key, item in zip(keys, items):
+            if key not in self._read and key not in fresh:
+                fresh[key] = item
+        here: dict[tuple[int, tuple[int, ...]], Outcome] = {}
+        for key, outcome in zip(fresh, self._read_once(list(fresh.values()))):
+            (self._read if key[0] in self._own else here)[key] = outcome
+        return [here[key] if key in here else self._read[key] for key in keys]
+
+    def _read_once(self, items: Sequence[tuple[History, Sequence[int]]]) -> list[Outcome]:
+        """Read and judge distinct contexts: the reader asked once each, the judge once per distinct
+        (question, reference, answer) of the process (a question's contexts get few distinct answers)."""
+        requests = [self.reader_request(history, injected) for history, injected in items]
+        digests = [request_digest(r) for r in requests]  # the memo's key, and the records' prompt id
+        answers = [
+            with_usage(result, request, partial(self.reader_tokens, *item))
+            for result, request, item in zip(self.reader.run(requests, keys=digests), requests, items)
+        ]
+        asked: dict[tuple[str, str, str], None] = {}
         for (history, _), answer in zip(items, answers):
-            if answer.ok:
-                q = history.question
-                assert answer.text is not None
-                judged.append({"question": q.question, "answer": q.answer, "prediction": answer.text})
-                judge_requests.append(self.prompts.judge(**judged[-1]))
-        verdicts = iter([
-            with_usage(v, r, partial(self.prompts.judge_tokens, **f))
-            for v, r, f in zip(self.judge.run(judge_requests), judge_requests, judged)
-        ])
+            if answer.ok and answer.text is not None:
+                graded = (history.question.question, history.question.answer, answer.text)
+                if graded not in self._verdicts:
+                    asked[graded] = None
+        if asked:
+            filled = [{"question": q, "answer": a, "prediction": p} for q, a, p in asked]
+            judge_requests = [self.prompts.judge(**f) for f in filled]
+            for graded, f, r, v in zip(asked, filled, judge_requests, self.judge.run(judge_requests)):
+                # its usage is counted from what the request was filled with
+                self._verdicts[graded] = with_usage(v, r, partial(self.prompts.judge_tokens, **f))
         outcomes = []
-        for (history, injected), answer, prompt in zip(items, answers, prompts):
+        for (history, injected), answer, digest in zip(items, answers, digests):
             tokens = int(history.sizes[list(injected)].sum()) if injected else 0
-            if not answer.ok:
+            prompt = prompt_id_of(digest)
+            if not answer.ok or answer.text is None:
                 failed = Failure("reader", str(answer.error))
                 outcomes.append(Outcome(None, None, failed, tokens, len(injected), prompt, tuple(injected)))
                 continue
-            verdict = next(verdicts)
+            verdict = self._verdicts[(history.question.question, history.question.answer, answer.text)]
             correct = parse_verdict(verdict.text) if verdict.ok and verdict.text is not None else None
             failure = None
             if correct is None:

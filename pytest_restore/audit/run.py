@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from typing import Any
 
 from pytest_restore.audit.calls import WRITER
 from pytest_restore.audit.conditions import CellConditions
@@ -154,8 +154,8 @@ class Audit(CellConditions):
             qid = p.question.question_id
             if kept is None:
                 for regime in REGIMES:
-                    records.append(replace(
-                        self._record(p, policy, budget, seed, regime, oracle[qid], None, None, None, scorer_failed[qid], ranker),
+                    records.append(self._record(
+                        p, policy, budget, seed, regime, oracle[qid], None, None, None, scorer_failed[qid], ranker,
                         writer=writer,
                     ))
                 continue
@@ -171,15 +171,12 @@ class Audit(CellConditions):
             read = {"a": next(injected), "b": next(injected)}
             next(injected)  # the restored context's
             for regime, outcome in (("a", regime_a), ("b", regime_b)):
-                forced = Forced(regime_a, read[regime])
-                record = self._record(
-                    p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None, ranker, fate, forced
-                )
-                # regime (b) reads the ranker's top k: its retrieval figures need k beside gold_ranks (a gold
-                # unit held through derived memories ranks as the best-ranked memory citing it)
-                top_k = self.config.top_k if regime == "b" else None
-                records.append(replace(
-                    record, top_k=top_k, importance_scores=scores, score_ties=ties,
+                records.append(self._record(
+                    p, policy, budget, seed, regime, oracle[qid], outcome, restored, kept, None, ranker, fate,
+                    Forced(regime_a, read[regime]),
+                    # regime (b) reads the ranker's top k: its retrieval figures need k beside gold_ranks (a gold
+                    # unit held through derived memories ranks as the best-ranked memory citing it)
+                    top_k=self.config.top_k if regime == "b" else None, importance_scores=scores, score_ties=ties,
                     memory_tokens=memory[:2] if memory is not None else None,
                     memory_tokens_estimated=memory[2] if memory is not None else None, writer=wrote,
                 ))
@@ -213,7 +210,10 @@ class Audit(CellConditions):
         ranker: str,
         fate: GoldFate | None = None,
         forced: Forced | None = None,
+        **more: Any,
     ) -> Record:
+        """The record of one question, store and regime; ``more``: the record's other fields, as the cell knows them
+        (made in one construction: a record's fields are set once)."""
         history = p.history
         # a derived store's regime-(a) verdict decides its bin: a failed call there excludes the record
         derived = forced is not None and p.sources is not None and mask is not None
@@ -284,6 +284,7 @@ class Audit(CellConditions):
                 if derived and mask is not None and forced
                 else None
             ),
+            **more,
         )
 
     @staticmethod

@@ -24,7 +24,7 @@ from pytest_restore.memory.eviction import Mask, Policy
 from pytest_restore.memory.memories import Sources
 from pytest_restore.memory.retrieval import Bm25Lite, LexicalIndex, Ranker, checked_rank
 from pytest_restore.memory.shared_texts import use_shared
-from pytest_restore.models.base import ChatModel
+from pytest_restore.models.base import ChatModel, ChatResult
 from pytest_restore.models.prompts import PromptSet
 
 
@@ -70,6 +70,12 @@ class AuditBase:
         for each in self.rankers.values():
             each.prepare_all(with_gold)  # a dense ranker embeds every text here, in batches
         self.questions: list[Prepared] = [self._prepare(h) for h in with_gold]
+        # each context's outcome, read and judged once (ModelCalls.evaluate): over the audit's own histories, which
+        # live as long as the audit, by (id(history), injected); and each judge request's verdict by what it was
+        # filled with (question, reference, answer)
+        self._own = frozenset(id(p.history) for p in self.questions)
+        self._read: dict[tuple[int, tuple[int, ...]], Outcome] = {}
+        self._verdicts: dict[tuple[str, str, str], ChatResult] = {}
         self._oracle: dict[str, Outcome] = {}
         self._placebo: dict[str, list[int] | None] = {}
         self._importance: dict[str, int] = {}
@@ -84,8 +90,9 @@ class AuditBase:
         self._holders: dict[str, Counter[Hashable]] = {}
         self._memory_shares: dict[tuple[str, str], tuple[float, float, bool] | None] = {}
         self._keys: dict[tuple[str, str], list[Hashable]] = {}
-        # a scored policy's ties on each history: (units, units at its two most common scores) by (policy, history, seed)
-        self._ties: dict[tuple[str, str, int], tuple[int, int]] = {}
+        # a scored policy's ties on each history: (units, units at its two most common scores) by (policy, history, seed);
+        # None: the policy exposes no scores
+        self._ties: dict[tuple[str, str, int], tuple[int, int] | None] = {}
         # whole-grid cells already run in this process (the control's check reads the baselines')
         self._cells: dict[tuple[str, int, str], tuple[Policy, CellRun]] = {}
         # whole-grid stores by (policy, budget): evicted once, read by every ranker of the cell

@@ -217,14 +217,15 @@ class Stores(ModelCalls):
         for one reading importance scores (their distribution is reported whole:
         ``record.importance_scores``). Once per history and seed.
         """
-        if policy.needs_importance or policy.derived or not isinstance(policy, ScoredPolicy):
-            return None
         history = prepared.history
         key = (policy.name, history.question.history_key, seed)
-        if key not in self._ties:
-            ctx = EvictionContext(question_id=history.question.history_key, seed=seed)
-            scores = [float(s) for s in policy.unit_scores(history.units, ctx)]
-            self._ties[key] = (len(scores), sum(n for _, n in Counter(scores).most_common(2)))
+        if key not in self._ties:  # a policy without scores too: the protocol's check is slow, asked once
+            if policy.needs_importance or policy.derived or not isinstance(policy, ScoredPolicy):
+                self._ties[key] = None
+            else:
+                ctx = EvictionContext(question_id=history.question.history_key, seed=seed)
+                scores = [float(s) for s in policy.unit_scores(history.units, ctx)]
+                self._ties[key] = (len(scores), sum(n for _, n in Counter(scores).most_common(2)))
         return self._ties[key]
 
 

@@ -346,6 +346,12 @@ class TokenCounter:
             for i, part in enumerate(parts):
                 if not part:
                     continue
+                if pending[-1:] == "\n" and not part[0].isspace() and part[0] != "/":
+                    # a seam where the two meet (_FIRST_SEAM's newline before a character neither whitespace nor
+                    # '/'): what came before is counted alone, so a context's snippet ends (each snippet's tail
+                    # and the separator) are counted once per snippet, not once per pair of neighbours
+                    total += self._known(pending)
+                    pending = ""
                 shape = shapes.get(part)
                 if shape is None:
                     shape = shapes[part] = self._shape(part, counts[i] if i < len(counts) else None)

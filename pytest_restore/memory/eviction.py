@@ -22,9 +22,9 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +37,7 @@ from pytest_restore.registry import Registry
 
 Mask = npt.NDArray[np.bool_]
 Sizes = npt.NDArray[np.int64]
+_Kept = TypeVar("_Kept")
 
 
 @dataclass(frozen=True)
@@ -415,36 +416,36 @@ def _overlaps(units: Sequence[Unit]) -> tuple[npt.NDArray[np.uint16], npt.NDArra
     return overlap.astype(dtype), lengths.astype(np.float64)
 
 
-class _OverlapCache:
-    """Per-history overlap counts, kept across budgets and cells within a byte budget.
+class _PerHistory(Generic[_Kept]):
+    """What a policy makes of a history's units alone, kept across budgets and cells within a byte budget.
 
-    The redundancy policy runs on the same history for every budget; the
-    counts (integers, so the cosines rebuilt from them are exact) are the
-    expensive part. Keyed by the identity of the units tuple, which the entry
-    keeps alive.
+    A policy runs on the same history for every budget (and the audit reads a scored policy's scores for
+    its ties): what depends on the units alone is made once. Keyed by the identity of the units tuple,
+    which the entry keeps alive.
     """
 
-    def __init__(self, max_bytes: int = 512 << 20) -> None:
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[int, tuple[Sequence[Unit], npt.NDArray[np.uint16], npt.NDArray[np.float64]]] = OrderedDict()
+    def __init__(self, make: Callable[[Sequence[Unit]], _Kept], size: Callable[[_Kept], int], max_bytes: int) -> None:
+        self.make, self.size, self.max_bytes = make, size, max_bytes
+        self._entries: OrderedDict[int, tuple[Sequence[Unit], _Kept]] = OrderedDict()
         self._bytes = 0
 
-    def get(self, units: Sequence[Unit]) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.float64]]:
+    def get(self, units: Sequence[Unit]) -> _Kept:
         key = id(units)
         entry = self._entries.get(key)
         if entry is not None and entry[0] is units:
             self._entries.move_to_end(key)
-            return entry[1], entry[2]
-        overlap, lengths = _overlaps(units)
-        self._entries[key] = (units, overlap, lengths)
-        self._bytes += overlap.nbytes
+            return entry[1]
+        made = self.make(units)
+        self._entries[key] = (units, made)
+        self._bytes += self.size(made)
         while self._bytes > self.max_bytes and len(self._entries) > 1:
-            _, (_, old, _) = self._entries.popitem(last=False)
-            self._bytes -= old.nbytes
-        return overlap, lengths
+            _, (_, old) = self._entries.popitem(last=False)
+            self._bytes -= self.size(old)
+        return made
 
 
-_OVERLAPS = _OverlapCache()
+#: The redundancy policy's overlap counts (the expensive part: integers, so the cosines rebuilt from them are exact).
+_OVERLAPS = _PerHistory(_overlaps, lambda made: made[0].nbytes, 512 << 20)
 
 
 def similarity_matrix(units: Sequence[Unit]) -> npt.NDArray[np.float64]:
@@ -632,8 +633,19 @@ class Control(Policy):
         return _lowest_key_eviction(sizes, budget, self.unit_scores(units, ctx))
 
     def unit_scores(self, units: Sequence[Unit], ctx: EvictionContext) -> Sequence[float]:
-        """Minus each unit's fact density: the densest is evicted first (:class:`ScoredPolicy`)."""
-        return [-fact_density(u.content) for u in units]
+        """Minus each unit's fact density: the densest is evicted first (:class:`ScoredPolicy`). Made once per
+        history: every budget's pass and the audit's count of ties read the same."""
+        keys: list[float] = _DENSITY_KEYS.get(units).tolist()
+        return keys
+
+
+def _density_keys(units: Sequence[Unit]) -> npt.NDArray[np.float64]:
+    """:class:`Control`'s eviction key of each unit: minus its fact density."""
+    return np.array([-fact_density(u.content) for u in units], dtype=np.float64)
+
+
+#: :class:`Control`'s keys of each history: the same for every budget's pass and for its ties.
+_DENSITY_KEYS = _PerHistory(_density_keys, lambda made: made.nbytes, 64 << 20)
 
 
 class PolicyRegistry(Registry[Policy]):
