@@ -173,7 +173,7 @@ def unit_sizes(question: Question, granularity: Granularity, counts: Mapping[str
     for date, session in zip(question.haystack_dates, question.haystack_sessions):
         for turn in session:
             header, content = turn_header(date, turn.role), turn.content
-            sizes.append(counts[header + content] if content.startswith(("\n", "\r", "/")) else counts[header] + counts[content])
+            sizes.append(counts[header] + counts[content] if adds_to_header(content) else counts[header + content])
     return sizes
 
 
@@ -220,6 +220,23 @@ def has_gold(question: Question, granularity: Granularity = Granularity.TURN) ->
     return False
 
 
+def adds_to_header(content: str) -> bool:
+    """Whether a turn's snippet counts as its header's tokens plus its content's: not where the content starts
+    with a newline or '/', which the tokenizer may join to the header's end (the whole snippet is counted then)."""
+    return not content.startswith(("\n", "\r", "/"))
+
+
+def first_of_each_history(questions: Sequence[Question]) -> list[Question]:
+    """``questions`` without the later questions of a history another one asked first (a LoCoMo conversation)."""
+    seen: set[str] = set()
+    out = []
+    for q in questions:
+        if q.history_key not in seen:
+            seen.add(q.history_key)
+            out.append(q)
+    return out
+
+
 def distinct_texts(questions: Sequence[Question], granularity: Granularity = Granularity.TURN) -> list[str]:
     """Every text whose token count the units of ``questions`` are made of, once each, in first-use order.
 
@@ -229,20 +246,16 @@ def distinct_texts(questions: Sequence[Question], granularity: Granularity = Gra
     process that reads the same questions.
     """
     texts: dict[str, None] = {}  # insertion order: the same list in every process
-    seen: set[str] = set()
-    for q in questions:
-        if q.history_key in seen:
-            continue  # a shared history's texts are listed once
-        seen.add(q.history_key)
+    for q in first_of_each_history(questions):  # a shared history's texts are listed once
         if granularity is Granularity.TURN:
             for date, session in zip(q.haystack_dates, q.haystack_sessions):
                 for turn in session:
                     header = turn_header(date, turn.role)
                     texts[header] = None
-                    if turn.content.startswith(("\n", "\r", "/")):
-                        texts[header + turn.content] = None
-                    else:
+                    if adds_to_header(turn.content):
                         texts[turn.content] = None
+                    else:
+                        texts[header + turn.content] = None
         else:
             for date, session in zip(q.haystack_dates, q.haystack_sessions):
                 texts[render_session(date, ((t.role, t.content) for t in session))] = None
@@ -378,7 +391,7 @@ def _snippet_sizes(headers: Sequence[str], contents: Sequence[str]) -> list[int]
     """Exact token counts of ``header + content``, counting shared pieces once."""
     distinct_headers = list(dict.fromkeys(headers))
     header_counts = dict(zip(distinct_headers, count_tokens(distinct_headers)))
-    additive = [not c.startswith(("\n", "\r", "/")) for c in contents]
+    additive = [adds_to_header(c) for c in contents]
     content_counts = count_tokens([c for c, ok in zip(contents, additive) if ok])
     whole_counts = count_tokens([h + c for h, c, ok in zip(headers, contents, additive) if not ok])
     sizes: list[int] = []

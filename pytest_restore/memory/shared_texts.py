@@ -50,6 +50,7 @@ from pytest_restore.data.units import (
     Granularity,
     count_ahead,
     distinct_texts,
+    first_of_each_history,
     turn_header,
     unit_contents,
     unit_sizes,
@@ -112,7 +113,7 @@ def unit_texts(questions: Sequence[Question], granularity: Granularity) -> UnitT
     contents: dict[str, None] = {}
     pairs: dict[tuple[str, str], None] = {}
     histories: list[tuple[str, int]] = []
-    for q in _first_of_each_history(questions):
+    for q in first_of_each_history(questions):
         if granularity is Granularity.TURN:
             n = 0
             for date, session in zip(q.haystack_dates, q.haystack_sessions):
@@ -126,17 +127,6 @@ def unit_texts(questions: Sequence[Question], granularity: Granularity) -> UnitT
             contents.update(dict.fromkeys(texts))
             histories.append((q.history_key, len(texts)))
     return UnitTexts(list(contents), [turn_header(date, role) for date, role in pairs], histories)
-
-
-def _first_of_each_history(questions: Sequence[Question]) -> list[Question]:
-    """``questions`` without the later questions of a history another one asked first (a LoCoMo conversation)."""
-    seen: set[str] = set()
-    out = []
-    for q in questions:
-        if q.history_key not in seen:
-            seen.add(q.history_key)
-            out.append(q)
-    return out
 
 
 def shared_texts_name(dataset_sha256: str, granularity: Granularity, questions: Sequence[Question]) -> str:
@@ -290,7 +280,7 @@ def share_ahead(
     tokens = count_ahead(questions, granularity, counts_file, starting, processes, texts=counted, meanwhile=profile)
     (words, rows), densities = made[0]
     counts = dict(zip(counted, tokens))
-    sizes = [size for q in _first_of_each_history(questions) for size in unit_sizes(q, granularity, counts)]
+    sizes = [size for q in first_of_each_history(questions) for size in unit_sizes(q, granularity, counts)]
     try:
         write_shared(path, key, texts, counts, sizes, words, rows, densities)
     except OSError:
